@@ -1,0 +1,3 @@
+"""kinference: the picker that routes every LLM inference request in a cluster."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,7 @@
+"""`python -m kinference` is the `kinference` command."""
+
+import sys
+
+from kinference.cli import main
+
+sys.exit(main())

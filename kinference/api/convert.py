@@ -1,0 +1,99 @@
+"""Protobuf messages to domain values and back; nothing else in the API layer builds them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kinference.errors import InvalidArgument
+from kinference.routing import Outcome, PoolRef, QoS
+from kinference.service import FinalReport, PickCall, PickResult
+from kinference.v1 import picker_pb2 as pb
+
+DECLARED_LENGTH = "kinference-declared-length"
+CLIENT_REQUEST_ID = "kinference-client-request-id"
+_MAX_REQUEST_ID_CHARS = 256  # only logged; a longer one is cut, not rejected
+
+_OUTCOMES = {
+    Outcome.OK: pb.PickResponse.OK,
+    Outcome.NO_WORKERS: pb.PickResponse.NO_WORKERS,
+    Outcome.DEGRADED: pb.PickResponse.DEGRADED,
+    Outcome.BAD_REQUEST: pb.PickResponse.BAD_REQUEST,
+    Outcome.POLICY_REJECTED: pb.PickResponse.POLICY_REJECTED,
+}
+_QOS = {
+    pb.PickRequest.INTERACTIVE: QoS.INTERACTIVE,
+    pb.PickRequest.BATCH: QoS.BATCH,
+    pb.PickRequest.DEFERRABLE: QoS.DEFERRABLE,
+}
+_ABORT_REASONS = {value: name for name, value in pb.AbortRequest.Reason.items()}
+
+Metadata = Iterable[tuple[str, str | bytes]]
+
+
+def push_metadata(metadata: Metadata | None) -> tuple[int | None, str]:
+    """(declared length or None, client request id) from PushBody's call metadata."""
+    declared: int | None = None
+    request_id = ""
+    for key, value in metadata or ():
+        text = value.decode("latin-1") if isinstance(value, bytes) else value
+        if key == DECLARED_LENGTH:
+            declared = _declared_length(text, declared)
+        elif key == CLIENT_REQUEST_ID:
+            request_id = text[:_MAX_REQUEST_ID_CHARS]
+    return declared, request_id
+
+
+def _declared_length(text: str, earlier: int | None) -> int:
+    stripped = text.strip()
+    if not stripped.isdigit() or not stripped.isascii():
+        raise InvalidArgument(f"{DECLARED_LENGTH} must be a byte count, got {text[:40]!r}")
+    value = int(stripped)
+    if earlier is not None and earlier != value:
+        raise InvalidArgument(f"{DECLARED_LENGTH} given twice with different values")
+    return value
+
+
+def pick_call(request: pb.PickRequest) -> PickCall:
+    qos = _QOS.get(request.qos_class)
+    if qos is None:
+        raise InvalidArgument(f"unknown qos_class {request.qos_class}")
+    pool = None
+    if request.HasField("inference_pool") and request.inference_pool.name:
+        ref = request.inference_pool
+        pool = PoolRef(ref.namespace or "default", ref.name)
+    return PickCall(
+        stream_id=request.body_stream_id,
+        pool=pool,
+        qos=qos,
+        tenant=request.tenant,
+        client_request_id=request.client_request_id[:_MAX_REQUEST_ID_CHARS],
+    )
+
+
+def pick_response(result: PickResult) -> pb.PickResponse:
+    response = pb.PickResponse(
+        outcome=_OUTCOMES[result.outcome],
+        response_id=result.response_id,
+        reason=result.reason,
+        body_total_bytes=result.body_total_bytes,
+        requested_model=result.requested_model,
+    )
+    if result.candidate is not None:
+        response.local.endpoint = result.candidate.endpoint
+    return response
+
+
+def final_report(request: pb.ReportFinalTokenRequest) -> FinalReport:
+    return FinalReport(
+        response_id=request.response_id,
+        model=request.model,
+        prompt_tokens=request.prompt_tokens,
+        completion_tokens=request.completion_tokens,
+        cached_tokens=request.cached_tokens if request.HasField("cached_tokens") else None,
+        itl_bucket_counts=tuple(request.itl_bucket_counts),
+        itl_bucket_layout=request.itl_bucket_layout,
+    )
+
+
+def abort_reason(request: pb.AbortRequest) -> str:
+    return _ABORT_REASONS.get(request.reason, f"REASON_{request.reason}")

@@ -1,0 +1,67 @@
+"""Hand-written wire framing for BodyChunk, the one message that carries body bytes.
+
+BodyChunk is a single `bytes chunk = 1` field, so its encoding is `0x0A || varint(len) ||
+bytes` (the spec keeps it that way on purpose). Decoding it by hand copies each received
+chunk once, instead of once into a protobuf message and again out of it; encoding it by hand
+sends a held chunk without building a message around it. Anything that is not the canonical
+one-field form falls back to the protobuf runtime, so any valid encoding is accepted.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.message import DecodeError
+
+from kinference.bodies import Piece
+from kinference.v1 import picker_pb2 as pb
+
+_TAG = 0x0A  # field 1, wire type 2 (length-delimited)
+_VARINT_MAX_BYTES = 10
+
+
+class MalformedChunk:
+    """Returned by `decode_chunk` for bytes that are not a BodyChunk (the handler rejects)."""
+
+    __slots__ = ()
+
+
+MALFORMED = MalformedChunk()
+
+
+def decode_chunk(raw: bytes) -> bytes | MalformedChunk:
+    """The payload of a serialized BodyChunk."""
+    if raw and raw[0] == _TAG:
+        length, header = _read_varint(raw, 1)
+        if header > 0 and header + length == len(raw):
+            return raw[header:]
+    try:
+        return pb.BodyChunk.FromString(raw).chunk
+    except DecodeError:
+        return MALFORMED
+
+
+def encode_chunk(payload: Piece) -> bytes:
+    """A serialized BodyChunk holding `payload`."""
+    if not payload:
+        return b""  # proto3: an empty bytes field is not written at all
+    return b"".join((bytes((_TAG,)), _varint(len(payload)), payload))
+
+
+def _read_varint(raw: bytes, pos: int) -> tuple[int, int]:
+    """(value, position after it), or (0, -1) when the varint is cut short or too long."""
+    value, shift = 0, 0
+    for index in range(pos, min(len(raw), pos + _VARINT_MAX_BYTES)):
+        byte = raw[index]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, index + 1
+        shift += 7
+    return 0, -1
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -1,0 +1,94 @@
+"""The kinference.v1.Picker servicer: protobuf in, a call on the service, protobuf out."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from kinference.api import convert
+from kinference.api.framing import MalformedChunk
+from kinference.api.status import grpc_errors
+from kinference.errors import IdleTimeout, InvalidArgument
+from kinference.metrics import Metrics
+from kinference.service import PickerService
+from kinference.v1 import picker_pb2 as pb
+
+Context = grpc.aio.ServicerContext[Any, Any]
+_EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
+
+
+class PickerServicer:
+    """Thin adapter; body chunks arrive and leave as raw payloads (see `api.framing`)."""
+
+    def __init__(self, service: PickerService, metrics: Metrics, idle_timeout_s: float) -> None:
+        self.service = service
+        self.metrics = metrics
+        self._idle_timeout_s = idle_timeout_s
+
+    @grpc_errors("PushBody")
+    async def PushBody(
+        self, requests: AsyncIterator[bytes], context: Context
+    ) -> pb.PushBodyResponse:
+        declared, request_id = convert.push_metadata(context.invocation_metadata())
+        upload = self.service.begin_push(declared, request_id)
+        try:
+            while (chunk := await self._next_chunk(context)) is not _EOF:
+                if isinstance(chunk, MalformedChunk):
+                    raise InvalidArgument("a PushBody message is not a BodyChunk")
+                upload.add(chunk)
+            # A reset stream can read as a clean half-close with its cancellation one loop
+            # turn behind; this raises CancelledError on a dead call, so no partial body is kept.
+            await context.send_initial_metadata(())
+            stream_id, total = self.service.commit_push(upload)
+        except BaseException:
+            self.service.discard_push(upload)
+            raise
+        return pb.PushBodyResponse(stream_id=stream_id, total_bytes=total)
+
+    async def _next_chunk(self, context: Context) -> Any:
+        try:
+            async with asyncio.timeout(self._idle_timeout_s):
+                return await context.read()
+        except TimeoutError:
+            raise IdleTimeout(
+                f"no body bytes for {self._idle_timeout_s:g} s (inter-chunk budget)"
+            ) from None
+
+    @grpc_errors("Pick")
+    async def Pick(self, request: pb.PickRequest, context: Context) -> pb.PickResponse:
+        return convert.pick_response(self.service.pick(convert.pick_call(request)))
+
+    @grpc_errors("PullBody")
+    async def PullBody(self, request: pb.PullBodyRequest, context: Context) -> None:
+        pull = self.service.open_pull(request.response_id)
+        completed = False
+        try:
+            for payload in pull.messages():
+                await context.write(payload)  # HTTP/2 flow control paces a slow consumer
+            completed = True
+        finally:
+            self.service.close_pull(pull, completed=completed)
+
+    @grpc_errors("ReportFirstToken")
+    async def ReportFirstToken(
+        self, request: pb.ReportFirstTokenRequest, context: Context
+    ) -> pb.ReportFirstTokenResponse:
+        known = self.service.first_token(
+            request.response_id, request.observed_ttft_ms, request.upstream_status
+        )
+        return pb.ReportFirstTokenResponse(acknowledged=known)
+
+    @grpc_errors("ReportFinalToken")
+    async def ReportFinalToken(
+        self, request: pb.ReportFinalTokenRequest, context: Context
+    ) -> pb.ReportFinalTokenResponse:
+        known = self.service.final_token(convert.final_report(request))
+        return pb.ReportFinalTokenResponse(acknowledged=known)
+
+    @grpc_errors("Abort")
+    async def Abort(self, request: pb.AbortRequest, context: Context) -> pb.AbortResponse:
+        self.service.abort(request.response_id, convert.abort_reason(request), request.detail)
+        return pb.AbortResponse(released=True)

@@ -1,0 +1,126 @@
+"""The composition root: builds every component once and runs the server's lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import time
+from typing import Any
+
+from grpc_health.v1 import health_pb2
+from grpc_health.v1._async import HealthServicer
+from prometheus_client import CollectorRegistry, start_http_server
+
+from kinference.api.server import build_server
+from kinference.api.servicer import PickerServicer
+from kinference.bodies import BodyStore, ByteBudget
+from kinference.config import Policy
+from kinference.metrics import Metrics
+from kinference.requests import JsonScanner
+from kinference.routing import Catalog, InFlight, Router
+from kinference.service import PickerService
+from kinference.settings import Settings, format_host_port, split_host_port
+
+log = logging.getLogger(__name__)
+
+# Bodies above this many bytes are scanned while they arrive; smaller ones are parsed whole
+# at Pick, which is faster for them (see kinference.requests.fields).
+SCAN_FROM_BYTES = 256 * 1024
+_DRAIN_POLL_S = 0.02  # how often a draining instance checks whether its bodies are gone
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+
+
+class App:
+    """One picker instance: body store, routing core, gRPC server and metrics endpoint."""
+
+    def __init__(self, settings: Settings, policy: Policy, registry: CollectorRegistry) -> None:
+        self.settings = settings
+        self.metrics = Metrics(registry)
+        budget = ByteBudget(settings.max_buffered_bytes)
+        self.store = BodyStore(
+            budget,
+            max_body_bytes=settings.max_body_bytes,
+            ttl_s=settings.body_ttl_s,
+            observer_factory=JsonScanner,
+            observe_from_bytes=SCAN_FROM_BYTES,
+        )
+        self.inflight = InFlight(settings.request_ttl_s)
+        self.router = Router(Catalog(policy), self.inflight, random.Random())
+        self.service = PickerService(self.store, self.router, self.inflight, self.metrics)
+        self.health = HealthServicer()
+        servicer = PickerServicer(self.service, self.metrics, settings.body_idle_timeout_s)
+        self.server = build_server(servicer, self.health)
+        self.metrics.buffered_limit_bytes.set(settings.max_buffered_bytes)
+        self.metrics.watch_buffers(lambda: budget.used, lambda: self.store.held_bodies)
+        self.metrics.watch_inflight(self.inflight.per_endpoint)
+        self.port = 0
+        self.metrics_port = 0
+        self._metrics_server: Any = None
+        self._reaper: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Bind, start serving and report SERVING; `port` is the bound gRPC port."""
+        host, port = split_host_port(self.settings.listen)
+        self.port = self.server.add_insecure_port(format_host_port(host, port))
+        if self.port == 0:
+            raise OSError(f"cannot listen on {self.settings.listen}")
+        await self.server.start()
+        self._start_metrics()
+        self._reaper = asyncio.create_task(self._reap_forever(), name="kinference-reaper")
+        await self.health.set("", _SERVING)
+        await self.health.set("kinference.v1.Picker", _SERVING)
+        log.info("kinference listening on %s (gRPC port %d)", self.settings.listen, self.port)
+
+    def _start_metrics(self) -> None:
+        if not self.settings.metrics_listen:
+            return
+        host, port = split_host_port(self.settings.metrics_listen)
+        server, _thread = start_http_server(port, host, registry=self.metrics.registry)
+        self._metrics_server = server
+        self.metrics_port = server.server_port
+
+    async def _reap_forever(self) -> None:
+        interval = min(1.0, self.settings.body_ttl_s / 4)  # seconds
+        while True:
+            await asyncio.sleep(interval)
+            self.service.reap()
+
+    async def drain_and_stop(self) -> None:
+        """Graceful shutdown, bounded by KINFERENCE_SHUTDOWN_GRACE_S."""
+        deadline = time.monotonic() + self.settings.shutdown_grace_s
+        # 1. Tell health checks and load balancers to send new callers elsewhere.
+        await self.health.enter_graceful_shutdown()
+        # 2. Refuse new bodies; requests already pushed may still pick and pull.
+        self.store.draining = True
+        # 3. Wait for pushes, picks and pulls under way to finish, within the grace.
+        while not self.store.idle and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(_DRAIN_POLL_S)
+        # 4. Stop the server; whatever is still running after the grace is cancelled.
+        await self.server.stop(max(deadline - time.monotonic(), 0.0))
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop background work and the metrics endpoint (idempotent)."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+            self._reaper = None
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
+
+    async def serve(self) -> None:
+        """Run until SIGTERM or SIGINT, then drain."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await self.start()
+        await stop.wait()
+        log.info("signal received: draining for up to %gs", self.settings.shutdown_grace_s)
+        await self.drain_and_stop()

@@ -1,0 +1,18 @@
+"""Process-local request bodies: receive, hold within budgets, hand back once."""
+
+from kinference.bodies.body import MAX_CHUNK_BYTES, Body, ChunkObserver, Piece, Upload
+from kinference.bodies.budget import ByteBudget
+from kinference.bodies.ids import new_id
+from kinference.bodies.store import BodyStore, Pull
+
+__all__ = [
+    "MAX_CHUNK_BYTES",
+    "Body",
+    "BodyStore",
+    "ByteBudget",
+    "ChunkObserver",
+    "Piece",
+    "Pull",
+    "Upload",
+    "new_id",
+]

@@ -1,0 +1,174 @@
+"""A request body held as the chunks it arrived in, and the upload that assembles it."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from kinference.bodies.budget import ByteBudget
+from kinference.errors import InvalidArgument, ResourceExhausted
+
+Piece = bytes | memoryview
+
+# The spec's per-message decode limit: one chunk over it fails the push even when the whole
+# body fits the budget.
+MAX_CHUNK_BYTES = 1 << 20
+
+
+class ChunkObserver(Protocol):
+    """Sees every chunk of an upload once, in order, as it arrives (e.g. a JSON scanner)."""
+
+    def feed(self, data: Piece) -> None: ...
+
+
+class Body:
+    """A complete body: the received pieces, never joined, and what they cost the budget.
+
+    Holding the received objects instead of one joined buffer keeps a 100 MiB body at 1x
+    its size in memory and makes the hand-back in PullBody copy-free.
+    """
+
+    __slots__ = ("_offsets", "client_request_id", "observer", "pieces", "reserved", "size")
+
+    def __init__(
+        self,
+        pieces: list[Piece],
+        *,
+        reserved: int,
+        observer: ChunkObserver | None = None,
+        client_request_id: str = "",
+    ) -> None:
+        self.pieces = pieces
+        self.size = sum(len(p) for p in pieces)
+        self.reserved = reserved
+        self.observer = observer
+        self.client_request_id = client_request_id
+        self._offsets: list[int] | None = None
+
+    def read_span(self, start: int, end: int) -> bytes:
+        """The bytes in [start, end) of the body, joined from the pieces that hold them."""
+        start, end = max(start, 0), min(end, self.size)
+        if start >= end:
+            return b""
+        offsets = self._piece_offsets()
+        index = bisect_right(offsets, start) - 1
+        parts: list[Piece] = []
+        while index < len(self.pieces) and offsets[index] < end:
+            piece, base = self.pieces[index], offsets[index]
+            parts.append(piece[max(start - base, 0) : min(end - base, len(piece))])
+            index += 1
+        return b"".join(parts)
+
+    def spliced(self, edits: Sequence[tuple[int, int, bytes]]) -> Body:
+        """A body with each (start, end, replacement) edit applied; untouched bytes are shared.
+
+        Edits must not overlap. The result reuses this body's memory, so only the replacement
+        bytes are new; `reserved` moves with it and the caller settles the size difference.
+        """
+        pieces: list[Piece] = []
+        cursor = 0
+        for start, end, replacement in sorted(edits, key=lambda edit: edit[0]):
+            pieces.extend(self._slice(cursor, start))
+            if replacement:
+                pieces.append(replacement)
+            cursor = end
+        pieces.extend(self._slice(cursor, self.size))
+        return Body(
+            pieces,
+            reserved=self.reserved,
+            observer=self.observer,
+            client_request_id=self.client_request_id,
+        )
+
+    def _slice(self, start: int, end: int) -> list[Piece]:
+        offsets = self._piece_offsets()
+        out: list[Piece] = []
+        index = max(bisect_right(offsets, start) - 1, 0)
+        while index < len(self.pieces) and offsets[index] < end:
+            piece, base = self.pieces[index], offsets[index]
+            lo, hi = max(start - base, 0), min(end - base, len(piece))
+            if hi > lo:
+                out.append(piece if (lo, hi) == (0, len(piece)) else memoryview(piece)[lo:hi])
+            index += 1
+        return out
+
+    def _piece_offsets(self) -> list[int]:
+        if self._offsets is None:
+            offsets, total = [], 0
+            for piece in self.pieces:
+                offsets.append(total)
+                total += len(piece)
+            self._offsets = offsets
+        return self._offsets
+
+
+class Upload:
+    """A PushBody in progress: enforces the chunk, per-request and server-wide budgets."""
+
+    def __init__(
+        self,
+        budget: ByteBudget,
+        *,
+        max_body_bytes: int,
+        declared_length: int | None,
+        client_request_id: str,
+        observer_factory: Callable[[], ChunkObserver] | None = None,
+        observe_from_bytes: int = 0,
+    ) -> None:
+        self._budget = budget
+        self._max_body_bytes = max_body_bytes
+        self._declared = declared_length
+        self._observer: ChunkObserver | None = None
+        self._observer_factory = observer_factory
+        self._observe_from = observe_from_bytes
+        self._client_request_id = client_request_id
+        self._pieces: list[Piece] = []
+        self.size = 0
+        self._reserved = 0
+
+    def add(self, piece: Piece) -> None:
+        """Take one received chunk; raises before holding anything over a limit."""
+        nbytes = len(piece)
+        if nbytes > MAX_CHUNK_BYTES:
+            raise ResourceExhausted(f"chunk of {nbytes} bytes exceeds {MAX_CHUNK_BYTES}")
+        if self.size + nbytes > self._max_body_bytes:
+            raise ResourceExhausted(f"body exceeds the {self._max_body_bytes}-byte request limit")
+        if self._declared is not None and self.size + nbytes > self._declared:
+            raise InvalidArgument(f"body is longer than its declared length {self._declared}")
+        if nbytes == 0:
+            return
+        self._budget.reserve(nbytes)
+        self._reserved += nbytes
+        self._pieces.append(piece)
+        self.size += nbytes
+        if self._observer is not None:
+            self._observer.feed(piece)
+        elif self._observer_factory is not None and self.size > self._observe_from:
+            self._start_observing(self._observer_factory())
+
+    def _start_observing(self, observer: ChunkObserver) -> None:
+        """Small bodies are parsed whole at Pick; a large one is watched from here on."""
+        for earlier in self._pieces:
+            observer.feed(earlier)
+        self._observer = observer
+
+    def finish(self) -> Body:
+        """The complete body after a clean half-close; the declared length must match."""
+        if self._declared is not None and self.size != self._declared:
+            raise InvalidArgument(
+                f"received {self.size} bytes but kinference-declared-length is {self._declared}"
+            )
+        body = Body(
+            self._pieces,
+            reserved=self._reserved,
+            observer=self._observer,
+            client_request_id=self._client_request_id,
+        )
+        self._pieces, self._reserved = [], 0
+        return body
+
+    def discard(self) -> None:
+        """Drop whatever was received (reset, error, timeout): nothing is left behind."""
+        self._budget.release(self._reserved)
+        self._pieces, self._reserved, self.size = [], 0, 0

@@ -1,0 +1,153 @@
+"""An asyncio client for callers of the picker: one channel, the whole per-request flow.
+
+async with PickerClient("127.0.0.1:9002") as picker:
+    pushed = await picker.push(chunks, declared_length=len(body))
+    pick = await picker.pick(pushed.stream_id, tenant="team-a")
+    async for chunk in picker.pull(pick.response_id): ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from kinference.bodies import MAX_CHUNK_BYTES
+from kinference.v1 import picker_pb2 as pb
+from kinference.v1 import picker_pb2_grpc as pb_grpc
+
+DECLARED_LENGTH = "kinference-declared-length"
+CLIENT_REQUEST_ID = "kinference-client-request-id"
+
+
+def split_chunks(body: bytes, size: int = MAX_CHUNK_BYTES) -> list[bytes]:
+    """A body cut into chunks of at most `size` bytes (the spec's limit is 1 MiB)."""
+    return [body[i : i + size] for i in range(0, len(body), size)] or [b""]
+
+
+class PickerClient:
+    """Every call for one request must go to the same instance: keep one client per target."""
+
+    def __init__(
+        self, target: str, *, options: Sequence[tuple[str, Any]] = (), channel: Any = None
+    ) -> None:
+        self.channel: grpc.aio.Channel = channel or grpc.aio.insecure_channel(
+            target, options=list(options)
+        )
+        self.stub = pb_grpc.PickerStub(self.channel)
+
+    async def __aenter__(self) -> PickerClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.channel.close(None)
+
+    async def push(
+        self,
+        chunks: Iterable[bytes] | AsyncIterable[bytes],
+        *,
+        declared_length: int | None = None,
+        client_request_id: str = "",
+    ) -> pb.PushBodyResponse:
+        """Stream a body in; completes with a clean half-close after the last chunk."""
+        metadata: list[tuple[str, str]] = []
+        if declared_length is not None:
+            metadata.append((DECLARED_LENGTH, str(declared_length)))
+        if client_request_id:
+            metadata.append((CLIENT_REQUEST_ID, client_request_id))
+        response: pb.PushBodyResponse = await self.stub.PushBody(
+            _messages(chunks), metadata=metadata
+        )
+        return response
+
+    async def pick(
+        self,
+        stream_id: int,
+        *,
+        tenant: str = "",
+        qos: pb.PickRequest.QosClass.ValueType = pb.PickRequest.INTERACTIVE,
+        pool: tuple[str, str] | None = None,
+        client_request_id: str = "",
+    ) -> pb.PickResponse:
+        request = pb.PickRequest(
+            body_stream_id=stream_id,
+            tenant=tenant,
+            qos_class=qos,
+            client_request_id=client_request_id,
+        )
+        if pool is not None:
+            request.inference_pool.namespace, request.inference_pool.name = pool
+        response: pb.PickResponse = await self.stub.Pick(request)
+        return response
+
+    async def pull(self, response_id: int) -> AsyncIterator[bytes]:
+        """The (possibly rewritten) body, chunk by chunk; consume at the upstream's pace."""
+        call = self.stub.PullBody(pb.PullBodyRequest(response_id=response_id))
+        async for message in call:
+            yield message.chunk
+
+    async def pull_all(self, response_id: int) -> bytes:
+        return b"".join([chunk async for chunk in self.pull(response_id)])
+
+    async def first_token(
+        self, response_id: int, ttft_ms: int, upstream_status: int = 200
+    ) -> pb.ReportFirstTokenResponse:
+        request = pb.ReportFirstTokenRequest(
+            response_id=response_id, observed_ttft_ms=ttft_ms, upstream_status=upstream_status
+        )
+        response: pb.ReportFirstTokenResponse = await self.stub.ReportFirstToken(request)
+        return response
+
+    async def final_token(
+        self,
+        response_id: int,
+        *,
+        model: str = "",
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        cached_tokens: int | None = None,
+        itl_bucket_counts: Sequence[int] = (),
+    ) -> pb.ReportFinalTokenResponse:
+        request = pb.ReportFinalTokenRequest(
+            response_id=response_id,
+            model=model,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            itl_bucket_counts=list(itl_bucket_counts),
+            itl_bucket_layout=1 if itl_bucket_counts else 0,
+        )
+        if cached_tokens is not None:
+            request.cached_tokens = cached_tokens
+        response: pb.ReportFinalTokenResponse = await self.stub.ReportFinalToken(request)
+        return response
+
+    async def abort(
+        self,
+        response_id: int,
+        reason: pb.AbortRequest.Reason.ValueType = pb.AbortRequest.NOT_DISPATCHED,
+        detail: str = "",
+    ) -> pb.AbortResponse:
+        request = pb.AbortRequest(response_id=response_id, reason=reason, detail=detail)
+        response: pb.AbortResponse = await self.stub.Abort(request)
+        return response
+
+
+async def _messages(
+    chunks: Iterable[bytes] | AsyncIterable[bytes],
+) -> AsyncIterator[pb.BodyChunk]:
+    if isinstance(chunks, AsyncIterable):
+        async for chunk in chunks:
+            yield pb.BodyChunk(chunk=chunk)
+    else:
+        for chunk in chunks:
+            yield pb.BodyChunk(chunk=chunk)

@@ -1,0 +1,185 @@
+"""Reading the routing policy file, with errors that point at the offending line.
+
+The YAML text is composed into a node tree once (safe loader only); the tree gives line
+numbers, the constructed Python data is validated by the `Policy` model, and each pydantic
+error location (`pools`, 0, `endpoints`, 1) is walked back down the tree to the nearest
+node to find its line. Every problem becomes one `PolicyError` line:
+
+    policy.yaml:7: pools[0].endpoints[1]: expected HOST:PORT, got '10.0.0.5'
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.reader import ReaderError
+
+from kinference.config.model import ItemError, Policy
+
+Loc = tuple[int | str, ...]
+
+_NULL_TAG = "tag:yaml.org,2002:null"
+_MERGE_KEY = "<<"
+# Longest offending value quoted back in an error message, in characters.
+_MAX_QUOTED = 60
+
+
+class PolicyError(ValueError):
+    """An invalid or unreadable policy file; `str()` is one line: `source:line: path: problem`."""
+
+
+def load_policy(path: Path) -> Policy:
+    """Read and validate the policy file at `path`; raises `PolicyError`."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # tolerate a BOM from Windows editors
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
+    return parse_policy(text, source=str(path))
+
+
+def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    """Validate policy YAML `text`; `source` names it in errors. Empty text is `Policy()`."""
+    root, data = _compose(text, source)
+    if root is None or root.tag == _NULL_TAG:
+        return Policy()
+    if not isinstance(root, MappingNode):
+        raise PolicyError(
+            f"{source}:{_line(root)}: expected a mapping at the top level (e.g. 'pools:'), "
+            f"got {_quote(data)}"
+        )
+    _reject_duplicate_keys(root, (), source, set())
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyError(_one_line(exc, root, source)) from exc
+
+
+def _compose(text: str, source: str) -> tuple[Node | None, Any]:
+    """Parse `text` into its node tree and the Python data built from it."""
+    try:
+        loader = yaml.SafeLoader(text)
+    except ReaderError as exc:  # control characters; found before any parsing
+        line = text.count("\n", 0, exc.position) + 1
+        raise PolicyError(f"{source}:{line}: invalid YAML: {exc.reason}") from exc
+    try:
+        root = loader.get_single_node()
+        return root, None if root is None else loader.construct_document(root)
+    except yaml.MarkedYAMLError as exc:
+        raise PolicyError(_yaml_problem(exc, source)) from exc
+    except RecursionError as exc:
+        raise PolicyError(f"{source}: invalid YAML: nested too deeply") from exc
+    finally:
+        loader.dispose()
+
+
+def _yaml_problem(exc: yaml.MarkedYAMLError, source: str) -> str:
+    """`source:line: invalid YAML: problem (context)`, e.g. an unclosed `[` and where it began."""
+    mark = exc.problem_mark or exc.context_mark
+    where = f"{source}:{mark.line + 1}" if mark else source
+    problem = exc.problem or "syntax error"
+    if exc.context:  # e.g. "while parsing a flow sequence"
+        started = exc.context_mark
+        at = f" at line {started.line + 1}" if started and started is not mark else ""
+        problem = f"{problem} ({exc.context}{at})"
+    return f"{where}: invalid YAML: {problem}"
+
+
+def _reject_duplicate_keys(node: Node, loc: Loc, source: str, seen: set[int]) -> None:
+    """Raise on a key given twice in one mapping; PyYAML would silently keep the last."""
+    if id(node) in seen:  # aliases may share (or recursively contain) a node
+        return
+    seen.add(id(node))
+    if isinstance(node, SequenceNode):
+        for index, item in enumerate(node.value):
+            _reject_duplicate_keys(item, (*loc, index), source, seen)
+    if not isinstance(node, MappingNode):
+        return
+    keys: set[str] = set()
+    for key, value in node.value:
+        name = key.value if isinstance(key, ScalarNode) else None
+        if name in keys:
+            raise PolicyError(f"{source}:{_line(key)}: {_path((*loc, name))}: duplicate key")
+        if name is not None and name != _MERGE_KEY:
+            keys.add(name)
+        _reject_duplicate_keys(value, (*loc, name or "?"), source, seen)
+
+
+def _one_line(exc: ValidationError, root: Node, source: str) -> str:
+    """The first problem by line, plus how many more there are."""
+    problems = [_describe(error, root, source) for error in exc.errors()]
+    # On one line, a missing key is reported last: an unknown key there is likely its typo.
+    problems.sort(key=lambda problem: (problem[0], problem[1]))
+    text = problems[0][2]
+    more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+    return f"{text}{more}"
+
+
+def _describe(error: ErrorDetails, root: Node, source: str) -> tuple[int, bool, str]:
+    """`(line, is_missing, "source:line: path: message")` for one pydantic error."""
+    loc: Loc = tuple(error["loc"])
+    cause = error.get("ctx", {}).get("error")
+    if isinstance(cause, ItemError):
+        loc = (*loc, *cause.path)
+    line = _locate(root, loc)
+    prefix = f"{source}:{line}: {_path(loc)}: " if loc else f"{source}:{line}: "
+    return line, error["type"] == "missing", prefix + _message(error)
+
+
+def _message(error: ErrorDetails) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    message = error["msg"].removeprefix("Value error, ")
+    if kind == "value_error":  # our validators quote the value themselves
+        return message
+    return f"{message} (got {_quote(error['input'])})"
+
+
+def _locate(root: Node, loc: Loc) -> int:
+    """1-based line of the node nearest to `loc` (the deepest part of it that exists)."""
+    line = _line(root)
+    node = root
+    for part in loc:
+        step = _child(node, part)
+        if step is None:
+            break
+        line, node = step
+    return line
+
+
+def _child(node: Node, part: int | str) -> tuple[int, Node] | None:
+    """`(line, child)` of `node` at `part`; a mapping entry's line is its key's line."""
+    if isinstance(node, MappingNode):
+        for key, value in node.value:
+            if isinstance(key, ScalarNode) and key.value == str(part):
+                return _line(key), value
+    elif isinstance(node, SequenceNode) and isinstance(part, int) and part < len(node.value):
+        item = node.value[part]
+        return _line(item), item
+    return None
+
+
+def _line(node: Node) -> int:
+    return int(node.start_mark.line) + 1  # marks count lines from 0
+
+
+def _path(loc: Loc) -> str:
+    """`pools[0].endpoints[1]` for `("pools", 0, "endpoints", 1)`."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return text.removeprefix(".")
+
+
+def _quote(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _MAX_QUOTED else text[: _MAX_QUOTED - 3] + "..."

@@ -1,0 +1,95 @@
+"""Prometheus collectors, built on an injected registry by the composition root."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+# Pick latency, seconds: the decision itself is sub-millisecond; the tail shows GC or a
+# saturated event loop.
+_PICK_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
+
+
+class Metrics:
+    """Every collector the picker exports; one instance per process, passed down."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.buffered_bytes = Gauge(
+            "kinference_buffered_bytes",
+            "Body bytes held now: being pushed, awaiting Pick, awaiting or in PullBody.",
+            registry=registry,
+        )
+        self.bodies_held = Gauge(
+            "kinference_bodies_held",
+            "Complete bodies held now (awaiting Pick, awaiting or in PullBody).",
+            registry=registry,
+        )
+        self.buffered_limit_bytes = Gauge(
+            "kinference_buffered_limit_bytes",
+            "Server-wide body budget (KINFERENCE_MAX_BUFFERED_BYTES).",
+            registry=registry,
+        )
+        self.pick_seconds = Histogram(
+            "kinference_pick_duration_seconds",
+            "Time to answer a Pick, from request to decision.",
+            buckets=_PICK_BUCKETS,
+            registry=registry,
+        )
+        self.picks = Counter(
+            "kinference_picks_total",
+            "Pick decisions by outcome.",
+            ["outcome"],
+            registry=registry,
+        )
+        self.rpc_errors = Counter(
+            "kinference_rpc_errors_total",
+            "RPCs that ended with a non-OK gRPC status, by method and code.",
+            ["method", "code"],
+            registry=registry,
+        )
+        self.bodies_reclaimed = Counter(
+            "kinference_bodies_reclaimed_total",
+            "Bodies released without being pulled to the end, by why.",
+            ["reason"],
+            registry=registry,
+        )
+        self.reports = Counter(
+            "kinference_reports_total",
+            "Reports received, by kind and whether they named a request in flight.",
+            ["kind", "known"],
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "kinference_tokens_total",
+            "Tokens reported by ReportFinalToken, by kind (prompt, completion, cached).",
+            ["kind"],
+            registry=registry,
+        )
+
+    def watch_buffers(self, used: Callable[[], float], held: Callable[[], float]) -> None:
+        """Read buffer gauges at scrape time, so the hot path never touches them."""
+        self.buffered_bytes.set_function(used)
+        self.bodies_held.set_function(held)
+
+    def watch_inflight(self, per_endpoint: Callable[[], Mapping[str, int]]) -> None:
+        """Export in-flight requests per endpoint, read at scrape time."""
+        self.registry.register(_InflightCollector(per_endpoint))
+
+
+class _InflightCollector(Collector):
+    def __init__(self, per_endpoint: Callable[[], Mapping[str, int]]) -> None:
+        self._per_endpoint = per_endpoint
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "kinference_inflight_requests",
+            "Requests picked for an endpoint and not yet finished (this instance).",
+            labels=["endpoint"],
+        )
+        for endpoint, count in sorted(self._per_endpoint().items()):
+            family.add_metric([endpoint], count)
+        yield family

@@ -1,0 +1,120 @@
+"""Top-level fields of a scanned JSON body, parsed strictly when they are small."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kinference.bodies import Body
+from kinference.requests.scan import JsonScanner, Member
+
+# Values up to this size are parsed (and so validated) in full at Pick time; larger ones -
+# base64 images, book-length prompts - keep only their span and the scanner's structural
+# check, so a Pick on a 100 MiB body costs milliseconds.
+STRICT_PARSE_BYTES = 1 << 20
+
+
+class MalformedRequest(ValueError):
+    """The body is not an inference request; the message says what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class LargeValue:
+    """A value left unparsed because of its size; `first_byte` tells its JSON type."""
+
+    start: int
+    end: int
+    first_byte: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fields:
+    """The body's top-level fields (last one wins for a repeated key).
+
+    `spans`, `open_at` and `close_at` locate members in the body when the upload scanned it
+    (large bodies); they are empty and -1 for a body parsed whole.
+    """
+
+    values: dict[str, Any]
+    spans: dict[str, Member]
+    open_at: int
+    close_at: int
+
+
+def scan_body(body: Body) -> JsonScanner:
+    """The scanner that watched the upload, or a fresh scan when none did."""
+    if isinstance(body.observer, JsonScanner):
+        return body.observer
+    scanner = JsonScanner()
+    for piece in body.pieces:
+        scanner.feed(piece)
+    return scanner
+
+
+def read_fields(body: Body) -> Fields:
+    """Parse the top-level members of a JSON-object body; raises MalformedRequest.
+
+    A body the upload did not scan (small ones) is parsed whole, which is strict and, in C,
+    faster than scanning; a scanned one is read span by span.
+    """
+    if body.observer is None and body.size <= STRICT_PARSE_BYTES:
+        return _parse_whole(body)
+    return _read_spans(body)
+
+
+def _parse_whole(body: Body) -> Fields:
+    first = body.pieces[0] if body.pieces else b""
+    raw = first if len(body.pieces) == 1 and isinstance(first, bytes) else b"".join(body.pieces)
+    try:
+        values = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise MalformedRequest(f"invalid JSON at byte {exc.pos}: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:
+        raise MalformedRequest(f"invalid JSON: {_reason(exc)}") from None
+    if not isinstance(values, dict):
+        raise MalformedRequest("the body is not a JSON object")
+    return Fields(values, {}, -1, -1)
+
+
+def _read_spans(body: Body) -> Fields:
+    scanner = scan_body(body)
+    reason = scanner.finish_reason()
+    if reason is not None:
+        raise MalformedRequest(reason)
+    values: dict[str, Any] = {}
+    spans: dict[str, Member] = {}
+    for member in scanner.members:
+        key = _decode_key(body, member)
+        values[key] = _decode_value(body, key, member)
+        spans[key] = member
+    return Fields(values, spans, scanner.open_at, scanner.close_at)
+
+
+def _decode_key(body: Body, member: Member) -> str:
+    try:
+        key = json.loads(body.read_span(member.key_start, member.key_end))
+    except (ValueError, RecursionError) as exc:
+        raise MalformedRequest(f"invalid JSON key at byte {member.key_start}: {exc}") from None
+    if not isinstance(key, str):  # the scanner only records quoted keys; stay defensive
+        raise MalformedRequest(f"invalid JSON key at byte {member.key_start}")
+    return key
+
+
+def _decode_value(body: Body, key: str, member: Member) -> Any:
+    if member.value_end - member.value_start > STRICT_PARSE_BYTES:
+        head = body.read_span(member.value_start, member.value_start + 64).lstrip(b" \t\r\n")
+        return LargeValue(member.value_start, member.value_end, chr(head[0]) if head else "")
+    raw = body.read_span(member.value_start, member.value_end)
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise MalformedRequest(f"field {key!r} is not valid JSON: {_reason(exc)}") from None
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "nesting too deep"
+    if isinstance(exc, json.JSONDecodeError):
+        return exc.msg
+    return str(exc).split(":")[0]

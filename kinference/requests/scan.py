@@ -1,0 +1,217 @@
+"""Incremental scan of a JSON object body as its chunks arrive.
+
+The scan finds the byte spans of the top-level members (key and value) without building the
+document, so a Pick on a 100 MiB body costs the parse of a few small values, not of the whole
+body, and the body can be rewritten by splicing spans instead of re-serialising it. Work per
+chunk is a handful of C-level regex searches per string or bracket, never a Python loop per
+byte: a 1 MiB base64 string is skipped in one search.
+
+Values are checked for structure here (balanced brackets, closed strings, one object, nothing
+after it); `kinference.requests.fields` parses the values that are small enough strictly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kinference.bodies import Piece
+
+MAX_DEPTH = 128  # deeper nesting is refused: no inference request needs it
+MAX_MEMBERS = 1024  # top-level fields; real requests carry a few dozen
+
+_IN_NESTED = re.compile(rb'["{}\[\]]')
+_AT_TOP = re.compile(rb'["{}\[\],:]')
+_QUOTE = re.compile(rb'"')
+_NOT_SPACE = re.compile(rb"[^ \t\r\n]")
+
+_BACKSLASH, _QUOTE_BYTE = 0x5C, 0x22
+_CLOSER = {ord("}"): ord("{"), ord("]"): ord("[")}
+
+# Where the scan stands with respect to the top-level object.
+_BEFORE, _EXPECT_KEY, _EXPECT_COLON, _IN_VALUE, _AFTER = range(5)
+
+
+@dataclass(slots=True)
+class Member:
+    """Absolute byte spans of one top-level `"key": value` pair (end offsets exclusive)."""
+
+    key_start: int
+    key_end: int
+    value_start: int = -1  # just after the colon; the value may start with whitespace
+    value_end: int = -1  # the ',' or '}' that ends the member
+
+
+class JsonScanner:
+    """Feed chunks in order; afterwards `members`, `error`, `open_at` and `close_at` tell."""
+
+    def __init__(self) -> None:
+        self.members: list[Member] = []
+        self.error: str | None = None
+        self.open_at = -1  # offset of the top-level '{'
+        self.close_at = -1  # offset of the top-level '}'
+        self._offset = 0  # absolute offset of the chunk being scanned
+        self._state = _BEFORE
+        self._stack = bytearray()  # open brackets below the top-level object
+        self._in_string = False
+        self._key_string = False
+        self._string_began_here = False
+        self._backslash_carry = 0  # trailing backslashes of earlier chunks inside a string
+
+    @property
+    def complete(self) -> bool:
+        """True when one whole object was seen and nothing is wrong so far."""
+        return self.error is None and self._state == _AFTER
+
+    def feed(self, data: Piece) -> None:
+        if self.error is None:
+            pos, end = 0, len(data)
+            while pos < end and self.error is None:
+                pos = self._step(data, pos)
+        self._offset += len(data)
+
+    def finish_reason(self) -> str | None:
+        """Why the body is not one JSON object, or None if it is (as far as the scan sees)."""
+        if self.error is not None:
+            return self.error
+        if self._state == _BEFORE:
+            return "body is empty: expected a JSON object"
+        if self._state != _AFTER:
+            return "body ends inside the JSON object (truncated or unbalanced)"
+        return None
+
+    def _fail(self, reason: str, at: int) -> int:
+        self.error = f"invalid JSON at byte {self._offset + at}: {reason}"
+        return at + 1
+
+    def _step(self, data: Piece, pos: int) -> int:
+        """Scan from `pos` to the next event and handle it; returns where to go on."""
+        if self._in_string:
+            return self._scan_string(data, pos)
+        if self._state == _BEFORE:
+            return self._scan_outside(data, pos, opening=True)
+        if self._state == _AFTER:
+            return self._scan_outside(data, pos, opening=False)
+        pattern = _IN_NESTED if self._stack else _AT_TOP
+        match = pattern.search(data, pos)
+        if match is None:
+            return self._gap(data, pos, len(data))
+        at = match.start()
+        gap_end = self._gap(data, pos, at)
+        if self.error is not None:
+            return gap_end
+        return self._structural(data[at], at)
+
+    def _gap(self, data: Piece, start: int, stop: int) -> int:
+        """Bytes between structural characters: only values may have any there."""
+        if self._state in (_EXPECT_KEY, _EXPECT_COLON) and not self._stack:
+            extra = _NOT_SPACE.search(data, start, stop)
+            if extra is not None:
+                return self._fail("expected a quoted key, ':' or '}'", extra.start())
+        return stop
+
+    def _scan_outside(self, data: Piece, pos: int, *, opening: bool) -> int:
+        match = _NOT_SPACE.search(data, pos)
+        if match is None:
+            return len(data)
+        at = match.start()
+        if not opening:
+            return self._fail("unexpected data after the top-level object", at)
+        if data[at] != ord("{"):
+            return self._fail("the body is not a JSON object", at)
+        self.open_at = self._offset + at
+        self._state = _EXPECT_KEY
+        return at + 1
+
+    def _structural(self, char: int, at: int) -> int:
+        if char == _QUOTE_BYTE:
+            return self._open_string(at)
+        if self._stack:
+            return self._nested_bracket(char, at)
+        return self._top_level(char, at)
+
+    def _open_string(self, at: int) -> int:
+        if self._state == _EXPECT_COLON and not self._stack:
+            return self._fail("expected ':' after a key", at)
+        self._key_string = self._state == _EXPECT_KEY and not self._stack
+        if self._key_string:
+            if len(self.members) >= MAX_MEMBERS:
+                return self._fail(f"more than {MAX_MEMBERS} top-level fields", at)
+            self.members.append(Member(self._offset + at, -1))
+        self._in_string, self._string_began_here, self._backslash_carry = True, True, 0
+        return at + 1
+
+    def _nested_bracket(self, char: int, at: int) -> int:
+        if char in _CLOSER:
+            if self._stack[-1] != _CLOSER[char]:
+                return self._fail("mismatched bracket", at)
+            self._stack.pop()
+            return at + 1
+        if len(self._stack) >= MAX_DEPTH:
+            return self._fail(f"nesting deeper than {MAX_DEPTH}", at)
+        self._stack.append(char)
+        return at + 1
+
+    def _top_level(self, char: int, at: int) -> int:
+        state, absolute = self._state, self._offset + at
+        if state == _EXPECT_COLON and char == ord(":"):
+            self.members[-1].value_start = absolute + 1
+            self._state = _IN_VALUE
+        elif state == _IN_VALUE and char in (ord("{"), ord("[")):
+            self._stack.append(char)
+        elif state == _IN_VALUE and char in (ord(","), ord("}")):
+            self.members[-1].value_end = absolute
+            self._state = _EXPECT_KEY if char == ord(",") else self._close(absolute)
+        elif state == _EXPECT_KEY and char == ord("}") and self._after_open_brace():
+            self._state = self._close(absolute)
+        else:
+            return self._fail(f"unexpected {chr(char)!r}", at)
+        return at + 1
+
+    def _after_open_brace(self) -> bool:
+        return not self.members  # '}' right after '{'; after ',' it is a trailing comma
+
+    def _close(self, absolute: int) -> int:
+        self.close_at = absolute
+        return _AFTER
+
+    def _scan_string(self, data: Piece, pos: int) -> int:
+        """Find the closing quote, skipping escaped ones, with escapes split across chunks."""
+        search_from = pos
+        while True:
+            at = _find_quote(data, search_from)
+            if at < 0:
+                self._carry_backslashes(data, pos)
+                self._string_began_here = False
+                return len(data)
+            if self._backslashes_before(data, pos, at) % 2 == 0:
+                return self._close_string(at)
+            search_from = at + 1
+
+    def _backslashes_before(self, data: Piece, lo: int, at: int) -> int:
+        index = at - 1
+        while index >= lo and data[index] == _BACKSLASH:
+            index -= 1
+        run = at - 1 - index
+        if index < lo and not self._string_began_here:
+            run += self._backslash_carry  # the run reaches back into the previous chunk
+        return run
+
+    def _carry_backslashes(self, data: Piece, lo: int) -> None:
+        run = self._backslashes_before(data, lo, len(data))
+        self._backslash_carry = run
+
+    def _close_string(self, at: int) -> int:
+        self._in_string = False
+        if self._key_string:
+            self.members[-1].key_end = self._offset + at + 1
+            self._state = _EXPECT_COLON
+        return at + 1
+
+
+def _find_quote(data: Piece, start: int) -> int:
+    """Offset of the next '"' at or after `start`, or -1; memchr speed for bytes."""
+    if isinstance(data, bytes):
+        return data.find(b'"', start)
+    match = _QUOTE.search(data, start)
+    return -1 if match is None else match.start()

@@ -1,0 +1,187 @@
+"""The per-request flow over the body store and the routing core.
+
+PushBody -> Pick -> PullBody -> reports, Abort and TTL: this module keeps the body store,
+the in-flight table and the metrics consistent through every path a request can take. The
+gRPC servicer calls it and converts; nothing here knows about gRPC.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from kinference.bodies import Body, BodyStore, Pull, Upload, new_id
+from kinference.errors import InvalidArgument, NotFound
+from kinference.metrics import Metrics
+from kinference.requests import InferenceRequest, MalformedRequest, parse_request
+from kinference.routing import Candidate, InFlight, Outcome, QoS, RouteQuery, Router
+from kinference.routing.catalog import PoolRef
+
+log = logging.getLogger(__name__)
+
+ITL_LAYOUT_1_BUCKETS = 15  # the spec's layout 1: 15 upper-inclusive buckets
+
+
+@dataclass(frozen=True, slots=True)
+class PickCall:
+    """A Pick as the caller phrased it."""
+
+    stream_id: int
+    pool: PoolRef | None = None
+    qos: QoS = QoS.INTERACTIVE
+    tenant: str = ""
+    client_request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PickResult:
+    """The answer to a Pick; `response_id` is 0 unless the outcome dispatches."""
+
+    outcome: Outcome
+    response_id: int = 0
+    candidate: Candidate | None = None
+    reason: str = ""
+    body_total_bytes: int = 0
+    requested_model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FinalReport:
+    """ReportFinalToken's content."""
+
+    response_id: int
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None
+    itl_bucket_counts: tuple[int, ...]
+    itl_bucket_layout: int
+
+
+class PickerService:
+    """One instance's request flow; every path releases what it holds exactly once."""
+
+    def __init__(
+        self, store: BodyStore, router: Router, inflight: InFlight, metrics: Metrics
+    ) -> None:
+        self.store = store
+        self.router = router
+        self.inflight = inflight
+        self._metrics = metrics
+
+    def begin_push(self, declared_length: int | None, client_request_id: str) -> Upload:
+        return self.store.begin(declared_length, client_request_id)
+
+    def commit_push(self, upload: Upload) -> tuple[int, int]:
+        """Store a completely received body; returns (stream id, bytes received)."""
+        stream_id, body = self.store.commit(upload)
+        return stream_id, body.size
+
+    def pick(self, call: PickCall) -> PickResult:
+        """Decide where the body of `call.stream_id` goes; raises for protocol errors."""
+        started = time.perf_counter()
+        body = self.store.take(call.stream_id)
+        try:
+            result = self._decide(body, call)
+        except BaseException:
+            self.store.release(body)
+            raise
+        if result.response_id == 0:  # nothing will pull this body
+            self.store.release(body)
+        self._metrics.picks.labels(result.outcome.value).inc()
+        self._metrics.pick_seconds.observe(time.perf_counter() - started)
+        return result
+
+    def _decide(self, body: Body, call: PickCall) -> PickResult:
+        try:
+            request = parse_request(body)
+        except MalformedRequest as exc:
+            return PickResult(Outcome.BAD_REQUEST, reason=str(exc))
+        query = RouteQuery(request.model, call.pool, call.qos, call.tenant)
+        decision = self.router.route(query)
+        if decision.candidate is None:
+            return PickResult(decision.outcome, reason=decision.reason, requested_model=query.model)
+        return self._dispatch(body, request, decision.candidate, decision.outcome)
+
+    def _dispatch(
+        self, body: Body, request: InferenceRequest, candidate: Candidate, outcome: Outcome
+    ) -> PickResult:
+        response_id = new_id(self.inflight)
+        self.inflight.add(response_id, candidate, request.model)
+        self.store.park(response_id, body)
+        return PickResult(
+            outcome,
+            response_id=response_id,
+            candidate=candidate,
+            body_total_bytes=body.size,
+            requested_model=request.model,
+        )
+
+    def open_pull(self, response_id: int) -> Pull:
+        return self.store.open_pull(response_id)
+
+    def close_pull(self, pull: Pull, *, completed: bool) -> None:
+        """Release what a pull still holds; an abandoned pull frees its body at once."""
+        pull.close()
+        if not completed:
+            self._metrics.bodies_reclaimed.labels("pull_abandoned").inc()
+
+    def discard_push(self, upload: Upload) -> None:
+        """Drop a push that failed or was reset: nothing of it stays."""
+        self.store.discard(upload)
+
+    def first_token(self, response_id: int, ttft_ms: int, upstream_status: int) -> bool:
+        """Record the first response byte; False when the id is not in flight."""
+        assignment = self.inflight.get(response_id)
+        self._metrics.reports.labels("first_token", str(assignment is not None).lower()).inc()
+        if assignment is None:
+            return False
+        assignment.first_token_at = time.monotonic()
+        return True
+
+    def final_token(self, report: FinalReport) -> bool:
+        """Record a finished response and stop counting it as load."""
+        _check_itl(report)
+        assignment = self.inflight.release(report.response_id)
+        self._metrics.reports.labels("final_token", str(assignment is not None).lower()).inc()
+        if assignment is None:
+            return False
+        self._metrics.tokens.labels("prompt").inc(report.prompt_tokens)
+        self._metrics.tokens.labels("completion").inc(report.completion_tokens)
+        if report.cached_tokens is not None:
+            self._metrics.tokens.labels("cached").inc(report.cached_tokens)
+        if self.store.drop_parked(report.response_id):  # finished without pulling: odd
+            self._metrics.bodies_reclaimed.labels("final_report").inc()
+        return True
+
+    def abort(self, response_id: int, reason: str, detail: str) -> None:
+        """Release the body and the in-flight slot; NotFound when nothing was held."""
+        dropped_body = self.store.drop_parked(response_id)
+        assignment = self.inflight.release(response_id)
+        if not dropped_body and assignment is None:
+            raise NotFound(f"response {response_id} is unknown or already released")
+        if dropped_body:
+            self._metrics.bodies_reclaimed.labels("abort").inc()
+        log.info("abort response_id=%d reason=%s detail=%.200s", response_id, reason, detail)
+
+    def reap(self) -> None:
+        """Reclaim expired bodies and in-flight entries (run periodically)."""
+        for response_id in self.store.reap_expired_parked():
+            self.inflight.release(response_id)
+            self._metrics.bodies_reclaimed.labels("ttl_unpulled").inc()
+        for _ in range(self.store.reap_expired_pending()):
+            self._metrics.bodies_reclaimed.labels("ttl_unpicked").inc()
+        self.inflight.expire()
+
+
+def _check_itl(report: FinalReport) -> None:
+    counts, layout = report.itl_bucket_counts, report.itl_bucket_layout
+    if not counts:
+        return
+    if layout != 1:
+        raise InvalidArgument(f"unknown itl_bucket_layout {layout}; this server knows layout 1")
+    if len(counts) != ITL_LAYOUT_1_BUCKETS:
+        raise InvalidArgument(
+            f"itl_bucket_counts has {len(counts)} entries; layout 1 has {ITL_LAYOUT_1_BUCKETS}"
+        )

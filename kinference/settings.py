@@ -1,0 +1,195 @@
+"""Process settings: where to listen, body budgets, timeouts, log level.
+
+Settings come from `KINFERENCE_*` environment variables, and CLI flags passed to
+`load_settings` as overrides win over the environment. Every problem surfaces as one
+`SettingsError` line naming the environment variable, so an operator reading a crash loop
+in `kubectl logs` knows which variable to fix.
+
+The routing policy (pools, models, ...) is not here: it lives in a file, see
+`kinference.config`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, Self
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "KINFERENCE_"
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+# One RFC 1123 label; a hostname is one or more of these joined by dots.
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_PORT = re.compile(r"[0-9]{1,5}")
+_MAX_PORT = 65535
+_MAX_HOSTNAME = 253
+# Longest offending value quoted back in an error message, in characters.
+_MAX_QUOTED = 60
+
+
+class SettingsError(ValueError):
+    """Invalid process settings; `str()` is one line naming the env var and the problem."""
+
+
+def split_host_port(value: str) -> tuple[str, int]:
+    """Split `HOST:PORT` into `(host, port)`.
+
+    HOST is a hostname, an IPv4 address or a bracketed IPv6 address (`[::1]:9002`); the
+    brackets are removed from the returned host (use `format_host_port` to add them back).
+    PORT is decimal, 0..65535 (0 asks the OS for an ephemeral port when binding).
+    Raises `ValueError` with a message quoting `value`.
+    """
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        _check_ipv6(host, value)
+    elif ":" in host:
+        raise ValueError(f"expected HOST:PORT with the IPv6 host in brackets, got {value!r}")
+    else:
+        _check_hostname(host, value)
+    return host, _parse_port(port_text, value)
+
+
+def format_host_port(host: str, port: int) -> str:
+    """Join a host and port into `HOST:PORT`, bracketing IPv6 hosts (inverse of split)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _check_ipv6(host: str, value: str) -> None:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        raise ValueError(f"expected an IPv6 address in brackets, got {value!r}") from None
+
+
+def _check_hostname(host: str, value: str) -> None:
+    labels = host.split(".")
+    if len(host) > _MAX_HOSTNAME or not all(_LABEL.fullmatch(label) for label in labels):
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    # All-numeric dotted names are meant as IPv4 addresses: '10.0.0.500' is a typo, not a host.
+    if all(label.isdigit() for label in labels):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ValueError(f"invalid IPv4 address in {value!r}") from None
+
+
+def _parse_port(port_text: str, value: str) -> int:
+    if not _PORT.fullmatch(port_text) or int(port_text) > _MAX_PORT:
+        raise ValueError(f"port must be 0..65535, got {value!r}")
+    return int(port_text)
+
+
+class Settings(BaseSettings):
+    """Process settings; each field is read from `KINFERENCE_<FIELD NAME IN UPPER CASE>`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        frozen=True,
+        # Overrides are matched by field name; a typo there is a bug, not a setting to ignore.
+        extra="forbid",
+        # A NaN timeout would compare false against everything and never fire.
+        allow_inf_nan=False,
+    )
+
+    listen: str = "0.0.0.0:9002"  # gRPC, HOST:PORT
+    metrics_listen: str = "0.0.0.0:9090"  # Prometheus /metrics, HOST:PORT; "" disables it
+    config: Path | None = None  # routing policy file; None = built-in default policy
+    redis_url: str = ""  # "" = standalone, no state shared between replicas
+    max_body_bytes: int = Field(default=64 * MiB, gt=0)  # one request body
+    max_buffered_bytes: int = Field(default=1 * GiB, gt=0)  # all bodies held at once
+    body_idle_timeout_s: float = Field(default=30.0, gt=0)  # max gap between PushBody chunks
+    body_ttl_s: float = Field(default=60.0, gt=0)  # unpicked or unpulled bodies are dropped
+    request_ttl_s: float = Field(default=900.0, gt=0)  # a pick counts as load at most this long
+    shutdown_grace_s: float = Field(default=30.0, ge=0)  # drain time after SIGTERM
+    log_level: LogLevel = "INFO"
+
+    @field_validator("listen")
+    @classmethod
+    def _validate_listen(cls, value: str) -> str:
+        split_host_port(value)
+        return value
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _validate_metrics_listen(cls, value: str) -> str:
+        if value:
+            split_host_port(value)
+        return value
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _empty_config_is_none(cls, value: object) -> object:
+        # `KINFERENCE_CONFIG=` in a manifest means "no file", not the current directory.
+        return None if value == "" else value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_log_level(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _buffer_holds_one_body(self) -> Self:
+        if self.max_buffered_bytes < self.max_body_bytes:
+            raise ValueError(
+                f"{env_name('max_buffered_bytes')} ({self.max_buffered_bytes}) must be >= "
+                f"{env_name('max_body_bytes')} ({self.max_body_bytes}) so that one body of the "
+                "maximum size fits"
+            )
+        return self
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets `field`, e.g. `KINFERENCE_MAX_BODY_BYTES`."""
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+def load_settings(overrides: Mapping[str, object] | None = None) -> Settings:
+    """Read settings from the environment, then apply `overrides` (CLI flags) on top.
+
+    Override keys are field names; `None` values mean "flag not given" and are skipped.
+    Raises `SettingsError` (one line) on an unknown override key or an invalid value.
+    """
+    given: dict[str, Any] = {
+        key: value for key, value in (overrides or {}).items() if value is not None
+    }
+    unknown = sorted(set(given) - set(Settings.model_fields))
+    if unknown:
+        raise SettingsError(f"unknown setting(s): {', '.join(unknown)}")
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        raise SettingsError(_one_line(exc)) from exc
+
+
+def _one_line(exc: ValidationError) -> str:
+    problems = [_describe(error) for error in exc.errors()]
+    return "; ".join(problems)
+
+
+def _describe(error: ErrorDetails) -> str:
+    """`KINFERENCE_FIELD: message (got 'value')` for one pydantic error."""
+    message = error["msg"].removeprefix("Value error, ")
+    if not error["loc"]:  # a cross-field check; its message names the variables itself
+        return message
+    name = env_name(str(error["loc"][0]))
+    if error["type"] == "value_error":  # our own validators already quote the value
+        return f"{name}: {message}"
+    return f"{name}: {message} (got {_quote(error['input'])})"
+
+
+def _quote(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _MAX_QUOTED else text[: _MAX_QUOTED - 3] + "..."

@@ -1,0 +1,1 @@
+"""Stubs generated from proto/kinference/v1/picker.proto by proto/generate.sh. Do not edit."""
