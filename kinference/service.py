@@ -107,7 +107,7 @@ class PickerService:
     def _dispatch(
         self, body: Body, request: InferenceRequest, candidate: Candidate, outcome: Outcome
     ) -> PickResult:
-        response_id = new_id(self.inflight)
+        response_id = new_id(_ResponseIdsInUse(self.inflight, self.store))
         self.inflight.add(response_id, candidate, request.model)
         self.store.park(response_id, body)
         return PickResult(
@@ -185,3 +185,16 @@ def _check_itl(report: FinalReport) -> None:
         raise InvalidArgument(
             f"itl_bucket_counts has {len(counts)} entries; layout 1 has {ITL_LAYOUT_1_BUCKETS}"
         )
+
+
+class _ResponseIdsInUse:
+    """Response ids still answered for: in flight, or naming a parked body."""
+
+    def __init__(self, inflight: InFlight, store: BodyStore) -> None:
+        self._inflight = inflight
+        self._store = store
+
+    def __contains__(self, response_id: object) -> bool:
+        if response_id in self._inflight:
+            return True
+        return isinstance(response_id, int) and self._store.is_parked(response_id)

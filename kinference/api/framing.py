@@ -15,7 +15,7 @@ from kinference.bodies import Piece
 from kinference.v1 import picker_pb2 as pb
 
 _TAG = 0x0A  # field 1, wire type 2 (length-delimited)
-_VARINT_MAX_BYTES = 10
+_VARINT_MAX_BYTES = 5  # a length prefix never needs more; longer goes to protobuf
 
 
 class MalformedChunk:

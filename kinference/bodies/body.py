@@ -74,12 +74,8 @@ class Body:
                 pieces.append(replacement)
             cursor = end
         pieces.extend(self._slice(cursor, self.size))
-        return Body(
-            pieces,
-            reserved=self.reserved,
-            observer=self.observer,
-            client_request_id=self.client_request_id,
-        )
+        # The upload's scanner described the old byte positions: it does not come along.
+        return Body(pieces, reserved=self.reserved, client_request_id=self.client_request_id)
 
     def _slice(self, start: int, end: int) -> list[Piece]:
         offsets = self._piece_offsets()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
-from kinference.bodies.body import MAX_CHUNK_BYTES, Body, ChunkObserver, Piece, Upload
+from kinference.bodies.body import Body, ChunkObserver, Piece, Upload
 from kinference.bodies.budget import ByteBudget
 from kinference.bodies.ids import new_id
 from kinference.errors import (
@@ -16,6 +17,8 @@ from kinference.errors import (
     ResourceExhausted,
     Unavailable,
 )
+
+V = TypeVar("V")
 
 # Pieces smaller than this are coalesced into one PullBody message (bytes); larger pieces go
 # out as they arrived, so the common case copies nothing.
@@ -75,6 +78,9 @@ class BodyStore:
     def held_bodies(self) -> int:
         """Bodies waiting for Pick, waiting for PullBody, or being pulled."""
         return len(self._pending) + len(self._parked) + self._pulls
+
+    def is_parked(self, response_id: int) -> bool:
+        return response_id in self._parked
 
     @property
     def idle(self) -> bool:
@@ -157,16 +163,16 @@ class BodyStore:
     def reap_expired_pending(self) -> int:
         """Reclaim bodies no Pick came for within the TTL; returns how many."""
         now = self._clock()
-        expired = _expired(self._pending, now)
+        expired = _expired(self._pending, now, _held_deadline)
         for stream_id in expired:
             self.release(self._pending.pop(stream_id).body)
-        for stream_id in [k for k, expiry in self._consumed.items() if expiry <= now]:
+        for stream_id in _expired(self._consumed, now, _same):
             del self._consumed[stream_id]
         return len(expired)
 
     def reap_expired_parked(self) -> list[int]:
         """Reclaim picked bodies no PullBody came for; returns their response ids."""
-        expired = _expired(self._parked, self._clock())
+        expired = _expired(self._parked, self._clock(), _held_deadline)
         for response_id in expired:
             self.release(self._parked.pop(response_id).body)
         return expired
@@ -176,8 +182,23 @@ class BodyStore:
         self.release(body)
 
 
-def _expired(held: dict[int, _Held], now: float) -> list[int]:
-    return [key for key, entry in held.items() if entry.deadline <= now]
+def _expired(entries: Mapping[int, V], now: float, deadline: Callable[[V], float]) -> list[int]:
+    """Keys whose deadline passed. Every entry gets the same TTL, so insertion order is
+    deadline order and the walk stops at the first live entry: O(expired), not O(held)."""
+    expired = []
+    for key, entry in entries.items():
+        if deadline(entry) > now:
+            break
+        expired.append(key)
+    return expired
+
+
+def _held_deadline(entry: _Held) -> float:
+    return entry.deadline
+
+
+def _same(value: float) -> float:
+    return value
 
 
 class Pull:
@@ -219,6 +240,7 @@ class Pull:
 
 
 def _fits(group_bytes: int, piece_bytes: int) -> bool:
+    """Whether a piece joins the message being built: only small pieces are ever joined."""
     if group_bytes == 0:
         return True
-    return group_bytes < _COALESCE_BELOW and group_bytes + piece_bytes <= MAX_CHUNK_BYTES
+    return piece_bytes < _COALESCE_BELOW and group_bytes < _COALESCE_BELOW

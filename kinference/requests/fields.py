@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinference.bodies import Body
-from kinference.requests.scan import JsonScanner, Member
+from kinference.requests.scan import MAX_DEPTH, MAX_MEMBERS, JsonScanner, Member
 
 # Values up to this size are parsed (and so validated) in full at Pick time; larger ones -
 # base64 images, book-length prompts - keep only their span and the scanner's structural
@@ -66,8 +66,12 @@ def read_fields(body: Body) -> Fields:
 def _parse_whole(body: Body) -> Fields:
     first = body.pieces[0] if body.pieces else b""
     raw = first if len(body.pieces) == 1 and isinstance(first, bytes) else b"".join(body.pieces)
+    if _may_break_scan_limits(raw):  # rare: let the scanner rule, so both paths agree
+        reason = scan_body(body).finish_reason()
+        if reason is not None:
+            raise MalformedRequest(reason)
     try:
-        values = json.loads(raw)
+        values = json.loads(_utf8(raw))
     except json.JSONDecodeError as exc:
         raise MalformedRequest(f"invalid JSON at byte {exc.pos}: {exc.msg}") from None
     except (ValueError, RecursionError) as exc:
@@ -91,9 +95,22 @@ def _read_spans(body: Body) -> Fields:
     return Fields(values, spans, scanner.open_at, scanner.close_at)
 
 
+def _may_break_scan_limits(raw: bytes) -> bool:
+    """Cheap over-estimate of whether the scanner's depth or field-count limit could trip."""
+    return raw.count(b"{") + raw.count(b"[") > MAX_DEPTH or raw.count(b":") > MAX_MEMBERS
+
+
+def _utf8(raw: bytes) -> str:
+    """JSON bodies are UTF-8 (RFC 8259); json.loads would otherwise guess UTF-16 or -32."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedRequest(f"body is not UTF-8 at byte {exc.start}") from None
+
+
 def _decode_key(body: Body, member: Member) -> str:
     try:
-        key = json.loads(body.read_span(member.key_start, member.key_end))
+        key = json.loads(_utf8(body.read_span(member.key_start, member.key_end)))
     except (ValueError, RecursionError) as exc:
         raise MalformedRequest(f"invalid JSON key at byte {member.key_start}: {exc}") from None
     if not isinstance(key, str):  # the scanner only records quoted keys; stay defensive
@@ -103,13 +120,22 @@ def _decode_key(body: Body, member: Member) -> str:
 
 def _decode_value(body: Body, key: str, member: Member) -> Any:
     if member.value_end - member.value_start > STRICT_PARSE_BYTES:
-        head = body.read_span(member.value_start, member.value_start + 64).lstrip(b" \t\r\n")
-        return LargeValue(member.value_start, member.value_end, chr(head[0]) if head else "")
+        return LargeValue(member.value_start, member.value_end, _first_byte(body, member))
     raw = body.read_span(member.value_start, member.value_end)
     try:
-        return json.loads(raw)
+        return json.loads(_utf8(raw))
     except (ValueError, RecursionError) as exc:
         raise MalformedRequest(f"field {key!r} is not valid JSON: {_reason(exc)}") from None
+
+
+def _first_byte(body: Body, member: Member) -> str:
+    """The value's first non-whitespace character, however much whitespace leads it."""
+    window = 4096  # bytes read at a time
+    for start in range(member.value_start, member.value_end, window):
+        head = body.read_span(start, min(start + window, member.value_end)).lstrip(b" \t\r\n")
+        if head:
+            return chr(head[0])
+    return ""
 
 
 def _reason(exc: Exception) -> str:

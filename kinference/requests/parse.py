@@ -34,7 +34,7 @@ def parse_request(body: Body) -> InferenceRequest:
     return InferenceRequest(
         model=_model(values.get("model")),
         shape=_shape(values),
-        stream=_stream(values.get("stream", False)),
+        stream=_stream(values.get("stream")),
         fields=fields,
     )
 
@@ -42,6 +42,8 @@ def parse_request(body: Body) -> InferenceRequest:
 def _model(value: object) -> str:
     if value is None:
         raise MalformedRequest('missing "model": not an inference request')
+    if isinstance(value, LargeValue) and value.first_byte == '"':
+        raise MalformedRequest('"model" is longer than any model name can be')
     if not isinstance(value, str):
         raise MalformedRequest(f'"model" must be a string, got {_json_type(value)}')
     if not value.strip():
@@ -75,6 +77,8 @@ def _as_tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
 
 
 def _stream(value: object) -> bool:
+    if value is None:  # absent, or null as the OpenAI API allows: not streaming
+        return False
     if not isinstance(value, bool):
         raise MalformedRequest(f'"stream" must be true or false, got {_json_type(value)}')
     return value

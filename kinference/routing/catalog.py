@@ -56,6 +56,8 @@ class Catalog:
             for endpoint in models.get(model, ())
         ]
         if not found:
+            if any(model in models for models in self._by_pool.values()):
+                raise NoCandidates(f"the pools serving model {model!r} have no ready endpoint")
             raise NoCandidates(f"no pool serves model {model!r}")
         return found
 

@@ -65,7 +65,11 @@ class InFlight:
     def expire(self) -> list[int]:
         """Release every request that outlived the TTL; returns their response ids."""
         now = self._clock()
-        expired = [rid for rid, a in self._assignments.items() if a.deadline <= now]
+        expired = []
+        for response_id, assignment in self._assignments.items():
+            if assignment.deadline > now:
+                break  # one TTL for all: insertion order is deadline order
+            expired.append(response_id)
         for response_id in expired:
             self.release(response_id)
         return expired

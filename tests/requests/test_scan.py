@@ -1,0 +1,209 @@
+"""JsonScanner: member spans and structural errors, whatever the chunking."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kinference.requests import JsonScanner
+from kinference.requests.scan import MAX_DEPTH, MAX_MEMBERS
+from tests.requests import CHUNKINGS, pieces_of, scanner_for
+
+
+def scan(data: bytes, size: int | None = None) -> JsonScanner:
+    return scanner_for(pieces_of(data, size))
+
+
+def state(scanner: JsonScanner) -> tuple[object, ...]:
+    spans = [(m.key_start, m.key_end, m.value_start, m.value_end) for m in scanner.members]
+    return scanner.finish_reason(), scanner.complete, spans, scanner.open_at, scanner.close_at
+
+
+def scan_everyhow(data: bytes) -> JsonScanner:
+    """Scan `data` in every chunking (and split at every single point); all must agree."""
+    reference = scan(data)
+    for size in CHUNKINGS:
+        assert state(scan(data, size)) == state(reference), f"chunks of {size}"
+    for cut in range(len(data) + 1):
+        two = scanner_for([data[:cut], data[cut:]])
+        assert state(two) == state(reference), f"split at {cut}"
+    return reference
+
+
+def test_spans_locate_keys_and_values() -> None:
+    data = b' \n{ "model" : "m" ,"n":[1,{"a":"}"}] , "s":"x\\"y"}\t'
+    scanner = scan_everyhow(data)
+    assert scanner.complete
+    assert scanner.finish_reason() is None
+    assert scanner.open_at == data.index(b"{")
+    assert scanner.close_at == len(data) - 2
+    decoded = {}
+    for member in scanner.members:
+        key = json.loads(data[member.key_start : member.key_end])
+        value = json.loads(data[member.value_start : member.value_end])
+        assert data[member.value_end] in b",}"
+        assert data[member.value_start - 1] == ord(":")
+        decoded[key] = value
+    assert decoded == {"model": "m", "n": [1, {"a": "}"}], "s": 'x"y'}
+
+
+def test_empty_object() -> None:
+    scanner = scan_everyhow(b"{}")
+    assert scanner.complete
+    assert scanner.members == []
+    assert (scanner.open_at, scanner.close_at) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"", "body is empty: expected a JSON object"),
+        (b" \r\n\t ", "body is empty: expected a JSON object"),
+        (b"[]", "invalid JSON at byte 0: the body is not a JSON object"),
+        (b'  "text"', "invalid JSON at byte 2: the body is not a JSON object"),
+        (b"42", "invalid JSON at byte 0: the body is not a JSON object"),
+        (b"null", "invalid JSON at byte 0: the body is not a JSON object"),
+        (b"{", "body ends inside the JSON object (truncated or unbalanced)"),
+        (b'{"a":1', "body ends inside the JSON object (truncated or unbalanced)"),
+        (b'{"a":"1}', "body ends inside the JSON object (truncated or unbalanced)"),
+        (b'{"a":[1,2}', "invalid JSON at byte 9: mismatched bracket"),
+        (b'{"a":{"b":1]}', "invalid JSON at byte 11: mismatched bracket"),
+        (b'{"a":1]', "invalid JSON at byte 6: unexpected ']'"),
+        (b'{"a":1}}', "invalid JSON at byte 7: unexpected data after the top-level object"),
+        (b'{"a":1} x', "invalid JSON at byte 8: unexpected data after the top-level object"),
+        (b'{"a":1}{}', "invalid JSON at byte 7: unexpected data after the top-level object"),
+        (b'{"a":1,}', "invalid JSON at byte 7: unexpected '}'"),
+        (b'{,"a":1}', "invalid JSON at byte 1: unexpected ','"),
+        (b'{"a":1,,"b":2}', "invalid JSON at byte 7: unexpected ','"),
+        (b'{"a" "b":1}', "invalid JSON at byte 5: expected ':' after a key"),
+        (b'{"a" x:1}', "invalid JSON at byte 5: expected a quoted key, ':' or '}'"),
+        (b"{a:1}", "invalid JSON at byte 1: expected a quoted key, ':' or '}'"),
+        (b'{"a":1:2}', "invalid JSON at byte 6: unexpected ':'"),
+        (b'{"a"}', "invalid JSON at byte 4: unexpected '}'"),
+        (b'{"a":1, x}', "invalid JSON at byte 8: expected a quoted key, ':' or '}'"),
+        (b'{{"a":1}}', "invalid JSON at byte 1: unexpected '{'"),
+    ],
+)
+def test_structural_errors(data: bytes, reason: str) -> None:
+    scanner = scan_everyhow(data)
+    assert not scanner.complete
+    assert scanner.finish_reason() == reason
+
+
+def test_error_is_sticky() -> None:
+    scanner = scan(b'{"a":1]')
+    reason = scanner.finish_reason()
+    scanner.feed(b'}{"b":2}')
+    assert scanner.finish_reason() == reason
+    assert not scanner.complete
+
+
+def test_values_are_not_validated_by_the_scanner() -> None:
+    # Scalars are checked by the strict parse of each value, not here.
+    scanner = scan_everyhow(b'{"a": tru , "b": 1 2, "c": }')
+    assert scanner.complete
+    assert len(scanner.members) == 3
+
+
+@pytest.mark.parametrize("run", range(8))
+def test_backslash_runs_before_quotes_split_anywhere(run: int) -> None:
+    # A value of `run` backslashes then a quote, plus a key with the same: every split
+    # point must find exactly the string ends json.loads finds.
+    text = "a" + "\\" * run + '"' + "\\" * run + "b"
+    data = json.dumps({text: text, "z": "\\" * run}).encode()
+    scanner = scan_everyhow(data)
+    assert scanner.complete
+    keys = [json.loads(data[m.key_start : m.key_end]) for m in scanner.members]
+    assert keys == [text, "z"]
+    values = [json.loads(data[m.value_start : m.value_end]) for m in scanner.members]
+    assert values == [text, "\\" * run]
+
+
+def test_escaped_quote_split_between_backslashes() -> None:
+    # "a\\\"b" : a, escaped backslash, escaped quote, b - split inside the backslash run.
+    data = b'{"k":"a\\\\\\"b","m":"x"}'
+    assert json.loads(data) == {"k": 'a\\"b', "m": "x"}
+    for cut in range(7, 11):
+        scanner = scanner_for([data[:cut], data[cut:]])
+        assert scanner.complete
+        assert [json.loads(data[m.key_start : m.key_end]) for m in scanner.members] == ["k", "m"]
+    # Backslashes alone in several chunks in a row.
+    scanner = scanner_for([b'{"k":"a', b"\\", b"\\", b"\\", b'"', b'b","m":"x"}'])
+    assert scanner.complete
+    assert len(scanner.members) == 2
+
+
+def test_string_opening_at_a_chunk_end() -> None:
+    scanner = scanner_for([b'{"k":"', b"\\", b'"', b'"}'])
+    assert scanner.complete
+    scanner = scanner_for([b'{"k":"', b"\\\\", b'"}'])
+    assert scanner.complete
+
+
+def test_brackets_and_punctuation_inside_strings_are_ignored() -> None:
+    data = json.dumps({"a{": "}]", "[b": ["{", ",", ":", '"']}).encode()
+    scanner = scan_everyhow(data)
+    assert scanner.complete
+    assert len(scanner.members) == 2
+
+
+def test_unicode_is_passed_over_byte_wise() -> None:
+    text = "\u00e9\u4e2d\U0001f600 \u2028"
+    data = json.dumps({text: [text, {text: text}]}, ensure_ascii=False).encode()
+    scanner = scan_everyhow(data)
+    assert scanner.complete
+    member = scanner.members[0]
+    assert json.loads(data[member.key_start : member.key_end]) == text
+
+
+def test_whitespace_everywhere() -> None:
+    data = b' \t\r\n{ \t\r\n"a" \t\r\n: \t\r\n[ 1 , { "b" : 2 } ] \t\r\n, "c":3 \t\r\n} \t\r\n'
+    scanner = scan_everyhow(data)
+    assert scanner.complete
+    assert len(scanner.members) == 2
+
+
+def test_nesting_up_to_max_depth() -> None:
+    ok = b'{"a":' + b"[" * MAX_DEPTH + b"]" * MAX_DEPTH + b"}"
+    assert scan(ok).complete
+    mixed = b'{"a":' + b'{"x":[' * (MAX_DEPTH // 2) + b"]}" * (MAX_DEPTH // 2) + b"}"
+    assert scan(mixed).complete
+    too_deep = b'{"a":' + b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1) + b"}"
+    for size in CHUNKINGS:
+        scanner = scan(too_deep, size)
+        assert scanner.finish_reason() == (
+            f"invalid JSON at byte {5 + MAX_DEPTH}: nesting deeper than {MAX_DEPTH}"
+        )
+
+
+def test_member_limit() -> None:
+    def doc(n: int) -> bytes:
+        return json.dumps({f"k{i}": i for i in range(n)}).encode()
+
+    assert scan(doc(MAX_MEMBERS)).complete
+    assert len(scan(doc(MAX_MEMBERS)).members) == MAX_MEMBERS
+    too_many = doc(MAX_MEMBERS + 1)
+    scanner = scan(too_many, 7)
+    assert not scanner.complete
+    assert f"more than {MAX_MEMBERS} top-level fields" in str(scanner.finish_reason())
+    # Nested members do not count.
+    assert scan(json.dumps({"a": {f"k{i}": i for i in range(5000)}}).encode()).complete
+
+
+def test_large_string_in_one_search() -> None:
+    blob = b"QUJD" * (1 << 19)  # 2 MiB of base64
+    data = b'{"model":"m","messages":[{"content":"' + blob + b'"}],"stream":true}'
+    for size in (None, 65536, 1 << 20, 65537):
+        scanner = scan(data, size)
+        assert scanner.complete
+        assert len(scanner.members) == 3
+        messages = scanner.members[1]
+        assert messages.value_end - messages.value_start > len(blob)
+
+
+def test_offsets_continue_across_chunks() -> None:
+    data = b'   {"a":1}'
+    scanner = scan(data, 1)
+    assert (scanner.open_at, scanner.close_at) == (3, 9)
+    assert (scanner.members[0].key_start, scanner.members[0].key_end) == (4, 7)
