@@ -21,6 +21,7 @@ from kinference.routing.catalog import PoolRef
 log = logging.getLogger(__name__)
 
 ITL_LAYOUT_1_BUCKETS = 15  # the spec's layout 1: 15 upper-inclusive buckets
+_TOKEN_KINDS = ("prompt", "completion", "cached")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,14 @@ class PickerService:
         self.router = router
         self.inflight = inflight
         self._metrics = metrics
+        # Label lookups cost microseconds on every request: bind the children once.
+        self._picks = {outcome: metrics.picks.labels(outcome.value) for outcome in Outcome}
+        self._reports = {
+            (kind, known): metrics.reports.labels(kind, str(known).lower())
+            for kind in ("first_token", "final_token")
+            for known in (True, False)
+        }
+        self._tokens = {kind: metrics.tokens.labels(kind) for kind in _TOKEN_KINDS}
 
     def begin_push(self, declared_length: int | None, client_request_id: str) -> Upload:
         return self.store.begin(declared_length, client_request_id)
@@ -89,7 +98,7 @@ class PickerService:
             raise
         if result.response_id == 0:  # nothing will pull this body
             self.store.release(body)
-        self._metrics.picks.labels(result.outcome.value).inc()
+        self._picks[result.outcome].inc()
         self._metrics.pick_seconds.observe(time.perf_counter() - started)
         return result
 
@@ -134,7 +143,7 @@ class PickerService:
     def first_token(self, response_id: int, ttft_ms: int, upstream_status: int) -> bool:
         """Record the first response byte; False when the id is not in flight."""
         assignment = self.inflight.get(response_id)
-        self._metrics.reports.labels("first_token", str(assignment is not None).lower()).inc()
+        self._reports["first_token", assignment is not None].inc()
         if assignment is None:
             return False
         assignment.first_token_at = time.monotonic()
@@ -144,13 +153,13 @@ class PickerService:
         """Record a finished response and stop counting it as load."""
         _check_itl(report)
         assignment = self.inflight.release(report.response_id)
-        self._metrics.reports.labels("final_token", str(assignment is not None).lower()).inc()
+        self._reports["final_token", assignment is not None].inc()
         if assignment is None:
             return False
-        self._metrics.tokens.labels("prompt").inc(report.prompt_tokens)
-        self._metrics.tokens.labels("completion").inc(report.completion_tokens)
+        self._tokens["prompt"].inc(report.prompt_tokens)
+        self._tokens["completion"].inc(report.completion_tokens)
         if report.cached_tokens is not None:
-            self._metrics.tokens.labels("cached").inc(report.cached_tokens)
+            self._tokens["cached"].inc(report.cached_tokens)
         if self.store.drop_parked(report.response_id):  # finished without pulling: odd
             self._metrics.bodies_reclaimed.labels("final_report").inc()
         return True

@@ -11,6 +11,7 @@ import grpc
 from kinference.api import convert
 from kinference.api.framing import MalformedChunk
 from kinference.api.status import grpc_errors
+from kinference.bodies import Piece, Upload
 from kinference.errors import IdleTimeout, InvalidArgument
 from kinference.metrics import Metrics
 from kinference.service import PickerService
@@ -35,12 +36,10 @@ class PickerServicer:
         declared, request_id = convert.push_metadata(context.invocation_metadata())
         upload = self.service.begin_push(declared, request_id)
         try:
-            while (chunk := await self._next_chunk(context)) is not _EOF:
-                if isinstance(chunk, MalformedChunk):
-                    raise InvalidArgument("a PushBody message is not a BodyChunk")
-                upload.add(chunk)
-            # A reset stream can read as a clean half-close with its cancellation one loop
-            # turn behind; this raises CancelledError on a dead call, so no partial body is kept.
+            await self._receive(upload, context)
+            # A reset stream can read as a clean half-close with its cancellation a loop turn
+            # behind (even after every declared byte arrived); this raises CancelledError on a
+            # dead call, so no body of a reset push is ever kept.
             await context.send_initial_metadata(())
             stream_id, total = self.service.commit_push(upload)
         except BaseException:
@@ -48,10 +47,18 @@ class PickerServicer:
             raise
         return pb.PushBodyResponse(stream_id=stream_id, total_bytes=total)
 
-    async def _next_chunk(self, context: Context) -> Any:
+    async def _receive(self, upload: Upload, context: Context) -> None:
+        """Read chunks until the half-close; each chunk restarts the inter-chunk budget."""
+        loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(self._idle_timeout_s):
-                return await context.read()
+            # One timer for the whole upload, moved on at every chunk: cheaper than a new
+            # timeout per read, and a steady upload may take as long as it needs.
+            async with asyncio.timeout(self._idle_timeout_s) as idle:
+                while (chunk := await context.read()) is not _EOF:
+                    if isinstance(chunk, MalformedChunk):
+                        raise InvalidArgument("a PushBody message is not a BodyChunk")
+                    upload.add(chunk)
+                    idle.reschedule(loop.time() + self._idle_timeout_s)
         except TimeoutError:
             raise IdleTimeout(
                 f"no body bytes for {self._idle_timeout_s:g} s (inter-chunk budget)"
@@ -67,10 +74,24 @@ class PickerServicer:
         completed = False
         try:
             for payload in pull.messages():
-                await context.write(payload)  # HTTP/2 flow control paces a slow consumer
+                await self._write(context, payload)  # HTTP/2 flow control paces the reader
             completed = True
         finally:
             self.service.close_pull(pull, completed=completed)
+
+    @staticmethod
+    async def _write(context: Context, payload: Piece) -> None:
+        try:
+            await context.write(payload)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A caller that goes away while a write is blocked on flow control surfaces as
+            # grpc's internal ExecuteBatchError rather than a cancellation; abandoning a pull
+            # is allowed (spec), so treat it as one.
+            if context.done() or context.cancelled():
+                raise asyncio.CancelledError from None
+            raise
 
     @grpc_errors("ReportFirstToken")
     async def ReportFirstToken(

@@ -1,0 +1,1 @@
+"""Load tests and benchmarks for kinference: baseline server, client flows, benchmark runners."""

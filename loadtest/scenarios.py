@@ -1,0 +1,272 @@
+"""The three picker benchmark scenarios, each measured against the baseline in the same run.
+
+Every scenario returns table rows; a ratio is always kinference against baseline, with
+runs alternated (ABBA) so slow drift on a noisy machine hits both sides alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from kinference.v1 import picker_pb2_grpc
+from loadtest.flows import Body, FlowClient, body_round_trip, chat_body, flow_rate, open_channel
+from loadtest.servers import ServerProcess, ServerSpec, running
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Settings:
+    label: str  # "quick" or "full", shown in the table title
+    workers: int
+    small_body_bytes: int
+    warmup_s: float  # once per server, before the first (a) round
+    ramp_s: float  # at the start of every (a) round, not counted
+    measure_s: float  # measured seconds per server in (a), split into short rounds
+    round_s: float  # one measured (a) round; short rounds alternate finely
+    big_body_bytes: int
+    big_reps: int  # per server, after one untimed warm-up each
+
+    @property
+    def rounds(self) -> int:
+        return max(2, round(self.measure_s / self.round_s))
+
+    @property
+    def big_label(self) -> str:
+        return f"{self.big_body_bytes // MIB} MiB"
+
+
+@dataclass(frozen=True)
+class Row:
+    scenario: str
+    baseline: str
+    kinference: str
+    ratio: str
+    target: str
+    verdict: str  # PASS, FAIL or "info"
+
+
+@dataclass(frozen=True)
+class Side:
+    server: ServerProcess
+    client: FlowClient
+
+
+ROLES = ("baseline", "kinference")
+
+
+@dataclass(frozen=True)
+class Pair:
+    baseline: Side
+    kinference: Side
+
+    def abba(self, rounds: int) -> list[tuple[str, Side]]:
+        """B K K B B K ... : each side ``rounds`` times, balanced in position."""
+        sides = [("baseline", self.baseline), ("kinference", self.kinference)]
+        order: list[tuple[str, Side]] = []
+        for i in range(rounds):
+            order += sides if i % 2 == 0 else sides[::-1]
+        return order
+
+
+def side_for(server: ServerProcess, channel: grpc.aio.Channel) -> Side:
+    return Side(server, FlowClient(picker_pb2_grpc.PickerStub(channel)))
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass
+class _RateTotals:
+    flows: int = 0
+    seconds: float = 0.0
+    all_flows: int = 0
+    cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
+    wall_s: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.flows / self.seconds
+
+    @property
+    def cpu_ms_per_flow(self) -> float:
+        return 1000 * self.cpu_s / self.all_flows
+
+    @property
+    def server_busy(self) -> float:
+        return self.cpu_s / self.wall_s
+
+    @property
+    def client_busy(self) -> float:
+        return self.client_cpu_s / self.wall_s
+
+
+async def flow_rate_rows(pair: Pair, settings: Settings) -> list[Row]:
+    """(a) Completed full flows per second, 64 workers on one channel per server."""
+    body = chat_body(settings.small_body_bytes)
+    totals = {role: _RateTotals() for role in ROLES}
+    round_s = settings.measure_s / settings.rounds
+    for side in (pair.baseline, pair.kinference):
+        await flow_rate(side.client, body, settings.workers, settings.warmup_s, 0.0)
+    for role, side in pair.abba(settings.rounds):
+        cpu_start, client_start = side.server.cpu_seconds(), time.process_time()
+        wall_start = time.perf_counter()
+        window = await flow_rate(side.client, body, settings.workers, settings.ramp_s, round_s)
+        total = totals[role]
+        total.wall_s += time.perf_counter() - wall_start
+        total.client_cpu_s += time.process_time() - client_start
+        total.cpu_s += side.server.cpu_seconds() - cpu_start
+        total.all_flows += window.total_flows
+        total.flows += window.flows
+        total.seconds += window.seconds
+        log(f"  flow rate {role:>10}: {window.rate:8.0f} flows/s")
+    base, kinf = totals["baseline"], totals["kinference"]
+    ratio = kinf.rate / base.rate
+    return [
+        Row(
+            f"(a) full flow rate, {settings.workers} workers, "
+            f"{settings.small_body_bytes // 1024} KiB body, "
+            f"{settings.rounds}x{round_s:.1f}s alternated (flows/s)",
+            f"{base.rate:.0f}",
+            f"{kinf.rate:.0f}",
+            f"{ratio:.2f}",
+            "≥ 0.75",
+            verdict(ratio >= 0.75),
+        ),
+        Row(
+            "(a) server CPU per flow (ms)",
+            f"{base.cpu_ms_per_flow:.3f}",
+            f"{kinf.cpu_ms_per_flow:.3f}",
+            f"{kinf.cpu_ms_per_flow / base.cpu_ms_per_flow:.2f}",
+            "",
+            "info",
+        ),
+        Row(
+            "(a) CPU busy, server / bench client (cores)",
+            f"{base.server_busy:.2f} / {base.client_busy:.2f}",
+            f"{kinf.server_busy:.2f} / {kinf.client_busy:.2f}",
+            "",
+            "",
+            "info",
+        ),
+    ]
+
+
+async def big_body_rows(pair: Pair, settings: Settings, body: Body) -> list[Row]:
+    """(b) Push + Pick + Pull of one big body, end to end; medians over alternated reps."""
+    totals: dict[str, list[float]] = {role: [] for role in ROLES}
+    picks: dict[str, list[float]] = {role: [] for role in ROLES}
+    for side in (pair.baseline, pair.kinference):
+        await body_round_trip(side.client, body)  # warm-up: channel windows, allocator
+    for role, side in pair.abba(settings.big_reps):
+        trip = await body_round_trip(side.client, body)
+        totals[role].append(1000 * trip.total_s)
+        picks[role].append(1000 * trip.pick_s)
+        log(
+            f"  {settings.big_label} round trip {role:>10}: "
+            f"{1000 * trip.total_s:7.1f} ms (pick {1000 * trip.pick_s:6.2f} ms)"
+        )
+    base_ms, kinf_ms = (statistics.median(totals[role]) for role in ROLES)
+    base_pick, kinf_pick = (statistics.median(picks[role]) for role in ROLES)
+    ratio = base_ms / kinf_ms
+    # Each alternation round ran one rep of each side back to back: pairing them cancels
+    # load that drifts over the run (other processes on a shared machine).
+    paired = statistics.median(
+        base / kinf for base, kinf in zip(totals["baseline"], totals["kinference"], strict=True)
+    )
+    return [
+        Row(
+            f"(b) {settings.big_label} body push+pick+pull, median of {settings.big_reps} (ms)",
+            f"{base_ms:.1f}",
+            f"{kinf_ms:.1f}",
+            f"{ratio:.2f}",
+            "≥ 0.80 (base/kinf)",
+            verdict(ratio >= 0.8),
+        ),
+        Row(
+            f"(b) same, best of {settings.big_reps} (ms)",
+            f"{min(totals['baseline']):.1f}",
+            f"{min(totals['kinference']):.1f}",
+            f"{min(totals['baseline']) / min(totals['kinference']):.2f}",
+            "",
+            "info",
+        ),
+        Row(
+            f"(b) same, median of {settings.big_reps} back-to-back pair ratios",
+            "",
+            "",
+            f"{paired:.2f}",
+            "",
+            "info",
+        ),
+        Row(
+            f"(b) Pick latency alone on the {settings.big_label} body (ms)",
+            f"{base_pick:.2f}",
+            f"{kinf_pick:.2f}",
+            "",
+            "",
+            "info",
+        ),
+    ]
+
+
+@dataclass(frozen=True)
+class Memory:
+    idle_mib: float
+    peak_mib: float
+
+    @property
+    def growth_mib(self) -> float:
+        return self.peak_mib - self.idle_mib
+
+
+async def _peak_while_holding(spec: ServerSpec, log_dir: Path, body: Body) -> Memory:
+    async with running(spec, log_dir) as server, open_channel(server.address) as channel:
+        client = side_for(server, channel).client
+        idle_kib = server.status_kib("VmRSS")
+        picked = await client.pick(await client.push(body))
+        peak_kib = server.status_kib("VmHWM")  # the body is held: picked, not yet pulled
+        await client.pull(picked)
+    return Memory(idle_kib / 1024, peak_kib / 1024)
+
+
+async def peak_rss_rows(
+    baseline: ServerSpec, kinference: ServerSpec, log_dir: Path, body: Body
+) -> list[Row]:
+    """(c) Peak RSS growth of a fresh server holding one big body (VmHWM minus idle VmRSS)."""
+    base = await _peak_while_holding(baseline, log_dir, body)
+    kinf = await _peak_while_holding(kinference, log_dir, body)
+    allowance = 1.5 * body.length / MIB
+    label = f"{body.length // MIB} MiB"
+    for name, mem in (("baseline", base), ("kinference", kinf)):
+        log(f"  {name:>10}: idle {mem.idle_mib:.1f} MiB, peak {mem.peak_mib:.1f} MiB")
+    return [
+        Row(
+            f"(c) peak RSS minus idle, fresh server holding one {label} body (MiB)",
+            f"{base.growth_mib:.1f}",
+            f"{kinf.growth_mib:.1f}",
+            f"{kinf.growth_mib / base.growth_mib:.2f}",
+            f"≤ base + {allowance:.0f} MiB",
+            verdict(kinf.growth_mib <= base.growth_mib + allowance),
+        ),
+        Row(
+            "(c) idle RSS after readiness (MiB)",
+            f"{base.idle_mib:.1f}",
+            f"{kinf.idle_mib:.1f}",
+            "",
+            "",
+            "info",
+        ),
+    ]
