@@ -8,8 +8,10 @@ import logging
 import random
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
+import httpx
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 from prometheus_client import CollectorRegistry, start_http_server
@@ -17,12 +19,21 @@ from prometheus_client import CollectorRegistry, start_http_server
 from kinference.api.server import build_server
 from kinference.api.servicer import PickerServicer
 from kinference.bodies import BodyStore, ByteBudget
-from kinference.config import Policy
+from kinference.config import Policy, PolicyWatcher
 from kinference.metrics import Metrics
 from kinference.requests import JsonScanner
-from kinference.routing import Catalog, InFlight, Router
+from kinference.routing import (
+    InFlight,
+    PrefixIndex,
+    ProviderHealth,
+    Router,
+    TenantGate,
+    WorkerTable,
+    compile_policy,
+)
 from kinference.service import PickerService
 from kinference.settings import Settings, format_host_port, split_host_port
+from kinference.workers import EngineScraper, EngineSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +58,33 @@ class App:
             observer_factory=JsonScanner,
             observe_from_bytes=SCAN_FROM_BYTES,
         )
-        self.inflight = InFlight(settings.request_ttl_s)
-        self.router = Router(Catalog(policy), self.inflight, random.Random())
+        self.table = WorkerTable()
+        routing = compile_policy(policy, self.table)
+        self.inflight = InFlight(self.table, settings.request_ttl_s)
+        self.router = Router(
+            routing,
+            table=self.table,
+            prefix=PrefixIndex(policy.routing.prefix.lru_blocks_per_worker),
+            health=ProviderHealth(routing.cooldowns),
+            tenants=TenantGate(),
+            rng=random.Random(),
+        )
+        # One keep-alive connection per endpoint; scrapes never go through a proxy.
+        self._http = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+            trust_env=False,
+        )
+        self.scraper = _engine_scraper(
+            policy, self._http, self.metrics.registry, self._on_engine_update
+        )
+        self.scraper.set_targets(_engine_targets(policy))
+        self.watcher = (
+            PolicyWatcher(
+                settings.config, self.apply_policy, registry=self.metrics.registry, current=policy
+            )
+            if settings.config
+            else None
+        )
         self.service = PickerService(self.store, self.router, self.inflight, self.metrics)
         self.health = HealthServicer()
         servicer = PickerServicer(self.service, self.metrics, settings.body_idle_timeout_s)
@@ -56,6 +92,7 @@ class App:
         self.metrics.buffered_limit_bytes.set(settings.max_buffered_bytes)
         self.metrics.watch_buffers(lambda: budget.used, lambda: self.store.held_bodies)
         self.metrics.watch_inflight(self.inflight.per_endpoint)
+        self.metrics.watch_providers(self.router.health.active, self.router.health.now)
         self.port = 0
         self.metrics_port = 0
         self._metrics_server: Any = None
@@ -70,6 +107,9 @@ class App:
         await self.server.start()
         self._start_metrics()
         self._reaper = asyncio.create_task(self._reap_forever(), name="kinference-reaper")
+        await self.scraper.start()
+        if self.watcher is not None:
+            self.watcher.start()
         await self.health.set("", _SERVING)
         await self.health.set("kinference.v1.Picker", _SERVING)
         log.info("kinference listening on %s (gRPC port %d)", self.settings.listen, self.port)
@@ -102,8 +142,41 @@ class App:
         await self.server.stop(max(deadline - time.monotonic(), 0.0))
         await self.close()
 
+    def apply_policy(self, policy: Policy) -> None:
+        """Switch to a reloaded policy; learned state (load, prefixes, health) carries over."""
+        routing = compile_policy(policy, self.table)
+        for gone in self.router.policy.catalog.endpoints() - routing.catalog.endpoints():
+            self.router.prefix.forget(self.table.slot(gone))  # its cache is not ours to count
+        self.router.policy = routing
+        self.router.health.policy = routing.cooldowns
+        self.router.prefix.blocks_per_worker = policy.routing.prefix.lru_blocks_per_worker
+        self.scraper.set_targets(_engine_targets(policy))
+        log.info("policy reloaded: %d pools, %d models", len(policy.pools), len(policy.models))
+
+    def _on_engine_update(self, endpoint: str, snapshot: EngineSnapshot | None) -> None:
+        slot = self.table.slot(endpoint)
+        # An endpoint no longer scraped (its pool dropped `engine`) is a static endpoint
+        # again: ready, with unknown metrics.
+        scraped = endpoint in self.scraper.endpoints
+        self.table.ready[slot] = self.scraper.ready(endpoint) if scraped else True
+        if snapshot is None:
+            self.table.set_engine(slot, waiting=None, running=None, kv_usage=None)
+            return
+        self.table.set_engine(
+            slot,
+            waiting=snapshot.waiting,
+            running=snapshot.running,
+            kv_usage=snapshot.kv_usage,
+            adapters=snapshot.lora_adapters or frozenset(),
+            scraped_at=snapshot.scraped_at,
+        )
+
     async def close(self) -> None:
         """Stop background work and the metrics endpoint (idempotent)."""
+        if self.watcher is not None:
+            await self.watcher.aclose()
+        await self.scraper.aclose()
+        await self._http.aclose()
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -124,3 +197,31 @@ class App:
         await stop.wait()
         log.info("signal received: draining for up to %gs", self.settings.shutdown_grace_s)
         await self.drain_and_stop()
+
+
+def _engine_targets(policy: Policy) -> dict[str, tuple[str, str | None]]:
+    """Endpoints whose engine metrics are scraped: those of pools naming an engine."""
+    return {
+        endpoint: (pool.engine, pool.metrics_path)
+        for pool in policy.pools
+        if pool.engine != "none"
+        for endpoint in pool.endpoints
+    }
+
+
+def _engine_scraper(
+    policy: Policy,
+    client: httpx.AsyncClient,
+    registry: CollectorRegistry,
+    on_update: Callable[[str, EngineSnapshot | None], None],
+) -> EngineScraper:
+    settings = policy.routing.engine_metrics
+    return EngineScraper(
+        client,
+        interval_s=settings.interval_s,
+        timeout_s=settings.timeout_s,
+        stale_after_s=settings.stale_after_s,
+        failures_before_unready=settings.failures_before_unready,
+        registry=registry,
+        on_update=on_update,
+    )

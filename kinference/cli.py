@@ -50,8 +50,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _check_config(path: Path) -> int:
     policy = load_policy(path)
-    pools = len(policy.pools)
-    print(f"{path}: ok ({pools} pool{'s' if pools != 1 else ''})")
+    counts = {
+        "pool": len(policy.pools),
+        "provider": len(policy.providers),
+        "model": len(policy.model_names),
+        "tenant rule": len(policy.tenants),
+    }
+    summary = ", ".join(f"{n} {what}{'s' if n != 1 else ''}" for what, n in counts.items())
+    print(f"{path}: ok ({summary})")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -75,6 +76,12 @@ class Metrics:
         self.buffered_bytes.set_function(used)
         self.bodies_held.set_function(held)
 
+    def watch_providers(
+        self, active: Callable[[], Mapping[str, Any]], now: Callable[[], float]
+    ) -> None:
+        """Export provider cool-downs, read at scrape time."""
+        self.registry.register(_ProviderCollector(active, now))
+
     def watch_inflight(self, per_endpoint: Callable[[], Mapping[str, int]]) -> None:
         """Export in-flight requests per endpoint, read at scrape time."""
         self.registry.register(_InflightCollector(per_endpoint))
@@ -92,4 +99,23 @@ class _InflightCollector(Collector):
         )
         for endpoint, count in sorted(self._per_endpoint().items()):
             family.add_metric([endpoint], count)
+        yield family
+
+
+class _ProviderCollector(Collector):
+    """Providers cooling down now, with the seconds left (one series per cooled provider)."""
+
+    def __init__(self, active: Callable[[], Mapping[str, Any]], now: Callable[[], float]) -> None:
+        self._active = active
+        self._now = now
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "kinference_provider_cooldown_seconds",
+            "Seconds a provider stays cooled down (skipped), by provider and reason.",
+            labels=["provider", "reason"],
+        )
+        now = self._now()
+        for ref, cooldown in sorted(self._active().items()):
+            family.add_metric([ref, cooldown.reason], max(cooldown.until - now, 0.0))
         yield family

@@ -9,19 +9,39 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from kinference.bodies import Body, BodyStore, Pull, Upload, new_id
 from kinference.errors import InvalidArgument, NotFound
 from kinference.metrics import Metrics
-from kinference.requests import InferenceRequest, MalformedRequest, parse_request
-from kinference.routing import Candidate, InFlight, Outcome, QoS, RouteQuery, Router
-from kinference.routing.catalog import PoolRef
+from kinference.requests import (
+    InferenceRequest,
+    MalformedRequest,
+    RewritePlan,
+    parse_request,
+    rewrite,
+)
+from kinference.routing import (
+    Decision,
+    Destination,
+    InFlight,
+    LocalChoice,
+    Outcome,
+    ProviderChoice,
+    QoS,
+    RouteQuery,
+    Router,
+)
+from kinference.routing.health import UNAUTHORIZED, UNRESOLVED
 
 log = logging.getLogger(__name__)
 
 ITL_LAYOUT_1_BUCKETS = 15  # the spec's layout 1: 15 upper-inclusive buckets
 _TOKEN_KINDS = ("prompt", "completion", "cached")
+# Abort reasons that tell the picker something about a provider it cannot see itself.
+_LEARNED_LIMIT = 10_000  # aborted ids remembered so repeats do not count twice
+_ABORT_HEALTH = {"BACKEND_UNRESOLVED": UNRESOLVED, "BACKEND_UNAUTHORIZED": UNAUTHORIZED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +49,7 @@ class PickCall:
     """A Pick as the caller phrased it."""
 
     stream_id: int
-    pool: PoolRef | None = None
+    pool: str | None = None  # `namespace/name` of the InferencePool the caller named
     qos: QoS = QoS.INTERACTIVE
     tenant: str = ""
     client_request_id: str = ""
@@ -41,7 +61,7 @@ class PickResult:
 
     outcome: Outcome
     response_id: int = 0
-    candidate: Candidate | None = None
+    destination: Destination | None = None
     reason: str = ""
     body_total_bytes: int = 0
     requested_model: str = ""
@@ -78,6 +98,7 @@ class PickerService:
             for known in (True, False)
         }
         self._tokens = {kind: metrics.tokens.labels(kind) for kind in _TOKEN_KINDS}
+        self._learned: OrderedDict[int, None] = OrderedDict()  # response ids already counted
 
     def begin_push(self, declared_length: int | None, client_request_id: str) -> Upload:
         return self.store.begin(declared_length, client_request_id)
@@ -107,23 +128,35 @@ class PickerService:
             request = parse_request(body)
         except MalformedRequest as exc:
             return PickResult(Outcome.BAD_REQUEST, reason=str(exc))
-        query = RouteQuery(request.model, call.pool, call.qos, call.tenant)
-        decision = self.router.route(query)
-        if decision.candidate is None:
-            return PickResult(decision.outcome, reason=decision.reason, requested_model=query.model)
-        return self._dispatch(body, request, decision.candidate, decision.outcome)
+        decision = self.router.route(RouteQuery(request, call.pool, call.qos, call.tenant))
+        if not decision.dispatches:
+            return PickResult(
+                decision.outcome, reason=decision.reason, requested_model=request.model
+            )
+        return self._dispatch(body, request, decision, call.tenant)
 
     def _dispatch(
-        self, body: Body, request: InferenceRequest, candidate: Candidate, outcome: Outcome
+        self, body: Body, request: InferenceRequest, decision: Decision, tenant: str
     ) -> PickResult:
+        destination: Destination | None = decision.local or decision.provider
+        assert destination is not None
+        plan = RewritePlan(
+            model=decision.served_model,
+            include_usage=request.stream,
+            max_tokens_field=decision.max_tokens_field,
+        )
+        rewritten = rewrite(body, request, plan)
         response_id = new_id(_ResponseIdsInUse(self.inflight, self.store))
-        self.inflight.add(response_id, candidate, request.model)
-        self.store.park(response_id, body)
+        self.inflight.add(response_id, destination, tenant)
+        if decision.local is not None and decision.prefix_hashes:
+            self.router.prefix.record(decision.local.slot, decision.prefix_hashes)
+        self.store.park(response_id, rewritten)
         return PickResult(
-            outcome,
+            decision.outcome,
             response_id=response_id,
-            candidate=candidate,
-            body_total_bytes=body.size,
+            destination=destination,
+            reason=decision.reason,
+            body_total_bytes=rewritten.size,
             requested_model=request.model,
         )
 
@@ -147,10 +180,16 @@ class PickerService:
         if assignment is None:
             return False
         assignment.first_token_at = time.monotonic()
+        destination = assignment.destination
+        if isinstance(destination, LocalChoice):
+            if upstream_status < 400:
+                self.router.table.observe_ttft(destination.slot, destination.model, ttft_ms)
+        elif upstream_status >= 400:
+            self.router.health.upstream_status(destination.ref, upstream_status)
         return True
 
     def final_token(self, report: FinalReport) -> bool:
-        """Record a finished response and stop counting it as load."""
+        """Record a finished response, count its tokens, stop counting it as load."""
         _check_itl(report)
         assignment = self.inflight.release(report.response_id)
         self._reports["final_token", assignment is not None].inc()
@@ -160,12 +199,22 @@ class PickerService:
         self._tokens["completion"].inc(report.completion_tokens)
         if report.cached_tokens is not None:
             self._tokens["cached"].inc(report.cached_tokens)
+        tokens = report.prompt_tokens + report.completion_tokens
+        self.router.tenants.record(self.router.policy.config, assignment.tenant, tokens)
+        local = assignment.local
+        if local is not None and report.itl_bucket_counts:
+            self.router.table.observe_itl(local.slot, local.model, report.itl_bucket_counts)
         if self.store.drop_parked(report.response_id):  # finished without pulling: odd
             self._metrics.bodies_reclaimed.labels("final_report").inc()
         return True
 
     def abort(self, response_id: int, reason: str, detail: str) -> None:
-        """Release the body and the in-flight slot; NotFound when nothing was held."""
+        """Release the body and the in-flight slot; NotFound when nothing was held.
+
+        A provider the caller could not resolve or was refused by cools down even when the
+        Abort comes after the request was released: the caller knows what we cannot see.
+        """
+        self._learn_from_abort(response_id, reason, detail)
         dropped_body = self.store.drop_parked(response_id)
         assignment = self.inflight.release(response_id)
         if not dropped_body and assignment is None:
@@ -173,6 +222,23 @@ class PickerService:
         if dropped_body:
             self._metrics.bodies_reclaimed.labels("abort").inc()
         log.info("abort response_id=%d reason=%s detail=%.200s", response_id, reason, detail)
+
+    def _learn_from_abort(self, response_id: int, reason: str, detail: str) -> None:
+        health_reason = _ABORT_HEALTH.get(reason)
+        if health_reason is None or response_id in self._learned:
+            return  # one failed request counts once, however often it is aborted
+        self._learned[response_id] = None
+        if len(self._learned) > _LEARNED_LIMIT:
+            self._learned.popitem(last=False)
+        destination = self.inflight.recent(response_id)
+        if isinstance(destination, ProviderChoice):
+            cooldown = self.router.health.report(destination.ref, health_reason, detail)
+            log.warning(
+                "provider %s cooling down: %s (%d reports)",
+                destination.ref,
+                health_reason,
+                cooldown.count,
+            )
 
     def reap(self) -> None:
         """Reclaim expired bodies and in-flight entries (run periodically)."""

@@ -66,7 +66,7 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
 def test_check_config_ok(good: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check-config", str(good)]) == 0
     out, err = capsys.readouterr()
-    assert out == f"{good}: ok (1 pool)\n"
+    assert out == f"{good}: ok (1 pool, 0 providers, 1 model, 0 tenant rules)\n"
     assert err == ""
 
 
@@ -74,7 +74,8 @@ def test_check_config_counts_pools(tmp_path: Path, capsys: pytest.CaptureFixture
     path = tmp_path / "empty.yaml"
     path.write_text("pools: []\n")
     assert main(["check-config", str(path)]) == 0
-    assert capsys.readouterr().out == f"{path}: ok (0 pools)\n"
+    expected = f"{path}: ok (0 pools, 0 providers, 0 models, 0 tenant rules)\n"
+    assert capsys.readouterr().out == expected
 
 
 def test_check_config_bad_file_names_the_line(

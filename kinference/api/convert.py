@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kinference.errors import InvalidArgument
-from kinference.routing import Outcome, PoolRef, QoS
+from kinference.routing import LocalChoice, Outcome, ProviderChoice, QoS
 from kinference.service import FinalReport, PickCall, PickResult
 from kinference.v1 import picker_pb2 as pb
 
@@ -60,7 +60,7 @@ def pick_call(request: pb.PickRequest) -> PickCall:
     pool = None
     if request.HasField("inference_pool") and request.inference_pool.name:
         ref = request.inference_pool
-        pool = PoolRef(ref.namespace or "default", ref.name)
+        pool = f"{ref.namespace or 'default'}/{ref.name}"
     return PickCall(
         stream_id=request.body_stream_id,
         pool=pool,
@@ -78,8 +78,14 @@ def pick_response(result: PickResult) -> pb.PickResponse:
         body_total_bytes=result.body_total_bytes,
         requested_model=result.requested_model,
     )
-    if result.candidate is not None:
-        response.local.endpoint = result.candidate.endpoint
+    destination = result.destination
+    if isinstance(destination, LocalChoice):
+        response.local.endpoint = destination.endpoint
+    elif isinstance(destination, ProviderChoice):
+        namespace, _, name = destination.ref.partition("/")
+        response.provider.backend_ref.namespace = namespace
+        response.provider.backend_ref.name = name
+        response.provider.path = destination.path
     return response
 
 

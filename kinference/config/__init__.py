@@ -1,12 +1,61 @@
-"""The routing policy file: pools of model servers (later providers, models, tenants).
+"""The routing policy file: pools, providers, models, tenants, routing and health tuning.
 
 `load_policy(path)` reads and validates a file, `parse_policy(text)` validates YAML text,
-`default_policy()` is the built-in example used without a file. Problems raise
-`PolicyError`, one line naming the file, the line and the field.
+`default_policy()` is the built-in example used without a file, and `PolicyWatcher`
+reloads a file when it changes. Problems raise `PolicyError`, one line naming the file,
+the line and the field. docs/configuration.md describes every key.
 """
 
 from kinference.config.default import default_policy
-from kinference.config.loader import PolicyError, load_policy, parse_policy
-from kinference.config.model import Policy, Pool
+from kinference.config.index import ModelRoute
+from kinference.config.loader import PolicyError, decode_policy, load_policy, parse_policy
+from kinference.config.models import Conditions, ModelEntry, Target
+from kinference.config.paths import ShapeKind, UnsupportedShape, provider_path, supports_shape
+from kinference.config.policy import Policy
+from kinference.config.pools import DEFAULT_AZURE_API_VERSION, Engine, Pool, Provider, ProviderApi
+from kinference.config.routing import (
+    BalanceSettings,
+    Cooldowns,
+    EngineMetricsSettings,
+    PrefixSettings,
+    ProviderHealthSettings,
+    RoutingSettings,
+    SaturationSettings,
+    Weights,
+)
+from kinference.config.tenants import QosClass, TenantAction, TenantRule
+from kinference.config.watch import PolicyWatcher
 
-__all__ = ["Policy", "PolicyError", "Pool", "default_policy", "load_policy", "parse_policy"]
+__all__ = [
+    "DEFAULT_AZURE_API_VERSION",
+    "BalanceSettings",
+    "Conditions",
+    "Cooldowns",
+    "Engine",
+    "EngineMetricsSettings",
+    "ModelEntry",
+    "ModelRoute",
+    "Policy",
+    "PolicyError",
+    "PolicyWatcher",
+    "Pool",
+    "PrefixSettings",
+    "Provider",
+    "ProviderApi",
+    "ProviderHealthSettings",
+    "QosClass",
+    "RoutingSettings",
+    "SaturationSettings",
+    "ShapeKind",
+    "Target",
+    "TenantAction",
+    "TenantRule",
+    "UnsupportedShape",
+    "Weights",
+    "decode_policy",
+    "default_policy",
+    "load_policy",
+    "parse_policy",
+    "provider_path",
+    "supports_shape",
+]

@@ -8,7 +8,7 @@ doubles as an example of the format.
 from __future__ import annotations
 
 from kinference.config.loader import parse_policy
-from kinference.config.model import Policy
+from kinference.config.policy import Policy
 
 DEFAULT_POLICY_YAML = """\
 pools:

@@ -3,7 +3,9 @@
 The YAML text is composed into a node tree once (safe loader only); the tree gives line
 numbers, the constructed Python data is validated by the `Policy` model, and each pydantic
 error location (`pools`, 0, `endpoints`, 1) is walked back down the tree to the nearest
-node to find its line. Every problem becomes one `PolicyError` line:
+node to find its line. Cross-reference problems (`ItemErrors`) carry their own locations
+from the top of the file, so each is placed at the line that uses the unknown name. The
+problem on the earliest line becomes one `PolicyError` line, with a count of the others:
 
     policy.yaml:7: pools[0].endpoints[1]: expected HOST:PORT, got '10.0.0.5'
 """
@@ -19,9 +21,8 @@ from pydantic_core import ErrorDetails
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.reader import ReaderError
 
-from kinference.config.model import ItemError, Policy
-
-Loc = tuple[int | str, ...]
+from kinference.config.fields import ItemError, ItemErrors, Loc
+from kinference.config.policy import Policy
 
 _NULL_TAG = "tag:yaml.org,2002:null"
 _MERGE_KEY = "<<"
@@ -35,13 +36,24 @@ class PolicyError(ValueError):
 
 def load_policy(path: Path) -> Policy:
     """Read and validate the policy file at `path`; raises `PolicyError`."""
+    return decode_policy(read_policy_bytes(path), source=str(path))
+
+
+def read_policy_bytes(path: Path) -> bytes:
+    """The raw bytes of the policy file at `path`; raises `PolicyError`."""
     try:
-        text = path.read_text(encoding="utf-8-sig")  # tolerate a BOM from Windows editors
+        return path.read_bytes()
     except OSError as exc:
         raise PolicyError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def decode_policy(data: bytes, source: str) -> Policy:
+    """Validate the bytes of a policy file (UTF-8, BOM allowed); raises `PolicyError`."""
+    try:
+        text = data.decode("utf-8-sig")  # tolerate a BOM from Windows editors
     except UnicodeDecodeError as exc:
-        raise PolicyError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
-    return parse_policy(text, source=str(path))
+        raise PolicyError(f"{source}: not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
+    return parse_policy(text, source=source)
 
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
@@ -113,7 +125,11 @@ def _reject_duplicate_keys(node: Node, loc: Loc, source: str, seen: set[int]) ->
 
 def _one_line(exc: ValidationError, root: Node, source: str) -> str:
     """The first problem by line, plus how many more there are."""
-    problems = [_describe(error, root, source) for error in exc.errors()]
+    problems = [
+        _describe(error, path, root, source)
+        for error in exc.errors()
+        for path in _item_paths(error)
+    ]
     # On one line, a missing key is reported last: an unknown key there is likely its typo.
     problems.sort(key=lambda problem: (problem[0], problem[1]))
     text = problems[0][2]
@@ -121,15 +137,29 @@ def _one_line(exc: ValidationError, root: Node, source: str) -> str:
     return f"{text}{more}"
 
 
-def _describe(error: ErrorDetails, root: Node, source: str) -> tuple[int, bool, str]:
-    """`(line, is_missing, "source:line: path: message")` for one pydantic error."""
-    loc: Loc = tuple(error["loc"])
+def _item_paths(error: ErrorDetails) -> list[tuple[Loc, str | None]]:
+    """`(path below the error's loc, message)` for each problem one pydantic error holds.
+
+    A plain error holds one, at its own loc, with pydantic's message (None); an
+    `ItemErrors` (the cross-reference checks) holds several.
+    """
     cause = error.get("ctx", {}).get("error")
+    if isinstance(cause, ItemErrors):
+        return [(item.path, str(item)) for item in cause.errors]
     if isinstance(cause, ItemError):
-        loc = (*loc, *cause.path)
+        return [(cause.path, None)]
+    return [((), None)]
+
+
+def _describe(
+    error: ErrorDetails, item: tuple[Loc, str | None], root: Node, source: str
+) -> tuple[int, bool, str]:
+    """`(line, is_missing, "source:line: path: message")` for one problem."""
+    below, message = item
+    loc: Loc = (*error["loc"], *below)
     line = _locate(root, loc)
     prefix = f"{source}:{line}: {_path(loc)}: " if loc else f"{source}:{line}: "
-    return line, error["type"] == "missing", prefix + _message(error)
+    return line, error["type"] == "missing", prefix + (message or _message(error))
 
 
 def _message(error: ErrorDetails) -> str:

@@ -1,8 +1,11 @@
-"""Request bodies as inference requests: scanning, parsing and (later) rewriting."""
+"""Request bodies as inference requests: scanning, parsing, prompt extraction, rewriting."""
 
 from kinference.requests.fields import Fields, LargeValue, MalformedRequest, read_fields
-from kinference.requests.parse import InferenceRequest, Shape, parse_request
+from kinference.requests.parse import InferenceRequest, parse_request
+from kinference.requests.prompt import Prompt
+from kinference.requests.rewrite import RewritePlan, rewrite
 from kinference.requests.scan import JsonScanner
+from kinference.requests.shapes import Shape
 
 __all__ = [
     "Fields",
@@ -10,7 +13,10 @@ __all__ = [
     "JsonScanner",
     "LargeValue",
     "MalformedRequest",
+    "Prompt",
+    "RewritePlan",
     "Shape",
     "parse_request",
     "read_fields",
+    "rewrite",
 ]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinference.bodies import Body
-from kinference.requests.scan import MAX_DEPTH, MAX_MEMBERS, JsonScanner, Member
+from kinference.requests.scan import MAX_DEPTH, MAX_MEMBERS, JsonScanner, LongString, Member
 
 # Values up to this size are parsed (and so validated) in full at Pick time; larger ones -
 # base64 images, book-length prompts - keep only their span and the scanner's structural
@@ -32,14 +32,17 @@ class LargeValue:
 class Fields:
     """The body's top-level fields (last one wins for a repeated key).
 
-    `spans`, `open_at` and `close_at` locate members in the body when the upload scanned it
-    (large bodies); they are empty and -1 for a body parsed whole.
+    `spans` (the member each key's value came from), `members` (every member in order,
+    repeats included), `open_at`, `close_at` and `long_strings` locate things in the body
+    when it was scanned (large bodies); they are empty and -1 for a body parsed whole.
     """
 
     values: dict[str, Any]
     spans: dict[str, Member]
     open_at: int
     close_at: int
+    members: tuple[tuple[str, Member], ...] = ()
+    long_strings: tuple[LongString, ...] = ()
 
 
 def scan_body(body: Body) -> JsonScanner:
@@ -88,11 +91,29 @@ def _read_spans(body: Body) -> Fields:
         raise MalformedRequest(reason)
     values: dict[str, Any] = {}
     spans: dict[str, Member] = {}
+    members = []
     for member in scanner.members:
         key = _decode_key(body, member)
         values[key] = _decode_value(body, key, member)
         spans[key] = member
-    return Fields(values, spans, scanner.open_at, scanner.close_at)
+        members.append((key, member))
+    return Fields(
+        values,
+        spans,
+        scanner.open_at,
+        scanner.close_at,
+        tuple(members),
+        tuple(scanner.long_strings),
+    )
+
+
+def member_keys(body: Body) -> tuple[list[tuple[str, Member]], JsonScanner]:
+    """Every top-level member of a valid body with its decoded key, scanning it if needed."""
+    scanner = scan_body(body)
+    reason = scanner.finish_reason()
+    if reason is not None:
+        raise MalformedRequest(reason)
+    return [(_decode_key(body, member), member) for member in scanner.members], scanner
 
 
 def _may_break_scan_limits(raw: bytes) -> bool:

@@ -1,73 +1,38 @@
-"""Which ready endpoints serve which model, in which pool: the picker's candidate source."""
+"""Which endpoints serve which model in which pool, as worker-table slots."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
 
-from kinference.config import Policy
-
-
-@dataclass(frozen=True, slots=True)
-class PoolRef:
-    """A pool's identity: `namespace/name`, as in an InferencePool reference."""
-
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One endpoint that can serve a model, with the pool it is reached through."""
-
-    endpoint: str
-    pool: PoolRef
-
-
-class NoCandidates(LookupError):
-    """No ready endpoint serves the model where the caller asked; the message says why."""
+from kinference.config import Pool
+from kinference.routing.table import IndexArray, WorkerTable
 
 
 class Catalog:
-    """An immutable index of the policy's pools, rebuilt whenever the policy changes.
+    """An immutable index of pools (by `namespace/name`), rebuilt when pools change.
 
-    Static endpoints from the policy file count as ready.
+    Slot arrays are computed once per (pool, model), so a Pick only slices numpy arrays.
     """
 
-    def __init__(self, policy: Policy) -> None:
-        self._by_pool: dict[PoolRef, dict[str, tuple[str, ...]]] = {}
-        for pool in policy.pools:
-            ref = PoolRef(pool.namespace, pool.name)
-            self._by_pool[ref] = {model: tuple(pool.endpoints) for model in pool.models}
+    def __init__(self, pools: Iterable[Pool], table: WorkerTable) -> None:
+        self._slots: dict[tuple[str, str], IndexArray] = {}
+        self._pools: dict[str, Pool] = {}
+        for pool in pools:
+            self._pools[pool.ref] = pool
+            slots = table.slots(pool.endpoints)
+            for model in pool.models:
+                self._slots[pool.ref, model] = slots
 
     @property
-    def pools(self) -> tuple[PoolRef, ...]:
-        return tuple(self._by_pool)
+    def pools(self) -> tuple[Pool, ...]:
+        return tuple(self._pools.values())
 
-    def candidates(self, model: str, pool: PoolRef | None) -> list[Candidate]:
-        """Ready endpoints serving `model`: in `pool` when named, else in every pool."""
-        if pool is not None:
-            return self._in_pool(model, pool)
-        found = [
-            Candidate(endpoint, ref)
-            for ref, models in self._by_pool.items()
-            for endpoint in models.get(model, ())
-        ]
-        if not found:
-            if any(model in models for models in self._by_pool.values()):
-                raise NoCandidates(f"the pools serving model {model!r} have no ready endpoint")
-            raise NoCandidates(f"no pool serves model {model!r}")
-        return found
+    def has_pool(self, ref: str) -> bool:
+        return ref in self._pools
 
-    def _in_pool(self, model: str, pool: PoolRef) -> list[Candidate]:
-        models = self._by_pool.get(pool)
-        if models is None:
-            raise NoCandidates(f"pool {pool} is not known to this picker")
-        endpoints = models.get(model)
-        if endpoints is None:
-            raise NoCandidates(f"pool {pool} does not serve model {model!r}")
-        if not endpoints:
-            raise NoCandidates(f"pool {pool} has no ready endpoint")
-        return [Candidate(endpoint, pool) for endpoint in endpoints]
+    def slots(self, ref: str, model: str) -> IndexArray | None:
+        """Slots of the pool's endpoints serving `model`; None when the pool does not."""
+        return self._slots.get((ref, model))
+
+    def endpoints(self) -> set[str]:
+        return {endpoint for pool in self._pools.values() for endpoint in pool.endpoints}

@@ -1,34 +1,54 @@
-"""Requests picked and not yet finished: the load each endpoint carries right now."""
+"""Requests picked and not yet finished: the load each worker carries right now."""
 
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kinference.routing.catalog import Candidate
+from kinference.routing.decision import LocalChoice, ProviderChoice
+from kinference.routing.table import WorkerTable
+
+Destination = LocalChoice | ProviderChoice
+
+RECENT_LIMIT = 100_000  # released requests remembered for late Aborts (bounded memory)
 
 
 @dataclass(slots=True)
 class Assignment:
-    """Where one picked request went, and until when it counts as load without news."""
+    """Where one picked request went, for whom, and until when it counts as load."""
 
-    candidate: Candidate
-    model: str
+    destination: Destination
+    tenant: str
     picked_at: float  # monotonic seconds
     deadline: float  # monotonic seconds
     first_token_at: float | None = None
 
+    @property
+    def local(self) -> LocalChoice | None:
+        return self.destination if isinstance(self.destination, LocalChoice) else None
+
 
 class InFlight:
-    """Per-endpoint counts of requests between Pick and their final report, Abort or TTL."""
+    """Requests between Pick and their final report, Abort or TTL, counted per worker in
+    the worker table; released ones are remembered a while so a late Abort still tells
+    which provider failed."""
 
-    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        table: WorkerTable,
+        ttl_s: float,
+        *,
+        recent_ttl_s: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.table = table
         self.ttl_s = ttl_s
+        self.recent_ttl_s = recent_ttl_s
         self._clock = clock
         self._assignments: dict[int, Assignment] = {}
-        self._per_endpoint: Counter[str] = Counter()
+        self._recent: OrderedDict[int, tuple[float, Destination]] = OrderedDict()
 
     def __contains__(self, response_id: object) -> bool:
         return response_id in self._assignments
@@ -37,30 +57,51 @@ class InFlight:
         return len(self._assignments)
 
     def load(self, endpoint: str) -> int:
-        return self._per_endpoint[endpoint]
+        """Requests in flight on one endpoint (this instance's picks)."""
+        return int(self.table.inflight[self.table.slot(endpoint)])
 
     def per_endpoint(self) -> dict[str, int]:
-        return {endpoint: n for endpoint, n in self._per_endpoint.items() if n}
+        table = self.table
+        return {
+            table.endpoints[slot]: int(table.inflight[slot])
+            for slot in range(len(table))
+            if table.inflight[slot]
+        }
 
     def get(self, response_id: int) -> Assignment | None:
         return self._assignments.get(response_id)
 
-    def add(self, response_id: int, candidate: Candidate, model: str) -> Assignment:
+    def add(self, response_id: int, destination: Destination, tenant: str) -> Assignment:
         now = self._clock()
-        assignment = Assignment(candidate, model, now, now + self.ttl_s)
+        assignment = Assignment(destination, tenant, now, now + self.ttl_s)
         self._assignments[response_id] = assignment
-        self._per_endpoint[candidate.endpoint] += 1
+        if isinstance(destination, LocalChoice):
+            self.table.inflight[destination.slot] += 1
         return assignment
 
     def release(self, response_id: int) -> Assignment | None:
         """Stop counting a request; None if it was not in flight (already released)."""
         assignment = self._assignments.pop(response_id, None)
-        if assignment is not None:
-            endpoint = assignment.candidate.endpoint
-            self._per_endpoint[endpoint] -= 1
-            if self._per_endpoint[endpoint] <= 0:
-                del self._per_endpoint[endpoint]
+        if assignment is None:
+            return None
+        local = assignment.local
+        if local is not None:
+            self.table.inflight[local.slot] = max(self.table.inflight[local.slot] - 1, 0)
+        self._remember(response_id, assignment.destination)
         return assignment
+
+    def recent(self, response_id: int) -> Destination | None:
+        """Where a request went, in flight or released within `recent_ttl_s`."""
+        assignment = self._assignments.get(response_id)
+        if assignment is not None:
+            return assignment.destination
+        remembered = self._recent.get(response_id)
+        return None if remembered is None else remembered[1]
+
+    def _remember(self, response_id: int, destination: Destination) -> None:
+        self._recent[response_id] = (self._clock() + self.recent_ttl_s, destination)
+        if len(self._recent) > RECENT_LIMIT:
+            self._recent.popitem(last=False)
 
     def expire(self) -> list[int]:
         """Release every request that outlived the TTL; returns their response ids."""
@@ -72,4 +113,6 @@ class InFlight:
             expired.append(response_id)
         for response_id in expired:
             self.release(response_id)
+        while self._recent and next(iter(self._recent.values()))[0] <= now:
+            self._recent.popitem(last=False)
         return expired

@@ -6,7 +6,7 @@ import pytest
 
 from kinference.api import convert
 from kinference.errors import InvalidArgument
-from kinference.routing import Candidate, Outcome, PoolRef, QoS
+from kinference.routing import LocalChoice, Outcome, ProviderChoice, QoS
 from kinference.service import PickResult
 from kinference.v1 import picker_pb2 as pb
 
@@ -86,13 +86,13 @@ def test_pick_call_defaults() -> None:
         (pb.PickRequest.DEFERRABLE, QoS.DEFERRABLE),
     ],
 )
-def test_pick_call_qos(qos: int, expected: QoS) -> None:
+def test_pick_call_qos(qos: pb.PickRequest.QosClass.ValueType, expected: QoS) -> None:
     assert convert.pick_call(pb.PickRequest(body_stream_id=1, qos_class=qos)).qos is expected
 
 
 def test_pick_call_unknown_qos_is_invalid() -> None:
     request = pb.PickRequest(body_stream_id=1)
-    request.qos_class = 7  # an open enum carries values this build does not know
+    request.qos_class = 7  # type: ignore[assignment]  # an open enum carries values this build does not know
     with pytest.raises(InvalidArgument, match="qos_class 7"):
         convert.pick_call(request)
 
@@ -100,17 +100,14 @@ def test_pick_call_unknown_qos_is_invalid() -> None:
 @pytest.mark.parametrize(
     ("pool", "expected"),
     [
-        (pb.InferencePoolRef(namespace="team-b", name="big"), PoolRef("team-b", "big")),
-        (pb.InferencePoolRef(name="chat"), PoolRef("default", "chat")),
-        (
-            pb.InferencePoolRef(namespace="ns", name="p", resource_version="42"),
-            PoolRef("ns", "p"),
-        ),
+        (pb.InferencePoolRef(namespace="team-b", name="big"), "team-b/big"),
+        (pb.InferencePoolRef(name="chat"), "default/chat"),
+        (pb.InferencePoolRef(namespace="ns", name="p", resource_version="42"), "ns/p"),
         (pb.InferencePoolRef(), None),  # present but empty: no pool named
         (pb.InferencePoolRef(namespace="team-b"), None),
     ],
 )
-def test_pick_call_pool(pool: pb.InferencePoolRef, expected: PoolRef | None) -> None:
+def test_pick_call_pool(pool: pb.InferencePoolRef, expected: str | None) -> None:
     call = convert.pick_call(pb.PickRequest(body_stream_id=1, inference_pool=pool))
     assert call.pool == expected
 
@@ -127,7 +124,7 @@ def test_pick_response_ok() -> None:
     result = PickResult(
         Outcome.OK,
         response_id=77,
-        candidate=Candidate("10.0.0.5:8000", PoolRef("default", "chat")),
+        destination=LocalChoice("10.0.0.5:8000", 3, "default/chat", "llama", 2, 5),
         body_total_bytes=1234,
         requested_model="llama",
     )
@@ -139,6 +136,51 @@ def test_pick_response_ok() -> None:
     assert response.body_total_bytes == 1234
     assert response.requested_model == "llama"
     assert response.reason == ""
+
+
+def test_pick_response_degraded_keeps_destination_and_reason() -> None:
+    result = PickResult(
+        Outcome.DEGRADED,
+        response_id=5,
+        destination=LocalChoice("10.0.0.6:8000", 1, "default/chat", "llama"),
+        reason="no full prefix-cache signal: x",
+        body_total_bytes=10,
+        requested_model="llama",
+    )
+    response = convert.pick_response(result)
+    assert response.outcome == pb.PickResponse.DEGRADED
+    assert response.local.endpoint == "10.0.0.6:8000"
+    assert response.reason == "no full prefix-cache signal: x"
+
+
+@pytest.mark.parametrize(
+    ("ref", "path", "namespace", "name"),
+    [
+        ("ai/openai", "/v1/chat/completions", "ai", "openai"),
+        (
+            "default/azure.east",
+            "/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21",
+            "default",
+            "azure.east",
+        ),
+    ],
+)
+def test_pick_response_provider(ref: str, path: str, namespace: str, name: str) -> None:
+    result = PickResult(
+        Outcome.OK,
+        response_id=9,
+        destination=ProviderChoice(ref, path, "gpt-4o"),
+        body_total_bytes=99,
+        requested_model="llama",
+    )
+    response = convert.pick_response(result)
+    assert response.WhichOneof("destination") == "provider"
+    assert response.provider.backend_ref.namespace == namespace
+    assert response.provider.backend_ref.name == name
+    assert response.provider.path == path
+    assert response.response_id == 9
+    assert response.body_total_bytes == 99
+    assert response.requested_model == "llama"  # what the client asked for, not the served
 
 
 @pytest.mark.parametrize(
@@ -197,11 +239,11 @@ def test_final_report() -> None:
         (pb.AbortRequest.BACKEND_UNAUTHORIZED, "BACKEND_UNAUTHORIZED"),
     ],
 )
-def test_abort_reason(reason: int, name: str) -> None:
+def test_abort_reason(reason: pb.AbortRequest.Reason.ValueType, name: str) -> None:
     assert convert.abort_reason(pb.AbortRequest(reason=reason)) == name
 
 
 def test_unknown_abort_reason() -> None:
     request = pb.AbortRequest()
-    request.reason = 42
+    request.reason = 42  # type: ignore[assignment]
     assert convert.abort_reason(request) == "REASON_42"

@@ -16,6 +16,7 @@ from kinference.config import (
     load_policy,
     parse_policy,
 )
+from tests.config.helpers import policy_error
 
 EXAMPLE = """\
 pools:
@@ -24,15 +25,6 @@ pools:
     endpoints: ["10.0.0.5:8000", "10.0.0.6:8000"]
     models: ["meta-llama/Llama-3.1-8B-Instruct"]
 """
-
-
-def policy_error(text: str) -> str:
-    """The one-line message `parse_policy` raises for `text` as file `policy.yaml`."""
-    with pytest.raises(PolicyError) as caught:
-        parse_policy(text, source="policy.yaml")
-    message = str(caught.value)
-    assert "\n" not in message
-    return message
 
 
 def test_example_policy_parses() -> None:

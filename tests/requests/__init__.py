@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterator
+from typing import Any
 
 from kinference.bodies import Body, ByteBudget, Piece, Upload
-from kinference.requests import JsonScanner, MalformedRequest, parse_request
+from kinference.requests import InferenceRequest, JsonScanner, MalformedRequest, parse_request
 
 # Chunk sizes every document is fed in; None is the whole document as one chunk.
 CHUNKINGS: tuple[int | None, ...] = (1, 2, 3, 7, 64, None)
@@ -51,17 +54,7 @@ def scanned(data: bytes, size: int | None, *, views: bool = False) -> Outcome:
 
 def uploaded(data: bytes, size: int | None, observe_from: int) -> Outcome:
     """The outcome of a body received through an Upload that scans past `observe_from`."""
-    upload = Upload(
-        ByteBudget(1 << 40),
-        max_body_bytes=1 << 40,
-        declared_length=len(data),
-        client_request_id="",
-        observer_factory=JsonScanner,
-        observe_from_bytes=observe_from,
-    )
-    for piece in pieces_of(data, size):
-        upload.add(piece)
-    return outcome(upload.finish())
+    return outcome(uploaded_body(data, size, observe_from))
 
 
 def kind(result: Outcome) -> Outcome:
@@ -76,3 +69,38 @@ def all_scanned(data: bytes) -> Iterator[tuple[str, Outcome]]:
     yield "memoryview chunks of 5", scanned(data, 5, views=True)
     yield "upload scanning from byte 0", uploaded(data, 3, 0)
     yield "upload scanning from the middle", uploaded(data, 3, len(data) // 2)
+
+
+def whole_body(data: bytes) -> Body:
+    """A small body as Pick sees it when nobody scanned the upload."""
+    return Body([data] if data else [], reserved=len(data))
+
+
+def scanned_body(data: bytes, size: int | None = 7) -> Body:
+    """A body scanned chunk by chunk while it arrived."""
+    pieces = pieces_of(data, size)
+    return Body(pieces, reserved=len(data), observer=scanner_for(pieces))
+
+
+def uploaded_body(data: bytes, chunk: int | None = 1 << 20, observe_from: int = 256 * 1024) -> Body:
+    """A body received as the server receives it: scanned past `observe_from` as it arrives."""
+    upload = Upload(
+        ByteBudget(1 << 40),
+        max_body_bytes=1 << 40,
+        declared_length=len(data),
+        client_request_id="",
+        observer_factory=JsonScanner,
+        observe_from_bytes=observe_from,
+    )
+    for piece in pieces_of(data, chunk):
+        upload.add(piece)
+    return upload.finish()
+
+
+def parse_both(doc: dict[str, Any]) -> InferenceRequest:
+    """`doc` parsed whole and scanned, which must agree on everything but the spans."""
+    data = json.dumps(doc).encode()
+    request = parse_request(whole_body(data))
+    other = parse_request(scanned_body(data, 5))
+    assert dataclasses.replace(other, fields=request.fields) == request
+    return request

@@ -44,9 +44,9 @@ CHAT = [{"role": "user", "content": "hi"}]
         (doc(model="m", prompt="once upon"), ("ok", "m", Shape.COMPLETION, False)),
         (doc(model="m", prompt=["a", "b"]), ("ok", "m", Shape.COMPLETION, False)),
         (doc(model="m", prompt=[[1, 2], [3]]), ("ok", "m", Shape.COMPLETION, False)),
-        (doc(model="m", input="embed me"), ("ok", "m", Shape.INPUT, False)),
-        (doc(model="m", input=[1, 2]), ("ok", "m", Shape.INPUT, False)),
-        (doc(model="m", input=None), ("ok", "m", Shape.INPUT, False)),
+        (doc(model="m", input="embed me"), ("ok", "m", Shape.EMBEDDINGS, False)),
+        (doc(model="m", input=[1, 2]), ("ok", "m", Shape.EMBEDDINGS, False)),
+        (doc(model="m", input="hi", stream=True), ("ok", "m", Shape.RESPONSES, True)),
         # "messages" is checked first, then "prompt", then "input".
         (doc(model="m", prompt="p", messages=CHAT), ("ok", "m", Shape.CHAT, False)),
         (doc(input="i", model="m", prompt="p"), ("ok", "m", Shape.COMPLETION, False)),
@@ -82,6 +82,8 @@ def test_requests(data: bytes, expected: Outcome) -> None:
         (doc(model="m", messages={"a": 1}), '"messages" must be an array, got an object'),
         (doc(model="m", messages=None), '"messages" must be an array, got null'),
         (doc(model="m", prompt=5), '"prompt" must be a string or an array, got a number'),
+        (doc(model="m", input=None), '"input" must be a string or an array, got null'),
+        (doc(model="m", input={"a": 1}), '"input" must be a string or an array, got an object'),
         (doc(model="m", prompt=CHAT, stream="yes"), '"stream" must be true or false, got a string'),
         (doc(model="m", prompt="p", stream=1), '"stream" must be true or false, got a number'),
         (b'{"model":"m","prompt":"p",}', "invalid JSON"),
@@ -109,7 +111,8 @@ def test_stream_null_means_false() -> None:
 def test_whitespace_everywhere_and_escapes() -> None:
     data = (
         b' \r\n\t{ \r\n\t"mod\\u0065l" \r\n\t: \r\n\t"a\\\\\\"b" \r\n\t, \r\n\t'
-        b'"messages"\t:\t[ { "content" : "\\"\\\\" } ] \r\n\t, "stream" :true } \r\n\t'
+        b'"messages"\t:\t[ { "role":"user", "content" : "\\"\\\\" } ] \r\n\t, '
+        b'"stream" :true } \r\n\t'
     )
     assert check_same_everywhere(data) == ("ok", 'a\\"b', Shape.CHAT, True)
 
@@ -178,9 +181,10 @@ BLOB = b"QUJD" * (1 << 19)  # 2 MiB of base64, over STRICT_PARSE_BYTES
         ),
         (b'{"prompt":"' + BLOB + b'","model":"m"}', ("ok", "m", Shape.COMPLETION, False)),
         (b'{"prompt":["' + BLOB + b'"],"model":"m"}', ("ok", "m", Shape.COMPLETION, False)),
-        (b'{"input":{"x":"' + BLOB + b'"},"model":"m"}', ("ok", "m", Shape.INPUT, False)),
+        (b'{"input":["' + BLOB + b'"],"model":"m"}', ("ok", "m", Shape.EMBEDDINGS, False)),
+        (b'{"prompt":{"x":"' + BLOB + b'"},"model":"m"}', ("ok", "m", Shape.RESPONSES, False)),
     ],
-    ids=["chat-image", "prompt-string", "prompt-array", "input-object"],
+    ids=["chat-image", "prompt-string", "prompt-array", "input-array", "prompt-template"],
 )
 def test_large_value_still_parses_model(data: bytes, expected: Outcome) -> None:
     for size in (None, 65536, 1 << 20, 12_345):
@@ -194,7 +198,7 @@ def test_large_value_still_parses_model(data: bytes, expected: Outcome) -> None:
     [
         (b'{"model":"m","messages":"' + BLOB + b'"}', '"messages" must be an array, got a string'),
         (b'{"model":"m","messages":{"a":"' + BLOB + b'"}}', "must be an array, got an object"),
-        (b'{"model":"m","prompt":{"a":"' + BLOB + b'"}}', "got an object"),
+        (b'{"model":"m","input":{"a":"' + BLOB + b'"}}', "got an object"),
         (b'{"model":"m","prompt":"' + BLOB + b'"', "truncated"),
         (b'{"model":"m","prompt":"' + BLOB + b'"} }', "after the top-level object"),
     ],
@@ -207,7 +211,7 @@ def test_large_value_refusals(data: bytes, reason: str) -> None:
 
 
 def test_large_value_fields_keep_spans() -> None:
-    data = b'{"model":"m","messages":[{"content":"' + BLOB + b'"}]}'
+    data = b'{"model":"m","messages":[{"role":"user","content":"' + BLOB + b'"}]}'
     request = parse_request(Body(pieces_of(data, 1 << 20), reserved=len(data)))
     assert isinstance(request.fields.values["messages"], LargeValue)
     assert request.fields.spans["model"].value_end < request.fields.spans["messages"].value_start
@@ -266,7 +270,10 @@ def random_document(rng: random.Random) -> tuple[bytes, list[str]]:
         members.insert(rng.randrange(len(members) + 1), ("model", model))
     if rng.random() < 0.7:
         shape = rng.choice(["messages", "prompt", "input"])
-        value = rng.choice([[random_value(rng, 1)], random_text(rng), random_value(rng, 1)])
+        message = {"role": rng.choice(["user", "system"]), "content": random_text(rng)}
+        value = rng.choice(
+            [[random_value(rng, 1)], random_text(rng), random_value(rng, 1), [message], [message]]
+        )
         members.insert(rng.randrange(len(members) + 1), (shape, value))
     if rng.random() < 0.3:
         members.append(("stream", rng.choice([True, False, True, 0])))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kinference.requests import JsonScanner
-from kinference.requests.scan import MAX_DEPTH, MAX_MEMBERS
+from kinference.requests.scan import LONG_STRING_BYTES, MAX_DEPTH, MAX_MEMBERS
 from tests.requests import CHUNKINGS, pieces_of, scanner_for
 
 
@@ -207,3 +207,38 @@ def test_offsets_continue_across_chunks() -> None:
     scanner = scan(data, 1)
     assert (scanner.open_at, scanner.close_at) == (3, 9)
     assert (scanner.members[0].key_start, scanner.members[0].key_end) == (4, 7)
+
+
+# --- long strings ----------------------------------------------------------------------------
+
+
+def long_strings(scanner: JsonScanner) -> list[tuple[int, int, bool]]:
+    return [(s.start, s.end, s.escaped) for s in scanner.long_strings]
+
+
+@pytest.mark.parametrize("escape_at", [None, 0, 1, 30_000, LONG_STRING_BYTES - 1, 69_998])
+def test_long_strings_are_recorded_with_their_escapes(escape_at: int | None) -> None:
+    content = bytearray(b"x" * 70_000)
+    if escape_at is not None:
+        content[escape_at : escape_at + 2] = b"\\n"
+    short = b"y" * LONG_STRING_BYTES  # exactly the limit: not recorded
+    data = b'{"a":["' + short + b'",{"' + bytes(content) + b'":1}],"b":"z"}'
+    start = len(b'{"a":["' + short + b'",{')
+    expected = [(start, start + len(content) + 2, escape_at is not None)]
+    assert json.loads(data)["b"] == "z"
+    for size in (None, 1000, 4096, 65_536, 69_999):
+        assert long_strings(scan(data, size)) == expected, size
+    assert long_strings(scanner_for(pieces_of(data, 4096, views=True))) == expected
+    for cut in range(start - 2, start + 4):  # splits around the opening quote
+        assert long_strings(scanner_for([data[:cut], data[cut:]])) == expected
+    if escape_at is not None:
+        at = start + 1 + escape_at
+        for cut in range(at - 1, at + 3):  # splits around the backslash
+            assert long_strings(scanner_for([data[:cut], data[cut:]])) == expected
+
+
+def test_escaped_quotes_in_long_strings_count_as_escapes() -> None:
+    data = json.dumps({"k": "a" * 70_000 + '"' + "b" * 10}).encode()
+    (string,) = scan(data, 4096).long_strings
+    assert string.escaped
+    assert json.loads(data[string.start : string.end]) == json.loads(data)["k"]

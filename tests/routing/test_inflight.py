@@ -1,12 +1,16 @@
-"""InFlight: per-endpoint load between Pick and the final report, Abort or TTL."""
+"""InFlight: per-worker load between Pick and the final report, Abort or TTL; recently
+released destinations remembered for late Aborts."""
 
 from __future__ import annotations
 
-from kinference.routing import Candidate, InFlight, PoolRef
+import pytest
 
-POOL = PoolRef("default", "chat")
-A = Candidate("10.0.0.5:8000", POOL)
-B = Candidate("10.0.0.6:8000", POOL)
+from kinference.routing import InFlight, LocalChoice, ProviderChoice, WorkerTable
+from kinference.routing import inflight as inflight_module
+
+POOL = "default/chat"
+ENDPOINT_A, ENDPOINT_B = "10.0.0.5:8000", "10.0.0.6:8000"
+PROVIDER = ProviderChoice("ai/openai", "/v1/chat/completions", "gpt-4o-mini")
 
 
 class Clock:
@@ -17,36 +21,76 @@ class Clock:
         return self.now
 
 
-def test_counts_per_endpoint() -> None:
-    inflight = InFlight(ttl_s=10)
-    inflight.add(1, A, "m")
-    inflight.add(2, A, "m")
-    inflight.add(3, B, "m")
-    assert (inflight.load(A.endpoint), inflight.load(B.endpoint)) == (2, 1)
+@pytest.fixture
+def table() -> WorkerTable:
+    return WorkerTable()
+
+
+@pytest.fixture
+def a(table: WorkerTable) -> LocalChoice:
+    return LocalChoice(ENDPOINT_A, table.slot(ENDPOINT_A), POOL, "m")
+
+
+@pytest.fixture
+def b(table: WorkerTable) -> LocalChoice:
+    return LocalChoice(ENDPOINT_B, table.slot(ENDPOINT_B), POOL, "m")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def test_counts_per_endpoint(table: WorkerTable, a: LocalChoice, b: LocalChoice) -> None:
+    inflight = InFlight(table, ttl_s=10)
+    inflight.add(1, a, "t")
+    inflight.add(2, a, "t")
+    inflight.add(3, b, "t")
+    assert (inflight.load(ENDPOINT_A), inflight.load(ENDPOINT_B)) == (2, 1)
+    assert table.inflight[a.slot] == 2  # the load the scorers read
     assert inflight.load("10.9.9.9:1") == 0
-    assert inflight.per_endpoint() == {A.endpoint: 2, B.endpoint: 1}
+    assert inflight.per_endpoint() == {ENDPOINT_A: 2, ENDPOINT_B: 1}
     assert len(inflight) == 3
     assert 2 in inflight
     assert 4 not in inflight
 
 
-def test_release_once() -> None:
-    inflight = InFlight(ttl_s=10)
-    inflight.add(1, A, "m")
+def test_providers_carry_no_worker_load(table: WorkerTable, a: LocalChoice) -> None:
+    inflight = InFlight(table, ttl_s=10)
+    assignment = inflight.add(1, PROVIDER, "t")
+    assert assignment.local is None
+    assert assignment.destination == PROVIDER
+    assert len(inflight) == 1
+    assert inflight.per_endpoint() == {}
+    assert inflight.release(1) is assignment
+    assert table.inflight[a.slot] == 0
+
+
+def test_release_once(table: WorkerTable, a: LocalChoice) -> None:
+    inflight = InFlight(table, ttl_s=10)
+    inflight.add(1, a, "team-a")
     assignment = inflight.release(1)
     assert assignment is not None
-    assert assignment.candidate == A
-    assert assignment.model == "m"
+    assert assignment.destination == a
+    assert assignment.local == a
+    assert assignment.tenant == "team-a"
     assert inflight.release(1) is None
-    assert inflight.load(A.endpoint) == 0
+    assert inflight.load(ENDPOINT_A) == 0
     assert inflight.per_endpoint() == {}
     assert len(inflight) == 0
 
 
-def test_get_and_times() -> None:
-    clock = Clock()
-    inflight = InFlight(ttl_s=10, clock=clock)
-    inflight.add(1, A, "m")
+def test_load_never_goes_negative(table: WorkerTable, a: LocalChoice) -> None:
+    inflight = InFlight(table, ttl_s=10)
+    inflight.add(1, a, "")
+    table.inflight[a.slot] = 0  # e.g. reset elsewhere
+    inflight.release(1)
+    assert table.inflight[a.slot] == 0
+
+
+def test_get_and_times(table: WorkerTable, a: LocalChoice, clock: Clock) -> None:
+    inflight = InFlight(table, ttl_s=10, clock=clock)
+    inflight.add(1, a, "")
     assignment = inflight.get(1)
     assert assignment is not None
     assert (assignment.picked_at, assignment.deadline) == (50.0, 60.0)
@@ -54,30 +98,69 @@ def test_get_and_times() -> None:
     assert inflight.get(2) is None
 
 
-def test_expire_after_ttl() -> None:
-    clock = Clock()
-    inflight = InFlight(ttl_s=10, clock=clock)
-    inflight.add(1, A, "m")
+def test_expire_after_ttl(table: WorkerTable, a: LocalChoice, b: LocalChoice, clock: Clock) -> None:
+    inflight = InFlight(table, ttl_s=10, clock=clock)
+    inflight.add(1, a, "")
     clock.now += 5
-    inflight.add(2, B, "m")
-    inflight.add(3, A, "m")
+    inflight.add(2, b, "")
+    inflight.add(3, a, "")
     clock.now += 4.999
     assert inflight.expire() == []
     clock.now += 0.001
     assert inflight.expire() == [1]
-    assert inflight.per_endpoint() == {A.endpoint: 1, B.endpoint: 1}
+    assert inflight.per_endpoint() == {ENDPOINT_A: 1, ENDPOINT_B: 1}
     clock.now += 5
     assert inflight.expire() == [2, 3]
     assert len(inflight) == 0
     assert inflight.per_endpoint() == {}
 
 
-def test_expire_skips_released() -> None:
-    clock = Clock()
-    inflight = InFlight(ttl_s=1, clock=clock)
-    inflight.add(1, A, "m")
-    inflight.add(2, A, "m")
+def test_expire_skips_released(table: WorkerTable, a: LocalChoice, clock: Clock) -> None:
+    inflight = InFlight(table, ttl_s=1, clock=clock)
+    inflight.add(1, a, "")
+    inflight.add(2, a, "")
     inflight.release(1)
     clock.now += 2
     assert inflight.expire() == [2]
-    assert inflight.load(A.endpoint) == 0
+    assert inflight.load(ENDPOINT_A) == 0
+
+
+def test_recent_remembers_released_destinations(
+    table: WorkerTable, a: LocalChoice, clock: Clock
+) -> None:
+    inflight = InFlight(table, ttl_s=100, recent_ttl_s=30, clock=clock)
+    inflight.add(1, PROVIDER, "")
+    inflight.add(2, a, "")
+    assert inflight.recent(1) == PROVIDER  # in flight
+    assert inflight.recent(3) is None
+    inflight.release(1)
+    clock.now += 10
+    inflight.release(2)
+    assert inflight.recent(1) == PROVIDER  # released, still remembered
+    assert inflight.recent(2) == a
+    clock.now += 20  # 30 s after releasing 1
+    inflight.expire()
+    assert inflight.recent(1) is None
+    assert inflight.recent(2) == a
+    clock.now += 10
+    inflight.expire()
+    assert inflight.recent(2) is None
+
+
+def test_expired_requests_are_remembered_too(table: WorkerTable, clock: Clock) -> None:
+    inflight = InFlight(table, ttl_s=5, recent_ttl_s=30, clock=clock)
+    inflight.add(1, PROVIDER, "")
+    clock.now += 5
+    assert inflight.expire() == [1]
+    assert inflight.recent(1) == PROVIDER
+
+
+def test_recent_is_bounded(
+    table: WorkerTable, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inflight_module, "RECENT_LIMIT", 3)
+    inflight = InFlight(table, ttl_s=5, clock=clock)
+    for response_id in range(1, 6):
+        inflight.add(response_id, PROVIDER, "")
+        inflight.release(response_id)
+    assert [inflight.recent(i) for i in range(1, 6)] == [None, None, PROVIDER, PROVIDER, PROVIDER]

@@ -1,0 +1,177 @@
+"""Rewrite a request body for its destination by splicing member spans, never re-serialising.
+
+What a plan changes (and only when the request needs it):
+
+- `model` set to `plan.model` when given and different;
+- on a streaming CHAT or COMPLETION request with `plan.include_usage`: `stream_options`
+  gets `"include_usage": true` (the member is added, or the key set inside the existing
+  object, whose other keys stay);
+- on a CHAT request with `plan.max_tokens_field`: the other of max_tokens /
+  max_completion_tokens is renamed to it; when the target field is already set too, the
+  other one is dropped (the target's value wins). Completions, responses and Anthropic
+  bodies each have only one valid spelling, so they are left alone;
+- our `kinference` member is always removed: it is never forwarded.
+
+An untouched body is returned as is (the same object). A touched one is `Body.spliced` from
+edits on the member spans the scanner found (a body parsed whole is scanned here, on demand),
+so every untouched byte is shared with the original and only replacement bytes are new. With
+repeated keys, the last occurrence is the one that counts (as for `json.loads`): it is the one
+edited, and removal or renaming removes every occurrence.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import groupby
+from typing import Literal
+
+from kinference.bodies import Body
+from kinference.requests.fields import member_keys
+from kinference.requests.parse import HINT_FIELD, InferenceRequest
+from kinference.requests.scan import Member
+from kinference.requests.shapes import Shape
+
+Edit = tuple[int, int, bytes]  # (start, end, replacement) in body offsets
+MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
+
+_INCLUDE_USAGE = b'{"include_usage":true}'
+_USAGE_SHAPES = (Shape.CHAT, Shape.COMPLETION)
+
+
+@dataclass(frozen=True, slots=True)
+class RewritePlan:
+    """What the destination needs changed in the body; the default changes nothing."""
+
+    model: str | None = None
+    include_usage: bool = False
+    max_tokens_field: MaxTokensField | None = None
+
+
+@dataclass(slots=True)
+class _Changes:
+    """Member-level changes, by key."""
+
+    values: dict[str, bytes] = field(default_factory=dict)  # new value of the last occurrence
+    renames: dict[str, str] = field(default_factory=dict)  # new key of the last occurrence
+    dropped: set[str] = field(default_factory=set)  # every occurrence removed
+    repeats_dropped: set[str] = field(default_factory=set)  # all but the last removed
+    added: list[tuple[str, bytes]] = field(default_factory=list)  # new members at the end
+
+    def __bool__(self) -> bool:
+        return bool(self.values or self.renames or self.dropped or self.added)
+
+
+def rewrite(body: Body, request: InferenceRequest, plan: RewritePlan) -> Body:
+    """`body` rewritten by `plan` for `request` (parsed from it); the same object if untouched."""
+    changes = _changes(request, plan)
+    if not changes:
+        return body
+    members, close_at = _members(body, request)
+    return body.spliced(_edits(changes, members, close_at))
+
+
+def _changes(request: InferenceRequest, plan: RewritePlan) -> _Changes:
+    values = request.fields.values
+    changes = _Changes()
+    if HINT_FIELD in values:
+        changes.dropped.add(HINT_FIELD)
+    if plan.model is not None and plan.model != request.model:
+        changes.values["model"] = json.dumps(plan.model).encode()
+    if plan.include_usage and request.stream and request.shape in _USAGE_SHAPES:
+        _include_usage(values, changes)
+    if plan.max_tokens_field is not None and request.shape is Shape.CHAT:
+        _rename_max_tokens(values, plan.max_tokens_field, changes)
+    return changes
+
+
+def _include_usage(values: dict[str, object], changes: _Changes) -> None:
+    options = values.get("stream_options")
+    if isinstance(options, dict):  # parse_request allows only an object or null
+        if options.get("include_usage") is not True:
+            merged = {**options, "include_usage": True}
+            changes.values["stream_options"] = json.dumps(merged).encode()
+    elif "stream_options" in values:  # null
+        changes.values["stream_options"] = _INCLUDE_USAGE
+    else:
+        changes.added.append(("stream_options", _INCLUDE_USAGE))
+
+
+def _rename_max_tokens(values: dict[str, object], target: str, changes: _Changes) -> None:
+    source = "max_tokens" if target == "max_completion_tokens" else "max_completion_tokens"
+    if source not in values:
+        return
+    if values.get(target) is not None:  # both set: the target's spelling and value win
+        changes.dropped.add(source)
+        return
+    if target in values:  # a null target makes way for the renamed source
+        changes.dropped.add(target)
+    changes.renames[source] = target
+    changes.repeats_dropped.add(source)
+
+
+def _members(body: Body, request: InferenceRequest) -> tuple[list[tuple[str, Member]], int]:
+    """Every member with its key, in body order, and the offset of the closing brace."""
+    fields = request.fields
+    if fields.open_at >= 0:  # the body was scanned: spans are known
+        return list(fields.members), fields.close_at
+    members, scanner = member_keys(body)  # parsed whole: scan it now (small by construction)
+    return members, scanner.close_at
+
+
+def _edits(changes: _Changes, members: list[tuple[str, Member]], close_at: int) -> list[Edit]:
+    last = {key: index for index, (key, _) in enumerate(members)}
+    removed = [
+        key in changes.dropped or (key in changes.repeats_dropped and index != last[key])
+        for index, (key, _) in enumerate(members)
+    ]
+    edits: list[Edit] = []
+    for index, (key, member) in enumerate(members):
+        if removed[index] or last[key] != index:
+            continue
+        if key in changes.renames:
+            edits.append(
+                (member.key_start, member.key_end, json.dumps(changes.renames[key]).encode())
+            )
+        if key in changes.values:
+            edits.append((member.value_start, member.value_end, changes.values[key]))
+    spans = [member for _, member in members]
+    edits.extend(_removals(spans, removed))
+    if changes.added:
+        edits.append(_addition(changes.added, not all(removed), close_at))
+    # Body.spliced sorts by start, stably: an insertion must come before an edit that starts
+    # where it does, so order by (start, end) here.
+    return sorted(edits, key=lambda edit: (edit[0], edit[1]))
+
+
+def _removals(spans: list[Member], removed: list[bool]) -> Iterator[Edit]:
+    """One edit per run of removed members, taking exactly one comma with it.
+
+    A run followed by a member goes from its first key to that member's key (its commas
+    included); a run at the end goes from the comma after the member before it up to the
+    closing brace; a run of every member leaves `{}`.
+    """
+    for first, last in _runs(removed):
+        if last + 1 < len(spans):
+            yield spans[first].key_start, spans[last + 1].key_start, b""
+        elif first > 0:
+            yield spans[first - 1].value_end, spans[last].value_end, b""
+        else:
+            yield spans[first].key_start, spans[last].value_end, b""
+
+
+def _runs(flags: list[bool]) -> Iterator[tuple[int, int]]:
+    """(first, last) index of every run of True in `flags`."""
+    index = 0
+    for flag, group in groupby(flags):
+        length = sum(1 for _ in group)
+        if flag:
+            yield index, index + length - 1
+        index += length
+
+
+def _addition(added: list[tuple[str, bytes]], after_members: bool, close_at: int) -> Edit:
+    """New members inserted before the closing brace."""
+    text = b",".join(json.dumps(key).encode() + b":" + value for key, value in added)
+    return close_at, close_at, (b"," + text) if after_members else text

@@ -1,0 +1,118 @@
+"""Weighted scorers over candidate workers, computed as vectors.
+
+Each scorer maps the candidates to [0, 1] (higher is better); the choice is the highest
+weighted sum, ties broken at random. Unknown signals score as the candidates' typical value
+(0.5 when nothing is known), so a worker that was never scraped is neither favoured nor
+shunned. When load is far out of balance, prefix
+affinity is switched off for that pick (load wins), as sglang-router's balance override
+does: affinity must not pile a popular prompt onto one worker.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from kinference.routing.table import FloatArray, IndexArray, WorkerTable
+
+NEUTRAL = 0.5
+_TIE = 1e-9  # scores closer than this are a tie
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    prefix: float = 3.0
+    queue: float = 2.0
+    kv_cache: float = 2.0
+    latency: float = 1.0
+    lora: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Balance:
+    """Load imbalance (in-flight + queued) past which affinity is ignored."""
+
+    abs_threshold: float = 16.0
+    rel_threshold: float = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """The winner's position among the candidates, and why, for logs and tests."""
+
+    index: int
+    prefix_blocks: int
+    affinity_overridden: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """Per-slot engine readings for one Pick, NaN where unknown or stale."""
+
+    waiting: FloatArray
+    kv_usage: FloatArray
+
+
+def load_of(table: WorkerTable, slots: IndexArray, signals: Signals) -> FloatArray:
+    """Requests on each worker: picks in flight plus the engine's own queue when known."""
+    return table.inflight[slots] + np.fmax(signals.waiting[slots], 0.0)  # NaN: nothing queued
+
+
+def choose(
+    table: WorkerTable,
+    slots: IndexArray,
+    *,
+    model: str,
+    signals: Signals,
+    prefix_blocks: FloatArray,
+    total_blocks: int,
+    weights: Weights,
+    balance: Balance,
+    rng: random.Random,
+) -> Scored:
+    """Score every candidate slot and pick the best; `prefix_blocks[i]` is slot i's match."""
+    if len(slots) == 1:
+        return Scored(0, int(prefix_blocks[0]) if total_blocks else 0, False)
+    load = load_of(table, slots, signals)
+    low, high = float(load.min()), float(load.max())
+    overridden = high - low > balance.abs_threshold and high > balance.rel_threshold * low
+    score = weights.queue * (np.ones_like(load) if high <= low else (high - load) / (high - low))
+    kv = signals.kv_usage[slots]
+    if weights.kv_cache and not np.isnan(kv).all():
+        score += weights.kv_cache * _known_or_typical(1.0 - kv)
+    if weights.latency:
+        score += weights.latency * _latency(table, slots, model)
+    lora = table.lora_mask(model)
+    if weights.lora and lora is not None:
+        score += weights.lora * lora[slots]
+    if total_blocks and not overridden:
+        score += weights.prefix * (prefix_blocks / total_blocks)
+    best = np.flatnonzero(score >= score.max() - _TIE)
+    index = int(best[0]) if len(best) == 1 else int(rng.choice(best.tolist()))
+    return Scored(index, int(prefix_blocks[index]) if total_blocks else 0, overridden)
+
+
+def _known_or_typical(values: FloatArray) -> FloatArray:
+    """Unknown values score as the candidates' known average (neutral if none is known),
+    so a worker is neither favoured nor shunned for lacking metrics."""
+    unknown = np.isnan(values)
+    if not unknown.any():
+        return np.clip(values, 0.0, 1.0)
+    typical = float(values[~unknown].mean()) if not unknown.all() else NEUTRAL
+    return np.where(unknown, typical, np.clip(values, 0.0, 1.0))
+
+
+def _latency(table: WorkerTable, slots: IndexArray, model: str) -> FloatArray:
+    """Predicted time to first token plus a typical 64-token decode, best = 1."""
+    ttft = table.ttft_ms(model)[slots]
+    known = ~np.isnan(ttft)
+    if not known.any():
+        return np.full(len(slots), NEUTRAL)
+    itl = table.itl_ms(model)[slots]
+    itl_known = ~np.isnan(itl)
+    typical_itl = float(itl[itl_known].mean()) if itl_known.any() else 0.0  # unknown: typical
+    predicted = ttft + 64 * np.where(itl_known, itl, typical_itl)
+    best = max(float(predicted[known].min()), 1.0)
+    return np.where(known, best / np.maximum(predicted, 1.0), NEUTRAL)

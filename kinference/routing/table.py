@@ -1,0 +1,144 @@
+"""Per-worker routing signals as numpy arrays, so scoring costs the same for 8 or 512 workers.
+
+Every endpoint gets a stable slot the first time it is seen; arrays grow by doubling. Unknown
+values are NaN: a worker whose engine was never scraped, or whose scrape went stale, has an
+unknown queue and KV-cache use rather than a made-up zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+IndexArray = npt.NDArray[np.intp]
+
+EWMA_ALPHA = 0.2  # weight of a new latency observation in the running estimate
+
+# Representative gap of each ITL layout-1 bucket, milliseconds: the bucket's midpoint, and
+# 1500 ms for the open-ended last one.
+ITL_LAYOUT_1_MS = np.array(
+    [2.5, 7.5, 12.5, 17.5, 25, 35, 45, 62.5, 87.5, 125, 175, 250, 400, 750, 1500], dtype=np.float64
+)
+
+
+class WorkerTable:
+    """In-flight load, engine metrics, readiness and latency estimates per worker slot."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self._slots: dict[str, int] = {}
+        self.endpoints: list[str] = []
+        self.inflight: FloatArray = np.zeros(capacity)
+        self.waiting: FloatArray = np.full(capacity, np.nan)
+        self.running: FloatArray = np.full(capacity, np.nan)
+        self.kv_usage: FloatArray = np.full(capacity, np.nan)
+        self.ready: BoolArray = np.ones(capacity, dtype=bool)
+        self.scraped_at: FloatArray = np.full(capacity, np.nan)  # monotonic s of the reading
+        self.adapters: list[frozenset[str]] = []
+        self._lora: dict[str, BoolArray] = {}  # adapter name -> which slots have it loaded
+        self._ttft: dict[str, FloatArray] = {}  # per model, milliseconds (EWMA)
+        self._itl: dict[str, FloatArray] = {}  # per model, mean inter-token gap ms (EWMA)
+
+    def __len__(self) -> int:
+        return len(self.endpoints)
+
+    def slot(self, endpoint: str) -> int:
+        """The endpoint's slot, allocated on first sight."""
+        found = self._slots.get(endpoint)
+        if found is not None:
+            return found
+        slot = len(self.endpoints)
+        if slot >= len(self.inflight):
+            self._grow(max(2 * len(self.inflight), 1))
+        self._slots[endpoint] = slot
+        self.endpoints.append(endpoint)
+        self.adapters.append(frozenset())
+        return slot
+
+    def slots(self, endpoints: Iterable[str]) -> IndexArray:
+        return np.fromiter((self.slot(e) for e in endpoints), dtype=np.intp)
+
+    def _grow(self, capacity: int) -> None:
+        def grown(array: npt.NDArray[np.generic], fill: object) -> npt.NDArray[np.generic]:
+            bigger = np.full(capacity, fill, dtype=array.dtype)
+            bigger[: len(array)] = array
+            return bigger
+
+        self.inflight = grown(self.inflight, 0.0)  # type: ignore[assignment]
+        self.waiting = grown(self.waiting, np.nan)  # type: ignore[assignment]
+        self.running = grown(self.running, np.nan)  # type: ignore[assignment]
+        self.kv_usage = grown(self.kv_usage, np.nan)  # type: ignore[assignment]
+        self.ready = grown(self.ready, True)  # type: ignore[assignment]
+        self.scraped_at = grown(self.scraped_at, np.nan)  # type: ignore[assignment]
+        for name, mask in self._lora.items():
+            self._lora[name] = grown(mask, False)  # type: ignore[assignment]
+        for estimates in (self._ttft, self._itl):
+            for model, array in estimates.items():
+                estimates[model] = grown(array, np.nan)  # type: ignore[assignment]
+
+    def set_engine(
+        self,
+        slot: int,
+        *,
+        waiting: float | None,
+        running: float | None,
+        kv_usage: float | None,
+        adapters: frozenset[str] = frozenset(),
+        scraped_at: float | None = None,
+    ) -> None:
+        """Latest scraped engine metrics; None means unknown (never scraped, stale, failed)."""
+        self.waiting[slot] = np.nan if waiting is None else waiting
+        self.running[slot] = np.nan if running is None else running
+        self.kv_usage[slot] = np.nan if kv_usage is None else kv_usage
+        self.scraped_at[slot] = np.nan if scraped_at is None else scraped_at
+        for name in self.adapters[slot] - adapters:
+            self._lora[name][slot] = False
+        for name in adapters - self.adapters[slot]:
+            self._lora.setdefault(name, np.zeros(len(self.inflight), dtype=bool))[slot] = True
+        self.adapters[slot] = adapters
+
+    def engine_signals(self, now: float, max_age_s: float) -> tuple[FloatArray, FloatArray]:
+        """(waiting, KV-cache use) per slot, NaN where unknown or older than `max_age_s`.
+
+        Readings age out here rather than waiting for the next scrape's verdict, so a hung
+        engine's last (perhaps saturated) reading never outlives its staleness bound.
+        """
+        if np.isnan(self.scraped_at).all():  # no engine scraped (yet): all unknown
+            unknown = np.full(len(self.inflight), np.nan)
+            return unknown, unknown
+        fresh = (now - self.scraped_at) <= max_age_s  # NaN compares False: unknown
+        return np.where(fresh, self.waiting, np.nan), np.where(fresh, self.kv_usage, np.nan)
+
+    def lora_mask(self, adapter: str) -> BoolArray | None:
+        """Slots whose engine has `adapter` loaded (running or waiting), if any ever had."""
+        return self._lora.get(adapter)
+
+    def ttft_ms(self, model: str) -> FloatArray:
+        return self._estimates(self._ttft, model)
+
+    def itl_ms(self, model: str) -> FloatArray:
+        return self._estimates(self._itl, model)
+
+    def observe_ttft(self, slot: int, model: str, ttft_ms: float) -> None:
+        _ewma(self._estimates(self._ttft, model), slot, ttft_ms)
+
+    def observe_itl(self, slot: int, model: str, bucket_counts: tuple[int, ...]) -> None:
+        """Fold one response's layout-1 ITL bucket counts into the mean-gap estimate."""
+        counts = np.asarray(bucket_counts, dtype=np.float64)
+        total = counts.sum()
+        if total > 0:
+            _ewma(self._estimates(self._itl, model), slot, float(counts @ ITL_LAYOUT_1_MS / total))
+
+    def _estimates(self, table: dict[str, FloatArray], model: str) -> FloatArray:
+        array = table.get(model)
+        if array is None:
+            array = table[model] = np.full(len(self.inflight), np.nan)
+        return array
+
+
+def _ewma(array: FloatArray, slot: int, value: float) -> None:
+    old = array[slot]
+    array[slot] = value if np.isnan(old) else (1 - EWMA_ALPHA) * old + EWMA_ALPHA * value

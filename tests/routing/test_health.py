@@ -1,0 +1,291 @@
+"""Provider cool-downs: per reason, extended never shortened, capped, 5xx thresholds."""
+
+from __future__ import annotations
+
+import pytest
+
+from kinference.config import parse_policy
+from kinference.routing import CooldownPolicy, ProviderHealth, compile_policy
+from kinference.routing.health import (
+    NOT_FOUND,
+    RATE_LIMITED,
+    REASONS,
+    SERVER_ERROR,
+    UNAUTHORIZED,
+    UNRESOLVED,
+    reason_for_status,
+)
+from kinference.routing.table import WorkerTable
+
+P = "ai/openai"
+Q = "ai/azure"
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(500.0)
+
+
+@pytest.fixture
+def wall() -> Clock:
+    return Clock(1_700_000_000.0)
+
+
+@pytest.fixture
+def health(clock: Clock, wall: Clock) -> ProviderHealth:
+    return ProviderHealth(CooldownPolicy(), clock=clock, wall=wall)
+
+
+def test_default_seconds_per_reason() -> None:
+    assert CooldownPolicy().seconds == {
+        UNRESOLVED: 60.0,
+        UNAUTHORIZED: 300.0,
+        NOT_FOUND: 60.0,
+        RATE_LIMITED: 10.0,
+        SERVER_ERROR: 30.0,
+    }
+    assert set(REASONS) == set(CooldownPolicy().seconds)
+
+
+def test_compiled_from_the_policy_file() -> None:
+    policy = parse_policy(
+        """
+provider_health:
+  cooldown_s: {backend_unauthorized: 120, rate_limited: 2}
+  server_error_threshold: 5
+  server_error_window_s: 9
+  max_cooldown_s: 600
+"""
+    )
+    cooldowns = compile_policy(policy, WorkerTable()).cooldowns
+    assert cooldowns.seconds[UNAUTHORIZED] == 120
+    assert cooldowns.seconds[RATE_LIMITED] == 2
+    assert cooldowns.seconds[UNRESOLVED] == 60
+    assert set(cooldowns.seconds) == set(REASONS)
+    assert (cooldowns.server_error_threshold, cooldowns.server_error_window_s) == (5, 9)
+    assert cooldowns.max_cooldown_s == 600
+
+
+@pytest.mark.parametrize(
+    ("reason", "seconds"),
+    [
+        (UNRESOLVED, 60),
+        (UNAUTHORIZED, 300),
+        (NOT_FOUND, 60),
+        (RATE_LIMITED, 10),
+        (SERVER_ERROR, 30),
+    ],
+)
+def test_cooldown_per_reason(
+    health: ProviderHealth, clock: Clock, reason: str, seconds: float
+) -> None:
+    assert health.cooled(P) is None
+    cooldown = health.report(P, reason, "why")
+    assert cooldown.until == clock.now + seconds
+    assert cooldown.remaining(clock.now) == seconds
+    assert (cooldown.reason, cooldown.detail, cooldown.count) == (reason, "why", 1)
+    clock.now += seconds - 0.001
+    assert health.cooled(P) is cooldown
+    assert health.cooled(Q) is None
+    clock.now += 0.001
+    assert health.cooled(P) is None  # expired
+    assert health.active() == {}
+
+
+def test_unknown_reason_gets_a_minute(health: ProviderHealth, clock: Clock) -> None:
+    assert health.report(P, "something_else").until == clock.now + 60
+
+
+def test_repeat_extends(health: ProviderHealth, clock: Clock, wall: Clock) -> None:
+    first = health.report(P, UNRESOLVED, "dns")
+    clock.now += 50
+    wall.now += 50
+    again = health.report(P, UNRESOLVED, "dns again")
+    assert again is first
+    assert again.until == clock.now + 60  # 60 s from the repeat
+    assert again.count == 2
+    assert (again.first_seen, again.last_seen) == (wall.now - 50, wall.now)
+    assert again.detail == "dns again"
+
+
+def test_repeat_never_shortens(health: ProviderHealth, clock: Clock, wall: Clock) -> None:
+    health.report(P, UNAUTHORIZED, "401 from upstream")
+    until = clock.now + 300
+    clock.now += 1
+    wall.now += 1
+    cooldown = health.report(P, RATE_LIMITED, "429")  # 10 s would end sooner: kept at 300
+    assert cooldown.until == until
+    assert cooldown.count == 2
+    assert cooldown.remaining(clock.now) == 299
+    # The reason shown is the one that lasts: the shorter report changes neither it nor
+    # the detail, though it counts and is seen.
+    assert (cooldown.reason, cooldown.detail) == (UNAUTHORIZED, "401 from upstream")
+    assert cooldown.last_seen == wall.now
+    assert health.cooled(P) is cooldown
+
+
+def test_a_longer_repeat_takes_over_the_reason(health: ProviderHealth, clock: Clock) -> None:
+    health.report(P, RATE_LIMITED, "429")
+    clock.now += 1
+    cooldown = health.report(P, UNAUTHORIZED, "401")
+    assert cooldown.until == clock.now + 300
+    assert (cooldown.reason, cooldown.detail, cooldown.count) == (UNAUTHORIZED, "401", 2)
+    clock.now += 20  # long past the rate limit's own end
+    assert health.cooled(P) is cooldown
+
+
+def test_a_repeat_ending_at_the_same_time_takes_over_the_reason(
+    health: ProviderHealth, clock: Clock
+) -> None:
+    health.report(P, UNRESOLVED, "dns")  # 60 s
+    cooldown = health.report(P, NOT_FOUND, "404")  # 60 s, at the same instant
+    assert cooldown.until == clock.now + 60
+    assert (cooldown.reason, cooldown.detail, cooldown.count) == (NOT_FOUND, "404", 2)
+
+
+def test_capped_at_max(clock: Clock) -> None:
+    policy = CooldownPolicy(seconds={UNAUTHORIZED: 5000.0}, max_cooldown_s=100.0)
+    health = ProviderHealth(policy, clock=clock)
+    assert health.report(P, UNAUTHORIZED).until == clock.now + 100
+
+
+def test_lowering_the_cap_never_shortens_a_running_cooldown(clock: Clock) -> None:
+    health = ProviderHealth(CooldownPolicy(), clock=clock)
+    until = health.report(P, UNAUTHORIZED, "401").until  # 300 s
+    # A reload: App.apply_policy replaces the policy in place.
+    health.policy = CooldownPolicy(
+        seconds={**CooldownPolicy().seconds, UNAUTHORIZED: 100.0}, max_cooldown_s=100.0
+    )
+    clock.now += 1
+    cooldown = health.report(P, RATE_LIMITED, "429")
+    assert cooldown.until == until
+    assert (cooldown.reason, cooldown.detail) == (UNAUTHORIZED, "401")
+    cooldown = health.report(P, UNAUTHORIZED, "401 again")  # now capped at 100 s: shorter
+    assert cooldown.until == until
+    assert cooldown.detail == "401"
+    # A new cool-down after it ends is capped by the new policy.
+    clock.now = until
+    assert health.cooled(P) is None
+    assert health.report(P, UNAUTHORIZED).until == clock.now + 100
+
+
+def test_detail_is_bounded(health: ProviderHealth) -> None:
+    assert len(health.report(P, UNAUTHORIZED, "x" * 10_000).detail) == 200
+
+
+def test_an_expired_cooldown_starts_afresh(health: ProviderHealth, clock: Clock) -> None:
+    health.report(P, RATE_LIMITED)
+    clock.now += 11
+    fresh = health.report(P, RATE_LIMITED)
+    assert fresh.count == 1
+    assert fresh.until == clock.now + 10
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [
+        (200, None),
+        (0, None),
+        (302, None),
+        (400, None),
+        (401, UNAUTHORIZED),
+        (403, UNAUTHORIZED),
+        (404, NOT_FOUND),
+        (408, None),
+        (429, RATE_LIMITED),
+        (499, None),
+        (500, SERVER_ERROR),
+        (503, SERVER_ERROR),
+        (599, SERVER_ERROR),
+        (600, None),
+    ],
+)
+def test_status_to_reason(status: int, reason: str | None) -> None:
+    assert reason_for_status(status) == reason
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "seconds"),
+    [
+        (401, UNAUTHORIZED, 300),
+        (403, UNAUTHORIZED, 300),
+        (404, NOT_FOUND, 60),
+        (429, RATE_LIMITED, 10),
+    ],
+)
+def test_client_errors_cool_at_once(
+    health: ProviderHealth, clock: Clock, status: int, reason: str, seconds: float
+) -> None:
+    cooldown = health.upstream_status(P, status)
+    assert cooldown is not None
+    assert (cooldown.reason, cooldown.detail) == (reason, f"upstream status {status}")
+    assert cooldown.until == clock.now + seconds
+    assert health.cooled(P) is cooldown
+
+
+@pytest.mark.parametrize("status", [200, 201, 400, 422])
+def test_other_statuses_are_ignored(health: ProviderHealth, status: int) -> None:
+    assert health.upstream_status(P, status) is None
+    assert health.cooled(P) is None
+
+
+def test_server_errors_cool_past_the_threshold(health: ProviderHealth, clock: Clock) -> None:
+    assert health.upstream_status(P, 500) is None
+    clock.now += 10
+    assert health.upstream_status(P, 502) is None
+    assert health.cooled(P) is None
+    assert health.upstream_status(Q, 500) is None  # another provider's count is its own
+    clock.now += 10
+    cooldown = health.upstream_status(P, 503)  # the third within 30 s
+    assert cooldown is not None
+    assert cooldown.reason == SERVER_ERROR
+    assert cooldown.until == clock.now + 30
+    assert health.cooled(Q) is None
+
+
+def test_server_errors_outside_the_window_do_not_count(
+    health: ProviderHealth, clock: Clock
+) -> None:
+    for _ in range(2):
+        assert health.upstream_status(P, 500) is None
+    clock.now += 30  # the first two leave the window
+    assert health.upstream_status(P, 500) is None
+    clock.now += 29
+    assert health.upstream_status(P, 500) is None
+    assert health.upstream_status(P, 500) is not None  # three within 30 s
+
+
+def test_server_error_threshold_of_one(clock: Clock) -> None:
+    health = ProviderHealth(CooldownPolicy(server_error_threshold=1), clock=clock)
+    assert health.upstream_status(P, 500) is not None
+
+
+def test_clear(health: ProviderHealth, clock: Clock) -> None:
+    health.report(P, UNAUTHORIZED)
+    health.report(Q, RATE_LIMITED)
+    assert set(health.active()) == {P, Q}
+    assert health.clear(P)
+    assert not health.clear(P)
+    assert health.cooled(P) is None
+    assert set(health.active()) == {Q}
+    # Clearing forgets recent server errors too.
+    health.upstream_status(Q, 500)
+    health.upstream_status(Q, 500)
+    health.clear(Q)
+    assert health.upstream_status(Q, 500) is None
+
+
+def test_active_lists_only_running_cooldowns(health: ProviderHealth, clock: Clock) -> None:
+    health.report(P, RATE_LIMITED)
+    health.report(Q, UNAUTHORIZED)
+    clock.now += 10
+    assert set(health.active()) == {Q}
+    assert health.now() == clock.now

@@ -1,0 +1,201 @@
+"""Prefix-cache affinity: chained block hashes and the per-worker LRU index."""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import pytest
+
+from kinference.routing import PrefixIndex
+from kinference.routing.prefix import SEPARATOR, block_hashes
+
+BLOCK = 64
+
+
+def hashes(text: str, model: str = "m", *, max_blocks: int = 1024, block: int = BLOCK) -> list[int]:
+    return block_hashes(model, (text,), block_bytes=block, max_blocks=max_blocks)
+
+
+def text(blocks: int, fill: str = "a", tail: str = "") -> str:
+    return fill * (BLOCK * blocks) + tail
+
+
+# --- block_hashes ------------------------------------------------------------------------
+
+
+def test_one_hash_per_full_block() -> None:
+    assert hashes("") == []
+    assert hashes("x" * (BLOCK - 1)) == []  # a partial block is left out
+    assert len(hashes("x" * BLOCK)) == 1
+    assert len(hashes("x" * (2 * BLOCK + 63))) == 2
+    assert hashes("x" * (2 * BLOCK + 63)) == hashes("x" * 2 * BLOCK)
+    assert all(0 <= h < 2**64 for h in hashes(text(5)))
+
+
+def test_same_prefix_same_leading_hashes() -> None:
+    base = "".join(chr(ord("a") + i % 26) for i in range(3 * BLOCK))
+    longer = hashes(base + "more text after the shared prefix" * 10)
+    assert longer[:3] == hashes(base)
+    assert len(longer) > 3
+
+
+def test_hashes_are_chained() -> None:
+    original = hashes(text(4))
+    # A change in block 2 changes blocks 2 and 3 only; a change in block 0 changes all.
+    late = hashes(text(2) + "b" + "a" * (2 * BLOCK - 1))
+    assert late[:2] == original[:2]
+    assert late[2] != original[2]
+    assert late[3] != original[3]
+    early = hashes("b" + text(4)[1:])
+    assert all(e != o for e, o in zip(early, original, strict=True))
+    # Equal blocks at different positions hash differently: the chain includes the past.
+    assert len(set(original)) == 4
+
+
+def test_seeded_by_model() -> None:
+    assert hashes(text(3), "llama") != hashes(text(3), "qwen")
+    assert hashes(text(3), "llama")[0] != hashes(text(3), "qwen")[0]
+    assert hashes(text(3), "llama") == hashes(text(3), "llama")
+
+
+def test_segment_splits_differ() -> None:
+    def of(*segments: str) -> list[int]:
+        return block_hashes("m", segments, block_bytes=4, max_blocks=100)
+
+    assert of("ab", "cdefgh") != of("abc", "defgh")
+    assert of("abcd", "efgh") != of("abcdefgh")
+    assert of("abcd", "efgh") == of(f"abcd{SEPARATOR}efgh")  # the separator is the split
+    assert of("abc", "de")[:1] == of("abc", "xy")[:1]
+
+
+def test_max_blocks_cap() -> None:
+    full = hashes(text(10))
+    assert hashes(text(10), max_blocks=3) == full[:3]
+    assert hashes(text(10), max_blocks=10) == full
+    assert hashes(text(10), max_blocks=50) == full
+
+
+def test_block_size_is_in_utf8_bytes() -> None:
+    # 64 three-byte characters are 192 bytes: three blocks.
+    assert len(hashes("\u20ac" * 64)) == 3
+    # A lone surrogate does not raise.
+    assert len(hashes("\ud800" * 64)) == 3
+
+
+# --- PrefixIndex -------------------------------------------------------------------------
+
+
+def test_match_longest_prefix_per_worker() -> None:
+    index = PrefixIndex(blocks_per_worker=100)
+    prompt = hashes(text(6))
+    index.record(1, prompt[:2])
+    index.record(2, prompt[:5])
+    index.record(3, prompt)
+    assert index.match(prompt) == {1: 2, 2: 5, 3: 6}
+    assert index.match(prompt[:3]) == {1: 2, 2: 3, 3: 3}
+    assert index.match([]) == {}
+    assert index.match(hashes(text(6, fill="z"))) == {}
+    assert len(index) == 6  # distinct blocks, shared among workers
+
+
+def test_match_needs_the_first_block() -> None:
+    index = PrefixIndex(blocks_per_worker=100)
+    prompt = hashes(text(4))
+    other = hashes(text(4, fill="q"))
+    index.record(7, other)
+    assert index.match(prompt) == {}
+    # A prompt that diverges after block 1: worker 7 holds only the shared block.
+    shared = hashes(text(1, fill="q") + text(3, fill="r"))
+    assert index.match(shared) == {7: 1}
+
+
+def test_lru_keeps_the_earliest_blocks() -> None:
+    index = PrefixIndex(blocks_per_worker=4)
+    prompt = hashes(text(6))
+    index.record(0, prompt)  # more than fits: the trailing blocks go
+    assert index.match(prompt) == {0: 4}
+    assert len(index) == 4
+    other = hashes(text(2, fill="b"))
+    index.record(0, other)  # evicts the least recent: blocks 3 and 2 of the first prompt
+    assert index.match(prompt) == {0: 2}
+    assert index.match(other) == {0: 2}
+    index.record(0, prompt[:2])  # refreshed: now `other` is the oldest
+    index.record(0, hashes(text(2, fill="c")))
+    assert index.match(prompt) == {0: 2}
+    assert index.match(other) == {}
+
+
+def test_eviction_is_per_worker() -> None:
+    index = PrefixIndex(blocks_per_worker=2)
+    prompt = hashes(text(2))
+    index.record(0, prompt)
+    index.record(1, prompt)
+    index.record(1, hashes(text(2, fill="b")))
+    assert index.match(prompt) == {0: 2}
+    assert len(index) == 4
+
+
+def test_forget() -> None:
+    index = PrefixIndex(blocks_per_worker=10)
+    prompt = hashes(text(3))
+    index.record(0, prompt)
+    index.record(1, prompt[:1])
+    index.forget(0)
+    assert index.match(prompt) == {1: 1}
+    assert len(index) == 1
+    index.forget(0)  # again: nothing held
+    index.forget(99)
+    index.forget(1)
+    assert index.match(prompt) == {}
+    assert len(index) == 0
+
+
+class ReferenceIndex:
+    """The obvious implementation: an LRU list per worker, matched block by block."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.lru: dict[int, OrderedDict[int, None]] = {}
+
+    def record(self, slot: int, blocks: Sequence[int]) -> None:
+        lru = self.lru.setdefault(slot, OrderedDict())
+        for block in reversed(blocks):
+            lru[block] = None
+            lru.move_to_end(block)
+        while len(lru) > self.capacity:
+            lru.popitem(last=False)
+
+    def match(self, blocks: Sequence[int]) -> dict[int, int]:
+        result = {}
+        for slot, lru in self.lru.items():
+            count = 0
+            while count < len(blocks) and blocks[count] in lru:
+                count += 1
+            if count:
+                result[slot] = count
+        return result
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_match_agrees_with_a_reference(seed: int) -> None:
+    """Prompts built from a small tree of shared prefixes, recorded at random on few
+    workers with small LRUs: the binary search finds what a block-by-block walk finds."""
+    rng = random.Random(seed)
+    capacity = rng.choice([3, 5, 8, 20])
+    index, reference = PrefixIndex(capacity), ReferenceIndex(capacity)
+    stems = ["".join(rng.choice("ab") for _ in range(rng.randint(0, 6))) for _ in range(12)]
+    prompts = [hashes("".join(c * BLOCK for c in stem)) for stem in stems]
+    for _ in range(200):
+        slot = rng.randrange(4)
+        prompt = rng.choice(prompts)
+        index.record(slot, prompt)
+        reference.record(slot, prompt)
+        probe = rng.choice(prompts)
+        assert index.match(probe) == reference.match(probe)
+    if rng.random() < 0.5:
+        index.forget(0)
+        reference.lru.pop(0, None)
+    for probe in prompts:
+        assert index.match(probe) == reference.match(probe)

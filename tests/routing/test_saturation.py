@@ -1,0 +1,125 @@
+"""Saturation levels from engine metrics: FREE, SATURATED, OVERLOADED at the thresholds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kinference.routing import WorkerTable
+from kinference.routing.saturation import FREE, OVERLOADED, SATURATED, Saturation
+
+NOW = 50.0
+STALE_AFTER = 1.0
+
+
+def levels(saturation: Saturation, metrics: list[tuple[float | None, float | None]]) -> list[int]:
+    """Levels of workers whose engines just reported `(waiting, kv)` (None: unknown), read
+    through the table as the router reads them: fresh signals, sliced to the candidates."""
+    table = WorkerTable()
+    slots = table.slots(f"10.0.0.{i}:8000" for i in range(len(metrics)))
+    for slot, (queue, kv) in zip(slots, metrics, strict=True):
+        table.set_engine(int(slot), waiting=queue, running=1, kv_usage=kv, scraped_at=NOW)
+    waiting, kv_usage = table.engine_signals(NOW, STALE_AFTER)
+    result: list[int] = saturation.levels(waiting[slots], kv_usage[slots]).tolist()
+    return result
+
+
+def test_defaults() -> None:
+    assert Saturation() == Saturation(queue_depth=5, kv_cache=0.8)
+    assert (FREE, SATURATED, OVERLOADED) == (0, 1, 2)
+
+
+@pytest.mark.parametrize(
+    ("waiting", "level"),
+    [
+        (0, FREE),
+        (4, FREE),
+        (4.9, FREE),
+        (5, SATURATED),
+        (9, SATURATED),
+        (10, OVERLOADED),
+        (99, OVERLOADED),
+    ],
+)
+def test_queue_depth(waiting: float, level: int) -> None:
+    assert levels(Saturation(), [(waiting, 0.0)]) == [level]
+
+
+@pytest.mark.parametrize(
+    ("kv", "level"),
+    [
+        (0.0, FREE),
+        (0.79, FREE),
+        (0.8, SATURATED),
+        (0.89, SATURATED),
+        (0.9, OVERLOADED),  # halfway from the threshold to full
+        (1.0, OVERLOADED),
+    ],
+)
+def test_kv_cache(kv: float, level: int) -> None:
+    assert levels(Saturation(), [(0, kv)]) == [level]
+
+
+def test_either_signal_counts_and_the_worse_wins() -> None:
+    assert levels(Saturation(), [(5, 0.1), (0, 0.85), (10, 0.85), (6, 0.95), (1, 0.1)]) == [
+        SATURATED,
+        SATURATED,
+        OVERLOADED,
+        OVERLOADED,
+        FREE,
+    ]
+
+
+def test_unknown_metrics_are_never_saturated() -> None:
+    assert levels(Saturation(), [(None, None), (None, 0.99), (50, None), (None, 0.1)]) == [
+        FREE,
+        OVERLOADED,
+        OVERLOADED,
+        FREE,
+    ]
+
+
+def test_custom_thresholds() -> None:
+    saturation = Saturation(queue_depth=1, kv_cache=0.5)
+    assert levels(saturation, [(0, 0.0), (1, 0.0), (2, 0.0), (0, 0.5), (0, 0.75)]) == [
+        FREE,
+        SATURATED,
+        OVERLOADED,
+        SATURATED,
+        OVERLOADED,
+    ]
+
+
+def test_levels_follow_the_slots_order() -> None:
+    table = WorkerTable()
+    a, b = table.slot("10.0.0.1:8000"), table.slot("10.0.0.2:8000")
+    table.set_engine(b, waiting=10, running=0, kv_usage=0, scraped_at=NOW)
+    waiting, kv = table.engine_signals(NOW, STALE_AFTER)
+    slots = table.slots(["10.0.0.2:8000", "10.0.0.1:8000"])
+    assert Saturation().levels(waiting[slots], kv[slots]).tolist() == [OVERLOADED, FREE]
+    assert a == 0
+
+
+def test_levels_of_plain_arrays() -> None:
+    """One level per position of the (already sliced) candidate arrays."""
+    waiting = np.array([0.0, 5.0, np.nan, 10.0])
+    kv = np.array([0.95, 0.0, 0.8, np.nan])
+    assert Saturation().levels(waiting, kv).tolist() == [
+        OVERLOADED,
+        SATURATED,
+        SATURATED,
+        OVERLOADED,
+    ]
+    assert Saturation().levels(np.array([]), np.array([])).tolist() == []
+
+
+def test_a_stale_reading_is_never_saturated() -> None:
+    """A saturated reading older than the staleness bound is unknown, and unknown is FREE."""
+    table = WorkerTable()
+    slots = table.slots(["10.0.0.1:8000", "10.0.0.2:8000"])
+    table.set_engine(int(slots[0]), waiting=50, running=1, kv_usage=0.99, scraped_at=NOW)
+    table.set_engine(int(slots[1]), waiting=50, running=1, kv_usage=0.99, scraped_at=NOW + 1)
+    waiting, kv = table.engine_signals(NOW + STALE_AFTER, STALE_AFTER)
+    assert Saturation().levels(waiting[slots], kv[slots]).tolist() == [OVERLOADED, OVERLOADED]
+    waiting, kv = table.engine_signals(NOW + STALE_AFTER + 0.01, STALE_AFTER)
+    assert Saturation().levels(waiting[slots], kv[slots]).tolist() == [FREE, OVERLOADED]

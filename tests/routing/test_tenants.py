@@ -1,0 +1,187 @@
+"""TenantGate: first matching rule, model and QoS rejections, tokens per minute."""
+
+from __future__ import annotations
+
+import pytest
+
+from kinference.config import Policy, parse_policy
+from kinference.routing import TenantGate
+from kinference.routing.tenants import WINDOW_S, TokenWindow
+
+POOLS = """\
+pools:
+  - {name: chat, endpoints: ["10.0.0.5:8000"], models: [llama-8b-instruct, qwen]}
+models:
+  - {name: llama, aliases: [llama3], targets: [{pool: default/chat, model: llama-8b-instruct}]}
+"""
+RULES = """\
+tenants:
+  - {tenant: team-a, models: [llama], qos: [INTERACTIVE, BATCH], tokens_per_minute: 100}
+  - {tenant: team-b, models: [llama3, qwen]}
+  - {tenant: "", models: [qwen], qos: [DEFERRABLE]}
+  - {tenant: "*", models: [qwen], tokens_per_minute: 50}
+"""
+LLAMA = ("llama", "llama", "llama3")  # as asked, canonical, aliases
+LLAMA3 = ("llama3", "llama", "llama3")
+QWEN = ("qwen", "qwen")
+POOL_LLAMA = ("llama-8b-instruct", "llama-8b-instruct")
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def policy(rules: str = RULES, default: str = "allow") -> Policy:
+    return parse_policy(POOLS + rules + f"default_tenant_action: {default}\n")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def gate(clock: Clock) -> TenantGate:
+    return TenantGate(clock)
+
+
+@pytest.mark.parametrize(
+    ("tenant", "names", "qos", "rejected"),
+    [
+        ("team-a", LLAMA, "INTERACTIVE", None),
+        ("team-a", LLAMA3, "BATCH", None),  # an alias of an allowed entry
+        ("team-a", QWEN, "INTERACTIVE", "tenant 'team-a' may not use model 'qwen'"),
+        ("team-a", LLAMA, "DEFERRABLE", "tenant 'team-a' may not use QoS class DEFERRABLE"),
+        ("team-a", POOL_LLAMA, "INTERACTIVE", "may not use model 'llama-8b-instruct'"),
+        ("team-b", LLAMA, "DEFERRABLE", None),  # the entry's name, allowed by its alias
+        ("team-b", QWEN, "BATCH", None),
+        ("", QWEN, "DEFERRABLE", None),
+        ("", QWEN, "INTERACTIVE", "the empty tenant may not use QoS class INTERACTIVE"),
+        ("", LLAMA, "DEFERRABLE", "the empty tenant may not use model 'llama'"),
+        ("team-z", QWEN, "INTERACTIVE", None),  # "*"
+        ("team-z", LLAMA, "INTERACTIVE", "tenant 'team-z' may not use model 'llama'"),
+        ("*", QWEN, "INTERACTIVE", None),
+    ],
+)
+def test_rules(
+    gate: TenantGate, tenant: str, names: tuple[str, ...], qos: str, rejected: str | None
+) -> None:
+    reason = gate.check(policy(), tenant, names, qos)
+    if rejected is None:
+        assert reason is None
+    else:
+        assert reason is not None
+        assert rejected in reason
+
+
+def test_first_rule_wins(gate: TenantGate) -> None:
+    # Rules for team-a may not repeat (validation), but a named rule before "*" shadows it.
+    rules = 'tenants:\n  - {tenant: team-a, models: []}\n  - {tenant: "*"}\n'
+    assert gate.check(policy(rules), "team-a", QWEN, "BATCH") is not None
+    assert gate.check(policy(rules), "team-c", QWEN, "BATCH") is None
+
+
+def test_empty_tenant_only_matches_its_own_rule(gate: TenantGate) -> None:
+    rules = 'tenants:\n  - {tenant: "", models: []}\n'
+    assert gate.check(policy(rules), "", QWEN, "BATCH") is not None
+    assert gate.check(policy(rules), "team-a", QWEN, "BATCH") is None  # no rule: allow
+    assert gate.check(policy(rules, "reject"), "team-a", QWEN, "BATCH") is not None
+
+
+def test_star_never_matches_the_empty_tenant(gate: TenantGate) -> None:
+    rules = 'tenants:\n  - {tenant: "*"}\n'
+    assert gate.check(policy(rules, "reject"), "team-a", QWEN, "BATCH") is None
+    reason = gate.check(policy(rules, "reject"), "", QWEN, "BATCH")
+    assert reason == "the empty tenant matches no tenant rule"
+    assert gate.check(policy(rules, "allow"), "", QWEN, "BATCH") is None
+
+
+def test_default_tenant_action(gate: TenantGate) -> None:
+    assert gate.check(policy("", "allow"), "anyone", QWEN, "DEFERRABLE") is None
+    assert gate.check(policy("", "allow"), "", QWEN, "DEFERRABLE") is None
+    reason = gate.check(policy("", "reject"), "anyone", QWEN, "DEFERRABLE")
+    assert reason == "tenant 'anyone' matches no tenant rule"
+    assert gate.check(Policy(), "x", QWEN, "BATCH") is None  # the default is allow
+
+
+def test_empty_models_list_allows_none(gate: TenantGate) -> None:
+    rules = "tenants:\n  - {tenant: team-a, models: []}\n"
+    assert gate.check(policy(rules), "team-a", QWEN, "BATCH") is not None
+    assert gate.check(policy(rules), "team-a", LLAMA, "BATCH") is not None
+
+
+def test_tokens_per_minute(gate: TenantGate, clock: Clock) -> None:
+    rules = policy()
+    gate.record(rules, "team-a", 60)
+    assert gate.used("team-a") == 60
+    assert gate.check(rules, "team-a", LLAMA, "INTERACTIVE") is None
+    clock.now += 10
+    gate.record(rules, "team-a", 40)
+    reason = gate.check(rules, "team-a", LLAMA, "INTERACTIVE")
+    assert reason == "tenant 'team-a' used its budget: 100 of 100 tokens in the last minute"
+    clock.now += 50.5  # the first 60 tokens are 60.5 s old: out of the window
+    assert gate.used("team-a") == 40
+    assert gate.check(rules, "team-a", LLAMA, "INTERACTIVE") is None
+    clock.now += 10
+    assert gate.used("team-a") == 0
+
+
+def test_budget_is_checked_after_model_and_qos(gate: TenantGate) -> None:
+    rules = policy()
+    gate.record(rules, "team-a", 1000)
+    reason = gate.check(rules, "team-a", QWEN, "INTERACTIVE")
+    assert reason is not None
+    assert "model" in reason
+
+
+def test_star_gives_each_tenant_its_own_budget(gate: TenantGate) -> None:
+    rules = policy()
+    gate.record(rules, "team-x", 50)
+    assert gate.check(rules, "team-x", QWEN, "BATCH") is not None
+    assert gate.check(rules, "team-y", QWEN, "BATCH") is None
+    assert gate.used("team-y") == 0
+
+
+def test_only_budgeted_tenants_are_counted(gate: TenantGate) -> None:
+    rules = policy()
+    gate.record(rules, "team-b", 10_000)  # no budget
+    gate.record(rules, "", 10_000)  # no budget
+    gate.record(policy("", "allow"), "nobody", 10)  # no rule
+    gate.record(rules, "team-a", 0)
+    gate.record(rules, "team-a", -5)
+    assert gate.used("team-b") == gate.used("") == gate.used("nobody") == gate.used("team-a") == 0
+
+
+def test_usage_outlives_a_policy_reload(gate: TenantGate) -> None:
+    gate.record(policy(), "team-a", 100)
+    reloaded = policy("tenants:\n  - {tenant: team-a, tokens_per_minute: 150}\n")
+    assert gate.check(reloaded, "team-a", QWEN, "DEFERRABLE") is None
+    gate.record(reloaded, "team-a", 50)
+    assert gate.check(reloaded, "team-a", QWEN, "DEFERRABLE") is not None
+
+
+def test_window_slides_in_one_second_buckets() -> None:
+    assert WINDOW_S == 60.0
+    window = TokenWindow()
+    window.add(100.2, 1)
+    window.add(100.9, 2)  # same second: one bucket
+    window.add(101.0, 4)
+    assert window.used(101.5) == 7
+    assert window.used(159.99) == 7
+    assert window.used(160.0) == 4  # the bucket of second 100 is a full window old
+    assert window.used(160.99) == 4
+    assert window.used(161.0) == 0
+    assert window.total == 0
+    window.add(200.0, 3)
+    assert window.used(200.0) == 3
+
+
+def test_window_over_many_seconds() -> None:
+    window = TokenWindow()
+    for second in range(120):
+        window.add(second + 0.5, 1)
+        assert window.used(second + 0.5) == min(second + 1, 60)

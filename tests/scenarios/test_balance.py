@@ -1,0 +1,167 @@
+"""Prefix affinity, spreading and hot-spot protection over four fake vLLM engines."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from kinference.v1 import picker_pb2 as pb
+from tests.conftest import PickerFactory, RunningPicker
+from tests.scenarios.helpers import (
+    EnginesFactory,
+    chat,
+    finish,
+    pick_ok,
+    routing_yaml,
+    start_with,
+    system_prompt,
+    vllm_pool,
+    wait_engines,
+    where,
+)
+
+MODEL = "llama-8b-instruct"
+WORKERS = 4
+ABS_THRESHOLD = 16  # routing.balance.abs_threshold, the documented default
+
+
+async def _cluster(start_engines: EnginesFactory, start_picker: PickerFactory) -> RunningPicker:
+    engines = await start_engines(WORKERS)
+    policy = "pools:\n" + vllm_pool("chat", engines.endpoints, [MODEL]) + routing_yaml()
+    picker = await start_with(start_picker, policy)
+    await wait_engines(picker, engines.endpoints)
+    return picker
+
+
+async def _pick_finished(picker: RunningPicker, body: bytes) -> str:
+    """Pick, pull and report the end, so the pick leaves no load behind; returns where."""
+    result = await pick_ok(picker, body)
+    await finish(picker, result, prompt_tokens=10, completion_tokens=5)
+    return where(result)
+
+
+async def test_shared_system_prompt_sticks_to_one_worker_while_other_prompts_spread(
+    start_engines: EnginesFactory, start_picker: PickerFactory
+) -> None:
+    picker = await _cluster(start_engines, start_picker)
+    system = system_prompt("billing")
+    home = await _pick_finished(picker, chat(MODEL, "How do I read my invoice?", system))
+
+    questions = [f"Question {i}: why was I charged {i * 7} euros in month {i}?" for i in range(8)]
+    for question in questions:
+        assert await _pick_finished(picker, chat(MODEL, question, system)) == home
+
+    others: Counter[str] = Counter()
+    for i in range(24):
+        body = chat(MODEL, "Summarise the handbook.", system_prompt(f"topic-{i}"))
+        others[await _pick_finished(picker, body)] += 1
+    # Prompts that share nothing tie on every signal: the random tie-break spreads them
+    # (all 24 on two workers or fewer has a probability of about 1e-5).
+    assert len(others) >= 3, others
+
+    # The shared prompt's worker is still its home after the other traffic.
+    assert await _pick_finished(picker, chat(MODEL, "One more question.", system)) == home
+
+
+async def test_affinity_yields_to_load_before_it_makes_a_hot_spot(
+    start_engines: EnginesFactory, start_picker: PickerFactory
+) -> None:
+    picker = await _cluster(start_engines, start_picker)
+    system = system_prompt("support")
+    held: list[pb.PickResponse] = [
+        await pick_ok(picker, chat(MODEL, "Question 0: my order is late.", system))
+    ]
+    home = where(held[0])
+    # Repeat picks of the prompt, none finished: affinity keeps them on `home` while its
+    # lead in load is within the balance threshold, then load wins.
+    on_home = 1
+    for i in range(1, 3 * ABS_THRESHOLD):
+        result = await pick_ok(picker, chat(MODEL, f"Question {i}: my order is late.", system))
+        held.append(result)
+        if where(result) != home:
+            break
+        on_home += 1
+    assert on_home == ABS_THRESHOLD + 1, f"{on_home} picks stayed on {home}"
+    assert picker.app.inflight.load(home) == ABS_THRESHOLD + 1
+
+    # While `home` stays that far ahead, new picks of the same prompt go elsewhere.
+    elsewhere: Counter[str] = Counter()
+    for i in range(3 * ABS_THRESHOLD):
+        result = await pick_ok(picker, chat(MODEL, f"Follow-up {i}: still late.", system))
+        held.append(result)
+        elsewhere[where(result)] += 1
+    assert home not in elsewhere, elsewhere
+    assert len(elsewhere) == WORKERS - 1, elsewhere
+    assert min(elsewhere.values()) >= ABS_THRESHOLD - 4, elsewhere  # spread by load
+
+    for result in held:
+        await finish(picker, result)
+    assert not picker.app.inflight.per_endpoint()
+
+
+async def test_distinct_prompts_spread_over_all_workers(
+    start_engines: EnginesFactory, start_picker: PickerFactory
+) -> None:
+    picker = await _cluster(start_engines, start_picker)
+    picks = 120
+    fair = picks / WORKERS
+
+    # Finished one at a time: no load builds up, the tie-break alone spreads them.
+    finished: Counter[str] = Counter()
+    for i in range(picks):
+        finished[await _pick_finished(picker, chat(MODEL, f"Request {i:04d}: what is {i}?"))] += 1
+    assert len(finished) == WORKERS, finished
+    assert max(finished.values()) <= 2 * fair, finished
+
+    # Concurrent and held (a short greeting in common, below one prefix block): load spreads
+    # them evenly.
+    async def one(i: int) -> pb.PickResponse:
+        return await pick_ok(picker, chat(MODEL, f"Hi! Request {i:04d}: tell me about {i}."))
+
+    held: list[pb.PickResponse] = []
+    for start in range(0, picks, 20):
+        held += await asyncio.gather(*(one(i) for i in range(start, start + 20)))
+    concurrent = Counter(where(result) for result in held)
+    assert len(concurrent) == WORKERS, concurrent
+    assert max(concurrent.values()) <= 2 * fair, concurrent
+    assert max(concurrent.values()) - min(concurrent.values()) <= 2, concurrent
+
+
+async def test_shared_short_system_prompt_under_load_still_spreads(
+    start_engines: EnginesFactory, start_picker: PickerFactory
+) -> None:
+    """Every request shares a few prefix blocks (a short common system prompt) and stays in
+    flight: affinity must not pull them all onto the first worker that saw the prefix."""
+    picker = await _cluster(start_engines, start_picker)
+    system = system_prompt("assistant", chars=256)
+    held = [
+        await pick_ok(picker, chat(MODEL, f"Request {i:04d}: " + "details " * 40, system))
+        for i in range(120)
+    ]
+    spread = Counter(where(result) for result in held)
+    assert len(spread) == WORKERS, spread
+    assert max(spread.values()) <= 2 * len(held) / WORKERS, spread
+
+
+@pytest.mark.parametrize("chars", [4_000, 60_000])
+async def test_affinity_holds_under_light_load(
+    start_engines: EnginesFactory, start_picker: PickerFactory, chars: int
+) -> None:
+    """A few picks of a shared prompt in flight (far below the balance threshold) stay on
+    the worker that holds the prompt's prefix."""
+    picker = await _cluster(start_engines, start_picker)
+    system = system_prompt("legal", chars=chars)
+    held = [
+        await pick_ok(picker, chat(MODEL, f"Question {i}: is clause {i} valid?", system))
+        for i in range(6)
+    ]
+    assert len({where(result) for result in held}) == 1, [where(r) for r in held]
+
+
+@pytest.mark.parametrize("chars", [70_000, 200_000])
+async def test_affinity_holds_under_light_load_for_a_very_long_shared_prompt(
+    start_engines: EnginesFactory, start_picker: PickerFactory, chars: int
+) -> None:
+    await test_affinity_holds_under_light_load(start_engines, start_picker, chars)
