@@ -31,11 +31,12 @@ from kinference.routing.decision import (
     QoS,
     RouteQuery,
 )
+from kinference.routing.features import Signals
 from kinference.routing.health import ProviderHealth
 from kinference.routing.policy import RoutingPolicy
 from kinference.routing.prefix import PrefixIndex, block_hashes
 from kinference.routing.saturation import OVERLOADED, SATURATED
-from kinference.routing.scoring import Signals, choose
+from kinference.routing.scoring import choose
 from kinference.routing.table import IndexArray, WorkerTable
 from kinference.routing.tenants import TenantGate
 
@@ -114,11 +115,15 @@ class Router:
         if rejected is not None:
             return Decision(Outcome.POLICY_REJECTED, reason=rejected)
         stale_after = policy.engine_stale_after_s
-        attempt = _Attempt(
-            query, route, Signals(*self.table.engine_signals(self._clock(), stale_after))
-        )
+        attempt = _Attempt(query, route, self._signals(stale_after))
         decision = self._first(attempt, attempt.groups(route.primary))
         return decision if decision is not None else self._after_primaries(attempt)
+
+    def _signals(self, stale_after_s: float) -> Signals:
+        if not self.table.has_readings():
+            waiting, kv_usage = self.table.engine_signals(0.0, 0.0)
+            return Signals(waiting, kv_usage, known=False)
+        return Signals(*self.table.engine_signals(self._clock(), stale_after_s))
 
     def _after_primaries(self, attempt: _Attempt) -> Decision:
         overflow = attempt.groups(attempt.route.overflow)
@@ -211,6 +216,8 @@ class Router:
         if slots is None:
             return None
         signals = attempt.signals
+        if not signals.known:  # no engine metrics anywhere: every ready worker is free
+            return self._local(attempt, group, slots)
         levels = self.policy.saturation.levels(signals.waiting[slots], signals.kv_usage[slots])
         free = slots[levels < SATURATED]
         if len(free):

@@ -15,10 +15,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kinference.routing.features import Features, Signals
+from kinference.routing.scoring_small import small_scores
 from kinference.routing.table import FloatArray, IndexArray, WorkerTable
+
+__all__ = ["NEUTRAL", "Balance", "Features", "Scored", "Signals", "Weights", "choose", "load_of"]
 
 NEUTRAL = 0.5
 _TIE = 1e-9  # scores closer than this are a tie
+# Up to this many candidates, scores are computed on Python floats (`scoring_small`): numpy's
+# per-call overhead outweighs its vector speed on a handful of workers. The two give the
+# same scores (tests check it).
+SMALL_CANDIDATES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,14 +55,6 @@ class Scored:
     affinity_overridden: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Signals:
-    """Per-slot engine readings for one Pick, NaN where unknown or stale."""
-
-    waiting: FloatArray
-    kv_usage: FloatArray
-
-
 def load_of(table: WorkerTable, slots: IndexArray, signals: Signals) -> FloatArray:
     """Requests on each worker: picks in flight plus the engine's own queue when known."""
     return table.inflight[slots] + np.fmax(signals.waiting[slots], 0.0)  # NaN: nothing queued
@@ -75,23 +75,35 @@ def choose(
     """Score every candidate slot and pick the best; `prefix_blocks[i]` is slot i's match."""
     if len(slots) == 1:
         return Scored(0, int(prefix_blocks[0]) if total_blocks else 0, False)
-    load = load_of(table, slots, signals)
+    features = Features(table, slots, model, signals, prefix_blocks, total_blocks)
+    if len(slots) <= SMALL_CANDIDATES:
+        scores, overridden = small_scores(features, weights, balance)
+        top = max(scores)
+        ties = [i for i, score in enumerate(scores) if score >= top - _TIE]
+    else:
+        vector, overridden = vector_scores(features, weights, balance)
+        ties = np.flatnonzero(vector >= vector.max() - _TIE).tolist()
+    index = ties[0] if len(ties) == 1 else rng.choice(ties)
+    return Scored(index, int(prefix_blocks[index]) if total_blocks else 0, overridden)
+
+
+def vector_scores(f: Features, weights: Weights, balance: Balance) -> tuple[FloatArray, bool]:
+    """The weighted score of every candidate, as numpy vectors (for many candidates)."""
+    load = load_of(f.table, f.slots, f.signals)
     low, high = float(load.min()), float(load.max())
     overridden = high - low > balance.abs_threshold and high > balance.rel_threshold * low
     score = weights.queue * (np.ones_like(load) if high <= low else (high - load) / (high - low))
-    kv = signals.kv_usage[slots]
+    kv = f.signals.kv_usage[f.slots]
     if weights.kv_cache and not np.isnan(kv).all():
         score += weights.kv_cache * _known_or_typical(1.0 - kv)
     if weights.latency:
-        score += weights.latency * _latency(table, slots, model)
-    lora = table.lora_mask(model)
+        score += weights.latency * _latency(f.table, f.slots, f.model)
+    lora = f.table.lora_mask(f.model)
     if weights.lora and lora is not None:
-        score += weights.lora * lora[slots]
-    if total_blocks and not overridden:
-        score += weights.prefix * (prefix_blocks / total_blocks)
-    best = np.flatnonzero(score >= score.max() - _TIE)
-    index = int(best[0]) if len(best) == 1 else int(rng.choice(best.tolist()))
-    return Scored(index, int(prefix_blocks[index]) if total_blocks else 0, overridden)
+        score += weights.lora * lora[f.slots]
+    if f.total_blocks and not overridden:
+        score += weights.prefix * (f.prefix_blocks / f.total_blocks)
+    return score, overridden
 
 
 def _known_or_typical(values: FloatArray) -> FloatArray:

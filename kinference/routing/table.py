@@ -106,11 +106,15 @@ class WorkerTable:
         Readings age out here rather than waiting for the next scrape's verdict, so a hung
         engine's last (perhaps saturated) reading never outlives its staleness bound.
         """
-        if np.isnan(self.scraped_at).all():  # no engine scraped (yet): all unknown
+        if not self.has_readings():  # no engine scraped (yet): all unknown
             unknown = np.full(len(self.inflight), np.nan)
             return unknown, unknown
         fresh = (now - self.scraped_at) <= max_age_s  # NaN compares False: unknown
         return np.where(fresh, self.waiting, np.nan), np.where(fresh, self.kv_usage, np.nan)
+
+    def has_readings(self) -> bool:
+        """Whether any engine reading was ever taken (else every engine signal is unknown)."""
+        return not np.isnan(self.scraped_at).all()
 
     def lora_mask(self, adapter: str) -> BoolArray | None:
         """Slots whose engine has `adapter` loaded (running or waiting), if any ever had."""

@@ -1,0 +1,80 @@
+"""The scorers of `scoring` on Python floats, for a handful of candidates.
+
+Same formulas, same order of operations as `scoring.vector_scores`, so both give the same
+scores; this one avoids numpy's fixed cost per call, which dominates below ~16 workers.
+"""
+
+from __future__ import annotations
+
+from math import isnan
+from typing import TYPE_CHECKING
+
+from kinference.routing.features import Features
+
+if TYPE_CHECKING:
+    from kinference.routing.scoring import Balance, Weights
+
+NEUTRAL = 0.5  # as scoring.NEUTRAL
+DECODE_TOKENS = 64  # as in scoring._latency: a typical decode after the first token
+
+
+def small_scores(f: Features, weights: Weights, balance: Balance) -> tuple[list[float], bool]:
+    """The weighted score of every candidate, and whether affinity was overridden."""
+    waiting = f.signals.waiting[f.slots].tolist()
+    load = [
+        busy + (queued if queued > 0 else 0.0)  # NaN or negative: nothing queued
+        for busy, queued in zip(f.table.inflight[f.slots].tolist(), waiting, strict=True)
+    ]
+    low, high = min(load), max(load)
+    overridden = high - low > balance.abs_threshold and high > balance.rel_threshold * low
+    spread = high - low
+    score = [weights.queue * (1.0 if high <= low else (high - x) / spread) for x in load]
+    if weights.kv_cache:
+        _add(score, weights.kv_cache, _kv_scores(f.signals.kv_usage[f.slots].tolist()))
+    if weights.latency:
+        _add(score, weights.latency, _latency_scores(f))
+    lora = f.table.lora_mask(f.model)
+    if weights.lora and lora is not None:
+        _add(score, weights.lora, [1.0 if held else 0.0 for held in lora[f.slots].tolist()])
+    if f.total_blocks and not overridden:
+        blocks = f.prefix_blocks.tolist()
+        _add(score, weights.prefix, [b / f.total_blocks for b in blocks])
+    return score, overridden
+
+
+def _add(score: list[float], weight: float, values: list[float] | None) -> None:
+    if values is not None:
+        for i, value in enumerate(values):
+            score[i] += weight * value
+
+
+def _kv_scores(kv_usage: list[float]) -> list[float] | None:
+    """1 - KV use, clipped to [0, 1]; unknown as the known average. None if all unknown."""
+    free = [1.0 - used for used in kv_usage]
+    known = [value for value in free if not isnan(value)]
+    if not known:
+        return None
+    typical = _mean(known)
+    return [typical if isnan(value) else min(max(value, 0.0), 1.0) for value in free]
+
+
+def _latency_scores(f: Features) -> list[float]:
+    ttft = f.table.ttft_ms(f.model)[f.slots].tolist()
+    if all(isnan(value) for value in ttft):
+        return [NEUTRAL] * len(ttft)
+    itl = f.table.itl_ms(f.model)[f.slots].tolist()
+    itl_known = [value for value in itl if not isnan(value)]
+    typical_itl = _mean(itl_known) if itl_known else 0.0
+    predicted = [
+        first + DECODE_TOKENS * (typical_itl if isnan(gap) else gap)
+        for first, gap in zip(ttft, itl, strict=True)
+    ]
+    best = max(min(p for p, first in zip(predicted, ttft, strict=True) if not isnan(first)), 1.0)
+    return [
+        NEUTRAL if isnan(first) else best / max(p, 1.0)
+        for p, first in zip(predicted, ttft, strict=True)
+    ]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
