@@ -29,6 +29,7 @@ from typing import Literal
 
 from kinference.bodies import Body
 from kinference.requests.fields import member_keys
+from kinference.requests.members import ascii_members
 from kinference.requests.parse import HINT_FIELD, InferenceRequest
 from kinference.requests.scan import Member
 from kinference.requests.shapes import Shape
@@ -116,7 +117,11 @@ def _members(body: Body, request: InferenceRequest) -> tuple[list[tuple[str, Mem
     fields = request.fields
     if fields.open_at >= 0:  # the body was scanned: spans are known
         return list(fields.members), fields.close_at
-    members, scanner = member_keys(body)  # parsed whole: scan it now (small by construction)
+    if len(body.pieces) == 1 and isinstance(body.pieces[0], bytes):
+        found = ascii_members(body.pieces[0])  # parsed whole: find the spans at C speed
+        if found is not None:
+            return found
+    members, scanner = member_keys(body)  # else scan it now (small by construction)
     return members, scanner.close_at
 
 
