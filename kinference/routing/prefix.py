@@ -55,7 +55,10 @@ def block_hashes(
     the same in every process (no `hash()`), so replicas can share them.
     """
     data = _leading_bytes(segments, block_bytes * max_blocks)
-    count = min(len(data) // block_bytes, max_blocks)
+    return _hash_blocks(model, data, block_bytes, min(len(data) // block_bytes, max_blocks))
+
+
+def _hash_blocks(model: str, data: bytes, block_bytes: int, count: int) -> list[int]:
     if count == 0:
         return []
     raw = np.frombuffer(data, dtype=np.uint8, count=count * block_bytes).reshape(count, -1)
@@ -70,6 +73,35 @@ def block_hashes(
     chain = np.cumsum(blocks * inverse, dtype=np.uint64) * powers
     hashes: list[int] = _mix(chain).tolist()
     return hashes
+
+
+class PrefixHasher:
+    """`block_hashes` remembered for the most recent distinct prompt beginnings.
+
+    Prompts that share their first `max_blocks` blocks (a long shared system prompt, an
+    agent's fixed preamble, retries) have the same hashes: they are looked up by those exact
+    bytes instead of recomputed. Keys are at most `max_blocks` x `block_bytes` bytes each.
+    """
+
+    def __init__(self, capacity: int = 512) -> None:
+        self.capacity = capacity
+        self._cache: OrderedDict[tuple[str, int, bytes], tuple[int, ...]] = OrderedDict()
+
+    def hashes(
+        self, model: str, segments: Sequence[str], *, block_bytes: int, max_blocks: int
+    ) -> tuple[int, ...]:
+        data = _leading_bytes(segments, block_bytes * max_blocks)
+        count = min(len(data) // block_bytes, max_blocks)
+        key = (model, block_bytes, data[: count * block_bytes])
+        found = self._cache.get(key)
+        if found is not None:
+            self._cache.move_to_end(key)
+            return found
+        hashes = tuple(_hash_blocks(model, data, block_bytes, count))
+        self._cache[key] = hashes
+        if len(self._cache) > self.capacity:
+            self._cache.popitem(last=False)
+        return hashes
 
 
 def _mix(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:

@@ -34,7 +34,7 @@ from kinference.routing.decision import (
 from kinference.routing.features import Signals
 from kinference.routing.health import ProviderHealth
 from kinference.routing.policy import RoutingPolicy
-from kinference.routing.prefix import PrefixIndex, block_hashes
+from kinference.routing.prefix import PrefixHasher, PrefixIndex
 from kinference.routing.saturation import OVERLOADED, SATURATED
 from kinference.routing.scoring import choose
 from kinference.routing.table import IndexArray, WorkerTable
@@ -101,6 +101,8 @@ class Router:
         self.tenants = tenants
         self._rng = rng
         self._clock = clock  # the engine scraper's clock: readings are aged against it
+        self.hasher = PrefixHasher()
+        self._unknown: Signals | None = None
 
     def route(self, query: RouteQuery) -> Decision:
         policy, request = self.policy, query.request
@@ -120,10 +122,13 @@ class Router:
         return decision if decision is not None else self._after_primaries(attempt)
 
     def _signals(self, stale_after_s: float) -> Signals:
-        if not self.table.has_readings():
+        if self.table.has_readings():
+            return Signals(*self.table.engine_signals(self._clock(), stale_after_s))
+        unknown = self._unknown  # no engine scraped: the same all-unknown arrays every Pick
+        if unknown is None or len(unknown.waiting) != len(self.table.inflight):
             waiting, kv_usage = self.table.engine_signals(0.0, 0.0)
-            return Signals(waiting, kv_usage, known=False)
-        return Signals(*self.table.engine_signals(self._clock(), stale_after_s))
+            unknown = self._unknown = Signals(waiting, kv_usage, known=False)
+        return unknown
 
     def _after_primaries(self, attempt: _Attempt) -> Decision:
         overflow = attempt.groups(attempt.route.overflow)
@@ -248,7 +253,7 @@ class Router:
 
     def _local(self, attempt: _Attempt, group: tuple[Target, ...], slots: IndexArray) -> Decision:
         request, settings, model = attempt.query.request, self.policy.prefix, group[0].model
-        hashes = block_hashes(
+        hashes = self.hasher.hashes(
             model,
             request.prompt.segments,
             block_bytes=settings.block_bytes,
@@ -282,7 +287,7 @@ class Router:
             reason=reason,
             canonical_model=attempt.route.name,
             max_tokens_field=group[0].max_tokens_field,
-            prefix_hashes=tuple(hashes),
+            prefix_hashes=hashes,
         )
 
     def _pool_of(self, group: tuple[Target, ...], slot: int) -> str:

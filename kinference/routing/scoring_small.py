@@ -10,6 +10,7 @@ from math import isnan
 from typing import TYPE_CHECKING
 
 from kinference.routing.features import Features
+from kinference.routing.table import FloatArray
 
 if TYPE_CHECKING:
     from kinference.routing.scoring import Balance, Weights
@@ -20,22 +21,23 @@ DECODE_TOKENS = 64  # as in scoring._latency: a typical decode after the first t
 
 def small_scores(f: Features, weights: Weights, balance: Balance) -> tuple[list[float], bool]:
     """The weighted score of every candidate, and whether affinity was overridden."""
-    waiting = f.signals.waiting[f.slots].tolist()
+    slots = f.slots.tolist()  # element reads below beat a fancy index per array here
+    waiting = _values(f.signals.waiting, slots)
     load = [
         busy + (queued if queued > 0 else 0.0)  # NaN or negative: nothing queued
-        for busy, queued in zip(f.table.inflight[f.slots].tolist(), waiting, strict=True)
+        for busy, queued in zip(_values(f.table.inflight, slots), waiting, strict=True)
     ]
     low, high = min(load), max(load)
     overridden = high - low > balance.abs_threshold and high > balance.rel_threshold * low
     spread = high - low
     score = [weights.queue * (1.0 if high <= low else (high - x) / spread) for x in load]
     if weights.kv_cache:
-        _add(score, weights.kv_cache, _kv_scores(f.signals.kv_usage[f.slots].tolist()))
+        _add(score, weights.kv_cache, _kv_scores(_values(f.signals.kv_usage, slots)))
     if weights.latency:
-        _add(score, weights.latency, _latency_scores(f))
+        _add(score, weights.latency, _latency_scores(f, slots))
     lora = f.table.lora_mask(f.model)
     if weights.lora and lora is not None:
-        _add(score, weights.lora, [1.0 if held else 0.0 for held in lora[f.slots].tolist()])
+        _add(score, weights.lora, [1.0 if lora.item(slot) else 0.0 for slot in slots])
     if f.total_blocks and not overridden:
         blocks = f.prefix_blocks.tolist()
         _add(score, weights.prefix, [b / f.total_blocks for b in blocks])
@@ -58,11 +60,15 @@ def _kv_scores(kv_usage: list[float]) -> list[float] | None:
     return [typical if isnan(value) else min(max(value, 0.0), 1.0) for value in free]
 
 
-def _latency_scores(f: Features) -> list[float]:
-    ttft = f.table.ttft_ms(f.model)[f.slots].tolist()
+def _values(array: FloatArray, slots: list[int]) -> list[float]:
+    return [array.item(slot) for slot in slots]
+
+
+def _latency_scores(f: Features, slots: list[int]) -> list[float]:
+    ttft = _values(f.table.ttft_ms(f.model), slots)
     if all(isnan(value) for value in ttft):
         return [NEUTRAL] * len(ttft)
-    itl = f.table.itl_ms(f.model)[f.slots].tolist()
+    itl = _values(f.table.itl_ms(f.model), slots)
     itl_known = [value for value in itl if not isnan(value)]
     typical_itl = _mean(itl_known) if itl_known else 0.0
     predicted = [

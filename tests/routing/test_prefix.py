@@ -199,3 +199,19 @@ def test_match_agrees_with_a_reference(seed: int) -> None:
         reference.lru.pop(0, None)
     for probe in prompts:
         assert index.match(probe) == reference.match(probe)
+
+
+def test_hasher_gives_block_hashes_and_remembers_them() -> None:
+    from kinference.routing.prefix import PrefixHasher, block_hashes
+
+    hasher = PrefixHasher(capacity=2)
+    system = "You are a careful assistant. " * 40
+    for question in ("first", "second", "third"):
+        segments = (system, f"user: {question}")
+        expected = block_hashes("m", segments, block_bytes=64, max_blocks=8)
+        assert hasher.hashes("m", segments, block_bytes=64, max_blocks=8) == tuple(expected)
+    # The first 8 blocks lie in the shared system prompt: one entry serves every question.
+    assert len(hasher._cache) == 1
+    assert hasher.hashes("other", (system,), block_bytes=64, max_blocks=8) != tuple(expected)
+    hasher.hashes("m", ("x" * 600,), block_bytes=64, max_blocks=8)
+    assert len(hasher._cache) == 2  # capacity bounds the cache
