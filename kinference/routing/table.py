@@ -106,10 +106,7 @@ class WorkerTable:
         Readings age out here rather than waiting for the next scrape's verdict, so a hung
         engine's last (perhaps saturated) reading never outlives its staleness bound.
         """
-        if not self.has_readings():  # no engine scraped (yet): all unknown
-            unknown = np.full(len(self.inflight), np.nan)
-            return unknown, unknown
-        fresh = (now - self.scraped_at) <= max_age_s  # NaN compares False: unknown
+        fresh = (now - self.scraped_at) <= max_age_s  # NaN (never scraped) compares False
         return np.where(fresh, self.waiting, np.nan), np.where(fresh, self.kv_usage, np.nan)
 
     def has_readings(self) -> bool:
