@@ -15,10 +15,23 @@ import httpx
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 from prometheus_client import CollectorRegistry, start_http_server
+from redis.exceptions import RedisError
 
 from kinference.api.server import build_server
 from kinference.api.servicer import PickerServicer
 from kinference.bodies import BodyStore, ByteBudget
+from kinference.cluster.node import ClusterNode
+from kinference.cluster.outbox import Outbox
+from kinference.cluster.setup import (
+    BUDGET_MIN_GAP_S,
+    LEADERSHIP_S,
+    EngineSharing,
+    ProviderSharing,
+    build_node,
+    leased_budget,
+    scraped_pools,
+)
+from kinference.cluster.telemetry import ClusterCollector
 from kinference.config import Policy, PolicyWatcher
 from kinference.metrics import Metrics
 from kinference.requests import JsonScanner
@@ -60,7 +73,8 @@ class App:
         )
         self.table = WorkerTable()
         routing = compile_policy(policy, self.table)
-        self.inflight = InFlight(self.table, settings.request_ttl_s)
+        self.outbox = Outbox() if settings.redis_url else None
+        self.inflight = InFlight(self.table, settings.request_ttl_s, journal=self.outbox)
         self.router = Router(
             routing,
             table=self.table,
@@ -77,7 +91,12 @@ class App:
         self.scraper = _engine_scraper(
             policy, self._http, self.metrics.registry, self._on_engine_update
         )
-        self.scraper.set_targets(_engine_targets(policy))
+        self.policy = policy
+        self.cluster: ClusterNode | None = None
+        self.sharing: EngineSharing | None = None
+        if self.outbox is not None:
+            self._build_cluster(self.outbox)
+        self.scraper.set_targets(self._engine_targets())
         self.watcher = (
             PolicyWatcher(
                 settings.config, self.apply_policy, registry=self.metrics.registry, current=policy
@@ -85,18 +104,58 @@ class App:
             if settings.config
             else None
         )
-        self.service = PickerService(self.store, self.router, self.inflight, self.metrics)
+        self.service = PickerService(
+            self.store,
+            self.router,
+            self.inflight,
+            self.metrics,
+            shared_gap=self.cluster.gap if self.cluster is not None else lambda: None,
+        )
         self.health = HealthServicer()
         servicer = PickerServicer(self.service, self.metrics, settings.body_idle_timeout_s)
         self.server = build_server(servicer, self.health)
         self.metrics.buffered_limit_bytes.set(settings.max_buffered_bytes)
         self.metrics.watch_buffers(lambda: budget.used, lambda: self.store.held_bodies)
-        self.metrics.watch_inflight(self.inflight.per_endpoint)
+        self.metrics.watch_inflight(self.inflight.per_endpoint, lambda: self.inflight.own)
         self.metrics.watch_providers(self.router.health.active, self.router.health.now)
         self.port = 0
         self.metrics_port = 0
         self._metrics_server: Any = None
         self._reaper: asyncio.Task[None] | None = None
+
+    def _build_cluster(self, outbox: Outbox) -> None:
+        self.cluster = build_node(
+            self.settings,
+            table=self.table,
+            prefix=self.router.prefix,
+            outbox=outbox,
+            own_load=lambda: self.inflight.own,
+        )
+        self.sharing = EngineSharing(self.cluster, self._retarget_scrapes)
+        self.sharing.pools = scraped_pools(self.policy.pools)
+        self.cluster.add_loop("leadership", self.sharing.claim, LEADERSHIP_S)
+        providers = ProviderSharing(
+            self.cluster, self.router.health, lambda: [p.ref for p in self.policy.providers]
+        )
+        self.cluster.add_loop("blacklist", providers.sync, 0.0)
+        self.cluster.view.on_cooled = providers.on_remote_cooled
+        self.router.tenants.budget, sync_budgets = leased_budget(self.cluster)
+        self.cluster.add_loop("budgets", sync_budgets, BUDGET_MIN_GAP_S)
+        self.metrics.registry.register(ClusterCollector(self.cluster))
+
+    def _retarget_scrapes(self) -> None:
+        self.scraper.set_targets(self._engine_targets())
+
+    def _engine_targets(self) -> dict[str, tuple[str, str | None]]:
+        """Endpoints whose engine metrics this replica scrapes: those of pools naming an
+        engine (in a cluster, only the pools it leads while Redis answers)."""
+        sharing = self.sharing
+        return {
+            endpoint: (pool.engine, pool.metrics_path)
+            for pool in self.policy.pools
+            if pool.engine != "none" and (sharing is None or sharing.scrapes(pool.ref))
+            for endpoint in pool.endpoints
+        }
 
     async def start(self) -> None:
         """Bind, start serving and report SERVING; `port` is the bound gRPC port."""
@@ -110,6 +169,8 @@ class App:
         await self.scraper.start()
         if self.watcher is not None:
             self.watcher.start()
+        if self.cluster is not None:
+            await self.cluster.start(bootstrap_timeout_s=self.settings.redis_stale_after_s)
         await self.health.set("", _SERVING)
         await self.health.set("kinference.v1.Picker", _SERVING)
         log.info("kinference listening on %s (gRPC port %d)", self.settings.listen, self.port)
@@ -150,7 +211,10 @@ class App:
         self.router.policy = routing
         self.router.health.policy = routing.cooldowns
         self.router.prefix.blocks_per_worker = policy.routing.prefix.lru_blocks_per_worker
-        self.scraper.set_targets(_engine_targets(policy))
+        self.policy = policy
+        if self.sharing is not None:
+            self.sharing.pools = scraped_pools(policy.pools)
+        self.scraper.set_targets(self._engine_targets())
         log.info("policy reloaded: %d pools, %d models", len(policy.pools), len(policy.models))
 
     def _on_engine_update(self, endpoint: str, snapshot: EngineSnapshot | None) -> None:
@@ -159,6 +223,8 @@ class App:
         # again: ready, with unknown metrics.
         scraped = endpoint in self.scraper.endpoints
         self.table.ready[slot] = self.scraper.ready(endpoint) if scraped else True
+        if self.sharing is not None and scraped:
+            self.sharing.publish(endpoint, snapshot, bool(self.table.ready[slot]))
         if snapshot is None:
             self.table.set_engine(slot, waiting=None, running=None, kv_usage=None)
             return
@@ -175,6 +241,8 @@ class App:
         """Stop background work and the metrics endpoint (idempotent)."""
         if self.watcher is not None:
             await self.watcher.aclose()
+        if self.cluster is not None:
+            await self._leave_cluster(self.cluster)
         await self.scraper.aclose()
         await self._http.aclose()
         if self._reaper is not None:
@@ -187,6 +255,13 @@ class App:
             self._metrics_server.server_close()
             self._metrics_server = None
 
+    async def _leave_cluster(self, cluster: ClusterNode) -> None:
+        self.cluster = None
+        if self.sharing is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await self.sharing.resign()
+        await cluster.stop()
+
     async def serve(self) -> None:
         """Run until SIGTERM or SIGINT, then drain."""
         stop = asyncio.Event()
@@ -197,16 +272,6 @@ class App:
         await stop.wait()
         log.info("signal received: draining for up to %gs", self.settings.shutdown_grace_s)
         await self.drain_and_stop()
-
-
-def _engine_targets(policy: Policy) -> dict[str, tuple[str, str | None]]:
-    """Endpoints whose engine metrics are scraped: those of pools naming an engine."""
-    return {
-        endpoint: (pool.engine, pool.metrics_path)
-        for pool in policy.pools
-        if pool.engine != "none"
-        for endpoint in pool.endpoints
-    }
 
 
 def _engine_scraper(

@@ -1,22 +1,30 @@
-"""The `kinference` command line: serve, check-config."""
+"""The `kinference` command line: serve, check-config, providers list|clear."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import json
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
+from redis.exceptions import RedisError
 
 from kinference import __version__
 from kinference.app import App
+from kinference.cluster.blacklist import Entry, clear_blacklist, list_blacklist
+from kinference.cluster.connection import Timeouts, connect
+from kinference.cluster.keys import Keys
 from kinference.config import Policy, PolicyError, default_policy, load_policy
 from kinference.settings import Settings, SettingsError, load_settings
 
 EXIT_USAGE = 2  # bad settings or policy, like argparse's own usage errors
+EXIT_FAILED = 1  # the command could not be done (Redis unreachable)
+_TABLE = ("PROVIDER", "REASON", "COUNT", "TTL", "FIRST SEEN", "LAST SEEN", "INSTANCE", "DETAIL")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,7 +38,23 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--listen", help="gRPC HOST:PORT (env KINFERENCE_LISTEN)")
     check = commands.add_parser("check-config", help="validate a policy file and exit")
     check.add_argument("file", type=Path)
+    _add_providers(commands)
     return parser
+
+
+def _add_providers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    providers = commands.add_parser(
+        "providers", help="the provider blacklist shared through Redis (see docs/redis.md)"
+    )
+    providers.add_argument("--redis-url", help="Redis URL (env KINFERENCE_REDIS_URL)")
+    providers.add_argument("--prefix", help="key prefix (env KINFERENCE_REDIS_PREFIX)")
+    actions = providers.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="blacklisted providers, why, and for how long")
+    listing.add_argument("--json", action="store_true", help="one JSON array, for scripts")
+    clear = actions.add_parser("clear", help="lift the blacklisting on every replica")
+    which = clear.add_mutually_exclusive_group(required=True)
+    which.add_argument("provider", nargs="?", help="NAMESPACE/NAME")
+    which.add_argument("--all", action="store_true", help="every blacklisted provider")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "check-config":
             return _check_config(args.file)
+        if args.command == "providers":
+            return _providers(args)
         settings = load_settings({"config": args.config, "listen": args.listen})
         policy = load_policy(settings.config) if settings.config else default_policy()
     except (SettingsError, PolicyError) as exc:
@@ -59,6 +85,77 @@ def _check_config(path: Path) -> int:
     summary = ", ".join(f"{n} {what}{'s' if n != 1 else ''}" for what, n in counts.items())
     print(f"{path}: ok ({summary})")
     return 0
+
+
+def _providers(args: argparse.Namespace) -> int:
+    settings = load_settings({"redis_url": args.redis_url, "redis_prefix": args.prefix})
+    if not settings.redis_url:
+        raise SettingsError(
+            "KINFERENCE_REDIS_URL is empty: the provider blacklist lives in Redis "
+            "(set it or pass --redis-url)"
+        )
+    if args.action == "clear" and args.provider is not None:
+        namespace, _, name = args.provider.partition("/")
+        if not namespace or not name or "/" in name:
+            raise SettingsError(f"expected a provider as NAMESPACE/NAME, got {args.provider!r}")
+    try:
+        return asyncio.run(_providers_command(args, settings))
+    except (RedisError, OSError) as exc:
+        print(f"kinference: error: Redis: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+async def _providers_command(args: argparse.Namespace, settings: Settings) -> int:
+    timeout = settings.redis_timeout_s
+    redis = connect(settings.redis_url, Timeouts(connect_s=timeout, command_s=timeout))
+    keys = Keys(settings.redis_prefix)
+    try:
+        if args.action == "list":
+            _print_entries(await list_blacklist(redis, keys), as_json=args.json)
+            return 0
+        provider = None if args.all else args.provider
+        deleted = await clear_blacklist(redis, keys, provider)
+    finally:
+        await redis.aclose()
+    if provider is not None and not deleted:
+        print(f"{provider} was not blacklisted")
+    else:
+        what = provider or f"{deleted} provider{'s' if deleted != 1 else ''}"
+        print(f"cleared {what}; every replica lifts it within 1 s")
+    return 0
+
+
+def _print_entries(entries: list[Entry], *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([dataclasses.asdict(entry) for entry in entries], indent=2))
+        return
+    if not entries:
+        print("no provider is blacklisted")
+        return
+    rows = [_TABLE, *(_row(entry) for entry in entries)]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(_TABLE) - 1)]
+    for row in rows:  # the detail, last and longest, is not padded
+        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        print("  ".join([*cells, row[-1]]).rstrip())
+
+
+def _row(entry: Entry) -> tuple[str, ...]:
+    ttl = _duration(entry.ttl_ms)
+    return (entry.provider, entry.reason, str(entry.count), ttl, entry.first_seen,
+            entry.last_seen, entry.instance, entry.detail)  # fmt: skip
+
+
+def _duration(ttl_ms: int) -> str:
+    """`12.5s`, `4m59s`, `1h02m`; `forever` for a key set by hand without a TTL."""
+    if ttl_ms < 0:
+        return "forever"
+    seconds = ttl_ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, whole = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{whole:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 def _configure_logging(settings: Settings) -> None:

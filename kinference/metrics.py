@@ -82,24 +82,38 @@ class Metrics:
         """Export provider cool-downs, read at scrape time."""
         self.registry.register(_ProviderCollector(active, now))
 
-    def watch_inflight(self, per_endpoint: Callable[[], Mapping[str, int]]) -> None:
-        """Export in-flight requests per endpoint, read at scrape time."""
-        self.registry.register(_InflightCollector(per_endpoint))
+    def watch_inflight(
+        self, per_endpoint: Callable[[], Mapping[str, int]], own: Callable[[], Mapping[str, int]]
+    ) -> None:
+        """Export in-flight requests per endpoint (cluster-wide and this instance's), read
+        at scrape time."""
+        self.registry.register(_InflightCollector(per_endpoint, own))
 
 
 class _InflightCollector(Collector):
-    def __init__(self, per_endpoint: Callable[[], Mapping[str, int]]) -> None:
+    def __init__(
+        self, per_endpoint: Callable[[], Mapping[str, int]], own: Callable[[], Mapping[str, int]]
+    ) -> None:
         self._per_endpoint = per_endpoint
+        self._own = own
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
             "kinference_inflight_requests",
-            "Requests picked for an endpoint and not yet finished (this instance).",
+            "Requests picked for an endpoint and not yet finished, cluster-wide (as scored).",
             labels=["endpoint"],
         )
         for endpoint, count in sorted(self._per_endpoint().items()):
             family.add_metric([endpoint], count)
         yield family
+        own = GaugeMetricFamily(
+            "kinference_inflight_requests_own",
+            "Requests this instance picked for an endpoint and not yet finished.",
+            labels=["endpoint"],
+        )
+        for endpoint, count in sorted(self._own().items()):
+            own.add_metric([endpoint], count)
+        yield own
 
 
 class _ProviderCollector(Collector):
@@ -115,7 +129,14 @@ class _ProviderCollector(Collector):
             "Seconds a provider stays cooled down (skipped), by provider and reason.",
             labels=["provider", "reason"],
         )
+        listed = GaugeMetricFamily(
+            "kinference_provider_blacklisted",
+            "1 per provider blacklisted now (shared across replicas through Redis), by reason.",
+            labels=["provider", "reason"],
+        )
         now = self._now()
         for ref, cooldown in sorted(self._active().items()):
             family.add_metric([ref, cooldown.reason], max(cooldown.until - now, 0.0))
+            listed.add_metric([ref, cooldown.reason], 1.0)
         yield family
+        yield listed

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kinference.bodies import Body, BodyStore, Pull, Upload, new_id
@@ -84,9 +85,17 @@ class PickerService:
     """One instance's request flow; every path releases what it holds exactly once."""
 
     def __init__(
-        self, store: BodyStore, router: Router, inflight: InFlight, metrics: Metrics
+        self,
+        store: BodyStore,
+        router: Router,
+        inflight: InFlight,
+        metrics: Metrics,
+        shared_gap: Callable[[], str | None] = lambda: None,
     ) -> None:
+        """`shared_gap` says why the cluster-wide view is incomplete now (Redis down or
+        lagging, still bootstrapping), or None; such Picks answer DEGRADED."""
         self.store = store
+        self.shared_gap = shared_gap
         self.router = router
         self.inflight = inflight
         self._metrics = metrics
@@ -147,15 +156,19 @@ class PickerService:
         )
         rewritten = rewrite(body, request, plan)
         response_id = new_id(_ResponseIdsInUse(self.inflight, self.store))
-        self.inflight.add(response_id, destination, tenant)
+        self.inflight.add(response_id, destination, tenant, decision.prefix_hashes)
         if decision.local is not None and decision.prefix_hashes:
             self.router.prefix.record(decision.local.slot, decision.prefix_hashes)
         self.store.park(response_id, rewritten)
+        outcome, reason = decision.outcome, decision.reason
+        gap = self.shared_gap()
+        if gap is not None:
+            outcome, reason = Outcome.DEGRADED, f"{reason}; {gap}" if reason else gap
         return PickResult(
-            decision.outcome,
+            outcome,
             response_id=response_id,
             destination=destination,
-            reason=decision.reason,
+            reason=reason,
             body_total_bytes=rewritten.size,
             requested_model=request.model,
         )
@@ -184,6 +197,7 @@ class PickerService:
         if isinstance(destination, LocalChoice):
             if upstream_status < 400:
                 self.router.table.observe_ttft(destination.slot, destination.model, ttft_ms)
+                self.inflight.journal.first_token(destination.endpoint, destination.model, ttft_ms)
         elif upstream_status >= 400:
             self.router.health.upstream_status(destination.ref, upstream_status)
         return True
@@ -204,6 +218,7 @@ class PickerService:
         local = assignment.local
         if local is not None and report.itl_bucket_counts:
             self.router.table.observe_itl(local.slot, local.model, report.itl_bucket_counts)
+            self.inflight.journal.itl(local.endpoint, local.model, report.itl_bucket_counts)
         if self.store.drop_parked(report.response_id):  # finished without pulling: odd
             self._metrics.bodies_reclaimed.labels("final_report").inc()
         return True

@@ -21,6 +21,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from kinference.cluster.connection import check_url
+
 ENV_PREFIX = "KINFERENCE_"
 
 MiB = 1024 * 1024
@@ -108,6 +110,11 @@ class Settings(BaseSettings):
     metrics_listen: str = "0.0.0.0:9090"  # Prometheus /metrics, HOST:PORT; "" disables it
     config: Path | None = None  # routing policy file; None = built-in default policy
     redis_url: str = ""  # "" = standalone, no state shared between replicas
+    redis_prefix: str = Field(default="kinference:", min_length=1)  # every key starts with it
+    redis_timeout_s: float = Field(default=0.5, gt=0)  # per command and per connect attempt
+    # The shared view counts as stale (Picks answer DEGRADED) after this long without a read.
+    redis_stale_after_s: float = Field(default=2.0, gt=0)
+    redis_stream_maxlen: int = Field(default=100_000, ge=100)  # events entries kept (approx.)
     max_body_bytes: int = Field(default=64 * MiB, gt=0)  # one request body
     max_buffered_bytes: int = Field(default=1 * GiB, gt=0)  # all bodies held at once
     body_idle_timeout_s: float = Field(default=30.0, gt=0)  # max gap between PushBody chunks
@@ -128,6 +135,11 @@ class Settings(BaseSettings):
         if value:
             split_host_port(value)
         return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _validate_redis_url(cls, value: str) -> str:
+        return check_url(value) if value else value
 
     @field_validator("config", mode="before")
     @classmethod

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kinference.routing.decision import LocalChoice, ProviderChoice
+from kinference.routing.journal import Journal, NullJournal
 from kinference.routing.table import WorkerTable
 
 Destination = LocalChoice | ProviderChoice
@@ -33,7 +34,11 @@ class Assignment:
 class InFlight:
     """Requests between Pick and their final report, Abort or TTL, counted per worker in
     the worker table; released ones are remembered a while so a late Abort still tells
-    which provider failed."""
+    which provider failed.
+
+    The table's `inflight` array is the cluster-wide load (the cluster layer adds the other
+    replicas' requests to it); `own` counts this instance's picks, which it publishes.
+    """
 
     def __init__(
         self,
@@ -42,8 +47,11 @@ class InFlight:
         *,
         recent_ttl_s: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
+        journal: Journal | None = None,
     ) -> None:
         self.table = table
+        self.journal: Journal = NullJournal() if journal is None else journal
+        self.own: dict[str, int] = {}  # endpoint -> this instance's requests in flight
         self.ttl_s = ttl_s
         self.recent_ttl_s = recent_ttl_s
         self._clock = clock
@@ -57,10 +65,11 @@ class InFlight:
         return len(self._assignments)
 
     def load(self, endpoint: str) -> int:
-        """Requests in flight on one endpoint (this instance's picks)."""
+        """Requests in flight on one endpoint (cluster-wide, as scored)."""
         return int(self.table.inflight[self.table.slot(endpoint)])
 
     def per_endpoint(self) -> dict[str, int]:
+        """Cluster-wide requests in flight per endpoint (only endpoints with some)."""
         table = self.table
         return {
             table.endpoints[slot]: int(table.inflight[slot])
@@ -71,12 +80,22 @@ class InFlight:
     def get(self, response_id: int) -> Assignment | None:
         return self._assignments.get(response_id)
 
-    def add(self, response_id: int, destination: Destination, tenant: str) -> Assignment:
+    def add(
+        self,
+        response_id: int,
+        destination: Destination,
+        tenant: str,
+        hashes: tuple[int, ...] = (),
+    ) -> Assignment:
+        """Count a picked request; `hashes` are its prompt's prefix blocks (for the journal)."""
         now = self._clock()
         assignment = Assignment(destination, tenant, now, now + self.ttl_s)
         self._assignments[response_id] = assignment
         if isinstance(destination, LocalChoice):
             self.table.inflight[destination.slot] += 1
+            endpoint = destination.endpoint
+            self.own[endpoint] = self.own.get(endpoint, 0) + 1
+            self.journal.picked(endpoint, destination.model, hashes)
         return assignment
 
     def release(self, response_id: int) -> Assignment | None:
@@ -87,6 +106,12 @@ class InFlight:
         local = assignment.local
         if local is not None:
             self.table.inflight[local.slot] = max(self.table.inflight[local.slot] - 1, 0)
+            left = self.own.get(local.endpoint, 0) - 1
+            if left > 0:
+                self.own[local.endpoint] = left
+            else:
+                self.own.pop(local.endpoint, None)
+            self.journal.released(local.endpoint)
         self._remember(response_id, assignment.destination)
         return assignment
 

@@ -13,6 +13,7 @@ from kinference.routing.health import (
     SERVER_ERROR,
     UNAUTHORIZED,
     UNRESOLVED,
+    Cooldown,
     reason_for_status,
 )
 from kinference.routing.table import WorkerTable
@@ -289,3 +290,105 @@ def test_active_lists_only_running_cooldowns(health: ProviderHealth, clock: Cloc
     clock.now += 10
     assert set(health.active()) == {Q}
     assert health.now() == clock.now
+
+
+# --- The hooks the cluster layer (kinference.cluster.blacklist) shares cool-downs through.
+
+
+def test_listener_hears_every_report(health: ProviderHealth, clock: Clock) -> None:
+    heard: list[tuple[str, int, bool]] = []
+    health.listener = lambda provider, c: heard.append((provider, c.count, c.published))
+    first = health.report(P, UNAUTHORIZED, "401")
+    first.published = True  # as if written
+    clock.now += 1
+    health.report(P, RATE_LIMITED, "429")  # shorter: still heard, it counts
+    health.upstream_status(Q, 404)
+    health.upstream_status(Q, 500)  # below the threshold: no report
+    assert heard == [(P, 1, False), (P, 2, False), (Q, 1, False)]
+    assert not first.published  # Redis does not hold the repeat yet
+
+
+def test_no_listener_by_default(clock: Clock) -> None:
+    health = ProviderHealth(CooldownPolicy(), clock=clock)
+    assert health.listener is None
+    health.report(P, UNAUTHORIZED)  # nothing to call
+
+
+def adopt(health: ProviderHealth, wall: Clock, remaining_s: float, **fields: object) -> Cooldown:
+    values: dict[str, object] = {
+        "reason": UNAUTHORIZED,
+        "detail": "401 elsewhere",
+        "count": 3,
+        "first_seen": wall.now - 10,
+        "last_seen": wall.now - 1,
+    } | fields
+    return health.adopt(
+        P,
+        str(values["reason"]),
+        str(values["detail"]),
+        count=int(str(values["count"])),
+        first_seen=float(str(values["first_seen"])),
+        last_seen=float(str(values["last_seen"])),
+        remaining_s=remaining_s,
+    )
+
+
+def test_adopt_a_new_cooldown(health: ProviderHealth, clock: Clock, wall: Clock) -> None:
+    heard: list[str] = []
+    health.listener = lambda provider, _c: heard.append(provider)
+    cooldown = adopt(health, wall, 120.0)
+    assert health.cooled(P) is cooldown
+    assert cooldown.until == clock.now + 120
+    assert (cooldown.reason, cooldown.detail, cooldown.count) == (UNAUTHORIZED, "401 elsewhere", 3)
+    assert (cooldown.first_seen, cooldown.last_seen) == (wall.now - 10, wall.now - 1)
+    assert cooldown.published  # read from Redis: its key exists
+    assert heard == []  # not written back
+
+
+def test_adopt_extends_never_shortens(health: ProviderHealth, clock: Clock, wall: Clock) -> None:
+    local = health.report(P, RATE_LIMITED, "429")  # 10 s, count 1, unpublished
+    cooldown = adopt(health, wall, 5.0, count=1, first_seen=wall.now + 1, last_seen=wall.now)
+    assert cooldown is local
+    assert cooldown.until == clock.now + 10  # kept: the shorter one does not cut it
+    assert (cooldown.reason, cooldown.detail) == (RATE_LIMITED, "429")
+    assert cooldown.first_seen == wall.now  # the earlier of the two
+    assert not cooldown.published  # its own write is still to come
+    cooldown = adopt(health, wall, 120.0, count=5, last_seen=wall.now + 2)
+    assert cooldown.until == clock.now + 120  # the longer one extends it, and names it
+    assert (cooldown.reason, cooldown.detail, cooldown.count) == (UNAUTHORIZED, "401 elsewhere", 5)
+    assert (cooldown.first_seen, cooldown.last_seen) == (wall.now - 10, wall.now + 2)
+    adopt(health, wall, 60.0, count=2)
+    assert cooldown.count == 5  # Redis' sum is never below our own count
+    assert len(adopt(health, wall, 500.0, detail="x" * 1000).detail) == 200
+
+
+def test_clear_published_keeps_unpublished(health: ProviderHealth, wall: Clock) -> None:
+    cooldown = health.report(P, UNAUTHORIZED)
+    assert not health.clear_published(P)  # never written: a missing key says nothing
+    assert health.cooled(P) is cooldown
+    health.mark_published(P, cooldown)
+    assert cooldown.published
+    assert health.clear_published(P)  # its key was deleted
+    assert health.cooled(P) is None
+    assert not health.clear_published(Q)
+    adopt(health, wall, 30.0)
+    assert health.clear_published(P)  # adopted from a key that is gone now
+
+
+def test_mark_published_ignores_a_replaced_cooldown(health: ProviderHealth, clock: Clock) -> None:
+    old = health.report(P, RATE_LIMITED)
+    clock.now += 11  # expired
+    new = health.report(P, RATE_LIMITED)
+    health.mark_published(P, old)
+    assert not new.published
+    health.mark_published(Q, new)
+    assert not new.published
+
+
+def test_unpublish_all(health: ProviderHealth, clock: Clock, wall: Clock) -> None:
+    adopt(health, wall, 30.0)
+    health.report(Q, RATE_LIMITED)
+    assert sorted(health.unpublish_all()) == sorted([P, Q])
+    assert not any(c.published for c in health.active().values())
+    assert not health.clear_published(P)
+    assert health.wall() == wall.now

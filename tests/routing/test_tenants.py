@@ -1,4 +1,5 @@
-"""TenantGate: first matching rule, model and QoS rejections, tokens per minute."""
+"""TenantGate: first matching rule, model and QoS rejections, tokens per minute (LocalBudget
+by default, or any Budget it is given)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 
 from kinference.config import Policy, parse_policy
 from kinference.routing import TenantGate
+from kinference.routing.budget import Budget, LocalBudget
 from kinference.routing.tenants import WINDOW_S, TokenWindow
 
 POOLS = """\
@@ -185,3 +187,49 @@ def test_window_over_many_seconds() -> None:
     for second in range(120):
         window.add(second + 0.5, 1)
         assert window.used(second + 0.5) == min(second + 1, 60)
+
+
+def test_the_default_budget_is_local(clock: Clock) -> None:
+    gate = TenantGate(clock)
+    assert isinstance(gate.budget, LocalBudget)
+    budget = LocalBudget(clock)
+    assert budget.exhausted("t", 10) is None
+    budget.record("t", 10, 10)
+    assert budget.used("t") == 10
+    assert budget.exhausted("t", 10) == "used its budget: 10 of 10 tokens in the last minute"
+    assert budget.exhausted("t", 11) is None  # the limit comes with each call
+    clock.now += WINDOW_S
+    assert budget.exhausted("t", 10) is None
+
+
+class FakeBudget:
+    """Records what the gate delegates."""
+
+    def __init__(self, reason: str | None = None) -> None:
+        self.reason = reason
+        self.calls: list[tuple[str, str, int, int]] = []
+
+    def exhausted(self, tenant: str, limit: int) -> str | None:
+        self.calls.append(("exhausted", tenant, limit, 0))
+        return self.reason
+
+    def used(self, tenant: str) -> int:
+        return 42
+
+    def record(self, tenant: str, limit: int, tokens: int) -> None:
+        self.calls.append(("record", tenant, limit, tokens))
+
+
+def test_the_gate_delegates_budgets_only(clock: Clock) -> None:
+    fake = FakeBudget("used its share")
+    budget: Budget = fake
+    gate = TenantGate(clock, budget=budget)
+    rules = policy()
+    assert gate.check(rules, "team-a", LLAMA, "BATCH") == "tenant 'team-a' used its share"
+    assert gate.check(rules, "team-b", QWEN, "BATCH") is None  # no budget: not asked
+    assert gate.check(rules, "team-a", QWEN, "BATCH") is not None  # model: not asked
+    gate.record(rules, "team-x", 7)  # "*": 50 tokens per minute
+    gate.record(rules, "team-b", 7)  # no budget: not recorded
+    gate.record(rules, "team-a", 0)
+    assert fake.calls == [("exhausted", "team-a", 100, 0), ("record", "team-x", 50, 7)]
+    assert gate.used("anyone") == 42

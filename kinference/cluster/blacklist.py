@@ -1,0 +1,285 @@
+"""The provider blacklist in Redis: every replica's cool-downs, one readable key per provider.
+
+Each cooled provider is a hash at `Keys.blacklist(provider)` (reason, detail, count,
+first_seen, last_seen, instance) whose TTL is the cool-down left; docs/redis.md has the
+operator recipes. `SharedBlacklist` keeps one replica's `ProviderHealth` and those keys in
+step: it writes the replica's own reports, adopts the other replicas' and forgets a cool-down
+whose key an operator deleted. `list_blacklist` and `clear_blacklist` serve the CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterPipeline
+
+from kinference.cluster.connection import RedisClient
+from kinference.cluster.keys import Keys
+from kinference.routing.health import Cooldown, ProviderHealth
+
+SCAN_EVERY = 4  # syncs between SCANs for keys of providers the caller did not name
+SCAN_COUNT = 500  # keys per SCAN step and per DEL
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # parsing; written with milliseconds, one width
+
+# Extend, never shorten (Redis 6.2 has no PEXPIRE GT). Counts add up across replicas, never
+# below the writer's own count; first/last seen only widen (ISO-8601 UTC strings of one width
+# order like the times they name). The longest-lasting report names reason, detail and
+# instance. A key without a TTL (PTTL -1) was set by hand to last: it keeps lasting.
+# ARGV: reason, detail, new reports, writer's count, first_seen, last_seen, instance, ttl ms.
+_WRITE = """
+local key = KEYS[1]
+local ttl = tonumber(ARGV[8])
+local old = redis.call('PTTL', key)
+local count = (tonumber(redis.call('HGET', key, 'count')) or 0) + tonumber(ARGV[3])
+count = math.max(count, tonumber(ARGV[4]))
+redis.call('HSET', key, 'count', count)
+local first = redis.call('HGET', key, 'first_seen')
+if not first or ARGV[5] < first then redis.call('HSET', key, 'first_seen', ARGV[5]) end
+local last = redis.call('HGET', key, 'last_seen')
+if not last or ARGV[6] > last then redis.call('HSET', key, 'last_seen', ARGV[6]) end
+if old ~= -1 and old < ttl then
+  redis.call('HSET', key, 'reason', ARGV[1], 'detail', ARGV[2], 'instance', ARGV[7])
+  redis.call('PEXPIRE', key, ttl)
+end
+return count
+"""
+# The id of the Redis process holding the keys (a key routes the script to their node on a
+# Cluster): a new id means Redis restarted or failed over and may have lost keys.
+_SERVER_ID = "return string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One blacklist key as an operator reads it."""
+
+    provider: str
+    reason: str
+    detail: str
+    count: int
+    first_seen: str  # ISO-8601 UTC, as stored
+    last_seen: str  # ISO-8601 UTC, as stored
+    instance: str  # the replica whose report lasts longest
+    ttl_ms: int  # milliseconds left; -1 = no expiry (set by hand)
+
+
+class SharedBlacklist:
+    """One replica's side of the blacklist; attaches itself as `health.listener`.
+
+    The composition root loops `await wait(0.25)` then `await sync_once(providers)` (retrying
+    with backoff when it raises), announces the providers `sync_once` returns on the events
+    stream, and calls `refresh(provider)` when another replica announces one.
+    """
+
+    def __init__(
+        self, redis: RedisClient, keys: Keys, health: ProviderHealth, *, instance: str
+    ) -> None:
+        self.instance = instance
+        self._redis = redis
+        self._keys = keys
+        self._health = health
+        self._script = redis.register_script(_WRITE)
+        self._pending: dict[str, int] = {}  # provider -> reports its key does not count yet
+        self._server: str | None = None  # run_id of the Redis process last polled
+        self._syncs = 0
+        self._scanned: set[str] = set()
+        self._wake = asyncio.Event()
+        health.listener = self.queue
+
+    def queue(self, provider: str, cooldown: Cooldown) -> None:
+        """The health listener: a new or extended cool-down, to be written by `sync_once`."""
+        del cooldown  # read again when written: it may change before then
+        self._pending[provider] = self._pending.get(provider, 0) + 1
+        self._wake.set()
+
+    async def wait(self, timeout_s: float) -> None:
+        """Sleep up to `timeout_s` seconds, less when a cool-down is queued."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._wake.wait()
+        self._wake.clear()
+
+    async def sync_once(self, providers: Collection[str]) -> list[str]:
+        """Write queued cool-downs, then adopt or clear `providers` (and the other providers
+        with keys, found by a SCAN every SCAN_EVERY syncs) from their keys.
+
+        Returns the providers written, for the caller to announce. Raises RedisError or
+        OSError when Redis fails; what was not written stays queued for the next call.
+        """
+        written = await self._write_pending()
+        if self._syncs % SCAN_EVERY == 0:
+            self._scanned = await _scan_providers(self._redis, self._keys)
+        self._syncs += 1
+        await self._poll({*providers, *self._scanned, *self._health.active()})
+        return written
+
+    async def refresh(self, provider: str) -> None:
+        """Read one provider's key now (another replica just blacklisted it)."""
+        await self._poll([provider])
+
+    async def _write_pending(self) -> list[str]:
+        batch, self._pending = self._pending, {}
+        written: list[str] = []
+        try:
+            for provider, reports in list(batch.items()):
+                cooldown = self._health.cooled(provider)
+                if cooldown is not None and await self._write(provider, cooldown, reports):
+                    written.append(provider)
+                del batch[provider]
+        finally:
+            for provider, reports in batch.items():  # not written: next time
+                self._pending[provider] = self._pending.get(provider, 0) + reports
+        return written
+
+    async def _write(self, provider: str, cooldown: Cooldown, reports: int) -> bool:
+        ttl_ms = math.ceil(cooldown.remaining(self._health.now()) * 1000)
+        if ttl_ms <= 0:
+            return False
+        args: list[str | int] = [
+            cooldown.reason,
+            cooldown.detail,
+            reports,
+            cooldown.count,
+            iso_time(cooldown.first_seen),
+            iso_time(cooldown.last_seen),
+            self.instance,
+            ttl_ms,
+        ]
+        await self._script(keys=[self._keys.blacklist(provider)], args=args)
+        if provider not in self._pending:  # not reported again while this write was under way
+            self._health.mark_published(provider, cooldown)
+        return True
+
+    async def _poll(self, providers: Collection[str]) -> None:
+        ordered = sorted(providers)
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.eval(_SERVER_ID, 1, self._keys.blacklist(""))  # the key routes it on a Cluster
+        _queue_reads(pipe, self._keys, ordered)
+        replies = await pipe.execute()
+        if self._restarted(_text(replies[0] or b"")):
+            return  # its missing keys were lost, not cleared
+        for provider, entry in zip(ordered, _entries(ordered, replies[1:]), strict=True):
+            if entry is None:
+                self._health.clear_published(provider)
+            else:
+                self._adopt(entry)
+
+    def _restarted(self, server: str) -> bool:
+        """A new Redis process (restart, failover) may have lost keys: write every cool-down
+        again before a missing key may clear one."""
+        known, self._server = self._server, server
+        if known is None or known == server:
+            return False
+        for provider in self._health.unpublish_all():
+            self._pending.setdefault(provider, 0)
+        self._wake.set()
+        return True
+
+    def _adopt(self, entry: Entry) -> None:
+        health = self._health
+        # A key set by hand without a TTL holds for as long as it exists: re-adopted each poll.
+        remaining_s = entry.ttl_ms / 1000 if entry.ttl_ms >= 0 else health.policy.max_cooldown_s
+        wall = health.wall()  # stands in for a time that cannot be read
+        health.adopt(
+            entry.provider,
+            entry.reason,
+            entry.detail,
+            count=entry.count,
+            first_seen=epoch_time(entry.first_seen, wall),
+            last_seen=epoch_time(entry.last_seen, wall),
+            remaining_s=remaining_s,
+        )
+
+
+async def list_blacklist(redis: RedisClient, keys: Keys) -> list[Entry]:
+    """Every blacklisted provider, sorted by name."""
+    providers = sorted(await _scan_providers(redis, keys))
+    return [entry for entry in await _read(redis, keys, providers) if entry is not None]
+
+
+async def clear_blacklist(redis: RedisClient, keys: Keys, provider: str | None) -> int:
+    """Delete one provider's key, or every blacklist key (None); returns how many went."""
+    if provider is not None:
+        return int(await redis.delete(keys.blacklist(provider)))
+    found = [keys.blacklist(name) for name in sorted(await _scan_providers(redis, keys))]
+    deleted = 0
+    for start in range(0, len(found), SCAN_COUNT):
+        deleted += int(await redis.delete(*found[start : start + SCAN_COUNT]))
+    return deleted
+
+
+async def _scan_providers(redis: RedisClient, keys: Keys) -> set[str]:
+    found = redis.scan_iter(match=keys.blacklist_pattern(), count=SCAN_COUNT)
+    return {keys.provider_of(_text(key)) async for key in found}
+
+
+async def _read(redis: RedisClient, keys: Keys, providers: Iterable[str]) -> list[Entry | None]:
+    """Each provider's key (None when absent), in one pipelined round trip."""
+    names = list(providers)
+    if not names:
+        return []
+    pipe = redis.pipeline(transaction=False)
+    _queue_reads(pipe, keys, names)
+    return _entries(names, await pipe.execute())
+
+
+def _queue_reads(pipe: Pipeline | ClusterPipeline, keys: Keys, providers: Iterable[str]) -> None:
+    for provider in providers:
+        pipe.hgetall(keys.blacklist(provider))
+        pipe.pttl(keys.blacklist(provider))
+
+
+def _entries(providers: Sequence[str], replies: Sequence[Any]) -> list[Entry | None]:
+    """The replies of `_queue_reads`, two per provider, as entries."""
+    return [
+        _entry(provider, replies[2 * i], int(replies[2 * i + 1]))
+        for i, provider in enumerate(providers)
+    ]
+
+
+def _entry(provider: str, fields: dict[Any, Any], ttl_ms: int) -> Entry | None:
+    if not fields or ttl_ms == -2:  # absent, or expired between the two commands
+        return None
+    value = {_text(name): _text(text) for name, text in fields.items()}
+    try:
+        count = int(value.get("count", "1"))
+    except ValueError:  # edited by hand
+        count = 1
+    return Entry(
+        provider=provider,
+        reason=value.get("reason", "manual"),
+        detail=value.get("detail", ""),
+        count=count,
+        first_seen=value.get("first_seen", ""),
+        last_seen=value.get("last_seen", ""),
+        instance=value.get("instance", ""),
+        ttl_ms=ttl_ms,
+    )
+
+
+def iso_time(epoch_s: float) -> str:
+    """`2024-05-01T12:00:00.123Z`: readable, and ordered as text like the times it names."""
+    moment = datetime.fromtimestamp(epoch_s, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def epoch_time(text: str, default: float) -> float:
+    """Epoch seconds of an `iso_time` string (or of epoch seconds); `default` if neither."""
+    try:
+        return datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return default
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

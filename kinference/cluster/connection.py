@@ -1,0 +1,106 @@
+"""Redis clients from KINFERENCE_REDIS_URL: plain, TLS, unix socket, Sentinel or Cluster.
+
+URL forms (credentials and ACL user in the URL, as redis-py reads them):
+  redis://[user:password@]host:port/db          rediss://… (TLS)       unix:///path?db=0
+  redis+sentinel://[user:password@]host:port[,host:port…]/service_name[/db]
+  redis+cluster://[user:password@]host:port      (any node; the rest are discovered)
+Timeouts are short on purpose: a slow Redis must cost a background task a retry, never a Pick.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
+from redis.backoff import NoBackoff
+
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+SUPPORTED_SCHEMES = ("redis", "rediss", "unix", *SENTINEL_SCHEMES, *CLUSTER_SCHEMES)
+
+# redis-py types replies as unions that depend on `decode_responses`; this client never
+# decodes (keys and values are bytes) and every caller converts replies explicitly, so the
+# client is typed loosely rather than with casts at every call.
+RedisClient = Any
+
+
+class RedisUrlError(ValueError):
+    """KINFERENCE_REDIS_URL cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds a command or a connection attempt may take before it counts as failed."""
+
+    connect_s: float = 0.5
+    command_s: float = 0.5
+
+
+def check_url(url: str) -> str:
+    """Validate the URL's form (not its reachability); returns it unchanged."""
+    scheme = urlsplit(url).scheme
+    if scheme not in SUPPORTED_SCHEMES:
+        raise RedisUrlError(
+            f"expected a URL with scheme {', '.join(SUPPORTED_SCHEMES)}, got {scheme or 'none'!r}"
+        )
+    if scheme in SENTINEL_SCHEMES:
+        _sentinel_parts(url)
+    return url
+
+
+def connect(url: str, timeouts: Timeouts = Timeouts(), *, block_s: float = 0.0) -> RedisClient:
+    """A client (connections open lazily). `block_s` extends the command timeout for
+    a client that issues blocking reads (XREAD BLOCK)."""
+    check_url(url)
+    options: dict[str, Any] = {
+        "socket_connect_timeout": timeouts.connect_s,
+        "socket_timeout": timeouts.command_s + block_s,
+        "health_check_interval": 0,
+        # No retries inside redis-py: the background loops retry with backoff and jitter
+        # (tenacity) and mark the shared view stale meanwhile.
+        "retry": Retry(NoBackoff(), 0),
+    }
+    scheme = urlsplit(url).scheme
+    if scheme in CLUSTER_SCHEMES:
+        plain = url.replace("+cluster", "", 1)
+        return RedisCluster.from_url(plain, **options)
+    if scheme in SENTINEL_SCHEMES:
+        return _sentinel_master(url, options)
+    return Redis.from_url(url, **options)
+
+
+def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, int, str | None, str | None]:
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    nodes = []
+    for item in netloc.split(","):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise RedisUrlError(f"expected sentinel nodes as host:port[,host:port], got {netloc!r}")
+        nodes.append((host.strip("[]"), int(port)))
+    path = [piece for piece in parts.path.split("/") if piece]
+    if not path:
+        raise RedisUrlError("expected the Sentinel service name as the URL path")
+    db = int(path[1]) if len(path) > 1 and path[1].isdigit() else 0
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password else None
+    return nodes, path[0], db, user, password
+
+
+def _sentinel_master(url: str, options: dict[str, Any]) -> RedisClient:
+    nodes, service, db, user, password = _sentinel_parts(url)
+    tls = urlsplit(url).scheme.startswith("rediss")
+    auth = {"username": user, "password": password}
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        nodes,
+        sentinel_kwargs={**options, "ssl": tls, **auth},
+        ssl=tls,
+        **options,
+        **auth,
+    )
+    return sentinel.master_for(service, db=db)

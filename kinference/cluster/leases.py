@@ -1,0 +1,300 @@
+"""Tenant token budgets across replicas: slices of the budget leased from Redis ahead of use.
+
+Pick never waits on Redis: each replica spends budget it leased earlier (`sync_once`, in the
+background), so the check is a local sum. Redis holds, per tenant, the tokens leased in each
+epoch second (`Keys.leases`); a Lua script grants `min(want, limit - leased in the window)`.
+
+Guarantees, for tokens reported before the next pick (as with the local gate):
+- A replica admits while its balance (unexpired leases minus tokens spent from them) is
+  positive, and then one request more until its next grant; whatever it spends beyond its
+  leases is charged in Redis too. The cluster overshoots by at most one request per replica.
+- A lease is spendable for LEASE_LIFE_S and charged at the end of that life, so it stays in
+  the window at least 60 s after any token spent from it; what is left unspent is handed back.
+- While Redis is unreachable (a `sync_once` raised), a replica spends its leases, then at most
+  `limit / replicas` per sliding minute. What it spent beyond its leases waits in a bounded
+  buffer, charged when Redis answers again for the seconds still inside the window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from redis.exceptions import RedisError
+
+from kinference.cluster.connection import RedisClient
+from kinference.cluster.keys import LEASES_TTL_S, USAGE_TTL_S, Keys
+from kinference.routing.budget import WINDOW_S, TokenWindow
+
+LEASE_LIFE_S = 10  # seconds a leased slice may be spent (must stay under LEASES_TTL_S - 60)
+IDLE_S = 10.0  # seconds: a tenant unseen this long is not leased for any more
+FORGET_S = 120.0  # seconds: an idle tenant's state (with no lease left) is dropped
+BUFFER_LIMIT = 10_000  # (tenant, second) entries of unpublished tokens kept while disconnected
+
+# KEYS[1] leases hash. ARGV: now (epoch second), limit, want, charge second, TTL (s), then
+# (second, tokens) pairs owed by this replica (negative: unspent leases handed back).
+_LEASE_SCRIPT = """
+local key, now, limit, want = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local oldest = now - 60
+for i = 6, #ARGV, 2 do
+  if tonumber(ARGV[i]) > oldest and redis.call('HINCRBY', key, ARGV[i], ARGV[i + 1]) <= 0 then
+    redis.call('HDEL', key, ARGV[i])
+  end
+end
+local sum = 0
+local fields = redis.call('HGETALL', key)
+for i = 1, #fields, 2 do
+  if tonumber(fields[i]) <= oldest then
+    redis.call('HDEL', key, fields[i])
+  else
+    sum = sum + tonumber(fields[i + 1])
+  end
+end
+local granted = math.max(math.min(want, limit - sum), 0)
+if granted > 0 then redis.call('HINCRBY', key, ARGV[4], granted); sum = sum + granted end
+redis.call('EXPIRE', key, ARGV[5])
+return {granted, sum}
+"""
+
+
+@dataclass
+class _Tenant:
+    """What one replica knows of one tenant's budget."""
+
+    limit: int
+    seen: float  # wall time of the last check or record
+    pieces: deque[list[int]] = field(default_factory=deque)  # [charge second, tokens left]
+    credit: bool = True  # one request may be admitted without a lease
+    overshot: bool = False  # tokens spent beyond the leases since the last lease round
+    window: TokenWindow = field(default_factory=TokenWindow)  # all tokens this replica recorded
+    leased: int = 0  # the cluster's leased total at the last lease round
+
+    def expire(self, now: float) -> list[tuple[int, int]]:
+        """Drop pieces past their life; returns (charge second, tokens left) to hand back."""
+        gone = []
+        while self.pieces and now >= self.pieces[0][0]:
+            second, left = self.pieces.popleft()
+            if left > 0:
+                gone.append((second, left))
+        return gone
+
+    def balance(self) -> int:  # tokens left in unexpired pieces (expire first)
+        return sum(left for _, left in self.pieces)
+
+    def spend(self, tokens: int) -> int:
+        """Take `tokens` from the oldest pieces first; returns what they could not cover."""
+        for piece in self.pieces:
+            taken = min(piece[1], tokens)
+            piece[1] -= taken
+            tokens -= taken
+        return tokens
+
+
+def _add_bounded(entries: dict[tuple[str, int], int], key: tuple[str, int], tokens: int) -> int:
+    """Add to an entry; at the bound the oldest entry goes. Returns entries dropped."""
+    dropped = 0
+    if key not in entries and len(entries) >= BUFFER_LIMIT:
+        del entries[next(iter(entries))]
+        dropped = 1
+    entries[key] = entries.get(key, 0) + tokens
+    return dropped
+
+
+class LeasedBudget:
+    """Implements `kinference.routing.budget.Budget` for a replica in a cluster.
+
+    The node calls `sync_once` every ~100 ms (sooner when `wakeup` is set, but not more often
+    than every ~10 ms); a round that raises marks the budget disconnected until a round
+    succeeds (`set_connected` lets the node say so earlier). Picks never wait: everything but
+    `sync_once` is synchronous and local.
+    """
+
+    def __init__(
+        self,
+        redis: RedisClient,
+        keys: Keys,
+        *,
+        replicas: Callable[[], int],
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._redis, self._keys = redis, keys
+        self._replicas = replicas
+        self._clock = clock
+        self._wall = wall
+        self._script = redis.register_script(_LEASE_SCRIPT)
+        self._tenants: dict[str, _Tenant] = {}
+        self._owed: dict[tuple[str, int], int] = {}  # (tenant, epoch second) -> tokens
+        self._usage: dict[tuple[str, int], int] = {}  # (tenant, epoch minute) -> tokens
+        self.connected = True
+        self.dropped = 0  # buffered entries lost to BUFFER_LIMIT (their tokens uncharged)
+        self.wakeup = asyncio.Event()  # set when a tenant wants a lease now
+
+    def exhausted(self, tenant: str, limit: int) -> str | None:
+        state = self._touch(tenant, limit)
+        if self._balance(tenant, state) > 0:
+            return None
+        if self.connected:
+            if state.credit:  # this replica's one request beyond its leases
+                state.credit = False
+                self.wakeup.set()
+                return None
+            return (
+                f"used its budget: {limit} tokens per minute across replicas "
+                f"({state.leased} leased in the last minute)"
+            )
+        share = limit / max(self._replicas(), 1)
+        used = state.window.used(self._clock())
+        if used < share:
+            return None
+        return f"used its share of the budget while Redis is away: {used} of {share:.0f} tokens"
+
+    def used(self, tenant: str) -> int:
+        """Tokens this replica recorded for `tenant` in the last minute."""
+        state = self._tenants.get(tenant)
+        return 0 if state is None else state.window.used(self._clock())
+
+    def record(self, tenant: str, limit: int, tokens: int) -> None:
+        state = self._touch(tenant, limit)
+        now = self._wall()
+        state.window.add(self._clock(), tokens)
+        self._balance(tenant, state)
+        beyond = state.spend(tokens)
+        if beyond > 0:  # charged in Redis as spent now, so the cluster sum is the true usage
+            state.credit, state.overshot = False, True
+            self.dropped += _add_bounded(self._owed, (tenant, int(now)), beyond)
+        self.dropped += _add_bounded(self._usage, (tenant, int(now // 60)), tokens)
+        if self._want(state, now):
+            self.wakeup.set()
+
+    def balance(self, tenant: str) -> int:
+        """Leased tokens this replica may still spend for `tenant`."""
+        state = self._tenants.get(tenant)
+        return 0 if state is None else self._balance(tenant, state)
+
+    def buffered(self) -> int:
+        """(tenant, second) entries of tokens not yet charged in Redis."""
+        return len(self._owed)
+
+    def set_connected(self, connected: bool) -> None:
+        """Whether Redis answers (also set by each `sync_once`): while it does not, a tenant
+        without leases left gets `limit / replicas` per minute instead of one request."""
+        self.connected = connected
+
+    async def sync_once(self) -> None:
+        """One round: charge owed tokens and lease slices (one EVALSHA per tenant that needs
+        it), then write usage for dashboards. Raises RedisError or OSError. While disconnected,
+        a round with nothing to send PINGs, so the budget learns that Redis is back."""
+        self.wakeup.clear()
+        try:
+            sent = await self._lease_round()
+            sent = await self._publish_usage() or sent
+            if not sent and not self.connected:
+                await self._redis.ping()
+        except (RedisError, OSError):
+            self.connected = False
+            raise
+        self.connected = True
+        self._forget_idle()
+
+    async def _lease_round(self) -> bool:
+        now = self._wall()
+        for name, known in self._tenants.items():
+            self._balance(name, known)  # hands back expired leases in this round
+        owed = self._take_owed(int(now))
+        wanting = [name for name, state in self._tenants.items() if self._want(state, now)]
+        tenants = dict.fromkeys([*owed, *wanting])
+        for tenant in tenants:
+            state = self._tenants.get(tenant)
+            pairs = owed.get(tenant, [])
+            if state is not None:
+                state.overshot = False
+            try:
+                granted = await self._lease(tenant, state, pairs, now)
+            except BaseException:
+                self._requeue(owed)
+                if state is not None:
+                    state.overshot = state.overshot or any(tokens > 0 for _, tokens in pairs)
+                raise
+            owed.pop(tenant, None)
+            if state is not None and granted > 0:
+                state.pieces.append([int(now) + LEASE_LIFE_S, granted])
+                state.credit = state.credit or not state.overshot
+        return bool(tenants)
+
+    async def _lease(
+        self, tenant: str, state: _Tenant | None, pairs: list[tuple[int, int]], now: float
+    ) -> int:
+        want = 0 if state is None else self._want(state, now)
+        limit = 0 if state is None else state.limit
+        args = [int(now), limit, want, int(now) + LEASE_LIFE_S, LEASES_TTL_S]
+        args += [number for pair in pairs for number in pair]  # second, tokens, second, ...
+        granted, leased = await self._script(keys=[self._keys.leases(tenant)], args=args)
+        if state is not None:
+            state.leased = int(leased)
+        return int(granted)
+
+    async def _publish_usage(self) -> bool:
+        oldest = int(self._wall() // 60) - USAGE_TTL_S // 60
+        usage = {key: tokens for key, tokens in self._usage.items() if key[1] > oldest}
+        self._usage = {}
+        if not usage:
+            return False
+        pipe = self._redis.pipeline(transaction=False)
+        for (tenant, minute), tokens in usage.items():
+            pipe.hincrby(self._keys.usage(tenant), str(minute), tokens)
+            pipe.expire(self._keys.usage(tenant), USAGE_TTL_S)
+        pipe.sadd(self._keys.tenants(), *{tenant for tenant, _ in usage})
+        try:
+            await pipe.execute()
+        except BaseException:
+            for key, tokens in usage.items():
+                self.dropped += _add_bounded(self._usage, key, tokens)
+            raise
+        return True
+
+    def _touch(self, tenant: str, limit: int) -> _Tenant:
+        state = self._tenants.get(tenant)
+        if state is None:
+            state = self._tenants[tenant] = _Tenant(limit, self._wall())
+        state.limit, state.seen = limit, self._wall()
+        return state
+
+    def _balance(self, tenant: str, state: _Tenant) -> int:
+        for second, left in state.expire(self._wall()):
+            self.dropped += _add_bounded(self._owed, (tenant, second), -left)
+        return state.balance()
+
+    def _want(self, state: _Tenant, now: float) -> int:
+        """Tokens to lease for a tenant in use whose balance is under half a slice."""
+        if now - state.seen > IDLE_S:
+            return 0
+        size = max(state.limit // (4 * max(self._replicas(), 1)), 1)
+        return size if 2 * state.balance() < size else 0
+
+    def _take_owed(self, now: int) -> dict[str, list[tuple[int, int]]]:
+        """Owed tokens by tenant, for the seconds still inside the window; the buffer empties."""
+        owed: dict[str, list[tuple[int, int]]] = {}
+        for (tenant, second), tokens in self._owed.items():
+            if second > now - WINDOW_S and tokens:
+                owed.setdefault(tenant, []).append((second, tokens))
+        self._owed = {}
+        return owed
+
+    def _requeue(self, owed: dict[str, list[tuple[int, int]]]) -> None:
+        """Put back what a failed round did not send, ahead of what came since."""
+        newer, self._owed = self._owed, {}
+        for tenant, pairs in owed.items():
+            for second, tokens in pairs:
+                self._owed[(tenant, second)] = tokens
+        for key, tokens in newer.items():
+            self.dropped += _add_bounded(self._owed, key, tokens)
+
+    def _forget_idle(self) -> None:
+        now = self._wall()
+        for tenant, state in list(self._tenants.items()):
+            if now - state.seen > FORGET_S and self._balance(tenant, state) == 0:
+                del self._tenants[tenant]

@@ -1,0 +1,58 @@
+"""Replica membership: heartbeats, and the other replicas' liveness.
+
+Each replica refreshes its heartbeat key and its load hash's TTL every second; a replica
+silent for HEARTBEAT_TTL_MS loses both, and every other replica, checking four times a
+second, drops its load from the workers it was counted on.
+"""
+
+from __future__ import annotations
+
+from kinference.cluster.connection import RedisClient
+from kinference.cluster.keys import HEARTBEAT_TTL_MS, Keys
+from kinference.cluster.view import ClusterView
+
+
+class Membership:
+    def __init__(self, redis: RedisClient, keys: Keys, instance: str, view: ClusterView) -> None:
+        self._redis = redis
+        self._keys = keys
+        self.instance = instance
+        self._view = view
+        self.replicas = 1  # live replicas seen at the last check, this one included
+
+    async def beat(self) -> bool:
+        """Announce this replica as alive (raises on a Redis error); returns whether its
+        load hash is still there (a restarted Redis has lost it)."""
+        keys = self._keys
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.set(keys.heartbeat(self.instance), b"1", px=HEARTBEAT_TTL_MS)
+        pipe.sadd(keys.instances(), self.instance)
+        pipe.pexpire(keys.load(self.instance), HEARTBEAT_TTL_MS)
+        _, _, present = await pipe.execute()
+        return bool(present)
+
+    async def check(self) -> None:
+        """Drop the load of replicas whose heartbeat expired; count the live ones."""
+        keys = self._keys
+        members = sorted(
+            {m.decode() for m in await self._redis.smembers(keys.instances())}
+            | self._view.instances()
+        )
+        pipe = self._redis.pipeline(transaction=False)
+        for member in members:
+            pipe.exists(keys.heartbeat(member))
+        alive = await pipe.execute()
+        dead = [m for m, up in zip(members, alive, strict=True) if not up and m != self.instance]
+        for member in dead:
+            self._view.drop(member)
+        if dead:
+            await self._redis.srem(keys.instances(), *dead)
+        self.replicas = max(sum(1 for up in alive if up), 1)
+
+    async def leave(self) -> None:
+        """A clean shutdown: our load vanishes at once rather than after the TTL."""
+        keys = self._keys
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.delete(keys.heartbeat(self.instance), keys.load(self.instance))
+        pipe.srem(keys.instances(), self.instance)
+        await pipe.execute()

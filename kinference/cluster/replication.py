@@ -1,0 +1,226 @@
+"""The events stream: publishing this instance's batches and applying everyone else's.
+
+Consistency rule: a publisher writes its load hash (with the flush's sequence number) before
+the stream entry of the same flush. So a reader that takes a stream position first and the
+load hashes second holds snapshots at least as new as every entry up to that position, and
+applies only the load deltas of later entries (`ClusterView.apply` compares sequence
+numbers). A jump in an instance's sequence (entries trimmed away, or dropped by a bounded
+outbox) makes the reader re-read that instance's hash: load is never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kinference.cluster import codec
+from kinference.cluster.connection import RedisClient
+from kinference.cluster.keys import Keys
+from kinference.cluster.outbox import Outbox
+from kinference.cluster.stats import StatsBuffer, seed_estimates
+from kinference.cluster.view import ClusterView
+
+log = logging.getLogger(__name__)
+
+SEQ_FIELD = "~seq"  # in a load hash: the flush sequence number the counts are as of
+READ_COUNT = 1_000  # stream entries per XREAD
+READ_BLOCK_MS = 100  # milliseconds an XREAD waits for new entries: bounds the stale check
+TAIL_ENTRIES = 2_000  # recent entries a new replica replays to warm its prefix index
+
+
+class Publisher:
+    """Flushes the outbox: load hash first, then one stream entry."""
+
+    def __init__(
+        self,
+        redis: RedisClient,
+        keys: Keys,
+        instance: str,
+        outbox: Outbox,
+        *,
+        own_load: Callable[[], Mapping[str, int]],
+        stats: StatsBuffer,
+        maxlen: int,
+    ) -> None:
+        self._redis = redis
+        self._keys = keys
+        self.instance = instance
+        self.outbox = outbox
+        self._own_load = own_load
+        self._stats = stats
+        self._maxlen = maxlen
+        self.seq = 0
+        self.snapshot_needed = True  # first flush, and after any failure: whole hash, seq gap
+        self.flushes = 0
+
+    def owe_snapshot(self) -> None:
+        """Republish this instance's whole load at the next flush (Redis lost it, or may
+        have: a failed write, a restarted server)."""
+        self.snapshot_needed = True
+        self.outbox.wakeup.set()
+
+    async def flush(self) -> None:
+        """Send what is queued (raises on a Redis error; the batch is kept for the retry)."""
+        if not len(self.outbox) and not self.outbox.dirty and not self.snapshot_needed:
+            self.outbox.wakeup.clear()
+            return
+        events, dirty, dropped = self.outbox.take()
+        try:
+            await self._send(events, dirty, dropped)
+        except BaseException:
+            self.outbox.requeue(events, dirty, dropped)
+            self.owe_snapshot()
+            raise
+        self._stats.fold(events)
+        self.flushes += 1
+
+    async def _send(self, events: list[list[Any]], dirty: set[str], dropped: int) -> None:
+        snapshot = self.snapshot_needed or dropped > 0
+        # A jump of two tells readers to re-read our hash rather than trust their deltas.
+        seq = self.seq + (2 if snapshot else 1)
+        load_key = self._keys.load(self.instance)
+        own = self._own_load()
+        pipe = self._redis.pipeline(transaction=snapshot)
+        if snapshot:
+            pipe.delete(load_key)
+            pipe.hset(load_key, mapping={**own, SEQ_FIELD: seq})
+        else:
+            pipe.hset(load_key, mapping={**{e: own.get(e, 0) for e in dirty}, SEQ_FIELD: seq})
+        fields: Any = codec.encode(self.instance, seq, events)
+        pipe.xadd(self._keys.events(), fields, maxlen=self._maxlen, approximate=True)
+        await pipe.execute()
+        self.seq = seq
+        self.snapshot_needed = False
+
+
+class Reader:
+    """Applies other instances' entries, in stream order, to the local view."""
+
+    def __init__(
+        self,
+        redis: RedisClient,
+        keys: Keys,
+        instance: str,
+        view: ClusterView,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._redis = redis  # a client whose timeout allows READ_BLOCK_MS
+        self._keys = keys
+        self.instance = instance
+        self.view = view
+        self._clock = clock
+        self._wall = wall
+        self.last_id = "0-0"
+        self.bootstrapped = False
+        self.bootstrap_needed = True
+        self.last_read_at: float | None = None  # monotonic seconds of the last good read
+        self.lag_s = 0.0  # age of the newest entry applied, when it was applied
+        self.resyncs = 0
+
+    async def step(self) -> None:
+        """One read (bootstrapping first when needed); raises on a Redis error."""
+        try:
+            if self.bootstrap_needed:
+                await self.bootstrap()
+            await self.read()
+        except Exception:  # an error, not a cancellation: what we hold may be out of date
+            self.bootstrap_needed = True
+            raise
+
+    async def read(self) -> None:
+        answer = await self._redis.xread(
+            {self._keys.events(): self.last_id}, count=READ_COUNT, block=READ_BLOCK_MS
+        )
+        for _stream, entries in answer or ():
+            for entry_id, fields in entries:
+                await self._take(entry_id, fields)
+        self.last_read_at = self._clock()
+
+    async def _take(self, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
+        entry = codec.decode(entry_id, fields)
+        self.last_id = entry_id.decode()
+        if entry is None or entry.instance == self.instance:
+            return
+        if self.view.needs_resync(entry):
+            await self.resync(entry.instance, entry.seq)
+        self.view.apply(entry)
+        self.lag_s = max(self._wall() - codec.entry_ms(entry.id) / 1000, 0.0)
+
+    async def resync(self, instance: str, seq: int) -> None:
+        """Replace an instance's load by its hash (entries of it were missed)."""
+        self.resyncs += 1
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.exists(self._keys.heartbeat(instance))
+        pipe.hgetall(self._keys.load(instance))
+        alive, raw = await pipe.execute()
+        counts, snapshot_seq = _load(raw)
+        if alive and snapshot_seq is not None:
+            self.view.replace(instance, counts, max(snapshot_seq, seq))
+        else:  # gone, or its hash expired: its deltas cannot be trusted
+            self.view.drop(instance)
+            self.view.seq[instance] = seq
+        log.info("re-read the load of replica %s after a gap", instance)
+
+    async def bootstrap(self) -> None:
+        """Build the view from the shared state: live instances' load, engine readings,
+        recent statistics, and the stream's tail for the prefix index."""
+        redis, keys = self._redis, self._keys
+        newest = await redis.xrevrange(keys.events(), count=1)
+        position = newest[0][0].decode() if newest else "0-0"
+        members = {m.decode() for m in await redis.smembers(keys.instances())} - {self.instance}
+        live = await self._live_loads(sorted(members))
+        for gone in self.view.instances() - set(live):
+            self.view.drop(gone)
+        for instance, (counts, seq) in live.items():
+            self.view.replace(instance, counts, seq)
+        await self._warm(position)
+        self.last_id = position
+        self.bootstrap_needed = False
+        self.bootstrapped = True
+        log.info("shared state bootstrapped: %d other replicas", len(live))
+
+    async def _live_loads(self, members: list[str]) -> dict[str, tuple[dict[str, int], int]]:
+        pipe = self._redis.pipeline(transaction=False)
+        for member in members:
+            pipe.exists(self._keys.heartbeat(member))
+            pipe.hgetall(self._keys.load(member))
+        answers = await pipe.execute()
+        live = {}
+        for index, member in enumerate(members):
+            counts, seq = _load(answers[2 * index + 1])
+            if answers[2 * index] and seq is not None:
+                live[member] = (counts, seq)
+        return live
+
+    async def _warm(self, position: str) -> None:
+        redis, keys = self._redis, self._keys
+        for endpoint, raw in (await redis.hgetall(keys.engines())).items():
+            try:
+                self.view.engine_reading(endpoint.decode(), json.loads(raw))
+            except (ValueError, KeyError, TypeError):
+                continue
+        await seed_estimates(redis, keys, self.view.table, self._wall())
+        if position == "0-0":
+            return
+        tail = await redis.xrevrange(keys.events(), max=position, count=TAIL_ENTRIES)
+        for entry_id, fields in reversed(tail):
+            entry = codec.decode(entry_id, fields)
+            if entry is not None:
+                self.view.replay_prefixes(entry)
+
+
+def _load(raw: Mapping[bytes, bytes]) -> tuple[dict[str, int], int | None]:
+    """(counts per endpoint, snapshot sequence number) from a load hash."""
+    counts, seq = {}, None
+    for field, value in raw.items():
+        name = field.decode()
+        if name == SEQ_FIELD:
+            seq = int(value)
+        else:
+            counts[name] = int(value)
+    return counts, seq

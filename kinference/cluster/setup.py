@@ -1,0 +1,142 @@
+"""Builds a replica's cluster layer from the settings; the composition root calls this."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from kinference.cluster.blacklist import SharedBlacklist
+from kinference.cluster.connection import Timeouts, connect
+from kinference.cluster.keys import Keys
+from kinference.cluster.leader import ScrapeLeadership
+from kinference.cluster.leases import LeasedBudget
+from kinference.cluster.node import ClusterNode
+from kinference.cluster.outbox import Outbox
+from kinference.cluster.replication import READ_BLOCK_MS
+from kinference.cluster.view import ClusterView
+from kinference.routing import PrefixIndex, ProviderHealth, WorkerTable
+from kinference.settings import Settings
+from kinference.workers import EngineSnapshot
+
+LEADERSHIP_S = 1.0  # seconds between renewals of the scrape leases (TTL: three of them)
+BLACKLIST_POLL_S = 0.25  # seconds between polls of the blacklist keys (bounds a DEL's reach)
+
+
+class EngineSharing:
+    """Which pools this replica scrapes, and the publication of what it scraped."""
+
+    def __init__(self, node: ClusterNode, on_change: Callable[[], None]) -> None:
+        self._node = node
+        self._leadership = ScrapeLeadership(node.redis, node.keys, node.instance)
+        self._on_change = on_change  # the scrape targets must be recomputed
+        self.pools: frozenset[str] = frozenset()  # pools that have engines to scrape
+        self.led: frozenset[str] | None = None  # None: every pool (Redis unreachable)
+
+    def scrapes(self, pool: str) -> bool:
+        return self.led is None or pool in self.led
+
+    async def claim(self) -> None:
+        try:
+            led = await self._leadership.claim(self.pools)
+        except BaseException:
+            self._set(None)  # we cannot know who else scrapes: scrape everything
+            raise
+        self._set(led)
+
+    def _set(self, led: frozenset[str] | None) -> None:
+        if led != self.led:
+            self.led = led
+            self._on_change()
+
+    def publish(self, endpoint: str, snapshot: EngineSnapshot | None, ready: bool) -> None:
+        reading: dict[str, Any] = {"at": time.time(), "ready": ready, "read": snapshot is not None}
+        if snapshot is not None:
+            reading |= {
+                "waiting": snapshot.waiting,
+                "running": snapshot.running,
+                "kv_usage": snapshot.kv_usage,
+                "adapters": sorted(snapshot.lora_adapters or ()),
+            }
+        self._node.outbox.engine(endpoint, reading)
+
+    async def resign(self) -> None:
+        await self._leadership.resign()
+
+
+class ProviderSharing:
+    """Publishes this replica's provider cool-downs and applies the others' at once."""
+
+    def __init__(
+        self,
+        node: ClusterNode,
+        health: ProviderHealth,
+        providers: Callable[[], Collection[str]],
+    ) -> None:
+        self._node = node
+        self.blacklist = SharedBlacklist(node.redis, node.keys, health, instance=node.instance)
+        self._providers = providers  # the providers the policy names now
+        self._refreshes: set[asyncio.Task[None]] = set()
+
+    async def sync(self) -> None:
+        """Write new cool-downs (then announce them on the stream) and poll the keys."""
+        await self.blacklist.wait(BLACKLIST_POLL_S)
+        for provider in await self.blacklist.sync_once(self._providers()):
+            self._node.outbox.cooled(provider)
+
+    def on_remote_cooled(self, provider: str) -> None:
+        """Another replica just blacklisted `provider`: read its key now, not at the poll."""
+        task = asyncio.create_task(self._refresh(provider))
+        self._refreshes.add(task)
+        task.add_done_callback(self._refreshes.discard)
+
+    async def _refresh(self, provider: str) -> None:
+        with contextlib.suppress(RedisError, OSError):  # the next poll will catch up
+            await self.blacklist.refresh(provider)
+
+
+BUDGET_SYNC_S = 0.1  # seconds between lease rounds when no tenant is waiting for one
+BUDGET_MIN_GAP_S = 0.01  # seconds: a tenant waiting for a lease gets one this soon
+
+
+def leased_budget(node: ClusterNode) -> tuple[LeasedBudget, Callable[[], Awaitable[None]]]:
+    """Tenant budgets leased from Redis, and the background step that keeps them topped up."""
+    budget = LeasedBudget(node.redis, node.keys, replicas=lambda: node.replicas)
+
+    async def sync() -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(BUDGET_SYNC_S):
+                await budget.wakeup.wait()
+        await budget.sync_once()
+
+    return budget, sync
+
+
+def build_node(
+    settings: Settings,
+    *,
+    table: WorkerTable,
+    prefix: PrefixIndex,
+    outbox: Outbox,
+    own_load: Callable[[], Mapping[str, int]],
+) -> ClusterNode:
+    timeouts = Timeouts(connect_s=settings.redis_timeout_s, command_s=settings.redis_timeout_s)
+    return ClusterNode(
+        redis=connect(settings.redis_url, timeouts),
+        reader_redis=connect(settings.redis_url, timeouts, block_s=READ_BLOCK_MS / 1000),
+        keys=Keys(settings.redis_prefix),
+        view=ClusterView(table, prefix),
+        outbox=outbox,
+        own_load=own_load,
+        stale_after_s=settings.redis_stale_after_s,
+        stream_maxlen=settings.redis_stream_maxlen,
+    )
+
+
+def scraped_pools(pools: Collection[Any]) -> frozenset[str]:
+    """Refs of the pools whose engines are scraped."""
+    return frozenset(pool.ref for pool in pools if pool.engine != "none")

@@ -1,0 +1,104 @@
+"""Latency statistics merged across replicas, per minute, for dashboards and new replicas.
+
+Every replica folds every other replica's reports into its estimates live (through the
+stream). These hashes add what the stream cannot: history. Each replica writes its own
+cumulative counts for the current minute (one HSET a second, overwriting its own fields),
+so the counts of all replicas add up without coordination; ITL stays in layout-1 bucket
+counts, which compose, never in percentiles, which do not.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kinference.cluster import codec
+from kinference.cluster.connection import RedisClient
+from kinference.cluster.keys import STATS_TTL_S, Keys
+from kinference.routing import WorkerTable
+
+ITL_BUCKETS = 15
+SEED_MINUTES = 5  # a new replica seeds its latency estimates from this many recent minutes
+
+
+class StatsBuffer:
+    """This instance's counts for the current minute, written once a second."""
+
+    def __init__(
+        self, redis: RedisClient, keys: Keys, instance: str, wall: Callable[[], float] = time.time
+    ) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._instance = instance
+        self._wall = wall
+        self._minute = int(wall() // 60)
+        self._counts: dict[str, float] = {}
+        self._dirty = False
+
+    def fold(self, events: list[list[Any]]) -> None:
+        """Count the reports among a flushed batch of this instance's events."""
+        minute = int(self._wall() // 60)
+        for event in events:
+            if event[0] == codec.FIRST_TOKEN:
+                self._roll(minute)
+                base = f"{self._instance}|{event[1]}|{event[2]}|"
+                self._bump(base + "ttft_ms_sum", float(event[3]))
+                self._bump(base + "ttft_count", 1)
+            elif event[0] == codec.ITL:
+                self._roll(minute)
+                base = f"{self._instance}|{event[1]}|{event[2]}|itl_b"
+                for bucket, count in enumerate(event[3]):
+                    if count:
+                        self._bump(f"{base}{bucket}", count)
+
+    def _bump(self, field: str, value: float) -> None:
+        self._counts[field] = self._counts.get(field, 0) + value
+        self._dirty = True
+
+    def _roll(self, minute: int) -> None:
+        if minute != self._minute:  # a new minute starts from zero (the old one was written)
+            self._minute, self._counts = minute, {}
+
+    async def flush(self) -> None:
+        """Write this minute's counts (raises on a Redis error)."""
+        if not self._dirty:
+            return
+        key = self._keys.stats(self._minute)
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hset(key, mapping=dict(self._counts))
+        pipe.expire(key, STATS_TTL_S)
+        await pipe.execute()
+        self._dirty = False
+
+
+async def read_stats(redis: RedisClient, keys: Keys, now: float, minutes: int) -> dict[str, float]:
+    """`endpoint|model|field` -> count summed over every instance and the last `minutes`."""
+    current = int(now // 60)
+    pipe = redis.pipeline(transaction=False)
+    for minute in range(current - minutes + 1, current + 1):
+        pipe.hgetall(keys.stats(minute))
+    totals: dict[str, float] = {}
+    for answer in await pipe.execute():
+        for field, value in answer.items():
+            _instance, _, name = field.decode().partition("|")
+            totals[name] = totals.get(name, 0.0) + float(value)
+    return totals
+
+
+async def seed_estimates(redis: RedisClient, keys: Keys, table: WorkerTable, now: float) -> None:
+    """Start a new replica's TTFT and ITL estimates from the cluster's recent minutes."""
+    totals = await read_stats(redis, keys, now, SEED_MINUTES)
+    itl: dict[tuple[str, str], np.ndarray[Any, Any]] = {}
+    for name, value in totals.items():
+        endpoint, model, field = name.rsplit("|", 2)
+        if field == "ttft_count" and value > 0:
+            mean = totals.get(f"{endpoint}|{model}|ttft_ms_sum", 0.0) / value
+            table.observe_ttft(table.slot(endpoint), model, mean)
+        elif field.startswith("itl_b") and field[5:].isdigit() and int(field[5:]) < ITL_BUCKETS:
+            counts = itl.setdefault((endpoint, model), np.zeros(ITL_BUCKETS))
+            counts[int(field[5:])] += value
+    for (endpoint, model), counts in itl.items():
+        table.observe_itl(table.slot(endpoint), model, tuple(int(c) for c in counts))

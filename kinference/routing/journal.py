@@ -1,0 +1,41 @@
+"""What the routing core tells the rest of the cluster: a journal of load and latency events.
+
+The routing core calls these hooks as it changes its own state; standalone they go nowhere,
+in a cluster `kinference.cluster` batches them to Redis in the background. Each call must be
+cheap and must never block: it runs on the Pick path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class Journal(Protocol):
+    def picked(self, endpoint: str, model: str, hashes: Sequence[int]) -> None:
+        """A request went to `endpoint`; `hashes` are its prompt's prefix blocks."""
+
+    def released(self, endpoint: str) -> None:
+        """A request on `endpoint` finished, was aborted or expired."""
+
+    def first_token(self, endpoint: str, model: str, ttft_ms: float) -> None:
+        """A worker answered its first byte after `ttft_ms` milliseconds."""
+
+    def itl(self, endpoint: str, model: str, bucket_counts: Sequence[int]) -> None:
+        """A finished response's inter-token gaps, as layout-1 bucket counts."""
+
+
+class NullJournal:
+    """Standalone: the instance's own state is the whole state."""
+
+    def picked(self, endpoint: str, model: str, hashes: Sequence[int]) -> None:
+        pass
+
+    def released(self, endpoint: str) -> None:
+        pass
+
+    def first_token(self, endpoint: str, model: str, ttft_ms: float) -> None:
+        pass
+
+    def itl(self, endpoint: str, model: str, bucket_counts: Sequence[int]) -> None:
+        pass

