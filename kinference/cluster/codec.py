@@ -1,7 +1,8 @@
 """Events on the shared stream: one stream entry per flush, carrying a batch of events.
 
 Entry fields: `i` the instance id, `s` its flush sequence number (1, 2, 3…; a jump tells a
-reader it missed entries of that instance), `e` the events as JSON. Prefix block hashes
+reader it missed entries of that instance), `e` the events as JSON, and on a snapshot flush
+`l`, the instance's whole load (endpoint -> requests in flight) as JSON. Prefix block hashes
 travel as base64 of little-endian uint64s: a quarter of their decimal size.
 """
 
@@ -41,10 +42,20 @@ class Entry:
     instance: str
     seq: int
     events: list[Event]
+    load: dict[str, int] | None = None  # the instance's whole load, on a snapshot flush
 
 
-def encode(instance: str, seq: int, events: list[Event]) -> dict[str, str | int]:
-    return {"i": instance, "s": seq, "e": json.dumps(events, separators=(",", ":"))}
+def encode(
+    instance: str, seq: int, events: list[Event], load: dict[str, int] | None = None
+) -> dict[str, str | int]:
+    fields: dict[str, str | int] = {
+        "i": instance,
+        "s": seq,
+        "e": json.dumps(events, separators=(",", ":")),
+    }
+    if load is not None:
+        fields["l"] = json.dumps(load, separators=(",", ":"))
+    return fields
 
 
 def decode(entry_id: bytes | str, fields: dict[bytes, bytes]) -> Entry | None:
@@ -52,12 +63,13 @@ def decode(entry_id: bytes | str, fields: dict[bytes, bytes]) -> Entry | None:
     try:
         events = json.loads(fields[b"e"])
         instance, seq = fields[b"i"].decode(), int(fields[b"s"])
+        load = json.loads(fields[b"l"]) if b"l" in fields else None
     except (KeyError, ValueError, UnicodeDecodeError):
         return None
-    if not isinstance(events, list):
+    if not isinstance(events, list) or not isinstance(load, dict | None):
         return None
     ident = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return Entry(ident, instance, seq, events)
+    return Entry(ident, instance, seq, events, load)
 
 
 def entry_ms(entry_id: str) -> int:

@@ -42,7 +42,14 @@ class Membership:
         for member in members:
             pipe.exists(keys.heartbeat(member))
         alive = await pipe.execute()
-        dead = [m for m, up in zip(members, alive, strict=True) if not up and m != self.instance]
+        # A replica still publishing is alive even if its heartbeat lapsed (its beat loop
+        # may be backing off after a Redis outage that expired every key at once).
+        ttl_s = HEARTBEAT_TTL_MS / 1000
+        dead = [
+            m
+            for m, up in zip(members, alive, strict=True)
+            if not up and m != self.instance and not self._view.seen_within(m, ttl_s)
+        ]
         for member in dead:
             self._view.drop(member)
         if dead:

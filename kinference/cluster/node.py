@@ -30,9 +30,6 @@ from kinference.cluster.view import ClusterView
 
 log = logging.getLogger(__name__)
 
-# Seconds a flush waits for more events to join its batch: fewer Redis commands per
-# request under load, at the price of this much propagation delay.
-FLUSH_BATCH_S = 0.01
 HEARTBEAT_S = 1.0  # seconds between heartbeats (the TTL is three of them)
 LIVENESS_S = 0.5  # seconds between checks of the other replicas' heartbeats
 STATS_S = 1.0  # seconds between writes of this minute's statistics
@@ -69,6 +66,7 @@ class ClusterNode:
         own_load: Callable[[], Mapping[str, int]],
         stale_after_s: float,
         stream_maxlen: int,
+        batch_s: float = 0.04,
         instance: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -79,6 +77,7 @@ class ClusterNode:
         self.view = view
         self.outbox = outbox
         self.stale_after_s = stale_after_s
+        self.batch_s = batch_s  # seconds events gather before a flush, and reads pause
         self._clock = clock
         self.stats = StatsBuffer(redis, keys, self.instance)
         self.publisher = Publisher(
@@ -90,7 +89,7 @@ class ClusterNode:
             stats=self.stats,
             maxlen=stream_maxlen,
         )
-        self.reader = Reader(reader_redis, keys, self.instance, view, clock=clock)
+        self.reader = Reader(reader_redis, keys, self.instance, view, clock=clock, pause_s=batch_s)
         self.members = Membership(redis, keys, self.instance, view)
         self.connected = False
         self.last_error = ""
@@ -145,7 +144,8 @@ class ClusterNode:
     async def _run(self, loop: Loop) -> None:
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(_ERRORS),
-            wait=backoff(multiplier=0.05, max=2.0, jitter=0.1),
+            # At most 1 s between attempts: a heartbeat must come back well within its TTL.
+            wait=backoff(multiplier=0.05, max=1.0, jitter=0.1),
             before_sleep=self._failed,
         )
         while True:
@@ -168,7 +168,10 @@ class ClusterNode:
 
     async def _publish(self) -> None:
         await self.outbox.wakeup.wait()  # sleeps until there is something to send
-        await asyncio.sleep(FLUSH_BATCH_S)
+        if not self.outbox.urgent:  # let more events join the batch
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.batch_s):
+                    await self.outbox.urgent_wakeup.wait()
         await self.publisher.flush()
 
     async def _once(self, loop: Loop) -> None:

@@ -27,6 +27,8 @@ class Outbox:
         self.dirty: set[str] = set()  # endpoints whose own load changed since the last flush
         self.dropped = 0  # events lost to the bound since the last flush
         self.wakeup = asyncio.Event()  # set when something waits to be flushed
+        # Set when an event must go out now (a blacklisting), not after the batch window.
+        self.urgent_wakeup = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self._events)
@@ -57,6 +59,11 @@ class Outbox:
 
     def cooled(self, provider: str) -> None:
         self._add([codec.COOLED, provider])
+        self.urgent_wakeup.set()
+
+    @property
+    def urgent(self) -> bool:
+        return self.urgent_wakeup.is_set()
 
     def take(self) -> tuple[list[list[Any]], set[str], int]:
         """Everything queued, ready to send: (events, dirty endpoints, events dropped)."""
@@ -65,6 +72,7 @@ class Outbox:
         self._events.clear()
         self.dirty, self.dropped = set(), 0
         self.wakeup.clear()
+        self.urgent_wakeup.clear()
         return taken
 
     def requeue(self, events: list[list[Any]], dirty: set[str], dropped: int) -> None:

@@ -10,6 +10,7 @@ outbox) makes the reader re-read that instance's hash: load is never guessed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -18,7 +19,7 @@ from typing import Any
 
 from kinference.cluster import codec
 from kinference.cluster.connection import RedisClient
-from kinference.cluster.keys import Keys
+from kinference.cluster.keys import HEARTBEAT_TTL_MS, Keys
 from kinference.cluster.outbox import Outbox
 from kinference.cluster.stats import StatsBuffer, seed_estimates
 from kinference.cluster.view import ClusterView
@@ -87,9 +88,12 @@ class Publisher:
         if snapshot:
             pipe.delete(load_key)
             pipe.hset(load_key, mapping={**own, SEQ_FIELD: seq})
+            pipe.pexpire(load_key, HEARTBEAT_TTL_MS)
         else:
             pipe.hset(load_key, mapping={**{e: own.get(e, 0) for e in dirty}, SEQ_FIELD: seq})
-        fields: Any = codec.encode(self.instance, seq, events)
+        # A snapshot also travels in the entry: readers replace our load with it, which
+        # also undoes a batch that Redis applied although our call timed out.
+        fields: Any = codec.encode(self.instance, seq, events, dict(own) if snapshot else None)
         pipe.xadd(self._keys.events(), fields, maxlen=self._maxlen, approximate=True)
         await pipe.execute()
         self.seq = seq
@@ -108,8 +112,10 @@ class Reader:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        pause_s: float = 0.0,
     ) -> None:
         self._redis = redis  # a client whose timeout allows READ_BLOCK_MS
+        self._pause_s = pause_s  # after a read that found entries, let the next ones gather
         self._keys = keys
         self.instance = instance
         self.view = view
@@ -140,13 +146,15 @@ class Reader:
             for entry_id, fields in entries:
                 await self._take(entry_id, fields)
         self.last_read_at = self._clock()
+        if answer and self._pause_s:
+            await asyncio.sleep(self._pause_s)
 
     async def _take(self, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
         entry = codec.decode(entry_id, fields)
         self.last_id = entry_id.decode()
         if entry is None or entry.instance == self.instance:
             return
-        if self.view.needs_resync(entry):
+        if entry.load is None and self.view.needs_resync(entry):
             await self.resync(entry.instance, entry.seq)
         self.view.apply(entry)
         self.lag_s = max(self._wall() - codec.entry_ms(entry.id) / 1000, 0.0)
@@ -154,14 +162,11 @@ class Reader:
     async def resync(self, instance: str, seq: int) -> None:
         """Replace an instance's load by its hash (entries of it were missed)."""
         self.resyncs += 1
-        pipe = self._redis.pipeline(transaction=False)
-        pipe.exists(self._keys.heartbeat(instance))
-        pipe.hgetall(self._keys.load(instance))
-        alive, raw = await pipe.execute()
-        counts, snapshot_seq = _load(raw)
-        if alive and snapshot_seq is not None:
+        # Its entry proves it alive: a heartbeat lapsed in an outage must not lose its load.
+        counts, snapshot_seq = _load(await self._redis.hgetall(self._keys.load(instance)))
+        if snapshot_seq is not None:
             self.view.replace(instance, counts, max(snapshot_seq, seq))
-        else:  # gone, or its hash expired: its deltas cannot be trusted
+        else:  # its hash expired: its deltas cannot be trusted
             self.view.drop(instance)
             self.view.seq[instance] = seq
         log.info("re-read the load of replica %s after a gap", instance)

@@ -133,6 +133,7 @@ def build_node(
         outbox=outbox,
         own_load=own_load,
         stale_after_s=settings.redis_stale_after_s,
+        batch_s=settings.redis_batch_ms / 1000,
         stream_maxlen=settings.redis_stream_maxlen,
     )
 

@@ -40,6 +40,7 @@ class ClusterView:
         self.load: dict[str, dict[int, int]] = {}  # instance -> slot -> requests in flight
         self.seq: dict[str, int] = {}  # instance -> last flush sequence number accounted for
         self.applied: dict[str, int] = {}  # event kind -> events applied (for metrics)
+        self.last_seen: dict[str, float] = {}  # instance -> monotonic s of its last entry
 
     def instances(self) -> set[str]:
         return set(self.seq)
@@ -59,7 +60,14 @@ class ClusterView:
 
     def apply(self, entry: codec.Entry) -> None:
         """Fold one entry in; its load deltas only if they are not in a snapshot already."""
-        with_load = entry.seq > self.seq.get(entry.instance, 0)
+        self.last_seen[entry.instance] = self._clock()
+        if entry.load is not None:  # a snapshot flush: its load replaces the instance's
+            self.replace(
+                entry.instance, entry.load, max(entry.seq, self.seq.get(entry.instance, 0))
+            )
+            with_load = False
+        else:
+            with_load = entry.seq > self.seq.get(entry.instance, 0)
         if with_load:
             self.seq[entry.instance] = entry.seq
         for event in entry.events:
@@ -118,6 +126,12 @@ class ClusterView:
         for slot, count in self.load.pop(instance, {}).items():
             self.table.inflight[slot] = max(self.table.inflight[slot] - count, 0)
         self.seq.pop(instance, None)
+        self.last_seen.pop(instance, None)
+
+    def seen_within(self, instance: str, seconds: float) -> bool:
+        """Whether the instance published an entry in the last `seconds`."""
+        seen = self.last_seen.get(instance)
+        return seen is not None and self._clock() - seen <= seconds
 
     def engine_reading(self, endpoint: str, reading: Mapping[str, Any]) -> None:
         """A scrape leader's reading; its age is carried over onto our monotonic clock."""

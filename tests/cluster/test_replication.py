@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from kinference.v1 import picker_pb2 as pb
@@ -137,3 +138,67 @@ async def test_redis_killed_and_restarted_under_load(
     for pick in held:
         await a.client.final_token(pick.response_id)
     await wait_until(lambda: total(b) == 1)
+
+
+class SteadyLoad:
+    """Picks in a loop on every replica until stopped; counts outcomes and failures."""
+
+    def __init__(self, replicas: list[RunningPicker]) -> None:
+        self.replicas = replicas
+        self.outcomes: dict[int, int] = {}
+        self.failures: list[BaseException] = []
+        self._stop = asyncio.Event()
+        self._tasks = [asyncio.create_task(self._run(r, n)) for n, r in enumerate(replicas)]
+
+    async def _run(self, replica: RunningPicker, n: int) -> None:
+        count = 0
+        while not self._stop.is_set():
+            count += 1
+            try:
+                pick = await push_and_pick(replica, chat_body(content=f"load {n} {count}"))
+                self.outcomes[pick.outcome] = self.outcomes.get(pick.outcome, 0) + 1
+                if pick.response_id:
+                    await replica.client.final_token(pick.response_id)
+            except Exception as exc:  # any failed Pick fails the test
+                self.failures.append(exc)
+
+    def picks(self) -> int:
+        return sum(self.outcomes.values())
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+
+
+async def test_picks_never_fail_while_redis_dies_pauses_and_returns(
+    start_replicas, redis_server: RedisServer
+) -> None:
+    a, b, c = await start_replicas(3, redis_stale_after_s=0.3)
+    held = await pick_ok(a, chat_body(content="held"))
+    load_runner = SteadyLoad([a, b, c])
+    for fault in ("kill", "pause"):
+        before = load_runner.picks()
+        if fault == "kill":
+            redis_server.kill()
+        else:
+            redis_server.pause()
+        await wait_until(
+            lambda wanted=before + 30: load_runner.picks() > wanted, what="picks during the fault"
+        )
+        await wait_until(lambda: all(r.app.cluster.gap() is not None for r in (a, b, c)))
+        if fault == "kill":
+            redis_server.start()
+        else:
+            redis_server.resume()
+        await wait_until(lambda: all(r.app.cluster.gap() is None for r in (a, b, c)), within_s=10.0)
+    await load_runner.stop()
+    assert not load_runner.failures, load_runner.failures[:3]
+    assert set(load_runner.outcomes) <= {pb.PickResponse.OK, pb.PickResponse.DEGRADED}
+    assert load_runner.outcomes.get(pb.PickResponse.DEGRADED, 0) > 0
+    # Caught up: every replica sees exactly the one request still in flight.
+    await wait_until(
+        lambda: all(total(r) == 1 for r in (a, b, c)),
+        what=f"full catch-up ({[load(r) for r in (a, b, c)]})",
+    )
+    await a.client.final_token(held.response_id)
+    await wait_until(lambda: all(total(r) == 0 for r in (a, b, c)))
