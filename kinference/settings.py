@@ -117,7 +117,7 @@ class Settings(BaseSettings):
     redis_stream_maxlen: int = Field(default=100_000, ge=100)  # events entries kept (approx.)
     # Milliseconds a replica gathers events before publishing them, and pauses between
     # reads of the others': fewer Redis commands per request, at this much propagation delay.
-    redis_batch_ms: int = Field(default=40, ge=0, le=1_000)
+    redis_batch_ms: int = Field(default=15, ge=0, le=1_000)
     max_body_bytes: int = Field(default=64 * MiB, gt=0)  # one request body
     max_buffered_bytes: int = Field(default=1 * GiB, gt=0)  # all bodies held at once
     body_idle_timeout_s: float = Field(default=30.0, gt=0)  # max gap between PushBody chunks

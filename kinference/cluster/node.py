@@ -66,7 +66,7 @@ class ClusterNode:
         own_load: Callable[[], Mapping[str, int]],
         stale_after_s: float,
         stream_maxlen: int,
-        batch_s: float = 0.04,
+        batch_s: float = 0.015,
         instance: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
