@@ -4,8 +4,10 @@ Consistency rule: a publisher writes its load hash (with the flush's sequence nu
 the stream entry of the same flush. So a reader that takes a stream position first and the
 load hashes second holds snapshots at least as new as every entry up to that position, and
 applies only the load deltas of later entries (`ClusterView.apply` compares sequence
-numbers). A jump in an instance's sequence (entries trimmed away, or dropped by a bounded
-outbox) makes the reader re-read that instance's hash: load is never guessed.
+numbers). A jump in an instance's sequence (entries trimmed away before this reader got to
+them) makes the reader re-read that instance's hash. A snapshot flush (the first, after a
+failed write, after the outbox dropped events) carries the instance's whole load in its
+entry, which readers take in place of what they had. Load is never guessed.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class Publisher:
         self._stats = stats
         self._maxlen = maxlen
         self.seq = 0
-        self.snapshot_needed = True  # first flush, and after any failure: whole hash, seq gap
+        self.snapshot_needed = True  # first flush, and after any failure: the whole load
         self.flushes = 0
 
     def owe_snapshot(self) -> None:
@@ -80,8 +82,7 @@ class Publisher:
 
     async def _send(self, events: list[list[Any]], dirty: set[str], dropped: int) -> None:
         snapshot = self.snapshot_needed or dropped > 0
-        # A jump of two tells readers to re-read our hash rather than trust their deltas.
-        seq = self.seq + (2 if snapshot else 1)
+        seq = self.seq + 1
         load_key = self._keys.load(self.instance)
         own = self._own_load()
         pipe = self._redis.pipeline(transaction=snapshot)

@@ -45,15 +45,6 @@ class ClusterView:
     def instances(self) -> set[str]:
         return set(self.seq)
 
-    def remote_load(self) -> dict[str, int]:
-        """Other replicas' requests in flight per endpoint."""
-        totals: dict[str, int] = {}
-        for counts in self.load.values():
-            for slot, count in counts.items():
-                endpoint = self.table.endpoints[slot]
-                totals[endpoint] = totals.get(endpoint, 0) + count
-        return totals
-
     def needs_resync(self, entry: codec.Entry) -> bool:
         """Whether entries of this instance were missed before `entry`."""
         return entry.seq > self.seq.get(entry.instance, 0) + 1
