@@ -21,7 +21,7 @@ from typing import Any
 
 from kinference.cluster import codec
 from kinference.cluster.connection import RedisClient
-from kinference.cluster.keys import HEARTBEAT_TTL_MS, Keys
+from kinference.cluster.keys import ENGINES_TTL_S, HEARTBEAT_TTL_MS, Keys
 from kinference.cluster.outbox import Outbox
 from kinference.cluster.stats import StatsBuffer, seed_estimates
 from kinference.cluster.view import ClusterView
@@ -92,6 +92,10 @@ class Publisher:
             pipe.pexpire(load_key, HEARTBEAT_TTL_MS)
         else:
             pipe.hset(load_key, mapping={**{e: own.get(e, 0) for e in dirty}, SEQ_FIELD: seq})
+        readings = {e[1]: json.dumps(e[2]) for e in events if e[0] == codec.ENGINE}
+        if readings:  # the latest readings, for replicas that start later
+            pipe.hset(self._keys.engines(), mapping=readings)
+            pipe.expire(self._keys.engines(), ENGINES_TTL_S)
         # A snapshot also travels in the entry: readers replace our load with it, which
         # also undoes a batch that Redis applied although our call timed out.
         fields: Any = codec.encode(self.instance, seq, events, dict(own) if snapshot else None)
