@@ -98,22 +98,23 @@ class _InflightCollector(Collector):
         self._own = own
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
+        yield _per_endpoint(
             "kinference_inflight_requests",
             "Requests picked for an endpoint and not yet finished, cluster-wide (as scored).",
-            labels=["endpoint"],
+            self._per_endpoint(),
         )
-        for endpoint, count in sorted(self._per_endpoint().items()):
-            family.add_metric([endpoint], count)
-        yield family
-        own = GaugeMetricFamily(
+        yield _per_endpoint(
             "kinference_inflight_requests_own",
             "Requests this instance picked for an endpoint and not yet finished.",
-            labels=["endpoint"],
+            self._own(),
         )
-        for endpoint, count in sorted(self._own().items()):
-            own.add_metric([endpoint], count)
-        yield own
+
+
+def _per_endpoint(name: str, documentation: str, counts: Mapping[str, int]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation, labels=["endpoint"])
+    for endpoint, count in sorted(counts.items()):
+        family.add_metric([endpoint], count)
+    return family
 
 
 class _ProviderCollector(Collector):

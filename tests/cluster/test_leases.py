@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from redis.exceptions import RedisError
@@ -37,15 +37,8 @@ class Clocks:
 
 
 @pytest.fixture
-def server() -> Iterator[RedisServer]:
-    redis_server = RedisServer().start()
-    yield redis_server
-    redis_server.stop()
-
-
-@pytest.fixture
-async def client(server: RedisServer) -> AsyncIterator[RedisClient]:
-    redis = connect(server.url)
+async def client(redis_server: RedisServer) -> AsyncIterator[RedisClient]:
+    redis = connect(redis_server.url)
     yield redis
     await redis.aclose()
 
@@ -150,14 +143,14 @@ async def test_unspent_leases_are_handed_back(client: RedisClient, clocks: Clock
 
 
 async def test_a_killed_redis_blocks_no_pick_and_gets_the_outage_usage_back(
-    server: RedisServer, client: RedisClient, clocks: Clocks
+    redis_server: RedisServer, client: RedisClient, clocks: Clocks
 ) -> None:
     limit = 1_200  # 400 per replica per minute while Redis is away; slices of 100
     replica = budget(client, clocks)
     assert replica.exhausted(TENANT, limit) is None
     await replica.sync_once()
     assert replica.balance(TENANT) == 100
-    server.kill()
+    redis_server.kill()
     spent, started = 0, time.monotonic()
     while replica.exhausted(TENANT, limit) is None:  # the lease, then its one credit
         replica.record(TENANT, limit, 40)
@@ -173,7 +166,7 @@ async def test_a_killed_redis_blocks_no_pick_and_gets_the_outage_usage_back(
     assert time.monotonic() - started < 1.0  # no pick waited on the dead server
     assert 400 <= spent <= 400 + 40
     assert replica.buffered() > 0
-    server.start()
+    redis_server.start()
     await until_ok(replica.sync_once)
     assert replica.connected
     assert replica.buffered() == 0
@@ -185,12 +178,12 @@ async def test_a_killed_redis_blocks_no_pick_and_gets_the_outage_usage_back(
 
 
 async def test_a_paused_redis_blocks_no_pick(
-    server: RedisServer, client: RedisClient, clocks: Clocks
+    redis_server: RedisServer, client: RedisClient, clocks: Clocks
 ) -> None:
     replica = budget(client, clocks, replicas=1)
     replica.exhausted(TENANT, 1_000)
     replica.record(TENANT, 1_000, 10)
-    server.pause()
+    redis_server.pause()
     try:
         sync = asyncio.create_task(replica.sync_once())
         await asyncio.sleep(0)  # the round is now waiting on the stopped server
@@ -200,7 +193,7 @@ async def test_a_paused_redis_blocks_no_pick(
         assert time.monotonic() - started < 0.1
         assert not sync.done()
     finally:
-        server.resume()
+        redis_server.resume()
     try:
         await sync
     except (RedisError, OSError):
@@ -250,14 +243,14 @@ async def test_a_lease_counts_for_a_minute_after_its_last_spendable_second(
 
 
 async def test_a_round_with_nothing_to_send_finds_redis_back(
-    server: RedisServer, client: RedisClient, clocks: Clocks
+    redis_server: RedisServer, client: RedisClient, clocks: Clocks
 ) -> None:
     replica = budget(client, clocks)
     await replica.sync_once()  # nothing to send, nothing asked
     replica.set_connected(False)
     await replica.sync_once()  # a PING
     assert replica.connected
-    server.kill()
+    redis_server.kill()
     replica.set_connected(False)
     with pytest.raises((RedisError, OSError)):
         await replica.sync_once()
