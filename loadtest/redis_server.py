@@ -41,6 +41,7 @@ class RedisServer:
         self.extra_args = extra_args  # e.g. ("--requirepass", "secret")
         self._dir = tempfile.mkdtemp(prefix="kinference-redis-")
         self._process: subprocess.Popen[bytes] | None = None
+        self.command: list[str] | None = None  # set to run something else (a Sentinel)
 
     @property
     def directory(self) -> str:
@@ -51,7 +52,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
-        command = [
+        command = self.command or [
             redis_server_binary(),
             "--port", str(self.port),
             "--bind", "127.0.0.1",
@@ -122,3 +123,79 @@ class RedisServer:
     def stop(self) -> None:
         self.kill()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def redis_cli_binary() -> str:
+    return str(Path(redis_server_binary()).with_name("redis-cli"))
+
+
+class RedisClusterServers:
+    """A three-master Redis Cluster on free loopback ports (no replicas), for the tests that
+    check the key schema works on Cluster."""
+
+    def __init__(self, masters: int = 3) -> None:
+        self.nodes = [
+            RedisServer(extra_args=("--cluster-enabled", "yes", "--cluster-config-file", "n.conf"))
+            for _ in range(masters)
+        ]
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    def start(self) -> RedisClusterServers:
+        for node in self.nodes:
+            node.start()
+        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+        subprocess.run(
+            [redis_cli_binary(), "--cluster", "create", *addresses, "--cluster-yes"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
+        )
+        self._wait_slots_covered()
+        return self
+
+    def _wait_slots_covered(self) -> None:
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if all("cluster_state:ok" in node.cli("CLUSTER", "INFO") for node in self.nodes):
+                return
+            time.sleep(0.05)  # polling for readiness, bounded by the deadline
+        raise TimeoutError("the Redis Cluster did not reach cluster_state:ok")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+class RedisSentinelServers:
+    """One master watched by one Sentinel, for the tests of `redis+sentinel://` URLs."""
+
+    def __init__(self, service: str = "kinference") -> None:
+        self.service = service
+        self.master = RedisServer()
+        self.sentinel: RedisServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.sentinel is not None
+        return f"redis+sentinel://127.0.0.1:{self.sentinel.port}/{self.service}"
+
+    def start(self) -> RedisSentinelServers:
+        self.master.start()
+        sentinel = RedisServer()
+        config = Path(sentinel.directory) / "sentinel.conf"  # Sentinel rewrites its file
+        config.write_text(
+            f"port {sentinel.port}\nbind 127.0.0.1\n"
+            f"sentinel monitor {self.service} 127.0.0.1 {self.master.port} 1\n"
+        )
+        sentinel.command = [redis_server_binary(), str(config), "--sentinel"]
+        self.sentinel = sentinel.start()
+        return self
+
+    def stop(self) -> None:
+        self.master.stop()
+        if self.sentinel is not None:
+            self.sentinel.stop()
