@@ -1,4 +1,4 @@
-"""The `kinference` command line: serve, check-config, providers list|clear."""
+"""The `kinference` command line: serve, check-config, providers list|clear, state."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ from kinference.cluster.blacklist import Entry, clear_blacklist, list_blacklist
 from kinference.cluster.connection import Timeouts, connect
 from kinference.cluster.keys import Keys
 from kinference.config import Policy, PolicyError, default_policy, load_policy
+from kinference.discovery import check_discovery
+from kinference.gateway import cli as gateway_cli
+from kinference.ops.command import add_state_parser, run_state
+from kinference.ops.logs import configure_logging
 from kinference.settings import Settings, SettingsError, load_settings
 
 EXIT_USAGE = 2  # bad settings or policy, like argparse's own usage errors
@@ -39,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-config", help="validate a policy file and exit")
     check.add_argument("file", type=Path)
     _add_providers(commands)
+    gateway_cli.add_parser(commands)
+    add_state_parser(commands)
     return parser
 
 
@@ -62,10 +68,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "check-config":
             return _check_config(args.file)
+        if args.command == "gateway":
+            return gateway_cli.run(args)
+        if args.command == "state":
+            return run_state(args)
         if args.command == "providers":
             return _providers(args)
         settings = load_settings({"config": args.config, "listen": args.listen})
         policy = load_policy(settings.config) if settings.config else default_policy()
+        check_discovery(settings)
     except (SettingsError, PolicyError) as exc:
         print(f"kinference: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -107,7 +118,8 @@ def _providers(args: argparse.Namespace) -> int:
 
 async def _providers_command(args: argparse.Namespace, settings: Settings) -> int:
     timeout = settings.redis_timeout_s
-    redis = connect(settings.redis_url, Timeouts(connect_s=timeout, command_s=timeout))
+    timeouts = Timeouts(connect_s=timeout, command_s=timeout)
+    redis = connect(settings.redis_url, timeouts, tls=settings.redis_tls())
     keys = Keys(settings.redis_prefix)
     try:
         if args.action == "list":
@@ -159,11 +171,7 @@ def _duration(ttl_ms: int) -> str:
 
 
 def _configure_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(settings.log_level, settings.log_format, sys.stderr)
 
 
 def _run(settings: Settings, policy: Policy) -> None:

@@ -139,9 +139,13 @@ class EngineModel:
         """Seconds from first to last token of a completion."""
         return self._jitter(max(completion_tokens - 1, 0) * self.decode_gap_s(batch))
 
-    def _jitter(self, seconds: float) -> float:
+    def jitter_factor(self) -> float:
+        """A factor of 1 +- `timing.jitter`, drawn from the engine's seeded generator."""
         spread = self.timing.jitter
-        return seconds * (1.0 + self._rng.uniform(-spread, spread)) if spread else seconds
+        return 1.0 + self._rng.uniform(-spread, spread) if spread else 1.0
+
+    def _jitter(self, seconds: float) -> float:
+        return seconds * self.jitter_factor()
 
 
 def itl_buckets(gap_s: float, completion_tokens: int) -> list[int]:

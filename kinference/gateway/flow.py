@@ -1,0 +1,225 @@
+"""One request through the picker: PushBody as the body arrives, Pick, PullBody upstream.
+
+`Flow.run` ends with the upstream's response headers in hand (a `Relay` to stream the rest)
+or with a `GatewayError`. Every failure after a pick that dispatches sends the fitting Abort
+first, so the picker never counts a dead request as load until its TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+import grpc
+import httpx
+
+from kinference.client import PickerClient
+from kinference.gateway import errors
+from kinference.gateway.backends import Backend, CredentialMissing
+from kinference.gateway.callers import Caller, CallerRejected, CallerResolver
+from kinference.gateway.errors import GatewayError
+from kinference.gateway.relay import Relay
+from kinference.gateway.reports import AbortReason, Reporter, RequestReports
+from kinference.gateway.timing import TokenClock
+from kinference.gateway.upload import Upload
+from kinference.gateway.upstream import BackendUnresolved, Target, request_headers, resolve
+from kinference.v1 import picker_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+_UNAUTHORIZED = frozenset({401, 403})
+
+
+@dataclass
+class Incoming:
+    """What the HTTP layer hands over: the request line, headers and the body as it arrives."""
+
+    method: str
+    path: str
+    query: str
+    headers: list[tuple[str, str]]  # names lower-case, as ASGI gives them
+    body: AsyncIterator[bytes]
+    request_id: str
+
+    @property
+    def header_map(self) -> dict[str, str]:
+        return dict(self.headers)
+
+
+class PullMismatch(Exception):
+    """PullBody ended with a byte count other than the pick's `body_total_bytes`."""
+
+
+class Flow:
+    """The per-request flow over the gateway's shared picker client and HTTP client."""
+
+    def __init__(
+        self,
+        *,
+        picker: PickerClient,
+        http: httpx.AsyncClient,
+        backends: Mapping[str, Backend],
+        callers: CallerResolver,
+        reporter: Reporter,
+        pool: tuple[str, str] | None,
+        rpc_timeout_s: float,
+        max_body_bytes: int,
+    ) -> None:
+        self._picker = picker
+        self._http = http
+        self._backends = backends
+        self._callers = callers
+        self._reporter = reporter
+        self._pool = pool
+        self._rpc_timeout_s = rpc_timeout_s
+        self._max_body_bytes = max_body_bytes
+        self._own_headers = (callers.tenant_header, callers.qos_header)
+
+    async def run(self, incoming: Incoming) -> Relay:
+        """Raises `GatewayError` for anything the client should get as an error JSON."""
+        try:
+            caller = self._callers.resolve(incoming.header_map)
+        except CallerRejected as exc:
+            raise GatewayError(exc.status, exc.code, str(exc)) from None
+        pick = await self._push_and_pick(incoming, caller)
+        if pick.response_id == 0 or pick.WhichOneof("destination") is None:
+            raise errors.outcome_error(pick)
+        reports = RequestReports(self._reporter, pick.response_id)
+        try:
+            return await self._dispatch(pick, incoming, reports)
+        except GatewayError:
+            raise  # its Abort went out where it was raised
+        except BaseException:
+            detail = "the request ended before the upstream answered"
+            reports.abort(pb.AbortRequest.REASON_UNSPECIFIED, detail)
+            raise
+
+    async def _push_and_pick(self, incoming: Incoming, caller: Caller) -> pb.PickResponse:
+        stream_id = await self._push(incoming)
+        try:
+            async with asyncio.timeout(self._rpc_timeout_s):
+                return await self._picker.pick(
+                    stream_id,
+                    tenant=caller.tenant,
+                    qos=caller.qos,
+                    pool=self._pool,
+                    client_request_id=incoming.request_id,
+                )
+        except grpc.aio.AioRpcError as error:
+            raise errors.rpc_error(error, "pick") from None
+        except TimeoutError:
+            raise GatewayError(504, "picker_timeout", "picker pick: no answer in time") from None
+
+    async def _push(self, incoming: Incoming) -> int:
+        length = incoming.header_map.get("content-length", "")
+        declared = int(length) if length.isdigit() else None
+        upload = Upload(incoming.body, self._max_body_bytes)
+        upload.check_declared(declared)
+        try:
+            pushed = await self._picker.push(
+                upload.chunks(), declared_length=declared, client_request_id=incoming.request_id
+            )
+        except grpc.aio.AioRpcError as error:
+            raise upload.error() if upload.too_large else errors.rpc_error(error, "push") from None
+        except asyncio.CancelledError:
+            if upload.cut_short():  # our own reset of the stream, not a cancelled request
+                raise upload.error() from None
+            raise
+        return pushed.stream_id
+
+    async def _dispatch(
+        self, pick: pb.PickResponse, incoming: Incoming, reports: RequestReports
+    ) -> Relay:
+        try:
+            target = resolve(pick, self._backends, incoming.path, incoming.query)
+        except BackendUnresolved as exc:
+            reason = pb.AbortRequest.BACKEND_UNRESOLVED
+            raise _aborted(
+                reports, reason, f"no backend {exc.ref}", errors.backend_unresolved(exc.ref)
+            ) from None
+        except CredentialMissing as exc:
+            ref = _provider_ref(pick)
+            reason = pb.AbortRequest.BACKEND_UNAUTHORIZED
+            raise _aborted(
+                reports, reason, f"credential: {exc}", errors.backend_unauthorized(ref)
+            ) from None
+        headers = request_headers(
+            incoming.headers, target, length=pick.body_total_bytes, drop=self._own_headers
+        )
+        if "x-request-id" not in incoming.header_map:  # one id in every log along the way
+            headers.append(("x-request-id", incoming.request_id))
+        request = self._http.build_request(
+            incoming.method,
+            target.url,
+            headers=headers,
+            content=self._pulled(pick.response_id, pick.body_total_bytes),
+        )
+        clock = TokenClock()
+        response = await self._send(request, reports)
+        if target.provider is not None and response.status_code in _UNAUTHORIZED:
+            await response.aclose()
+            detail = f"upstream answered {response.status_code}"
+            reason = pb.AbortRequest.BACKEND_UNAUTHORIZED
+            raise _aborted(reports, reason, detail, errors.backend_unauthorized(target.provider))
+        _log_dispatch(incoming, pick, target, response.status_code)
+        return Relay(response, clock, reports, fallback_model=pick.requested_model)
+
+    async def _send(self, request: httpx.Request, reports: RequestReports) -> httpx.Response:
+        try:
+            return await self._http.send(request, stream=True)
+        except (grpc.aio.AioRpcError, PullMismatch) as exc:
+            detail = f"PullBody: {_describe(exc)}"
+            error = errors.upstream_failed("the request body could not be read back")
+            raise _aborted(reports, pb.AbortRequest.PULL_FAILED, detail, error) from None
+        except httpx.HTTPError as exc:
+            reason, error = _upstream_failure(exc)
+            raise _aborted(reports, reason, f"upstream: {_describe(exc)}", error) from None
+
+    async def _pulled(self, response_id: int, expected: int) -> AsyncIterator[bytes]:
+        """PullBody, checked to carry exactly `body_total_bytes` (spec: callers may enforce)."""
+        total = 0
+        async for chunk in self._picker.pull(response_id):
+            total += len(chunk)
+            yield chunk
+        if total != expected:
+            raise PullMismatch(f"PullBody sent {total} bytes, the pick announced {expected}")
+
+
+def _aborted(
+    reports: RequestReports, reason: AbortReason, detail: str, error: GatewayError
+) -> GatewayError:
+    reports.abort(reason, detail)
+    log.warning(
+        "abort %s: %s", pb.AbortRequest.Reason.Name(reason), detail
+    )  # details name hosts and statuses, never bodies or credentials
+    return error
+
+
+def _upstream_failure(exc: httpx.HTTPError) -> tuple[AbortReason, GatewayError]:
+    if isinstance(exc, httpx.ConnectTimeout | httpx.ConnectError):
+        return pb.AbortRequest.NOT_DISPATCHED, errors.upstream_failed(
+            "the upstream could not be reached"
+        )
+    if isinstance(exc, httpx.TimeoutException):
+        return pb.AbortRequest.REASON_UNSPECIFIED, errors.upstream_timeout(
+            "the upstream did not answer in time"
+        )
+    return pb.AbortRequest.REASON_UNSPECIFIED, errors.upstream_failed("the upstream failed")
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name} {exc.details()}"
+    return f"{type(exc).__name__} {exc}".strip()
+
+
+def _provider_ref(pick: pb.PickResponse) -> str:
+    ref = pick.provider.backend_ref
+    return f"{ref.namespace}/{ref.name}"
+
+
+def _log_dispatch(incoming: Incoming, pick: pb.PickResponse, target: Target, status: int) -> None:
+    where = target.provider or pick.local.endpoint
+    log.debug("request %s -> %s: upstream %d", incoming.request_id, where, status)

@@ -1,0 +1,106 @@
+"""Reports and Aborts sent off the response path, in order per request.
+
+A report must not hold back the bytes a client is waiting for, and an Abort for a client
+that went away must still go out although the task serving it was cancelled. So each is a
+task of its own, tracked here until done; `aclose` waits for the last ones at shutdown.
+A failed report is logged and dropped: the picker reclaims by TTL what it never hears of.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias
+
+import grpc
+
+from kinference.client import PickerClient
+from kinference.gateway.timing import ITL_LAYOUT, TokenClock
+from kinference.gateway.usage import Usage
+from kinference.v1 import picker_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+AbortReason: TypeAlias = pb.AbortRequest.Reason.ValueType
+
+
+class Reporter:
+    """Runs report calls as tracked background tasks on the gateway's one picker client."""
+
+    def __init__(self, client: PickerClient, timeout_s: float) -> None:
+        self.client = client
+        self.timeout_s = timeout_s
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, call: Callable[[], Awaitable[Any]], what: str) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._run(call, what), name=f"kinference-gateway-{what}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _run(self, call: Callable[[], Awaitable[Any]], what: str) -> None:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await call()
+        except grpc.aio.AioRpcError as error:
+            # NOT_FOUND on Abort is normal: the request was already released.
+            if error.code() != grpc.StatusCode.NOT_FOUND:
+                log.warning("%s failed: %s %s", what, error.code().name, error.details())
+        except TimeoutError:
+            log.warning("%s timed out after %gs", what, self.timeout_s)
+        except Exception:  # a report is best effort; the picker's TTL covers a lost one
+            log.exception("%s failed", what)
+
+    async def aclose(self) -> None:
+        """Wait for every report still under way."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class RequestReports:
+    """The reports of one picked request; each waits for the one before it."""
+
+    def __init__(self, reporter: Reporter, response_id: int) -> None:
+        self._reporter = reporter
+        self._response_id = response_id
+        self._last: asyncio.Task[None] | None = None
+
+    @property
+    def reporter(self) -> Reporter:
+        return self._reporter
+
+    def first_token(self, ttft_ms: int, upstream_status: int) -> None:
+        client, response_id = self._reporter.client, self._response_id
+        self._chain(lambda: client.first_token(response_id, ttft_ms, upstream_status), "first")
+
+    def final(self, usage: Usage, clock: TokenClock, fallback_model: str) -> None:
+        client, response_id = self._reporter.client, self._response_id
+        counts = clock.itl_bucket_counts
+        assert not counts or ITL_LAYOUT == 1  # PickerClient.final_token sends layout 1
+
+        async def send() -> None:
+            await client.final_token(
+                response_id,
+                model=usage.model or fallback_model,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                cached_tokens=usage.cached_tokens,
+                itl_bucket_counts=counts,
+            )
+
+        self._chain(send, "final")
+
+    def abort(self, reason: AbortReason, detail: str) -> None:
+        client, response_id = self._reporter.client, self._response_id
+        self._chain(lambda: client.abort(response_id, reason, detail[:500]), "abort")
+
+    def _chain(self, call: Callable[[], Awaitable[Any]], what: str) -> None:
+        before = self._last
+
+        async def in_order() -> None:
+            if before is not None:
+                await asyncio.gather(before, return_exceptions=True)
+            await call()
+
+        self._last = self._reporter.spawn(in_order, what)

@@ -1,0 +1,84 @@
+"""Serving the gateway with uvicorn on a socket we bind, so port 0 reports its real port."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+from kinference.settings import split_host_port
+
+_READY_POLL_S = 0.01  # how often start() checks whether uvicorn has finished starting
+
+
+def bind(listen: str) -> socket.socket:
+    """A listening TCP socket on `HOST:PORT` (IPv6 in brackets); port 0 = any free."""
+    host, port = split_host_port(listen)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family)
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn leaving signal handlers alone: its owner decides when it stops (uvicorn's own
+    handling would re-raise SIGTERM after the drain, so the process never exits 0)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class GatewayServer:
+    """uvicorn around the gateway app; `start` returns once it accepts connections."""
+
+    def __init__(
+        self, app: Any, listen: str, *, log_config: Any = None, grace_s: int | None = None
+    ) -> None:
+        self._sock = bind(listen)
+        self.port: int = self._sock.getsockname()[1]
+        config = uvicorn.Config(
+            app,
+            lifespan="on",
+            log_config=log_config,
+            access_log=log_config is not None,
+            # Then responses still streaming are cancelled: each sends its Abort.
+            timeout_graceful_shutdown=grace_s,
+        )
+        self.server = _QuietServer(config)
+        self._task: asyncio.Task[None] | None = None
+
+    async def serve_until_signalled(self) -> None:
+        """Serve until SIGINT or SIGTERM, then drain (the command line)."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._exit)
+        await self._serve()
+
+    def _exit(self) -> None:
+        self.server.should_exit = True
+
+    async def _serve(self) -> None:
+        try:
+            await self.server.serve(sockets=[self._sock])
+        finally:
+            self._sock.close()
+
+    async def start(self) -> None:
+        """Serve in a background task; raises if uvicorn stops before it is ready."""
+        self._task = asyncio.create_task(self._serve(), name="kinference-gateway")
+        while not self.server.started:
+            if self._task.done():
+                await self._task
+                raise RuntimeError("the gateway stopped while starting")
+            await asyncio.sleep(_READY_POLL_S)
+
+    async def stop(self) -> None:
+        """Stop accepting, let responses under way finish, run the lifespan's shutdown."""
+        self.server.should_exit = True
+        if self._task is not None:
+            await self._task
+            self._task = None

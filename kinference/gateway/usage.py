@@ -1,0 +1,169 @@
+"""Reads a response as it streams by: content events (for timing), usage and served model.
+
+Server-sent events are split into events as bytes arrive; each `data:` payload is parsed
+(they are small) to tell content from role-only or usage-only chunks and to pick up `usage`,
+which the picker's rewrite asks for on streams (`stream_options.include_usage`). A plain
+JSON response is kept up to `MAX_JSON_BYTES` and parsed at the end. Shapes understood:
+OpenAI chat, completions, embeddings and responses; Anthropic messages.
+
+Without usage, the completion tokens are the content events counted (about one token each)
+and the prompt tokens are unknown (0).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kinference.gateway.timing import TokenClock
+
+MAX_JSON_BYTES = 8 * 1024 * 1024  # a non-streaming response larger than this is not parsed
+MAX_LINE_BYTES = 4 * 1024 * 1024  # an SSE line longer than this stops the metering
+_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal")
+_PROMPT_KEYS = ("prompt_tokens", "input_tokens")
+_COMPLETION_KEYS = ("completion_tokens", "output_tokens")
+
+
+@dataclass
+class Usage:
+    model: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int | None = None
+    from_response: bool = False  # False: counted by the gateway, not reported upstream
+
+
+class ResponseMeter:
+    """Feed it every response byte in order; `feed` says when the first token went by."""
+
+    def __init__(self, *, event_stream: bool, clock: TokenClock) -> None:
+        self.clock = clock
+        self.usage = Usage()
+        self._event_stream = event_stream
+        self._pending = bytearray()  # SSE: a partial line; JSON: the body so far
+        self._data: list[bytes] = []  # `data:` lines of the event being read
+        self._broken = False  # too large to follow: stop parsing, keep timing what we can
+
+    def feed(self, chunk: bytes) -> bool:
+        """Account for `chunk`; True when it carried the response's first token."""
+        if not chunk:
+            return False
+        if not self._event_stream:
+            first = self.clock.ttft_ms is None
+            self.clock.first_byte()
+            self._keep_json(chunk)
+            return first
+        return self._feed_events(chunk)
+
+    def finish(self) -> Usage:
+        """The usage once the response ended; falls back to counted events."""
+        if not self._event_stream and not self._broken and self._pending:
+            document = _loads(bytes(self._pending))
+            if document is not None:
+                self._observe(document)
+        if not self.usage.from_response:
+            self.usage.completion_tokens = self.clock.tokens
+        return self.usage
+
+    def _keep_json(self, chunk: bytes) -> None:
+        if self._broken:
+            return
+        if len(self._pending) + len(chunk) > MAX_JSON_BYTES:
+            self._broken = True
+            self._pending.clear()
+            return
+        self._pending += chunk
+
+    def _feed_events(self, chunk: bytes) -> bool:
+        if self._broken:
+            return False
+        self._pending += chunk
+        *lines, rest = bytes(self._pending).split(b"\n")
+        self._pending = bytearray(rest)
+        if len(rest) > MAX_LINE_BYTES:
+            self._broken = True
+        first = False
+        for line in lines:
+            first = self._line(line.rstrip(b"\r")) or first
+        return first
+
+    def _line(self, line: bytes) -> bool:
+        if line.startswith(b"data:"):
+            self._data.append(line[5:].removeprefix(b" "))
+            return False
+        if line or not self._data:
+            return False  # `event:`, `id:`, comments; or a blank line closing nothing
+        payload, self._data = b"\n".join(self._data), []
+        if payload == b"[DONE]":
+            return False
+        event = _loads(payload)
+        if event is None:
+            return False
+        self._observe(event)
+        return _has_content(event) and self.clock.token()
+
+    def _observe(self, event: dict[str, Any]) -> None:
+        for holder in (event, event.get("response"), event.get("message")):
+            if not isinstance(holder, dict):
+                continue
+            if not self.usage.model and isinstance(holder.get("model"), str):
+                self.usage.model = holder["model"]
+            if isinstance(holder.get("usage"), dict):
+                self._apply(holder["usage"])
+
+    def _apply(self, usage: dict[str, Any]) -> None:
+        """Merge one usage object; Anthropic streams split it over two events."""
+        prompt = _first_int(usage, _PROMPT_KEYS)
+        completion = _first_int(usage, _COMPLETION_KEYS)
+        cached = _cached(usage)
+        if prompt is not None:
+            self.usage.prompt_tokens = prompt
+        if completion is not None:
+            self.usage.completion_tokens = completion
+        if cached is not None:
+            self.usage.cached_tokens = cached
+        self.usage.from_response |= prompt is not None or completion is not None
+
+
+def _loads(payload: bytes) -> dict[str, Any] | None:
+    try:
+        document = json.loads(payload)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _has_content(event: dict[str, Any]) -> bool:
+    choices = event.get("choices")
+    if isinstance(choices, list):
+        return any(_choice_has_content(choice) for choice in choices)
+    kind = event.get("type")
+    return isinstance(kind, str) and (kind.endswith(".delta") or kind == "content_block_delta")
+
+
+def _choice_has_content(choice: object) -> bool:
+    if not isinstance(choice, dict):
+        return False
+    if choice.get("text"):
+        return True
+    delta = choice.get("delta")
+    return isinstance(delta, dict) and any(delta.get(key) for key in _DELTA_KEYS)
+
+
+def _first_int(usage: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    for key in keys:
+        value = usage.get(key)
+        if isinstance(value, int) and value >= 0:
+            return value
+    return None
+
+
+def _cached(usage: dict[str, Any]) -> int | None:
+    for details in ("prompt_tokens_details", "input_tokens_details"):
+        holder = usage.get(details)
+        if isinstance(holder, dict):
+            value = _first_int(holder, ("cached_tokens",))
+            if value is not None:
+                return value
+    return _first_int(usage, ("cache_read_input_tokens",))
