@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 # Pick latency, seconds: the decision itself is sub-millisecond; the tail shows GC or a
 # saturated event loop.
 _PICK_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
+# Time to first token, seconds: tens of milliseconds for a warm prefix on an idle worker, up
+# to tens of seconds for a long prompt queued behind others.
+_TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# The spec's ITL layout 1: upper edges of its 15 buckets in milliseconds (the last is open).
+ITL_LAYOUT_1_EDGES_MS = (5, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 500, 1000)
 
 
 class Metrics:
@@ -68,6 +74,47 @@ class Metrics:
             "kinference_tokens_total",
             "Tokens reported by ReportFinalToken, by kind (prompt, completion, cached).",
             ["kind"],
+            registry=registry,
+        )
+        self._add_request_collectors(registry)
+
+    def _add_request_collectors(self, registry: CollectorRegistry) -> None:
+        """Per-request signals for dashboards: why picks ended as they did, latency the
+        callers observed, prefix-cache predictions against what engines reported, tenants."""
+        self.pick_reasons = Counter(
+            "kinference_pick_reasons_total",
+            "Pick decisions by outcome and reason code (a fixed set; see docs/metrics.md).",
+            ["outcome", "reason"],
+            registry=registry,
+        )
+        self.ttft = Histogram(
+            "kinference_ttft_seconds",
+            "Time to first token reported by callers (ReportFirstToken, status < 400).",
+            ["destination"],
+            buckets=_TTFT_BUCKETS,
+            registry=registry,
+        )
+        self.itl = ItlHistogram(
+            "kinference_itl_seconds",
+            "Inter-token gaps reported by callers, from layout-1 bucket counts (no _sum).",
+        )
+        registry.register(self.itl)
+        self.prefix_cached_tokens = Counter(
+            "kinference_prefix_cached_tokens_total",
+            "Prompt tokens served from the engine's prefix cache, as predicted at Pick "
+            "and as the engine reported, over local requests that reported cached_tokens.",
+            ["source"],
+            registry=registry,
+        )
+        self.prefix_prompt_tokens = Counter(
+            "kinference_prefix_prompt_tokens_total",
+            "Prompt tokens of the local requests counted in kinference_prefix_cached_tokens.",
+            registry=registry,
+        )
+        self.tenant_tokens = Counter(
+            "kinference_tenant_tokens_total",
+            "Tokens reported by ReportFinalToken per tenant (capped; the rest is '(other)').",
+            ["tenant", "kind"],
             registry=registry,
         )
 
@@ -141,3 +188,29 @@ class _ProviderCollector(Collector):
             listed.add_metric([ref, cooldown.reason], 1.0)
         yield family
         yield listed
+
+
+class ItlHistogram(Collector):
+    """A Prometheus histogram fed whole layout-1 bucket counts (the spec's ITL report).
+
+    prometheus_client's Histogram observes one value at a time; callers report counts per
+    bucket, so they are summed here and exported cumulatively, in seconds. The gaps' sum is
+    unknown, so there is no `_sum` (nor `_count`: the `+Inf` bucket is the count).
+    """
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._counts = [0] * (len(ITL_LAYOUT_1_EDGES_MS) + 1)
+
+    def add(self, counts: Sequence[int]) -> None:
+        """Add one report's 15 bucket counts (the caller checked the layout)."""
+        for index, count in enumerate(counts):
+            self._counts[index] += count
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self._name, self._documentation)
+        edges = [repr(edge / 1000) for edge in ITL_LAYOUT_1_EDGES_MS] + ["+Inf"]
+        cumulative = list(itertools.accumulate(self._counts))
+        family.add_metric([], list(zip(edges, cumulative, strict=True)), None)
+        yield family

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from kinference.bodies import Body, BodyStore, Pull, Upload, new_id
 from kinference.errors import InvalidArgument, NotFound
 from kinference.metrics import Metrics
+from kinference.ops.recorder import RequestRecorder
 from kinference.requests import (
     InferenceRequest,
     MalformedRequest,
@@ -39,7 +40,6 @@ from kinference.routing.health import UNAUTHORIZED, UNRESOLVED
 log = logging.getLogger(__name__)
 
 ITL_LAYOUT_1_BUCKETS = 15  # the spec's layout 1: 15 upper-inclusive buckets
-_TOKEN_KINDS = ("prompt", "completion", "cached")
 # Abort reasons that tell the picker something about a provider it cannot see itself.
 _LEARNED_LIMIT = 10_000  # aborted ids remembered so repeats do not count twice
 _ABORT_HEALTH = {"BACKEND_UNRESOLVED": UNRESOLVED, "BACKEND_UNAUTHORIZED": UNAUTHORIZED}
@@ -90,23 +90,25 @@ class PickerService:
         router: Router,
         inflight: InFlight,
         metrics: Metrics,
+        *,
         shared_gap: Callable[[], str | None] = lambda: None,
+        recorder: RequestRecorder | None = None,
     ) -> None:
         """`shared_gap` says why the cluster-wide view is incomplete now (Redis down or
-        lagging, still bootstrapping), or None; such Picks answer DEGRADED."""
+        lagging, still bootstrapping), or None; such Picks answer DEGRADED. `recorder`
+        counts and logs each request's steps (one on `metrics` by default)."""
         self.store = store
         self.shared_gap = shared_gap
         self.router = router
         self.inflight = inflight
         self._metrics = metrics
+        self._recorder = recorder or RequestRecorder(metrics)
         # Label lookups cost microseconds on every request: bind the children once.
-        self._picks = {outcome: metrics.picks.labels(outcome.value) for outcome in Outcome}
         self._reports = {
             (kind, known): metrics.reports.labels(kind, str(known).lower())
             for kind in ("first_token", "final_token")
             for known in (True, False)
         }
-        self._tokens = {kind: metrics.tokens.labels(kind) for kind in _TOKEN_KINDS}
         self._learned: OrderedDict[int, None] = OrderedDict()  # response ids already counted
 
     def begin_push(self, declared_length: int | None, client_request_id: str) -> Upload:
@@ -128,8 +130,8 @@ class PickerService:
             raise
         if result.response_id == 0:  # nothing will pull this body
             self.store.release(body)
-        self._picks[result.outcome].inc()
-        self._metrics.pick_seconds.observe(time.perf_counter() - started)
+        request_id = call.client_request_id or body.client_request_id
+        self._recorder.picked(result, request_id, time.perf_counter() - started)
         return result
 
     def _decide(self, body: Body, call: PickCall) -> PickResult:
@@ -142,10 +144,10 @@ class PickerService:
             return PickResult(
                 decision.outcome, reason=decision.reason, requested_model=request.model
             )
-        return self._dispatch(body, request, decision, call.tenant)
+        return self._dispatch(body, request, decision, call)
 
     def _dispatch(
-        self, body: Body, request: InferenceRequest, decision: Decision, tenant: str
+        self, body: Body, request: InferenceRequest, decision: Decision, call: PickCall
     ) -> PickResult:
         destination: Destination | None = decision.local or decision.provider
         assert destination is not None
@@ -156,7 +158,8 @@ class PickerService:
         )
         rewritten = rewrite(body, request, plan)
         response_id = new_id(_ResponseIdsInUse(self.inflight, self.store))
-        self.inflight.add(response_id, destination, tenant, decision.prefix_hashes)
+        request_id = call.client_request_id or body.client_request_id
+        self.inflight.add(response_id, destination, call.tenant, decision.prefix_hashes, request_id)
         if decision.local is not None and decision.prefix_hashes:
             self.router.prefix.record(decision.local.slot, decision.prefix_hashes)
         self.store.park(response_id, rewritten)
@@ -193,6 +196,7 @@ class PickerService:
         if assignment is None:
             return False
         assignment.first_token_at = time.monotonic()
+        self._recorder.first_token(assignment, ttft_ms, upstream_status)
         destination = assignment.destination
         if isinstance(destination, LocalChoice):
             if upstream_status < 400:
@@ -209,10 +213,7 @@ class PickerService:
         self._reports["final_token", assignment is not None].inc()
         if assignment is None:
             return False
-        self._tokens["prompt"].inc(report.prompt_tokens)
-        self._tokens["completion"].inc(report.completion_tokens)
-        if report.cached_tokens is not None:
-            self._tokens["cached"].inc(report.cached_tokens)
+        self._recorder.final_token(report, assignment)
         tokens = report.prompt_tokens + report.completion_tokens
         self.router.tenants.record(self.router.policy.config, assignment.tenant, tokens)
         local = assignment.local
@@ -236,7 +237,7 @@ class PickerService:
             raise NotFound(f"response {response_id} is unknown or already released")
         if dropped_body:
             self._metrics.bodies_reclaimed.labels("abort").inc()
-        log.info("abort response_id=%d reason=%s detail=%.200s", response_id, reason, detail)
+        self._recorder.aborted(response_id, reason, detail, assignment)
 
     def _learn_from_abort(self, response_id: int, reason: str, detail: str) -> None:
         health_reason = _ABORT_HEALTH.get(reason)

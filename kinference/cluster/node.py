@@ -191,9 +191,7 @@ class ClusterNode:
         """Stop one loop (e.g. "read") until `resume`; the rest go on."""
         task = self._tasks.pop(name, None)
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await _cancel(task)
 
     def resume(self, name: str) -> None:
         loop = next(loop for loop in self._loops if loop.name == name)
@@ -210,8 +208,7 @@ class ClusterNode:
         for task in self._tasks.values():
             task.cancel()
         for task in self._tasks.values():
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await _cancel(task)
         self._tasks.clear()
         with contextlib.suppress(*_ERRORS):
             await self.publisher.flush()
@@ -221,3 +218,17 @@ class ClusterNode:
     async def close(self) -> None:
         await self.redis.aclose()
         await self._reader_redis.aclose()
+
+
+_CANCEL_RECHECK_S = 0.05  # seconds between repeated cancels of a loop that swallowed one
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    """Cancel a loop and wait for its end, cancelling again while it runs: a cancel can be
+    lost (one that lands as a timeout inside the step fires can surface as TimeoutError,
+    which the loop retries), and then `stop` waited forever."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=_CANCEL_RECHECK_S)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -55,6 +55,7 @@ class EngineSharing:
 
     def publish(self, endpoint: str, snapshot: EngineSnapshot | None, ready: bool) -> None:
         reading: dict[str, Any] = {"at": time.time(), "ready": ready, "read": snapshot is not None}
+        reading["by"] = self._node.instance  # the scraping replica, for `kinference state`
         if snapshot is not None:
             reading |= {
                 "waiting": snapshot.waiting,
@@ -126,8 +127,10 @@ def build_node(
 ) -> ClusterNode:
     timeouts = Timeouts(connect_s=settings.redis_timeout_s, command_s=settings.redis_timeout_s)
     return ClusterNode(
-        redis=connect(settings.redis_url, timeouts),
-        reader_redis=connect(settings.redis_url, timeouts, block_s=READ_BLOCK_MS / 1000),
+        redis=connect(settings.redis_url, timeouts, tls=settings.redis_tls()),
+        reader_redis=connect(
+            settings.redis_url, timeouts, block_s=READ_BLOCK_MS / 1000, tls=settings.redis_tls()
+        ),
         keys=Keys(settings.redis_prefix),
         view=ClusterView(table, prefix),
         outbox=outbox,

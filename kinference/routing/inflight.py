@@ -25,6 +25,7 @@ class Assignment:
     picked_at: float  # monotonic seconds
     deadline: float  # monotonic seconds
     first_token_at: float | None = None
+    client_request_id: str = ""  # the caller's id, for log lines about this request
 
     @property
     def local(self) -> LocalChoice | None:
@@ -86,10 +87,13 @@ class InFlight:
         destination: Destination,
         tenant: str,
         hashes: tuple[int, ...] = (),
+        client_request_id: str = "",
     ) -> Assignment:
         """Count a picked request; `hashes` are its prompt's prefix blocks (for the journal)."""
         now = self._clock()
-        assignment = Assignment(destination, tenant, now, now + self.ttl_s)
+        assignment = Assignment(
+            destination, tenant, now, now + self.ttl_s, client_request_id=client_request_id
+        )
         self._assignments[response_id] = assignment
         if isinstance(destination, LocalChoice):
             self.table.inflight[destination.slot] += 1

@@ -1,0 +1,55 @@
+"""Live pickers (standalone and on a real Redis) with traffic, scraped for each test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kinference.config import parse_policy
+from loadtest.redis_server import RedisServer
+from tests.api.helpers import wait_until
+from tests.cluster.conftest import (  # noqa: F401 (fixtures, shared)
+    redis_server,
+    start_engines,
+    start_replicas,
+)
+from tests.conftest import PickerFactory
+from tests.discovery.conftest import kube  # noqa: F401 (a fixture, shared)
+from tests.discovery.kube_double import KubeDouble
+from tests.discovery.objects import NS, PODS, POOLS, inference_pool, pod
+from tests.ops.helpers import OPS_POLICY, Exposition, exercise, scrape
+
+
+@pytest.fixture
+async def exposition(
+    redis_server: RedisServer,  # noqa: F811 (set up first: it stops after the pickers)
+    kube: KubeDouble,  # noqa: F811
+    start_picker: PickerFactory,
+    tmp_path: Path,
+) -> Exposition:
+    """Every series a picker exports: a standalone one watching its policy file and
+    discovering a pool from a Kubernetes API double, and two replicas sharing a real Redis
+    (the second applies the first's events)."""
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(OPS_POLICY)
+    policy = parse_policy(OPS_POLICY)
+    found = Exposition()
+    kube.put(POOLS, inference_pool("disc"))
+    kube.put(PODS, pod("a", "10.1.0.1"))
+    discovery = {"discovery": "kubernetes", "discovery_server": kube.url,
+                 "discovery_namespace": NS}  # fmt: skip
+    alone = await start_picker(
+        policy, metrics_listen="127.0.0.1:0", config=policy_file, **discovery
+    )
+    await exercise(alone)
+    found.add(await scrape(alone))
+    shared = {"metrics_listen": "127.0.0.1:0", "redis_url": redis_server.url}
+    first = await start_picker(policy, **shared)
+    second = await start_picker(policy, **shared)
+    await exercise(first)
+    applied = "kinference_cluster_events_applied_total"
+    await wait_until(lambda: second.metric(applied, {"kind": "release"}) > 0, within_s=10.0)
+    for replica in (first, second):
+        found.add(await scrape(replica))
+    return found
