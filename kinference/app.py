@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from kinference.api.server import build_server
 from kinference.api.servicer import PickerServicer
+from kinference.api.tls import bind, listener_files
 from kinference.bodies import BodyStore, ByteBudget
 from kinference.cluster.node import ClusterNode
 from kinference.cluster.outbox import Outbox
@@ -33,7 +34,11 @@ from kinference.cluster.setup import (
 )
 from kinference.cluster.telemetry import ClusterCollector
 from kinference.config import Policy, PolicyWatcher
+from kinference.discovery import build_discovery
+from kinference.loop_lag import LoopLagMonitor
 from kinference.metrics import Metrics
+from kinference.ops.recorder import RequestRecorder
+from kinference.ops.tenants import TenantLabels
 from kinference.requests import JsonScanner
 from kinference.routing import (
     InFlight,
@@ -97,9 +102,15 @@ class App:
         if self.outbox is not None:
             self._build_cluster(self.outbox)
         self.scraper.set_targets(self._engine_targets())
+        # With discovery, the file's policy is merged with the discovered pools first.
+        self.discovery = build_discovery(settings, policy, self.apply_policy, registry)
+        on_policy_file = self.discovery.source.set_file_policy if self.discovery else None
         self.watcher = (
             PolicyWatcher(
-                settings.config, self.apply_policy, registry=self.metrics.registry, current=policy
+                settings.config,
+                on_policy_file or self.apply_policy,
+                registry=self.metrics.registry,
+                current=policy,
             )
             if settings.config
             else None
@@ -110,14 +121,18 @@ class App:
             self.inflight,
             self.metrics,
             shared_gap=self.cluster.gap if self.cluster is not None else lambda: None,
+            recorder=RequestRecorder(self.metrics, TenantLabels(settings.metrics_max_tenants)),
         )
         self.health = HealthServicer()
         servicer = PickerServicer(self.service, self.metrics, settings.body_idle_timeout_s)
-        self.server = build_server(servicer, self.health)
+        self.server = build_server(
+            servicer, self.health, max_concurrent_streams=settings.max_concurrent_streams
+        )
         self.metrics.buffered_limit_bytes.set(settings.max_buffered_bytes)
         self.metrics.watch_buffers(lambda: budget.used, lambda: self.store.held_bodies)
         self.metrics.watch_inflight(self.inflight.per_endpoint, lambda: self.inflight.own)
         self.metrics.watch_providers(self.router.health.active, self.router.health.now)
+        self.loop_lag = LoopLagMonitor(self.metrics.registry)
         self.port = 0
         self.metrics_port = 0
         self._metrics_server: Any = None
@@ -160,15 +175,19 @@ class App:
     async def start(self) -> None:
         """Bind, start serving and report SERVING; `port` is the bound gRPC port."""
         host, port = split_host_port(self.settings.listen)
-        self.port = self.server.add_insecure_port(format_host_port(host, port))
+        address = format_host_port(host, port)
+        self.port = bind(self.server, address, listener_files(self.settings))
         if self.port == 0:
             raise OSError(f"cannot listen on {self.settings.listen}")
         await self.server.start()
         self._start_metrics()
         self._reaper = asyncio.create_task(self._reap_forever(), name="kinference-reaper")
+        self.loop_lag.start()
         await self.scraper.start()
         if self.watcher is not None:
             self.watcher.start()
+        if self.discovery is not None:
+            await self.discovery.start()
         if self.cluster is not None:
             await self.cluster.start(bootstrap_timeout_s=self.settings.redis_stale_after_s)
         await self.health.set("", _SERVING)
@@ -241,10 +260,13 @@ class App:
         """Stop background work and the metrics endpoint (idempotent)."""
         if self.watcher is not None:
             await self.watcher.aclose()
+        if self.discovery is not None:
+            await self.discovery.aclose()
         if self.cluster is not None:
             await self._leave_cluster(self.cluster)
         await self.scraper.aclose()
         await self._http.aclose()
+        await self.loop_lag.aclose()
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, FilePath, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from kinference.cluster.connection import check_url
+from kinference.cluster.connection import RedisTls, check_url
 
 ENV_PREFIX = "KINFERENCE_"
 
@@ -29,6 +29,7 @@ MiB = 1024 * 1024
 GiB = 1024 * MiB
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+LogFormat = Literal["auto", "json", "text"]
 
 # One RFC 1123 label; a hostname is one or more of these joined by dots.
 _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
@@ -37,6 +38,18 @@ _MAX_PORT = 65535
 _MAX_HOSTNAME = 253
 # Longest offending value quoted back in an error message, in characters.
 _MAX_QUOTED = 60
+# A Kubernetes namespace name (an RFC 1123 label in lower case), or "".
+_NAMESPACE_OR_EMPTY = r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"
+# Settings naming PEM files; an empty value means "not set".
+_FILE_SETTINGS = (
+    "redis_tls_ca_file",
+    "redis_tls_cert_file",
+    "redis_tls_key_file",
+    "tls_cert_file",
+    "tls_key_file",
+    "tls_client_ca_file",
+    "discovery_kubeconfig",
+)
 
 
 class SettingsError(ValueError):
@@ -114,10 +127,22 @@ class Settings(BaseSettings):
     redis_timeout_s: float = Field(default=0.5, gt=0)  # per command and per connect attempt
     # The shared view counts as stale (Picks answer DEGRADED) after this long without a read.
     redis_stale_after_s: float = Field(default=2.0, gt=0)
-    redis_stream_maxlen: int = Field(default=100_000, ge=100)  # events entries kept (approx.)
+    redis_stream_maxlen: int = Field(default=20_000, ge=100)  # events entries kept (approx.)
     # Milliseconds a replica gathers events before publishing them, and pauses between
     # reads of the others': fewer Redis commands per request, at this much propagation delay.
     redis_batch_ms: int = Field(default=15, ge=0, le=1_000)
+    # PEM files for a rediss:// URL: the CA to trust, and a client certificate and key.
+    redis_tls_ca_file: FilePath | None = None
+    redis_tls_cert_file: FilePath | None = None
+    redis_tls_key_file: FilePath | None = None
+    # TLS on the gRPC listener (PEM files, both or neither; re-read when they change). With
+    # a client CA, every client must present a certificate it signed (mTLS).
+    tls_cert_file: FilePath | None = None
+    tls_key_file: FilePath | None = None
+    tls_client_ca_file: FilePath | None = None
+    # RPCs one connection may run at once (HTTP/2 MAX_CONCURRENT_STREAMS); further calls
+    # wait in the client until one ends. See docs/security.md.
+    max_concurrent_streams: int = Field(default=1024, ge=1)
     max_body_bytes: int = Field(default=64 * MiB, gt=0)  # one request body
     max_buffered_bytes: int = Field(default=1 * GiB, gt=0)  # all bodies held at once
     body_idle_timeout_s: float = Field(default=30.0, gt=0)  # max gap between PushBody chunks
@@ -125,6 +150,19 @@ class Settings(BaseSettings):
     request_ttl_s: float = Field(default=900.0, gt=0)  # a pick counts as load at most this long
     shutdown_grace_s: float = Field(default=30.0, ge=0)  # drain time after SIGTERM
     log_level: LogLevel = "INFO"
+    # json: one JSON object per line (for log collectors); text: readable lines; auto: text
+    # when stderr is a terminal, json otherwise.
+    log_format: LogFormat = "auto"
+    # Distinct tenants given their own `tenant` label value; later ones share "(other)".
+    metrics_max_tenants: int = Field(default=100, ge=1, le=10_000)
+    # Kubernetes discovery (docs/discovery.md): "kubernetes" adds the namespace's
+    # InferencePools and their ready pods to the policy file's pools (needs the k8s extra).
+    discovery: Literal["off", "kubernetes"] = "off"
+    # "" = the picker's own namespace in-cluster (else the kubeconfig context's).
+    discovery_namespace: str = Field(default="", pattern=_NAMESPACE_OR_EMPTY)
+    discovery_kubeconfig: FilePath | None = None  # None = in-cluster, then $KUBECONFIG
+    # API server URL reached without credentials (e.g. `kubectl proxy`); wins over both.
+    discovery_server: str = Field(default="", pattern=r"^(https?://\S+)?$")
 
     @field_validator("listen")
     @classmethod
@@ -144,11 +182,16 @@ class Settings(BaseSettings):
     def _validate_redis_url(cls, value: str) -> str:
         return check_url(value) if value else value
 
-    @field_validator("config", mode="before")
+    @field_validator("config", *_FILE_SETTINGS, mode="before")
     @classmethod
     def _empty_config_is_none(cls, value: object) -> object:
         # `KINFERENCE_CONFIG=` in a manifest means "no file", not the current directory.
         return None if value == "" else value
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _lower_log_format(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -164,6 +207,34 @@ class Settings(BaseSettings):
                 "maximum size fits"
             )
         return self
+
+    @model_validator(mode="after")
+    def _tls_files_consistent(self) -> Self:
+        check_tls_files(self)
+        return self
+
+    def redis_tls(self) -> RedisTls:
+        """The PEM files a rediss:// connection uses."""
+        return RedisTls(self.redis_tls_ca_file, self.redis_tls_cert_file, self.redis_tls_key_file)
+
+
+def check_tls_files(settings: Settings) -> None:
+    """Certificates come with their keys, a client CA only with a server certificate, and
+    Redis TLS files only with a rediss:// URL (they would be silently unused otherwise)."""
+    pairs = [("tls_cert_file", "tls_key_file"), ("redis_tls_cert_file", "redis_tls_key_file")]
+    for cert, key in pairs:
+        if (getattr(settings, cert) is None) != (getattr(settings, key) is None):
+            raise ValueError(f"{env_name(cert)} and {env_name(key)} must be set together")
+    if settings.tls_client_ca_file is not None and settings.tls_cert_file is None:
+        raise ValueError(
+            f"{env_name('tls_client_ca_file')} needs {env_name('tls_cert_file')} (mTLS is TLS)"
+        )
+    redis_files = settings.redis_tls_ca_file or settings.redis_tls_cert_file
+    if redis_files and not settings.redis_url.startswith("rediss"):
+        raise ValueError(
+            f"{env_name('redis_tls_ca_file')} and {env_name('redis_tls_cert_file')} need a "
+            f"rediss:// {env_name('redis_url')}"
+        )
 
 
 def env_name(field: str) -> str:

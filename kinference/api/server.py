@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
@@ -15,6 +18,8 @@ from kinference.bodies import MAX_CHUNK_BYTES
 from kinference.v1 import picker_pb2 as pb
 
 SERVICE_NAME = "kinference.v1.Picker"
+
+_Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 # Room for a BodyChunk's tag and length prefix, and for a non-canonical encoding of it, on
 # top of the 1 MiB payload limit; anything larger is refused by gRPC before it is buffered.
@@ -30,48 +35,86 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
 ]
 
 
+class MalformedMessage:
+    """What a request that is not a valid protobuf message of its type decodes to."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """A deserializer that never raises: gRPC would answer UNKNOWN and log a traceback per
+    malformed request, which a hostile caller could repeat at will."""
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except (DecodeError, ValueError, RecursionError) as exc:
+            return MalformedMessage(str(exc)[:200])
+
+    return deserialize
+
+
+def _refusing_malformed(method: str, servicer: PickerServicer, handler: _Handler) -> _Handler:
+    """`handler`, answering INVALID_ARGUMENT (the spec's "malformed request") to requests
+    that did not decode."""
+
+    @functools.wraps(handler)
+    async def checked(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        if isinstance(request, MalformedMessage):
+            servicer.metrics.rpc_errors.labels(method, "INVALID_ARGUMENT").inc()
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
+        return await handler(request, context)
+
+    return checked
+
+
 def picker_handlers(servicer: PickerServicer) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
     """Method handlers for kinference.v1.Picker; body chunks skip the protobuf runtime."""
-    unary = grpc.unary_unary_rpc_method_handler
+
+    def unary(method: str, message: Any, response: Any) -> grpc.RpcMethodHandler[Any, Any]:
+        return grpc.unary_unary_rpc_method_handler(
+            _refusing_malformed(method, servicer, getattr(servicer, method)),
+            request_deserializer=_lenient(message.FromString),
+            response_serializer=response.SerializeToString,
+        )
+
     handlers = {
         "PushBody": grpc.stream_unary_rpc_method_handler(
             servicer.PushBody,
             request_deserializer=decode_chunk,
             response_serializer=pb.PushBodyResponse.SerializeToString,
         ),
-        "Pick": unary(
-            servicer.Pick,
-            request_deserializer=pb.PickRequest.FromString,
-            response_serializer=pb.PickResponse.SerializeToString,
-        ),
+        "Pick": unary("Pick", pb.PickRequest, pb.PickResponse),
         "PullBody": grpc.unary_stream_rpc_method_handler(
-            servicer.PullBody,
-            request_deserializer=pb.PullBodyRequest.FromString,
+            _refusing_malformed("PullBody", servicer, servicer.PullBody),
+            request_deserializer=_lenient(pb.PullBodyRequest.FromString),
             response_serializer=encode_chunk,
         ),
         "ReportFirstToken": unary(
-            servicer.ReportFirstToken,
-            request_deserializer=pb.ReportFirstTokenRequest.FromString,
-            response_serializer=pb.ReportFirstTokenResponse.SerializeToString,
+            "ReportFirstToken", pb.ReportFirstTokenRequest, pb.ReportFirstTokenResponse
         ),
         "ReportFinalToken": unary(
-            servicer.ReportFinalToken,
-            request_deserializer=pb.ReportFinalTokenRequest.FromString,
-            response_serializer=pb.ReportFinalTokenResponse.SerializeToString,
+            "ReportFinalToken", pb.ReportFinalTokenRequest, pb.ReportFinalTokenResponse
         ),
-        "Abort": unary(
-            servicer.Abort,
-            request_deserializer=pb.AbortRequest.FromString,
-            response_serializer=pb.AbortResponse.SerializeToString,
-        ),
+        "Abort": unary("Abort", pb.AbortRequest, pb.AbortResponse),
     }
     return handlers
 
 
-def build_server(servicer: PickerServicer, health_servicer: HealthServicer) -> grpc.aio.Server:
+def build_server(
+    servicer: PickerServicer, health_servicer: HealthServicer, *, max_concurrent_streams: int = 0
+) -> grpc.aio.Server:
     """A server with the Picker, grpc.health.v1 and reflection; responses are never
-    compressed, so callers that accept only `identity` are always served."""
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    compressed, so callers that accept only `identity` are always served.
+    `max_concurrent_streams` caps the RPCs open at once on one connection (0: gRPC's
+    default, no cap); further calls wait in the client until one ends."""
+    options = list(SERVER_OPTIONS)
+    if max_concurrent_streams:
+        options.append(("grpc.max_concurrent_streams", max_concurrent_streams))
+    server = grpc.aio.server(options=options)
     handlers = picker_handlers(servicer)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     # Registered methods are matched by the gRPC core itself, sparing every call the

@@ -10,6 +10,7 @@ Timeouts are short on purpose: a slow Redis must cost a background task a retry,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -41,6 +42,26 @@ class Timeouts:
     command_s: float = 0.5
 
 
+@dataclass(frozen=True, slots=True)
+class RedisTls:
+    """PEM files for TLS connections (rediss://): the CA that signed the server's
+    certificate (else the system's), and a client certificate and key for Redis servers
+    that require one (`tls-auth-clients yes`, the Redis default)."""
+
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+    def options(self) -> dict[str, str]:
+        """redis-py's keyword arguments for these files."""
+        given = {
+            "ssl_ca_certs": self.ca_file,
+            "ssl_certfile": self.cert_file,
+            "ssl_keyfile": self.key_file,
+        }
+        return {name: str(path) for name, path in given.items() if path is not None}
+
+
 def check_url(url: str) -> str:
     """Validate the URL's form (not its reachability); returns it unchanged."""
     scheme = urlsplit(url).scheme
@@ -53,9 +74,11 @@ def check_url(url: str) -> str:
     return url
 
 
-def connect(url: str, timeouts: Timeouts = Timeouts(), *, block_s: float = 0.0) -> RedisClient:
+def connect(
+    url: str, timeouts: Timeouts = Timeouts(), *, block_s: float = 0.0, tls: RedisTls = RedisTls()
+) -> RedisClient:
     """A client (connections open lazily). `block_s` extends the command timeout for
-    a client that issues blocking reads (XREAD BLOCK)."""
+    a client that issues blocking reads (XREAD BLOCK); `tls` applies to rediss:// URLs."""
     check_url(url)
     options: dict[str, Any] = {
         "socket_connect_timeout": timeouts.connect_s,
@@ -66,6 +89,8 @@ def connect(url: str, timeouts: Timeouts = Timeouts(), *, block_s: float = 0.0) 
         "retry": Retry(NoBackoff(), 0),
     }
     scheme = urlsplit(url).scheme
+    if scheme.startswith("rediss"):
+        options.update(tls.options())
     if scheme in CLUSTER_SCHEMES:
         plain = url.replace("+cluster", "", 1)
         return RedisCluster.from_url(plain, **options)

@@ -12,6 +12,8 @@ problem on the earliest line becomes one `PolicyError` line, with a count of the
 
 from __future__ import annotations
 
+import re
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,9 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         raise PolicyError(_one_line(exc, root, source)) from exc
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # characters that would break the one line
+
+
 def _compose(text: str, source: str) -> tuple[Node | None, Any]:
     """Parse `text` into its node tree and the Python data built from it."""
     try:
@@ -87,6 +92,8 @@ def _compose(text: str, source: str) -> tuple[Node | None, Any]:
         raise PolicyError(_yaml_problem(exc, source)) from exc
     except RecursionError as exc:
         raise PolicyError(f"{source}: invalid YAML: nested too deeply") from exc
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise PolicyError(f"{source}: invalid YAML: {str(exc)[: _MAX_QUOTED * 2]}") from exc
     finally:
         loader.dispose()
 
@@ -134,7 +141,8 @@ def _one_line(exc: ValidationError, root: Node, source: str) -> str:
     problems.sort(key=lambda problem: (problem[0], problem[1]))
     text = problems[0][2]
     more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
-    return f"{text}{more}"
+    # A key may hold a newline or another control character: escape them to keep one line.
+    return _CONTROL.sub(lambda char: repr(char.group())[1:-1], f"{text}{more}")
 
 
 def _item_paths(error: ErrorDetails) -> list[tuple[Loc, str | None]]:
@@ -210,6 +218,15 @@ def _path(loc: Loc) -> str:
     return text.removeprefix(".")
 
 
+def _bounded_repr(value: Any) -> str:
+    bounded = reprlib.Repr()
+    bounded.maxlevel, bounded.maxlist, bounded.maxdict = 3, 4, 4
+    bounded.maxstring = _MAX_QUOTED
+    return bounded.repr(value)
+
+
 def _quote(value: Any) -> str:
-    text = repr(value)
+    # Aliases can make a small file a huge tree (a "billion laughs"): quote containers
+    # through a bounded repr, which never walks more than a few levels and items.
+    text = _bounded_repr(value) if isinstance(value, list | dict) else repr(value)
     return text if len(text) <= _MAX_QUOTED else text[: _MAX_QUOTED - 3] + "..."
