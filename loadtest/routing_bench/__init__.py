@@ -1,0 +1,1 @@
+"""The routing-quality benchmark: kinference, baselines and peer routers, same engines."""

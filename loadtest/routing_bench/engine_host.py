@@ -1,0 +1,60 @@
+"""`python -m loadtest.routing_bench.engine_host`: the benchmark's engines in one process.
+
+Like `python -m loadtest.sim_engine`, with the knobs the benchmark sets beyond its CLI
+(the stream step), on any free ports. Prints one JSON line `{"urls": [...]}` once every
+engine serves, then serves until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+
+import uvloop
+
+from loadtest.sim_engine import SimEngineConfig, SimEngines
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("--count", type=int, default=8)
+    cli.add_argument("--seed", type=int, default=0)
+    cli.add_argument("--time-scale", type=float, default=1.0)
+    cli.add_argument("--capacity-blocks", type=int, default=1536)
+    cli.add_argument("--max-num-seqs", type=int, default=4)
+    cli.add_argument("--stream-step-s", type=float, default=0.1, help="tokens per SSE chunk")
+    return cli.parse_args(argv)
+
+
+def config_from(args: argparse.Namespace) -> SimEngineConfig:
+    return SimEngineConfig(
+        seed=args.seed,
+        time_scale=args.time_scale,
+        capacity_blocks=args.capacity_blocks,
+        max_num_seqs=args.max_num_seqs,
+        stream_step_s=args.stream_step_s,
+    )
+
+
+async def serve(args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with SimEngines(args.count, config_from(args)) as fleet:
+        print(json.dumps({"urls": fleet.urls}), flush=True)
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    uvloop.run(serve(parse_args(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())

@@ -1,0 +1,104 @@
+"""One run: fresh engines, one router in front of them, the conversations replayed.
+
+The engines' counters are read just before and after the replay, so the cross-check
+(engine hit rate, requests per engine) covers exactly the measured requests, not the
+peers' readiness probes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+from tqdm import tqdm
+
+from loadtest.routing_bench.drivers import Driver
+from loadtest.routing_bench.engines import (
+    EngineSetup,
+    counter_deltas,
+    engines_running,
+    read_counters,
+)
+from loadtest.routing_bench.replay import Replay, Sample
+from loadtest.routing_bench.routers import Bench, Router, driving, log
+from loadtest.routing_bench.stats import RunStats, summarise
+from loadtest.routing_bench.workload import MODEL, Conversation
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    router: Router
+    rate: float
+    conversations: list[Conversation]
+
+    @property
+    def requests(self) -> int:
+        return sum(len(conversation.turns) for conversation in self.conversations)
+
+
+def _progress(plan: RunPlan) -> tuple[tqdm[None], Callable[[Sample], None]]:
+    bar: tqdm[None] = tqdm(
+        total=plan.requests,
+        desc=f"{plan.router.key} @ {plan.rate:g}/s",
+        unit="req",
+        file=sys.stderr,
+        leave=False,
+        mininterval=1.0,
+    )
+
+    def done(sample: Sample) -> None:
+        bar.update(1)
+        if sample.error:
+            bar.set_postfix_str("errors!", refresh=False)
+
+    return bar, done
+
+
+WARMUP_REQUESTS = 4
+
+
+async def warm_up(driver: Driver) -> None:
+    """A few tiny requests through the router first (connections, imports, first picks),
+    each with its own prompt so that no cache learns anything the workload uses."""
+    for index in range(WARMUP_REQUESTS):
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": f"warm-up {index}"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": 2,
+        }
+        await driver.send(json.dumps(body).encode())
+
+
+async def run(plan: RunPlan, engines: EngineSetup, bench: Bench) -> RunStats:
+    async with (
+        engines_running(engines, bench.log_dir) as fleet,
+        driving(plan.router, fleet.urls, bench) as driver,
+        httpx.AsyncClient(trust_env=False, timeout=5.0) as http,
+    ):
+        await warm_up(driver)
+        before = await read_counters(http, fleet.urls)
+        bar, done = _progress(plan)
+        try:
+            replay = Replay(driver, done)
+            seconds = await replay.run(plan.conversations)
+        finally:
+            bar.close()
+        after = await read_counters(http, fleet.urls)
+    stats = summarise(
+        plan.router.label, plan.rate, replay.samples, counter_deltas(before, after), seconds
+    )
+    log(
+        f"{plan.router.label} @ {plan.rate:g}/s: {stats.requests} ok, {stats.errors} failed, "
+        f"hit {stats.hit_rate:.3f} (engines {stats.engine_hit_rate:.3f}), "
+        f"TTFT p50 {stats.ttft_p50_ms:.0f} ms p90 {stats.ttft_p90_ms:.0f} ms, "
+        f"route p50 {stats.route_p50_ms:.0f} p90 {stats.route_p90_ms:.0f} ms, "
+        f"imbalance {stats.imbalance:.2f}, {seconds:.1f} s"
+    )
+    if stats.first_error:
+        log(f"  first error: {stats.first_error}")
+    return stats
