@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 from prometheus_client import CollectorRegistry, start_http_server
@@ -51,7 +50,7 @@ from kinference.routing import (
 )
 from kinference.service import PickerService
 from kinference.settings import Settings, format_host_port, split_host_port
-from kinference.workers import EngineScraper, EngineSnapshot
+from kinference.workers import EngineScraper, EngineSnapshot, LeanPages
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +88,9 @@ class App:
             rng=random.Random(),
         )
         # One keep-alive connection per endpoint; scrapes never go through a proxy.
-        self._http = httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-            trust_env=False,
-        )
+        self._pages = LeanPages()
         self.scraper = _engine_scraper(
-            policy, self._http, self.metrics.registry, self._on_engine_update
+            policy, self._pages, self.metrics.registry, self._on_engine_update
         )
         self.policy = policy
         self.cluster: ClusterNode | None = None
@@ -265,7 +261,7 @@ class App:
         if self.cluster is not None:
             await self._leave_cluster(self.cluster)
         await self.scraper.aclose()
-        await self._http.aclose()
+        await self._pages.aclose()
         await self.loop_lag.aclose()
         if self._reaper is not None:
             self._reaper.cancel()
@@ -298,7 +294,7 @@ class App:
 
 def _engine_scraper(
     policy: Policy,
-    client: httpx.AsyncClient,
+    client: LeanPages,
     registry: CollectorRegistry,
     on_update: Callable[[str, EngineSnapshot | None], None],
 ) -> EngineScraper:

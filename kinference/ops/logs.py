@@ -62,6 +62,9 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+_CHATTY_LIBRARIES = ("httpx", "httpcore")
+
+
 def resolve_format(log_format: str, stream: TextIO) -> str:
     """`auto` is `text` on a terminal and `json` otherwise (a pod's log)."""
     if log_format != "auto":
@@ -81,6 +84,10 @@ def configure_logging(level: str, log_format: str, stream: TextIO | None = None)
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    # httpx logs every request at INFO: one line per engine scrape (tens a second) would
+    # drown the picker's own lines and cost CPU. Their warnings still come through.
+    for chatty in _CHATTY_LIBRARIES:
+        logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
 class _Handler(logging.StreamHandler[TextIO]):

@@ -7,7 +7,8 @@ exposition-format parser behind it.
 """
 
 from kinference.workers.engines import EngineKind, EngineMetrics, Series, engine_metrics
-from kinference.workers.scrape import EngineScraper, OnUpdate, PageTooLarge, Targets
+from kinference.workers.fetch import LeanPages, PageTooLarge
+from kinference.workers.scrape import EngineScraper, OnUpdate, Targets
 from kinference.workers.snapshot import EngineSnapshot, read_snapshot
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "EngineMetrics",
     "EngineScraper",
     "EngineSnapshot",
+    "LeanPages",
     "OnUpdate",
     "PageTooLarge",
     "Series",

@@ -35,6 +35,7 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from kinference.workers.engines import EngineKind, EngineMetrics, engine_metrics
+from kinference.workers.fetch import FetchError, HttpxPages, PageFetcher
 from kinference.workers.snapshot import EngineSnapshot, read_snapshot
 from kinference.workers.telemetry import ScrapeMetrics, ScrapeResult
 
@@ -47,10 +48,6 @@ OnUpdate = Callable[[str, EngineSnapshot | None], None]
 # Prometheus text 0.0.4, which every engine serves; asked for explicitly so a server that
 # negotiates never answers in protobuf.
 _ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
-
-
-class PageTooLarge(Exception):
-    """A metrics page exceeded the scraper's size limit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +69,7 @@ class EngineScraper:
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        client: PageFetcher | httpx.AsyncClient,
         *,
         interval_s: float,
         timeout_s: float,
@@ -93,7 +90,9 @@ class EngineScraper:
         )
         if failures_before_unready < 1 or not 0 <= jitter < 1:
             raise ValueError("failures_before_unready must be >= 1 and jitter in [0, 1)")
-        self._client = client
+        # An httpx client is what tests hand in (with a mock transport); the app passes a
+        # LeanPages, which it closes itself.
+        self._pages = HttpxPages(client) if isinstance(client, httpx.AsyncClient) else client
         self._interval_s = interval_s
         self._timeout_s = timeout_s
         self._stale_after_s = stale_after_s
@@ -214,10 +213,10 @@ class EngineScraper:
             async with asyncio.timeout(self._timeout_s):
                 text = await self._fetch(target.url)
             return ScrapeResult.OK, read_snapshot(text, target.engine, self._clock())
-        except (TimeoutError, httpx.TimeoutException):
+        except TimeoutError:
             log.debug("scrape of %s timed out after %.3fs", target.url, self._timeout_s)
             return ScrapeResult.TIMEOUT, None
-        except (httpx.HTTPError, PageTooLarge) as exc:
+        except (FetchError, OSError) as exc:
             log.debug("scrape of %s failed: %s", target.url, exc)
             return ScrapeResult.ERROR, None
         except Exception:  # a bug here must cost one scrape, not the endpoint's loop
@@ -226,15 +225,8 @@ class EngineScraper:
 
     async def _fetch(self, url: str) -> str:
         """The page body as text; HTTP errors and oversized pages raise."""
-        headers = {"Accept": _ACCEPT}
-        async with self._client.stream("GET", url, headers=headers) as response:
-            response.raise_for_status()
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > self._max_page_bytes:
-                    raise PageTooLarge(f"metrics page over {self._max_page_bytes} bytes")
-        return body.decode("utf-8", errors="replace")  # the format is UTF-8
+        page = await self._pages.get(url, _ACCEPT, self._max_page_bytes)
+        return page.decode("utf-8", errors="replace")  # the format is UTF-8
 
     def _record(self, endpoint: str, state: _Endpoint, snapshot: EngineSnapshot | None) -> None:
         if self._endpoints.get(endpoint) is not state:

@@ -138,3 +138,13 @@ def test_serve_writes_json_lines_to_a_pipe() -> None:
     assert any(msg.startswith("kinference listening") for msg in messages), messages
     assert any(msg.startswith("signal received: draining") for msg in messages), messages
     assert all({"ts", "level", "logger", "msg"} <= set(line) for line in lines)
+
+
+def test_per_request_library_lines_are_quiet_but_their_warnings_pass(
+    captured: io.StringIO,
+) -> None:
+    configure_logging("INFO", "json", captured)
+    logging.getLogger("httpx").info('HTTP Request: GET http://10.0.0.5:8000/metrics "200 OK"')
+    logging.getLogger("httpx").warning("connection pool full")
+    lines = captured.getvalue().splitlines()
+    assert [json.loads(line)["msg"] for line in lines] == ["connection pool full"]

@@ -8,11 +8,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kinference.workers import EngineScraper, EngineSnapshot
+from kinference.workers import EngineScraper, EngineSnapshot, LeanPages
 from tests.workers.fake_engine import FakeEngine
 
 # Upper bound for any state the scraper reaches on its own; tests poll, never sleep.
@@ -81,7 +80,7 @@ async def fake_engine() -> AsyncIterator[EngineFactory]:
 @pytest.fixture
 async def harness() -> AsyncIterator[HarnessFactory]:
     """Build scrapers with fast test defaults, overridable; all close at teardown."""
-    client = httpx.AsyncClient()
+    client = LeanPages()  # what the app scrapes with
     built: list[Harness] = []
 
     def build(**overrides: Any) -> Harness:
