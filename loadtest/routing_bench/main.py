@@ -46,9 +46,12 @@ QUICK_ROUTERS = ("kinference", "round_robin", "sglang")
 #   6 req/s). Queueing is kept off by the balance override and saturation below. The KV
 #   gauge of the simulated engine counts running prompts against its (small) prefix cache,
 #   which says nothing of queueing.
-# - balance.abs_threshold 3 (default 16, sized for big batches): affinity yields to load once
-#   an engine carries 3 requests more than the idlest (and 1.5x as many); with the default
-#   a popular prompt piled onto one engine (imbalance 3.1, TTFT p50 0.8 s at 12 req/s).
+# - balance.abs_threshold 5 (default 16, sized for big batches): affinity yields to load once
+#   an engine carries 5 requests more than the idlest (a full batch of 4 and a queue), and
+#   1.5x as many; with the default 16 a popular prompt piled onto one engine (imbalance 3.1,
+#   TTFT p50 0.8 s at 12 req/s), with 3 cold engines took documents at low load (p90 0.6 s
+#   at 6 req/s). 30 s of arrivals per run: with 12 s, a p90 rested on 7 requests and moved
+#   between 0.1 and 0.6 s from run to run.
 # - saturation: an engine with a queue is left out while another has none; KV use never
 #   saturates (see weights).
 # - prefix.max_blocks 1024: hash the first 64 KiB of a prompt, past the ~48 KiB documents.
@@ -57,7 +60,7 @@ QUICK_ROUTERS = ("kinference", "round_robin", "sglang")
 #   timed out until the pool counted as not ready (NO_WORKERS).
 TUNING: dict[str, Any] = {
     "weights": {"prefix": 3, "queue": 1, "kv_cache": 0, "latency": 0},
-    "balance": {"abs_threshold": 3, "rel_threshold": 1.5},
+    "balance": {"abs_threshold": 5, "rel_threshold": 1.5},
     "saturation": {"queue_depth": 1, "kv_cache": 1.0},
     "prefix": {"max_blocks": 1024},
     "engine_metrics": {
@@ -124,7 +127,7 @@ def options_from(args: argparse.Namespace) -> Options:
         routers=tuple(r for r in routers if available(r)),
         skipped=tuple(r.label for r in routers if not available(r)),
         rates=rates,
-        duration_s=args.duration or (6.0 if args.quick else 12.0),
+        duration_s=args.duration or (6.0 if args.quick else 30.0),
         seed=args.seed,
         engines=EngineSetup(
             capacity_blocks=args.capacity_blocks,
