@@ -91,7 +91,12 @@ class Publisher:
             pipe.hset(load_key, mapping={**own, SEQ_FIELD: seq})
             pipe.pexpire(load_key, HEARTBEAT_TTL_MS)
         else:
-            pipe.hset(load_key, mapping={**{e: own.get(e, 0) for e in dirty}, SEQ_FIELD: seq})
+            # Written alone so its reply tells whether the field existed: a live load hash
+            # always holds it, so 1 (added) means Redis lost the hash (an empty restart) and
+            # these deltas just recreated part of it; a snapshot follows at once.
+            pipe.hset(load_key, SEQ_FIELD, seq)
+            if dirty:
+                pipe.hset(load_key, mapping={e: own.get(e, 0) for e in dirty})
         readings = {e[1]: json.dumps(e[2]) for e in events if e[0] == codec.ENGINE}
         if readings:  # the latest readings, for replicas that start later
             pipe.hset(self._keys.engines(), mapping=readings)
@@ -100,9 +105,11 @@ class Publisher:
         # also undoes a batch that Redis applied although our call timed out.
         fields: Any = codec.encode(self.instance, seq, events, dict(own) if snapshot else None)
         pipe.xadd(self._keys.events(), fields, maxlen=self._maxlen, approximate=True)
-        await pipe.execute()
+        replies = await pipe.execute()
         self.seq = seq
         self.snapshot_needed = False
+        if not snapshot and replies[0] == 1:
+            self.owe_snapshot()
 
 
 class Reader:
