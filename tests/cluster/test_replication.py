@@ -10,6 +10,10 @@ from loadtest.redis_server import RedisServer
 from tests.api.helpers import chat_body, pick_ok, push_and_pick, wait_until
 from tests.conftest import MODEL, RunningPicker
 
+# Seconds without a read before a replica says DEGRADED: short so that the fault tests run
+# quickly, yet several XREAD blocks (100 ms) long so that a busy CI machine's scheduling
+# stalls do not turn a healthy replica's Pick DEGRADED.
+STALE_AFTER_S = 1.0
 ENDPOINTS = ("10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000")
 
 
@@ -117,7 +121,7 @@ async def test_a_trimmed_stream_is_recovered_from_the_load_hashes(
 async def test_redis_killed_and_restarted_under_load(
     start_replicas, redis_server: RedisServer
 ) -> None:
-    a, b = await start_replicas(2, redis_stale_after_s=0.3)
+    a, b = await start_replicas(2, redis_stale_after_s=STALE_AFTER_S)
     held = [await pick_ok(a, chat_body(content=f"held {n}")) for n in range(3)]
     await wait_until(lambda: total(b) == 3)
     redis_server.kill()
@@ -180,7 +184,7 @@ class SteadyLoad:
 async def test_picks_never_fail_while_redis_dies_pauses_and_returns(
     start_replicas, redis_server: RedisServer
 ) -> None:
-    a, b, c = await start_replicas(3, redis_stale_after_s=0.3)
+    a, b, c = await start_replicas(3, redis_stale_after_s=STALE_AFTER_S)
     held = await pick_ok(a, chat_body(content="held"))
     load_runner = SteadyLoad([a, b, c])
     for fault in ("kill", "pause"):
