@@ -2,13 +2,16 @@
 
 Each replica refreshes its heartbeat key and its load hash's TTL every second; a replica
 silent for HEARTBEAT_TTL_MS loses both, and every other replica, checking four times a
-second, drops its load from the workers it was counted on.
+second, drops its load from the workers it was counted on. A live replica missing from
+the view (dropped while its heartbeat had lapsed, and quiet since) is read back from its
+load hash, so long-running requests it holds are not forgotten until it publishes again.
 """
 
 from __future__ import annotations
 
 from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import HEARTBEAT_TTL_MS, Keys
+from kinference.cluster.replication import load_counts
 from kinference.cluster.view import ClusterView
 
 
@@ -55,6 +58,24 @@ class Membership:
         if dead:
             await self._redis.srem(keys.instances(), *dead)
         self.replicas = max(sum(1 for up in alive if up), 1)
+        known = self._view.instances() | {self.instance}
+        await self._restore(
+            [m for m, up in zip(members, alive, strict=True) if up and m not in known]
+        )
+
+    async def _restore(self, missing: list[str]) -> None:
+        """Read live replicas that the view lacks back from their load hashes."""
+        if not missing:
+            return
+        pipe = self._redis.pipeline(transaction=False)
+        for member in missing:
+            pipe.hgetall(self._keys.load(member))
+        for member, raw in zip(missing, await pipe.execute(), strict=True):
+            counts, seq = load_counts(raw)
+            # The reader may have taken an entry of it meanwhile (and resynced): it is
+            # accounted for then, and this older hash must not overwrite it.
+            if seq is not None and member not in self._view.seq:
+                self._view.replace(member, counts, seq)
 
     async def leave(self) -> None:
         """A clean shutdown: our load vanishes at once rather than after the TTL."""

@@ -175,7 +175,7 @@ class Reader:
         """Replace an instance's load by its hash (entries of it were missed)."""
         self.resyncs += 1
         # Its entry proves it alive: a heartbeat lapsed in an outage must not lose its load.
-        counts, snapshot_seq = _load(await self._redis.hgetall(self._keys.load(instance)))
+        counts, snapshot_seq = load_counts(await self._redis.hgetall(self._keys.load(instance)))
         if snapshot_seq is not None:
             self.view.replace(instance, counts, max(snapshot_seq, seq))
         else:  # its hash expired: its deltas cannot be trusted
@@ -209,7 +209,7 @@ class Reader:
         answers = await pipe.execute()
         live = {}
         for index, member in enumerate(members):
-            counts, seq = _load(answers[2 * index + 1])
+            counts, seq = load_counts(answers[2 * index + 1])
             if answers[2 * index] and seq is not None:
                 live[member] = (counts, seq)
         return live
@@ -231,7 +231,7 @@ class Reader:
                 self.view.replay_prefixes(entry)
 
 
-def _load(raw: Mapping[bytes, bytes]) -> tuple[dict[str, int], int | None]:
+def load_counts(raw: Mapping[bytes, bytes]) -> tuple[dict[str, int], int | None]:
     """(counts per endpoint, snapshot sequence number) from a load hash."""
     counts, seq = {}, None
     for field, value in raw.items():

@@ -105,8 +105,15 @@ class ClusterView:
             counts.pop(slot, None)
 
     def replace(self, instance: str, counts: Mapping[str, int], seq: int) -> None:
-        """Take an instance's load from its snapshot (its load hash at flush `seq`)."""
+        """Take an instance's load from its snapshot (its load hash at flush `seq`).
+
+        When it was last seen publishing is kept: a snapshot entry is proof of life, and
+        after an empty Redis restart its heartbeat may be missing for a while; forgetting
+        the sighting made the membership check drop the load it had just replaced."""
+        seen = self.last_seen.get(instance)
         self.drop(instance)
+        if seen is not None:
+            self.last_seen[instance] = seen
         for endpoint, count in counts.items():
             if count > 0:
                 self._add(instance, self.table.slot(endpoint), count)

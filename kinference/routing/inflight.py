@@ -13,7 +13,7 @@ from kinference.routing.table import WorkerTable
 
 Destination = LocalChoice | ProviderChoice
 
-RECENT_LIMIT = 100_000  # released requests remembered for late Aborts (bounded memory)
+RECENT_LIMIT = 100_000  # released provider requests remembered for late Aborts (bounded)
 
 
 @dataclass(slots=True)
@@ -34,8 +34,10 @@ class Assignment:
 
 class InFlight:
     """Requests between Pick and their final report, Abort or TTL, counted per worker in
-    the worker table; released ones are remembered a while so a late Abort still tells
-    which provider failed.
+    the worker table; released provider requests are remembered a while so a late Abort
+    still tells which provider failed. Released local requests are forgotten at once: a
+    late Abort teaches nothing about an engine, and at thousands of requests a minute
+    remembering them was the server's only memory growth under steady load.
 
     The table's `inflight` array is the cluster-wide load (the cluster layer adds the other
     replicas' requests to it); `own` counts this instance's picks, which it publishes.
@@ -57,7 +59,7 @@ class InFlight:
         self.recent_ttl_s = recent_ttl_s
         self._clock = clock
         self._assignments: dict[int, Assignment] = {}
-        self._recent: OrderedDict[int, tuple[float, Destination]] = OrderedDict()
+        self._recent: OrderedDict[int, tuple[float, ProviderChoice]] = OrderedDict()
 
     def __contains__(self, response_id: object) -> bool:
         return response_id in self._assignments
@@ -120,7 +122,7 @@ class InFlight:
         return assignment
 
     def recent(self, response_id: int) -> Destination | None:
-        """Where a request went, in flight or released within `recent_ttl_s`."""
+        """Where a request went: in flight, or a provider released within `recent_ttl_s`."""
         assignment = self._assignments.get(response_id)
         if assignment is not None:
             return assignment.destination
@@ -128,6 +130,8 @@ class InFlight:
         return None if remembered is None else remembered[1]
 
     def _remember(self, response_id: int, destination: Destination) -> None:
+        if not isinstance(destination, ProviderChoice):
+            return
         self._recent[response_id] = (self._clock() + self.recent_ttl_s, destination)
         if len(self._recent) > RECENT_LIMIT:
             self._recent.popitem(last=False)

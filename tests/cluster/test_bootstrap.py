@@ -1,14 +1,17 @@
-"""What a replica starting late loads from Redis: engine readings and latency statistics."""
+"""What a replica loads from Redis: at start (engine readings, statistics, load) and when
+a live replica is missing from its view."""
 
 from __future__ import annotations
 
 import math
 import time
 
+from kinference.cluster import codec
 from kinference.cluster.connection import connect
 from kinference.cluster.keys import Keys
+from kinference.cluster.members import Membership
 from kinference.cluster.outbox import Outbox
-from kinference.cluster.replication import Publisher, Reader
+from kinference.cluster.replication import SEQ_FIELD, Publisher, Reader
 from kinference.cluster.stats import StatsBuffer
 from kinference.cluster.view import ClusterView
 from kinference.routing import PrefixIndex, WorkerTable
@@ -47,4 +50,42 @@ async def test_a_late_replica_loads_readings_statistics_and_prefixes(
     assert math.isclose(table.ttft_ms("m")[slot], 120.0)  # from the statistics hash
     assert math.isclose(table.itl_ms("m")[slot], 12.5)  # bucket 2's representative gap
     assert prefix.match((11, 22, 33)) == {slot: 3}  # replayed from the stream's tail
+    await client.aclose()
+
+
+def test_a_snapshot_entry_keeps_its_publisher_alive_without_a_heartbeat() -> None:
+    """After an empty Redis restart a replica's snapshot entry can arrive before its
+    heartbeat key is back: its load must survive the membership check meanwhile."""
+    now = [100.0]
+    view = ClusterView(WorkerTable(), PrefixIndex(1000), clock=lambda: now[0])
+    fields = codec.encode("a", 7, [], {ENDPOINT: 3})
+    snapshot = codec.decode(b"1-0", {k.encode(): str(v).encode() for k, v in fields.items()})
+    assert snapshot is not None
+    view.apply(snapshot)
+    assert view.table.inflight[view.table.slot(ENDPOINT)] == 3
+    assert view.seen_within("a", 1.0)
+    now[0] += 2.0
+    assert not view.seen_within("a", 1.0)
+    view.replace("a", {ENDPOINT: 2}, 8)  # a re-read hash: no newer sighting than before
+    assert view.last_seen["a"] == 100.0
+
+
+async def test_the_membership_check_reads_back_a_live_replica_missing_from_the_view(
+    redis_server: RedisServer,
+) -> None:
+    """A replica dropped while its heartbeat lapsed, quiet since (long requests held), is
+    read back from its load hash once its heartbeat returns."""
+    client = connect(redis_server.url)
+    keys = Keys()
+    await client.hset(keys.load("quiet"), mapping={ENDPOINT: 3, SEQ_FIELD: 12})
+    await client.set(keys.heartbeat("quiet"), b"1")
+    await client.sadd(keys.instances(), "quiet")
+    view = ClusterView(WorkerTable(), PrefixIndex(1000))
+    membership = Membership(client, keys, "me", view)
+    await membership.check()
+    assert view.table.inflight[view.table.slot(ENDPOINT)] == 3
+    assert view.seq["quiet"] == 12
+    await client.hset(keys.load("quiet"), mapping={ENDPOINT: 5, SEQ_FIELD: 13})
+    await membership.check()  # known now: the reader's entries keep it current, not the hash
+    assert view.table.inflight[view.table.slot(ENDPOINT)] == 3
     await client.aclose()

@@ -125,26 +125,29 @@ def test_expire_skips_released(table: WorkerTable, a: LocalChoice, clock: Clock)
     assert inflight.load(ENDPOINT_A) == 0
 
 
-def test_recent_remembers_released_destinations(
+def test_recent_remembers_released_providers_only(
     table: WorkerTable, a: LocalChoice, clock: Clock
 ) -> None:
     inflight = InFlight(table, ttl_s=100, recent_ttl_s=30, clock=clock)
     inflight.add(1, PROVIDER, "")
     inflight.add(2, a, "")
+    inflight.add(4, PROVIDER, "")
     assert inflight.recent(1) == PROVIDER  # in flight
+    assert inflight.recent(2) == a
     assert inflight.recent(3) is None
     inflight.release(1)
     clock.now += 10
     inflight.release(2)
+    inflight.release(4)
     assert inflight.recent(1) == PROVIDER  # released, still remembered
-    assert inflight.recent(2) == a
+    assert inflight.recent(2) is None  # a local request is forgotten once released
     clock.now += 20  # 30 s after releasing 1
     inflight.expire()
     assert inflight.recent(1) is None
-    assert inflight.recent(2) == a
+    assert inflight.recent(4) == PROVIDER
     clock.now += 10
     inflight.expire()
-    assert inflight.recent(2) is None
+    assert inflight.recent(4) is None
 
 
 def test_expired_requests_are_remembered_too(table: WorkerTable, clock: Clock) -> None:
