@@ -44,6 +44,9 @@ class BalanceSettings(PolicyModel):
 
     abs_threshold: NonNegativeFloat = 16.0  # requests
     rel_threshold: float = Field(default=1.5, ge=1.0)  # ratio of most to least loaded
+    # Instead of all-or-nothing: each candidate keeps 1 - excess/abs_threshold of its
+    # affinity, excess being the requests it carries over the idlest candidate.
+    fade: bool = False
 
 
 class SaturationSettings(PolicyModel):

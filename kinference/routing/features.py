@@ -14,6 +14,12 @@ class Signals:
     waiting: FloatArray
     kv_usage: FloatArray
     known: bool = True  # False: no engine reading at all (nothing can be saturated)
+    # The queues now (`WorkerTable.queue_now`), for saturation; None: as `waiting`.
+    queued: FloatArray | None = None
+
+    @property
+    def queue(self) -> FloatArray:
+        return self.waiting if self.queued is None else self.queued
 
 
 @dataclass(frozen=True, slots=True)

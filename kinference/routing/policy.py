@@ -40,7 +40,7 @@ def compile_policy(policy: Policy, table: WorkerTable) -> RoutingPolicy:
         config=policy,
         catalog=Catalog(policy.pools, table),
         weights=Weights(**routing.weights.model_dump()),
-        balance=Balance(routing.balance.abs_threshold, routing.balance.rel_threshold),
+        balance=Balance(**routing.balance.model_dump()),
         saturation=Saturation(routing.saturation.queue_depth, routing.saturation.kv_cache),
         prefix=PrefixSettings(routing.prefix.block_chars, routing.prefix.max_blocks),
         cooldowns=CooldownPolicy(

@@ -123,7 +123,8 @@ class Router:
 
     def _signals(self, stale_after_s: float) -> Signals:
         if self.table.has_readings():
-            return Signals(*self.table.engine_signals(self._clock(), stale_after_s))
+            waiting, kv_usage = self.table.engine_signals(self._clock(), stale_after_s)
+            return Signals(waiting, kv_usage, queued=self.table.queue_now(waiting))
         unknown = self._unknown  # no engine scraped: the same all-unknown arrays every Pick
         if unknown is None or len(unknown.waiting) != len(self.table.inflight):
             waiting, kv_usage = self.table.engine_signals(0.0, 0.0)
@@ -223,7 +224,7 @@ class Router:
         signals = attempt.signals
         if not signals.known:  # no engine metrics anywhere: every ready worker is free
             return self._local(attempt, group, slots)
-        levels = self.policy.saturation.levels(signals.waiting[slots], signals.kv_usage[slots])
+        levels = self.policy.saturation.levels(signals.queue[slots], signals.kv_usage[slots])
         free = slots[levels < SATURATED]
         if len(free):
             return self._local(attempt, group, free)

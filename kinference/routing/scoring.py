@@ -40,10 +40,16 @@ class Weights:
 
 @dataclass(frozen=True, slots=True)
 class Balance:
-    """Load imbalance (in-flight + queued) past which affinity is ignored."""
+    """Load imbalance (in-flight + queued) past which affinity is ignored.
+
+    With `fade`, a candidate's affinity shrinks with its own excess load instead: by
+    1/abs_threshold per request it carries over the idlest candidate (once past
+    rel_threshold times the idlest's load), to nothing at abs_threshold requests over.
+    """
 
     abs_threshold: float = 16.0
     rel_threshold: float = 1.5
+    fade: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +107,23 @@ def vector_scores(f: Features, weights: Weights, balance: Balance) -> tuple[Floa
     lora = f.table.lora_mask(f.model)
     if weights.lora and lora is not None:
         score += weights.lora * lora[f.slots]
-    if f.total_blocks and not overridden:
+    if f.total_blocks and balance.fade:
+        affinity = f.prefix_blocks / f.total_blocks * _fade(load, low, balance)
+        score += weights.prefix * affinity
+        overridden = bool((f.prefix_blocks * (affinity < f.prefix_blocks / f.total_blocks)).any())
+    elif f.total_blocks and not overridden:
         score += weights.prefix * (f.prefix_blocks / f.total_blocks)
     return score, overridden
+
+
+def _fade(load: FloatArray, low: float, balance: Balance) -> FloatArray:
+    """Share of its affinity each candidate keeps under `Balance.fade`."""
+    excess = load - low
+    if balance.abs_threshold <= 0:
+        kept = (excess <= 0).astype(np.float64)
+    else:
+        kept = np.clip(1.0 - excess / balance.abs_threshold, 0.0, 1.0)
+    return np.where(load > balance.rel_threshold * low, kept, 1.0)
 
 
 def _known_or_typical(values: FloatArray) -> FloatArray:

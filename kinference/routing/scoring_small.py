@@ -38,10 +38,25 @@ def small_scores(f: Features, weights: Weights, balance: Balance) -> tuple[list[
     lora = f.table.lora_mask(f.model)
     if weights.lora and lora is not None:
         _add(score, weights.lora, [1.0 if lora.item(slot) else 0.0 for slot in slots])
-    if f.total_blocks and not overridden:
+    if f.total_blocks and balance.fade:
+        full = [b / f.total_blocks for b in f.prefix_blocks.tolist()]
+        affinity = [a * k for a, k in zip(full, _fade(load, low, balance), strict=True)]
+        _add(score, weights.prefix, affinity)
+        overridden = any(b > 0 and a < b for a, b in zip(affinity, full, strict=True))
+    elif f.total_blocks and not overridden:
         blocks = f.prefix_blocks.tolist()
         _add(score, weights.prefix, [b / f.total_blocks for b in blocks])
     return score, overridden
+
+
+def _fade(load: list[float], low: float, balance: Balance) -> list[float]:
+    """As scoring._fade: the share of its affinity each candidate keeps."""
+    threshold, floor = balance.abs_threshold, balance.rel_threshold * low
+    if threshold <= 0:
+        kept = [1.0 if x - low <= 0 else 0.0 for x in load]
+    else:
+        kept = [min(max(1.0 - (x - low) / threshold, 0.0), 1.0) for x in load]
+    return [k if x > floor else 1.0 for k, x in zip(kept, load, strict=True)]
 
 
 def _add(score: list[float], weight: float, values: list[float] | None) -> None:

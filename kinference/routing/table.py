@@ -37,6 +37,11 @@ class WorkerTable:
         self.kv_usage: FloatArray = np.full(capacity, np.nan)
         self.ready: BoolArray = np.ones(capacity, dtype=bool)
         self.scraped_at: FloatArray = np.full(capacity, np.nan)  # monotonic s of the reading
+        # In-flight picks when the reading was taken, and the most sequences the engine was
+        # seen running at once (its batch size; exactly what runs while some wait): with
+        # them the queue is carried forward between readings (`queue_now`).
+        self.inflight_at_reading: FloatArray = np.full(capacity, np.nan)
+        self.batch: FloatArray = np.full(capacity, np.nan)
         self.adapters: list[frozenset[str]] = []
         self._lora: dict[str, BoolArray] = {}  # adapter name -> which slots have it loaded
         self._ttft: dict[str, FloatArray] = {}  # per model, milliseconds (EWMA)
@@ -73,6 +78,8 @@ class WorkerTable:
         self.kv_usage = grown(self.kv_usage, np.nan)  # type: ignore[assignment]
         self.ready = grown(self.ready, True)  # type: ignore[assignment]
         self.scraped_at = grown(self.scraped_at, np.nan)  # type: ignore[assignment]
+        self.inflight_at_reading = grown(self.inflight_at_reading, np.nan)  # type: ignore[assignment]
+        self.batch = grown(self.batch, np.nan)  # type: ignore[assignment]
         for name, mask in self._lora.items():
             self._lora[name] = grown(mask, False)  # type: ignore[assignment]
         for estimates in (self._ttft, self._itl):
@@ -94,6 +101,16 @@ class WorkerTable:
         self.running[slot] = np.nan if running is None else running
         self.kv_usage[slot] = np.nan if kv_usage is None else kv_usage
         self.scraped_at[slot] = np.nan if scraped_at is None else scraped_at
+        self.inflight_at_reading[slot] = self.inflight[slot]
+        if running is not None:
+            # While requests wait, what runs is the batch the engine can hold now (fewer
+            # than its maximum when KV cache is short); otherwise it can hold at least that.
+            # Until it was seen full its batch is unknown: an idle engine running nothing
+            # says nothing of how many it could run.
+            if waiting is not None and waiting > 0:
+                self.batch[slot] = running
+            elif not np.isnan(self.batch[slot]):
+                self.batch[slot] = max(self.batch[slot], running)
         for name in self.adapters[slot] - adapters:
             self._lora[name][slot] = False
         for name in adapters - self.adapters[slot]:
@@ -108,6 +125,22 @@ class WorkerTable:
         """
         fresh = (now - self.scraped_at) <= max_age_s  # NaN (never scraped) compares False
         return np.where(fresh, self.waiting, np.nan), np.where(fresh, self.kv_usage, np.nan)
+
+    def queue_now(self, waiting: FloatArray) -> FloatArray:
+        """The engines' queues now, from `waiting` (fresh readings, NaN where unknown),
+        carried forward by the picks and completions since each reading.
+
+        Sequences on the engine now are estimated as running + waiting at the reading plus
+        the change of in-flight picks since; what exceeds the batch it can run waits. Between
+        two readings every pick thus shows up in the queue at once, so picks do not herd onto
+        the workers that looked free at the last reading. Without a running count, or for an
+        engine never seen full (its batch unknown), the reading is taken as it is.
+        """
+        size = len(waiting)
+        since = self.inflight[:size] - self.inflight_at_reading[:size]
+        held = self.running[:size] + waiting + since
+        carried = np.maximum(held - self.batch[:size], 0.0)  # NaN (unknown) stays NaN
+        return np.where(np.isnan(carried), waiting, carried)
 
     def has_readings(self) -> bool:
         """Whether any engine reading was ever taken (else every engine signal is unknown)."""

@@ -1064,3 +1064,28 @@ def test_local_choice_fields() -> None:
     assert decision.local == LocalChoice(
         BIG_ENDPOINT, env.slot(BIG_ENDPOINT), BIG, "qwen", prefix_blocks=0, prefix_total=0
     )
+
+
+def test_picks_since_the_last_reading_count_toward_saturation() -> None:
+    """Between two readings the picker's own picks fill the engines' queues: a pool read as
+    free saturates once the picks since exceed the batch the engines run (here 4)."""
+    env = make(NO_OVERFLOW)
+    for endpoint in SMALL:
+        slot = env.slot(endpoint)
+        env.table.set_engine(slot, waiting=1, running=4, kv_usage=0.1, scraped_at=env.clock())
+        env.table.set_engine(slot, waiting=0, running=4, kv_usage=0.1, scraped_at=env.clock())
+    assert env.route(chat(), qos=QoS.DEFERRABLE).outcome == Outcome.OK
+    for endpoint in SMALL:
+        env.load(endpoint, 4)  # 4 picks since the reading: 8 on a batch of 4, 4 waiting
+    assert env.route(chat(), qos=QoS.DEFERRABLE).outcome == Outcome.OK
+    env.load(SMALL[0], 5)  # one more: the queue of 5 saturates it (default queue_depth)
+    assert env.endpoints(chat(), qos=QoS.DEFERRABLE) == {SMALL[1]}
+    env.load(SMALL[1], 5)
+    assert env.route(chat(), qos=QoS.DEFERRABLE).outcome == Outcome.POLICY_REJECTED
+
+
+def test_the_policy_file_sets_the_balance_rule() -> None:
+    env = make(NO_OVERFLOW + "routing:\n  balance: {abs_threshold: 3, fade: true}\n")
+    balance = env.router.policy.balance
+    assert (balance.abs_threshold, balance.rel_threshold, balance.fade) == (3, 1.5, True)
+    assert not make(NO_OVERFLOW).router.policy.balance.fade

@@ -369,3 +369,51 @@ def test_affinity_beats_a_small_load_gap() -> None:
     assert winners(table, slots, Weights(), prefix=[4, 0, 0], total=4) == {0}
     # A partial match does not.
     assert winners(table, slots, Weights(), prefix=[2, 0, 0], total=4) == {1, 2}
+
+
+# --- affinity fading with load (Balance.fade) ------------------------------------------------
+
+FADE = Balance(abs_threshold=4, rel_threshold=1.0, fade=True)
+AFFINITY = Weights(prefix=3, queue=0, kv_cache=0, latency=0, lora=0)
+
+
+@pytest.mark.parametrize(
+    ("loads", "winner", "faded"),
+    [
+        ((0, 0), 0, False),  # equal load: the whole match counts
+        ((1, 0), 0, True),  # 3 x 3/4 = 2.25 against 3 x 2/4 x 1 = 1.5
+        ((2, 0), 1, True),  # 3 x 2/4 = 1.5 against 1.5: a tie, broken below by load
+        ((4, 0), 1, True),  # at the threshold: nothing left
+        ((9, 9), 0, False),
+    ],
+)
+def test_affinity_fades_with_each_candidates_own_excess_load(
+    loads: tuple[int, int], winner: int, faded: bool
+) -> None:
+    """Worker 0 holds 4 of 4 blocks, worker 1 holds 2: worker 0 keeps 1 - excess/4 of its
+    affinity; the winner of a tie is the less loaded (queue weight 0.01)."""
+    table, slots = table_of(2)
+    table.inflight[slots] = loads
+    weights = Weights(prefix=3, queue=0.01, kv_cache=0, latency=0, lora=0)
+    scored = pick(table, slots, weights, prefix=[4, 2], total=4, balance=FADE)
+    assert scored.index == winner
+    assert scored.affinity_overridden is faded
+
+
+def test_fading_spares_candidates_within_the_relative_threshold() -> None:
+    table, slots = table_of(2)
+    table.inflight[slots] = [14, 10]  # 4 over, but only 1.4x the idlest
+    loose = Balance(abs_threshold=4, rel_threshold=1.5, fade=True)
+    scored = pick(table, slots, AFFINITY, prefix=[4, 0], total=4, balance=loose)
+    assert (scored.index, scored.affinity_overridden) == (0, False)
+    table.inflight[slots] = [16, 10]  # 1.6x: past both, and 6 over: nothing left
+    scored = pick(table, slots, AFFINITY, prefix=[4, 0], total=4, balance=loose)
+    assert scored.affinity_overridden
+    assert winners(table, slots, AFFINITY, prefix=[4, 0], total=4, balance=loose) == {0, 1}
+
+
+def test_fade_with_a_zero_threshold_keeps_affinity_only_on_the_idlest() -> None:
+    table, slots = table_of(3)
+    table.inflight[slots] = [1, 0, 0]
+    zero = Balance(abs_threshold=0, rel_threshold=1.0, fade=True)
+    assert winners(table, slots, AFFINITY, prefix=[4, 2, 0], total=4, balance=zero) == {1}

@@ -45,7 +45,9 @@ def test_small_scores_equal_vector_scores(seed: int) -> None:
     total = rng.choice([0, 1, 64, 256])
     prefix = np.array([rng.randrange(total + 1) for _ in slots], dtype=np.float64)
     weights = Weights(*(rng.choice([0.0, 0.5, 1.0, 2.0, 3.0]) for _ in range(5)))
-    balance = Balance(rng.choice([0.0, 4.0, 16.0]), rng.choice([1.0, 1.5, 3.0]))
+    balance = Balance(
+        rng.choice([0.0, 4.0, 16.0]), rng.choice([1.0, 1.5, 3.0]), fade=rng.random() < 0.5
+    )
     features = Features(table, slots, "m", Signals(*table.engine_signals(NOW, 1.0)), prefix, total)
     small, small_overridden = small_scores(features, weights, balance)
     vector, vector_overridden = vector_scores(features, weights, balance)

@@ -196,6 +196,69 @@ def test_engine_signals_are_copies() -> None:
     assert (table.waiting[a], table.kv_usage[a]) == (3, 0.4)
 
 
+# --- the queue carried forward between readings -----------------------------------------------
+
+
+def test_the_queue_is_carried_forward_by_picks_and_completions() -> None:
+    table = WorkerTable()
+    a = table.slot(A)
+    table.set_engine(a, waiting=2, running=4, kv_usage=0.5, scraped_at=1.0)  # full: batch 4
+    assert table.batch[a] == 4
+    waiting, _ = table.engine_signals(1.0, 1.0)
+    assert table.queue_now(waiting)[a] == 2  # nothing happened since the reading
+    table.inflight[a] += 3  # three picks since
+    assert table.queue_now(waiting)[a] == 5
+    table.inflight[a] -= 7  # seven completions since: the queue drained, slots are free
+    assert table.queue_now(waiting)[a] == 0
+
+
+def test_a_free_engine_queues_once_picks_fill_its_batch() -> None:
+    table = WorkerTable()
+    a = table.slot(A)
+    table.set_engine(a, waiting=1, running=4, kv_usage=0.5, scraped_at=1.0)  # learns batch 4
+    table.set_engine(a, waiting=0, running=1, kv_usage=0.1, scraped_at=2.0)  # 3 slots free
+    assert table.batch[a] == 4  # a smaller running count while none wait: still 4
+    waiting, _ = table.engine_signals(2.0, 1.0)
+    table.inflight[a] += 3
+    assert table.queue_now(waiting)[a] == 0
+    table.inflight[a] += 2
+    assert table.queue_now(waiting)[a] == 2
+
+
+def test_the_batch_shrinks_when_requests_wait_with_fewer_running() -> None:
+    """KV cache short: the engine runs 2 while others wait; 2 is its batch now."""
+    table = WorkerTable()
+    a = table.slot(A)
+    table.set_engine(a, waiting=0, running=6, kv_usage=0.5, scraped_at=1.0)
+    table.set_engine(a, waiting=3, running=2, kv_usage=0.99, scraped_at=2.0)
+    assert table.batch[a] == 2
+
+
+def test_an_engine_never_seen_full_has_no_known_batch() -> None:
+    table = WorkerTable()
+    a = table.slot(A)
+    table.set_engine(a, waiting=0, running=0, kv_usage=0.0, scraped_at=1.0)
+    table.set_engine(a, waiting=0, running=3, kv_usage=0.2, scraped_at=2.0)
+    assert math.isnan(table.batch[a])
+    waiting, _ = table.engine_signals(2.0, 1.0)
+    table.inflight[a] += 20
+    assert table.queue_now(waiting)[a] == 0  # as read: how many it can run is unknown
+
+
+def test_without_a_running_count_or_a_reading_the_queue_is_as_read() -> None:
+    table = WorkerTable()
+    a, b, c = table.slot(A), table.slot(B), table.slot(C)
+    table.set_engine(a, waiting=3, running=None, kv_usage=0.5, scraped_at=1.0)
+    table.waiting[b], table.scraped_at[b] = 2, 1.0  # written directly: no in-flight mark
+    table.inflight[[a, b, c]] = 5
+    waiting, _ = table.engine_signals(1.0, 1.0)
+    queue = table.queue_now(waiting)
+    assert (queue[a], queue[b]) == (3, 2)
+    assert math.isnan(queue[c])  # never read: unknown
+    stale, _ = table.engine_signals(10.0, 1.0)
+    assert np.isnan(table.queue_now(stale)[[a, b]]).all()  # stale: unknown, not carried
+
+
 # --- LoRA adapters --------------------------------------------------------------------------
 
 
