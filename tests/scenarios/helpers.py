@@ -142,6 +142,17 @@ async def wait_engine(
     await wait_until(shown, within_s, what)
 
 
+async def wait_reading_after(
+    picker: RunningPicker, endpoint: str, monotonic_s: float, within_s: float = SETTLE_S
+) -> None:
+    """Wait for a reading of the endpoint's engine taken after `monotonic_s`."""
+    table = picker.app.table
+    slot = table.slot(endpoint)
+    await wait_until(
+        lambda: float(table.scraped_at[slot]) > monotonic_s, within_s, f"a reading of {endpoint}"
+    )
+
+
 async def wait_engines(picker: RunningPicker, endpoints: Sequence[str], **expected: Any) -> None:
     for endpoint in endpoints:
         await wait_engine(picker, endpoint, **expected)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -25,6 +26,7 @@ from tests.scenarios.helpers import (
     vllm_pool,
     wait_engine,
     wait_engines,
+    wait_reading_after,
     where,
 )
 from tests.workers.fake_engine import Mode
@@ -161,6 +163,9 @@ async def test_batch_joins_a_saturated_worker_that_is_not_overloaded(
         # Finished at once: picks still in flight would add to the queue the picker carries
         # forward between readings (5 more would overload this one too).
         await finish(picker, result)
+    # A reading taken while one of them was in flight makes its completion count as a slot
+    # freed since (the real engine's queue would have held it): wait for one taken after.
+    await wait_reading_after(picker, engines.endpoints[1], time.monotonic())
     deferred = await pick(picker, chat(ROUTED, "later"), qos=DEFERRABLE)
     assert deferred.outcome == POLICY_REJECTED
     assert "saturated" in deferred.reason
