@@ -107,13 +107,10 @@ class ClusterView:
     def replace(self, instance: str, counts: Mapping[str, int], seq: int) -> None:
         """Take an instance's load from its snapshot (its load hash at flush `seq`).
 
-        When it was last seen publishing is kept: a snapshot entry is proof of life, and
-        after an empty Redis restart its heartbeat may be missing for a while; forgetting
-        the sighting made the membership check drop the load it had just replaced."""
-        seen = self.last_seen.get(instance)
-        self.drop(instance)
-        if seen is not None:
-            self.last_seen[instance] = seen
+        Only its load is replaced: when it was last seen publishing is kept, since after an
+        empty Redis restart its heartbeat may be missing for a while and the membership
+        check must not drop the load just taken."""
+        self._unload(instance)
         for endpoint, count in counts.items():
             if count > 0:
                 self._add(instance, self.table.slot(endpoint), count)
@@ -121,10 +118,13 @@ class ClusterView:
 
     def drop(self, instance: str) -> None:
         """Forget an instance: its load vanishes from every worker."""
-        for slot, count in self.load.pop(instance, {}).items():
-            self.table.inflight[slot] = max(self.table.inflight[slot] - count, 0)
+        self._unload(instance)
         self.seq.pop(instance, None)
         self.last_seen.pop(instance, None)
+
+    def _unload(self, instance: str) -> None:
+        for slot, count in self.load.pop(instance, {}).items():
+            self.table.inflight[slot] = max(self.table.inflight[slot] - count, 0)
 
     def seen_within(self, instance: str, seconds: float) -> bool:
         """Whether the instance published an entry in the last `seconds`."""

@@ -108,9 +108,10 @@ def vector_scores(f: Features, weights: Weights, balance: Balance) -> tuple[Floa
     if weights.lora and lora is not None:
         score += weights.lora * lora[f.slots]
     if f.total_blocks and balance.fade:
-        affinity = f.prefix_blocks / f.total_blocks * _fade(load, low, balance)
+        full = f.prefix_blocks / f.total_blocks
+        affinity = full * _fade(load, low, balance)
         score += weights.prefix * affinity
-        overridden = bool((f.prefix_blocks * (affinity < f.prefix_blocks / f.total_blocks)).any())
+        overridden = bool(((full > 0) & (affinity < full)).any())
     elif f.total_blocks and not overridden:
         score += weights.prefix * (f.prefix_blocks / f.total_blocks)
     return score, overridden
