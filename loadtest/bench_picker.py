@@ -2,15 +2,16 @@
 
     python -m loadtest.bench_picker [--quick] [--duration S] [--strict]
 
-Both servers run as separate subprocesses on loopback; the load comes from this process
+The servers run as separate subprocesses on loopback; the load comes from this process
 over one grpc.aio channel per server. Every figure is reported as a ratio against the
 baseline, because absolute numbers on a small, noisy machine mean little.
 
-Scenarios: (a) full-flow rate with 64 workers; (b) one big body pushed, picked and pulled
-(64 MiB; 16 MiB under --quick, and labelled so); (c) peak RSS growth of a fresh server
-holding one big body. Rows marked "info" are diagnostics without a target. A hidden
---against-baseline flag runs the baseline on both sides to check the harness: every
-ratio should come out near 1.
+Scenarios: (a) full-flow rate with 64 workers, and the same against the skeleton server
+(`loadtest.skeleton_server`: kinference with a constant Pick and bare reports; "info");
+(b) one big body pushed, picked and pulled (64 MiB; 16 MiB under --quick, and labelled
+so); (c) peak RSS growth of a fresh server holding one big body. Rows marked "info" are
+diagnostics without a target. A hidden --against-baseline flag runs the baseline on both
+sides to check the harness: every ratio should come out near 1.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Awaitable
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -37,7 +39,14 @@ from loadtest.scenarios import (
     peak_rss_rows,
     side_for,
 )
-from loadtest.servers import ServerDied, ServerSpec, baseline_spec, kinference_spec, running
+from loadtest.servers import (
+    ServerDied,
+    ServerSpec,
+    baseline_spec,
+    kinference_spec,
+    running,
+    skeleton_spec,
+)
 
 POLICY_YAML = """\
 pools:
@@ -99,15 +108,33 @@ async def shared_server_rows(
     async with (
         running(baseline, work) as base_server,
         running(target, work) as kinf_server,
+        running(skeleton_spec(), work) as skel_server,
         open_channel(base_server.address) as base_channel,
         open_channel(kinf_server.address) as kinf_channel,
+        open_channel(skel_server.address) as skel_channel,
     ):
-        pair = Pair(side_for(base_server, base_channel), side_for(kinf_server, kinf_channel))
+        base_side = side_for(base_server, base_channel)
+        pair = Pair(base_side, side_for(kinf_server, kinf_channel))
         rows = await guarded("(a) full flow rate", flow_rate_rows(pair, settings))
+        skeleton = Pair(base_side, side_for(skel_server, skel_channel))
+        rows += await guarded("(a) skeleton", skeleton_rows(skeleton, settings))
         rows += await guarded(
             f"(b) {settings.big_label} body", big_body_rows(pair, settings, big_body)
         )
     return rows
+
+
+async def skeleton_rows(pair: Pair, settings: Settings) -> list[Row]:
+    """(a) again with the skeleton (kinference with a constant Pick and bare reports) in
+    kinference's place: its ratio is what the server and the body handling cost; the rest
+    of kinference's gap is parsing, routing and the reports' bookkeeping."""
+    rows = await flow_rate_rows(pair, settings)
+    return [
+        replace(
+            row, scenario=row.scenario.replace("(a)", "(a) skeleton:"), target="", verdict="info"
+        )
+        for row in rows[:2]
+    ]
 
 
 async def run(

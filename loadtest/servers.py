@@ -42,6 +42,14 @@ def baseline_spec(label: str = "baseline") -> ServerSpec:
     )
 
 
+def skeleton_spec() -> ServerSpec:
+    """kinference with a constant Pick and bare reports (see loadtest.skeleton_server)."""
+    return ServerSpec(
+        "skeleton",
+        lambda listen: [sys.executable, "-m", "loadtest.skeleton_server", "--listen", listen],
+    )
+
+
 def kinference_spec(config: Path) -> ServerSpec:
     return ServerSpec(
         "kinference",

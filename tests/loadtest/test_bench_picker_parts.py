@@ -1,0 +1,51 @@
+"""The picker benchmark's instruments: the skeleton server and the in-process flow timer.
+
+Both feed figures into docs/benchmarks.md, so both must do the flow they claim to: the
+skeleton answers the whole contract with a constant decision, and the flow timer's
+kinference side really parses, routes and reports (it is not measuring a shortcut).
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from kinference.v1 import picker_pb2_grpc
+from loadtest.bench_flow_cpu import STAGES, Plan, build_flows, measure, render
+from loadtest.flows import FlowClient, chat_body
+from loadtest.skeleton_server import CONSTANT, skeleton_app
+from tests.conftest import make_settings
+
+
+async def test_the_skeleton_serves_every_step_with_a_constant_decision() -> None:
+    app = skeleton_app(make_settings())
+    await app.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{app.port}") as channel:
+            client = FlowClient(picker_pb2_grpc.PickerStub(channel))
+            body = chat_body(4096)
+            for _ in range(3):
+                picked = await client.pick(await client.push(body))
+                assert picked.local.endpoint == CONSTANT.endpoint
+                assert await client.pull(picked) == body.length
+                await client.report(picked)
+        assert app.store.held_bodies == 0
+        # Nothing of the routing brain ran: no pick was counted.
+        ok = app.metrics.registry.get_sample_value("kinference_picks_total", {"outcome": "ok"})
+        assert ok in (None, 0.0)
+    finally:
+        await app.server.stop(None)
+        await app.close()
+
+
+async def test_the_flow_timer_runs_the_real_service_and_reports_every_stage() -> None:
+    kinference, baseline = build_flows(chat_body(4096))
+    registry = kinference.registry
+    kinf_figures, base_figures = measure([kinference, baseline], Plan(flows=20, rounds=2))
+    assert len(kinf_figures) == len(base_figures) == len(STAGES)
+    assert all(value > 0 for value in kinf_figures + base_figures)
+    # The kinference side picked through the router and counted its reports.
+    assert registry.get_sample_value("kinference_picks_total", {"outcome": "ok"}) == 60
+    final = {"kind": "final_token", "known": "true"}
+    assert registry.get_sample_value("kinference_reports_total", final) == 60
+    table = render(kinf_figures, base_figures)
+    assert "| pick |" in table and "ratio" in table
