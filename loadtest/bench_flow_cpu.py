@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 from kinference.api import convert
 from kinference.api.framing import encode_chunk
 from kinference.app import App
-from kinference.bodies import BodyStore, ByteBudget, new_id
+from kinference.bodies import BodyStore, ByteBudget, Pull, Upload, new_id
 from kinference.config.loader import parse_policy
 from kinference.service import PickerService
 from kinference.settings import Settings
@@ -66,6 +66,16 @@ class Flow:
     def stages(self) -> list[Stage]:
         return [self.push, self.pick, self.pull, self.first_report, self.final_report]
 
+    def _filled(self, upload: Upload) -> Upload:
+        for chunk in self.body.chunks:
+            upload.add(chunk)
+        return upload
+
+    @staticmethod
+    def _drain(pull: Pull) -> None:
+        for piece in pull.messages():
+            encode_chunk(piece)
+
     def push(self) -> None:
         raise NotImplementedError
 
@@ -91,9 +101,7 @@ class KinferenceFlow(Flow):
         self.registry = app.metrics.registry  # what the flows counted, for checks
 
     def push(self) -> None:
-        upload = self.service.begin_push(self.body.length, "bench-1")
-        for chunk in self.body.chunks:
-            upload.add(chunk)
+        upload = self._filled(self.service.begin_push(self.body.length, "bench-1"))
         self.stream_id, _ = self.service.commit_push(upload)
 
     def pick(self) -> None:
@@ -105,8 +113,7 @@ class KinferenceFlow(Flow):
 
     def pull(self) -> None:
         pull = self.service.open_pull(self.response_id)
-        for piece in pull.messages():
-            encode_chunk(piece)
+        self._drain(pull)
         self.service.close_pull(pull, completed=True)
 
     def first_report(self) -> None:
@@ -130,9 +137,7 @@ class BaselineFlow(Flow):
         self.store = store
 
     def push(self) -> None:
-        upload = self.store.begin(self.body.length, "bench-1")
-        for chunk in self.body.chunks:
-            upload.add(chunk)
+        upload = self._filled(self.store.begin(self.body.length, "bench-1"))
         self.stream_id, _ = self.store.commit(upload)
 
     def pick(self) -> None:
@@ -150,8 +155,7 @@ class BaselineFlow(Flow):
 
     def pull(self) -> None:
         pull = self.store.open_pull(self.response_id)
-        for piece in pull.messages():
-            encode_chunk(piece)
+        self._drain(pull)
         pull.close()
 
     def first_report(self) -> None:

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from kinference.api.server import build_server
 from kinference.api.servicer import PickerServicer
 from kinference.app import App
-from kinference.bodies import new_id
+from kinference.bodies import BodyStore, new_id
 from kinference.config import Policy
 from kinference.routing import LocalChoice, Outcome
 from kinference.service import FinalReport, PickCall, PickerService, PickResult
@@ -32,8 +32,10 @@ CONSTANT = LocalChoice(endpoint="127.0.0.1:8000", slot=0, pool="default/chat", m
 
 
 class _Parked:
-    def __init__(self, service: PickerService) -> None:
-        self._store = service.store
+    """Response ids naming a parked body: the ones a new id must not reuse."""
+
+    def __init__(self, store: BodyStore) -> None:
+        self._store = store
 
     def __contains__(self, response_id: object) -> bool:
         return isinstance(response_id, int) and self._store.is_parked(response_id)
@@ -44,7 +46,7 @@ class SkeletonService(PickerService):
 
     def pick(self, call: PickCall) -> PickResult:
         body = self.store.take(call.stream_id)
-        response_id = new_id(_Parked(self))
+        response_id = new_id(_Parked(self.store))
         self.store.park(response_id, body)
         return PickResult(
             Outcome.OK,
