@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kinference.config.tenants import MAX_TENANT_BYTES
 from kinference.errors import InvalidArgument
 from kinference.routing import LocalChoice, Outcome, ProviderChoice, QoS
 from kinference.service import FinalReport, PickCall, PickResult
@@ -53,10 +54,21 @@ def _declared_length(text: str, earlier: int | None) -> int:
     return value
 
 
+def check_tenant(tenant: str) -> None:
+    """A tenant becomes Redis keys and metric labels: a longer one than any real name is
+    refused (the body stays, waiting for a valid Pick)."""
+    size = len(tenant.encode())
+    if size > MAX_TENANT_BYTES:
+        raise InvalidArgument(
+            f"tenant is {size} bytes long; at most {MAX_TENANT_BYTES} bytes are accepted"
+        )
+
+
 def pick_call(request: pb.PickRequest) -> PickCall:
     qos = _QOS.get(request.qos_class)
     if qos is None:
         raise InvalidArgument(f"unknown qos_class {request.qos_class}")
+    check_tenant(request.tenant)
     pool = None
     if request.HasField("inference_pool") and request.inference_pool.name:
         ref = request.inference_pool

@@ -58,7 +58,8 @@ class PickerServicer:
                     if isinstance(chunk, MalformedChunk):
                         raise InvalidArgument("a PushBody message is not a BodyChunk")
                     upload.add(chunk)
-                    idle.reschedule(loop.time() + self._idle_timeout_s)
+                    if len(chunk):  # only body bytes are progress: empty chunks are not
+                        idle.reschedule(loop.time() + self._idle_timeout_s)
         except TimeoutError:
             raise IdleTimeout(
                 f"no body bytes for {self._idle_timeout_s:g} s (inter-chunk budget)"

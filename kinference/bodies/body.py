@@ -14,6 +14,16 @@ Piece = bytes | memoryview
 # The spec's per-message decode limit: one chunk over it fails the push even when the whole
 # body fits the budget.
 MAX_CHUNK_BYTES = 1 << 20
+# Chunks smaller than this (bytes) are copied into a shared block instead of kept as
+# received: a bytes object costs ~40 bytes besides its payload, so a body pushed as 2-byte
+# chunks would cost ~25x what the budget counts. Larger chunks are kept as they are.
+# The first few small chunks of an upload are kept as received all the same, so the usual
+# body of one or a few chunks is never copied (and a rewrite finds it as one bytes object).
+SMALL_CHUNK_BYTES = 4096
+SMALL_CHUNKS_KEPT = 16
+# A block of small chunks is sealed once it holds this many bytes; under the 64 KiB below
+# which PullBody coalesces pieces, so the blocks still go out in messages of >= 64 KiB.
+BLOCK_BYTES = 32 * 1024
 
 
 class ChunkObserver(Protocol):
@@ -120,6 +130,8 @@ class Upload:
         self._observe_from = observe_from_bytes
         self._client_request_id = client_request_id
         self._pieces: list[Piece] = []
+        self._block = bytearray()  # small chunks not yet sealed into a piece
+        self._small_kept = 0  # small chunks kept as received so far
         self.size = 0
         self._reserved = 0
 
@@ -136,17 +148,37 @@ class Upload:
             return
         self._budget.reserve(nbytes)
         self._reserved += nbytes
-        self._pieces.append(piece)
+        self._hold(piece)
         self.size += nbytes
         if self._observer is not None:
             self._observer.feed(piece)
         elif self._observer_factory is not None and self.size > self._observe_from:
             self._start_observing(self._observer_factory())
 
+    def _hold(self, piece: Piece) -> None:
+        """Keep a chunk: a large one as received, a small one copied into the open block."""
+        small = len(piece) < SMALL_CHUNK_BYTES
+        if not small or self._small_kept < SMALL_CHUNKS_KEPT:
+            self._small_kept += small
+            self._seal()
+            self._pieces.append(piece)
+            return
+        self._block += piece
+        if len(self._block) >= BLOCK_BYTES:
+            self._seal()
+
+    def _seal(self) -> None:
+        """Turn the open block into a piece (the bytearray is never resized afterwards)."""
+        if self._block:
+            self._pieces.append(memoryview(self._block))
+            self._block = bytearray()
+
     def _start_observing(self, observer: ChunkObserver) -> None:
         """Small bodies are parsed whole at Pick; a large one is watched from here on."""
         for earlier in self._pieces:
             observer.feed(earlier)
+        if self._block:
+            observer.feed(bytes(self._block))
         self._observer = observer
 
     def finish(self) -> Body:
@@ -155,6 +187,7 @@ class Upload:
             raise InvalidArgument(
                 f"received {self.size} bytes but kinference-declared-length is {self._declared}"
             )
+        self._seal()
         body = Body(
             self._pieces,
             reserved=self._reserved,
@@ -168,3 +201,4 @@ class Upload:
         """Drop whatever was received (reset, error, timeout): nothing is left behind."""
         self._budget.release(self._reserved)
         self._pieces, self._reserved, self.size = [], 0, 0
+        self._block = bytearray()

@@ -50,6 +50,9 @@ class Loop:
     name: str
     step: Step
     interval_s: float
+    # Whether a success of this step proves Redis usable: only a step that always sends a
+    # write does (a read-only or idle step succeeds against a Redis that refuses writes).
+    proves_connection: bool = False
 
 
 class ClusterNode:
@@ -99,7 +102,7 @@ class ClusterNode:
         self._loops: list[Loop] = [
             Loop("publish", self._publish, 0.0),
             Loop("read", self.reader.step, 0.0),
-            Loop("heartbeat", self._beat, HEARTBEAT_S),
+            Loop("heartbeat", self._beat, HEARTBEAT_S, proves_connection=True),
             Loop("liveness", self.members.check, LIVENESS_S),
             Loop("stats", self.stats.flush, STATS_S),
         ]
@@ -116,6 +119,8 @@ class ClusterNode:
     def gap(self) -> str | None:
         """Why the shared view is incomplete now, or None when it is current."""
         reader, now = self.reader, self._clock()
+        if reader.bootstrapped and not self.connected:
+            return f"shared state not current: Redis unavailable{self._error()}"
         if not reader.bootstrapped:
             waited = now - self._started_at
             return f"shared state not loaded from Redis yet ({waited:.1f}s){self._error()}"
@@ -136,7 +141,7 @@ class ClusterNode:
             )
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(bootstrap_timeout_s):
-                while not self.reader.bootstrapped:  # noqa: ASYNC110
+                while not (self.reader.bootstrapped and self.connected):  # noqa: ASYNC110
                     await asyncio.sleep(0.01)
         if not self.reader.bootstrapped:
             log.warning("serving before the shared state loaded: %s", self.gap())
@@ -175,16 +180,20 @@ class ClusterNode:
         await self.publisher.flush()
 
     async def _once(self, loop: Loop) -> None:
+        """Run one step. `connected` follows the last real command: any step's failure
+        (unreachable, or refusing writes: OOM, READONLY, NOPERM) clears it, and only a step
+        that always writes sets it again, so a Redis answering reads but refusing writes
+        reads as unavailable, and the log says each change once."""
         await loop.step()
-        if not self.connected:
-            log.info("Redis reachable (%s)", loop.name)
-        self.connected, self.last_error = True, ""
+        if loop.proves_connection and not self.connected:
+            log.info("Redis available again (%s)", loop.name)
+            self.connected, self.last_error = True, ""
 
     def _failed(self, state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome is not None else None
         text = f"{type(error).__name__}: {error}" if error else "unknown error"
         if self.connected or not self.last_error:
-            log.warning("Redis unreachable, picking from the local view: %s", text)
+            log.warning("Redis unavailable, picking from the local view: %s", text)
         self.connected, self.last_error = False, text[:200]
 
     async def suspend(self, name: str) -> None:

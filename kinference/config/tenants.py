@@ -20,6 +20,13 @@ QosClass = Literal["INTERACTIVE", "BATCH", "DEFERRABLE"]
 TenantAction = Literal["allow", "reject"]
 
 ANY_NAMED_TENANT = "*"
+# The longest tenant a Pick may name (UTF-8 bytes): tenants become Redis keys and metric
+# labels, so a caller must not choose their size. Longer is INVALID_ARGUMENT.
+MAX_TENANT_BYTES = 256
+# Tenants with a budget tracked at once, per replica and in Redis; a `"*"` rule lets callers
+# name any number of them, so beyond this the newest share one overflow budget and label.
+MAX_TRACKED_TENANTS = 1000
+OVERFLOW_TENANT = "(overflow)"  # never a valid tenant name: parentheses and spaces aside,
 
 
 class TenantRule(PolicyModel):

@@ -43,14 +43,18 @@ async def _seen(replica: Replica, c_held: int) -> bool:
     return view.get(HELD_WORKERS[ON_C], 0) == c_held and view.get(HELD_WORKERS[ON_A]) == HELD_ON_A
 
 
-async def _half_pull(c: Replica, tally: Tally) -> None:
+async def _half_pull(c: Replica, tally: Tally, pulling: asyncio.Event) -> None:
     """A caller of c pulling a 32 MiB body at a crawl (larger than what HTTP/2 windows let
-    the client buffer, so c dies while the pull is open)."""
+    the client buffer, so c dies while the pull is open). `pulling` is set once its first
+    message arrived: the kill must wait for it, or on a loaded machine the 32 MiB push or
+    its Pick is still under way when c dies, and fails outside the pull (the flake of
+    issue 15: UNAVAILABLE "Stream removed" escaping the scenario)."""
     body = chat_body(32 << 20)
     pick = await c.client.pick(await push(c.client, body))
     tally.requests += 1
     try:
         async for _ in c.client.pull(pick.response_id):
+            pulling.set()
             await asyncio.sleep(0.5)  # a crawling consumer
     except grpc.aio.AioRpcError as error:
         tally.error(error, UNAVAILABLE)
@@ -58,12 +62,16 @@ async def _half_pull(c: Replica, tally: Tally) -> None:
         tally.fail("a pull from the killed replica completed")
 
 
-async def _half_push(c: Replica, tally: Tally, killed: asyncio.Event) -> None:
-    """A caller pushing to c that sends half its body, then the rest once c is dead."""
+async def _half_push(
+    c: Replica, tally: Tally, killed: asyncio.Event, pushing: asyncio.Event
+) -> None:
+    """A caller pushing to c that sends half its body, then the rest once c is dead;
+    `pushing` is set once its first chunk was handed to gRPC."""
     chunks = chat_body(2 << 20, chunk_bytes=256 << 10).chunks
 
     async def body() -> AsyncIterator[bytes]:
         yield chunks[0]
+        pushing.set()
         await killed.wait()
         for chunk in chunks[1:]:
             yield chunk
@@ -75,6 +83,10 @@ async def _half_push(c: Replica, tally: Tally, killed: asyncio.Event) -> None:
         tally.error(error, UNAVAILABLE)
     else:
         tally.fail("a push to the killed replica completed")
+
+
+async def _both_set(*events: asyncio.Event) -> bool:
+    return all(event.is_set() for event in events)
 
 
 async def run(quick: bool, workdir: Path) -> Row:
@@ -98,12 +110,14 @@ async def run(quick: bool, workdir: Path) -> Row:
             body,
             spec_codes=lambda client: UNAVAILABLE if killed.is_set() else (),
         )
+        pulling, pushing = asyncio.Event(), asyncio.Event()
         pinned = [
-            asyncio.create_task(_half_pull(c, load.tally)),
-            asyncio.create_task(_half_push(c, load.tally, killed)),
+            asyncio.create_task(_half_pull(c, load.tally, pulling)),
+            asyncio.create_task(_half_push(c, load.tally, killed, pushing)),
         ]
         background += pinned
         await wait_for(lambda: load.picks_beyond(30 if quick else 1000), PHASE_S, "load")
+        await wait_for(lambda: _both_set(pulling, pushing), PHASE_S, "the half pull and push")
         killed.set()
         c.kill()
         start = time.monotonic()
