@@ -150,7 +150,11 @@ class App:
         )
         self.cluster.add_loop("blacklist", providers.sync, 0.0)
         self.cluster.view.on_cooled = providers.on_remote_cooled
-        self.router.tenants.budget, sync_budgets = leased_budget(self.cluster)
+        self.router.tenants.budget, sync_budgets = leased_budget(
+            self.cluster,
+            fail_closed=self.settings.tenant_budget_offline == "closed",
+            expected_replicas=self.settings.tenant_budget_expected_replicas,
+        )
         self.cluster.add_loop("budgets", sync_budgets, BUDGET_MIN_GAP_S)
         self.metrics.registry.register(ClusterCollector(self.cluster))
 

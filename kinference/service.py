@@ -36,6 +36,7 @@ from kinference.routing import (
     Router,
 )
 from kinference.routing.health import UNAUTHORIZED, UNRESOLVED
+from kinference.routing.tenants import Reservation
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,8 @@ class PickerService:
             for known in (True, False)
         }
         self._learned: OrderedDict[int, None] = OrderedDict()  # response ids already counted
+        # Tenant budget reservations of requests in flight, settled or handed back with them.
+        self._reservations: dict[int, Reservation] = {}
 
     def begin_push(self, declared_length: int | None, client_request_id: str) -> Upload:
         return self.store.begin(declared_length, client_request_id)
@@ -160,6 +163,13 @@ class PickerService:
         response_id = new_id(_ResponseIdsInUse(self.inflight, self.store))
         request_id = call.client_request_id or body.client_request_id
         self.inflight.add(response_id, destination, call.tenant, decision.prefix_hashes, request_id)
+        # Charged in the same loop turn as the admission check: no other Pick runs between.
+        reservation = self.router.tenants.reserve(
+            self.router.policy.config, call.tenant, request.token_estimate,
+            request.max_output_tokens,
+        )  # fmt: skip
+        if reservation is not None:
+            self._reservations[response_id] = reservation
         if decision.local is not None and decision.prefix_hashes:
             self.router.prefix.record(decision.local.slot, decision.prefix_hashes)
         self.store.park(response_id, rewritten)
@@ -214,8 +224,11 @@ class PickerService:
         if assignment is None:
             return False
         self._recorder.final_token(report, assignment)
-        tokens = report.prompt_tokens + report.completion_tokens
-        self.router.tenants.record(self.router.policy.config, assignment.tenant, tokens)
+        self.router.tenants.settle(
+            self._reservations.pop(report.response_id, None),
+            report.prompt_tokens,
+            report.completion_tokens,
+        )
         local = assignment.local
         if local is not None and report.itl_bucket_counts:
             self.router.table.observe_itl(local.slot, local.model, report.itl_bucket_counts)
@@ -233,6 +246,7 @@ class PickerService:
         self._learn_from_abort(response_id, reason, detail)
         dropped_body = self.store.drop_parked(response_id)
         assignment = self.inflight.release(response_id)
+        self._hand_back(response_id)
         if not dropped_body and assignment is None:
             raise NotFound(f"response {response_id} is unknown or already released")
         if dropped_body:
@@ -260,10 +274,16 @@ class PickerService:
         """Reclaim expired bodies and in-flight entries (run periodically)."""
         for response_id in self.store.reap_expired_parked():
             self.inflight.release(response_id)
+            self._hand_back(response_id)
             self._metrics.bodies_reclaimed.labels("ttl_unpulled").inc()
         for _ in range(self.store.reap_expired_pending()):
             self._metrics.bodies_reclaimed.labels("ttl_unpicked").inc()
-        self.inflight.expire()
+        for response_id in self.inflight.expire():
+            self._hand_back(response_id)
+
+    def _hand_back(self, response_id: int) -> None:
+        """Return the budget reserved for a request that will not report its tokens."""
+        self.router.tenants.cancel(self._reservations.pop(response_id, None))
 
 
 def _check_itl(report: FinalReport) -> None:

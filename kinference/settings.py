@@ -155,6 +155,12 @@ class Settings(BaseSettings):
     log_format: LogFormat = "auto"
     # Distinct tenants given their own `tenant` label value; later ones share "(other)".
     metrics_max_tenants: int = Field(default=100, ge=1, le=10_000)
+    # Tenant budgets while Redis is unavailable (docs/redis.md): "share" admits a tenant up to
+    # its budget over the replicas last counted (fail-open to a share); "closed" admits no
+    # request of a budgeted tenant until Redis answers again.
+    tenant_budget_offline: Literal["share", "closed"] = "share"
+    # Replicas assumed for the share before Redis ever answered (the base Deployment's 3).
+    tenant_budget_expected_replicas: int = Field(default=3, ge=1)
     # Kubernetes discovery (docs/discovery.md): "kubernetes" adds the namespace's
     # InferencePools and their ready pods to the policy file's pools (needs the k8s extra).
     discovery: Literal["off", "kubernetes"] = "off"

@@ -570,15 +570,24 @@ def test_large_scanned_body_is_rewritten_too(env: Env, resident: int) -> None:
 # --- reports feed the routing state ---------------------------------------------------------
 
 
-def test_tenant_budget_from_final_reports(env: Env, resident: int) -> None:
+def test_tenant_budget_reserved_at_pick_settled_by_the_report(env: Env, resident: int) -> None:
     first = env.pick(chat(), tenant="team-a")
     assert first.outcome == Outcome.OK
-    assert env.router.tenants.used("team-a") == 0
+    reserved = env.router.tenants.used("team-a")
+    assert reserved > 20  # the prompt estimate plus the (not yet learned) output: all 20
+    held = env.pick(chat(), tenant="team-a")  # the reservation is seen before any report
+    assert held.outcome == Outcome.POLICY_REJECTED
+    assert held.reason == (
+        f"tenant 'team-a' used its budget: {reserved} of 20 tokens in the last minute"
+    )
     env.pull(first.response_id)
     assert env.service.final_token(report(first.response_id))  # 10 + 3 tokens
-    assert env.router.tenants.used("team-a") == 13
+    assert env.router.tenants.used("team-a") == 13  # settled to what was reported
+    aborted = env.pick(chat(), tenant="team-a")
+    assert aborted.outcome == Outcome.OK  # 13 of 20: still admitted
+    env.service.abort(aborted.response_id, "NOT_DISPATCHED", "")
+    assert env.router.tenants.used("team-a") == 13  # handed back
     second = env.pick(chat(), tenant="team-a")
-    assert second.outcome == Outcome.OK  # 13 of 20: still admitted
     assert env.service.final_token(FinalReport(second.response_id, MODEL, 5, 5, None, (), 0))
     rejected = env.pick(chat(), tenant="team-a")
     assert rejected.outcome == Outcome.POLICY_REJECTED
@@ -587,12 +596,22 @@ def test_tenant_budget_from_final_reports(env: Env, resident: int) -> None:
         "tenant 'team-a' used its budget: 23 of 20 tokens in the last minute"
     )
     assert rejected.requested_model == MODEL
-    assert env.metric("kinference_picks_total", outcome="policy_rejected") == 1
+    assert env.metric("kinference_picks_total", outcome="policy_rejected") == 2
     assert env.pick(chat(), tenant="team-b").outcome == Outcome.OK  # no rule: allowed
     assert env.pick(chat(), tenant="").outcome == Outcome.OK
     env.clock.now += 61
     assert env.pick(chat(), tenant="team-a").outcome == Outcome.OK
     assert env.store.budget.used == resident + 3 * len(chat())  # the three not pulled
+
+
+def test_a_reservation_expires_with_its_request(env: Env) -> None:
+    picked = env.pick(chat(), tenant="team-a")
+    assert env.router.tenants.used("team-a") > 0
+    env.pull(picked.response_id)
+    env.clock.now += env.inflight.ttl_s + 1
+    env.service.reap()  # the caller never reported: the request and its tokens go
+    assert picked.response_id not in env.inflight
+    assert env.router.tenants.used("team-a") == 0
 
 
 def test_unknown_final_report_counts_no_tokens(env: Env) -> None:

@@ -10,14 +10,24 @@ Guarantees, for tokens reported before the next pick (as with the local gate):
   leases is charged in Redis too. The cluster overshoots by at most one request per replica.
 - A lease is spendable for LEASE_LIFE_S and charged at the end of that life, so it stays in
   the window at least 60 s after any token spent from it; what is left unspent is handed back.
-- While Redis is unreachable (a `sync_once` raised), a replica spends its leases, then at most
-  `limit / replicas` per sliding minute. What it spent beyond its leases waits in a bounded
-  buffer, charged when Redis answers again for the seconds still inside the window.
+- Tokens are reserved at admission and settled at the final report (`kinference.routing.
+  budget`): a refund goes back into a live lease, an overrun is charged like any spending
+  beyond the leases. Tokens charged outside a lease go to the *next* epoch second, so the
+  Redis window never lets a token go before 60 s.
+- While Redis is unavailable (a `sync_once` raised), a replica spends its leases, then at most
+  `limit / replicas` per sliding minute (`replicas`: the last count seen, or
+  `expected_replicas` before any), or nothing with `fail_closed`. What it spent beyond its
+  leases waits in a bounded buffer, charged when Redis answers again for the seconds still
+  inside the window.
+- A leases hash that vanished (an empty Redis restart) is re-seeded: each replica marks the
+  hash with a field of its own; a call that finds its mark gone while this replica charged
+  tokens in the window is granted nothing, and the next call sends those charges again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -27,6 +37,7 @@ from redis.exceptions import RedisError
 
 from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import LEASES_TTL_S, USAGE_TTL_S, Keys
+from kinference.config.tenants import MAX_TRACKED_TENANTS
 from kinference.routing.budget import WINDOW_S, TokenWindow
 
 LEASE_LIFE_S = 10  # seconds a leased slice may be spent (must stay under LEASES_TTL_S - 60)
@@ -34,12 +45,15 @@ IDLE_S = 10.0  # seconds: a tenant unseen this long is not leased for any more
 FORGET_S = 120.0  # seconds: an idle tenant's state (with no lease left) is dropped
 BUFFER_LIMIT = 10_000  # (tenant, second) entries of unpublished tokens kept while disconnected
 
-# KEYS[1] leases hash. ARGV: now (epoch second), limit, want, charge second, TTL (s), then
+# KEYS[1] leases hash. ARGV: now (epoch second), limit, want, charge second, TTL (s),
+# replica mark field, whether this replica charged tokens in the window (1/0), then
 # (second, tokens) pairs owed by this replica (negative: unspent leases handed back).
+# Returns {granted, leased in the window, 1 if the mark was missing (the hash was lost)}.
 _LEASE_SCRIPT = """
 local key, now, limit, want = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local oldest = now - 60
-for i = 6, #ARGV, 2 do
+local lost = redis.call('HSETNX', key, ARGV[6], 1) == 1 and ARGV[7] == '1'
+for i = 8, #ARGV, 2 do
   if tonumber(ARGV[i]) > oldest and redis.call('HINCRBY', key, ARGV[i], ARGV[i + 1]) <= 0 then
     redis.call('HDEL', key, ARGV[i])
   end
@@ -47,16 +61,19 @@ end
 local sum = 0
 local fields = redis.call('HGETALL', key)
 for i = 1, #fields, 2 do
-  if tonumber(fields[i]) <= oldest then
+  local second = tonumber(fields[i])
+  if second == nil then
+  elseif second <= oldest then
     redis.call('HDEL', key, fields[i])
   else
     sum = sum + tonumber(fields[i + 1])
   end
 end
-local granted = math.max(math.min(want, limit - sum), 0)
+local granted = 0
+if not lost then granted = math.max(math.min(want, limit - sum), 0) end
 if granted > 0 then redis.call('HINCRBY', key, ARGV[4], granted); sum = sum + granted end
 redis.call('EXPIRE', key, ARGV[5])
-return {granted, sum}
+return {granted, sum, lost and 1 or 0}
 """
 
 
@@ -71,6 +88,21 @@ class _Tenant:
     overshot: bool = False  # tokens spent beyond the leases since the last lease round
     window: TokenWindow = field(default_factory=TokenWindow)  # all tokens this replica recorded
     leased: int = 0  # the cluster's leased total at the last lease round
+    # (charge second, tokens) this replica added to the leases hash, kept for a re-seed.
+    charged: deque[tuple[int, int]] = field(default_factory=deque)
+    reseed: list[tuple[int, int]] = field(default_factory=list)  # to send again (hash lost)
+
+    def charges_in_window(self, now: float) -> bool:
+        while self.charged and self.charged[0][0] <= now - WINDOW_S:
+            self.charged.popleft()
+        return bool(self.charged)
+
+    def refund(self, tokens: int) -> int:
+        """Put unspent tokens back into the newest live piece; returns what did not fit."""
+        if self.pieces and tokens > 0:
+            self.pieces[-1][1] += tokens
+            return 0
+        return tokens
 
     def expire(self, now: float) -> list[tuple[int, int]]:
         """Drop pieces past their life; returns (charge second, tokens left) to hand back."""
@@ -118,17 +150,26 @@ class LeasedBudget:
         keys: Keys,
         *,
         replicas: Callable[[], int],
+        instance: str = "",
+        fail_closed: bool = False,
+        expected_replicas: int = 1,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self._redis, self._keys = redis, keys
         self._replicas = replicas
+        self._mark = f"replica:{instance}"  # this replica's mark field in each leases hash
+        self._fail_closed = fail_closed
+        self._expected_replicas = expected_replicas
+        self._seen_redis = False  # whether a round ever succeeded (replicas then known)
         self._clock = clock
         self._wall = wall
         self._script = redis.register_script(_LEASE_SCRIPT)
         self._tenants: dict[str, _Tenant] = {}
         self._owed: dict[tuple[str, int], int] = {}  # (tenant, epoch second) -> tokens
         self._usage: dict[tuple[str, int], int] = {}  # (tenant, epoch minute) -> tokens
+        # (tenant, reserved at) -> (tokens drawn from leases, tokens charged beyond them)
+        self._reserved: dict[tuple[str, float], tuple[int, int]] = {}
         self.connected = True
         self.dropped = 0  # buffered entries lost to BUFFER_LIMIT (their tokens uncharged)
         self.wakeup = asyncio.Event()  # set when a tenant wants a lease now
@@ -146,8 +187,11 @@ class LeasedBudget:
                 f"used its budget: {limit} tokens per minute across replicas "
                 f"({state.leased} leased in the last minute)"
             )
-        share = limit / max(self._replicas(), 1)
-        used = state.window.used(self._clock())
+        if self._fail_closed:
+            return "has a budget, and Redis (which keeps it) is unavailable"
+        replicas = self._replicas() if self._seen_redis else self._expected_replicas
+        share = limit / max(replicas, 1)
+        used = state.window.used(self._wall())
         if used < share:
             return None
         return f"used its share of the budget while Redis is away: {used} of {share:.0f} tokens"
@@ -155,20 +199,53 @@ class LeasedBudget:
     def used(self, tenant: str) -> int:
         """Tokens this replica recorded for `tenant` in the last minute."""
         state = self._tenants.get(tenant)
-        return 0 if state is None else state.window.used(self._clock())
+        return 0 if state is None else state.window.used(self._wall())
 
-    def record(self, tenant: str, limit: int, tokens: int) -> None:
+    def reserve(self, tenant: str, limit: int, tokens: int) -> float:
         state = self._touch(tenant, limit)
         now = self._wall()
-        state.window.add(self._clock(), tokens)
+        while (tenant, now) in self._reserved:  # one entry per reservation
+            now = math.nextafter(now, math.inf)
+        state.window.add(now, tokens)
+        self._reserved[(tenant, now)] = self._charge(tenant, state, now, tokens)
+        return now
+
+    def adjust(self, tenant: str, limit: int, at: float, tokens: int) -> None:
+        state = self._touch(tenant, limit)
+        now = self._wall()
+        state.window.adjust(at, tokens)
+        drawn, beyond = self._reserved.pop((tenant, at), (0, 0))
+        if tokens > 0:
+            self._charge(tenant, state, now, tokens)
+            return
+        self.dropped += _add_bounded(self._usage, (tenant, int(now // 60)), tokens)
+        back = -tokens
+        # Hand back what was charged beyond the leases first (in the second it was charged
+        # to), then into a live lease what was drawn from one; anything else stays charged.
+        from_beyond = min(back, beyond)
+        if from_beyond:
+            self.dropped += _add_bounded(self._owed, (tenant, int(at) + 1), -from_beyond)
+        self._balance(tenant, state)
+        state.refund(min(back - from_beyond, drawn))
+
+    def forget_idle(self) -> None:
+        """Idle tenants are forgotten by `sync_once` (they may hold leases to hand back)."""
+
+    def record(self, tenant: str, limit: int, tokens: int) -> None:
+        """Count reported tokens without a reservation (a reservation never settled)."""
+        self._reserved.pop((tenant, self.reserve(tenant, limit, tokens)), None)
+
+    def _charge(self, tenant: str, state: _Tenant, now: float, tokens: int) -> tuple[int, int]:
+        """Spend `tokens` from the leases, the rest charged beyond them; returns both."""
         self._balance(tenant, state)
         beyond = state.spend(tokens)
-        if beyond > 0:  # charged in Redis as spent now, so the cluster sum is the true usage
+        if beyond > 0:  # charged in Redis from the next second on: never leaves early
             state.credit, state.overshot = False, True
-            self.dropped += _add_bounded(self._owed, (tenant, int(now)), beyond)
+            self.dropped += _add_bounded(self._owed, (tenant, int(now) + 1), beyond)
         self.dropped += _add_bounded(self._usage, (tenant, int(now // 60)), tokens)
         if self._want(state, now):
             self.wakeup.set()
+        return tokens - beyond, beyond
 
     def balance(self, tenant: str) -> int:
         """Leased tokens this replica may still spend for `tenant`."""
@@ -197,7 +274,7 @@ class LeasedBudget:
         except (RedisError, OSError):
             self.connected = False
             raise
-        self.connected = True
+        self.connected = self._seen_redis = True
         self._forget_idle()
 
     async def _lease_round(self) -> bool:
@@ -206,7 +283,8 @@ class LeasedBudget:
             self._balance(name, known)  # hands back expired leases in this round
         owed = self._take_owed(int(now))
         wanting = [name for name, state in self._tenants.items() if self._want(state, now)]
-        tenants = dict.fromkeys([*owed, *wanting])
+        reseeding = [name for name, state in self._tenants.items() if state.reseed]
+        tenants = dict.fromkeys([*owed, *wanting, *reseeding])
         for tenant in tenants:
             state = self._tenants.get(tenant)
             pairs = owed.get(tenant, [])
@@ -230,11 +308,23 @@ class LeasedBudget:
     ) -> int:
         want = 0 if state is None else self._want(state, now)
         limit = 0 if state is None else state.limit
-        args = [int(now), limit, want, int(now) + LEASE_LIFE_S, LEASES_TTL_S]
-        args += [number for pair in pairs for number in pair]  # second, tokens, second, ...
-        granted, leased = await self._script(keys=[self._keys.leases(tenant)], args=args)
-        if state is not None:
-            state.leased = int(leased)
+        reseed = [] if state is None else state.reseed
+        charged = state is not None and state.charges_in_window(now)
+        args = [int(now), limit, want, int(now) + LEASE_LIFE_S, LEASES_TTL_S, self._mark]
+        args.append(int(charged))
+        sent = [*reseed, *pairs]
+        args += [number for pair in sent for number in pair]  # second, tokens, second, ...
+        granted, leased, lost = await self._script(keys=[self._keys.leases(tenant)], args=args)
+        if state is None:
+            return 0
+        state.reseed = []
+        state.charged.extend(pairs)
+        if int(lost):  # the hash was gone: send this replica's charges in the window again
+            state.reseed = [(sec, tokens) for sec, tokens in state.charged if sec > now - 60]
+            self.wakeup.set()
+        if int(granted) > 0:
+            state.charged.append((int(now) + LEASE_LIFE_S, int(granted)))
+        state.leased = int(leased)
         return int(granted)
 
     async def _publish_usage(self) -> bool:
@@ -248,8 +338,12 @@ class LeasedBudget:
             pipe.hincrby(self._keys.usage(tenant), str(minute), tokens)
             pipe.expire(self._keys.usage(tenant), USAGE_TTL_S)
         pipe.sadd(self._keys.tenants(), *{tenant for tenant, _ in usage})
+        pipe.expire(self._keys.tenants(), USAGE_TTL_S)
+        pipe.scard(self._keys.tenants())
         try:
-            await pipe.execute()
+            *_, members = await pipe.execute()
+            if int(members) > MAX_TRACKED_TENANTS:  # churned names: drop some at random
+                await self._redis.spop(self._keys.tenants(), int(members) - MAX_TRACKED_TENANTS)
         except BaseException:
             for key, tokens in usage.items():
                 self.dropped += _add_bounded(self._usage, key, tokens)
@@ -271,6 +365,8 @@ class LeasedBudget:
     def _want(self, state: _Tenant, now: float) -> int:
         """Tokens to lease for a tenant in use whose balance is under half a slice."""
         if now - state.seen > IDLE_S:
+            return 0
+        if state.reseed:  # the first call after a lost hash only sends the charges again
             return 0
         size = max(state.limit // (4 * max(self._replicas(), 1)), 1)
         return size if 2 * state.balance() < size else 0

@@ -104,9 +104,18 @@ BUDGET_SYNC_S = 0.1  # seconds between lease rounds when no tenant is waiting fo
 BUDGET_MIN_GAP_S = 0.01  # seconds: a tenant waiting for a lease gets one this soon
 
 
-def leased_budget(node: ClusterNode) -> tuple[LeasedBudget, Callable[[], Awaitable[None]]]:
+def leased_budget(
+    node: ClusterNode, *, fail_closed: bool = False, expected_replicas: int = 1
+) -> tuple[LeasedBudget, Callable[[], Awaitable[None]]]:
     """Tenant budgets leased from Redis, and the background step that keeps them topped up."""
-    budget = LeasedBudget(node.redis, node.keys, replicas=lambda: node.replicas)
+    budget = LeasedBudget(
+        node.redis,
+        node.keys,
+        replicas=lambda: node.replicas,
+        instance=node.instance,
+        fail_closed=fail_closed,
+        expected_replicas=expected_replicas,
+    )
 
     async def sync() -> None:
         with contextlib.suppress(TimeoutError):

@@ -166,27 +166,40 @@ def test_usage_outlives_a_policy_reload(gate: TenantGate) -> None:
     assert gate.check(reloaded, "team-a", QWEN, "DEFERRABLE") is not None
 
 
-def test_window_slides_in_one_second_buckets() -> None:
+def test_a_token_never_leaves_the_window_early() -> None:
+    """Buckets of 100 ms leave once all of them is a full window old: never before 60 s,
+    at most 0.1 s after (issue 15: second buckets let a burst in up to 1 s early)."""
     assert WINDOW_S == 60.0
     window = TokenWindow()
     window.add(100.2, 1)
-    window.add(100.9, 2)  # same second: one bucket
-    window.add(101.0, 4)
+    window.add(100.25, 2)  # same 100 ms: one bucket
+    window.add(100.9, 4)
     assert window.used(101.5) == 7
-    assert window.used(159.99) == 7
-    assert window.used(160.0) == 4  # the bucket of second 100 is a full window old
-    assert window.used(160.99) == 4
+    assert window.used(160.25) == 7  # 60 s after the second token: still counted
+    assert window.used(160.3) == 4
+    assert window.used(160.95) == 4
     assert window.used(161.0) == 0
     assert window.total == 0
     window.add(200.0, 3)
     assert window.used(200.0) == 3
 
 
+def test_an_adjustment_lands_in_its_own_bucket() -> None:
+    window = TokenWindow()
+    window.add(10.0, 100)
+    window.add(30.0, 50)
+    window.adjust(10.05, -60)  # a reservation settled lower, in the bucket it was made
+    assert window.used(30.0) == 90
+    assert window.used(70.2) == 50  # the adjusted bucket left with its reservation
+    window.adjust(10.0, -40)  # gone from the window: nothing to adjust
+    assert window.used(70.2) == 50
+
+
 def test_window_over_many_seconds() -> None:
     window = TokenWindow()
     for second in range(120):
         window.add(second + 0.5, 1)
-        assert window.used(second + 0.5) == min(second + 1, 60)
+        assert window.used(second + 0.65) == min(second + 1, 60)
 
 
 def test_the_default_budget_is_local(clock: Clock) -> None:
@@ -198,7 +211,7 @@ def test_the_default_budget_is_local(clock: Clock) -> None:
     assert budget.used("t") == 10
     assert budget.exhausted("t", 10) == "used its budget: 10 of 10 tokens in the last minute"
     assert budget.exhausted("t", 11) is None  # the limit comes with each call
-    clock.now += WINDOW_S
+    clock.now += WINDOW_S + 0.1
     assert budget.exhausted("t", 10) is None
 
 
@@ -216,8 +229,15 @@ class FakeBudget:
     def used(self, tenant: str) -> int:
         return 42
 
-    def record(self, tenant: str, limit: int, tokens: int) -> None:
-        self.calls.append(("record", tenant, limit, tokens))
+    def reserve(self, tenant: str, limit: int, tokens: int) -> float:
+        self.calls.append(("reserve", tenant, limit, tokens))
+        return 0.0
+
+    def adjust(self, tenant: str, limit: int, at: float, tokens: int) -> None:
+        self.calls.append(("adjust", tenant, limit, tokens))
+
+    def forget_idle(self) -> None:
+        self.calls.append(("forget_idle", "", 0, 0))
 
 
 def test_the_gate_delegates_budgets_only(clock: Clock) -> None:
@@ -231,5 +251,5 @@ def test_the_gate_delegates_budgets_only(clock: Clock) -> None:
     gate.record(rules, "team-x", 7)  # "*": 50 tokens per minute
     gate.record(rules, "team-b", 7)  # no budget: not recorded
     gate.record(rules, "team-a", 0)
-    assert fake.calls == [("exhausted", "team-a", 100, 0), ("record", "team-x", 50, 7)]
+    assert fake.calls == [("exhausted", "team-a", 100, 0), ("reserve", "team-x", 50, 7)]
     assert gate.used("anyone") == 42
