@@ -39,6 +39,7 @@ from kinference.metrics import Metrics
 from kinference.ops.recorder import RequestRecorder
 from kinference.ops.tenants import TenantLabels
 from kinference.requests import JsonScanner
+from kinference.requests.offload import INLINE_SCAN_BYTES, Offload
 from kinference.routing import (
     InFlight,
     PrefixIndex,
@@ -74,6 +75,7 @@ class App:
             ttl_s=settings.body_ttl_s,
             observer_factory=JsonScanner,
             observe_from_bytes=SCAN_FROM_BYTES,
+            defer_observing_from=INLINE_SCAN_BYTES,
         )
         self.table = WorkerTable()
         routing = compile_policy(policy, self.table)
@@ -118,6 +120,7 @@ class App:
             self.metrics,
             shared_gap=self.cluster.gap if self.cluster is not None else lambda: None,
             recorder=RequestRecorder(self.metrics, TenantLabels(settings.metrics_max_tenants)),
+            offload=Offload(),
         )
         self.health = HealthServicer()
         servicer = PickerServicer(self.service, self.metrics, settings.body_idle_timeout_s)
@@ -267,6 +270,7 @@ class App:
         await self.scraper.aclose()
         await self._pages.aclose()
         await self.loop_lag.aclose()
+        self.service.offload.close()
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -7,6 +7,7 @@ gRPC servicer calls it and converts; nothing here knows about gRPC.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -24,6 +25,7 @@ from kinference.requests import (
     parse_request,
     rewrite,
 )
+from kinference.requests.offload import INLINE_PARSE_BYTES, Offload
 from kinference.routing import (
     Decision,
     Destination,
@@ -94,11 +96,13 @@ class PickerService:
         *,
         shared_gap: Callable[[], str | None] = lambda: None,
         recorder: RequestRecorder | None = None,
+        offload: Offload | None = None,
     ) -> None:
         """`shared_gap` says why the cluster-wide view is incomplete now (Redis down or
         lagging, still bootstrapping), or None; such Picks answer DEGRADED. `recorder`
         counts and logs each request's steps (one on `metrics` by default)."""
         self.store = store
+        self.offload = offload or Offload()  # the thread heavy bodies are parsed in
         self.shared_gap = shared_gap
         self.router = router
         self.inflight = inflight
@@ -126,8 +130,30 @@ class PickerService:
         """Decide where the body of `call.stream_id` goes; raises for protocol errors."""
         started = time.perf_counter()
         body = self.store.take(call.stream_id)
+        return self._decided(body, call, started, _parsed(body))
+
+    async def pick_off_loop(self, call: PickCall) -> PickResult:
+        """`pick`, with the parse of a body over INLINE_PARSE_BYTES run in the parse thread
+        (the decision itself, admission and reservation included, stays in one loop turn)."""
+        started = time.perf_counter()
+        body = self.store.take(call.stream_id)
+        if body.size <= INLINE_PARSE_BYTES:
+            return self._decided(body, call, started, _parsed(body))
+        future = self.offload.submit(lambda: _parsed(body))
         try:
-            result = self._decide(body, call)
+            parsed = await asyncio.wrap_future(future)
+        except BaseException:
+            # The thread may still be reading the body: release it once the parse ended.
+            loop = asyncio.get_running_loop()
+            future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.store.release, body))
+            raise
+        return self._decided(body, call, started, parsed)
+
+    def _decided(
+        self, body: Body, call: PickCall, started: float, parsed: InferenceRequest | str
+    ) -> PickResult:
+        try:
+            result = self._decide(body, call, parsed)
         except BaseException:
             self.store.release(body)
             raise
@@ -137,11 +163,10 @@ class PickerService:
         self._recorder.picked(result, request_id, time.perf_counter() - started)
         return result
 
-    def _decide(self, body: Body, call: PickCall) -> PickResult:
-        try:
-            request = parse_request(body)
-        except MalformedRequest as exc:
-            return PickResult(Outcome.BAD_REQUEST, reason=str(exc))
+    def _decide(self, body: Body, call: PickCall, parsed: InferenceRequest | str) -> PickResult:
+        if isinstance(parsed, str):
+            return PickResult(Outcome.BAD_REQUEST, reason=parsed)
+        request = parsed
         decision = self.router.route(RouteQuery(request, call.pool, call.qos, call.tenant))
         if not decision.dispatches:
             return PickResult(
@@ -284,6 +309,14 @@ class PickerService:
     def _hand_back(self, response_id: int) -> None:
         """Return the budget reserved for a request that will not report its tokens."""
         self.router.tenants.cancel(self._reservations.pop(response_id, None))
+
+
+def _parsed(body: Body) -> InferenceRequest | str:
+    """The request in `body`, or why it is none (MalformedRequest's message)."""
+    try:
+        return parse_request(body)
+    except MalformedRequest as exc:
+        return str(exc)
 
 
 def _check_itl(report: FinalReport) -> None:

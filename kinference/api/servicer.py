@@ -57,7 +57,9 @@ class PickerServicer:
                 while (chunk := await context.read()) is not _EOF:
                     if isinstance(chunk, MalformedChunk):
                         raise InvalidArgument("a PushBody message is not a BodyChunk")
-                    upload.add(chunk)
+                    observation = upload.add(chunk)
+                    if observation is not None:  # a big chunk: scanned off the loop
+                        await self.service.offload.run(observation.run)
                     if len(chunk):  # only body bytes are progress: empty chunks are not
                         idle.reschedule(loop.time() + self._idle_timeout_s)
         except TimeoutError:
@@ -67,7 +69,7 @@ class PickerServicer:
 
     @grpc_errors("Pick")
     async def Pick(self, request: pb.PickRequest, context: Context) -> pb.PickResponse:
-        return convert.pick_response(self.service.pick(convert.pick_call(request)))
+        return convert.pick_response(await self.service.pick_off_loop(convert.pick_call(request)))
 
     @grpc_errors("PullBody")
     async def PullBody(self, request: pb.PullBodyRequest, context: Context) -> None:

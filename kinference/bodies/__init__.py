@@ -1,6 +1,13 @@
 """Process-local request bodies: receive, hold within budgets, hand back once."""
 
-from kinference.bodies.body import MAX_CHUNK_BYTES, Body, ChunkObserver, Piece, Upload
+from kinference.bodies.body import (
+    MAX_CHUNK_BYTES,
+    Body,
+    ChunkObserver,
+    Observation,
+    Piece,
+    Upload,
+)
 from kinference.bodies.budget import ByteBudget
 from kinference.bodies.ids import new_id
 from kinference.bodies.store import BodyStore, Pull
@@ -11,6 +18,7 @@ __all__ = [
     "BodyStore",
     "ByteBudget",
     "ChunkObserver",
+    "Observation",
     "Piece",
     "Pull",
     "Upload",

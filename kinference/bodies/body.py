@@ -32,6 +32,21 @@ class ChunkObserver(Protocol):
     def feed(self, data: Piece) -> None: ...
 
 
+class Observation:
+    """Chunks an upload's observer still has to see, handed to the caller to run off the
+    event loop (`Upload(defer_observing_from=...)`); run it before the next `add`."""
+
+    __slots__ = ("observer", "pieces")
+
+    def __init__(self, observer: ChunkObserver, pieces: list[Piece]) -> None:
+        self.observer = observer
+        self.pieces = pieces
+
+    def run(self) -> None:
+        for piece in self.pieces:
+            self.observer.feed(piece)
+
+
 class Body:
     """A complete body: the received pieces, never joined, and what they cost the budget.
 
@@ -121,7 +136,11 @@ class Upload:
         client_request_id: str,
         observer_factory: Callable[[], ChunkObserver] | None = None,
         observe_from_bytes: int = 0,
+        defer_observing_from: int | None = None,
     ) -> None:
+        """`defer_observing_from`: chunks of at least this many bytes (together) are not
+        fed to the observer here but returned by `add` as an `Observation` to run."""
+        self._defer_from = defer_observing_from
         self._budget = budget
         self._max_body_bytes = max_body_bytes
         self._declared = declared_length
@@ -135,8 +154,9 @@ class Upload:
         self.size = 0
         self._reserved = 0
 
-    def add(self, piece: Piece) -> None:
-        """Take one received chunk; raises before holding anything over a limit."""
+    def add(self, piece: Piece) -> Observation | None:
+        """Take one received chunk; raises before holding anything over a limit. Returns
+        the observer's work when it is deferred (see `__init__`)."""
         nbytes = len(piece)
         if nbytes > MAX_CHUNK_BYTES:
             raise ResourceExhausted(f"chunk of {nbytes} bytes exceeds {MAX_CHUNK_BYTES}")
@@ -145,15 +165,29 @@ class Upload:
         if self._declared is not None and self.size + nbytes > self._declared:
             raise InvalidArgument(f"body is longer than its declared length {self._declared}")
         if nbytes == 0:
-            return
+            return None
         self._budget.reserve(nbytes)
         self._reserved += nbytes
         self._hold(piece)
         self.size += nbytes
         if self._observer is not None:
-            self._observer.feed(piece)
-        elif self._observer_factory is not None and self.size > self._observe_from:
-            self._start_observing(self._observer_factory())
+            return self._observe(self._observer, [piece])
+        if self._observer_factory is not None and self.size > self._observe_from:
+            # Small bodies are parsed whole at Pick; a large one is watched from here on.
+            self._observer = self._observer_factory()
+            return self._observe(self._observer, self._pieces_so_far())
+        return None
+
+    def _observe(self, observer: ChunkObserver, pieces: list[Piece]) -> Observation | None:
+        work = Observation(observer, pieces)
+        if self._defer_from is not None and sum(len(p) for p in pieces) >= self._defer_from:
+            return work
+        work.run()
+        return None
+
+    def _pieces_so_far(self) -> list[Piece]:
+        """What was received so far, in order (the open block as a copy)."""
+        return [*self._pieces, bytes(self._block)] if self._block else list(self._pieces)
 
     def _hold(self, piece: Piece) -> None:
         """Keep a chunk: a large one as received, a small one copied into the open block."""
@@ -172,14 +206,6 @@ class Upload:
         if self._block:
             self._pieces.append(memoryview(self._block))
             self._block = bytearray()
-
-    def _start_observing(self, observer: ChunkObserver) -> None:
-        """Small bodies are parsed whole at Pick; a large one is watched from here on."""
-        for earlier in self._pieces:
-            observer.feed(earlier)
-        if self._block:
-            observer.feed(bytes(self._block))
-        self._observer = observer
 
     def finish(self) -> Body:
         """The complete body after a clean half-close; the declared length must match."""

@@ -58,8 +58,11 @@ class BodyStore:
         ttl_s: float,
         observer_factory: Callable[[], ChunkObserver] | None = None,
         observe_from_bytes: int = 0,
+        defer_observing_from: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`defer_observing_from`: see `Upload`; the PushBody caller runs the work."""
+        self._defer_from = defer_observing_from
         self.budget = budget
         self.max_body_bytes = max_body_bytes
         self.ttl_s = ttl_s
@@ -104,6 +107,7 @@ class BodyStore:
             client_request_id=client_request_id,
             observer_factory=self._observer_factory,
             observe_from_bytes=self._observe_from,
+            defer_observing_from=self._defer_from,
         )
 
     def commit(self, upload: Upload) -> tuple[int, Body]:

@@ -52,7 +52,8 @@ BUFFER_LIMIT = 10_000  # (tenant, second) entries of unpublished tokens kept whi
 _LEASE_SCRIPT = """
 local key, now, limit, want = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local oldest = now - 60
-local lost = redis.call('HSETNX', key, ARGV[6], 1) == 1 and ARGV[7] == '1'
+local lost = not redis.call('HGET', key, ARGV[6]) and ARGV[7] == '1'
+redis.call('HSET', key, ARGV[6], 1)
 for i = 8, #ARGV, 2 do
   if tonumber(ARGV[i]) > oldest and redis.call('HINCRBY', key, ARGV[i], ARGV[i + 1]) <= 0 then
     redis.call('HDEL', key, ARGV[i])

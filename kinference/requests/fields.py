@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+from json import JSONDecodeError
 from typing import Any
 
 from kinference.bodies import Body
+from kinference.requests.decode import loads
 from kinference.requests.scan import MAX_DEPTH, MAX_MEMBERS, JsonScanner, LongString, Member
 
 # Values up to this size are parsed (and so validated) in full at Pick time; larger ones -
 # base64 images, book-length prompts - keep only their span and the scanner's structural
 # check, so a Pick on a 100 MiB body costs milliseconds.
 STRICT_PARSE_BYTES = 1 << 20
+# Top-level fields anything reads the value of (routing, prompt extraction, rewriting). Of a
+# scanned body, every other field is parsed to validate it and then kept only as its span
+# when larger than KEEP_UNREAD_BYTES: a body of many dense members must not hold their
+# parsed objects (tens of times the bytes) until the request ends.
+READ_FIELDS = frozenset(
+    {
+        *("model", "stream", "stream_options", "kinference", "tool_choice", "tools"),
+        *("max_completion_tokens", "max_output_tokens", "max_tokens", "functions"),
+        *("system", "instructions", "prompt", "messages", "input"),
+        *("previous_response_id", "conversation"),
+    }
+)
+KEEP_UNREAD_BYTES = 4096
 
 
 class MalformedRequest(ValueError):
@@ -74,8 +88,8 @@ def _parse_whole(body: Body) -> Fields:
         if reason is not None:
             raise MalformedRequest(reason)
     try:
-        values = json.loads(_utf8(raw))
-    except json.JSONDecodeError as exc:
+        values = loads(_utf8(raw))
+    except JSONDecodeError as exc:
         raise MalformedRequest(f"invalid JSON at byte {exc.pos}: {exc.msg}") from None
     except (ValueError, RecursionError) as exc:
         raise MalformedRequest(f"invalid JSON: {_reason(exc)}") from None
@@ -131,7 +145,7 @@ def _utf8(raw: bytes) -> str:
 
 def _decode_key(body: Body, member: Member) -> str:
     try:
-        key = json.loads(_utf8(body.read_span(member.key_start, member.key_end)))
+        key = loads(_utf8(body.read_span(member.key_start, member.key_end)))
     except (ValueError, RecursionError) as exc:
         raise MalformedRequest(f"invalid JSON key at byte {member.key_start}: {exc}") from None
     if not isinstance(key, str):  # the scanner only records quoted keys; stay defensive
@@ -144,9 +158,12 @@ def _decode_value(body: Body, key: str, member: Member) -> Any:
         return LargeValue(member.value_start, member.value_end, _first_byte(body, member))
     raw = body.read_span(member.value_start, member.value_end)
     try:
-        return json.loads(_utf8(raw))
+        value = loads(_utf8(raw))
     except (ValueError, RecursionError) as exc:
         raise MalformedRequest(f"field {key!r} is not valid JSON: {_reason(exc)}") from None
+    if key in READ_FIELDS or len(raw) <= KEEP_UNREAD_BYTES:
+        return value
+    return LargeValue(member.value_start, member.value_end, chr(raw.lstrip(b" \t\r\n")[0]))
 
 
 def _first_byte(body: Body, member: Member) -> str:
@@ -162,6 +179,6 @@ def _first_byte(body: Body, member: Member) -> str:
 def _reason(exc: Exception) -> str:
     if isinstance(exc, RecursionError):
         return "nesting too deep"
-    if isinstance(exc, json.JSONDecodeError):
+    if isinstance(exc, JSONDecodeError):
         return exc.msg
     return str(exc).split(":")[0]

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinference.bodies import Body
+from kinference.requests.decode import loads
 from kinference.requests.digest import Digest, span_digest
 from kinference.requests.fields import STRICT_PARSE_BYTES, LargeValue
 from kinference.requests.scan import LongString
@@ -90,7 +91,7 @@ def _is_replaced(string: LongString) -> bool:
 
 def _parse(skeleton: bytes, name: str) -> Any:
     try:
-        return json.loads(skeleton.decode("utf-8"))
+        return loads(skeleton.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise Unextractable(f'"{name}" is not UTF-8 near byte {exc.start} of it') from None
     except (ValueError, RecursionError) as exc:

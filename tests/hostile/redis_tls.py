@@ -23,7 +23,7 @@ PICKER_ACL = (
     "+ping +info "
     "+get +set +del +exists +expire +pexpire +pttl "
     "+hget +hset +hdel +hgetall +hincrby "
-    "+sadd +srem +smembers +scan "
+    "+sadd +srem +smembers +scard +spop +scan "
     "+xadd +xread +xrevrange "
     "+multi +exec +discard +eval +evalsha +script|load"
 )

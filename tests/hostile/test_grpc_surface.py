@@ -23,6 +23,7 @@ from tests.api.helpers import (
     chat_body,
     held_push,
     push_metadata,
+    status_of,
     wait_nothing_held,
 )
 from tests.conftest import RunningPicker
@@ -288,7 +289,12 @@ async def test_oversized_strings_are_accepted_and_cut(picker: RunningPicker) -> 
         [body], declared_length=len(body), client_request_id="c" * 7000
     )
     big = "t" * (400 * KiB)  # two of them fit in one 1 MiB message
-    pick = await picker.client.pick(pushed.stream_id, tenant=big, client_request_id=big)
+    # A tenant becomes Redis keys and metric labels: longer than 256 bytes is refused, and
+    # the body waits for a valid Pick.
+    error = await status_of(picker.client.pick(pushed.stream_id, tenant=big))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "at most 256 bytes" in (error.details() or "")
+    pick = await picker.client.pick(pushed.stream_id, tenant="t" * 256, client_request_id=big)
     assert pick.outcome == pb.PickResponse.OK  # default_tenant_action allows unknown tenants
     abort = pb.AbortRequest(response_id=pick.response_id, detail=big, client_request_id=big)
     assert await unary_status(picker, "Abort", abort.SerializeToString()) == grpc.StatusCode.OK
