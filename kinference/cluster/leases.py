@@ -162,7 +162,7 @@ class LeasedBudget:
         self._mark = f"replica:{instance}"  # this replica's mark field in each leases hash
         self._fail_closed = fail_closed
         self._expected_replicas = expected_replicas
-        self._seen_redis = False  # whether a round ever succeeded (replicas then known)
+        self._known_replicas = expected_replicas  # live replicas at the last such round
         self._clock = clock
         self._wall = wall
         self._script = redis.register_script(_LEASE_SCRIPT)
@@ -171,7 +171,10 @@ class LeasedBudget:
         self._usage: dict[tuple[str, int], int] = {}  # (tenant, epoch minute) -> tokens
         # (tenant, reserved at) -> (tokens drawn from leases, tokens charged beyond them)
         self._reserved: dict[tuple[str, float], tuple[int, int]] = {}
-        self.connected = True
+        self.connected = False  # until a command went through
+        # Whether the last round failed: only then is Redis taken to be away (a replica that
+        # has not tried yet admits one request, as when its leases ran out, not a share).
+        self.offline = False
         self.dropped = 0  # buffered entries lost to BUFFER_LIMIT (their tokens uncharged)
         self.wakeup = asyncio.Event()  # set when a tenant wants a lease now
 
@@ -179,7 +182,7 @@ class LeasedBudget:
         state = self._touch(tenant, limit)
         if self._balance(tenant, state) > 0:
             return None
-        if self.connected:
+        if not self.offline:
             if state.credit:  # this replica's one request beyond its leases
                 state.credit = False
                 self.wakeup.set()
@@ -190,8 +193,12 @@ class LeasedBudget:
             )
         if self._fail_closed:
             return "has a budget, and Redis (which keeps it) is unavailable"
-        replicas = self._replicas() if self._seen_redis else self._expected_replicas
-        share = limit / max(replicas, 1)
+        # The larger of the count at the last round that reached Redis, the live count and
+        # the expected one: a restarted Redis has no heartbeats for a moment (the live count
+        # reads 1: the whole budget for everyone), and a young replica has counted only those
+        # that started before it.
+        replicas = max(self._known_replicas, self._replicas(), self._expected_replicas)
+        share = limit / replicas
         used = state.window.used(self._wall())
         if used < share:
             return None
@@ -260,7 +267,7 @@ class LeasedBudget:
     def set_connected(self, connected: bool) -> None:
         """Whether Redis answers (also set by each `sync_once`): while it does not, a tenant
         without leases left gets `limit / replicas` per minute instead of one request."""
-        self.connected = connected
+        self.connected, self.offline = connected, not connected
 
     async def sync_once(self) -> None:
         """One round: charge owed tokens and lease slices (one EVALSHA per tenant that needs
@@ -272,10 +279,13 @@ class LeasedBudget:
             sent = await self._publish_usage() or sent
             if not sent and not self.connected:
                 await self._redis.ping()
+                sent = True
         except (RedisError, OSError):
-            self.connected = False
+            self.connected, self.offline = False, True
             raise
-        self.connected = self._seen_redis = True
+        if sent:  # only a command that went through tells Redis answers
+            self.connected, self.offline = True, False
+            self._known_replicas = self._replicas()
         self._forget_idle()
 
     async def _lease_round(self) -> bool:
