@@ -43,17 +43,22 @@ from kinference.routing.budget import WINDOW_S, TokenWindow
 LEASE_LIFE_S = 10  # seconds a leased slice may be spent (must stay under LEASES_TTL_S - 60)
 IDLE_S = 10.0  # seconds: a tenant unseen this long is not leased for any more
 FORGET_S = 120.0  # seconds: an idle tenant's state (with no lease left) is dropped
+RECOVER_S = 2  # seconds without grants after a lost leases hash (every replica re-seeds)
 BUFFER_LIMIT = 10_000  # (tenant, second) entries of unpublished tokens kept while disconnected
 
 # KEYS[1] leases hash. ARGV: now (epoch second), limit, want, charge second, TTL (s),
 # replica mark field, whether this replica charged tokens in the window (1/0), then
 # (second, tokens) pairs owed by this replica (negative: unspent leases handed back).
 # Returns {granted, leased in the window, 1 if the mark was missing (the hash was lost)}.
+# Once a replica found the hash lost, nothing is granted for RECOVER_S seconds, so that
+# every replica has re-seeded its own charges before the sum is trusted again.
 _LEASE_SCRIPT = """
 local key, now, limit, want = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local oldest = now - 60
 local lost = not redis.call('HGET', key, ARGV[6]) and ARGV[7] == '1'
 redis.call('HSET', key, ARGV[6], 1)
+if lost then redis.call('HSET', key, 'recovering', now + RECOVER_S) end
+local recovering = tonumber(redis.call('HGET', key, 'recovering') or '0')
 for i = 8, #ARGV, 2 do
   if tonumber(ARGV[i]) > oldest and redis.call('HINCRBY', key, ARGV[i], ARGV[i + 1]) <= 0 then
     redis.call('HDEL', key, ARGV[i])
@@ -71,11 +76,11 @@ for i = 1, #fields, 2 do
   end
 end
 local granted = 0
-if not lost then granted = math.max(math.min(want, limit - sum), 0) end
+if not lost and now >= recovering then granted = math.max(math.min(want, limit - sum), 0) end
 if granted > 0 then redis.call('HINCRBY', key, ARGV[4], granted); sum = sum + granted end
 redis.call('EXPIRE', key, ARGV[5])
 return {granted, sum, lost and 1 or 0}
-"""
+""".replace("RECOVER_S", str(RECOVER_S))
 
 
 @dataclass

@@ -9,6 +9,9 @@ Scenarios (real `kinference serve` subprocesses on loopback; see each module):
   abandon      10,000 requests abandoned at random stages (1,000 with --quick)
   slow-pull    a 64 MiB body pulled at a crawl (16 MiB with --quick) beside normal traffic
   stalled-push hundreds of PushBody streams that send one chunk and go quiet
+  budget       one tenant budget, 30 concurrent callers on 3 replicas, Redis restarted
+               empty, and 3 replicas without Redis
+  tenant-flood thousands of caller-chosen tenants, then a Redis that refuses writes
 
 Prints one row per scenario: requests, failed requests (target 0), the spec's own errors,
 what is held after the TTLs (bytes / bodies / requests in flight, target 0/0/0), RSS
@@ -28,7 +31,16 @@ from pathlib import Path
 
 import uvloop
 
-from loadtest.faults import abandon, redis_faults, replica_kill, resets, slow_pull, stalled_push
+from loadtest.faults import (
+    abandon,
+    budget,
+    redis_faults,
+    replica_kill,
+    resets,
+    slow_pull,
+    stalled_push,
+    tenant_flood,
+)
 from loadtest.faults.load import Tally
 from loadtest.faults.report import Row, format_table
 
@@ -40,6 +52,8 @@ SCENARIOS: dict[str, Scenario] = {
     "abandon": abandon.run,
     "slow-pull": slow_pull.run,
     "stalled-push": stalled_push.run,
+    "budget": budget.run,
+    "tenant-flood": tenant_flood.run,
 }
 
 
