@@ -79,7 +79,8 @@ class Keys:
         return f"{self.root}tenant:{tenant}:usage"
 
     def tenants(self) -> str:
-        """Set: tenants with recorded usage, for `kinference state`."""
+        """Set: tenants with recorded usage, for `kinference state` (EXPIRE USAGE_TTL_S;
+        trimmed back to MAX_TRACKED_TENANTS members by SPOP when it grows past them)."""
         return f"{self.root}tenants"
 
     def stats(self, minute: int) -> str:

@@ -57,3 +57,17 @@ async def test_a_flood_of_stalled_pushes() -> None:
     assert_targets(row)
     assert dict(row.tally.spec_errors) == {"DEADLINE_EXCEEDED": 200}
     assert row.tally.completed > 0  # well-behaved requests went through meanwhile
+
+
+async def test_a_tenant_budget_under_concurrent_callers_and_redis_faults() -> None:
+    row = await run_scenario("budget", quick=True)
+    assert not row.problems, row.problems  # each phase within the budget + one per replica
+    assert row.tally.failed == 0, row.tally.examples
+    assert len(row.notes) == 3
+
+
+async def test_a_flood_of_tenants_then_a_full_redis() -> None:
+    row = await run_scenario("tenant-flood", quick=True)
+    assert not row.problems, row.problems
+    assert row.tally.failed == 0, row.tally.examples
+    assert dict(row.tally.spec_errors) == {"INVALID_ARGUMENT": 200}  # the 20 kB tenants
