@@ -56,6 +56,9 @@ class SkeletonService(PickerService):
             requested_model=CONSTANT.model,
         )
 
+    async def pick_off_loop(self, call: PickCall) -> PickResult:
+        return self.pick(call)  # nothing parsed: nothing to move off the loop
+
     def first_token(self, response_id: int, ttft_ms: int, upstream_status: int) -> bool:
         return True
 
