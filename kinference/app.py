@@ -144,6 +144,7 @@ class App:
             prefix=self.router.prefix,
             outbox=outbox,
             own_load=lambda: self.inflight.own,
+            pools=lambda: self.policy.pools,  # read again each second: reloads open shards
         )
         self.sharing = EngineSharing(self.cluster, self._retarget_scrapes)
         self.sharing.pools = scraped_pools(self.policy.pools)

@@ -131,6 +131,10 @@ class Settings(BaseSettings):
     # Milliseconds a replica gathers events before publishing them, and pauses between
     # reads of the others': fewer Redis commands per request, at this much propagation delay.
     redis_batch_ms: int = Field(default=15, ge=0, le=1_000)
+    # Key layout: "pools" gives each pool its own hash tag (Redis Cluster spreads pools over
+    # masters; a replica reads only its pools' streams); "single" is the schema before
+    # pools had tags, for the first step of an upgrade (docs/redis.md#upgrading).
+    redis_layout: Literal["pools", "single"] = "pools"
     # PEM files for a rediss:// URL: the CA to trust, and a client certificate and key.
     redis_tls_ca_file: FilePath | None = None
     redis_tls_cert_file: FilePath | None = None

@@ -3,7 +3,10 @@
 Entry fields: `i` the instance id, `s` its flush sequence number (1, 2, 3…; a jump tells a
 reader it missed entries of that instance), `e` the events as JSON, and on a snapshot flush
 `l`, the instance's whole load (endpoint -> requests in flight) as JSON. Prefix block hashes
-travel as base64 of little-endian uint64s: a quarter of their decimal size.
+travel as little-endian uint64s: in a pool shard's stream (read only by this release) as
+one binary field `h`, every pick's blocks one after the other, its event giving their count;
+in the global stream (read by earlier releases too) as base64 inside the pick event. Hashes
+are most of an entry's bytes (docs/scaling.md), and base64 adds a third.
 """
 
 from __future__ import annotations
@@ -26,12 +29,19 @@ COOLED = "b"  # [provider]: a provider was just blacklisted; re-read its key
 Event = list[Any]
 
 
-def pack_hashes(hashes: Sequence[int]) -> str:
-    return base64.b64encode(np.asarray(hashes, dtype="<u8").tobytes()).decode("ascii")
+def hash_bytes(hashes: Sequence[int]) -> bytes:
+    return np.asarray(hashes, dtype="<u8").tobytes()
 
 
-def unpack_hashes(text: str) -> tuple[int, ...]:
-    return tuple(int(value) for value in np.frombuffer(base64.b64decode(text), dtype="<u8"))
+def pack_hashes(hashes: Sequence[int] | bytes) -> str:
+    raw = hashes if isinstance(hashes, bytes) else hash_bytes(hashes)
+    return base64.b64encode(raw).decode("ascii")
+
+
+def unpack_hashes(packed: str | bytes) -> tuple[int, ...]:
+    """Block hashes from a pick event: raw bytes (binary entries) or base64 text."""
+    raw = packed if isinstance(packed, bytes) else base64.b64decode(packed)
+    return tuple(np.frombuffer(raw, dtype="<u8").tolist())
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,16 +56,51 @@ class Entry:
 
 
 def encode(
-    instance: str, seq: int, events: list[Event], load: dict[str, int] | None = None
-) -> dict[str, str | int]:
-    fields: dict[str, str | int] = {
+    instance: str,
+    seq: int,
+    events: list[Event],
+    load: dict[str, int] | None = None,
+    *,
+    binary: bool = False,
+) -> dict[str, str | int | bytes]:
+    """Stream entry fields; picks' hashes (bytes, from the outbox) as base64 or, `binary`,
+    in the field `h`."""
+    blobs: list[bytes] = []
+    wire = [_wire(event, blobs if binary else None) for event in events]
+    fields: dict[str, str | int | bytes] = {
         "i": instance,
         "s": seq,
-        "e": json.dumps(events, separators=(",", ":")),
+        "e": json.dumps(wire, separators=(",", ":")),
     }
+    if binary:
+        fields["h"] = b"".join(blobs)
     if load is not None:
         fields["l"] = json.dumps(load, separators=(",", ":"))
     return fields
+
+
+def _wire(event: Event, blobs: list[bytes] | None) -> Event:
+    """A pick with bytes hashes as it is written: base64, or (binary) its block count with
+    the bytes appended to `blobs`."""
+    if event[0] != PICKED or not isinstance(event[3], bytes):
+        return event
+    if blobs is None:
+        return [PICKED, event[1], event[2], pack_hashes(event[3])]
+    blobs.append(event[3])
+    return [PICKED, event[1], event[2], len(event[3]) // 8]
+
+
+def _attach_hashes(events: list[Event], blob: bytes) -> bool:
+    """Give each pick of a binary entry its slice of `h`; False when they do not match."""
+    offset = 0
+    for event in events:
+        if isinstance(event, list) and len(event) == 4 and event[0] == PICKED:
+            count = event[3]
+            if not isinstance(count, int) or count < 0 or offset + 8 * count > len(blob):
+                return False
+            event[3] = blob[offset : offset + 8 * count]
+            offset += 8 * count
+    return offset == len(blob)
 
 
 def decode(entry_id: bytes | str, fields: dict[bytes, bytes]) -> Entry | None:
@@ -67,6 +112,8 @@ def decode(entry_id: bytes | str, fields: dict[bytes, bytes]) -> Entry | None:
     except (KeyError, ValueError, UnicodeDecodeError):
         return None
     if not isinstance(events, list) or not isinstance(load, dict | None):
+        return None
+    if b"h" in fields and not _attach_hashes(events, fields[b"h"]):
         return None
     ident = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
     return Entry(ident, instance, seq, events, load)

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from redis.exceptions import RedisError
@@ -25,17 +25,21 @@ from kinference.cluster.keys import Keys
 from kinference.cluster.members import Membership
 from kinference.cluster.outbox import Outbox
 from kinference.cluster.replication import Publisher, Reader
+from kinference.cluster.shards import Shard, Shards, Wiring
 from kinference.cluster.stats import StatsBuffer
 from kinference.cluster.view import ClusterView
+from kinference.routing import PrefixIndex, WorkerTable
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 1.0  # seconds between heartbeats (the TTL is three of them)
+POOLS_S = 1.0  # seconds between checks of the policy's pools (shards opened and closed)
 LIVENESS_S = 0.5  # seconds between checks of the other replicas' heartbeats
 STATS_S = 1.0  # seconds between writes of this minute's statistics
 _ERRORS = (RedisError, OSError, asyncio.TimeoutError)
 
 Step = Callable[[], Awaitable[None]]
+PoolMap = Mapping[str, Collection[str]]  # pool ref -> its endpoints
 
 
 def new_instance_id() -> str:
@@ -64,36 +68,35 @@ class ClusterNode:
         redis: RedisClient,
         reader_redis: RedisClient,
         keys: Keys,
-        view: ClusterView,
+        table: WorkerTable,
+        prefix: PrefixIndex,
         outbox: Outbox,
         own_load: Callable[[], Mapping[str, int]],
         stale_after_s: float,
         stream_maxlen: int,
         batch_s: float = 0.015,
+        pools: Callable[[], PoolMap] = dict,
         instance: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.instance = instance or new_instance_id()
         self.redis = redis
-        self._reader_redis = reader_redis
+        self.reader_redis = reader_redis
         self.keys = keys
-        self.view = view
         self.outbox = outbox
         self.stale_after_s = stale_after_s
         self.batch_s = batch_s  # seconds events gather before a flush, and reads pause
         self._clock = clock
         self.stats = StatsBuffer(redis, keys, self.instance)
-        self.publisher = Publisher(
-            redis,
-            keys,
-            self.instance,
-            outbox,
-            own_load=own_load,
-            stats=self.stats,
-            maxlen=stream_maxlen,
-        )
-        self.reader = Reader(reader_redis, keys, self.instance, view, clock=clock, pause_s=batch_s)
-        self.members = Membership(redis, keys, self.instance, view)
+        self.shards = Shards(
+            Wiring(
+                redis, reader_redis, keys, table, prefix, outbox, own_load, self.stats,
+                self.instance, stream_maxlen, batch_s, clock,
+            )
+        )  # fmt: skip
+        self._pools = pools  # the pools the policy routes to now
+        self.shards.set_pools(pools())
+        self.members = Membership(redis, keys, self.instance, lambda: list(self.shards))
         self.connected = False
         self.last_error = ""
         self._own_load = own_load
@@ -101,11 +104,38 @@ class ClusterNode:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._loops: list[Loop] = [
             Loop("publish", self._publish, 0.0),
-            Loop("read", self.reader.step, 0.0),
+            Loop("read", self.shards.read, 0.0),
             Loop("heartbeat", self._beat, HEARTBEAT_S, proves_connection=True),
             Loop("liveness", self.members.check, LIVENESS_S),
             Loop("stats", self.stats.flush, STATS_S),
+            Loop("pools", self._follow_pools, POOLS_S),
         ]
+
+    @property
+    def view(self) -> ClusterView:
+        """The global shard's view (provider cool-downs arrive there)."""
+        return self.shards.top.view
+
+    @property
+    def publisher(self) -> Publisher:
+        return self.shards.top.publisher
+
+    @property
+    def reader(self) -> Reader:
+        return self.shards.top.reader
+
+    def shard(self, pool: str) -> Shard:
+        """A pool's shard (the global one for a pool without a shard of its own)."""
+        return self.shards.pools.get(pool, self.shards.top)
+
+    async def _follow_pools(self) -> None:
+        """Open shards for pools the policy gained, close those of pools it lost."""
+        _added, removed = self.shards.set_pools(self._pools())
+        for shard in removed:
+            for instance in shard.view.instances():
+                shard.view.drop(instance)
+            with contextlib.suppress(*_ERRORS):  # else it expires with the heartbeat TTL
+                await self.redis.delete(shard.keys.load(self.instance))
 
     def add_loop(self, name: str, step: Step, interval_s: float) -> None:
         """Run another background step (blacklist, leases, scrape leadership) with the
@@ -118,13 +148,13 @@ class ClusterNode:
 
     def gap(self) -> str | None:
         """Why the shared view is incomplete now, or None when it is current."""
-        reader, now = self.reader, self._clock()
-        if reader.bootstrapped and not self.connected:
+        readers, now = [shard.reader for shard in self.shards], self._clock()
+        if self.bootstrapped and not self.connected:
             return f"shared state not current: Redis unavailable{self._error()}"
-        if not reader.bootstrapped:
+        if not self.bootstrapped:
             waited = now - self._started_at
             return f"shared state not loaded from Redis yet ({waited:.1f}s){self._error()}"
-        age = now - (reader.last_read_at or self._started_at)
+        age = max(now - (reader.last_read_at or self._started_at) for reader in readers)
         if age > self.stale_after_s:
             return f"shared state is {age:.1f}s old: Redis unreachable{self._error()}"
         return None
@@ -141,10 +171,14 @@ class ClusterNode:
             )
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(bootstrap_timeout_s):
-                while not (self.reader.bootstrapped and self.connected):  # noqa: ASYNC110
+                while not (self.bootstrapped and self.connected):  # noqa: ASYNC110
                     await asyncio.sleep(0.01)
-        if not self.reader.bootstrapped:
+        if not self.bootstrapped:
             log.warning("serving before the shared state loaded: %s", self.gap())
+
+    @property
+    def bootstrapped(self) -> bool:
+        return all(shard.reader.bootstrapped for shard in self.shards)
 
     async def _run(self, loop: Loop) -> None:
         retrying = AsyncRetrying(
@@ -164,12 +198,15 @@ class ClusterNode:
 
     async def _beat(self) -> None:
         try:
-            load_hash_present = await self.members.beat()
+            lost = await self.members.beat()
         except Exception:
-            self.publisher.owe_snapshot()
+            for shard in self.shards:
+                shard.publisher.owe_snapshot()
             raise
-        if not load_hash_present and self._own_load():
-            self.publisher.owe_snapshot()
+        own = self._own_load()
+        for shard in lost:
+            if any(self.shards.pool_of(endpoint) == shard.pool for endpoint in own):
+                shard.publisher.owe_snapshot()
 
     async def _publish(self) -> None:
         await self.outbox.wakeup.wait()  # sleeps until there is something to send
@@ -177,7 +214,7 @@ class ClusterNode:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.batch_s):
                     await self.outbox.urgent_wakeup.wait()
-        await self.publisher.flush()
+        await self.shards.flush()
 
     async def _once(self, loop: Loop) -> None:
         """Run one step. `connected` follows the last real command: any step's failure
@@ -197,15 +234,21 @@ class ClusterNode:
         self.connected, self.last_error = False, text[:200]
 
     async def suspend(self, name: str) -> None:
-        """Stop one loop (e.g. "read") until `resume`; the rest go on."""
-        task = self._tasks.pop(name, None)
-        if task is not None:
-            await _cancel(task)
+        """Stop one loop (e.g. "read": every shard's reads) until `resume`; the rest go on."""
+        for loop in self._named(name):
+            task = self._tasks.pop(loop.name, None)
+            if task is not None:
+                await _cancel(task)
 
     def resume(self, name: str) -> None:
-        loop = next(loop for loop in self._loops if loop.name == name)
-        if name not in self._tasks:
-            self._tasks[name] = asyncio.create_task(self._run(loop))
+        for loop in self._named(name):
+            if loop.name not in self._tasks:
+                self._tasks[loop.name] = asyncio.create_task(self._run(loop))
+
+    def _named(self, name: str) -> list[Loop]:
+        return [
+            loop for loop in self._loops if loop.name.partition(":")[0] == name or loop.name == name
+        ]
 
     async def crash(self) -> None:
         """Stop dead, without a goodbye (what a killed process does): for fault tests."""
@@ -220,13 +263,13 @@ class ClusterNode:
             await _cancel(task)
         self._tasks.clear()
         with contextlib.suppress(*_ERRORS):
-            await self.publisher.flush()
+            await self.shards.flush()
             await self.members.leave()
         await self.close()
 
     async def close(self) -> None:
         await self.redis.aclose()
-        await self._reader_redis.aclose()
+        await self.reader_redis.aclose()
 
 
 _CANCEL_RECHECK_S = 0.05  # seconds between repeated cancels of a loop that swallowed one

@@ -1,9 +1,9 @@
 """The cluster journal: this instance's events, queued on the Pick path, flushed in batches.
 
-Appending is a list append (no Redis, no encoding); the flusher packs hashes and sends one
-stream entry per flush. The queue is bounded: past the bound the oldest events are dropped
-and the next flush tells readers to re-read this instance's load hash instead of trusting
-the deltas they missed.
+Appending is a list append (no Redis, no encoding); the flusher packs hashes (to bytes) and
+sends one stream entry per flush and shard. The queue is bounded: past the bound the oldest
+events are dropped and the next flush tells readers to re-read this instance's load hash
+instead of trusting the deltas they missed.
 """
 
 from __future__ import annotations
@@ -87,6 +87,6 @@ class Outbox:
 
 
 def _wire(event: list[Any]) -> list[Any]:
-    if event[0] == codec.PICKED and not isinstance(event[3], str):
-        return [codec.PICKED, event[1], event[2], codec.pack_hashes(event[3])]
+    if event[0] == codec.PICKED and not isinstance(event[3], str | bytes):
+        return [codec.PICKED, event[1], event[2], codec.hash_bytes(event[3])]
     return event

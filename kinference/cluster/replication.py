@@ -21,7 +21,7 @@ from typing import Any
 
 from kinference.cluster import codec
 from kinference.cluster.connection import RedisClient
-from kinference.cluster.keys import ENGINES_TTL_S, HEARTBEAT_TTL_MS, Keys
+from kinference.cluster.keys import ENGINES_TTL_S, HEARTBEAT_TTL_MS, POOLS_LAYOUT, Keys
 from kinference.cluster.outbox import Outbox
 from kinference.cluster.stats import StatsBuffer, seed_estimates
 from kinference.cluster.view import ClusterView
@@ -32,6 +32,19 @@ SEQ_FIELD = "~seq"  # in a load hash: the flush sequence number the counts are a
 READ_COUNT = 1_000  # stream entries per XREAD
 READ_BLOCK_MS = 100  # milliseconds an XREAD waits for new entries: bounds the stale check
 TAIL_ENTRIES = 2_000  # recent entries a new replica replays to warm its prefix index
+
+
+# Replace a load hash by a snapshot (DEL, HSET in chunks, PEXPIRE) in one atomic step. A
+# script, not MULTI: redis-py runs each command queued in a Cluster transaction on a thread
+# of its own, and a script also keeps the snapshot on its key's slot.
+_SNAPSHOT = """
+redis.call('DEL', KEYS[1])
+for i = 2, #ARGV, 200 do
+  redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 199, #ARGV)))
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
 
 
 class Publisher:
@@ -55,6 +68,8 @@ class Publisher:
         self._own_load = own_load
         self._stats = stats
         self._maxlen = maxlen
+        # Binary hashes only in pool shards: the global stream is read by earlier releases.
+        self._binary = bool(keys.pool) and keys.layout == POOLS_LAYOUT
         self.seq = 0
         self.snapshot_needed = True  # first flush, and after any failure: the whole load
         self.flushes = 0
@@ -70,7 +85,11 @@ class Publisher:
         if not len(self.outbox) and not self.outbox.dirty and not self.snapshot_needed:
             self.outbox.wakeup.clear()
             return
-        events, dirty, dropped = self.outbox.take()
+        await self.deliver(*self.outbox.take())
+
+    async def deliver(self, events: list[list[Any]], dirty: set[str], dropped: int) -> None:
+        """Send one batch taken from the outbox (raises on a Redis error; the batch goes
+        back into the outbox for the retry, and the next flush is a snapshot)."""
         try:
             await self._send(events, dirty, dropped)
         except BaseException:
@@ -85,11 +104,10 @@ class Publisher:
         seq = self.seq + 1
         load_key = self._keys.load(self.instance)
         own = self._own_load()
-        pipe = self._redis.pipeline(transaction=snapshot)
-        if snapshot:
-            pipe.delete(load_key)
-            pipe.hset(load_key, mapping={**own, SEQ_FIELD: seq})
-            pipe.pexpire(load_key, HEARTBEAT_TTL_MS)
+        pipe = self._redis.pipeline(transaction=False)
+        if snapshot:  # atomically: a reader never finds the hash gone or half written
+            snapshot_fields = [x for pair in {**own, SEQ_FIELD: seq}.items() for x in pair]
+            pipe.eval(_SNAPSHOT, 1, load_key, HEARTBEAT_TTL_MS, *snapshot_fields)
         else:
             # Written alone so its reply tells whether the field existed: a live load hash
             # always holds it, so 1 (added) means Redis lost the hash (an empty restart) and
@@ -103,7 +121,9 @@ class Publisher:
             pipe.expire(self._keys.engines(), ENGINES_TTL_S)
         # A snapshot also travels in the entry: readers replace our load with it, which
         # also undoes a batch that Redis applied although our call timed out.
-        fields: Any = codec.encode(self.instance, seq, events, dict(own) if snapshot else None)
+        fields: Any = codec.encode(
+            self.instance, seq, events, dict(own) if snapshot else None, binary=self._binary
+        )
         pipe.xadd(self._keys.events(), fields, maxlen=self._maxlen, approximate=True)
         replies = await pipe.execute()
         self.seq = seq
@@ -125,8 +145,10 @@ class Reader:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         pause_s: float = 0.0,
+        seed_stats: bool = True,
     ) -> None:
         self._redis = redis  # a client whose timeout allows READ_BLOCK_MS
+        self._seed_stats = seed_stats  # statistics are global: one shard's reader seeds them
         self._pause_s = pause_s  # after a read that found entries, let the next ones gather
         self._keys = keys
         self.instance = instance
@@ -150,16 +172,29 @@ class Reader:
             self.bootstrap_needed = True
             raise
 
+    async def ensure_bootstrapped(self) -> None:
+        """Bootstrap when needed (raises on a Redis error, and then bootstraps again)."""
+        if self.bootstrap_needed:
+            try:
+                await self.bootstrap()
+            except Exception:
+                self.bootstrap_needed = True
+                raise
+
     async def read(self) -> None:
         answer = await self._redis.xread(
             {self._keys.events(): self.last_id}, count=READ_COUNT, block=READ_BLOCK_MS
         )
+        await self.consume(answer)
+        if answer and self._pause_s:
+            await asyncio.sleep(self._pause_s)
+
+    async def consume(self, answer: Any) -> None:
+        """Apply an XREAD reply of this shard's stream (from `read` or a shared read)."""
         for _stream, entries in answer or ():
             for entry_id, fields in entries:
                 await self._take(entry_id, fields)
         self.last_read_at = self._clock()
-        if answer and self._pause_s:
-            await asyncio.sleep(self._pause_s)
 
     async def _take(self, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
         entry = codec.decode(entry_id, fields)
@@ -221,7 +256,8 @@ class Reader:
                 self.view.engine_reading(endpoint.decode(), json.loads(raw))
             except (ValueError, KeyError, TypeError):
                 continue
-        await seed_estimates(redis, keys, self.view.table, self._wall())
+        if self._seed_stats:
+            await seed_estimates(redis, keys, self.view.table, self._wall())
         if position == "0-0":
             return
         tail = await redis.xrevrange(keys.events(), max=position, count=TAIL_ENTRIES)

@@ -18,7 +18,6 @@ from kinference.cluster.leases import LeasedBudget
 from kinference.cluster.node import ClusterNode
 from kinference.cluster.outbox import Outbox
 from kinference.cluster.replication import READ_BLOCK_MS
-from kinference.cluster.view import ClusterView
 from kinference.routing import PrefixIndex, ProviderHealth, WorkerTable
 from kinference.settings import Settings
 from kinference.workers import EngineSnapshot
@@ -133,6 +132,7 @@ def build_node(
     prefix: PrefixIndex,
     outbox: Outbox,
     own_load: Callable[[], Mapping[str, int]],
+    pools: Callable[[], Collection[Any]] = tuple,
 ) -> ClusterNode:
     timeouts = Timeouts(connect_s=settings.redis_timeout_s, command_s=settings.redis_timeout_s)
     return ClusterNode(
@@ -140,14 +140,21 @@ def build_node(
         reader_redis=connect(
             settings.redis_url, timeouts, block_s=READ_BLOCK_MS / 1000, tls=settings.redis_tls()
         ),
-        keys=Keys(settings.redis_prefix),
-        view=ClusterView(table, prefix),
+        keys=Keys(settings.redis_prefix, settings.redis_layout),
+        table=table,
+        prefix=prefix,
+        pools=lambda: pool_endpoints(pools()),
         outbox=outbox,
         own_load=own_load,
         stale_after_s=settings.redis_stale_after_s,
         batch_s=settings.redis_batch_ms / 1000,
         stream_maxlen=settings.redis_stream_maxlen,
     )
+
+
+def pool_endpoints(pools: Collection[Any]) -> dict[str, tuple[str, ...]]:
+    """Pool ref -> its endpoints: the shards a replica publishes to and reads."""
+    return {pool.ref: tuple(pool.endpoints) for pool in pools}
 
 
 def scraped_pools(pools: Collection[Any]) -> frozenset[str]:

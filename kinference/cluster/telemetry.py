@@ -16,23 +16,34 @@ class ClusterCollector(Collector):
         self._node = node
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        node, reader = self._node, self._node.reader
+        node = self._node
+        shards = list(node.shards)
+        readers = [shard.reader for shard in shards]
         yield _gauge("kinference_redis_connected", "1 while Redis answers.", node.connected)
         yield _gauge(
             "kinference_cluster_bootstrapped",
             "1 once this replica loaded the shared state from Redis.",
-            reader.bootstrapped,
+            node.bootstrapped,
         )
-        age = time.monotonic() - reader.last_read_at if reader.last_read_at else float("nan")
+        reads = [reader.last_read_at for reader in readers]
+        now = time.monotonic()
+        known = [at for at in reads if at is not None]
+        age = max(now - at for at in known) if len(known) == len(reads) else float("nan")
         yield _gauge(
             "kinference_cluster_view_age_seconds",
-            "Seconds since the events stream was last read (the shared view's staleness).",
+            "Seconds since the events streams were last read (the shared view's staleness; "
+            "the oldest of this replica's pool shards).",
             age,
         )
         yield _gauge(
             "kinference_cluster_stream_lag_seconds",
-            "Age of the newest event applied, when it was applied.",
-            reader.lag_s,
+            "Age of the newest event applied, when it was applied (the worst shard).",
+            max(reader.lag_s for reader in readers),
+        )
+        yield _gauge(
+            "kinference_cluster_shards",
+            "Events streams this replica reads: its pools' shards and the global one.",
+            len(shards),
         )
         yield _gauge(
             "kinference_cluster_replicas", "Replicas with a live heartbeat.", node.replicas
@@ -47,16 +58,23 @@ class ClusterCollector(Collector):
             "Other replicas' events applied to this replica's view, by kind.",
             labels=["kind"],
         )
-        for kind, count in sorted(node.view.applied.items()):
-            applied.add_metric([_KINDS.get(kind, "other")], count)
+        totals: dict[str, int] = {}
+        for shard in shards:
+            for kind, count in shard.view.applied.items():
+                name = _KINDS.get(kind, "other")
+                totals[name] = totals.get(name, 0) + count
+        for name, count in sorted(totals.items()):
+            applied.add_metric([name], count)
         yield applied
         yield _counter(
             "kinference_cluster_resyncs",
             "Replicas' load re-read from their hash after a gap in their events.",
-            reader.resyncs,
+            sum(reader.resyncs for reader in readers),
         )
         yield _counter(
-            "kinference_cluster_flushes", "Batches published to Redis.", node.publisher.flushes
+            "kinference_cluster_flushes",
+            "Batches published to Redis (one per shard with something to send).",
+            sum(shard.publisher.flushes for shard in shards),
         )
 
 

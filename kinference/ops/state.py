@@ -2,7 +2,9 @@
 blacklisted providers and tenant usage, read from Redis (key schema in docs/redis.md).
 
 Read-only and a handful of pipelined round trips; what a replica would fold from the
-events stream is read here from the keys that hold its latest value.
+events streams is read here from the keys that hold its latest value. Load hashes and
+engine readings live in each pool's shard (found by a SCAN for the pools' streams) and, in
+the single layout or from replicas of the old schema, under the global tag.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from kinference.cluster.blacklist import Entry, list_blacklist
 from kinference.cluster.connection import RedisClient
-from kinference.cluster.keys import HEARTBEAT_TTL_MS, Keys
+from kinference.cluster.keys import HEARTBEAT_TTL_MS, SINGLE_LAYOUT, Keys
 from kinference.cluster.replication import SEQ_FIELD
 
 _SCAN_COUNT = 500  # keys per SCAN step
@@ -70,43 +72,59 @@ class ClusterState:
 async def read_state(redis: RedisClient, keys: Keys, now: float | None = None) -> ClusterState:
     """Everything `kinference state` shows. Raises RedisError or OSError."""
     now = time.time() if now is None else now
+    shards = await _shards(redis, keys)
     pipe = redis.pipeline(transaction=False)
     pipe.smembers(keys.instances())
-    pipe.hgetall(keys.engines())
     pipe.smembers(keys.tenants())
-    members, engines, tenant_names = await pipe.execute()
+    for shard in shards:
+        pipe.hgetall(shard.engines())
+    members, tenant_names, *engines = await pipe.execute()
     instances = sorted(_text(member) for member in members)
     tenants = sorted(_text(name) for name in tenant_names)
-    replicas, loads = await _replicas(redis, keys, instances)
+    replicas, loads = await _replicas(redis, keys, shards, instances)
+    readings: dict[str, dict[str, Any]] = {}
+    for shard_engines in engines:
+        readings |= _readings(shard_engines)
     return ClusterState(
         read_at=now,
         replicas=replicas,
-        workers=_workers(loads, _readings(engines), now),
+        workers=_workers(loads, readings, now),
         leaders=await _leaders(redis, keys),
         blacklist=await list_blacklist(redis, keys),
         tenants=await _tenants(redis, keys, tenants, now),
     )
 
 
+async def _shards(redis: RedisClient, keys: Keys) -> list[Keys]:
+    """The global shard and every pool's shard that has an events stream."""
+    found = redis.scan_iter(match=keys.pool_pattern(), count=_SCAN_COUNT)
+    pools = sorted({keys.pool_of_stream(_text(key)) async for key in found})
+    return [keys.global_keys(), *(keys.for_pool(pool) for pool in pools)]
+
+
 async def _replicas(
-    redis: RedisClient, keys: Keys, instances: Sequence[str]
+    redis: RedisClient, keys: Keys, shards: Sequence[Keys], instances: Sequence[str]
 ) -> tuple[list[Replica], list[dict[str, int]]]:
-    """Each replica with its heartbeat age, and the load hashes of the live ones."""
+    """Each replica with its heartbeat age, and the load hashes of the live ones (one per
+    shard it publishes to)."""
     if not instances:
         return [], []
     pipe = redis.pipeline(transaction=False)
     for instance in instances:
         pipe.pttl(keys.heartbeat(instance))
-        pipe.hgetall(keys.load(instance))
+        for shard in shards:
+            pipe.hgetall(shard.load(instance))
     replies = await pipe.execute()
-    replicas, loads = [], []
+    replicas, loads, step = [], [], 1 + len(shards)
     for index, instance in enumerate(instances):
-        ttl_ms, load = int(replies[2 * index]), _counts(replies[2 * index + 1])
+        ttl_ms = int(replies[step * index])
+        load = [_counts(raw) for raw in replies[step * index + 1 : step * (index + 1)]]
         alive = ttl_ms != -2  # -2: no such key; -1 (set by hand, no TTL) counts as alive
         age = max(HEARTBEAT_TTL_MS - ttl_ms, 0) / 1000 if ttl_ms >= 0 else None
-        replicas.append(Replica(instance, alive, age, sum(load.values()) if alive else 0))
+        total = sum(sum(counts.values()) for counts in load)
+        replicas.append(Replica(instance, alive, age, total if alive else 0))
         if alive:
-            loads.append(load)
+            loads.extend(load)
     return replicas, loads
 
 
@@ -168,19 +186,21 @@ def _worker(endpoint: str, inflight: int, reading: Mapping[str, Any], now: float
 
 
 async def _leaders(redis: RedisClient, keys: Keys) -> list[Leader]:
-    prefix = keys.leader("")
-    found = redis.scan_iter(match=keys.leader("*"), count=_SCAN_COUNT)
-    pools = sorted({_text(key).removeprefix(prefix) async for key in found})
-    if not pools:
+    """Scrape leases in the pools' shards (and, from replicas of the old schema, under the
+    global tag)."""
+    patterns = {keys.leader("*"), Keys(keys.prefix, SINGLE_LAYOUT).leader("*")}
+    found = {_text(k) for p in patterns async for k in redis.scan_iter(match=p, count=_SCAN_COUNT)}
+    names = sorted(found)
+    if not names:
         return []
     pipe = redis.pipeline(transaction=False)
-    for pool in pools:
-        pipe.get(keys.leader(pool))
-        pipe.pttl(keys.leader(pool))
+    for name in names:
+        pipe.get(name)
+        pipe.pttl(name)
     replies = await pipe.execute()
     return [
-        Leader(pool, _text(replies[2 * i]), int(replies[2 * i + 1]))
-        for i, pool in enumerate(pools)
+        Leader(name.rsplit("leader:", 1)[1], _text(replies[2 * i]), int(replies[2 * i + 1]))
+        for i, name in enumerate(names)
         if replies[2 * i] is not None  # expired between the SCAN and the GET
     ]
 

@@ -12,6 +12,7 @@ from kinference.cluster.keys import Keys
 from kinference.cluster.members import Membership
 from kinference.cluster.outbox import Outbox
 from kinference.cluster.replication import SEQ_FIELD, Publisher, Reader
+from kinference.cluster.shards import Shards, Wiring
 from kinference.cluster.stats import StatsBuffer
 from kinference.cluster.view import ClusterView
 from kinference.routing import PrefixIndex, WorkerTable
@@ -77,15 +78,22 @@ async def test_the_membership_check_reads_back_a_live_replica_missing_from_the_v
     read back from its load hash once its heartbeat returns."""
     client = connect(redis_server.url)
     keys = Keys()
-    await client.hset(keys.load("quiet"), mapping={ENDPOINT: 3, SEQ_FIELD: 12})
+    table = WorkerTable()
+    shards = Shards(
+        Wiring(client, client, keys, table, PrefixIndex(1000), Outbox(), dict,
+               StatsBuffer(client, keys, "me"), "me", 1000, 0.0)
+    )  # fmt: skip
+    shards.set_pools({"default/chat": [ENDPOINT]})
+    pool = shards.pools["default/chat"]
+    await client.hset(pool.keys.load("quiet"), mapping={ENDPOINT: 3, SEQ_FIELD: 12})
     await client.set(keys.heartbeat("quiet"), b"1")
     await client.sadd(keys.instances(), "quiet")
-    view = ClusterView(WorkerTable(), PrefixIndex(1000))
-    membership = Membership(client, keys, "me", view)
+    membership = Membership(client, keys, "me", lambda: list(shards))
     await membership.check()
-    assert view.table.inflight[view.table.slot(ENDPOINT)] == 3
-    assert view.seq["quiet"] == 12
-    await client.hset(keys.load("quiet"), mapping={ENDPOINT: 5, SEQ_FIELD: 13})
+    assert table.inflight[table.slot(ENDPOINT)] == 3
+    assert pool.view.seq["quiet"] == 12
+    assert "quiet" not in shards.top.view.seq  # no load hash in the global shard
+    await client.hset(pool.keys.load("quiet"), mapping={ENDPOINT: 5, SEQ_FIELD: 13})
     await membership.check()  # known now: the reader's entries keep it current, not the hash
-    assert view.table.inflight[view.table.slot(ENDPOINT)] == 3
+    assert table.inflight[table.slot(ENDPOINT)] == 3
     await client.aclose()

@@ -14,6 +14,8 @@ from tests.conftest import MODEL, RunningPicker
 # quickly, yet several XREAD blocks (100 ms) long so that a busy CI machine's scheduling
 # stalls do not turn a healthy replica's Pick DEGRADED.
 STALE_AFTER_S = 1.0
+POOL = "default/chat"  # the pool of CLUSTER_POLICY, and its shard's events stream
+POOL_STREAM = "{kinference:default/chat}:events"
 ENDPOINTS = ("10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000")
 
 
@@ -85,9 +87,11 @@ async def test_a_new_replica_bootstraps_load_and_prefixes(start_replicas) -> Non
     first = await pick_ok(a, long_prompt("astronomy"))
     for n in range(3):
         await pick_ok(a, chat_body(content=f"q{n}"))
-    await wait_until(lambda: a.app.cluster is not None and a.app.cluster.publisher.seq > 0)
+    await wait_until(
+        lambda: a.app.cluster is not None and a.app.cluster.shard(POOL).publisher.seq > 1
+    )
     (b,) = await start_replicas(1)
-    assert b.app.cluster is not None and b.app.cluster.reader.bootstrapped
+    assert b.app.cluster is not None and b.app.cluster.bootstrapped
     assert load(b) == load(a)
     pick = await pick_ok(b, long_prompt("astronomy", 1))
     assert _endpoint(pick) == _endpoint(first)
@@ -103,19 +107,20 @@ async def test_a_trimmed_stream_is_recovered_from_the_load_hashes(
     for pick in picks[:2]:
         await a.client.final_token(pick.response_id)
     assert a.app.cluster is not None
-    publisher = a.app.cluster.publisher
+    publisher = a.app.cluster.shard(POOL).publisher
+    stream = POOL_STREAM
 
     def published() -> bool:  # every batch of a is in the stream (not just out of its outbox)
-        newest = redis_server.cli("XREVRANGE", "{kinference}:events", "+", "-", "COUNT", "1")
+        newest = redis_server.cli("XREVRANGE", stream, "+", "-", "COUNT", "1")
         return not len(publisher.outbox) and f"'s': '{publisher.seq}'" in newest
 
     await wait_until(published, what="a's batches in the stream")
-    redis_server.cli("XTRIM", "{kinference}:events", "MAXLEN", "0")
+    redis_server.cli("XTRIM", stream, "MAXLEN", "0")
     await pick_ok(a, chat_body(content="after the trim"))
     b.app.cluster.resume("read")
     await wait_until(lambda: total(b) == 4, what="b re-reads a's load after the gap")
     assert load(b) == load(a)
-    assert b.app.cluster.reader.resyncs >= 1
+    assert b.app.cluster.shard(POOL).reader.resyncs >= 1
 
 
 async def test_redis_killed_and_restarted_under_load(

@@ -19,15 +19,17 @@ READER = ("kinference-reader", "reader-secret")
 
 # The two ACLs of docs/security.md, verbatim (tests/hostile/test_security_docs.py checks that).
 PICKER_ACL = (
-    "on #{password} resetkeys ~{{kinference}}:* resetchannels -@all "
+    "on #{password} resetkeys ~{{kinference}}:* ~{{kinference:* resetchannels -@all "
     "+ping +info "
     "+get +set +del +exists +expire +pexpire +pttl "
     "+hget +hset +hdel +hgetall +hincrby "
-    "+sadd +srem +smembers +scard +spop +scan "
-    "+xadd +xread +xrevrange "
+    "+sadd +srem +smembers +scard +spop +zadd +zrem +zrangebyscore +zremrangebyscore +time +scan "
+    "+xadd +xread +xrange +xrevrange "
     "+multi +exec +discard +eval +evalsha +script|load"
 )
-READER_ACL = "on #{password} resetkeys ~{{kinference}}:* resetchannels -@all +@read +ping"
+READER_ACL = (
+    "on #{password} resetkeys ~{{kinference}}:* ~{{kinference:* resetchannels -@all +@read +ping"
+)
 
 
 def tls_supported() -> bool:

@@ -118,7 +118,8 @@ async def test_replicas_run_every_flow_under_the_picker_acl(
         await replica.app.close()  # leaving deletes its heartbeat and resigns leadership
     assert a.app.store.budget.used == 0
     assert denials(tls_redis) == []
-    assert all(key.startswith("{kinference}:") for key in all_keys(tls_redis))
+    # Global keys under `{kinference}`, the pool's shard under `{kinference:<pool>}`.
+    assert all(key.startswith(("{kinference}:", "{kinference:")) for key in all_keys(tls_redis))
 
 
 def test_picker_user_is_confined_to_its_keys_and_commands(tls_redis: TlsRedisServer) -> None:
