@@ -22,10 +22,12 @@ from kinference.requests import (
     InferenceRequest,
     MalformedRequest,
     RewritePlan,
+    Shape,
     parse_request,
     rewrite,
 )
 from kinference.requests.offload import INLINE_PARSE_BYTES, Offload
+from kinference.requests.translation import Untranslatable
 from kinference.routing import (
     Decision,
     Destination,
@@ -38,6 +40,7 @@ from kinference.routing import (
     Router,
 )
 from kinference.routing.health import UNAUTHORIZED, UNRESOLVED
+from kinference.routing.reasons import Reason
 from kinference.routing.tenants import Reservation
 
 log = logging.getLogger(__name__)
@@ -69,6 +72,12 @@ class PickResult:
     reason: str = ""
     body_total_bytes: int = 0
     requested_model: str = ""
+    # Extensions the caller reads from Pick's call metadata (kinference.api.extensions).
+    code: Reason = Reason.NONE
+    retry_after_s: int | None = None
+    # (written, sent): the body was translated between API shapes, so is its response.
+    translated: tuple[Shape, Shape] | None = None
+    local_path: str = ""  # a local pick's path, when it replaces the client's
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +130,11 @@ class PickerService:
     def begin_push(self, declared_length: int | None, client_request_id: str) -> Upload:
         return self.store.begin(declared_length, client_request_id)
 
-    def commit_push(self, upload: Upload) -> tuple[int, int]:
-        """Store a completely received body; returns (stream id, bytes received)."""
+    def commit_push(self, upload: Upload, request_path: str = "") -> tuple[int, int]:
+        """Store a completely received body; returns (stream id, bytes received).
+        `request_path` is the client's path when the caller sent it: a shape hint."""
         stream_id, body = self.store.commit(upload)
+        body.request_path = request_path
         return stream_id, body.size
 
     def pick(self, call: PickCall) -> PickResult:
@@ -165,14 +176,26 @@ class PickerService:
 
     def _decide(self, body: Body, call: PickCall, parsed: InferenceRequest | str) -> PickResult:
         if isinstance(parsed, str):
-            return PickResult(Outcome.BAD_REQUEST, reason=parsed)
+            return PickResult(Outcome.BAD_REQUEST, reason=parsed, code=Reason.MALFORMED)
         request = parsed
         decision = self.router.route(RouteQuery(request, call.pool, call.qos, call.tenant))
         if not decision.dispatches:
             return PickResult(
-                decision.outcome, reason=decision.reason, requested_model=request.model
+                decision.outcome,
+                reason=decision.reason,
+                requested_model=request.model,
+                code=decision.code,
+                retry_after_s=decision.retry_after_s,
             )
-        return self._dispatch(body, request, decision, call)
+        try:
+            return self._dispatch(body, request, decision, call)
+        except Untranslatable as exc:
+            return PickResult(
+                Outcome.BAD_REQUEST,
+                reason=str(exc),
+                requested_model=request.model,
+                code=Reason.MALFORMED,
+            )
 
     def _dispatch(
         self, body: Body, request: InferenceRequest, decision: Decision, call: PickCall
@@ -183,8 +206,9 @@ class PickerService:
             model=decision.served_model,
             include_usage=request.stream,
             max_tokens_field=decision.max_tokens_field,
+            sent_shape=decision.sent_shape,
         )
-        rewritten = rewrite(body, request, plan)
+        rewritten = rewrite(body, request, plan)  # before any state: it may refuse
         response_id = new_id(_ResponseIdsInUse(self.inflight, self.store))
         request_id = call.client_request_id or body.client_request_id
         self.inflight.add(response_id, destination, call.tenant, decision.prefix_hashes, request_id)
@@ -198,10 +222,12 @@ class PickerService:
         if decision.local is not None and decision.prefix_hashes:
             self.router.prefix.record(decision.local.slot, decision.prefix_hashes)
         self.store.park(response_id, rewritten)
-        outcome, reason = decision.outcome, decision.reason
+        outcome, reason, code = decision.outcome, decision.reason, decision.code
         gap = self.shared_gap()
         if gap is not None:
             outcome, reason = Outcome.DEGRADED, f"{reason}; {gap}" if reason else gap
+            code = Reason.SHARED_STATE if code is Reason.NONE else code
+        sent = decision.sent_shape
         return PickResult(
             outcome,
             response_id=response_id,
@@ -209,6 +235,9 @@ class PickerService:
             reason=reason,
             body_total_bytes=rewritten.size,
             requested_model=request.model,
+            code=code,
+            translated=(request.shape, sent) if sent is not None else None,
+            local_path=decision.local_path,
         )
 
     def open_pull(self, response_id: int) -> Pull:
@@ -314,7 +343,7 @@ class PickerService:
 def _parsed(body: Body) -> InferenceRequest | str:
     """The request in `body`, or why it is none (MalformedRequest's message)."""
     try:
-        return parse_request(body)
+        return parse_request(body, path=body.request_path)
     except MalformedRequest as exc:
         return str(exc)
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kinference.api.extensions import PickExtras
 from kinference.config.tenants import MAX_TENANT_BYTES
 from kinference.errors import InvalidArgument
 from kinference.routing import LocalChoice, Outcome, ProviderChoice, QoS
+from kinference.routing.reasons import Reason
 from kinference.service import FinalReport, PickCall, PickResult
 from kinference.v1 import picker_pb2 as pb
 
@@ -99,6 +101,13 @@ def pick_response(result: PickResult) -> pb.PickResponse:
         response.provider.backend_ref.name = name
         response.provider.path = destination.path
     return response
+
+
+def pick_extras(result: PickResult) -> PickExtras | None:
+    """The extensions a Pick's metadata carries; None when there are none (the usual OK)."""
+    if result.code is Reason.NONE and result.translated is None:
+        return None
+    return PickExtras(result.code, result.retry_after_s, result.translated, result.local_path)
 
 
 def final_report(request: pb.ReportFinalTokenRequest) -> FinalReport:

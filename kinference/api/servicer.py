@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 
-from kinference.api import convert
+from kinference.api import convert, extensions
 from kinference.api.framing import MalformedChunk
 from kinference.api.status import grpc_errors
 from kinference.bodies import Piece, Upload
@@ -33,7 +33,8 @@ class PickerServicer:
     async def PushBody(
         self, requests: AsyncIterator[bytes], context: Context
     ) -> pb.PushBodyResponse:
-        declared, request_id = convert.push_metadata(context.invocation_metadata())
+        metadata = context.invocation_metadata()
+        declared, request_id = convert.push_metadata(metadata)
         upload = self.service.begin_push(declared, request_id)
         try:
             await self._receive(upload, context)
@@ -41,7 +42,8 @@ class PickerServicer:
             # behind (even after every declared byte arrived); this raises CancelledError on a
             # dead call, so no body of a reset push is ever kept.
             await context.send_initial_metadata(())
-            stream_id, total = self.service.commit_push(upload)
+            path = extensions.request_path(metadata)
+            stream_id, total = self.service.commit_push(upload, path)
         except BaseException:
             self.service.discard_push(upload)
             raise
@@ -69,7 +71,11 @@ class PickerServicer:
 
     @grpc_errors("Pick")
     async def Pick(self, request: pb.PickRequest, context: Context) -> pb.PickResponse:
-        return convert.pick_response(await self.service.pick_off_loop(convert.pick_call(request)))
+        result = await self.service.pick_off_loop(convert.pick_call(request))
+        extras = convert.pick_extras(result)
+        if extras is not None:  # kinference's extensions (reason code, translation, ...)
+            context.set_trailing_metadata(extensions.pick_metadata(extras))
+        return convert.pick_response(result)
 
     @grpc_errors("PullBody")
     async def PullBody(self, request: pb.PullBodyRequest, context: Context) -> None:

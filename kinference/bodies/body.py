@@ -54,7 +54,15 @@ class Body:
     its size in memory and makes the hand-back in PullBody copy-free.
     """
 
-    __slots__ = ("_offsets", "client_request_id", "observer", "pieces", "reserved", "size")
+    __slots__ = (
+        "_offsets",
+        "client_request_id",
+        "observer",
+        "pieces",
+        "request_path",
+        "reserved",
+        "size",
+    )
 
     def __init__(
         self,
@@ -69,6 +77,7 @@ class Body:
         self.reserved = reserved
         self.observer = observer
         self.client_request_id = client_request_id
+        self.request_path = ""  # the client's path, when the caller sent it (a shape hint)
         self._offsets: list[int] | None = None
 
     def read_span(self, start: int, end: int) -> bytes:

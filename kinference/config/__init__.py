@@ -10,7 +10,13 @@ from kinference.config.default import default_policy
 from kinference.config.index import ModelRoute
 from kinference.config.loader import PolicyError, decode_policy, load_policy, parse_policy
 from kinference.config.models import Conditions, ModelEntry, Target
-from kinference.config.paths import ShapeKind, UnsupportedShape, provider_path, supports_shape
+from kinference.config.paths import (
+    ShapeKind,
+    UnsupportedShape,
+    provider_path,
+    supports_shape,
+    target_api,
+)
 from kinference.config.policy import Policy
 from kinference.config.pools import DEFAULT_AZURE_API_VERSION, Engine, Pool, Provider, ProviderApi
 from kinference.config.routing import (
@@ -58,4 +64,5 @@ __all__ = [
     "parse_policy",
     "provider_path",
     "supports_shape",
+    "target_api",
 ]

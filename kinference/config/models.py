@@ -28,6 +28,10 @@ Use = Literal["primary", "overflow"]
 # The body field a target expects the output-length limit in; the rewrite renames the
 # other one to it.
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
+# The request API a destination speaks: `openai` (chat completions, completions, embeddings,
+# responses) or `anthropic` (Messages). A conversation written for the other one is
+# translated at Pick (Anthropic Messages <-> OpenAI chat), and its response by the gateway.
+TargetApi = Literal["openai", "anthropic"]
 
 
 class Conditions(PolicyModel):
@@ -75,6 +79,10 @@ class Target(PolicyModel):
     use: Use = "primary"
     # None leaves the client's field as it is.
     max_tokens_field: MaxTokensField | None = None
+    # None: a pool speaks `openai` (every engine serves chat completions); a provider target
+    # with its own `path` takes every request as written (no translation); another one the
+    # API of its provider (`anthropic` for api: anthropic, else `openai`).
+    api: TargetApi | None = None
     when: Conditions = Field(default_factory=Conditions)
 
     @property

@@ -18,6 +18,8 @@ Sources of the defaults:
 - anthropic-openai: Anthropic's OpenAI SDK compatibility layer takes the OpenAI SDK with
   base URL `https://api.anthropic.com/v1/` and offers chat completions only
   (https://docs.anthropic.com/en/api/openai-sdk): `/v1/chat/completions`.
+- anthropic: Anthropic's Messages API (https://docs.anthropic.com/en/api/messages),
+  `POST /v1/messages`, for Messages requests (and chat requests translated to them).
 - gemini-openai: Gemini's OpenAI compatibility, base URL
   `https://generativelanguage.googleapis.com/v1beta/openai/`
   (https://ai.google.dev/gemini-api/docs/openai): `/v1beta/openai/chat/completions` and
@@ -29,11 +31,11 @@ from __future__ import annotations
 from typing import Literal
 from urllib.parse import quote
 
-from kinference.config.models import Target
+from kinference.config.models import Target, TargetApi
 from kinference.config.pools import DEFAULT_AZURE_API_VERSION, Provider
 
 # The OpenAI request shapes a provider path depends on.
-ShapeKind = Literal["chat", "completion", "embeddings", "responses"]
+ShapeKind = Literal["chat", "completion", "embeddings", "responses", "messages"]
 
 _OPENAI_PATHS = {
     "chat": "/v1/chat/completions",
@@ -41,7 +43,8 @@ _OPENAI_PATHS = {
     "embeddings": "/v1/embeddings",
     "responses": "/v1/responses",
 }
-_ANTHROPIC_PATHS = {"chat": "/v1/chat/completions"}
+_ANTHROPIC_OPENAI_PATHS = {"chat": "/v1/chat/completions"}
+_ANTHROPIC_PATHS = {"messages": "/v1/messages"}
 _GEMINI_PATHS = {
     "chat": "/v1beta/openai/chat/completions",
     "embeddings": "/v1beta/openai/embeddings",
@@ -57,6 +60,18 @@ _AZURE_RESPONSES_PATH = "/openai/v1/responses"
 
 class UnsupportedShape(ValueError):
     """The provider's API has no endpoint for this request shape."""
+
+
+def target_api(target: Target, provider: Provider | None) -> TargetApi | None:
+    """The API `target` speaks: its own `api`; else None for a provider target with its own
+    `path` (requests go there as written); else its provider's family, or openai."""
+    if target.api is not None:
+        return target.api
+    if target.path is not None:
+        return None
+    if provider is not None and provider.api == "anthropic":
+        return "anthropic"
+    return "openai"
 
 
 def supports_shape(provider: Provider, target: Target, shape_kind: str) -> bool:
@@ -81,7 +96,8 @@ def provider_path(provider: Provider, target: Target, shape_kind: str) -> str:
         return _azure_path(provider, target.model, shape_kind)
     paths = {
         "openai": _OPENAI_PATHS,
-        "anthropic-openai": _ANTHROPIC_PATHS,
+        "anthropic-openai": _ANTHROPIC_OPENAI_PATHS,
+        "anthropic": _ANTHROPIC_PATHS,
         "gemini-openai": _GEMINI_PATHS,
     }[provider.api]
     path = paths.get(shape_kind)

@@ -22,8 +22,9 @@ from kinference.config.fields import (
 # The inference engine a pool runs, which decides how its `/metrics` are read;
 # `none` means the endpoints are not scraped (no queue or KV-cache signal).
 Engine = Literal["vllm", "sglang", "trtllm", "none"]
-# The OpenAI-compatible dialect a provider speaks, which decides its default paths.
-ProviderApi = Literal["openai", "azure-openai", "anthropic-openai", "gemini-openai"]
+# The API a provider speaks, which decides its default paths: an OpenAI-compatible dialect,
+# or `anthropic`, Anthropic's own Messages API.
+ProviderApi = Literal["openai", "azure-openai", "anthropic-openai", "gemini-openai", "anthropic"]
 
 # The Azure OpenAI data-plane inference GA version documented in the REST reference
 # (https://learn.microsoft.com/azure/ai-foundry/openai/reference, "2024-10-21").
@@ -65,7 +66,7 @@ class Pool(PolicyModel):
 
 
 class Provider(PolicyModel):
-    """An off-cluster OpenAI-compatible API, reached through a GatewayBackend.
+    """An off-cluster API (OpenAI-compatible or Anthropic's), reached through a GatewayBackend.
 
     `namespace/name` is the `backend_ref` the caller resolves (base URL, credentials and
     TLS are the caller's); the picker only chooses it and the path to send to.

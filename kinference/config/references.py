@@ -25,7 +25,7 @@ def check_references(
 ) -> list[ItemError]:
     """Every cross-reference problem in the file, in no particular order."""
     pools_by_ref = {pool.ref: pool for pool in pools}
-    provider_refs = {provider.ref for provider in providers}
+    provider_refs = {provider.ref: provider for provider in providers}
     errors = _unique_model_names(models)
     for index, entry in enumerate(models):
         for position, target in enumerate(entry.targets):
@@ -42,11 +42,12 @@ def _check_target(
     target: Target,
     where: tuple[str | int, ...],
     pools_by_ref: dict[str, Pool],
-    provider_refs: set[str],
+    provider_refs: dict[str, Provider],
 ) -> list[ItemError]:
     if target.provider is not None:
-        if target.provider in provider_refs:
-            return []
+        provider = provider_refs.get(target.provider)
+        if provider is not None:
+            return _check_target_api(target, provider, where)
         listed = _listing(provider_refs, "providers")
         return [ItemError(f"unknown provider {target.provider!r} ({listed})", *where, "provider")]
     pool = pools_by_ref.get(str(target.pool))
@@ -58,6 +59,22 @@ def _check_target(
         message = f"pool {pool.ref} does not serve model {target.model!r} ({listed})"
         return [ItemError(message, *where, "model")]
     return []
+
+
+def _check_target_api(
+    target: Target, provider: Provider, where: tuple[str | int, ...]
+) -> list[ItemError]:
+    """A provider target may name another API than its provider's only with its own path."""
+    if target.api is None or target.path is not None:
+        return []
+    family = "anthropic" if provider.api == "anthropic" else "openai"
+    if target.api == family:
+        return []
+    message = (
+        f"api {target.api!r} differs from provider {provider.ref}'s (api: {provider.api}); "
+        "give the target a 'path' that speaks it"
+    )
+    return [ItemError(message, *where, "api")]
 
 
 def _unique_model_names(models: Sequence[ModelEntry]) -> list[ItemError]:

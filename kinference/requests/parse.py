@@ -40,12 +40,13 @@ class InferenceRequest:
     hint: str | None
 
 
-def parse_request(body: Body) -> InferenceRequest:
-    """Read an inference request; raises MalformedRequest naming what is wrong."""
+def parse_request(body: Body, path: str = "") -> InferenceRequest:
+    """Read an inference request; raises MalformedRequest naming what is wrong. `path` is
+    the client's request path when the caller sent it: it decides the shape it names."""
     fields = read_fields(body)
     model = _model(fields.values.get("model"))
     loaded = load_prompt_fields(body, fields)
-    shape = classify(loaded.values)
+    shape = classify(loaded.values, path)
     stream = _stream(fields.values.get("stream"))
     max_output_tokens = _max_output_tokens(fields.values)
     hint = _hint(fields.values.get(HINT_FIELD))

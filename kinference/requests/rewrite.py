@@ -10,7 +10,12 @@ What a plan changes (and only when the request needs it):
   max_completion_tokens is renamed to it; when the target field is already set too, the
   other one is dropped (the target's value wins). Completions, responses and Anthropic
   bodies each have only one valid spelling, so they are left alone;
-- our `kinference` member is always removed: it is never forwarded.
+- our `kinference` member is always removed: it is never forwarded;
+- with `plan.sent_shape` naming another API than the body's (Anthropic Messages <-> OpenAI
+  chat), the members are translated (`kinference.requests.translation`): every member the
+  translation changes, drops or adds is spliced, the others stay as they were. A body with
+  a member too large to parse at Pick (over `STRICT_PARSE_BYTES`) is loaded for it only up
+  to `MAX_TRANSLATED_BYTES`, else `Untranslatable`.
 
 An untouched body is returned as is (the same object). A touched one is `Body.spliced` from
 edits on the member spans the scanner found (a body parsed whole is scanned here, on demand),
@@ -28,17 +33,20 @@ from itertools import groupby
 from typing import Literal
 
 from kinference.bodies import Body
-from kinference.requests.fields import member_keys
+from kinference.requests.fields import LargeValue, member_keys
 from kinference.requests.members import ascii_members
 from kinference.requests.parse import HINT_FIELD, InferenceRequest
 from kinference.requests.scan import Member
 from kinference.requests.shapes import Shape
+from kinference.requests.translation import Untranslatable, translate
 
 Edit = tuple[int, int, bytes]  # (start, end, replacement) in body offsets
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
 
 _INCLUDE_USAGE = b'{"include_usage":true}'
 _USAGE_SHAPES = (Shape.CHAT, Shape.COMPLETION)
+# A translated body is parsed whole at Pick; one larger than this is not translated.
+MAX_TRANSLATED_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +56,7 @@ class RewritePlan:
     model: str | None = None
     include_usage: bool = False
     max_tokens_field: MaxTokensField | None = None
+    sent_shape: Shape | None = None  # the API the destination speaks, when not the body's
 
 
 @dataclass(slots=True)
@@ -65,8 +74,11 @@ class _Changes:
 
 
 def rewrite(body: Body, request: InferenceRequest, plan: RewritePlan) -> Body:
-    """`body` rewritten by `plan` for `request` (parsed from it); the same object if untouched."""
-    changes = _changes(request, plan)
+    """`body` rewritten by `plan` for `request` (parsed from it); the same object if untouched.
+
+    Raises `Untranslatable` when the plan asks for a translation the body cannot take."""
+    translating = plan.sent_shape is not None and plan.sent_shape is not request.shape
+    changes = _translation(body, request, plan) if translating else _changes(request, plan)
     if not changes:
         return body
     members, close_at = _members(body, request)
@@ -85,6 +97,42 @@ def _changes(request: InferenceRequest, plan: RewritePlan) -> _Changes:
     if plan.max_tokens_field is not None and request.shape is Shape.CHAT:
         _rename_max_tokens(values, plan.max_tokens_field, changes)
     return changes
+
+
+def _translation(body: Body, request: InferenceRequest, plan: RewritePlan) -> _Changes:
+    assert plan.sent_shape is not None
+    values = _loaded_values(body, request)
+    translated = translate(values, request.shape, plan.sent_shape)
+    if plan.model is not None:
+        translated["model"] = plan.model
+    changes = _Changes()
+    for key, value in values.items():
+        if key not in translated:
+            changes.dropped.add(key)
+        elif translated[key] is not value and translated[key] != value:
+            changes.values[key] = _dumps(translated[key])
+    changes.added.extend((k, _dumps(v)) for k, v in translated.items() if k not in values)
+    return changes
+
+
+def _loaded_values(body: Body, request: InferenceRequest) -> dict[str, object]:
+    """Every top-level value parsed, large ones included (up to MAX_TRANSLATED_BYTES)."""
+    values = request.fields.values
+    large = {key: value for key, value in values.items() if isinstance(value, LargeValue)}
+    if not large:
+        return values
+    if body.size > MAX_TRANSLATED_BYTES:
+        raise Untranslatable(
+            f"the body is over the {MAX_TRANSLATED_BYTES}-byte limit of a translated request"
+        )
+    loaded = dict(values)
+    for key, value in large.items():
+        loaded[key] = json.loads(body.read_span(value.start, value.end))
+    return loaded
+
+
+def _dumps(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
 
 
 def _include_usage(values: dict[str, object], changes: _Changes) -> None:

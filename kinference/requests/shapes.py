@@ -1,6 +1,12 @@
-"""Which API a body was written for, told from the body alone (the picker never sees the path).
+"""Which API a body was written for: from the client's path when the caller sent it, else
+from the body alone.
 
-Rules, in order:
+A caller may send the client's request path with PushBody (call metadata
+`kinference-request-path`, an optional protocol extension). A path ending in one of the
+APIs' endpoints (`/chat/completions`, `/completions`, `/embeddings`, `/responses`,
+`/messages`; any prefix, no query) decides the shape, and the body must carry that shape's
+deciding field (`messages`; `prompt`; `input`; `input` or `prompt`; `messages`). Any other
+path, or none, leaves it to the body. Body rules, in order:
 
 1. `messages` present (an array) → a conversation:
    - **ANTHROPIC_MESSAGES** when the body carries a sign only Anthropic's Messages API has:
@@ -117,8 +123,35 @@ _RESPONSES_FIELDS = frozenset(
 )
 
 
-def classify(values: Mapping[str, Any]) -> Shape:
-    """The shape of a request from its top-level fields; raises MalformedRequest."""
+# Endpoint suffixes and the shape each one is, longest first: "/chat/completions" before
+# "/completions".
+_PATH_SHAPES = (
+    ("/chat/completions", Shape.CHAT),
+    ("/completions", Shape.COMPLETION),
+    ("/embeddings", Shape.EMBEDDINGS),
+    ("/responses", Shape.RESPONSES),
+    ("/messages", Shape.ANTHROPIC_MESSAGES),
+)
+MAX_PATH_CHARS = 2048  # a longer path hint is ignored (body detection decides)
+
+
+def path_shape(path: str) -> Shape | None:
+    """The shape a client path names, or None for any other path (or none)."""
+    if not path or len(path) > MAX_PATH_CHARS:
+        return None
+    bare = path.partition("?")[0].rstrip("/")
+    for suffix, shape in _PATH_SHAPES:
+        if bare.endswith(suffix):
+            return shape
+    return None
+
+
+def classify(values: Mapping[str, Any], path: str = "") -> Shape:
+    """The shape of a request from its path hint, if any, and its top-level fields; raises
+    MalformedRequest."""
+    named = path_shape(path)
+    if named is not None:
+        return _as_named(values, named)
     if "messages" in values:
         expect(values["messages"], "messages", (list,), "an array")
         return Shape.ANTHROPIC_MESSAGES if _is_anthropic(values) else Shape.CHAT
@@ -131,6 +164,25 @@ def classify(values: Mapping[str, Any]) -> Shape:
         expect(values["input"], "input", (str, list), "a string or an array")
         return _input_shape(values)
     raise MalformedRequest('no "messages", "prompt" or "input": not an inference request')
+
+
+def _as_named(values: Mapping[str, Any], shape: Shape) -> Shape:
+    """`shape`, once the body has the field that shape reads its prompt from."""
+    if shape in (Shape.CHAT, Shape.ANTHROPIC_MESSAGES):
+        if "messages" not in values:
+            raise MalformedRequest(f'a {shape.value} request needs "messages"')
+        expect(values["messages"], "messages", (list,), "an array")
+    elif shape is Shape.COMPLETION:
+        if "prompt" not in values:
+            raise MalformedRequest('a completion request needs "prompt"')
+        expect(values["prompt"], "prompt", (str, list), "a string or an array")
+    elif shape is Shape.EMBEDDINGS:
+        if "input" not in values:
+            raise MalformedRequest('an embeddings request needs "input"')
+        expect(values["input"], "input", (str, list), "a string or an array")
+    elif "input" not in values and "prompt" not in values:
+        raise MalformedRequest('a responses request needs "input" or "prompt"')
+    return shape
 
 
 def _is_object(value: object) -> bool:

@@ -6,7 +6,8 @@ import enum
 from dataclasses import dataclass
 
 from kinference.config.models import MaxTokensField
-from kinference.requests import InferenceRequest
+from kinference.requests import InferenceRequest, Shape
+from kinference.routing.reasons import Reason
 
 
 class Outcome(enum.Enum):
@@ -64,9 +65,15 @@ class Decision:
     local: LocalChoice | None = None
     provider: ProviderChoice | None = None
     reason: str = ""
+    code: Reason = Reason.NONE  # the reason as a typed code (the metric label)
     canonical_model: str = ""
     max_tokens_field: MaxTokensField | None = None
     prefix_hashes: tuple[int, ...] = ()
+    # The API shape the body is rewritten to when the destination speaks another one than
+    # the client wrote (None: sent as written), and for a local pick the path it goes to.
+    sent_shape: Shape | None = None
+    local_path: str = ""
+    retry_after_s: int | None = None  # when a retry can succeed, if the router knows
 
     @property
     def dispatches(self) -> bool:

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from kinference.config import ModelRoute, Target, UnsupportedShape, provider_path
-from kinference.requests import InferenceRequest, Shape
+from kinference.config import ModelRoute, Target, UnsupportedShape, provider_path, target_api
+from kinference.config.models import TargetApi
+from kinference.requests import Shape
 from kinference.routing.decision import (
     Decision,
     LocalChoice,
@@ -35,18 +36,41 @@ from kinference.routing.features import Signals
 from kinference.routing.health import ProviderHealth
 from kinference.routing.policy import RoutingPolicy
 from kinference.routing.prefix import PrefixHasher, PrefixIndex
+from kinference.routing.reasons import Reason
 from kinference.routing.saturation import OVERLOADED, SATURATED
 from kinference.routing.scoring import choose
 from kinference.routing.table import IndexArray, WorkerTable
 from kinference.routing.tenants import TenantGate
 
-# Provider APIs are OpenAI-style; an Anthropic messages body has no provider path here.
 _SHAPE_KINDS = {
     Shape.CHAT: "chat",
     Shape.COMPLETION: "completion",
     Shape.EMBEDDINGS: "embeddings",
     Shape.RESPONSES: "responses",
+    Shape.ANTHROPIC_MESSAGES: "messages",
 }
+# The conversation shape each target API takes; the other one is translated to it.
+_CONVERSATION = {"openai": Shape.CHAT, "anthropic": Shape.ANTHROPIC_MESSAGES}
+_CONVERSATIONS = frozenset(_CONVERSATION.values())
+# Where a local engine serves a conversation that was translated for it.
+_LOCAL_PATHS = {Shape.CHAT: "/v1/chat/completions", Shape.ANTHROPIC_MESSAGES: "/v1/messages"}
+# Why no target could serve, most telling first: the code a NO_WORKERS answer carries.
+_NO_WORKER_CODES = (
+    Reason.NO_READY_ENDPOINT,
+    Reason.SATURATED,
+    Reason.PROVIDER_COOLING,
+    Reason.NO_TARGET,
+)
+
+
+def sent_shape(shape: Shape, api: TargetApi | None) -> Shape | None:
+    """The shape a request of `shape` is sent in to a destination speaking `api` (None: as
+    written); None when that API has no such request (Anthropic takes conversations only)."""
+    if api is None:
+        return shape
+    if shape in _CONVERSATIONS:
+        return _CONVERSATION[api]
+    return shape if api == "openai" else None
 
 
 @dataclass
@@ -65,6 +89,16 @@ class _Attempt:
     signals: Signals
     notes: list[str] = field(default_factory=list)
     busy: list[_Busy] = field(default_factory=list)  # primary pools ready but saturated
+    codes: set[Reason] = field(default_factory=set)  # a code for each note
+    retry_after_s: int | None = None  # the soonest a cooling provider comes back
+
+    def note(self, code: Reason, text: str) -> None:
+        self.notes.append(text)
+        self.codes.add(code)
+
+    @property
+    def code(self) -> Reason:
+        return next((code for code in _NO_WORKER_CODES if code in self.codes), Reason.NO_TARGET)
 
     def groups(self, targets: tuple[Target, ...]) -> list[tuple[Target, ...]]:
         """Targets whose conditions hold, in order, each tried alone; a model that pools
@@ -109,13 +143,14 @@ class Router:
         route = policy.config.resolve_model(request.model)
         if route is None:
             reason = f"no pool or provider serves model {request.model!r}"
-            return Decision(Outcome.NO_WORKERS, reason=reason)
+            return Decision(Outcome.NO_WORKERS, reason=reason, code=Reason.UNKNOWN_MODEL)
         if query.pool is not None and not policy.catalog.has_pool(query.pool):
-            return Decision(Outcome.NO_WORKERS, reason=f"pool {query.pool} is not known")
+            reason = f"pool {query.pool} is not known"
+            return Decision(Outcome.NO_WORKERS, reason=reason, code=Reason.UNKNOWN_POOL)
         names = (request.model, *route.names)
         rejected = self.tenants.check(policy.config, query.tenant, names, query.qos.value)
         if rejected is not None:
-            return Decision(Outcome.POLICY_REJECTED, reason=rejected)
+            return Decision(Outcome.POLICY_REJECTED, reason=rejected.text, code=rejected.code)
         stale_after = policy.engine_stale_after_s
         attempt = _Attempt(query, route, self._signals(stale_after))
         decision = self._first(attempt, attempt.groups(route.primary))
@@ -152,7 +187,13 @@ class Router:
             busy = self._least_busy(attempt) or attempt.busy[0]
             return self._local(attempt, busy.group, busy.slots)
         reason = "; ".join(attempt.notes) or f"no target of {attempt.route.name!r} matches"
-        return Decision(Outcome.NO_WORKERS, reason=reason, canonical_model=attempt.route.name)
+        return Decision(
+            Outcome.NO_WORKERS,
+            reason=reason,
+            code=attempt.code,
+            canonical_model=attempt.route.name,
+            retry_after_s=attempt.retry_after_s,
+        )
 
     def _first(self, attempt: _Attempt, groups: list[tuple[Target, ...]]) -> Decision | None:
         for group in groups:
@@ -165,12 +206,12 @@ class Router:
         pools = ", ".join(_pools(busy.group) for busy in attempt.busy)
         if attempt.query.qos is QoS.DEFERRABLE:
             reason = f"pool {pools} is saturated: DEFERRABLE requests are shed first"
-            return Decision(Outcome.POLICY_REJECTED, reason=reason)
+            return Decision(Outcome.POLICY_REJECTED, reason=reason, code=Reason.SHED_SATURATED)
         busy = self._least_busy(attempt)
         if busy is not None:
             return self._local(attempt, busy.group, busy.slots)
         reason = f"pool {pools} is saturated past the BATCH limit: BATCH requests are shed"
-        return Decision(Outcome.POLICY_REJECTED, reason=reason)
+        return Decision(Outcome.POLICY_REJECTED, reason=reason, code=Reason.SHED_SATURATED)
 
     @staticmethod
     def _least_busy(attempt: _Attempt) -> _Busy | None:
@@ -191,25 +232,33 @@ class Router:
         cooled = self.health.cooled(ref)
         if cooled is not None:
             left = cooled.remaining(self.health.now())
-            attempt.notes.append(
-                f"provider {ref} is cooling down ({cooled.reason}, {left:.0f}s left)"
+            attempt.note(
+                Reason.PROVIDER_COOLING,
+                f"provider {ref} is cooling down ({cooled.reason}, {left:.0f}s left)",
             )
+            soonest = max(1, int(left + 0.999))
+            if attempt.retry_after_s is None or soonest < attempt.retry_after_s:
+                attempt.retry_after_s = soonest
             return None
-        path = self._provider_path(attempt.query.request, target, ref)
-        if path is None:
-            shape = attempt.query.request.shape.value
-            attempt.notes.append(f"provider {ref} has no endpoint for {shape} requests")
+        request = attempt.query.request
+        provider = self.policy.config.provider(ref)
+        shape = sent_shape(request.shape, target_api(target, provider))
+        path = None if shape is None else self._provider_path(shape, target, ref)
+        if shape is None or path is None:
+            what = request.shape.value
+            attempt.note(Reason.NO_TARGET, f"provider {ref} has no endpoint for {what} requests")
             return None
         return Decision(
             Outcome.OK,
             provider=ProviderChoice(ref, path, target.model),
             canonical_model=attempt.route.name,
             max_tokens_field=target.max_tokens_field,
+            sent_shape=shape if shape is not request.shape else None,
         )
 
-    def _provider_path(self, request: InferenceRequest, target: Target, ref: str) -> str | None:
+    def _provider_path(self, shape: Shape, target: Target, ref: str) -> str | None:
         provider = self.policy.config.provider(ref)
-        kind = _SHAPE_KINDS.get(request.shape)
+        kind = _SHAPE_KINDS.get(shape)
         if provider is None or kind is None:
             return target.path
         try:
@@ -218,6 +267,10 @@ class Router:
             return None
 
     def _try_pool(self, attempt: _Attempt, group: tuple[Target, ...]) -> Decision | None:
+        if sent_shape(attempt.query.request.shape, target_api(group[0], None)) is None:
+            what = attempt.query.request.shape.value
+            attempt.note(Reason.NO_TARGET, f"pool {_pools(group)} takes no {what} requests")
+            return None
         slots = self._ready_slots(attempt, group)
         if slots is None:
             return None
@@ -228,7 +281,7 @@ class Router:
         free = slots[levels < SATURATED]
         if len(free):
             return self._local(attempt, group, free)
-        attempt.notes.append(f"pool {_pools(group)} is saturated")
+        attempt.note(Reason.SATURATED, f"pool {_pools(group)} is saturated")
         attempt.busy.append(_Busy(group, slots, levels))
         return None
 
@@ -243,12 +296,12 @@ class Router:
         ]
         if not found:
             where = f"the named pool {named}" if named else f"pool {_pools(group)}"
-            attempt.notes.append(f"{where} does not serve {group[0].model!r}")
+            attempt.note(Reason.NO_TARGET, f"{where} does not serve {group[0].model!r}")
             return None
         slots = found[0] if len(found) == 1 else np.unique(np.concatenate(found))
         slots = slots[self.table.ready[slots]]
         if not len(slots):
-            attempt.notes.append(f"pool {_pools(group)} has no ready endpoint")
+            attempt.note(Reason.NO_READY_ENDPOINT, f"pool {_pools(group)} has no ready endpoint")
             return None
         return slots
 
@@ -278,17 +331,22 @@ class Router:
         endpoint = self.table.endpoints[slot]
         pool = self._pool_of(group, slot)
         choice = LocalChoice(endpoint, slot, pool, model, scored.prefix_blocks, len(hashes))
-        outcome, reason = Outcome.OK, ""
+        outcome, reason, code = Outcome.OK, "", Reason.NONE
         if not request.prompt.complete:
-            outcome = Outcome.DEGRADED
+            outcome, code = Outcome.DEGRADED, Reason.PARTIAL_PROMPT
             reason = f"no full prefix-cache signal: {request.prompt.reason}"
+        shape = sent_shape(request.shape, target_api(group[0], None))
+        translated = shape if shape is not None and shape is not request.shape else None
         return Decision(
             outcome,
             local=choice,
             reason=reason,
+            code=code,
             canonical_model=attempt.route.name,
             max_tokens_field=group[0].max_tokens_field,
             prefix_hashes=hashes,
+            sent_shape=translated,
+            local_path=_LOCAL_PATHS[translated] if translated is not None else "",
         )
 
     def _pool_of(self, group: tuple[Target, ...], slot: int) -> str:

@@ -14,8 +14,17 @@ from dataclasses import dataclass
 from kinference.config import Policy
 from kinference.config.tenants import MAX_TRACKED_TENANTS, OVERFLOW_TENANT
 from kinference.routing.budget import WINDOW_S, Budget, LocalBudget, TokenWindow
+from kinference.routing.reasons import Reason
 
-__all__ = ["WINDOW_S", "Budget", "LocalBudget", "Reservation", "TenantGate", "TokenWindow"]
+__all__ = [
+    "WINDOW_S",
+    "Budget",
+    "LocalBudget",
+    "Rejection",
+    "Reservation",
+    "TenantGate",
+    "TokenWindow",
+]
 
 DEFAULT_OUTPUT_TOKENS = 256  # reserved for a request without an output limit, until learned
 _MEAN_WEIGHT = 0.05  # weight of each report in the learned mean of output tokens
@@ -31,6 +40,14 @@ class Reservation:
     limit: int
     tokens: int
     at: float  # the budget's clock when charged
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a tenant's request is not admitted: TENANT_RULE or TENANT_BUDGET, and the text."""
+
+    code: Reason
+    text: str
 
 
 class TenantGate:
@@ -57,7 +74,9 @@ class TenantGate:
         self._swept_at = float("-inf")
         self.mean_output_tokens = float(DEFAULT_OUTPUT_TOKENS)
 
-    def check(self, policy: Policy, tenant: str, names: tuple[str, ...], qos: str) -> str | None:
+    def check(
+        self, policy: Policy, tenant: str, names: tuple[str, ...], qos: str
+    ) -> Rejection | None:
         """Why the request is rejected, or None when admitted. `names` are every name the
         requested model goes by (as asked, canonical, aliases). The budget is asked last,
         so None means the request is admitted; `reserve` must follow in the same turn."""
@@ -65,16 +84,18 @@ class TenantGate:
         who = f"tenant {tenant!r}" if tenant else "the empty tenant"
         if rule is None:
             allowed = policy.default_tenant_action == "allow"
-            return None if allowed else f"{who} matches no tenant rule"
+            return (
+                None if allowed else Rejection(Reason.TENANT_RULE, f"{who} matches no tenant rule")
+            )
         if not rule.allows_model(names):
-            return f"{who} may not use model {names[0]!r}"
+            return Rejection(Reason.TENANT_RULE, f"{who} may not use model {names[0]!r}")
         if not rule.allows_qos(qos):
-            return f"{who} may not use QoS class {qos}"
+            return Rejection(Reason.TENANT_RULE, f"{who} may not use QoS class {qos}")
         limit = rule.tokens_per_minute
         if limit is None:
             return None
         reason = self.budget.exhausted(self.budget_name(tenant), limit)
-        return None if reason is None else f"{who} {reason}"
+        return None if reason is None else Rejection(Reason.TENANT_BUDGET, f"{who} {reason}")
 
     def reserve(
         self, policy: Policy, tenant: str, prompt_tokens: int, max_output_tokens: int | None

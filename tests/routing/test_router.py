@@ -14,7 +14,7 @@ import pytest
 
 from kinference.bodies import Body
 from kinference.config import parse_policy
-from kinference.requests import InferenceRequest, parse_request
+from kinference.requests import InferenceRequest, Shape, parse_request
 from kinference.routing import (
     Decision,
     InFlight,
@@ -818,7 +818,6 @@ def test_provider_path_per_shape_and_api(model: str, shape: str, path: str) -> N
         ("via-claude", "responses"),
         ("via-gemini", "completion"),
         ("via-gemini", "responses"),
-        ("via-openai", "anthropic"),  # an Anthropic messages body has no OpenAI-style path
     ],
 )
 def test_unsupported_shape_is_skipped(model: str, shape: str) -> None:
@@ -827,6 +826,20 @@ def test_unsupported_shape_is_skipped(model: str, shape: str) -> None:
     kind = "anthropic_messages" if shape == "anthropic" else shape
     provider = "ai/" + model.removeprefix("via-")
     assert decision.reason == f"provider {provider} has no endpoint for {kind} requests"
+
+
+def test_anthropic_messages_to_an_openai_provider_are_translated_to_chat() -> None:
+    decision = make(PROVIDERS).route(shaped("via-openai", "anthropic"))
+    assert decision.outcome == Outcome.OK
+    assert decision.provider is not None
+    assert decision.provider.path == "/v1/chat/completions"
+    assert decision.sent_shape is Shape.CHAT
+
+
+def test_a_target_with_its_own_path_and_no_api_gets_requests_as_written() -> None:
+    decision = make(PROVIDERS).route(shaped("via-custom", "anthropic"))
+    assert decision.provider is not None
+    assert decision.sent_shape is None
 
 
 def test_unsupported_shape_falls_through_to_the_next_target() -> None:

@@ -8,7 +8,8 @@ import pytest
 from kinference.config import Policy, parse_policy
 from kinference.routing import TenantGate
 from kinference.routing.budget import Budget, LocalBudget
-from kinference.routing.tenants import WINDOW_S, TokenWindow
+from kinference.routing.reasons import Reason
+from kinference.routing.tenants import WINDOW_S, Rejection, TokenWindow
 
 POOLS = """\
 pools:
@@ -77,7 +78,8 @@ def test_rules(
         assert reason is None
     else:
         assert reason is not None
-        assert rejected in reason
+        assert rejected in reason.text
+        assert reason.code is Reason.TENANT_RULE
 
 
 def test_first_rule_wins(gate: TenantGate) -> None:
@@ -98,7 +100,7 @@ def test_star_never_matches_the_empty_tenant(gate: TenantGate) -> None:
     rules = 'tenants:\n  - {tenant: "*"}\n'
     assert gate.check(policy(rules, "reject"), "team-a", QWEN, "BATCH") is None
     reason = gate.check(policy(rules, "reject"), "", QWEN, "BATCH")
-    assert reason == "the empty tenant matches no tenant rule"
+    assert reason == Rejection(Reason.TENANT_RULE, "the empty tenant matches no tenant rule")
     assert gate.check(policy(rules, "allow"), "", QWEN, "BATCH") is None
 
 
@@ -106,7 +108,7 @@ def test_default_tenant_action(gate: TenantGate) -> None:
     assert gate.check(policy("", "allow"), "anyone", QWEN, "DEFERRABLE") is None
     assert gate.check(policy("", "allow"), "", QWEN, "DEFERRABLE") is None
     reason = gate.check(policy("", "reject"), "anyone", QWEN, "DEFERRABLE")
-    assert reason == "tenant 'anyone' matches no tenant rule"
+    assert reason == Rejection(Reason.TENANT_RULE, "tenant 'anyone' matches no tenant rule")
     assert gate.check(Policy(), "x", QWEN, "BATCH") is None  # the default is allow
 
 
@@ -124,7 +126,8 @@ def test_tokens_per_minute(gate: TenantGate, clock: Clock) -> None:
     clock.now += 10
     gate.record(rules, "team-a", 40)
     reason = gate.check(rules, "team-a", LLAMA, "INTERACTIVE")
-    assert reason == "tenant 'team-a' used its budget: 100 of 100 tokens in the last minute"
+    text = "tenant 'team-a' used its budget: 100 of 100 tokens in the last minute"
+    assert reason == Rejection(Reason.TENANT_BUDGET, text)
     clock.now += 50.5  # the first 60 tokens are 60.5 s old: out of the window
     assert gate.used("team-a") == 40
     assert gate.check(rules, "team-a", LLAMA, "INTERACTIVE") is None
@@ -137,7 +140,7 @@ def test_budget_is_checked_after_model_and_qos(gate: TenantGate) -> None:
     gate.record(rules, "team-a", 1000)
     reason = gate.check(rules, "team-a", QWEN, "INTERACTIVE")
     assert reason is not None
-    assert "model" in reason
+    assert "model" in reason.text
 
 
 def test_star_gives_each_tenant_its_own_budget(gate: TenantGate) -> None:
@@ -245,7 +248,8 @@ def test_the_gate_delegates_budgets_only(clock: Clock) -> None:
     budget: Budget = fake
     gate = TenantGate(clock, budget=budget)
     rules = policy()
-    assert gate.check(rules, "team-a", LLAMA, "BATCH") == "tenant 'team-a' used its share"
+    rejection = Rejection(Reason.TENANT_BUDGET, "tenant 'team-a' used its share")
+    assert gate.check(rules, "team-a", LLAMA, "BATCH") == rejection
     assert gate.check(rules, "team-b", QWEN, "BATCH") is None  # no budget: not asked
     assert gate.check(rules, "team-a", QWEN, "BATCH") is not None  # model: not asked
     gate.record(rules, "team-x", 7)  # "*": 50 tokens per minute

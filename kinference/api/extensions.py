@@ -1,0 +1,93 @@
+"""kinference's optional extensions of the protocol, carried in gRPC call metadata.
+
+The spec keeps per-request data in metadata (BodyChunk may not grow fields), so these
+travel there and the wire messages stay the spec's. A caller that sends none and ignores
+the rest gets the plain protocol.
+
+Caller -> picker, on PushBody:
+  - `kinference-request-path`: the client's request path (with or without its query). Pick
+    tells the request's API shape from it when it names one (`.../chat/completions`,
+    `.../messages`, ...), and from the body alone otherwise (`kinference.requests.shapes`).
+
+Picker -> caller, in Pick's trailing metadata (only the keys that apply):
+  - `kinference-reason-code`: the outcome's reason as a code (`kinference.routing.reasons`:
+    `unknown_model`, `no_ready_endpoint`, `tenant_budget`, ...); `PickResponse.reason`
+    stays the human text, never to be parsed.
+  - `kinference-retry-after`: whole seconds after which a retry can succeed, when known.
+  - `kinference-translated`: `WRITTEN:SENT`, two request shapes (`anthropic_messages:chat`):
+    the body was rewritten from the client's API to the destination's, so the response
+    comes back in SENT's API and is the caller's to translate back.
+  - `kinference-upstream-path`: for a local pick, the path to send to, replacing the
+    client's (a translated request goes to the other API's endpoint).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kinference.requests.shapes import MAX_PATH_CHARS, Shape
+from kinference.routing.reasons import Reason
+
+REQUEST_PATH = "kinference-request-path"
+REASON_CODE = "kinference-reason-code"
+RETRY_AFTER = "kinference-retry-after"
+TRANSLATED = "kinference-translated"
+UPSTREAM_PATH = "kinference-upstream-path"
+
+Metadata = Iterable[tuple[str, str | bytes]]
+_CODES = {reason.value: reason for reason in Reason}
+_SHAPES = {shape.value: shape for shape in Shape}
+
+
+@dataclass(frozen=True, slots=True)
+class PickExtras:
+    """What Pick's trailing metadata said, typed; the defaults mean "nothing said"."""
+
+    code: Reason = Reason.NONE
+    retry_after_s: int | None = None
+    translated: tuple[Shape, Shape] | None = None
+    upstream_path: str = ""
+
+
+def request_path(metadata: Metadata | None) -> str:
+    """The `kinference-request-path` of PushBody's metadata, or "" (absent or unusable)."""
+    for key, value in metadata or ():
+        if key == REQUEST_PATH:
+            text = value.decode("latin-1") if isinstance(value, bytes) else value
+            usable = text.startswith("/") and len(text) <= MAX_PATH_CHARS and text.isprintable()
+            return text if usable else ""
+    return ""
+
+
+def pick_metadata(extras: PickExtras) -> list[tuple[str, str]]:
+    """The trailing metadata that says `extras` (empty when there is nothing to say)."""
+    metadata: list[tuple[str, str]] = []
+    if extras.code is not Reason.NONE:
+        metadata.append((REASON_CODE, extras.code.value))
+    if extras.retry_after_s is not None:
+        metadata.append((RETRY_AFTER, str(extras.retry_after_s)))
+    if extras.translated is not None:
+        written, sent = extras.translated
+        metadata.append((TRANSLATED, f"{written.value}:{sent.value}"))
+    if extras.upstream_path:
+        metadata.append((UPSTREAM_PATH, extras.upstream_path))
+    return metadata
+
+
+def read_pick_metadata(metadata: Metadata | None) -> PickExtras:
+    """The extras in Pick's trailing metadata; unknown keys and values are ignored."""
+    code, retry_after, translated, path = Reason.NONE, None, None, ""
+    for key, value in metadata or ():
+        text = value.decode("latin-1") if isinstance(value, bytes) else value
+        if key == REASON_CODE:
+            code = _CODES.get(text, Reason.OTHER)
+        elif key == RETRY_AFTER and text.isdigit() and text.isascii():
+            retry_after = int(text)
+        elif key == TRANSLATED:
+            written, _, sent = text.partition(":")
+            if written in _SHAPES and sent in _SHAPES:
+                translated = (_SHAPES[written], _SHAPES[sent])
+        elif key == UPSTREAM_PATH and text.startswith("/"):
+            path = text
+    return PickExtras(code, retry_after, translated, path)
