@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 
+from kinference.api.extensions import REQUEST_PATH, PickExtras, read_pick_metadata
 from kinference.bodies import MAX_CHUNK_BYTES
 from kinference.v1 import picker_pb2 as pb
 from kinference.v1 import picker_pb2_grpc as pb_grpc
@@ -58,13 +59,19 @@ class PickerClient:
         *,
         declared_length: int | None = None,
         client_request_id: str = "",
+        request_path: str = "",
     ) -> pb.PushBodyResponse:
-        """Stream a body in; completes with a clean half-close after the last chunk."""
+        """Stream a body in; completes with a clean half-close after the last chunk.
+
+        `request_path` is the client's path (`/v1/responses`, ...), sent as the
+        `kinference-request-path` extension so Pick tells the API shape from it."""
         metadata: list[tuple[str, str]] = []
         if declared_length is not None:
             metadata.append((DECLARED_LENGTH, str(declared_length)))
         if client_request_id:
             metadata.append((CLIENT_REQUEST_ID, client_request_id))
+        if request_path:
+            metadata.append((REQUEST_PATH, request_path))
         response: pb.PushBodyResponse = await self.stub.PushBody(
             _messages(chunks), metadata=metadata
         )
@@ -79,16 +86,24 @@ class PickerClient:
         pool: tuple[str, str] | None = None,
         client_request_id: str = "",
     ) -> pb.PickResponse:
-        request = pb.PickRequest(
-            body_stream_id=stream_id,
-            tenant=tenant,
-            qos_class=qos,
-            client_request_id=client_request_id,
-        )
-        if pool is not None:
-            request.inference_pool.namespace, request.inference_pool.name = pool
+        request = _pick_request(stream_id, tenant, qos, pool, client_request_id)
         response: pb.PickResponse = await self.stub.Pick(request)
         return response
+
+    async def pick_with_extras(
+        self,
+        stream_id: int,
+        *,
+        tenant: str = "",
+        qos: pb.PickRequest.QosClass.ValueType = pb.PickRequest.INTERACTIVE,
+        pool: tuple[str, str] | None = None,
+        client_request_id: str = "",
+    ) -> tuple[pb.PickResponse, PickExtras]:
+        """Pick, and the extensions its trailing metadata carries (reason code, Retry-After,
+        translation; see `kinference.api.extensions`)."""
+        call = self.stub.Pick(_pick_request(stream_id, tenant, qos, pool, client_request_id))
+        response: pb.PickResponse = await call
+        return response, read_pick_metadata(await call.trailing_metadata())
 
     async def pull(self, response_id: int) -> AsyncIterator[bytes]:
         """The (possibly rewritten) body, chunk by chunk; consume at the upstream's pace."""
@@ -140,6 +155,21 @@ class PickerClient:
         request = pb.AbortRequest(response_id=response_id, reason=reason, detail=detail)
         response: pb.AbortResponse = await self.stub.Abort(request)
         return response
+
+
+def _pick_request(
+    stream_id: int,
+    tenant: str,
+    qos: pb.PickRequest.QosClass.ValueType,
+    pool: tuple[str, str] | None,
+    client_request_id: str,
+) -> pb.PickRequest:
+    request = pb.PickRequest(
+        body_stream_id=stream_id, tenant=tenant, qos_class=qos, client_request_id=client_request_id
+    )
+    if pool is not None:
+        request.inference_pool.namespace, request.inference_pool.name = pool
+    return request
 
 
 async def _messages(

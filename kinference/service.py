@@ -78,6 +78,7 @@ class PickResult:
     # (written, sent): the body was translated between API shapes, so is its response.
     translated: tuple[Shape, Shape] | None = None
     local_path: str = ""  # a local pick's path, when it replaces the client's
+    usage_asked: bool = False  # a translated stream whose client asked for a usage chunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +239,7 @@ class PickerService:
             code=code,
             translated=(request.shape, sent) if sent is not None else None,
             local_path=decision.local_path,
+            usage_asked=sent is not None and _usage_asked(request),
         )
 
     def open_pull(self, response_id: int) -> Pull:
@@ -346,6 +348,11 @@ def _parsed(body: Body) -> InferenceRequest | str:
         return parse_request(body, path=body.request_path)
     except MalformedRequest as exc:
         return str(exc)
+
+
+def _usage_asked(request: InferenceRequest) -> bool:
+    options = request.fields.values.get("stream_options")
+    return request.stream and isinstance(options, dict) and options.get("include_usage") is True
 
 
 def _check_itl(report: FinalReport) -> None:

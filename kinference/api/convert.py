@@ -107,7 +107,13 @@ def pick_extras(result: PickResult) -> PickExtras | None:
     """The extensions a Pick's metadata carries; None when there are none (the usual OK)."""
     if result.code is Reason.NONE and result.translated is None:
         return None
-    return PickExtras(result.code, result.retry_after_s, result.translated, result.local_path)
+    return PickExtras(
+        result.code,
+        result.retry_after_s,
+        result.translated,
+        result.local_path,
+        result.usage_asked,
+    )
 
 
 def final_report(request: pb.ReportFinalTokenRequest) -> FinalReport:

@@ -19,6 +19,8 @@ Picker -> caller, in Pick's trailing metadata (only the keys that apply):
     comes back in SENT's API and is the caller's to translate back.
   - `kinference-upstream-path`: for a local pick, the path to send to, replacing the
     client's (a translated request goes to the other API's endpoint).
+  - `kinference-usage-asked`: `true` on a translated stream whose client asked for a usage
+    chunk (`stream_options.include_usage`); the translated stream ends with one only then.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ REASON_CODE = "kinference-reason-code"
 RETRY_AFTER = "kinference-retry-after"
 TRANSLATED = "kinference-translated"
 UPSTREAM_PATH = "kinference-upstream-path"
+USAGE_ASKED = "kinference-usage-asked"
 
 Metadata = Iterable[tuple[str, str | bytes]]
 _CODES = {reason.value: reason for reason in Reason}
@@ -48,6 +51,7 @@ class PickExtras:
     retry_after_s: int | None = None
     translated: tuple[Shape, Shape] | None = None
     upstream_path: str = ""
+    usage_asked: bool = False
 
 
 def request_path(metadata: Metadata | None) -> str:
@@ -72,12 +76,14 @@ def pick_metadata(extras: PickExtras) -> list[tuple[str, str]]:
         metadata.append((TRANSLATED, f"{written.value}:{sent.value}"))
     if extras.upstream_path:
         metadata.append((UPSTREAM_PATH, extras.upstream_path))
+    if extras.usage_asked:
+        metadata.append((USAGE_ASKED, "true"))
     return metadata
 
 
 def read_pick_metadata(metadata: Metadata | None) -> PickExtras:
     """The extras in Pick's trailing metadata; unknown keys and values are ignored."""
-    code, retry_after, translated, path = Reason.NONE, None, None, ""
+    code, retry_after, translated, path, usage = Reason.NONE, None, None, "", False
     for key, value in metadata or ():
         text = value.decode("latin-1") if isinstance(value, bytes) else value
         if key == REASON_CODE:
@@ -90,4 +96,6 @@ def read_pick_metadata(metadata: Metadata | None) -> PickExtras:
                 translated = (_SHAPES[written], _SHAPES[sent])
         elif key == UPSTREAM_PATH and text.startswith("/"):
             path = text
-    return PickExtras(code, retry_after, translated, path)
+        elif key == USAGE_ASKED:
+            usage = text == "true"
+    return PickExtras(code, retry_after, translated, path, usage)

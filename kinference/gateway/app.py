@@ -134,15 +134,16 @@ async def _proxy(request: Request) -> Response:
     try:
         relay = await gateway.flow.run(incoming)
     except GatewayError as error:
-        return error_response(error, request_id)
+        return error_response(error, request_id, incoming.path)
     except ClientDisconnect:  # the client went away mid-upload; nobody reads this
-        return error_response(GatewayError(499, "client_closed_request", "gone"), request_id)
+        gone = GatewayError(499, "client_closed_request", "gone")
+        return error_response(gone, request_id, incoming.path)
     return RelayResponse(relay, request_id)
 
 
-def error_response(error: GatewayError, request_id: str) -> Response:
+def error_response(error: GatewayError, request_id: str, path: str = "") -> Response:
     headers = {**error.headers, "x-request-id": request_id}
-    return Response(error.body(), error.status, headers, media_type="application/json")
+    return Response(error.body(path), error.status, headers, media_type="application/json")
 
 
 async def _not_found(request: Request) -> Response:

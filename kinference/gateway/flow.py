@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import grpc
 import httpx
 
+from kinference.api.extensions import PickExtras
 from kinference.client import PickerClient
 from kinference.gateway import errors
 from kinference.gateway.backends import Backend, CredentialMissing
@@ -23,6 +24,7 @@ from kinference.gateway.errors import GatewayError
 from kinference.gateway.relay import Relay
 from kinference.gateway.reports import AbortReason, Reporter, RequestReports
 from kinference.gateway.timing import TokenClock
+from kinference.gateway.translate import translator_for
 from kinference.gateway.upload import Upload
 from kinference.gateway.upstream import BackendUnresolved, Target, request_headers, resolve
 from kinference.v1 import picker_pb2 as pb
@@ -83,12 +85,12 @@ class Flow:
             caller = self._callers.resolve(incoming.header_map)
         except CallerRejected as exc:
             raise GatewayError(exc.status, exc.code, str(exc)) from None
-        pick = await self._push_and_pick(incoming, caller)
+        pick, extras = await self._push_and_pick(incoming, caller)
         if pick.response_id == 0 or pick.WhichOneof("destination") is None:
-            raise errors.outcome_error(pick)
+            raise errors.outcome_error(pick, extras)
         reports = RequestReports(self._reporter, pick.response_id)
         try:
-            return await self._dispatch(pick, incoming, reports)
+            return await self._dispatch(pick, extras, incoming, reports)
         except GatewayError:
             raise  # its Abort went out where it was raised
         except BaseException:
@@ -96,11 +98,13 @@ class Flow:
             reports.abort(pb.AbortRequest.REASON_UNSPECIFIED, detail)
             raise
 
-    async def _push_and_pick(self, incoming: Incoming, caller: Caller) -> pb.PickResponse:
+    async def _push_and_pick(
+        self, incoming: Incoming, caller: Caller
+    ) -> tuple[pb.PickResponse, PickExtras]:
         stream_id = await self._push(incoming)
         try:
             async with asyncio.timeout(self._rpc_timeout_s):
-                return await self._picker.pick(
+                return await self._picker.pick_with_extras(
                     stream_id,
                     tenant=caller.tenant,
                     qos=caller.qos,
@@ -119,7 +123,10 @@ class Flow:
         upload.check_declared(declared)
         try:
             pushed = await self._picker.push(
-                upload.chunks(), declared_length=declared, client_request_id=incoming.request_id
+                upload.chunks(),
+                declared_length=declared,
+                client_request_id=incoming.request_id,
+                request_path=incoming.path,
             )
         except grpc.aio.AioRpcError as error:
             raise upload.error() if upload.too_large else errors.rpc_error(error, "push") from None
@@ -130,10 +137,13 @@ class Flow:
         return pushed.stream_id
 
     async def _dispatch(
-        self, pick: pb.PickResponse, incoming: Incoming, reports: RequestReports
+        self, pick: pb.PickResponse, extras: PickExtras, incoming: Incoming, reports: RequestReports
     ) -> Relay:
+        path, query = incoming.path, incoming.query
+        if extras.upstream_path:  # a translated local pick: the other API's endpoint
+            path, query = extras.upstream_path, ""
         try:
-            target = resolve(pick, self._backends, incoming.path, incoming.query)
+            target = resolve(pick, self._backends, path, query)
         except BackendUnresolved as exc:
             reason = pb.AbortRequest.BACKEND_UNRESOLVED
             raise _aborted(
@@ -164,7 +174,13 @@ class Flow:
             reason = pb.AbortRequest.BACKEND_UNAUTHORIZED
             raise _aborted(reports, reason, detail, errors.backend_unauthorized(target.provider))
         _log_dispatch(incoming, pick, target, response.status_code)
-        return Relay(response, clock, reports, fallback_model=pick.requested_model)
+        event_stream = response.headers.get("content-type", "").startswith("text/event-stream")
+        translator = translator_for(
+            extras.translated, response.status_code, event_stream, usage_asked=extras.usage_asked
+        )
+        return Relay(
+            response, clock, reports, fallback_model=pick.requested_model, translator=translator
+        )
 
     async def _send(self, request: httpx.Request, reports: RequestReports) -> httpx.Response:
         try:

@@ -15,6 +15,8 @@ import httpx
 
 from kinference.gateway.reports import RequestReports
 from kinference.gateway.timing import TokenClock
+from kinference.gateway.translate import Translator
+from kinference.gateway.translate.split import Splitter
 from kinference.gateway.upstream import response_headers
 from kinference.gateway.usage import ResponseMeter
 from kinference.v1 import picker_pb2 as pb
@@ -32,14 +34,17 @@ class Relay:
         reports: RequestReports,
         *,
         fallback_model: str,
+        translator: Translator | None = None,
     ) -> None:
         self.response = response
         self.status = response.status_code
         self.headers = response_headers(response.headers.multi_items())
         content_type = response.headers.get("content-type", "")
-        self._meter = ResponseMeter(
-            event_stream=content_type.startswith("text/event-stream"), clock=clock
-        )
+        self._translator = translator
+        if translator is not None:
+            self.headers = dict(translator.headers(list(self.headers.items())))
+        self._event_stream = content_type.startswith("text/event-stream")
+        self._meter = ResponseMeter(event_stream=self._event_stream, clock=clock)
         self._clock = clock
         self._reports = reports
         self._fallback_model = fallback_model
@@ -54,14 +59,37 @@ class Relay:
     async def body(self) -> AsyncGenerator[bytes, None]:
         """The response body as the upstream sends it; reports the first token on the way."""
         try:
-            async for chunk in self.response.aiter_bytes():
-                if self._meter.feed(chunk) and self.status < _ERROR_FROM:
-                    self._reports.first_token(self._clock.ttft_ms or 0, self.status)
+            if self._translator is not None:
+                async for out in self._translated(self._translator):
+                    yield out
+                self._complete = True
+                return
+            async for chunk in self._metered():
                 yield chunk
         except httpx.HTTPError as exc:
             self._failure = f"upstream failed mid-response: {type(exc).__name__}"
             raise
         self._complete = True
+
+    async def _metered(self) -> AsyncGenerator[bytes, None]:
+        async for chunk in self.response.aiter_bytes():
+            if self._meter.feed(chunk) and self.status < _ERROR_FROM:
+                self._reports.first_token(self._clock.ttft_ms or 0, self.status)
+            yield chunk
+
+    async def _translated(self, translator: Translator) -> AsyncGenerator[bytes, None]:
+        """The response in the client's API shape (the meter reads the upstream's bytes)."""
+        if not self._event_stream:
+            yield translator.whole(b"".join([chunk async for chunk in self._metered()]))
+            return
+        splitter = Splitter()
+        async for chunk in self._metered():
+            out = b"".join([translator.event(event) for event in splitter.feed(chunk)])
+            if out:
+                yield out
+        tail = translator.end()
+        if tail:
+            yield tail
 
     def finish(self) -> None:
         """Close the upstream response and report; safe to call more than once."""

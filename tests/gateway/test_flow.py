@@ -88,6 +88,10 @@ async def test_unknown_backend_aborts_unresolved_and_cools_the_provider(stack: S
         with pytest.raises(openai.APIStatusError) as again:
             await client.chat.completions.create(model="ghost-model", messages=HI)
         assert again.value.status_code == 503 and again.value.code == "no_workers"
+        # Retry-After: the seconds left of the provider's cooldown, from the picker.
+        left = cooled.remaining(health.now())
+        retry_after = int(again.value.response.headers["retry-after"])
+        assert 1 <= retry_after <= int(left) + 1
     await wait_until(lambda: nothing_held(stack.picker), what="the aborted request released")
 
 

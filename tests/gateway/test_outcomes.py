@@ -23,10 +23,15 @@ async def status_of(call: Awaitable[Any]) -> tuple[int, str | None]:
     return raised.value.status_code, raised.value.code
 
 
-async def test_no_workers_is_503_and_bad_body_is_400(stack: Stack) -> None:
+async def test_unknown_model_is_404_no_worker_503_and_bad_body_400(stack: Stack) -> None:
     async with stack.sdk() as client:
         call = client.chat.completions.create(model="nobody-serves-this", messages=HI)
-        assert await status_of(call) == (503, "no_workers")
+        assert await status_of(call) == (404, "model_not_found")
+    async with stack.sdk() as client:  # the SDK does not retry the 404: one request
+        with pytest.raises(openai.NotFoundError):
+            await client.with_options(max_retries=3).chat.completions.create(
+                model="nobody-serves-this", messages=HI
+            )
     async with stack.http() as http:
         response = await http.post(
             "/v1/chat/completions",
@@ -62,6 +67,7 @@ async def test_tenant_over_budget_is_429(stack: Stack) -> None:
         with pytest.raises(openai.RateLimitError) as raised:
             await client.chat.completions.create(model=MODEL, messages=HI, max_tokens=2)
     assert raised.value.code == "tenant_over_budget"
+    assert raised.value.response.headers["retry-after"] == "5"
 
 
 async def test_body_over_the_limit_is_413(stack: Stack) -> None:
