@@ -104,3 +104,32 @@ models:
         f"{at(2)}: tenants[0].models[0]: unknown model 'nothing': not a name or alias under "
         "'models', nor a model any pool serves (and 1 more problem(s))"
     )
+
+
+def test_a_provider_target_may_name_another_api_only_with_its_own_path() -> None:
+    text = f"""{BASE}models:
+  - name: x
+    targets:
+      - {{provider: ai/openai, model: gpt, api: anthropic}}
+"""
+    assert policy_error(text) == (
+        f"{at(4)}: models[0].targets[0].api: api 'anthropic' differs from provider "
+        "ai/openai's (api: openai); give the target a 'path' that speaks it"
+    )
+    ok = f"""{BASE}models:
+  - name: x
+    targets:
+      - {{provider: ai/openai, model: gpt, api: anthropic, path: /anthropic/v1/messages}}
+      - {{pool: default/chat, model: small, api: anthropic}}
+"""
+    targets = parse_policy(ok).models[0].targets
+    assert [target.api for target in targets] == ["anthropic", "anthropic"]
+
+
+def test_target_api_is_validated() -> None:
+    text = f"""{BASE}models:
+  - name: x
+    targets:
+      - {{pool: default/chat, model: small, api: gemini}}
+"""
+    assert "api" in policy_error(text)
