@@ -1,7 +1,7 @@
 """Who is calling: the tenant (API key map or header) and the QoS class (header).
 
-With an API keys file, the `Authorization: Bearer` key decides the tenant and an unknown or
-missing key is refused, so a caller cannot name someone else's tenant in a header. Without
+With an API keys file, the API key decides the tenant (`Authorization: Bearer`, as OpenAI
+SDKs send it, or `x-api-key`, as Anthropic's do) and an unknown or missing key is refused, so a caller cannot name someone else's tenant in a header. Without
 one, the tenant header is taken as given (a gateway behind an authenticating proxy), and a
 request without it has the empty tenant, as the spec requires ("" = unknown).
 
@@ -107,7 +107,9 @@ class CallerResolver:
         if self._keys is None:
             return headers.get(self.tenant_header, "").strip()
         scheme, _, key = headers.get("authorization", "").partition(" ")
-        tenant = self._keys.tenant(key.strip()) if scheme.lower() == "bearer" else None
+        if scheme.lower() != "bearer":
+            key = headers.get("x-api-key", "")  # Anthropic's SDKs send the key here
+        tenant = self._keys.tenant(key.strip()) if key.strip() else None
         if tenant is None:
             raise CallerRejected(401, "invalid_api_key", "missing or unknown API key")
         return tenant

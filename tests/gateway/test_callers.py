@@ -69,3 +69,13 @@ def test_bad_keys_file_never_quotes_a_key(tmp_path: Path, text: str) -> None:
 def test_missing_keys_file(tmp_path: Path) -> None:
     with pytest.raises(ApiKeysError, match="No such file"):
         load_api_keys(tmp_path / "absent.yaml")
+
+
+def test_anthropic_sdks_x_api_key_decides_the_tenant_too() -> None:
+    resolver = CallerResolver(ApiKeys({"sk-a": "team-a"}), TENANT, QOS)
+    assert resolver.resolve({"x-api-key": "sk-a"}).tenant == "team-a"
+    bearer_wins = {"authorization": "Bearer sk-b", "x-api-key": "sk-a"}
+    with pytest.raises(CallerRejected):
+        resolver.resolve(bearer_wins)
+    with pytest.raises(CallerRejected):
+        resolver.resolve({"x-api-key": "sk-b"})
