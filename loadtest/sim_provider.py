@@ -8,7 +8,8 @@ content part of the other API, or a missing `max_tokens` on Messages are a 400, 
 that was not translated fails. The answer: with tools declared and no tool result yet, a
 call of the first tool (every required property "Paris"); otherwise a short text naming how
 many images the last user turn carried. `requests` keeps every body received; a key, when
-set, is required (`Authorization: Bearer` or `x-api-key`).
+set, is required as each API takes it (`Authorization: Bearer`; Anthropic: `x-api-key`,
+with an `anthropic-version` header).
 """
 
 from __future__ import annotations
@@ -125,9 +126,14 @@ class SimProvider:
     def _authorize(self, request: Request) -> None:
         if self.api_key is None:
             return
-        bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
-        if self.api_key not in (bearer, request.headers.get("x-api-key")):
-            raise Refused(401, "invalid x-api-key")
+        if self.api == "anthropic":
+            if request.headers.get("x-api-key") != self.api_key:
+                raise Refused(401, "invalid x-api-key")
+            if not request.headers.get("anthropic-version"):
+                raise Refused(400, "anthropic-version: header is required")
+            return
+        if request.headers.get("authorization") != f"Bearer {self.api_key}":
+            raise Refused(401, "Incorrect API key provided")
 
     def _error(self, status: int, message: str) -> dict[str, Any]:
         if self.api == "anthropic":

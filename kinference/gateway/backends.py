@@ -7,6 +7,11 @@ base URL and the credential is the caller's job (spec). The file:
       ai/openai:
         base_url: https://api.openai.com          # bare origin; the pick's path is appended
         api_key_env: OPENAI_API_KEY               # or api_key_file: /var/run/secrets/openai/key
+      ai/claude:
+        base_url: https://api.anthropic.com
+        api_key_env: ANTHROPIC_API_KEY
+        auth: x-api-key                           # Anthropic's header (default: bearer)
+        headers: {anthropic-version: "2023-06-01"}  # sent unless the client sent it
 
 A credential is read when a request is dispatched, not when the file is loaded, so a rotated
 Secret file or a variable set later is picked up; it is never logged.
@@ -17,7 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 
 import httpx
 import yaml
@@ -40,6 +45,12 @@ class Backend(BaseModel):
     base_url: str
     api_key_env: str | None = None
     api_key_file: Path | None = None
+    # How the credential is sent: `Authorization: Bearer KEY` (OpenAI-style APIs) or
+    # `x-api-key: KEY` (Anthropic's API).
+    auth: Literal["bearer", "x-api-key"] = "bearer"
+    # Headers every request to this backend carries unless the client sent them (e.g.
+    # Anthropic's required `anthropic-version`, for a chat client translated to it).
+    headers: dict[str, str] = {}
 
     @field_validator("base_url")
     @classmethod
@@ -53,6 +64,17 @@ class Backend(BaseModel):
         if self.api_key_env is not None and self.api_key_file is not None:
             raise ValueError("give api_key_env or api_key_file, not both")
         return self
+
+    @field_validator("headers")
+    @classmethod
+    def _header_names(cls, value: dict[str, str]) -> dict[str, str]:
+        lowered = {name.lower(): text for name, text in value.items()}
+        for name in lowered:
+            if not name or not all(c.isalnum() or c in "-_" for c in name):
+                raise ValueError(f"not a header name: {name!r}")
+            if name in ("authorization", "x-api-key", "host", "content-length"):
+                raise ValueError(f"{name} is set by the gateway")
+        return lowered
 
     def credential(self) -> str | None:
         """The bearer token to send, or None when the backend needs none."""

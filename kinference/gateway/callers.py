@@ -1,9 +1,10 @@
 """Who is calling: the tenant (API key map or header) and the QoS class (header).
 
 With an API keys file, the API key decides the tenant (`Authorization: Bearer`, as OpenAI
-SDKs send it, or `x-api-key`, as Anthropic's do) and an unknown or missing key is refused, so a caller cannot name someone else's tenant in a header. Without
-one, the tenant header is taken as given (a gateway behind an authenticating proxy), and a
-request without it has the empty tenant, as the spec requires ("" = unknown).
+SDKs send it, or `x-api-key`, as Anthropic's do) and an unknown or missing key is refused,
+so a caller cannot name someone else's tenant in a header. Without one, the tenant header
+is taken as given (a gateway behind an authenticating proxy), and a request without it has
+the empty tenant, as the spec requires ("" = unknown).
 
 The keys file:
 

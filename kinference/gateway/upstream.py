@@ -38,6 +38,8 @@ class Target:
     url: str
     credential: str | None = None
     provider: str | None = None
+    auth: str = "bearer"  # or "x-api-key"
+    extra_headers: tuple[tuple[str, str], ...] = ()  # the backend's, unless the client's
 
 
 def resolve(
@@ -56,7 +58,11 @@ def resolve(
         raise BackendUnresolved(ref)
     target_path = pick.provider.path or client_path
     return Target(
-        url=f"{backend.base_url}{target_path}", credential=backend.credential(), provider=ref
+        url=f"{backend.base_url}{target_path}",
+        credential=backend.credential(),
+        provider=ref,
+        auth=backend.auth,
+        extra_headers=tuple(backend.headers.items()),
     )
 
 
@@ -70,7 +76,11 @@ def request_headers(
     headers.append(("content-length", str(length)))
     # Identity keeps the bytes readable for usage and timing as they pass.
     headers.append(("accept-encoding", "identity"))
-    if target.credential is not None:
+    sent = {name.lower() for name, _ in headers}
+    headers.extend((name, value) for name, value in target.extra_headers if name not in sent)
+    if target.credential is not None and target.auth == "x-api-key":
+        headers.append(("x-api-key", target.credential))
+    elif target.credential is not None:
         headers.append(("authorization", f"Bearer {target.credential}"))
     return headers
 

@@ -27,6 +27,8 @@ from loadtest.sim_provider import SimProvider
 from tests.conftest import MODEL, PickerFactory, RunningPicker
 from tests.gateway.conftest import CLIENT_TIMEOUT_S, GatewayFactory
 
+CLAUDE_KEY = "sk-ant-sim"
+CLAUDE_KEY_ENV = "KINFERENCE_TEST_CLAUDE_KEY"
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()
 WEATHER_TOOL = {
     "name": "get_weather",
@@ -72,11 +74,14 @@ class Shapes:
 
 @pytest.fixture
 async def shapes(
-    start_picker: PickerFactory, start_gateway: GatewayFactory, tmp_path: Path
+    start_picker: PickerFactory,
+    start_gateway: GatewayFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Shapes]:
     engine = SimEngine(SimEngineConfig(models=(MODEL,), time_scale=0.05))
     chat_provider = SimProvider("openai")
-    messages_provider = SimProvider("anthropic")
+    messages_provider = SimProvider("anthropic", api_key=CLAUDE_KEY)
     await engine.start()
     await chat_provider.start()
     await messages_provider.start()
@@ -94,8 +99,10 @@ models:
     backends.write_text(
         "backends:\n"
         f"  ai/gpt: {{base_url: '{chat_provider.url}'}}\n"
-        f"  ai/claude: {{base_url: '{messages_provider.url}'}}\n"
+        f"  ai/claude: {{base_url: '{messages_provider.url}', api_key_env: {CLAUDE_KEY_ENV},\n"
+        "    auth: x-api-key, headers: {anthropic-version: '2023-06-01'}}\n"
     )
+    monkeypatch.setenv(CLAUDE_KEY_ENV, CLAUDE_KEY)
     picker = await start_picker(policy)
     gateway = await start_gateway(picker.target, backends_file=backends)
     try:
