@@ -1,6 +1,8 @@
-# The kinference picker: gRPC on 9002, Prometheus metrics on 9090.
+# The kinference picker (gRPC on 9002, Prometheus metrics on 9090) and its gateway (HTTP on
+# 8080), one image: the command is `serve` unless another is given.
 #   docker build -t kinference:0.1.0 .
-#   docker run --rm -p 9002:9002 -p 9090:9090 kinference:0.1.0 [--config FILE]
+#   docker run --rm -p 9002:9002 -p 9090:9090 kinference:0.1.0 [serve --config FILE]
+#   docker run --rm -p 8080:8080 kinference:0.1.0 gateway --picker PICKER:9002
 # PYTHON_IMAGE is any Debian-based image with python3.11 and its venv module; both stages
 # must use the same one, since the venv copied into the final stage links to its python.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
@@ -10,8 +12,9 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_NO_INPUT=1
 # Optional dependency groups of pyproject.toml to include, space-separated: k8s is what
-# KINFERENCE_DISCOVERY=kubernetes needs. Never dev (test tools).
-ARG EXTRAS=k8s
+# KINFERENCE_DISCOVERY=kubernetes needs, gateway what `kinference gateway` needs. Never dev
+# (test tools).
+ARG EXTRAS="k8s gateway"
 WORKDIR /src
 # The runtime dependencies get a layer of their own, rebuilt only when pyproject.toml
 # changes, not on every source edit. Entries naming kinference itself (an extra including
@@ -50,5 +53,6 @@ ENV PATH=/opt/kinference/bin:$PATH \
     KINFERENCE_LISTEN=0.0.0.0:9002 \
     KINFERENCE_METRICS_LISTEN=0.0.0.0:9090
 USER 10001:10001
-EXPOSE 9002 9090
-ENTRYPOINT ["kinference", "serve"]
+EXPOSE 9002 9090 8080
+ENTRYPOINT ["kinference"]
+CMD ["serve"]

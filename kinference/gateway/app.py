@@ -80,7 +80,7 @@ def build_app(
             await gateway.http.aclose()
             await gateway.picker.close()
 
-    routes = [Route("/healthz", _healthz, methods=["GET"])]
+    routes = [Route(path, _healthz, methods=["GET"]) for path in ("/health", "/healthz")]
     if settings.model_ids:
         routes.append(Route("/v1/models", _models, methods=["GET"]))
     routes.append(Route("/{path:path}", _proxy, methods=["POST"]))

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 KUSTOMIZE = REPO / "deploy" / "kustomize"
 BASE = KUSTOMIZE / "base"
 OVERLAYS = ("standalone", "redis", "external-redis", "production")
-COMPONENTS = ("hpa", "servicemonitor", "networkpolicy")
+COMPONENTS = ("hpa", "servicemonitor", "networkpolicy", "gateway")
 NAMESPACE = "kinference"
 # Native gRPC probes and topology spread's matchLabelKeys need Kubernetes 1.27.
 OLDEST_KUBERNETES = "1.27"

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.manifests import BASE, REPO, build, container, find
+from tests.deploy.manifests import BASE, KUSTOMIZE, REPO, build, container, find
+
+OVERLAY_WITH_GATEWAY = KUSTOMIZE / "overlays" / "standalone"
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
@@ -98,17 +100,23 @@ def test_final_stage_runs_as_a_numeric_non_root_user(instructions: list[Instruct
 
 def test_the_deployment_runs_as_the_image_user(instructions: list[Instruction]) -> None:
     user = next(i.arguments for i in final_stage(instructions) if i.keyword == "USER")
-    pod = find(build(BASE), "Deployment")["spec"]["template"]["spec"]
+    pod = find(build(BASE), "Deployment", "kinference")["spec"]["template"]["spec"]
     assert user == f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}"
 
 
 def test_entrypoint_ports_and_environment(instructions: list[Instruction]) -> None:
     stage = final_stage(instructions)
     entrypoints = [i.arguments for i in stage if i.keyword == "ENTRYPOINT"]
-    assert [json.loads(e) for e in entrypoints] == [["kinference", "serve"]]
+    assert [json.loads(e) for e in entrypoints] == [["kinference"]]
+    commands = [json.loads(i.arguments) for i in stage if i.keyword == "CMD"]
+    assert commands == [["serve"]]  # the picker unless told otherwise
     exposed = {int(port) for i in stage if i.keyword == "EXPOSE" for port in i.arguments.split()}
-    assert exposed == {9002, 9090}
-    ports = {p["containerPort"] for p in container(find(build(BASE), "Deployment"))["ports"]}
+    assert exposed == {9002, 9090, 8080}
+    manifests = build(OVERLAY_WITH_GATEWAY)
+    picker = container(find(manifests, "Deployment", "kinference"))
+    gateway = container(find(manifests, "Deployment", "kinference-gateway"))
+    assert "args" not in picker and gateway["args"] == ["gateway"]
+    ports = {p["containerPort"] for c in (picker, gateway) for p in c["ports"]}
     assert ports == exposed
     env = env_of(stage)
     assert env["KINFERENCE_LISTEN"] == "0.0.0.0:9002"
@@ -136,8 +144,8 @@ def test_requirements_are_the_runtime_ones_plus_the_chosen_extras(
     extras = next(
         i.arguments for i in instructions if i.keyword == "ARG" and "EXTRAS" in i.arguments
     )
-    chosen = extras.partition("=")[2].split()
-    assert chosen == ["k8s"]
+    chosen = shlex.split(extras.partition("=")[2])[0].split()
+    assert chosen == ["k8s", "gateway"]
     run = next(i.arguments for i in instructions if i.keyword == "RUN" and "tomllib" in i.arguments)
     words = shlex.split(run.split("&&")[1].partition(">")[0])
     assert words[:2] == ["python3", "-c"] and words[3:] == ["${EXTRAS}"]
@@ -151,7 +159,8 @@ def test_requirements_are_the_runtime_ones_plus_the_chosen_extras(
     ).stdout.splitlines()
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     optional = project["optional-dependencies"]
-    assert printed == [*project["dependencies"], *optional["k8s"]]
+    wanted = [*project["dependencies"], *optional["k8s"], *optional["gateway"]]
+    assert printed == [d for d in wanted if not d.startswith("kinference")]
     assert not set(printed) & set(optional["dev"])
 
 

@@ -73,7 +73,7 @@ def test_component_applies_to_the_base(tmp_path: Path, schemas: Schemas, compone
 def test_validation_is_strict(overlay: Overlay, schemas: Schemas) -> None:
     """The schema check catches a misspelt field, a wrong type, an unknown kind, and the
     same mistakes in a CRD kind."""
-    deployment = find(overlay("redis"), "Deployment")
+    deployment = find(overlay("redis"), "Deployment", "kinference")
     schemas.validate(deployment)
     misspelt = copy.deepcopy(deployment)
     misspelt["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
@@ -98,14 +98,14 @@ def test_validation_is_strict(overlay: Overlay, schemas: Schemas) -> None:
 @pytest.mark.parametrize("name", OVERLAYS)
 def test_replicas_and_disruption_budget(overlay: Overlay, name: str) -> None:
     manifests = overlay(name)
-    spec = find(manifests, "Deployment")["spec"]
+    spec = find(manifests, "Deployment", "kinference")["spec"]
     if name in EXPECTED_REPLICAS:
         replicas = spec["replicas"]
         assert replicas == EXPECTED_REPLICAS[name]
     else:  # the autoscaler owns the count; an apply must not reset it
         assert "replicas" not in spec
-        replicas = find(manifests, "HorizontalPodAutoscaler")["spec"]["minReplicas"]
-    pdb = find(manifests, "PodDisruptionBudget")["spec"]
+        replicas = find(manifests, "HorizontalPodAutoscaler", "kinference")["spec"]["minReplicas"]
+    pdb = find(manifests, "PodDisruptionBudget", "kinference")["spec"]
     assert pdb["selector"]["matchLabels"] == PICKER
     # With every replica healthy, a drain may evict at least one and keeps at least one
     # serving whenever there is more than one.
@@ -116,14 +116,16 @@ def test_replicas_and_disruption_budget(overlay: Overlay, name: str) -> None:
 
 
 def test_probes_are_native_grpc_on_the_picker_port(overlay: Overlay) -> None:
-    picker = container(find(overlay("redis"), "Deployment"))
+    picker = container(find(overlay("redis"), "Deployment", "kinference"))
     ports = {p["name"]: p["containerPort"] for p in picker["ports"]}
     assert ports == {"grpc": 9002, "metrics": 9090}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert picker[probe]["grpc"]["port"] == ports["grpc"], probe
     # Service "" is the one that turns NOT_SERVING when a drain starts.
     assert picker["readinessProbe"]["grpc"]["service"] == ""
-    assert plain_env(find(overlay("redis"), "Deployment"))["KINFERENCE_LISTEN"].endswith(":9002")
+    assert plain_env(find(overlay("redis"), "Deployment", "kinference"))[
+        "KINFERENCE_LISTEN"
+    ].endswith(":9002")
 
 
 def test_service_speaks_h2c_and_selects_the_pickers(overlay: Overlay) -> None:
@@ -134,13 +136,18 @@ def test_service_speaks_h2c_and_selects_the_pickers(overlay: Overlay) -> None:
     assert ports["grpc"]["port"] == 9002 and ports["grpc"]["targetPort"] == "grpc"
     assert ports["grpc"]["appProtocol"] == "kubernetes.io/h2c"
     assert ports["metrics"]["port"] == 9090 and ports["metrics"]["targetPort"] == "metrics"
-    template = find(manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    template = find(manifests, "Deployment", "kinference")["spec"]["template"]["metadata"]["labels"]
     assert service["selector"] == PICKER and matches(service["selector"], template)
 
 
-@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet"])
-def test_pods_run_non_root_read_only_without_capabilities(overlay: Overlay, kind: str) -> None:
-    workload = find(overlay("redis"), kind)
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [("Deployment", "kinference"), ("StatefulSet", None), ("Deployment", "kinference-gateway")],
+)
+def test_pods_run_non_root_read_only_without_capabilities(
+    overlay: Overlay, kind: str, name: str | None
+) -> None:
+    workload = find(overlay("redis"), kind, name)
     pod = workload["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] > 0
@@ -155,7 +162,7 @@ def test_pods_run_non_root_read_only_without_capabilities(overlay: Overlay, kind
 
 
 def test_grace_period_outlasts_pre_stop_and_drain(overlay: Overlay) -> None:
-    deployment = find(overlay("redis"), "Deployment")
+    deployment = find(overlay("redis"), "Deployment", "kinference")
     pod = deployment["spec"]["template"]["spec"]
     picker = container(deployment)
     pre_stop = picker["lifecycle"]["preStop"]["exec"]["command"]
@@ -168,7 +175,7 @@ def test_grace_period_outlasts_pre_stop_and_drain(overlay: Overlay) -> None:
 
 
 def test_body_budget_fits_the_memory_limit(overlay: Overlay) -> None:
-    deployment = find(overlay("redis"), "Deployment")
+    deployment = find(overlay("redis"), "Deployment", "kinference")
     limit = container(deployment)["resources"]["limits"]["memory"]
     assert limit.endswith("Gi")
     limit_bytes = int(limit.removesuffix("Gi")) * 1024**3
@@ -177,7 +184,7 @@ def test_body_budget_fits_the_memory_limit(overlay: Overlay) -> None:
 
 
 def test_spread_across_zones_and_nodes(overlay: Overlay) -> None:
-    deployment = find(overlay("redis"), "Deployment")
+    deployment = find(overlay("redis"), "Deployment", "kinference")
     template = deployment["spec"]["template"]
     constraints = template["spec"]["topologySpreadConstraints"]
     keys = {c["topologyKey"] for c in constraints}
@@ -209,14 +216,14 @@ def test_rbac_reads_inference_pools_and_pods_in_its_namespace(overlay: Overlay) 
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
     ]
-    pod = find(manifests, "Deployment")["spec"]["template"]["spec"]
+    pod = find(manifests, "Deployment", "kinference")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == account["name"]
 
 
 def test_autoscaler_scales_the_deployment_on_cpu(overlay: Overlay) -> None:
     manifests = overlay("production")
-    hpa = find(manifests, "HorizontalPodAutoscaler")["spec"]
-    deployment = find(manifests, "Deployment")
+    hpa = find(manifests, "HorizontalPodAutoscaler", "kinference")["spec"]
+    deployment = find(manifests, "Deployment", "kinference")
     assert hpa["scaleTargetRef"] == {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -240,7 +247,9 @@ def test_service_monitor_scrapes_the_metrics_port(overlay: Overlay) -> None:
 
 def test_network_policies(overlay: Overlay) -> None:
     manifests = overlay("production")
-    picker_pods = find(manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    picker_pods = find(manifests, "Deployment", "kinference")["spec"]["template"]["metadata"][
+        "labels"
+    ]
     redis_pods = find(manifests, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
     picker = find(manifests, "NetworkPolicy", "kinference")["spec"]
     assert matches(picker["podSelector"]["matchLabels"], picker_pods)
@@ -261,3 +270,69 @@ def test_network_policies(overlay: Overlay) -> None:
     (only,) = redis["ingress"]
     assert [peer["podSelector"]["matchLabels"] for peer in only["from"]] == [PICKER]
     assert only["ports"] == [{"port": 6379, "protocol": "TCP"}]
+
+
+GATEWAY = {"app.kubernetes.io/name": "kinference", "app.kubernetes.io/component": "gateway"}
+EXPECTED_GATEWAYS = {"standalone": 1, "redis": 2, "external-redis": 2}
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_every_overlay_has_the_gateway_in_front_of_the_pickers(overlay: Overlay, name: str) -> None:
+    manifests = overlay(name)
+    deployment = find(manifests, "Deployment", "kinference-gateway")
+    gateway = container(deployment)
+    assert gateway["args"] == ["gateway"]
+    env = plain_env(deployment)
+    picker_service = find(manifests, "Service", "kinference")
+    host, _, port = env["KINFERENCE_GATEWAY_PICKER"].partition(":")
+    assert host == picker_service["metadata"]["name"]
+    assert int(port) in {p["port"] for p in picker_service["spec"]["ports"] if p["name"] == "grpc"}
+    assert env["KINFERENCE_GATEWAY_LISTEN"].endswith(":8080")
+    # Ready only while the picker answers; alive as long as it accepts connections.
+    for probe in ("readinessProbe", "startupProbe"):
+        assert gateway[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    assert gateway["livenessProbe"]["tcpSocket"] == {"port": "http"}
+    pod = deployment["spec"]["template"]
+    service = find(manifests, "Service", "kinference-gateway")["spec"]
+    assert service["selector"] == GATEWAY and matches(
+        service["selector"], pod["metadata"]["labels"]
+    )
+    assert service["ports"] == [
+        {
+            "name": "http",
+            "port": 8080,
+            "targetPort": "http",
+            "protocol": "TCP",
+            "appProtocol": "http",
+        }
+    ]
+    pdb = find(manifests, "PodDisruptionBudget", "kinference-gateway")["spec"]
+    assert pdb["maxUnavailable"] == 1 and pdb["selector"]["matchLabels"] == GATEWAY
+    # The picker Service must not select the gateways, nor the gateway Service the pickers.
+    picker_pods = find(manifests, "Deployment", "kinference")["spec"]["template"]["metadata"]
+    assert not matches(picker_service["spec"]["selector"], pod["metadata"]["labels"])
+    assert not matches(service["selector"], picker_pods["labels"])
+    backends = pod["spec"]["volumes"][0]["configMap"]["name"]
+    assert find(manifests, "ConfigMap", backends)
+    mount = gateway["volumeMounts"][0]["mountPath"]
+    assert env["KINFERENCE_GATEWAY_BACKENDS_FILE"] == f"{mount}/backends.yaml"
+    grace = int(env["KINFERENCE_GATEWAY_SHUTDOWN_GRACE_S"])
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > grace + 5
+    if name in EXPECTED_GATEWAYS:
+        assert deployment["spec"]["replicas"] == EXPECTED_GATEWAYS[name]
+    else:  # production: the gateway HPA owns the count
+        assert "replicas" not in deployment["spec"]
+        hpa = find(manifests, "HorizontalPodAutoscaler", "kinference-gateway")["spec"]
+        assert hpa["scaleTargetRef"]["name"] == "kinference-gateway"
+        assert hpa["minReplicas"] >= 2
+
+
+def test_network_policy_lets_the_gateways_reach_the_pickers(overlay: Overlay) -> None:
+    manifests = overlay("production")
+    gateway_pods = find(manifests, "Deployment", "kinference-gateway")["spec"]["template"]
+    picker = find(manifests, "NetworkPolicy", "kinference")["spec"]
+    callers = picker["ingress"][0]["from"][0]["podSelector"]
+    assert matches(callers["matchLabels"], gateway_pods["metadata"]["labels"])
+    front = find(manifests, "NetworkPolicy", "kinference-gateway")["spec"]
+    assert front["podSelector"]["matchLabels"] == GATEWAY
+    assert front["ingress"] == [{"ports": [{"port": 8080, "protocol": "TCP"}]}]

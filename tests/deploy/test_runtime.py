@@ -59,7 +59,7 @@ def test_the_configmap_policy_passes_check_config(
     overlay: Overlay, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     manifests = overlay("redis")
-    deployment = find(manifests, "Deployment")
+    deployment = find(manifests, "Deployment", "kinference")
     config = Path(plain_env(deployment)["KINFERENCE_CONFIG"])
     mount = next(m for m in container(deployment)["volumeMounts"] if m["name"] == "policy")
     # The file is a key of the ConfigMap mounted as a directory (no subPath: updates
@@ -79,7 +79,7 @@ def test_the_configmap_policy_passes_check_config(
 def test_environment_is_valid_settings(
     overlay: Overlay, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    env = container_env(find(overlay(name), "Deployment"))
+    env = container_env(find(overlay(name), "Deployment", "kinference"))
     for key, value in env.items():
         assert "$(" not in value, f"{key} refers to an undefined variable: {value}"
         monkeypatch.setenv(key, value)
@@ -99,14 +99,16 @@ def test_environment_is_valid_settings(
 
 
 def test_external_redis_password_reaches_the_client_decoded(overlay: Overlay) -> None:
-    url = container_env(find(overlay("external-redis"), "Deployment"))["KINFERENCE_REDIS_URL"]
+    url = container_env(find(overlay("external-redis"), "Deployment", "kinference"))[
+        "KINFERENCE_REDIS_URL"
+    ]
     options = redis.connection.parse_url(check_url(url))
     assert options["password"] == "p@ss/w0rd"
     assert (options["host"], options["port"]) == ("redis.example.internal", 6380)
     assert options["connection_class"] is redis.connection.SSLConnection
     secret_refs = [
         e["valueFrom"]["secretKeyRef"]
-        for e in env_list(find(overlay("external-redis"), "Deployment"))
+        for e in env_list(find(overlay("external-redis"), "Deployment", "kinference"))
         if "valueFrom" in e
     ]
     assert {ref["name"] for ref in secret_refs} == {"kinference-redis"}
@@ -115,7 +117,7 @@ def test_external_redis_password_reaches_the_client_decoded(overlay: Overlay) ->
 
 def test_redis_overlay_url_names_the_redis_service(overlay: Overlay) -> None:
     manifests = overlay("redis")
-    url = plain_env(find(manifests, "Deployment"))["KINFERENCE_REDIS_URL"]
+    url = plain_env(find(manifests, "Deployment", "kinference"))["KINFERENCE_REDIS_URL"]
     host, port = url.removeprefix("redis://").removesuffix("/0").split(":")
     service = find(manifests, "Service", host)["spec"]
     statefulset = find(manifests, "StatefulSet")
@@ -125,7 +127,9 @@ def test_redis_overlay_url_names_the_redis_service(overlay: Overlay) -> None:
     labels = statefulset["spec"]["template"]["metadata"]["labels"]
     assert all(labels[key] == value for key, value in service["selector"].items())
     assert not any(m["kind"] == "StatefulSet" for m in overlay("standalone"))
-    assert "KINFERENCE_REDIS_URL" not in plain_env(find(overlay("standalone"), "Deployment"))
+    assert "KINFERENCE_REDIS_URL" not in plain_env(
+        find(overlay("standalone"), "Deployment", "kinference")
+    )
 
 
 @pytest.fixture
@@ -172,7 +176,7 @@ def test_serve_with_the_deployment_environment_answers_probes_and_scrapes(
     overlay: Overlay, tmp_path: Path
 ) -> None:
     manifests = overlay("standalone")
-    deployment = find(manifests, "Deployment")
+    deployment = find(manifests, "Deployment", "kinference")
     picker = container(deployment)
     # Loopback ports and a local policy; everything else as the Deployment sets it.
     policy = tmp_path / "policy.yaml"
@@ -215,3 +219,18 @@ def test_serve_with_the_deployment_environment_answers_probes_and_scrapes(
         if process.poll() is None:
             process.kill()
             process.communicate()
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_gateway_environment_is_valid_gateway_settings(
+    overlay: Overlay, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    from kinference.gateway.settings import GatewaySettings
+
+    env = container_env(find(overlay(name), "Deployment", "kinference-gateway"))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = GatewaySettings()
+    assert settings.listen == "0.0.0.0:8080"
+    assert settings.picker == "kinference:9002"
+    assert str(settings.backends_file) == "/etc/kinference-gateway/backends.yaml"
