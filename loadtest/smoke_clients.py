@@ -13,9 +13,13 @@ install them apart, e.g.
     python -m loadtest.smoke_clients --guidellm /tmp/loadtools/bin/guidellm
 
 inference-perf (kubernetes-sigs) requires Python 3.12 or later: give its binary from such an
-environment with `--inference-perf`. Neither tool downloads a tokenizer here: guidellm reads
-prompts from a text file, inference-perf uses its `mock` data. Exit status 0 when every tool
-that ran succeeded (a tool not found is reported as skipped).
+environment with `--inference-perf` (or install it into 3.11 with `pip install
+--ignore-requires-python -c <(printf 'numpy<2.4\nav<14.2\n') inference-perf`, which runs).
+Neither tool downloads anything: guidellm reads prompts from a text file; inference-perf uses
+its `mock` data and a tiny word-level tokenizer this script writes (no model hub here).
+inference-perf runs twice, as an OpenAI chat client and as an Anthropic Messages client
+(translated to chat for the engine). Exit status 0 when every tool that ran succeeded (a
+tool not found is reported as skipped).
 """
 
 from __future__ import annotations
@@ -112,7 +116,7 @@ load:
     - rate: 5
       duration: {seconds}
 api:
-  type: chat
+  type: {api}
   streaming: true
 server:
   type: vllm
@@ -121,6 +125,8 @@ server:
   ignore_eos: true
 data:
   type: mock
+tokenizer:
+  pretrained_model_name_or_path: {tokenizer}
 report:
   request_lifecycle:
     summary: true
@@ -131,11 +137,25 @@ storage:
 
 
 async def inference_perf(binary: str, url: str, work: Path, requests: int) -> Result:
+    """Twice: OpenAI chat, then Anthropic Messages (translated to chat for the engine)."""
+    details = []
+    for api in ("chat", "anthropic_messages"):
+        result = await _inference_perf(binary, url, work / api, requests, api)
+        if result.status != "ok":
+            return result
+        details.append(f"{api}: {result.detail}")
+    return Result("inference-perf", "ok", "; ".join(details))
+
+
+async def _inference_perf(binary: str, url: str, work: Path, requests: int, api: str) -> Result:
     config = work / "inference-perf.yaml"
     reports = work / "inference-perf-reports"
     seconds = max(2, requests // 5)
+    tokenizer = _write_tokenizer(work / "tokenizer")
     config.write_text(
-        INFERENCE_PERF_CONFIG.format(seconds=seconds, model=MODEL, url=url, reports=reports)
+        INFERENCE_PERF_CONFIG.format(
+            seconds=seconds, model=MODEL, url=url, reports=reports, tokenizer=tokenizer, api=api
+        )
     )
     code = await _run([binary, "--config_file", str(config)], work, work / "inference-perf.log")
     summaries = sorted(reports.rglob("*summary*.json")) if reports.exists() else []
@@ -147,6 +167,35 @@ async def inference_perf(binary: str, url: str, work: Path, requests: int) -> Re
     failures = _find_count(document, "failures")
     status = "ok" if successes and not failures else "failed"
     return Result("inference-perf", status, f"{successes} successful, {failures} failed")
+
+
+def _write_tokenizer(directory: Path) -> Path:
+    """A word-level Hugging Face tokenizer (tokenizer.json) small enough to write by hand."""
+    directory.mkdir(parents=True, exist_ok=True)
+    words = ["[UNK]", "[PAD]", *(f"w{i}" for i in range(256))]
+    tokenizer = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": None,
+        "decoder": None,
+        "model": {
+            "type": "WordLevel",
+            "vocab": {word: index for index, word in enumerate(words)},
+            "unk_token": "[UNK]",
+        },
+    }
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "unk_token": "[UNK]",
+        "pad_token": "[PAD]",
+    }
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    return directory
 
 
 def _find_count(document: object, key: str) -> int:
@@ -187,7 +236,7 @@ async def smoke(args: argparse.Namespace) -> list[Result]:
             ("guidellm", guidellm, args.guidellm),
             ("inference-perf", inference_perf, args.inference_perf),
         ):
-            binary = given or shutil.which(name)
+            binary = shutil.which(given or name)
             if binary is None:
                 results.append(Result(name, "skipped", "not installed (give its binary)"))
                 continue

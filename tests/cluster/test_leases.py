@@ -124,7 +124,7 @@ async def test_through_the_tenant_gate(client: RedisClient, clocks: Clocks) -> N
     gate.record(policy, "t1", 120)
     reason = gate.check(policy, "t1", ("m",), "BATCH")
     assert reason is not None
-    assert reason.startswith("tenant 't1' used its budget")
+    assert reason.text.startswith("tenant 't1' used its budget")
     assert gate.used("t1") == 120
     await shared.sync_once()
     assert gate.check(policy, "t1", ("m",), "BATCH") is not None  # 120 of 100 is charged
