@@ -22,8 +22,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kinference.config import ModelRoute, Target, UnsupportedShape, provider_path, target_api
-from kinference.config.models import TargetApi
 from kinference.requests import Shape
+from kinference.routing.apis import LOCAL_PATHS, sent_shape
 from kinference.routing.decision import (
     Decision,
     LocalChoice,
@@ -49,11 +49,6 @@ _SHAPE_KINDS = {
     Shape.RESPONSES: "responses",
     Shape.ANTHROPIC_MESSAGES: "messages",
 }
-# The conversation shape each target API takes; the other one is translated to it.
-_CONVERSATION = {"openai": Shape.CHAT, "anthropic": Shape.ANTHROPIC_MESSAGES}
-_CONVERSATIONS = frozenset(_CONVERSATION.values())
-# Where a local engine serves a conversation that was translated for it.
-_LOCAL_PATHS = {Shape.CHAT: "/v1/chat/completions", Shape.ANTHROPIC_MESSAGES: "/v1/messages"}
 # Why no target could serve, most telling first: the code a NO_WORKERS answer carries.
 _NO_WORKER_CODES = (
     Reason.NO_READY_ENDPOINT,
@@ -61,16 +56,6 @@ _NO_WORKER_CODES = (
     Reason.PROVIDER_COOLING,
     Reason.NO_TARGET,
 )
-
-
-def sent_shape(shape: Shape, api: TargetApi | None) -> Shape | None:
-    """The shape a request of `shape` is sent in to a destination speaking `api` (None: as
-    written); None when that API has no such request (Anthropic takes conversations only)."""
-    if api is None:
-        return shape
-    if shape in _CONVERSATIONS:
-        return _CONVERSATION[api]
-    return shape if api == "openai" else None
 
 
 @dataclass
@@ -346,7 +331,7 @@ class Router:
             max_tokens_field=group[0].max_tokens_field,
             prefix_hashes=hashes,
             sent_shape=translated,
-            local_path=_LOCAL_PATHS[translated] if translated is not None else "",
+            local_path=LOCAL_PATHS[translated] if translated is not None else "",
         )
 
     def _pool_of(self, group: tuple[Target, ...], slot: int) -> str:
