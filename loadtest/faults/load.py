@@ -21,6 +21,10 @@ from kinference.v1 import picker_pb2 as pb
 from loadtest.flows import ACCEPTED_OUTCOMES, ITL_BUCKETS_LAYOUT_1, MODEL, Body
 
 _MAX_EXAMPLES = 5  # failure descriptions kept for the report
+# What grpc-core (not the server) reports to a client whose connection died mid-call: a
+# client-streaming call cut off while it writes ends INTERNAL with this detail instead of
+# UNAVAILABLE (grpc/grpc#36066). It is the same lost transport, so it counts as UNAVAILABLE.
+_CORE_TRANSPORT_LOST = "Internal error from Core"
 
 
 class SpecError(Exception):
@@ -46,8 +50,9 @@ class Tally:
 
     def error(self, error: grpc.aio.AioRpcError, spec_codes: Collection[grpc.StatusCode]) -> bool:
         """Count a failed call; returns whether its status is one the spec prescribes."""
-        if error.code() in spec_codes:
-            self.spec_errors[error.code().name] += 1
+        code = _transport_code(error)
+        if code in spec_codes:
+            self.spec_errors[code.name] += 1
             return True
         self.fail(f"{error.code().name}: {error.details()}")
         return False
@@ -58,6 +63,14 @@ class Tally:
             return 0.0
         ordered = sorted(self.pick_s)
         return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+
+
+def _transport_code(error: grpc.aio.AioRpcError) -> grpc.StatusCode:
+    """The call's status, with grpc-core's lost-transport INTERNAL read as UNAVAILABLE."""
+    code = error.code()
+    if code is grpc.StatusCode.INTERNAL and error.details() == _CORE_TRANSPORT_LOST:
+        return grpc.StatusCode.UNAVAILABLE
+    return code
 
 
 async def push(client: PickerClient, body: Body) -> int:
