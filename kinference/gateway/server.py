@@ -43,6 +43,9 @@ class GatewayServer:
         config = uvicorn.Config(
             app,
             lifespan="on",
+            # The gateway's own date header only; no server header (neither ours nor the
+            # upstream's: kinference.gateway.upstream drops the relayed ones).
+            server_header=False,
             log_config=log_config,
             access_log=log_config is not None,
             # Then responses still streaming are cancelled: each sends its Abort.
