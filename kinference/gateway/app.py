@@ -265,9 +265,12 @@ class _Exchange:
             headers.append((b"x-request-id", request_id.encode()))
             send = self.send
             await send({"type": "http.response.start", "status": relay.status, "headers": headers})
+            ended = False
             async for chunk in relay.body():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+                ended = relay.ending  # the last chunk and the end of the body: one write
+                await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
+            if not ended:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             relay.finish()
 

@@ -19,12 +19,14 @@ import socket
 import ssl
 import time
 from collections.abc import AsyncIterable, AsyncIterator
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
 
 _IDLE_S = 4.0  # an idle pooled connection older than this (seconds) is closed, not reused
 _MAX_IDLE_PER_ORIGIN = 64
+_JOIN_BELOW = 64 * 1024  # a first body chunk up to this many bytes is sent with the head
 _READ_HIGH = 256 * 1024  # buffered response bytes at which the socket stops being read
 
 
@@ -70,14 +72,14 @@ class _Conn(asyncio.Protocol):
         self.body: collections.deque[bytes] = collections.deque()
         self.buffered = 0
         self.complete = False
+        self.keep_alive = False
         self.error: UpstreamError | None = None
         self._wake: asyncio.Future[None] | None = None
         self._paused = False
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -109,6 +111,8 @@ class _Conn(asyncio.Protocol):
         self.headers.append((name.decode("latin-1").lower(), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
+        # Read here: llhttp forgets it once the message is complete.
+        self.keep_alive = self.parser.should_keep_alive()
         if not self.head.done():
             self.head.set_result(None)
 
@@ -161,12 +165,23 @@ class _Conn(asyncio.Protocol):
                 raise ReadTimeout("the upstream went silent") from None
             finally:
                 self._wake = None
-        data = self.body.popleft()
+        # Everything already here goes out as one piece: one client write, not one per read.
+        data = self.body.popleft() if len(self.body) == 1 else b"".join(self._drain())
         self.buffered -= len(data)
         if self._paused and self.buffered <= _READ_HIGH // 2 and self.transport is not None:
             self._paused = False
             self.transport.resume_reading()
         return data
+
+    def _drain(self) -> list[bytes]:
+        pieces = list(self.body)
+        self.body.clear()
+        return pieces
+
+    @property
+    def drained(self) -> bool:
+        """The whole response has arrived and been handed out."""
+        return self.complete and not self.body
 
     async def write(self, data: bytes | memoryview) -> None:
         if self.closed or self.transport is None:
@@ -181,7 +196,7 @@ class _Conn(asyncio.Protocol):
             and self.error is None
             and not self.closed
             and not self.body
-            and self.parser.should_keep_alive()
+            and self.keep_alive
         )
 
     def recycle(self) -> None:
@@ -216,6 +231,11 @@ class Response:
             if key == name:
                 return value
         return ""
+
+    @property
+    def drained(self) -> bool:
+        """Nothing more will come: the body is complete and all of it was handed out."""
+        return self._conn.drained
 
     async def chunks(self) -> AsyncIterator[bytes]:
         while (data := await self._conn.next_body(self._read_timeout_s)) is not None:
@@ -258,9 +278,17 @@ class HttpClient:
         origin, target = _split(url)
         conn = self._pooled(origin) or await self._connect(origin)
         try:
-            await conn.write(_head(method, target, origin, headers))
+            head: bytes | None = _head(method, target, origin, headers)
             async for chunk in body:
+                if head is not None:  # the head and a small first chunk: one write
+                    if len(chunk) <= _JOIN_BELOW:
+                        chunk = b"".join((head, chunk))
+                    else:
+                        await conn.write(head)
+                    head = None
                 await conn.write(chunk)
+            if head is not None:
+                await conn.write(head)
             async with asyncio.timeout(self.read_timeout_s):
                 await asyncio.shield(conn.head)
         except TimeoutError:

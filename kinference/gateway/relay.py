@@ -83,10 +83,20 @@ class Relay:
         self.headers.append(("content-length", str(len(self._whole))))
         self._complete = True
 
+    @property
+    def ending(self) -> bool:
+        """The chunk `body()` just yielded is its last one (the upstream is done and read)."""
+        return self._whole is not None or self.response.drained
+
     async def body(self) -> AsyncGenerator[bytes, None]:
-        """The response body for the client; reports the first token on the way."""
+        """The response body for the client; reports the first token on the way.
+
+        Once `ending` is true after a yield, nothing but the end of the iteration follows,
+        so the HTTP layer may send that chunk as the last.
+        """
         if self._whole is not None:
             yield self._whole
+            self._complete = True
             return
         if self._event_stream:
             async for out in self._events():
@@ -109,6 +119,9 @@ class Relay:
                 yield chunk
                 continue
             out = b"".join([transform.event(event) for event in events])
+            if self.response.drained:  # the last read: its tail goes with it
+                out += splitter.leftover + transform.end()
+                transform = None
             if out:
                 yield out
         if transform is not None:
