@@ -29,7 +29,7 @@ from kinference.gateway.http1 import (
 from kinference.gateway.port import AbortReason, PickerPort, Reports
 from kinference.gateway.relay import FinishObserver, Relay
 from kinference.gateway.timing import TokenClock
-from kinference.gateway.upload import Upload
+from kinference.gateway.upload import BodyTooLarge, Upload
 from kinference.gateway.upstream import BackendUnresolved, Target, request_headers, resolve
 from kinference.v1 import picker_pb2 as pb
 
@@ -142,6 +142,8 @@ class Flow:
             )
         except grpc.aio.AioRpcError as error:
             raise upload.error() if upload.too_large else errors.rpc_error(error, "push") from None
+        except BodyTooLarge:  # the hosted picker sees the upload's own exception
+            raise upload.error() from None
         except asyncio.CancelledError:
             if upload.cut_short():  # our own reset of the stream, not a cancelled request
                 raise upload.error() from None

@@ -276,17 +276,18 @@ class HttpClient:
     ) -> Response:
         """Send the request (the caller sets `content-length`); returns at the response head."""
         origin, target = _split(url)
+        head: bytes | None = _head(method, target, origin, headers)  # checked before connecting
         conn = self._pooled(origin) or await self._connect(origin)
         try:
-            head: bytes | None = _head(method, target, origin, headers)
             async for chunk in body:
+                data = chunk
                 if head is not None:  # the head and a small first chunk: one write
                     if len(chunk) <= _JOIN_BELOW:
-                        chunk = b"".join((head, chunk))
+                        data = b"".join((head, chunk))
                     else:
                         await conn.write(head)
                     head = None
-                await conn.write(chunk)
+                await conn.write(data)
             if head is not None:
                 await conn.write(head)
             async with asyncio.timeout(self.read_timeout_s):

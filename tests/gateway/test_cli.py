@@ -14,9 +14,9 @@ import pytest
 
 from kinference.cli import main
 from kinference.client import PickerClient
-from kinference.v1 import picker_pb2 as pb
 from kinference.gateway.settings import GatewaySettings, load_gateway_settings
 from kinference.settings import SettingsError
+from kinference.v1 import picker_pb2 as pb
 from tests.conftest import RunningPicker
 from tests.gateway.conftest import free_port
 
