@@ -118,6 +118,12 @@ class Relay:
             if transform is None:
                 yield chunk
                 continue
+            if splitter.broken:  # an endless event: from here on, bytes go out as they came
+                out = b"".join([transform.event(event) for event in events])
+                yield out + splitter.spilled
+                splitter.spilled = b""
+                transform = None
+                continue
             out = b"".join([transform.event(event) for event in events])
             if self.response.drained:  # the last read: its tail goes with it
                 out += splitter.leftover + transform.end()

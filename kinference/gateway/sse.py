@@ -52,6 +52,7 @@ class SseSplitter:
     def __init__(self) -> None:
         self._pending = b""
         self.broken = False  # an event grew past MAX_EVENT_BYTES: the rest is not split
+        self.spilled = b""  # the unsplit bytes held when it broke (a relay sends them as is)
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         if self.broken:
@@ -62,7 +63,7 @@ class SseSplitter:
         else:
             events, rest = _split_lf(data)
         if len(rest) > MAX_EVENT_BYTES:
-            self.broken, rest = True, b""
+            self.broken, self.spilled, rest = True, rest, b""
         self._pending = rest
         return events
 
