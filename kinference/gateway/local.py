@@ -140,7 +140,8 @@ class LocalPicker:
         if pool is not None:
             request.inference_pool.namespace, request.inference_pool.name = pool
         try:
-            return convert.pick_response(self.service.pick(convert.pick_call(request)))
+            result = await self.service.pick_off_loop(convert.pick_call(request))
+            return convert.pick_response(result)
         except PickerError as error:
             raise rpc_error(error) from None
 
