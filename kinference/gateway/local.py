@@ -110,13 +110,16 @@ class LocalPicker:
         return stream_id
 
     async def _receive(self, upload: Upload, chunks: AsyncIterator[bytes]) -> None:
-        add = upload.add
+        add, offload = upload.add, self.service.offload
         loop = asyncio.get_running_loop()
-        try:
+        try:  # as kinference.api.servicer receives a PushBody
             async with asyncio.timeout(self._idle_timeout_s) as idle:
                 async for chunk in chunks:
-                    add(chunk)
-                    idle.reschedule(loop.time() + self._idle_timeout_s)
+                    observation = add(chunk)
+                    if observation is not None:  # a big chunk: scanned off the loop
+                        await offload.run(observation.run)
+                    if chunk:  # only body bytes are progress
+                        idle.reschedule(loop.time() + self._idle_timeout_s)
         except TimeoutError:
             raise IdleTimeout(
                 f"no body bytes for {self._idle_timeout_s:g} s (inter-chunk budget)"
