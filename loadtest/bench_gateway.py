@@ -1,14 +1,17 @@
-"""What the reference gateway adds: the same requests straight to an engine and through it.
+"""What a front door adds: kinference's gateway beside LiteLLM, vllm-router and sglang-router.
 
-    python -m loadtest.bench_gateway [--requests 2000] [--concurrency 16] [--quick]
+    python -m loadtest.bench_gateway [--rounds 3] [--quick] [--systems kinference,litellm,...]
 
-Three processes, as deployed: a simulated engine answering at once (`--time-scale 0`, so
-what is measured is the serving path, not generation), the picker (`kinference serve`) and
-the gateway (`kinference gateway`). A client in this process sends chat completions, whole
-and streamed, first directly to the engine, then through the gateway, with a fixed number of
-requests in flight. It prints latency percentiles and throughput for each path, and the CPU
-the picker and gateway spent per request. Traffic stays on the loopback interface and the run
-stops after `--requests` requests per case.
+One simulated engine answering at once (`--time-scale 0`: what is measured is the serving
+path, not generation) and, in front of it, each system with its project's defaults:
+kinference's gateway hosting the picker (`kinference gateway`, the default deployment),
+kinference's gateway calling a separate `kinference serve` (`--picker`, remote mode),
+LiteLLM's proxy, vllm-router and sglang-router. The same 16-token chat completions, whole
+and streamed, go straight to the engine and through each system, at 1 and 16 in flight, in
+rounds that interleave the systems (so a noisy neighbour on the shared machine hurts all of
+them alike). Printed: latency percentiles and what each system adds to the engine's own,
+CPU per request of the system's processes, throughput, and kinference's targets (issue 14)
+as PASS/FAIL. Peers that are not installed are skipped (`pip install '.[bench]' litellm[proxy]`).
 """
 
 from __future__ import annotations
@@ -17,35 +20,23 @@ import argparse
 import asyncio
 import contextlib
 import json
-import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+from kinference.gateway.http1 import HttpClient
+from loadtest import gateway_systems as systems
+from loadtest.gateway_systems import MODEL, System, cpu_seconds
+from loadtest.servers import ServerSpec
 
-from loadtest.servers import ServerProcess, ServerSpec, kinference_spec, running, spawn, stop
-
-MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-READY_TIMEOUT_S = 60.0
-
-
-@dataclass(frozen=True)
-class Figures:
-    label: str
-    median_ms: float
-    p95_ms: float
-    p99_ms: float
-    per_s: float
-
-    def line(self) -> str:
-        return (
-            f"{self.label:<28} median {self.median_ms:6.2f} ms  p95 {self.p95_ms:6.2f} ms  "
-            f"p99 {self.p99_ms:6.2f} ms  {self.per_s:7.0f} req/s"
-        )
+KINDS = ("whole", "streamed")
+ALL_SYSTEMS = ("kinference", "kinference-remote", "litellm", "vllm-router", "sglang-router")
+# Issue 14's targets for kinference.
+ADDED_P50_MS, ADDED_P99_MS, CPU_MS, VS_LITELLM, VS_VLLM = 1.5, 4.0, 1.5, 5.0, 0.3
 
 
 def chat_body(stream: bool, max_tokens: int) -> bytes:
@@ -59,141 +50,203 @@ def chat_body(stream: bool, max_tokens: int) -> bytes:
     return json.dumps(request).encode()
 
 
+@dataclass
+class Slice:
+    """Everything measured for one system, kind and concurrency, over all rounds."""
+
+    latencies: list[float] = field(default_factory=list)  # seconds
+    seconds: float = 0.0
+    cpu_s: float = 0.0
+
+    def pct(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(int(len(ordered) * q), len(ordered) - 1)] * 1000
+
+    @property
+    def per_s(self) -> float:
+        return len(self.latencies) / self.seconds if self.seconds else 0.0
+
+    @property
+    def cpu_ms(self) -> float:
+        return self.cpu_s * 1000 / len(self.latencies) if self.latencies else 0.0
+
+
+async def _one(client: HttpClient, url: str, body: bytes) -> float:
+    headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
+    started = time.perf_counter()
+    response = await client.request("POST", url, headers, _single(body))
+    try:
+        async for _chunk in response.chunks():
+            pass
+    finally:
+        response.close()
+    if response.status != 200:
+        raise RuntimeError(f"{url} answered {response.status}: {(await response.read())[:300]!r}")
+    return time.perf_counter() - started
+
+
+async def _single(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
 async def measure(
-    http: httpx.AsyncClient, url: str, body: bytes, *, requests: int, concurrency: int, label: str
-) -> Figures:
-    """`requests` POSTs of `body` with `concurrency` in flight; every answer read to the end."""
-    latencies: list[float] = []
+    client: HttpClient, system: System, body: bytes, load: tuple[int, int], into: Slice
+) -> None:
+    """`load` = (requests, concurrency); adds latencies, wall and CPU time to `into`."""
+    requests, concurrency = load
+    url = f"{system.url}/v1/chat/completions"
     remaining = iter(range(requests))
+    latencies: list[float] = []
 
     async def worker() -> None:
         for _ in remaining:
-            started = time.perf_counter()
-            async with http.stream("POST", url, content=body) as response:
-                async for _chunk in response.aiter_raw():
-                    pass
-                response.raise_for_status()
-            latencies.append(time.perf_counter() - started)
+            latencies.append(await _one(client, url, body))
 
+    cpu_before = sum(cpu_seconds(pid) for pid in system.pids)
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - started
-    latencies.sort()
-    return Figures(
-        label,
-        statistics.median(latencies) * 1000,
-        latencies[int(len(latencies) * 0.95)] * 1000,
-        latencies[int(len(latencies) * 0.99)] * 1000,
-        len(latencies) / elapsed,
-    )
-
-
-async def wait_http(server: ServerProcess, url: str) -> None:
-    """Poll `url` until it answers 200, failing if the server dies or never gets there."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    async with httpx.AsyncClient(trust_env=False, timeout=1.0) as http:
-        while True:
-            server.check_alive()
-            with contextlib.suppress(httpx.TransportError):
-                if (await http.get(url)).status_code == 200:
-                    return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{server.spec.label} not answering {url}")
-            await asyncio.sleep(0.05)
+    into.seconds += time.perf_counter() - started
+    into.cpu_s += sum(cpu_seconds(pid) for pid in system.pids) - cpu_before
+    into.latencies.extend(latencies)
 
 
 @contextlib.asynccontextmanager
-async def http_server(
-    spec: ServerSpec, log_dir: Path, ready_path: str
-) -> AsyncIterator[ServerProcess]:
-    """An HTTP server subprocess answering `ready_path`."""
-    server = spawn(spec, log_dir)
-    try:
-        await wait_http(server, f"http://{server.address}{ready_path}")
-        yield server
-    except BaseException:
-        print(f"--- {spec.label} output ---\n{server.log_tail()}", file=sys.stderr)
-        raise
-    finally:
-        stop(server)
+async def started(names: list[str], log_dir: Path) -> AsyncIterator[list[System]]:
+    """The engine (first) and every system named that can run here."""
+    async with contextlib.AsyncExitStack() as stack:
+        spec = ServerSpec("sim-engine", _engine_argv)
+        engine = await stack.enter_async_context(systems.http_process(spec, log_dir, "/health"))
+        address = engine.address
+        up = [System("engine (direct)", f"http://{address}", [engine.pid], baseline=True)]
+        present = systems.peers_installed()
+        probe = chat_body(False, 1)
+        openers = {
+            "kinference": lambda: systems.kinference_in_process(log_dir, address),
+            "kinference-remote": lambda: systems.kinference_remote(log_dir, address),
+            "litellm": lambda: systems.litellm(log_dir, address),
+            "vllm-router": lambda: systems.peer(systems.VLLM_ROUTER, log_dir, address, probe),
+            "sglang-router": lambda: systems.peer(systems.SGLANG_ROUTER, log_dir, address, probe),
+        }
+        for name in names:
+            if not present.get(name, True):
+                print(f"skipped {name}: not installed", file=sys.stderr)
+                continue
+            up.append(await stack.enter_async_context(openers[name]()))
+        yield up
 
 
-def engine_spec() -> ServerSpec:
-    def argv(listen: str) -> list[str]:
-        port = listen.rpartition(":")[2]
-        return [sys.executable, "-m", "loadtest.sim_engine", "--port", port, "--time-scale", "0"]
-
-    return ServerSpec("sim-engine", argv)
+def _engine_argv(listen: str) -> list[str]:
+    port = listen.rpartition(":")[2]
+    return [sys.executable, "-m", "loadtest.sim_engine", "--port", port, "--time-scale", "0"]
 
 
-def gateway_spec(picker: str) -> ServerSpec:
-    def argv(listen: str) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "kinference",
-            "gateway",
-            "--listen",
-            listen,
-            "--picker",
-            picker,
-        ]
-
-    return ServerSpec("gateway", argv, env={"KINFERENCE_GATEWAY_LOG_LEVEL": "WARNING"})
-
-
-async def run(requests: int, concurrency: int, max_tokens: int) -> list[Figures]:
+async def run(args: argparse.Namespace) -> dict[tuple[str, str, int], Slice]:
+    results: dict[tuple[str, str, int], Slice] = defaultdict(Slice)
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
-        log_dir = Path(tmp)
-        async with http_server(engine_spec(), log_dir, "/health") as engine:
-            policy = log_dir / "policy.yaml"
-            policy.write_text(
-                "pools:\n  - {namespace: default, name: chat, "
-                f'endpoints: ["{engine.address}"], models: ["{MODEL}"]}}\n'
-            )
-            async with (
-                running(kinference_spec(policy), log_dir) as picker,
-                http_server(gateway_spec(picker.address), log_dir, "/healthz") as gateway,
-            ):
-                servers = {"engine": engine, "gateway": gateway, "picker": picker}
-                return await _cases(servers, requests, concurrency, max_tokens)
+        async with started(args.systems, Path(tmp)) as up:
+            client = HttpClient(connect_timeout_s=10, read_timeout_s=60)
+            bodies = {kind: chat_body(kind == "streamed", args.max_tokens) for kind in KINDS}
+            for system in up:  # warm every path (connections, caches, JITs of the peers)
+                await measure(client, system, bodies["whole"], (64, 16), Slice())
+            for round_no in range(args.rounds):
+                order = up[round_no % len(up) :] + up[: round_no % len(up)]
+                for kind in KINDS:
+                    for concurrency, requests in ((1, args.requests_1), (16, args.requests_16)):
+                        for system in order:
+                            key = (system.name, kind, concurrency)
+                            load = (requests, concurrency)
+                            await measure(client, system, bodies[kind], load, results[key])
+                print(f"round {round_no + 1}/{args.rounds} done", file=sys.stderr)
+            await client.aclose()
+            names = [system.name for system in up]
+    return {key: results[key] for name in names for key in results if key[0] == name}
 
 
-async def _cases(
-    servers: dict[str, ServerProcess], requests: int, concurrency: int, tokens: int
-) -> list[Figures]:
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    engine = f"http://{servers['engine'].address}/v1/chat/completions"
-    gateway = f"http://{servers['gateway'].address}/v1/chat/completions"
-    figures = []
-    async with httpx.AsyncClient(trust_env=False, timeout=30.0, limits=limits) as http:
-        for stream in (False, True):
-            body = chat_body(stream, tokens)
-            kind = "streamed" if stream else "whole"
-            run = {"requests": requests, "concurrency": concurrency}
-            await measure(
-                http, gateway, body, requests=concurrency * 4, concurrency=concurrency, label="-"
+def table(results: dict[tuple[str, str, int], Slice]) -> list[str]:
+    names = list(dict.fromkeys(key[0] for key in results))
+    base = names[0]
+    lines = [
+        "| system | kind | p50 ms @1 | p99 ms @1 | added p50 | added p99 | CPU ms/req @1 | "
+        "CPU ms/req @16 | req/s @16 |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name in names:
+        for kind in KINDS:
+            one, many, direct = (
+                results[name, kind, 1],
+                results[name, kind, 16],
+                results[base, kind, 1],
             )
-            figures.append(await measure(http, engine, body, **run, label=f"direct, {kind}"))
-            before = {name: server.cpu_seconds() for name, server in servers.items()}
-            figures.append(await measure(http, gateway, body, **run, label=f"gateway, {kind}"))
-            for name in ("gateway", "picker", "engine"):
-                spent_ms = (servers[name].cpu_seconds() - before[name]) * 1000 / requests
-                print(f"{kind}: {name} CPU per request through the gateway: {spent_ms:.2f} ms")
-    return figures
+            added = "" if name == base else f"{one.pct(0.5) - direct.pct(0.5):.2f}"
+            added99 = "" if name == base else f"{one.pct(0.99) - direct.pct(0.99):.2f}"
+            lines.append(
+                f"| {name} | {kind} | {one.pct(0.5):.2f} | {one.pct(0.99):.2f} | {added} | "
+                f"{added99} | {one.cpu_ms:.2f} | {many.cpu_ms:.2f} | {many.per_s:.0f} |"
+            )
+    return lines
+
+
+def verdicts(results: dict[tuple[str, str, int], Slice], name: str) -> list[str]:
+    """Issue 14's targets for one kinference mode, each PASS or FAIL."""
+    names = list(dict.fromkeys(key[0] for key in results))
+    if name not in names:
+        return []
+    base, out = names[0], []
+    for kind in KINDS:
+        one, direct = results[name, kind, 1], results[base, kind, 1]
+        added50 = one.pct(0.5) - direct.pct(0.5)
+        added99 = one.pct(0.99) - direct.pct(0.99)
+        out.append(
+            _verdict(
+                f"{name} {kind}: added p50 {added50:.2f} ms <= {ADDED_P50_MS}",
+                added50 <= ADDED_P50_MS,
+            )
+        )
+        out.append(
+            _verdict(
+                f"{name} {kind}: added p99 {added99:.2f} ms <= {ADDED_P99_MS}",
+                added99 <= ADDED_P99_MS,
+            )
+        )
+        cpu = max(results[name, kind, 1].cpu_ms, results[name, kind, 16].cpu_ms)
+        out.append(_verdict(f"{name} {kind}: CPU {cpu:.2f} ms/req <= {CPU_MS}", cpu <= CPU_MS))
+        ours = results[name, kind, 16].per_s
+        for peer, factor in (("litellm", VS_LITELLM), ("vllm-router", VS_VLLM)):
+            if peer in names:
+                theirs = results[peer, kind, 16].per_s
+                ratio = ours / theirs if theirs else 0.0
+                out.append(
+                    _verdict(
+                        f"{name} {kind}: {ratio:.2f}x {peer}'s req/s @16 >= {factor}x",
+                        ratio >= factor,
+                    )
+                )
+    return out  # fmt: skip
+
+
+def _verdict(text: str, ok: bool) -> str:
+    return f"{'PASS' if ok else 'FAIL'}  {text}"
 
 
 def main(argv: list[str] | None = None) -> int:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    cli.add_argument("--requests", type=int, default=2000, help="per case")
-    cli.add_argument("--concurrency", type=int, default=16, help="requests in flight")
+    cli.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    cli.add_argument("--requests-1", type=int, default=300, help="per round and case, 1 in flight")
+    cli.add_argument(
+        "--requests-16", type=int, default=1200, help="per round and case, 16 in flight"
+    )
     cli.add_argument("--max-tokens", type=int, default=16)
-    cli.add_argument("--quick", action="store_true", help="200 requests, 4 in flight")
+    cli.add_argument("--systems", default=",".join(ALL_SYSTEMS), help="comma-separated")
+    cli.add_argument("--quick", action="store_true", help="1 round, 60 / 240 requests")
     args = cli.parse_args(argv)
-    requests, concurrency = (200, 4) if args.quick else (args.requests, args.concurrency)
-    figures = asyncio.run(run(requests, concurrency, args.max_tokens))
-    for figure in figures:
-        print(figure.line())
+    args.systems = [name for name in args.systems.split(",") if name]
+    if args.quick:
+        args.rounds, args.requests_1, args.requests_16 = 1, 60, 240
+    results = asyncio.run(run(args))
+    print("\n".join(table(results)))
+    for name in ("kinference", "kinference remote"):
+        for line in verdicts(results, name):
+            print(line)
     return 0
 
 

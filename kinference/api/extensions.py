@@ -59,9 +59,13 @@ def request_path(metadata: Metadata | None) -> str:
     for key, value in metadata or ():
         if key == REQUEST_PATH:
             text = value.decode("latin-1") if isinstance(value, bytes) else value
-            usable = text.startswith("/") and len(text) <= MAX_PATH_CHARS and text.isprintable()
-            return text if usable else ""
+            return text if usable_path(text) else ""
     return ""
+
+
+def usable_path(text: str) -> bool:
+    """A path hint worth reading: absolute, printable, not longer than any endpoint's."""
+    return text.startswith("/") and len(text) <= MAX_PATH_CHARS and text.isprintable()
 
 
 def pick_metadata(extras: PickExtras) -> list[tuple[str, str]]:

@@ -12,21 +12,34 @@ import logging
 import sys
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from kinference.config import Policy, PolicyError, default_policy, load_policy
+from kinference.discovery import check_discovery
 from kinference.gateway.backends import BackendsError, load_backends
 from kinference.gateway.callers import ApiKeysError, load_api_keys
 from kinference.gateway.settings import GatewaySettings, load_gateway_settings
-from kinference.settings import SettingsError
+from kinference.settings import Settings, SettingsError, load_settings
 
 EXIT_USAGE = 2  # bad settings, files, or the extra missing: like argparse's usage errors
 _FLAGS = {  # flag -> (setting, help)
     "--listen": ("listen", "HTTP HOST:PORT (env KINFERENCE_GATEWAY_LISTEN, default 0.0.0.0:8080)"),
-    "--picker": ("picker", "picker gRPC target (env KINFERENCE_GATEWAY_PICKER)"),
+    "--picker": (
+        "picker",
+        "gRPC target of a `kinference serve` picker (env KINFERENCE_GATEWAY_PICKER); "
+        "empty (the default): host the picker in this process",
+    ),
     "--backends": ("backends_file", "backends YAML (env KINFERENCE_GATEWAY_BACKENDS_FILE)"),
     "--api-keys": ("api_keys_file", "API keys YAML (env KINFERENCE_GATEWAY_API_KEYS_FILE)"),
     "--tenant-header": ("tenant_header", "tenant header (env KINFERENCE_GATEWAY_TENANT_HEADER)"),
     "--qos-header": ("qos_header", "QoS header (env KINFERENCE_GATEWAY_QOS_HEADER)"),
     "--pool": ("pool", "NAMESPACE/NAME sent as inference_pool (env KINFERENCE_GATEWAY_POOL)"),
-    "--models": ("models", "ids listed by GET /v1/models (env KINFERENCE_GATEWAY_MODELS)"),
+    "--models": ("models", "ids GET /v1/models lists (env KINFERENCE_GATEWAY_MODELS)"),
+}  # fmt: skip
+# The hosted picker's own settings (kinference.settings, env KINFERENCE_*).
+_PICKER_FLAGS = {
+    "--config": ("config", "policy file (env KINFERENCE_CONFIG); remote mode: read for /v1/models"),
+    "--grpc-listen": ("listen", "in-process: the picker's gRPC HOST:PORT (env KINFERENCE_LISTEN)"),
 }  # fmt: skip
 
 
@@ -37,6 +50,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     for flag, (setting, text) in _FLAGS.items():
         gateway.add_argument(flag, dest=setting, help=text)
+    for flag, (setting, text) in _PICKER_FLAGS.items():
+        gateway.add_argument(flag, dest=f"picker_{setting}", help=text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,11 +62,16 @@ def run(args: argparse.Namespace) -> int:
         )
         backends = load_backends(settings.backends_file)
         api_keys = load_api_keys(settings.api_keys_file)
-    except (SettingsError, BackendsError, ApiKeysError) as exc:
+        picker_settings = load_settings(
+            {setting: getattr(args, f"picker_{setting}") for setting, _ in _PICKER_FLAGS.values()}
+        )
+        policy = _hosted_policy(settings, picker_settings)
+    except (SettingsError, BackendsError, ApiKeysError, PolicyError) as exc:
         print(f"kinference gateway: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         from kinference.gateway.app import build_app
+        from kinference.gateway.embedded import picker_opener
         from kinference.gateway.server import GatewayServer
     except ImportError as exc:
         print(
@@ -62,9 +82,20 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     _configure_logging(settings)
-    app = build_app(settings, backends, api_keys)
+    registry = CollectorRegistry()
+    opener = picker_opener(settings, picker_settings, policy, registry)
+    app = build_app(settings, backends, api_keys, picker=opener, registry=registry)
     _run_loop(_serve(GatewayServer, app, settings))
     return 0
+
+
+def _hosted_policy(settings: GatewaySettings, picker: Settings) -> Policy | None:
+    """The hosted picker's policy in in-process mode; None in remote mode."""
+    if not settings.in_process:
+        return None
+    policy = load_policy(picker.config) if picker.config else default_policy()
+    check_discovery(picker)
+    return policy
 
 
 async def _serve(server_class: Any, app: Any, settings: GatewaySettings) -> None:
@@ -75,7 +106,7 @@ async def _serve(server_class: Any, app: Any, settings: GatewaySettings) -> None
         "kinference gateway on %s (port %d), picker %s",
         settings.listen,
         server.port,
-        settings.picker,
+        settings.picker or "in-process",
     )
     await server.serve_until_signalled()
 

@@ -10,22 +10,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
-import httpx
 
 from kinference.api.extensions import PickExtras
-from kinference.client import PickerClient
 from kinference.gateway import errors
 from kinference.gateway.backends import Backend, CredentialMissing
 from kinference.gateway.callers import Caller, CallerRejected, CallerResolver
 from kinference.gateway.errors import GatewayError
-from kinference.gateway.relay import Relay
-from kinference.gateway.reports import AbortReason, Reporter, RequestReports
+from kinference.gateway.hooks import Exchange, Transforms
+from kinference.gateway.http1 import (
+    ConnectFailed,
+    HttpClient,
+    ReadTimeout,
+    Response,
+    UpstreamError,
+)
+from kinference.gateway.port import AbortReason, PickerPort, Reports
+from kinference.gateway.relay import FinishObserver, Relay
 from kinference.gateway.timing import TokenClock
-from kinference.gateway.translate import translator_for
-from kinference.gateway.upload import Upload
+from kinference.gateway.upload import BodyTooLarge, Upload
 from kinference.gateway.upstream import BackendUnresolved, Target, request_headers, resolve
 from kinference.v1 import picker_pb2 as pb
 
@@ -44,10 +49,21 @@ class Incoming:
     headers: list[tuple[str, str]]  # names lower-case, as ASGI gives them
     body: AsyncIterator[bytes]
     request_id: str
+    header_map: dict[str, str] = field(default_factory=dict)  # first value of each name
+    # Told when the relay finishes: the HTTP layer's metrics (status, usage, timing).
+    on_finish: FinishObserver | None = None
 
-    @property
-    def header_map(self) -> dict[str, str]:
-        return dict(self.headers)
+    def __post_init__(self) -> None:
+        if not self.header_map:
+            self.header_map = dict(reversed(self.headers))
+
+
+@dataclass
+class Pushed:
+    """What the gateway learnt from the client's body while pushing it."""
+
+    stream_id: int
+    asked_usage: bool
 
 
 class PullMismatch(Exception):
@@ -60,11 +76,11 @@ class Flow:
     def __init__(
         self,
         *,
-        picker: PickerClient,
-        http: httpx.AsyncClient,
+        picker: PickerPort,
+        http: HttpClient,
         backends: Mapping[str, Backend],
         callers: CallerResolver,
-        reporter: Reporter,
+        transforms: Transforms,
         pool: tuple[str, str] | None,
         rpc_timeout_s: float,
         max_body_bytes: int,
@@ -73,7 +89,7 @@ class Flow:
         self._http = http
         self._backends = backends
         self._callers = callers
-        self._reporter = reporter
+        self._transforms = transforms
         self._pool = pool
         self._rpc_timeout_s = rpc_timeout_s
         self._max_body_bytes = max_body_bytes
@@ -85,12 +101,12 @@ class Flow:
             caller = self._callers.resolve(incoming.header_map)
         except CallerRejected as exc:
             raise GatewayError(exc.status, exc.code, str(exc)) from None
-        pick, extras = await self._push_and_pick(incoming, caller)
+        pushed, (pick, extras) = await self._push_and_pick(incoming, caller)
         if pick.response_id == 0 or pick.WhichOneof("destination") is None:
             raise errors.outcome_error(pick, extras)
-        reports = RequestReports(self._reporter, pick.response_id)
+        reports = self._picker.reports(pick.response_id)
         try:
-            return await self._dispatch(pick, extras, incoming, reports)
+            return await self._dispatch(pick, extras, pushed, incoming, reports)
         except GatewayError:
             raise  # its Abort went out where it was raised
         except BaseException:
@@ -100,12 +116,12 @@ class Flow:
 
     async def _push_and_pick(
         self, incoming: Incoming, caller: Caller
-    ) -> tuple[pb.PickResponse, PickExtras]:
-        stream_id = await self._push(incoming)
+    ) -> tuple[Pushed, tuple[pb.PickResponse, PickExtras]]:
+        pushed = await self._push(incoming)
         try:
             async with asyncio.timeout(self._rpc_timeout_s):
-                return await self._picker.pick_with_extras(
-                    stream_id,
+                return pushed, await self._picker.pick(
+                    pushed.stream_id,
                     tenant=caller.tenant,
                     qos=caller.qos,
                     pool=self._pool,
@@ -116,13 +132,13 @@ class Flow:
         except TimeoutError:
             raise GatewayError(504, "picker_timeout", "picker pick: no answer in time") from None
 
-    async def _push(self, incoming: Incoming) -> int:
+    async def _push(self, incoming: Incoming) -> Pushed:
         length = incoming.header_map.get("content-length", "")
         declared = int(length) if length.isdigit() else None
         upload = Upload(incoming.body, self._max_body_bytes)
         upload.check_declared(declared)
         try:
-            pushed = await self._picker.push(
+            stream_id = await self._picker.push(
                 upload.chunks(),
                 declared_length=declared,
                 client_request_id=incoming.request_id,
@@ -130,14 +146,21 @@ class Flow:
             )
         except grpc.aio.AioRpcError as error:
             raise upload.error() if upload.too_large else errors.rpc_error(error, "push") from None
+        except BodyTooLarge:  # the hosted picker sees the upload's own exception
+            raise upload.error() from None
         except asyncio.CancelledError:
             if upload.cut_short():  # our own reset of the stream, not a cancelled request
                 raise upload.error() from None
             raise
-        return pushed.stream_id
+        return Pushed(stream_id, upload.usage_ask.asked())
 
     async def _dispatch(
-        self, pick: pb.PickResponse, extras: PickExtras, incoming: Incoming, reports: RequestReports
+        self,
+        pick: pb.PickResponse,
+        extras: PickExtras,
+        pushed: Pushed,
+        incoming: Incoming,
+        reports: Reports,
     ) -> Relay:
         path, query = incoming.path, incoming.query
         if extras.upstream_path:  # a translated local pick: the other API's endpoint
@@ -160,40 +183,52 @@ class Flow:
         )
         if "x-request-id" not in incoming.header_map:  # one id in every log along the way
             headers.append(("x-request-id", incoming.request_id))
-        request = self._http.build_request(
-            incoming.method,
-            target.url,
-            headers=headers,
-            content=self._pulled(pick.response_id, pick.body_total_bytes),
-        )
         clock = TokenClock()
-        response = await self._send(request, reports)
-        if target.provider is not None and response.status_code in _UNAUTHORIZED:
-            await response.aclose()
-            detail = f"upstream answered {response.status_code}"
+        response = await self._send(incoming.method, target.url, headers, pick, reports)
+        if target.provider is not None and response.status in _UNAUTHORIZED:
+            response.close()
+            detail = f"upstream answered {response.status}"
             reason = pb.AbortRequest.BACKEND_UNAUTHORIZED
             raise _aborted(reports, reason, detail, errors.backend_unauthorized(target.provider))
-        _log_dispatch(incoming, pick, target, response.status_code)
-        event_stream = response.headers.get("content-type", "").startswith("text/event-stream")
-        translator = translator_for(
-            extras.translated, response.status_code, event_stream, usage_asked=extras.usage_asked
+        _log_dispatch(incoming, pick, target, response.status)
+        exchange = Exchange(
+            path=incoming.path.partition("?")[0],
+            request_headers=incoming.header_map,
+            pick=pick,
+            status=response.status,
+            content_type=response.header("content-type").lower(),
+            client_asked_usage=pushed.asked_usage,
+            extras=extras,
         )
         return Relay(
-            response, clock, reports, fallback_model=pick.requested_model, translator=translator
+            response,
+            clock,
+            reports,
+            fallback_model=pick.requested_model,
+            transform=self._transforms.for_exchange(exchange),
+            on_finish=incoming.on_finish,
         )
 
-    async def _send(self, request: httpx.Request, reports: RequestReports) -> httpx.Response:
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        headers: list[tuple[str, str]],
+        pick: pb.PickResponse,
+        reports: Reports,
+    ) -> Response:
+        body = self._pulled(pick.response_id, pick.body_total_bytes)
         try:
-            return await self._http.send(request, stream=True)
+            return await self._http.request(method, url, headers, body)
         except (grpc.aio.AioRpcError, PullMismatch) as exc:
             detail = f"PullBody: {_describe(exc)}"
             error = errors.upstream_failed("the request body could not be read back")
             raise _aborted(reports, pb.AbortRequest.PULL_FAILED, detail, error) from None
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             reason, error = _upstream_failure(exc)
             raise _aborted(reports, reason, f"upstream: {_describe(exc)}", error) from None
 
-    async def _pulled(self, response_id: int, expected: int) -> AsyncIterator[bytes]:
+    async def _pulled(self, response_id: int, expected: int) -> AsyncIterator[bytes | memoryview]:
         """PullBody, checked to carry exactly `body_total_bytes` (spec: callers may enforce)."""
         total = 0
         async for chunk in self._picker.pull(response_id):
@@ -204,7 +239,7 @@ class Flow:
 
 
 def _aborted(
-    reports: RequestReports, reason: AbortReason, detail: str, error: GatewayError
+    reports: Reports, reason: AbortReason, detail: str, error: GatewayError
 ) -> GatewayError:
     reports.abort(reason, detail)
     log.warning(
@@ -213,12 +248,12 @@ def _aborted(
     return error
 
 
-def _upstream_failure(exc: httpx.HTTPError) -> tuple[AbortReason, GatewayError]:
-    if isinstance(exc, httpx.ConnectTimeout | httpx.ConnectError):
+def _upstream_failure(exc: UpstreamError) -> tuple[AbortReason, GatewayError]:
+    if isinstance(exc, ConnectFailed):
         return pb.AbortRequest.NOT_DISPATCHED, errors.upstream_failed(
             "the upstream could not be reached"
         )
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, ReadTimeout):
         return pb.AbortRequest.REASON_UNSPECIFIED, errors.upstream_timeout(
             "the upstream did not answer in time"
         )
@@ -237,5 +272,6 @@ def _provider_ref(pick: pb.PickResponse) -> str:
 
 
 def _log_dispatch(incoming: Incoming, pick: pb.PickResponse, target: Target, status: int) -> None:
-    where = target.provider or pick.local.endpoint
-    log.debug("request %s -> %s: upstream %d", incoming.request_id, where, status)
+    if log.isEnabledFor(logging.DEBUG):
+        where = target.provider or pick.local.endpoint
+        log.debug("request %s -> %s: upstream %d", incoming.request_id, where, status)

@@ -1,107 +1,168 @@
-"""The upstream response on its way back: bytes relayed as they come, timed and metered.
+"""The upstream response on its way back: relayed as it comes, metered, transformed if asked.
 
-The HTTP layer iterates `body()` at the client's pace (each send waits for the socket, so a
-slow reader slows the upstream read: backpressure end to end) and calls `finish()` exactly
-once however the response ends. `finish` closes the upstream response (its connection goes
-back to the pool or is dropped, never leaked) and tells the picker how it went:
-ReportFinalToken after a complete response, Abort otherwise.
+The HTTP layer calls `start()` (a whole body that a transform rewrites is read first, so its
+length is known), sends `status` and `headers`, iterates `body()` at the client's pace (each
+send waits for the socket, so a slow reader slows the upstream read: backpressure end to
+end) and calls `finish()` exactly once however the response ends. `finish` hands the
+upstream connection back (or drops it) and tells the picker how it went: ReportFinalToken
+after a complete response, Abort otherwise.
+
+Metering (kinference.gateway.usage) sees the upstream's bytes; the client sees what the
+response transform (kinference.gateway.hooks) makes of them. Without a transform a
+stream's bytes are forwarded exactly as received.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 
-import httpx
-
-from kinference.gateway.reports import RequestReports
+from kinference.gateway.hooks import ResponseTransform
+from kinference.gateway.http1 import Response, UpstreamError
+from kinference.gateway.port import Reports
+from kinference.gateway.sse import SseSplitter
 from kinference.gateway.timing import TokenClock
-from kinference.gateway.translate import Translator
-from kinference.gateway.translate.split import Splitter
 from kinference.gateway.upstream import response_headers
-from kinference.gateway.usage import ResponseMeter
+from kinference.gateway.usage import ResponseMeter, Usage
 from kinference.v1 import picker_pb2 as pb
 
 _ERROR_FROM = 400  # upstream statuses from here on end the request with an Abort
 
+# Called once when the relay finishes: (status sent, usage when complete, the token clock).
+FinishObserver = Callable[[int, Usage | None, TokenClock], None]
+
 
 class Relay:
-    """One dispatched request whose upstream answered with headers."""
+    """One dispatched request whose upstream answered with a response head."""
 
     def __init__(
         self,
-        response: httpx.Response,
+        response: Response,
         clock: TokenClock,
-        reports: RequestReports,
+        reports: Reports,
         *,
         fallback_model: str,
-        translator: Translator | None = None,
+        transform: ResponseTransform | None = None,
+        on_finish: FinishObserver | None = None,
     ) -> None:
         self.response = response
-        self.status = response.status_code
-        self.headers = response_headers(response.headers.multi_items())
-        content_type = response.headers.get("content-type", "")
-        self._translator = translator
-        if translator is not None:
-            self.headers = dict(translator.headers(list(self.headers.items())))
+        content_type = response.header("content-type").lower()
         self._event_stream = content_type.startswith("text/event-stream")
         self._meter = ResponseMeter(event_stream=self._event_stream, clock=clock)
         self._clock = clock
         self._reports = reports
-        self._fallback_model = fallback_model
+        self.model = fallback_model  # the model the client asked for
+        self._transform = transform
+        self._on_finish = on_finish
         self._complete = False
         self._finished = False
         self._failure = ""
-        if self.status >= _ERROR_FROM:
+        self._whole: bytes | None = None  # a transformed whole body, read by start()
+        self.upstream_status = response.status
+        self.status = transform.status(response.status) if transform else response.status
+        self.headers = response_headers(response.headers)
+        if not self._event_stream and transform is None:
+            length = response.header("content-length")
+            if length:
+                self.headers.append(("content-length", length))
+        if transform is not None:
+            self.headers = transform.headers(self.headers)
+        if self.upstream_status >= _ERROR_FROM:
             # The picker learns provider health from the status (429, 404, 5xx ...).
             clock.first_byte()
-            reports.first_token(clock.ttft_ms or 0, self.status)
+            reports.first_token(clock.ttft_ms or 0, self.upstream_status)
 
-    async def body(self) -> AsyncGenerator[bytes, None]:
-        """The response body as the upstream sends it; reports the first token on the way."""
-        try:
-            if self._translator is not None:
-                async for out in self._translated(self._translator):
-                    yield out
-                self._complete = True
-                return
-            async for chunk in self._metered():
-                yield chunk
-        except httpx.HTTPError as exc:
-            self._failure = f"upstream failed mid-response: {type(exc).__name__}"
-            raise
+    async def start(self) -> None:
+        """Read and transform a whole body before its head goes out (its length changes)."""
+        if self._transform is None or self._event_stream:
+            return
+        chunks = []
+        async for chunk in self._chunks():
+            self._first(self._meter.feed(chunk))
+            chunks.append(chunk)
+        self._whole = self._transform.whole(b"".join(chunks))
+        self.headers.append(("content-length", str(len(self._whole))))
         self._complete = True
 
-    async def _metered(self) -> AsyncGenerator[bytes, None]:
-        async for chunk in self.response.aiter_bytes():
-            if self._meter.feed(chunk) and self.status < _ERROR_FROM:
-                self._reports.first_token(self._clock.ttft_ms or 0, self.status)
-            yield chunk
+    @property
+    def ending(self) -> bool:
+        """The chunk `body()` just yielded is its last one (the upstream is done and read)."""
+        return self._whole is not None or self.response.drained
 
-    async def _translated(self, translator: Translator) -> AsyncGenerator[bytes, None]:
-        """The response in the client's API shape (the meter reads the upstream's bytes)."""
-        if not self._event_stream:
-            yield translator.whole(b"".join([chunk async for chunk in self._metered()]))
+    async def body(self) -> AsyncGenerator[bytes, None]:
+        """The response body for the client; reports the first token on the way.
+
+        Once `ending` is true after a yield, nothing but the end of the iteration follows,
+        so the HTTP layer may send that chunk as the last.
+        """
+        if self._whole is not None:
+            yield self._whole
+            self._complete = True
             return
-        splitter = Splitter()
-        async for chunk in self._metered():
-            out = b"".join([translator.event(event) for event in splitter.feed(chunk)])
+        if self._event_stream:
+            async for out in self._events():
+                yield out
+        else:
+            async for chunk in self._chunks():
+                self._first(self._meter.feed(chunk))
+                yield chunk
+        self._complete = True
+
+    async def _events(self) -> AsyncGenerator[bytes, None]:
+        splitter, meter, transform = SseSplitter(), self._meter, self._transform
+        async for chunk in self._chunks():
+            first = False
+            events = splitter.feed(chunk)
+            for event in events:
+                first = meter.event(event) or first
+            self._first(first)
+            if transform is None:
+                yield chunk
+                continue
+            if splitter.broken:  # an endless event: from here on, bytes go out as they came
+                out = b"".join([transform.event(event) for event in events])
+                yield out + splitter.spilled
+                splitter.spilled = b""
+                transform = None
+                continue
+            out = b"".join([transform.event(event) for event in events])
+            if self.response.drained:  # the last read: its tail goes with it
+                out += splitter.leftover + transform.end()
+                transform = None
             if out:
                 yield out
-        tail = translator.end()
-        if tail:
-            yield tail
+        if transform is not None:
+            tail = splitter.leftover + transform.end()
+            if tail:
+                yield tail
+
+    async def _chunks(self) -> AsyncGenerator[bytes, None]:
+        try:
+            async for chunk in self.response.chunks():
+                yield chunk
+        except UpstreamError as exc:
+            self._failure = f"upstream failed mid-response: {type(exc).__name__}"
+            raise
+
+    def _first(self, first: bool) -> None:
+        if first and self.upstream_status < _ERROR_FROM:
+            self._reports.first_token(self._clock.ttft_ms or 0, self.upstream_status)
 
     def finish(self) -> None:
-        """Close the upstream response and report; safe to call more than once."""
+        """Release the upstream connection and report; safe to call more than once."""
         if self._finished:
             return
         self._finished = True
-        self._reports.reporter.spawn(self.response.aclose, "close upstream")
+        self.response.close()
+        usage = None
         if not self._complete:
             detail = self._failure or "client went away mid-response"
             self._reports.abort(pb.AbortRequest.REASON_UNSPECIFIED, detail)
-        elif self.status >= _ERROR_FROM:
-            detail = f"upstream answered {self.status}"
+        elif self.upstream_status >= _ERROR_FROM:
+            detail = f"upstream answered {self.upstream_status}"
             self._reports.abort(pb.AbortRequest.REASON_UNSPECIFIED, detail)
         else:
-            self._reports.final(self._meter.finish(), self._clock, self._fallback_model)
+            usage = self._meter.finish()
+            self._reports.final(usage, self._clock, self.model)
+        if self._on_finish is not None:
+            status = self.status if self._complete else 499 if not self._failure else 502
+            self._on_finish(status, usage, self._clock)

@@ -31,13 +31,14 @@ class GatewaySettings(BaseSettings):
     )
 
     listen: str = "0.0.0.0:8080"  # HTTP, HOST:PORT
-    picker: str = Field(default="127.0.0.1:9002", min_length=1)  # gRPC target of the picker
+    # gRPC target of a picker (`kinference serve`); "" = host the picker in this process.
+    picker: str = ""
     backends_file: Path | None = None  # YAML: provider namespace/name -> base URL, credential
     api_keys_file: Path | None = None  # YAML: API key -> tenant; set = keys are required
     tenant_header: str = "x-kinference-tenant"  # read when no api_keys_file is given
     qos_header: str = "x-kinference-qos"  # interactive | batch | deferrable
     pool: str = ""  # NAMESPACE/NAME sent as PickRequest.inference_pool; "" names none
-    models: str = ""  # comma-separated ids listed by GET /v1/models; "" = route absent
+    models: str = ""  # comma-separated ids listed by GET /v1/models; "" = the policy's names
     # Bodies over this are refused with 413 (the picker's own default limit, 64 MiB).
     max_body_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     rpc_timeout_s: float = Field(default=10.0, gt=0)  # Pick, reports, Abort (not the body RPCs)
@@ -79,6 +80,11 @@ class GatewaySettings(BaseSettings):
     @classmethod
     def _upper_log_level(cls, value: object) -> object:
         return value.strip().upper() if isinstance(value, str) else value
+
+    @property
+    def in_process(self) -> bool:
+        """Whether the gateway hosts the picker itself (no picker target given)."""
+        return not self.picker.strip()
 
     @property
     def model_ids(self) -> tuple[str, ...]:

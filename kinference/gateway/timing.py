@@ -34,6 +34,7 @@ class TokenClock:
         self.ttft_ms: int | None = None
         self.tokens = 0  # content events seen; the usage fallback counts them
         self._last: float | None = None
+        self.gap_sum_s = 0.0  # the gaps between content events, summed, seconds
         self._buckets = [0] * (len(ITL_EDGES_MS) + 1)
 
     def token(self) -> bool:
@@ -44,7 +45,9 @@ class TokenClock:
         if last is None:
             self.ttft_ms = _ms(now - self.started)
             return True
-        self._buckets[itl_bucket((now - last) * 1000.0)] += 1
+        gap = now - last
+        self.gap_sum_s += gap
+        self._buckets[itl_bucket(gap * 1000.0)] += 1
         return False
 
     def first_byte(self) -> None:

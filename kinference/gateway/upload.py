@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from kinference.bodies import MAX_CHUNK_BYTES
+from kinference.gateway.asked import UsageAsk
 from kinference.gateway.errors import GatewayError
 
 
@@ -27,6 +28,7 @@ class Upload:
         self._body = body
         self.limit = limit
         self.too_large = False
+        self.usage_ask = UsageAsk()
 
     def check_declared(self, declared: int | None) -> None:
         """Refuse at once a body whose Content-Length is over the limit."""
@@ -36,11 +38,17 @@ class Upload:
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives, in chunks of at most 1 MiB (spec)."""
         total = 0
+        feed = self.usage_ask.feed
         async for data in self._body:
+            feed(data)
             total += len(data)
             if total > self.limit:
                 self.too_large = True
                 raise BodyTooLarge  # grpc.aio cancels the call: RST_STREAM to the picker
+            if len(data) <= MAX_CHUNK_BYTES:
+                if data:
+                    yield data
+                continue
             for start in range(0, len(data), MAX_CHUNK_BYTES):
                 yield data[start : start + MAX_CHUNK_BYTES]
 

@@ -85,7 +85,13 @@ def request_headers(
     return headers
 
 
-def response_headers(received: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Headers to relay to the client; the body is re-framed and already decoded."""
-    skipped = _HOP_BY_HOP | {"content-encoding", "set-cookie"}
-    return {name: value for name, value in received if name.lower() not in skipped}
+# Set by the gateway's own HTTP server (`date`) or not sent at all (`server`: the engine's
+# identity is nobody's business); relaying them too would send each twice.
+_OWN_RESPONSE = frozenset({"date", "server", "content-encoding", "set-cookie"})
+
+
+def response_headers(received: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Headers to relay to the client (names lower-case): less hop-by-hop, framing and the
+    gateway's own; the body is re-framed and already decoded."""
+    skipped = _HOP_BY_HOP | _OWN_RESPONSE
+    return [(name, value) for name, value in received if name not in skipped]

@@ -16,10 +16,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from kinference.gateway.sse import SseEvent, SseSplitter
 from kinference.gateway.timing import TokenClock
 
 MAX_JSON_BYTES = 8 * 1024 * 1024  # a non-streaming response larger than this is not parsed
-MAX_LINE_BYTES = 4 * 1024 * 1024  # an SSE line longer than this stops the metering
 _DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal")
 _PROMPT_KEYS = ("prompt_tokens", "input_tokens")
 _COMPLETION_KEYS = ("completion_tokens", "output_tokens")
@@ -41,8 +41,8 @@ class ResponseMeter:
         self.clock = clock
         self.usage = Usage()
         self._event_stream = event_stream
-        self._pending = bytearray()  # SSE: a partial line; JSON: the body so far
-        self._data: list[bytes] = []  # `data:` lines of the event being read
+        self._pending = bytearray()  # JSON: the body so far
+        self._splitter = SseSplitter()
         self._broken = False  # too large to follow: stop parsing, keep timing what we can
 
     def feed(self, chunk: bytes) -> bool:
@@ -76,32 +76,18 @@ class ResponseMeter:
         self._pending += chunk
 
     def _feed_events(self, chunk: bytes) -> bool:
-        if self._broken:
-            return False
-        self._pending += chunk
-        *lines, rest = bytes(self._pending).split(b"\n")
-        self._pending = bytearray(rest)
-        if len(rest) > MAX_LINE_BYTES:
-            self._broken = True
         first = False
-        for line in lines:
-            first = self._line(line.rstrip(b"\r")) or first
+        for event in self._splitter.feed(chunk):
+            first = self.event(event) or first
         return first
 
-    def _line(self, line: bytes) -> bool:
-        if line.startswith(b"data:"):
-            self._data.append(line[5:].removeprefix(b" "))
+    def event(self, event: SseEvent) -> bool:
+        """Account for one server-sent event; True when it carried the first token."""
+        document = event.json()
+        if document is None:
             return False
-        if line or not self._data:
-            return False  # `event:`, `id:`, comments; or a blank line closing nothing
-        payload, self._data = b"\n".join(self._data), []
-        if payload == b"[DONE]":
-            return False
-        event = _loads(payload)
-        if event is None:
-            return False
-        self._observe(event)
-        return _has_content(event) and self.clock.token()
+        self._observe(document)
+        return _has_content(document) and self.clock.token()
 
     def _observe(self, event: dict[str, Any]) -> None:
         for holder in (event, event.get("response"), event.get("message")):

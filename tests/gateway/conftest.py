@@ -9,6 +9,7 @@ file at all).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from kinference.config import parse_policy
 from kinference.gateway.app import build_app
 from kinference.gateway.backends import load_backends
 from kinference.gateway.callers import load_api_keys
+from kinference.gateway.local import LocalPicker
 from kinference.gateway.server import GatewayServer
 from kinference.gateway.settings import GatewaySettings
 from loadtest.sim_engine import SimEngine, SimEngineConfig
@@ -56,7 +58,8 @@ providers:
   - {{namespace: ai, name: locked, api: openai}}
   - {{namespace: ai, name: ghost, api: openai}}
 models:
-  - {{name: provider-model, targets: [{{provider: ai/sim, model: "{MODEL}"}}]}}
+  - {{name: provider-model, aliases: [provider-alias],
+     targets: [{{provider: ai/sim, model: "{MODEL}"}}]}}
   - {{name: locked-model, targets: [{{provider: ai/locked, model: "{MODEL}"}}]}}
   - {{name: ghost-model, targets: [{{provider: ai/ghost, model: "{MODEL}"}}]}}
 tenants:
@@ -109,14 +112,31 @@ async def start_gateway() -> AsyncIterator[GatewayFactory]:
     """Start gateways on free ports with settings overrides; all stop at teardown."""
     started: list[GatewayServer] = []
 
-    async def start(picker: str, **overrides: Any) -> GatewayServer:
+    async def start(
+        picker: str, *, hosted: RunningPicker | None = None, **overrides: Any
+    ) -> GatewayServer:
+        """A gateway calling `picker` over gRPC, or calling `hosted`'s service directly."""
         settings = GatewaySettings(listen="127.0.0.1:0", picker=picker, **overrides)
-        app = build_app(
+        opener = None
+        if hosted is not None:
+            app = hosted.app
+
+            @contextlib.asynccontextmanager
+            async def opener() -> AsyncIterator[LocalPicker]:
+                yield LocalPicker(
+                    app.service,
+                    idle_timeout_s=app.settings.body_idle_timeout_s,
+                    model_names=lambda: app.policy.model_names,
+                    serving=lambda: not app.store.draining,
+                )
+
+        app_ = build_app(
             settings,
             load_backends(settings.backends_file),
             load_api_keys(settings.api_keys_file),
+            picker=opener,
         )
-        server = GatewayServer(app, settings.listen)
+        server = GatewayServer(app_, settings.listen)
         started.append(server)
         await server.start()
         return server
@@ -150,8 +170,9 @@ def write_backends(tmp_path: Path, provider_url: str) -> Path:
     return path
 
 
-@pytest.fixture
-async def stack(
+@pytest.fixture(params=["remote", "in-process"])
+async def stack(  # noqa: PLR0917 (fixtures)
+    request: pytest.FixtureRequest,
     engines: list[SimEngine],
     start_picker: PickerFactory,
     start_gateway: GatewayFactory,
@@ -168,8 +189,10 @@ async def stack(
     )
     picker = await start_picker(policy, max_body_bytes=PICKER_MAX_BODY)
     monkeypatch.setenv(KEY_ENV, PROVIDER_KEY)
+    in_process = request.param == "in-process"
     gateway = await start_gateway(
-        picker.target,
+        "" if in_process else picker.target,
+        hosted=picker if in_process else None,
         backends_file=write_backends(tmp_path, provider.url),
         models=f"{MODEL},provider-model",
         max_body_bytes=GATEWAY_MAX_BODY,

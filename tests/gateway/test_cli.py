@@ -13,8 +13,10 @@ import httpx
 import pytest
 
 from kinference.cli import main
+from kinference.client import PickerClient
 from kinference.gateway.settings import GatewaySettings, load_gateway_settings
 from kinference.settings import SettingsError
+from kinference.v1 import picker_pb2 as pb
 from tests.conftest import RunningPicker
 from tests.gateway.conftest import free_port
 
@@ -36,7 +38,8 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
 
 def test_defaults_env_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     defaults = GatewaySettings()
-    assert (defaults.listen, defaults.picker) == ("0.0.0.0:8080", "127.0.0.1:9002")
+    assert (defaults.listen, defaults.picker) == ("0.0.0.0:8080", "")
+    assert defaults.in_process  # no picker target: the gateway hosts the picker
     assert (defaults.tenant_header, defaults.qos_header) == (
         "x-kinference-tenant",
         "x-kinference-qos",
@@ -86,13 +89,12 @@ def test_missing_extra_is_one_line(
     for module in ("kinference.gateway.app", "kinference.gateway.server"):
         monkeypatch.delitem(sys.modules, module, raising=False)
     for module in list(sys.modules):  # imports of these fail as if they were not installed
-        if module.split(".")[0] in ("starlette", "uvicorn"):
+        if module.split(".")[0] in ("httptools", "uvicorn"):
             monkeypatch.setitem(sys.modules, module, None)
-    monkeypatch.setitem(sys.modules, "starlette", None)
     monkeypatch.setitem(sys.modules, "uvicorn", None)
     assert main(["gateway"]) == 2
     err = one_line_error(capsys)
-    assert "starlette" in err and "kinference[gateway]" in err
+    assert "uvicorn" in err and "kinference[gateway]" in err
 
 
 async def test_real_process_serves_and_stops_on_sigterm(picker: RunningPicker) -> None:
@@ -117,6 +119,42 @@ async def test_real_process_serves_and_stops_on_sigterm(picker: RunningPicker) -
             _out, err = await process.communicate()
         assert process.returncode == 0, err.decode()
         assert b"kinference gateway on 127.0.0.1" in err
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.communicate()
+
+
+async def test_real_process_in_process_mode(tmp_path: Path) -> None:
+    """Without a picker target the gateway hosts the picker, whose gRPC service it serves too."""
+    port, grpc_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("KINFERENCE_")}
+    env["KINFERENCE_METRICS_LISTEN"] = ""
+    argv = ["--listen", f"127.0.0.1:{port}", "--grpc-listen", f"127.0.0.1:{grpc_port}"]
+    process = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "kinference", "gateway", *argv],
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
+            while not await _healthy(http, f"http://127.0.0.1:{port}/health"):
+                assert process.returncode is None, "the gateway exited while starting"
+                assert time.monotonic() < deadline, "the gateway never became healthy"
+                await asyncio.sleep(0.05)
+            models = (await http.get(f"http://127.0.0.1:{port}/v1/models")).json()
+            assert models["object"] == "list" and models["data"]  # the built-in policy's
+        async with PickerClient(f"127.0.0.1:{grpc_port}") as client:  # other callers
+            pushed = await client.push([b'{"model": "m", "messages": []}'])
+            pick = await client.pick(pushed.stream_id)  # no such model: nothing is held
+            assert pick.outcome == pb.PickResponse.NO_WORKERS
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(15):
+            _out, err = await process.communicate()
+        assert process.returncode == 0, err.decode()
+        assert b"picker in-process" in err
     finally:
         if process.returncode is None:
             process.kill()

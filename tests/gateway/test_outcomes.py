@@ -97,9 +97,9 @@ async def test_picker_unreachable_is_503(start_gateway: GatewayFactory) -> None:
         assert await status_of(call) == (503, "picker_unavailable")
     async with httpx.AsyncClient(base_url=url, trust_env=False) as http:
         assert (await http.get("/healthz")).status_code == 503
-        models = await http.get("/v1/models")  # no models configured: no such route
-        assert models.status_code == 404
-        assert models.json()["error"]["code"] == "not_found"
+        assert (await http.get("/health")).status_code == 503
+        models = await http.get("/v1/models")  # remote, no policy file, no --models: none
+        assert models.status_code == 200 and models.json() == {"object": "list", "data": []}
         wrong_method = await http.delete("/v1/chat/completions")
         assert wrong_method.status_code == 405
         assert wrong_method.json()["error"]["type"] == "invalid_request_error"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from kinference.gateway.sse import SseSplitter as Splitter
 from kinference.gateway.translate import Translator, translator_for
-from kinference.gateway.translate.split import Splitter
 from kinference.requests import Shape
 
 CHAT_TO_MESSAGES = (Shape.ANTHROPIC_MESSAGES, Shape.CHAT)  # (client wrote, upstream speaks)

@@ -72,8 +72,9 @@ class Shapes:
         )
 
 
-@pytest.fixture
+@pytest.fixture(params=["remote", "in-process"])
 async def shapes(
+    request: pytest.FixtureRequest,
     start_picker: PickerFactory,
     start_gateway: GatewayFactory,
     tmp_path: Path,
@@ -104,7 +105,12 @@ models:
     )
     monkeypatch.setenv(CLAUDE_KEY_ENV, CLAUDE_KEY)
     picker = await start_picker(policy)
-    gateway = await start_gateway(picker.target, backends_file=backends)
+    in_process = request.param == "in-process"  # the extensions without gRPC metadata
+    gateway = await start_gateway(
+        "" if in_process else picker.target,
+        hosted=picker if in_process else None,
+        backends_file=backends,
+    )
     try:
         yield Shapes(picker, gateway, engine, chat_provider, messages_provider)
     finally:

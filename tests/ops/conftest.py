@@ -5,8 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from kinference.config import parse_policy
+from kinference.gateway.metrics import GatewayMetrics
+from kinference.gateway.timing import TokenClock
+from kinference.gateway.usage import Usage
 from loadtest.redis_server import RedisServer
 from tests.api.helpers import wait_until
 from tests.cluster.conftest import (  # noqa: F401 (fixtures, shared)
@@ -52,4 +56,16 @@ async def exposition(
     await wait_until(lambda: second.metric(applied, {"kind": "release"}) > 0, within_s=10.0)
     for replica in (first, second):
         found.add(await scrape(replica))
+    found.add(gateway_page())
     return found
+
+
+def gateway_page() -> str:
+    """The gateway's own series (kinference.gateway.metrics) after one relayed stream."""
+    metrics = GatewayMetrics(CollectorRegistry())
+    clock = TokenClock()
+    for _ in range(3):
+        clock.token()
+    usage = Usage(model="m", prompt_tokens=5, completion_tokens=3, from_response=True)
+    metrics.relayed("chat_completions", "m", 200, 0.01, usage=usage, clock=clock)
+    return generate_latest(metrics.registry).decode()

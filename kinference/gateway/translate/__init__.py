@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kinference.gateway.hooks import Exchange
 from kinference.gateway.translate import to_anthropic, to_openai
 from kinference.gateway.translate.events import Event
 from kinference.requests.shapes import Shape
@@ -74,6 +75,18 @@ class Translator:
         return to_openai.error(document, self._status) if failed else to_openai.whole(document)
 
 
+def translate_response(exchange: Exchange) -> Translator | None:
+    """The response transform of the relay's hook (kinference.gateway.hooks): a Translator
+    when the picker translated the request (its `kinference-translated` extension)."""
+    extras = exchange.extras
+    return translator_for(
+        extras.translated,
+        exchange.status,
+        exchange.event_stream,
+        usage_asked=extras.usage_asked,
+    )
+
+
 def translator_for(
     translated: tuple[Shape, Shape] | None,
     status: int,
@@ -91,4 +104,4 @@ def translator_for(
     return Translator(written, status, event_stream, usage_asked=usage_asked)
 
 
-__all__ = ["MAX_WHOLE_BYTES", "Translator", "translator_for"]
+__all__ = ["MAX_WHOLE_BYTES", "Translator", "translate_response", "translator_for"]

@@ -1,0 +1,181 @@
+"""The picker hosted in the gateway's process: the spec's flow as plain calls, no RPCs.
+
+Same body store, routing core, in-flight table and Redis sharing as `kinference serve`
+(kinference.app.App builds both), so a request routed here and one routed over the gRPC
+service that the same process still serves count against the same state. A call that fails
+raises the `grpc.aio.AioRpcError` the gRPC service would have answered with (the status
+mapping of kinference.api.status), so the gateway maps errors the same way in both modes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from kinference.api import convert, extensions
+from kinference.api.extensions import PickExtras
+from kinference.api.status import status_code
+from kinference.bodies import Upload
+from kinference.errors import IdleTimeout, PickerError
+from kinference.gateway.port import AbortReason, QosClass
+from kinference.gateway.timing import ITL_LAYOUT, TokenClock
+from kinference.gateway.usage import Usage
+from kinference.service import FinalReport, PickerService
+from kinference.v1 import picker_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+def rpc_error(error: PickerError) -> grpc.aio.AioRpcError:
+    """The error a gRPC caller would have seen for `error`."""
+    return grpc.aio.AioRpcError(
+        status_code(error), grpc.aio.Metadata(), grpc.aio.Metadata(), str(error), None
+    )
+
+
+class LocalReports:
+    """Reports applied at once: each is a few microseconds of bookkeeping, no I/O."""
+
+    __slots__ = ("_response_id", "_service")
+
+    def __init__(self, service: PickerService, response_id: int) -> None:
+        self._service = service
+        self._response_id = response_id
+
+    def first_token(self, ttft_ms: int, upstream_status: int) -> None:
+        self._guarded(self._service.first_token, self._response_id, ttft_ms, upstream_status)
+
+    def final(self, usage: Usage, clock: TokenClock, fallback_model: str) -> None:
+        counts = tuple(clock.itl_bucket_counts)
+        report = FinalReport(
+            response_id=self._response_id,
+            model=usage.model or fallback_model,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cached_tokens=usage.cached_tokens,
+            itl_bucket_counts=counts,
+            itl_bucket_layout=ITL_LAYOUT if counts else 0,
+        )
+        self._guarded(self._service.final_token, report)
+
+    def abort(self, reason: AbortReason, detail: str) -> None:
+        name = pb.AbortRequest.Reason.Name(reason)
+        self._guarded(self._service.abort, self._response_id, name, detail[:500])
+
+    @staticmethod
+    def _guarded(call: Callable[..., object], *args: object) -> None:
+        try:
+            call(*args)
+        except PickerError as error:  # NotFound on Abort is normal: already released
+            if status_code(error) != grpc.StatusCode.NOT_FOUND:
+                log.warning("report failed: %s", error)
+        except Exception:  # a report is best effort; the TTL covers a lost one
+            log.exception("report failed")
+
+
+class LocalPicker:
+    """`PickerPort` over the `PickerService` of an `App` in this process."""
+
+    def __init__(
+        self,
+        service: PickerService,
+        *,
+        idle_timeout_s: float,
+        model_names: Callable[[], tuple[str, ...]],
+        serving: Callable[[], bool],
+    ) -> None:
+        self.service = service
+        self._idle_timeout_s = idle_timeout_s
+        self._model_names = model_names
+        self._serving = serving
+
+    async def push(
+        self,
+        chunks: AsyncIterator[bytes],
+        *,
+        declared_length: int | None,
+        client_request_id: str,
+        request_path: str = "",
+    ) -> int:
+        try:
+            upload = self.service.begin_push(declared_length, client_request_id[:256])
+        except PickerError as error:
+            raise rpc_error(error) from None
+        try:
+            await self._receive(upload, chunks)
+            path = request_path if extensions.usable_path(request_path) else ""
+            stream_id, _total = self.service.commit_push(upload, path)
+        except PickerError as error:
+            self.service.discard_push(upload)
+            raise rpc_error(error) from None
+        except BaseException:
+            self.service.discard_push(upload)
+            raise
+        return stream_id
+
+    async def _receive(self, upload: Upload, chunks: AsyncIterator[bytes]) -> None:
+        add, offload = upload.add, self.service.offload
+        loop = asyncio.get_running_loop()
+        try:  # as kinference.api.servicer receives a PushBody
+            async with asyncio.timeout(self._idle_timeout_s) as idle:
+                async for chunk in chunks:
+                    observation = add(chunk)
+                    if observation is not None:  # a big chunk: scanned off the loop
+                        await offload.run(observation.run)
+                    if chunk:  # only body bytes are progress
+                        idle.reschedule(loop.time() + self._idle_timeout_s)
+        except TimeoutError:
+            raise IdleTimeout(
+                f"no body bytes for {self._idle_timeout_s:g} s (inter-chunk budget)"
+            ) from None
+
+    async def pick(
+        self,
+        stream_id: int,
+        *,
+        tenant: str,
+        qos: QosClass,
+        pool: tuple[str, str] | None,
+        client_request_id: str,
+    ) -> tuple[pb.PickResponse, PickExtras]:
+        request = pb.PickRequest(
+            body_stream_id=stream_id,
+            tenant=tenant,
+            qos_class=qos,
+            client_request_id=client_request_id,
+        )
+        if pool is not None:
+            request.inference_pool.namespace, request.inference_pool.name = pool
+        try:
+            result = await self.service.pick_off_loop(convert.pick_call(request))
+            return convert.pick_response(result), convert.pick_extras(result) or PickExtras()
+        except PickerError as error:
+            raise rpc_error(error) from None
+
+    async def pull(self, response_id: int) -> AsyncIterator[bytes | memoryview]:
+        try:
+            pull = self.service.open_pull(response_id)
+        except PickerError as error:
+            raise rpc_error(error) from None
+        completed = False
+        try:
+            for piece in pull.messages():
+                yield piece
+            completed = True
+        finally:
+            self.service.close_pull(pull, completed=completed)
+
+    def reports(self, response_id: int) -> LocalReports:
+        return LocalReports(self.service, response_id)
+
+    async def serving(self) -> bool:
+        return self._serving()
+
+    def model_names(self) -> tuple[str, ...] | None:
+        return self._model_names()
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,133 @@
+"""Server-sent events split out of a byte stream as it arrives, each parsed at most once.
+
+An event ends at a blank line (`\\n\\n`, `\\r\\n\\r\\n` or `\\r\\r`, any of them split
+across reads). `SseEvent.raw` is the event exactly as received, blank line included, so a
+relay that keeps an event forwards its bytes untouched; `data` is its `data:` lines joined
+(the spec's rules: one optional space after the colon, lines joined by `\\n`), `name` its
+`event:` field, and `json()` the payload parsed on first use (None when it is not a JSON
+object, e.g. `[DONE]`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+MAX_EVENT_BYTES = 4 * 1024 * 1024  # an event longer than this stops the splitting
+_NO_JSON: Any = object()
+
+
+class SseEvent:
+    """One event: its raw bytes, `event:` name and joined `data:` payload."""
+
+    __slots__ = ("_json", "data", "name", "raw")
+
+    def __init__(self, raw: bytes, name: str, data: bytes | None) -> None:
+        self.raw = raw
+        self.name = name
+        self.data = data  # None: the event has no data line (a comment, a keep-alive)
+        self._json: Any = _NO_JSON
+
+    def json(self) -> dict[str, Any] | None:
+        """The payload as a JSON object, or None (not JSON, not an object, no data)."""
+        if self._json is _NO_JSON:
+            self._json = _loads(self.data) if self.data else None
+        return self._json  # type: ignore[no-any-return]
+
+    @property
+    def done(self) -> bool:
+        return self.data == b"[DONE]"
+
+
+def encode_event(data: bytes, name: str = "") -> bytes:
+    """The wire form of an event with one `data:` line per payload line."""
+    lines = [f"event: {name}".encode()] if name else []
+    lines.extend(b"data: " + line for line in data.split(b"\n"))
+    return b"\n".join(lines) + b"\n\n"
+
+
+class SseSplitter:
+    """Feed it every byte in order; it hands back each completed event once."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self.broken = False  # an event grew past MAX_EVENT_BYTES: the rest is not split
+        self.spilled = b""  # the unsplit bytes held when it broke (a relay sends them as is)
+
+    def feed(self, chunk: bytes) -> list[SseEvent]:
+        if self.broken:
+            return []
+        data = self._pending + chunk if self._pending else chunk
+        if b"\r" in data:
+            events, rest = _split_any(data)
+        else:
+            events, rest = _split_lf(data)
+        if len(rest) > MAX_EVENT_BYTES:
+            self.broken, self.spilled, rest = True, rest, b""
+        self._pending = rest
+        return events
+
+    @property
+    def leftover(self) -> bytes:
+        """Bytes after the last complete event (a stream that ended without a blank line)."""
+        return self._pending
+
+
+def _split_lf(data: bytes) -> tuple[list[SseEvent], bytes]:
+    parts = data.split(b"\n\n")
+    rest = parts.pop()
+    return [_event(part + b"\n\n", part.split(b"\n")) for part in parts if part], rest
+
+
+def _split_any(data: bytes) -> tuple[list[SseEvent], bytes]:
+    """Line by line, for streams using CR or CRLF line ends."""
+    events: list[SseEvent] = []
+    lines: list[bytes] = []
+    start = pos = 0
+    size = len(data)
+    while pos < size:
+        end = _line_end(data, pos)
+        if end < 0:
+            break
+        line = data[pos:end]
+        pos = end + (2 if data.startswith(b"\r\n", end) else 1)
+        if end == size - 1 and data[end] == 13:  # a CR last: its LF may be in the next read
+            pos = end
+            break
+        if line:
+            lines.append(line)
+        elif lines:
+            events.append(_event(data[start:pos], lines))
+            lines, start = [], pos
+        else:
+            start = pos
+    return events, data[start:]
+
+
+def _line_end(data: bytes, pos: int) -> int:
+    cr, lf = data.find(b"\r", pos), data.find(b"\n", pos)
+    if cr < 0 or (0 <= lf < cr):
+        return lf
+    return cr
+
+
+def _event(raw: bytes, lines: list[bytes]) -> SseEvent:
+    if len(lines) == 1 and lines[0].startswith(b"data: "):  # the common case
+        return SseEvent(raw, "", lines[0][6:])
+    name, data = "", []
+    for line in lines:
+        field, _, value = line.partition(b":")
+        value = value.removeprefix(b" ")
+        if field == b"data":
+            data.append(value)
+        elif field == b"event":
+            name = value.decode("utf-8", "replace")
+    return SseEvent(raw, name, b"\n".join(data) if data else None)
+
+
+def _loads(payload: bytes) -> dict[str, Any] | None:
+    try:
+        document = json.loads(payload)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None

@@ -1,0 +1,91 @@
+"""Server-sent events split as bytes arrive, the transform chain, the usage the client asked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kinference.gateway.asked import PARSE_LIMIT, UsageAsk
+from kinference.gateway.hooks import Chain, PassThrough
+from kinference.gateway.sse import MAX_EVENT_BYTES, SseEvent, SseSplitter, encode_event
+from kinference.gateway.usage_chunk import HideAddedUsage
+
+STREAM = (
+    b'data: {"a": 1}\n\n'
+    b'event: message_start\ndata: {"b":\ndata: 2}\n\n'
+    b": a comment\n\n"
+    b"data: [DONE]\n\n"
+)
+
+
+def split_all(data: bytes, size: int) -> list[SseEvent]:
+    splitter = SseSplitter()
+    events = []
+    for start in range(0, len(data), size):
+        events += splitter.feed(data[start : start + size])
+    if splitter.leftover:  # a CR last may be half a CRLF: held until the stream says
+        assert data.endswith(b"\r") and splitter.leftover == b"data: [DONE]\r\r"
+        events += splitter.feed(b"\r")  # what a next event's first line end would settle
+    return events
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 17, 1000])
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
+def test_events_survive_any_chunking_and_line_ends(size: int, newline: bytes) -> None:
+    data = STREAM.replace(b"\n", newline)
+    events = split_all(data, size)
+    assert [event.json() for event in events] == [{"a": 1}, {"b": 2}, None, None]
+    assert [event.name for event in events] == ["", "message_start", "", ""]
+    assert events[2].data is None and events[3].done
+    assert b"".join(event.raw for event in events).startswith(data)  # forwarded as received
+
+
+def test_encode_event_round_trips() -> None:
+    wire = encode_event(b'{"x":\n1}', "delta")
+    (event,) = SseSplitter().feed(wire)
+    assert (event.name, event.json()) == ("delta", {"x": 1})
+
+
+def test_an_endless_event_stops_the_splitting() -> None:
+    splitter = SseSplitter()
+    assert splitter.feed(b"data: " + b"x" * (MAX_EVENT_BYTES + 1)) == []
+    assert splitter.broken and splitter.feed(b"\n\n") == []
+
+
+class Upper(PassThrough):
+    def event(self, event: SseEvent) -> bytes:
+        return event.raw.upper()
+
+    def end(self) -> bytes:
+        return b"data: end\n\n"
+
+
+def test_chain_feeds_each_transform_the_output_of_the_one_before() -> None:
+    chain = Chain([Upper(), HideAddedUsage()])
+    usage = SseSplitter().feed(b'data: {"choices": [], "usage": {"x": 1}}\n\n')[0]
+    kept = SseSplitter().feed(b'data: {"choices": [{"t": 1}]}\n\n')[0]
+    assert chain.event(kept) == b'DATA: {"CHOICES": [{"T": 1}]}\n\n'
+    # Upper changed the keys, so the second transform does not see a usage chunk any more
+    assert chain.event(usage) == b'DATA: {"CHOICES": [], "USAGE": {"X": 1}}\n\n'
+    assert Chain([HideAddedUsage(), Upper()]).event(usage) == b""
+    assert chain.end() == b"data: end\n\n"
+    assert chain.headers([("a", "1")]) == [("a", "1")] and chain.status(201) == 201
+
+
+def asked(*chunks: bytes) -> bool:
+    ask = UsageAsk()
+    for chunk in chunks:
+        ask.feed(chunk)
+    return ask.asked()
+
+
+def test_usage_asked_only_when_the_body_says_so() -> None:
+    body = json.dumps({"stream": True, "stream_options": {"include_usage": True}}).encode()
+    assert asked(body)
+    assert all(asked(body[:cut], body[cut:]) for cut in range(len(body)))  # mark split anywhere
+    assert not asked(b'{"stream": true}')
+    assert not asked(b'{"stream_options": {"include_usage": false}}')
+    assert not asked(b'{"messages": [{"content": "what is include_usage?"}]}')  # only named
+    big = b'{"stream_options": {"include_usage": false}, "x": "' + b"y" * PARSE_LIMIT + b'"}'
+    assert asked(big)  # too large to parse: nothing hidden that it may have asked for
