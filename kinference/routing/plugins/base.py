@@ -41,6 +41,7 @@ class PickContext:
     hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
     # Written by the TTFT scorer when it runs: its prediction per candidate, milliseconds.
     predicted_ttft_ms: FloatArray | None = None
+    predicted_wait_ms: FloatArray | None = None  # the part of it spent behind others
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +65,13 @@ class Scorer(Protocol):
 
     The pipeline clamps what a scorer answers (NaN counts as 0.5, neutral) and multiplies it
     by the weight configured under the scorer's `name`; a weight of 0 skips the scorer.
+    None means the scorer has nothing to tell the candidates apart by in this Pick (the
+    same for all): it is skipped, which saves the pipeline the arithmetic.
     """
 
     name: ClassVar[str]
 
-    def score(self, ctx: PickContext) -> FloatArray: ...
+    def score(self, ctx: PickContext) -> FloatArray | None: ...
 
 
 class Picker(Protocol):

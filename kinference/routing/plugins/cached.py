@@ -61,11 +61,25 @@ class ApproximateCachedTokens:
         if not matched:
             return cached
         per_block = _tokens_per_block(query, total)
+        beyond = _beyond_hashed(query)
         for i, slot in enumerate(slots.tolist()):
             blocks = matched.get(slot, 0)
             if blocks:
-                cached[i] = min(blocks * per_block, query.prompt_tokens)
+                known = blocks * per_block
+                # Every hashed block matched a prompt longer than what is hashed: the rest
+                # is taken as the same up to its last segment (the new turn).
+                cached[i] = min(max(known, beyond) if blocks == total else known,
+                                query.prompt_tokens)  # fmt: skip
         return cached
+
+
+def _beyond_hashed(query: PrefixQuery) -> float:
+    """Tokens predicted cached for a truncated prompt whose hashed blocks all matched: all
+    but its last segment's estimate; 0 when the prompt was hashed whole."""
+    segments = query.request.prompt.segments
+    if not query.truncated or not segments:
+        return 0.0
+    return max(query.prompt_tokens - len(segments[-1]) / CHARS_PER_TOKEN, 0.0)
 
 
 def _tokens_per_block(query: PrefixQuery, total: int) -> float:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import random
 from typing import ClassVar
 
-import numpy as np
-
 from kinference.routing.table import FloatArray
 
 TIE = 1e-9  # totals closer than this are a tie
@@ -21,5 +19,7 @@ class MaxScorePicker:
     def pick(self, totals: FloatArray, rng: random.Random) -> int:
         if len(totals) == 1:
             return 0
-        ties = np.flatnonzero(totals >= totals.max() - TIE)
-        return int(ties[0]) if len(ties) == 1 else int(rng.choice(ties.tolist()))
+        values = totals.tolist()  # a handful of floats: cheaper than numpy calls
+        floor = max(values) - TIE
+        ties = [i for i, value in enumerate(values) if value >= floor]
+        return ties[0] if len(ties) == 1 else rng.choice(ties)
