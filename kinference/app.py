@@ -8,7 +8,7 @@ import logging
 import random
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from grpc_health.v1 import health_pb2
@@ -25,9 +25,11 @@ from kinference.cluster.outbox import Outbox
 from kinference.cluster.setup import (
     BUDGET_MIN_GAP_S,
     LEADERSHIP_S,
+    Clients,
     EngineSharing,
     ProviderSharing,
     build_node,
+    connect_clients,
     leased_budget,
     scraped_pools,
 )
@@ -37,6 +39,7 @@ from kinference.discovery import build_discovery
 from kinference.loop_lag import LoopLagMonitor
 from kinference.metrics import Metrics
 from kinference.ops.recorder import RequestRecorder
+from kinference.ops.routing_collector import RoutingCollector
 from kinference.ops.tenants import TenantLabels
 from kinference.requests import JsonScanner
 from kinference.requests.offload import INLINE_SCAN_BYTES, Offload
@@ -47,8 +50,9 @@ from kinference.routing import (
     Router,
     TenantGate,
     WorkerTable,
-    compile_policy,
 )
+from kinference.routing.features import EngineReading
+from kinference.routing.policy import cooldowns_of
 from kinference.service import PickerService
 from kinference.settings import Settings, format_host_port, split_host_port
 from kinference.workers import EngineScraper, EngineSnapshot, LeanPages
@@ -78,16 +82,30 @@ class App:
             defer_observing_from=INLINE_SCAN_BYTES,
         )
         self.table = WorkerTable()
-        routing = compile_policy(policy, self.table)
         self.outbox = Outbox() if settings.redis_url else None
+        self.cluster: ClusterNode | None = None
+        self.sharing: EngineSharing | None = None
+        self._providers: ProviderSharing | None = None
+        clients = connect_clients(settings) if self.outbox is not None else None
+        tenant_budget, sync_budgets = (
+            leased_budget(
+                clients,
+                lambda: self.cluster.replicas if self.cluster else 1,
+                fail_closed=settings.tenant_budget_offline == "closed",
+                expected_replicas=settings.tenant_budget_expected_replicas,
+            )
+            if clients is not None
+            else (None, None)
+        )
         self.inflight = InFlight(self.table, settings.request_ttl_s, journal=self.outbox)
         self.router = Router(
-            routing,
+            policy,
             table=self.table,
             prefix=PrefixIndex(policy.routing.prefix.lru_blocks_per_worker),
-            health=ProviderHealth(routing.cooldowns),
-            tenants=TenantGate(),
+            health=ProviderHealth(cooldowns_of(policy)),
+            tenants=TenantGate(budget=tenant_budget),
             rng=random.Random(),
+            journal=self.outbox,
         )
         # One keep-alive connection per endpoint; scrapes never go through a proxy.
         self._pages = LeanPages()
@@ -95,10 +113,8 @@ class App:
             policy, self._pages, self.metrics.registry, self._on_engine_update
         )
         self.policy = policy
-        self.cluster: ClusterNode | None = None
-        self.sharing: EngineSharing | None = None
-        if self.outbox is not None:
-            self._build_cluster(self.outbox)
+        if self.outbox is not None and clients is not None and sync_budgets is not None:
+            self._build_cluster(self.outbox, clients, sync_budgets)
         self.scraper.set_targets(self._engine_targets())
         # With discovery, the file's policy is merged with the discovered pools first.
         self.discovery = build_discovery(settings, policy, self.apply_policy, registry)
@@ -131,17 +147,21 @@ class App:
         self.metrics.watch_buffers(lambda: budget.used, lambda: self.store.held_bodies)
         self.metrics.watch_inflight(self.inflight.per_endpoint, lambda: self.inflight.own)
         self.metrics.watch_providers(self.router.health.active, self.router.health.now)
+        self.metrics.registry.register(RoutingCollector(self.router))
         self.loop_lag = LoopLagMonitor(self.metrics.registry)
         self.port = 0
         self.metrics_port = 0
         self._metrics_server: Any = None
         self._reaper: asyncio.Task[None] | None = None
 
-    def _build_cluster(self, outbox: Outbox) -> None:
+    def _build_cluster(
+        self, outbox: Outbox, clients: Clients, sync_budgets: Callable[[], Awaitable[None]]
+    ) -> None:
         self.cluster = build_node(
             self.settings,
-            table=self.table,
-            prefix=self.router.prefix,
+            clients=clients,
+            router=self.router,
+            on_cooled=self._remote_cooled,
             outbox=outbox,
             own_load=lambda: self.inflight.own,
             pools=lambda: self.policy.pools,  # read again each second: reloads open shards
@@ -149,18 +169,17 @@ class App:
         self.sharing = EngineSharing(self.cluster, self._retarget_scrapes)
         self.sharing.pools = scraped_pools(self.policy.pools)
         self.cluster.add_loop("leadership", self.sharing.claim, LEADERSHIP_S)
-        providers = ProviderSharing(
+        self._providers = ProviderSharing(
             self.cluster, self.router.health, lambda: [p.ref for p in self.policy.providers]
         )
-        self.cluster.add_loop("blacklist", providers.sync, 0.0)
-        self.cluster.view.on_cooled = providers.on_remote_cooled
-        self.router.tenants.budget, sync_budgets = leased_budget(
-            self.cluster,
-            fail_closed=self.settings.tenant_budget_offline == "closed",
-            expected_replicas=self.settings.tenant_budget_expected_replicas,
-        )
+        self.cluster.add_loop("blacklist", self._providers.sync, 0.0)
         self.cluster.add_loop("budgets", sync_budgets, BUDGET_MIN_GAP_S)
         self.metrics.registry.register(ClusterCollector(self.cluster))
+
+    def _remote_cooled(self, provider: str) -> None:
+        """Another replica blacklisted `provider`: read its key now."""
+        if self._providers is not None:
+            self._providers.on_remote_cooled(provider)
 
     def _retarget_scrapes(self) -> None:
         self.scraper.set_targets(self._engine_targets())
@@ -170,7 +189,7 @@ class App:
         engine (in a cluster, only the pools it leads while Redis answers)."""
         sharing = self.sharing
         return {
-            endpoint: (pool.engine, pool.metrics_path)
+            endpoint: (pool.engine, pool.metrics_target(endpoint))
             for pool in self.policy.pools
             if pool.engine != "none" and (sharing is None or sharing.scrapes(pool.ref))
             for endpoint in pool.endpoints
@@ -228,12 +247,7 @@ class App:
 
     def apply_policy(self, policy: Policy) -> None:
         """Switch to a reloaded policy; learned state (load, prefixes, health) carries over."""
-        routing = compile_policy(policy, self.table)
-        for gone in self.router.policy.catalog.endpoints() - routing.catalog.endpoints():
-            self.router.prefix.forget(self.table.slot(gone))  # its cache is not ours to count
-        self.router.policy = routing
-        self.router.health.policy = routing.cooldowns
-        self.router.prefix.blocks_per_worker = policy.routing.prefix.lru_blocks_per_worker
+        self.router.reload(policy)
         self.policy = policy
         if self.sharing is not None:
             self.sharing.pools = scraped_pools(policy.pools)
@@ -241,24 +255,22 @@ class App:
         log.info("policy reloaded: %d pools, %d models", len(policy.pools), len(policy.models))
 
     def _on_engine_update(self, endpoint: str, snapshot: EngineSnapshot | None) -> None:
-        slot = self.table.slot(endpoint)
         # An endpoint no longer scraped (its pool dropped `engine`) is a static endpoint
         # again: ready, with unknown metrics.
         scraped = endpoint in self.scraper.endpoints
-        self.table.ready[slot] = self.scraper.ready(endpoint) if scraped else True
+        ready = self.scraper.ready(endpoint) if scraped else True
         if self.sharing is not None and scraped:
-            self.sharing.publish(endpoint, snapshot, bool(self.table.ready[slot]))
-        if snapshot is None:
-            self.table.set_engine(slot, waiting=None, running=None, kv_usage=None)
-            return
-        self.table.set_engine(
-            slot,
-            waiting=snapshot.waiting,
-            running=snapshot.running,
-            kv_usage=snapshot.kv_usage,
-            adapters=snapshot.lora_adapters or frozenset(),
-            scraped_at=snapshot.scraped_at,
-        )
+            self.sharing.publish(endpoint, snapshot, ready)
+        reading = None
+        if snapshot is not None:
+            reading = EngineReading(
+                waiting=snapshot.waiting,
+                running=snapshot.running,
+                kv_usage=snapshot.kv_usage,
+                adapters=snapshot.lora_adapters or frozenset(),
+                scraped_at=snapshot.scraped_at,
+            )
+        self.router.engine_reading(endpoint, ready, reading)
 
     async def close(self) -> None:
         """Stop background work and the metrics endpoint (idempotent)."""

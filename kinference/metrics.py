@@ -10,14 +10,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from kinference.itl_layout import EDGES_MS as ITL_LAYOUT_1_EDGES_MS
+
 # Pick latency, seconds: the decision itself is sub-millisecond; the tail shows GC or a
 # saturated event loop.
 _PICK_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
 # Time to first token, seconds: tens of milliseconds for a warm prefix on an idle worker, up
 # to tens of seconds for a long prompt queued behind others.
 _TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-# The spec's ITL layout 1: upper edges of its 15 buckets in milliseconds (the last is open).
-ITL_LAYOUT_1_EDGES_MS = (5, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 500, 1000)
 
 
 class Metrics:

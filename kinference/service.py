@@ -12,86 +12,45 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kinference.bodies import Body, BodyStore, Pull, Upload, new_id
 from kinference.errors import InvalidArgument, NotFound
+from kinference.itl_layout import BUCKETS as ITL_LAYOUT_1_BUCKETS
 from kinference.metrics import Metrics
 from kinference.ops.recorder import RequestRecorder
 from kinference.requests import (
     InferenceRequest,
     MalformedRequest,
     RewritePlan,
-    Shape,
     parse_request,
     rewrite,
 )
 from kinference.requests.offload import INLINE_PARSE_BYTES, Offload
 from kinference.requests.translation import Untranslatable
 from kinference.routing import (
+    Assignment,
     Decision,
     Destination,
     InFlight,
     LocalChoice,
     Outcome,
     ProviderChoice,
-    QoS,
+    Reason,
     RouteQuery,
     Router,
 )
 from kinference.routing.health import UNAUTHORIZED, UNRESOLVED
-from kinference.routing.reasons import Reason
+from kinference.routing.learning import Served
 from kinference.routing.tenants import Reservation
+from kinference.service_types import FinalReport, PickCall, PickResult
+
+__all__ = ["FinalReport", "PickCall", "PickResult", "PickerService"]
 
 log = logging.getLogger(__name__)
 
-ITL_LAYOUT_1_BUCKETS = 15  # the spec's layout 1: 15 upper-inclusive buckets
 # Abort reasons that tell the picker something about a provider it cannot see itself.
 _LEARNED_LIMIT = 10_000  # aborted ids remembered so repeats do not count twice
 _ABORT_HEALTH = {"BACKEND_UNRESOLVED": UNRESOLVED, "BACKEND_UNAUTHORIZED": UNAUTHORIZED}
-
-
-@dataclass(frozen=True, slots=True)
-class PickCall:
-    """A Pick as the caller phrased it."""
-
-    stream_id: int
-    pool: str | None = None  # `namespace/name` of the InferencePool the caller named
-    qos: QoS = QoS.INTERACTIVE
-    tenant: str = ""
-    client_request_id: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class PickResult:
-    """The answer to a Pick; `response_id` is 0 unless the outcome dispatches."""
-
-    outcome: Outcome
-    response_id: int = 0
-    destination: Destination | None = None
-    reason: str = ""
-    body_total_bytes: int = 0
-    requested_model: str = ""
-    # Extensions the caller reads from Pick's call metadata (kinference.api.extensions).
-    code: Reason = Reason.NONE
-    retry_after_s: int | None = None
-    # (written, sent): the body was translated between API shapes, so is its response.
-    translated: tuple[Shape, Shape] | None = None
-    local_path: str = ""  # a local pick's path, when it replaces the client's
-    usage_asked: bool = False  # a translated stream whose client asked for a usage chunk
-
-
-@dataclass(frozen=True, slots=True)
-class FinalReport:
-    """ReportFinalToken's content."""
-
-    response_id: int
-    model: str
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int | None
-    itl_bucket_counts: tuple[int, ...]
-    itl_bucket_layout: int
 
 
 class PickerService:
@@ -220,8 +179,8 @@ class PickerService:
         )  # fmt: skip
         if reservation is not None:
             self._reservations[response_id] = reservation
-        if decision.local is not None and decision.prefix_hashes:
-            self.router.prefix.record(decision.local.slot, decision.prefix_hashes)
+        if decision.local is not None:
+            self.router.picked(decision.local)
         self.store.park(response_id, rewritten)
         outcome, reason, code = decision.outcome, decision.reason, decision.code
         gap = self.shared_gap()
@@ -234,9 +193,9 @@ class PickerService:
             response_id=response_id,
             destination=destination,
             reason=reason,
+            code=code,
             body_total_bytes=rewritten.size,
             requested_model=request.model,
-            code=code,
             translated=(request.shape, sent) if sent is not None else None,
             local_path=decision.local_path,
             usage_asked=sent is not None and _usage_asked(request),
@@ -261,13 +220,17 @@ class PickerService:
         self._reports["first_token", assignment is not None].inc()
         if assignment is None:
             return False
-        assignment.first_token_at = time.monotonic()
+        first = assignment.first_token_at is None  # a repeated report counts once
+        if first:
+            assignment.first_token_at = time.monotonic()
         self._recorder.first_token(assignment, ttft_ms, upstream_status)
         destination = assignment.destination
         if isinstance(destination, LocalChoice):
-            if upstream_status < 400:
-                self.router.table.observe_ttft(destination.slot, destination.model, ttft_ms)
-                self.inflight.journal.first_token(destination.endpoint, destination.model, ttft_ms)
+            if upstream_status < 400 and first:
+                assignment.ttft_ms = float(ttft_ms)
+                self.router.first_token(destination, float(ttft_ms))
+            elif first:  # no token came: its prefill is no longer pending either
+                self.router.first_token_failed(destination)
         elif upstream_status >= 400:
             self.router.health.upstream_status(destination.ref, upstream_status)
         return True
@@ -286,9 +249,8 @@ class PickerService:
             report.completion_tokens,
         )
         local = assignment.local
-        if local is not None and report.itl_bucket_counts:
-            self.router.table.observe_itl(local.slot, local.model, report.itl_bucket_counts)
-            self.inflight.journal.itl(local.endpoint, local.model, report.itl_bucket_counts)
+        if local is not None:
+            self.router.final(local, _served(report, assignment))
         if self.store.drop_parked(report.response_id):  # finished without pulling: odd
             self._metrics.bodies_reclaimed.labels("final_report").inc()
         return True
@@ -353,6 +315,17 @@ def _parsed(body: Body) -> InferenceRequest | str:
 def _usage_asked(request: InferenceRequest) -> bool:
     options = request.fields.values.get("stream_options")
     return request.stream and isinstance(options, dict) and options.get("include_usage") is True
+
+
+def _served(report: FinalReport, assignment: Assignment) -> Served:
+    started = assignment.first_token_at
+    return Served(
+        prompt_tokens=report.prompt_tokens,
+        cached_tokens=report.cached_tokens,
+        itl_bucket_counts=report.itl_bucket_counts,
+        ttft_ms=assignment.ttft_ms,
+        service_ms=None if started is None else (time.monotonic() - started) * 1000.0,
+    )
 
 
 def _check_itl(report: FinalReport) -> None:

@@ -11,8 +11,6 @@ The routing policy (pools, models, ...) is not here: it lives in a file, see
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Self
@@ -22,6 +20,9 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from kinference.cluster.connection import RedisTls, check_url
+from kinference.hostport import format_host_port, split_host_port
+
+__all__ = ["ENV_PREFIX", "Settings", "SettingsError", "format_host_port", "split_host_port"]
 
 ENV_PREFIX = "KINFERENCE_"
 
@@ -31,11 +32,6 @@ GiB = 1024 * MiB
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 LogFormat = Literal["auto", "json", "text"]
 
-# One RFC 1123 label; a hostname is one or more of these joined by dots.
-_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-_PORT = re.compile(r"[0-9]{1,5}")
-_MAX_PORT = 65535
-_MAX_HOSTNAME = 253
 # Longest offending value quoted back in an error message, in characters.
 _MAX_QUOTED = 60
 # A Kubernetes namespace name (an RFC 1123 label in lower case), or "".
@@ -54,57 +50,6 @@ _FILE_SETTINGS = (
 
 class SettingsError(ValueError):
     """Invalid process settings; `str()` is one line naming the env var and the problem."""
-
-
-def split_host_port(value: str) -> tuple[str, int]:
-    """Split `HOST:PORT` into `(host, port)`.
-
-    HOST is a hostname, an IPv4 address or a bracketed IPv6 address (`[::1]:9002`); the
-    brackets are removed from the returned host (use `format_host_port` to add them back).
-    PORT is decimal, 0..65535 (0 asks the OS for an ephemeral port when binding).
-    Raises `ValueError` with a message quoting `value`.
-    """
-    host, sep, port_text = value.rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-        _check_ipv6(host, value)
-    elif ":" in host:
-        raise ValueError(f"expected HOST:PORT with the IPv6 host in brackets, got {value!r}")
-    else:
-        _check_hostname(host, value)
-    return host, _parse_port(port_text, value)
-
-
-def format_host_port(host: str, port: int) -> str:
-    """Join a host and port into `HOST:PORT`, bracketing IPv6 hosts (inverse of split)."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _check_ipv6(host: str, value: str) -> None:
-    try:
-        ipaddress.IPv6Address(host)
-    except ValueError:
-        raise ValueError(f"expected an IPv6 address in brackets, got {value!r}") from None
-
-
-def _check_hostname(host: str, value: str) -> None:
-    labels = host.split(".")
-    if len(host) > _MAX_HOSTNAME or not all(_LABEL.fullmatch(label) for label in labels):
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
-    # All-numeric dotted names are meant as IPv4 addresses: '10.0.0.500' is a typo, not a host.
-    if all(label.isdigit() for label in labels):
-        try:
-            ipaddress.IPv4Address(host)
-        except ValueError:
-            raise ValueError(f"invalid IPv4 address in {value!r}") from None
-
-
-def _parse_port(port_text: str, value: str) -> int:
-    if not _PORT.fullmatch(port_text) or int(port_text) > _MAX_PORT:
-        raise ValueError(f"port must be 0..65535, got {value!r}")
-    return int(port_text)
 
 
 class Settings(BaseSettings):

@@ -137,7 +137,7 @@ pools:
     models: ["{MODEL}"]
 routing:
   prefix:
-    block_chars: {BLOCK_CHARS}
+    block_bytes: {BLOCK_CHARS}
     max_blocks: 512
     lru_blocks_per_worker: {capacity_blocks}
 """

@@ -21,8 +21,8 @@ import random
 from collections import OrderedDict
 from dataclasses import dataclass
 
-# Layout 1 of ReportFinalTokenRequest.itl_bucket_counts: upper-inclusive edges in ms.
-ITL_EDGES_MS = (5, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 500, 1000)
+from kinference.itl_layout import EDGES_MS as ITL_EDGES_MS
+
 _DIGEST_BYTES = 16
 
 

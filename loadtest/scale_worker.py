@@ -36,9 +36,11 @@ from kinference.cluster.keys import Keys
 from kinference.cluster.node import ClusterNode
 from kinference.cluster.outbox import Outbox
 from kinference.cluster.replication import READ_BLOCK_MS
-from kinference.routing import PrefixIndex, WorkerTable
+from kinference.config import Policy
+from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate, WorkerTable
 from kinference.routing.decision import LocalChoice
 from kinference.routing.inflight import InFlight
+from kinference.routing.policy import cooldowns_of
 
 ENDPOINTS_PER_POOL = 8
 MODEL = "bench-model"
@@ -72,6 +74,16 @@ def mean_blocks() -> float:
     return sum(share * blocks for share, blocks in PROMPT_MIX)
 
 
+def _router(table: WorkerTable) -> Router:
+    """A router over `table` with the default policy: the node folds events in through it."""
+    policy = Policy()
+    health = ProviderHealth(cooldowns_of(policy))
+    return Router(
+        policy, table=table, prefix=PrefixIndex(50_000), health=health,
+        tenants=TenantGate(), rng=random.Random(0),
+    )  # fmt: skip
+
+
 class Replica:
     """One replica: its routing state and cluster node, and requests driven into them."""
 
@@ -84,8 +96,7 @@ class Replica:
             redis=connect(job.url, timeouts),
             reader_redis=connect(job.url, timeouts, block_s=READ_BLOCK_MS / 1000),
             keys=Keys("bench:"),
-            table=self.table,
-            prefix=PrefixIndex(50_000),
+            router=_router(self.table),
             outbox=self.outbox,
             own_load=lambda: self.inflight.own,
             stale_after_s=2.0,

@@ -19,6 +19,7 @@ STEPS: list[tuple[str, list[str]]] = [
     ("ruff format", [PY, "-m", "ruff", "format", "--check", "kinference", "tests", "loadtest"]),
     ("ruff check", [PY, "-m", "ruff", "check", "kinference", "tests", "loadtest"]),
     ("mypy --strict", [PY, "-m", "mypy"]),
+    ("import layers", [str(Path(PY).with_name("lint-imports"))]),
     ("pytest", [PY, "-m", "pytest", "-q", *sys.argv[1:]]),
 ]
 

@@ -135,7 +135,7 @@ def env() -> Iterator[Env]:
     compiled = compile_policy(POLICY, table)
     inflight = InFlight(table, REQUEST_TTL, clock=clock)
     router = Router(
-        compiled,
+        POLICY,
         table=table,
         prefix=PrefixIndex(POLICY.routing.prefix.lru_blocks_per_worker),
         health=ProviderHealth(compiled.cooldowns, clock=clock),
@@ -666,7 +666,10 @@ def test_prefix_is_recorded_at_dispatch(env: Env) -> None:
     assert first.destination.prefix_total > 0
     assert first.destination.prefix_blocks == 0
     assert len(env.router.prefix) == first.destination.prefix_total
-    for _ in range(5):  # the first is still in flight: affinity outweighs one request
+    # Once its prefill is done (first token), the cached prefix outweighs the one request
+    # still decoding there: the estimated TTFT is lower where the prompt is cached.
+    assert env.service.first_token(first.response_id, 50, 200)
+    for _ in range(5):
         again = env.pick(chat(content=prompt))
         assert isinstance(again.destination, LocalChoice)
         assert again.destination.endpoint == first.destination.endpoint

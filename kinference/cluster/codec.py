@@ -25,6 +25,9 @@ FIRST_TOKEN = "t"  # [endpoint, model, ttft_ms]
 ITL = "l"  # [endpoint, model, [15 layout-1 bucket counts]]
 ENGINE = "g"  # [endpoint, reading dict]: a scrape leader's engine reading
 COOLED = "b"  # [provider]: a provider was just blacklisted; re-read its key
+# [endpoint, model, uncached tokens, prefill ms | null, service ms | null]: the TTFT
+# model's samples of one finished request (null: not measured)
+SERVED = "s"
 
 Event = list[Any]
 

@@ -28,7 +28,7 @@ from kinference.cluster.replication import Publisher, Reader
 from kinference.cluster.shards import Shard, Shards, Wiring
 from kinference.cluster.stats import StatsBuffer
 from kinference.cluster.view import ClusterView
-from kinference.routing import PrefixIndex, WorkerTable
+from kinference.routing.router import Router
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +68,14 @@ class ClusterNode:
         redis: RedisClient,
         reader_redis: RedisClient,
         keys: Keys,
-        table: WorkerTable,
-        prefix: PrefixIndex,
+        router: Router,
         outbox: Outbox,
         own_load: Callable[[], Mapping[str, int]],
         stale_after_s: float,
         stream_maxlen: int,
         batch_s: float = 0.015,
         pools: Callable[[], PoolMap] = dict,
+        on_cooled: Callable[[str], None] = lambda provider: None,
         instance: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -90,8 +90,8 @@ class ClusterNode:
         self.stats = StatsBuffer(redis, keys, self.instance)
         self.shards = Shards(
             Wiring(
-                redis, reader_redis, keys, table, prefix, outbox, own_load, self.stats,
-                self.instance, stream_maxlen, batch_s, clock,
+                redis, reader_redis, keys, router, outbox, own_load, self.stats,
+                self.instance, stream_maxlen, batch_s, on_cooled, clock,
             )
         )  # fmt: skip
         self._pools = pools  # the pools the policy routes to now

@@ -9,6 +9,7 @@ instead of trusting the deltas they missed.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -54,6 +55,12 @@ class Outbox:
     def itl(self, endpoint: str, model: str, bucket_counts: Sequence[int]) -> None:
         self._add([codec.ITL, endpoint, model, list(bucket_counts)])
 
+    def served(
+        self, endpoint: str, model: str, uncached: float, prefill_ms: float, service_ms: float
+    ) -> None:
+        self._add([codec.SERVED, endpoint, model, uncached, _measured(prefill_ms),
+                   _measured(service_ms)])  # fmt: skip
+
     def engine(self, endpoint: str, reading: dict[str, Any]) -> None:
         self._add([codec.ENGINE, endpoint, reading])
 
@@ -90,3 +97,8 @@ def _wire(event: list[Any]) -> list[Any]:
     if event[0] == codec.PICKED and not isinstance(event[3], str | bytes):
         return [codec.PICKED, event[1], event[2], codec.hash_bytes(event[3])]
     return event
+
+
+def _measured(value: float) -> float | None:
+    """NaN (not measured) travels as JSON null."""
+    return None if math.isnan(value) else value

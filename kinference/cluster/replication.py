@@ -257,7 +257,7 @@ class Reader:
             except (ValueError, KeyError, TypeError):
                 continue
         if self._seed_stats:
-            await seed_estimates(redis, keys, self.view.table, self._wall())
+            await seed_estimates(redis, keys, self.view.router, self._wall())
         if position == "0-0":
             return
         tail = await redis.xrevrange(keys.events(), max=position, count=TAIL_ENTRIES)

@@ -6,19 +6,21 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import RedisError
 
 from kinference.cluster.blacklist import SharedBlacklist
-from kinference.cluster.connection import Timeouts, connect
+from kinference.cluster.connection import RedisClient, Timeouts, connect
 from kinference.cluster.keys import Keys
 from kinference.cluster.leader import ScrapeLeadership
 from kinference.cluster.leases import LeasedBudget
-from kinference.cluster.node import ClusterNode
+from kinference.cluster.node import ClusterNode, new_instance_id
 from kinference.cluster.outbox import Outbox
 from kinference.cluster.replication import READ_BLOCK_MS
-from kinference.routing import PrefixIndex, ProviderHealth, WorkerTable
+from kinference.routing import ProviderHealth
+from kinference.routing.router import Router
 from kinference.settings import Settings
 from kinference.workers import EngineSnapshot
 
@@ -103,15 +105,41 @@ BUDGET_SYNC_S = 0.1  # seconds between lease rounds when no tenant is waiting fo
 BUDGET_MIN_GAP_S = 0.01  # seconds: a tenant waiting for a lease gets one this soon
 
 
+@dataclass(frozen=True, slots=True)
+class Clients:
+    """A replica's Redis clients (commands, and blocking stream reads), key schema and id."""
+
+    redis: RedisClient
+    reader: RedisClient
+    keys: Keys
+    instance: str
+
+
+def connect_clients(settings: Settings) -> Clients:
+    timeouts = Timeouts(connect_s=settings.redis_timeout_s, command_s=settings.redis_timeout_s)
+    return Clients(
+        redis=connect(settings.redis_url, timeouts, tls=settings.redis_tls()),
+        reader=connect(
+            settings.redis_url, timeouts, block_s=READ_BLOCK_MS / 1000, tls=settings.redis_tls()
+        ),
+        keys=Keys(settings.redis_prefix, settings.redis_layout),
+        instance=new_instance_id(),
+    )
+
+
 def leased_budget(
-    node: ClusterNode, *, fail_closed: bool = False, expected_replicas: int = 1
+    clients: Clients,
+    replicas: Callable[[], int],
+    *,
+    fail_closed: bool = False,
+    expected_replicas: int = 1,
 ) -> tuple[LeasedBudget, Callable[[], Awaitable[None]]]:
     """Tenant budgets leased from Redis, and the background step that keeps them topped up."""
     budget = LeasedBudget(
-        node.redis,
-        node.keys,
-        replicas=lambda: node.replicas,
-        instance=node.instance,
+        clients.redis,
+        clients.keys,
+        replicas=replicas,
+        instance=clients.instance,
         fail_closed=fail_closed,
         expected_replicas=expected_replicas,
     )
@@ -128,27 +156,26 @@ def leased_budget(
 def build_node(
     settings: Settings,
     *,
-    table: WorkerTable,
-    prefix: PrefixIndex,
+    clients: Clients,
+    router: Router,
+    on_cooled: Callable[[str], None],
     outbox: Outbox,
     own_load: Callable[[], Mapping[str, int]],
     pools: Callable[[], Collection[Any]] = tuple,
 ) -> ClusterNode:
-    timeouts = Timeouts(connect_s=settings.redis_timeout_s, command_s=settings.redis_timeout_s)
     return ClusterNode(
-        redis=connect(settings.redis_url, timeouts, tls=settings.redis_tls()),
-        reader_redis=connect(
-            settings.redis_url, timeouts, block_s=READ_BLOCK_MS / 1000, tls=settings.redis_tls()
-        ),
-        keys=Keys(settings.redis_prefix, settings.redis_layout),
-        table=table,
-        prefix=prefix,
+        redis=clients.redis,
+        reader_redis=clients.reader,
+        keys=clients.keys,
+        router=router,
+        on_cooled=on_cooled,
         pools=lambda: pool_endpoints(pools()),
         outbox=outbox,
         own_load=own_load,
         stale_after_s=settings.redis_stale_after_s,
         batch_s=settings.redis_batch_ms / 1000,
         stream_maxlen=settings.redis_stream_maxlen,
+        instance=clients.instance,
     )
 
 

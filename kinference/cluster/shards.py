@@ -28,7 +28,7 @@ from kinference.cluster.outbox import Outbox
 from kinference.cluster.replication import READ_BLOCK_MS, READ_COUNT, Publisher, Reader
 from kinference.cluster.stats import StatsBuffer
 from kinference.cluster.view import ClusterView
-from kinference.routing import PrefixIndex, WorkerTable
+from kinference.routing.router import Router
 
 GLOBAL = ""  # the pool name of the global shard
 IDLE_POLL_MAX_S = 0.05  # seconds: on Cluster, idle shards are polled at least this often
@@ -54,14 +54,14 @@ class Wiring:
     redis: RedisClient
     reader_redis: RedisClient
     keys: Keys  # the global keys
-    table: WorkerTable
-    prefix: PrefixIndex
+    router: Router  # the views fold the other replicas' events in through it
     outbox: Outbox
     own_load: Callable[[], Mapping[str, int]]
     stats: StatsBuffer
     instance: str
     maxlen: int
     batch_s: float
+    on_cooled: Callable[[str], None] = lambda provider: None  # another replica blacklisted
     clock: Callable[[], float] = time.monotonic
 
 
@@ -82,7 +82,7 @@ class Shards:
     def _shard(self, pool: str) -> Shard:
         w = self._wiring
         keys = w.keys.for_pool(pool)
-        view = ClusterView(w.table, w.prefix, clock=w.clock)
+        view = ClusterView(w.router, on_cooled=w.on_cooled, clock=w.clock)
         publisher = Publisher(
             w.redis,
             keys,

@@ -18,9 +18,9 @@ import numpy as np
 from kinference.cluster import codec
 from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import STATS_TTL_S, Keys
-from kinference.routing import WorkerTable
+from kinference.itl_layout import BUCKETS as ITL_BUCKETS
+from kinference.routing.router import Router
 
-ITL_BUCKETS = 15
 SEED_MINUTES = 5  # a new replica seeds its latency estimates from this many recent minutes
 
 
@@ -47,12 +47,26 @@ class StatsBuffer:
                 base = f"{self._instance}|{event[1]}|{event[2]}|"
                 self._bump(base + "ttft_ms_sum", float(event[3]))
                 self._bump(base + "ttft_count", 1)
+            elif event[0] == codec.SERVED:
+                self._roll(minute)
+                self._served(f"{self._instance}|{event[1]}|{event[2]}|", event)
             elif event[0] == codec.ITL:
                 self._roll(minute)
                 base = f"{self._instance}|{event[1]}|{event[2]}|itl_b"
                 for bucket, count in enumerate(event[3]):
                     if count:
                         self._bump(f"{base}{bucket}", count)
+
+    def _served(self, base: str, event: list[Any]) -> None:
+        """The TTFT model's samples: prefill (uncached tokens and ms) and service ms."""
+        _, _, _, uncached, prefill_ms, service_ms = event
+        if prefill_ms is not None:
+            self._bump(base + "prefill_count", 1)
+            self._bump(base + "prefill_tokens_sum", float(uncached))
+            self._bump(base + "prefill_ms_sum", float(prefill_ms))
+        if service_ms is not None:
+            self._bump(base + "service_count", 1)
+            self._bump(base + "service_ms_sum", float(service_ms))
 
     def _bump(self, field: str, value: float) -> None:
         self._counts[field] = self._counts.get(field, 0) + value
@@ -88,17 +102,35 @@ async def read_stats(redis: RedisClient, keys: Keys, now: float, minutes: int) -
     return totals
 
 
-async def seed_estimates(redis: RedisClient, keys: Keys, table: WorkerTable, now: float) -> None:
-    """Start a new replica's TTFT and ITL estimates from the cluster's recent minutes."""
+async def seed_estimates(redis: RedisClient, keys: Keys, router: Router, now: float) -> None:
+    """Start a new replica's TTFT and ITL estimates and the TTFT model's rates from the
+    cluster's recent minutes (means: the live stream refines them from there)."""
     totals = await read_stats(redis, keys, now, SEED_MINUTES)
     itl: dict[tuple[str, str], np.ndarray[Any, Any]] = {}
     for name, value in totals.items():
         endpoint, model, field = name.rsplit("|", 2)
         if field == "ttft_count" and value > 0:
             mean = totals.get(f"{endpoint}|{model}|ttft_ms_sum", 0.0) / value
-            table.observe_ttft(table.slot(endpoint), model, mean)
+            router.remote_first_token(endpoint, model, mean)
         elif field.startswith("itl_b") and field[5:].isdigit() and int(field[5:]) < ITL_BUCKETS:
             counts = itl.setdefault((endpoint, model), np.zeros(ITL_BUCKETS))
             counts[int(field[5:])] += value
+        elif field in ("prefill_count", "service_count") and value > 0:
+            _seed_rate(router, totals, f"{endpoint}|{model}|{field}", value)
     for (endpoint, model), counts in itl.items():
-        table.observe_itl(table.slot(endpoint), model, tuple(int(c) for c in counts))
+        router.remote_itl(endpoint, model, tuple(int(c) for c in counts))
+
+
+def _seed_rate(router: Router, totals: dict[str, float], name: str, count: float) -> None:
+    """Fold the mean prefill or service sample of `name` (`endpoint|model|*_count`)."""
+    endpoint, model, field = name.rsplit("|", 2)
+    base = f"{endpoint}|{model}|"
+    nan = float("nan")
+    if field == "prefill_count":
+        tokens = totals.get(base + "prefill_tokens_sum", 0.0) / count
+        prefill = totals.get(base + "prefill_ms_sum", 0.0) / count
+        router.remote_served(endpoint, model, tokens, prefill, nan)
+    else:
+        router.remote_served(
+            endpoint, model, 0.0, nan, totals.get(base + "service_ms_sum", 0.0) / count
+        )

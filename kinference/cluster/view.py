@@ -13,11 +13,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kinference.cluster import codec
-from kinference.routing import PrefixIndex, WorkerTable
+from kinference.itl_layout import BUCKETS as ITL_BUCKETS
+from kinference.routing.features import EngineReading
+from kinference.routing.router import Router
+from kinference.routing.table import WorkerTable
 
 log = logging.getLogger(__name__)
-
-ITL_BUCKETS = 15  # layout 1
 
 
 class ClusterView:
@@ -25,22 +26,25 @@ class ClusterView:
 
     def __init__(
         self,
-        table: WorkerTable,
-        prefix: PrefixIndex,
+        router: Router,
         *,
+        on_cooled: Callable[[str], None] = lambda provider: None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        self.table = table
-        self.prefix = prefix
-        # Told when another replica blacklisted a provider (set by the composition root).
-        self.on_cooled: Callable[[str], None] = lambda provider: None
+        self.router = router
+        self.on_cooled = on_cooled  # told when another replica blacklisted a provider
         self._clock = clock
         self._wall = wall
-        self.load: dict[str, dict[int, int]] = {}  # instance -> slot -> requests in flight
+        self.load: dict[str, dict[str, int]] = {}  # instance -> endpoint -> requests in flight
         self.seq: dict[str, int] = {}  # instance -> last flush sequence number accounted for
         self.applied: dict[str, int] = {}  # event kind -> events applied (for metrics)
         self.last_seen: dict[str, float] = {}  # instance -> monotonic s of its last entry
+
+    @property
+    def table(self) -> WorkerTable:
+        """The router's worker table (read it; change it through the router)."""
+        return self.router.table
 
     def instances(self) -> set[str]:
         return set(self.seq)
@@ -71,38 +75,42 @@ class ClusterView:
         """Warm the prefix index from an old entry (nothing else of it is replayed)."""
         for event in entry.events:
             if event and event[0] == codec.PICKED and len(event) == 4:
-                self.prefix.record(self.table.slot(str(event[1])), codec.unpack_hashes(event[3]))
+                self.router.remote_picked(str(event[1]), codec.unpack_hashes(event[3]))
 
     def _apply_event(self, instance: str, event: list[Any], *, with_load: bool) -> None:
         kind = event[0]
         self.applied[kind] = self.applied.get(kind, 0) + 1
+        router = self.router
         if kind == codec.PICKED:
-            slot = self.table.slot(event[1])
             if with_load:
-                self._add(instance, slot, 1)
-            self.prefix.record(slot, codec.unpack_hashes(event[3]))
+                self._add(instance, str(event[1]), 1)
+            router.remote_picked(str(event[1]), codec.unpack_hashes(event[3]))
         elif kind == codec.RELEASED:
             if with_load:
-                self._add(instance, self.table.slot(event[1]), -1)
+                self._add(instance, str(event[1]), -1)
         elif kind == codec.FIRST_TOKEN:
-            self.table.observe_ttft(self.table.slot(event[1]), str(event[2]), float(event[3]))
+            router.remote_first_token(str(event[1]), str(event[2]), float(event[3]))
         elif kind == codec.ITL and len(event[3]) == ITL_BUCKETS:
             counts = tuple(int(count) for count in event[3])
-            self.table.observe_itl(self.table.slot(event[1]), str(event[2]), counts)
+            router.remote_itl(str(event[1]), str(event[2]), counts)
+        elif kind == codec.SERVED:
+            router.remote_served(str(event[1]), str(event[2]), float(event[3]),
+                                 _measured(event[4]), _measured(event[5]))  # fmt: skip
         elif kind == codec.ENGINE:
             self.engine_reading(str(event[1]), event[2])
         elif kind == codec.COOLED:
             self.on_cooled(str(event[1]))
 
-    def _add(self, instance: str, slot: int, delta: int) -> None:
+    def _add(self, instance: str, endpoint: str, delta: int) -> None:
         counts = self.load.setdefault(instance, {})
-        current = counts.get(slot, 0)
+        current = counts.get(endpoint, 0)
         new = max(current + delta, 0)  # a release of a pick we never saw changes nothing
-        self.table.inflight[slot] += new - current
+        if new != current:
+            self.router.remote_load(endpoint, new - current)
         if new:
-            counts[slot] = new
+            counts[endpoint] = new
         else:
-            counts.pop(slot, None)
+            counts.pop(endpoint, None)
 
     def replace(self, instance: str, counts: Mapping[str, int], seq: int) -> None:
         """Take an instance's load from its snapshot (its load hash at flush `seq`).
@@ -113,7 +121,7 @@ class ClusterView:
         self._unload(instance)
         for endpoint, count in counts.items():
             if count > 0:
-                self._add(instance, self.table.slot(endpoint), count)
+                self._add(instance, endpoint, count)
         self.seq[instance] = seq
 
     def drop(self, instance: str) -> None:
@@ -123,8 +131,8 @@ class ClusterView:
         self.last_seen.pop(instance, None)
 
     def _unload(self, instance: str) -> None:
-        for slot, count in self.load.pop(instance, {}).items():
-            self.table.inflight[slot] = max(self.table.inflight[slot] - count, 0)
+        for endpoint, count in self.load.pop(instance, {}).items():
+            self.router.remote_load(endpoint, -count)
 
     def seen_within(self, instance: str, seconds: float) -> bool:
         """Whether the instance published an entry in the last `seconds`."""
@@ -133,21 +141,25 @@ class ClusterView:
 
     def engine_reading(self, endpoint: str, reading: Mapping[str, Any]) -> None:
         """A scrape leader's reading; its age is carried over onto our monotonic clock."""
-        slot = self.table.slot(endpoint)
-        self.table.ready[slot] = bool(reading.get("ready", True))
+        ready = bool(reading.get("ready", True))
         age_s = max(self._wall() - float(reading["at"]), 0.0)
         if not reading.get("read", False):  # the leader's scrape failed: unknown
-            self.table.set_engine(slot, waiting=None, running=None, kv_usage=None)
+            self.router.engine_reading(endpoint, ready, None)
             return
-        self.table.set_engine(
-            slot,
+        engine = EngineReading(
             waiting=_optional(reading.get("waiting")),
             running=_optional(reading.get("running")),
             kv_usage=_optional(reading.get("kv_usage")),
             adapters=frozenset(reading.get("adapters", ())),
             scraped_at=self._clock() - age_s,
         )
+        self.router.engine_reading(endpoint, ready, engine)
 
 
 def _optional(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _measured(value: Any) -> float:
+    """A sample that may be null (not measured) as a float, NaN for null."""
+    return float("nan") if value is None else float(value)

@@ -20,13 +20,10 @@ from kinference.config.paths import (
 from kinference.config.policy import Policy
 from kinference.config.pools import DEFAULT_AZURE_API_VERSION, Engine, Pool, Provider, ProviderApi
 from kinference.config.routing import (
-    BalanceSettings,
     Cooldowns,
     EngineMetricsSettings,
-    PrefixSettings,
     ProviderHealthSettings,
     RoutingSettings,
-    SaturationSettings,
     Weights,
 )
 from kinference.config.tenants import QosClass, TenantAction, TenantRule
@@ -34,7 +31,6 @@ from kinference.config.watch import PolicyWatcher
 
 __all__ = [
     "DEFAULT_AZURE_API_VERSION",
-    "BalanceSettings",
     "Conditions",
     "Cooldowns",
     "Engine",
@@ -45,13 +41,11 @@ __all__ = [
     "PolicyError",
     "PolicyWatcher",
     "Pool",
-    "PrefixSettings",
     "Provider",
     "ProviderApi",
     "ProviderHealthSettings",
     "QosClass",
     "RoutingSettings",
-    "SaturationSettings",
     "ShapeKind",
     "Target",
     "TenantAction",

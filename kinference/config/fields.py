@@ -17,7 +17,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
-from kinference.settings import split_host_port
+from kinference.hostport import split_host_port
 
 # Kubernetes object names: a namespace is an RFC 1123 label, other names an RFC 1123
 # subdomain (labels joined by dots), both lower case.

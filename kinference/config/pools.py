@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import Any, Literal
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from kinference.config.fields import (
     ApiPath,
@@ -18,6 +18,7 @@ from kinference.config.fields import (
     Word,
     reject_duplicates,
 )
+from kinference.hostport import split_host_port
 
 # The inference engine a pool runs, which decides how its `/metrics` are read;
 # `none` means the endpoints are not scraped (no queue or KV-cache signal).
@@ -44,11 +45,47 @@ class Pool(PolicyModel):
     engine: Engine = "none"
     # Path of the engine's Prometheus endpoint on every endpoint of the pool.
     metrics_path: ApiPath = "/metrics"
+    # Engines that serve metrics apart from the serving endpoint: on another port of the
+    # same host (Triton / TRT-LLM on 8002, Dynamo workers on their system port), or at a
+    # URL template with `{host}` and `{port}` (the serving endpoint's) and nothing else.
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_url: str | None = Field(default=None, max_length=512)
 
     @property
     def ref(self) -> str:
         """`namespace/name`, the pool's identity across the policy and the API."""
         return f"{self.namespace}/{self.name}"
+
+    def metrics_target(self, endpoint: str) -> str:
+        """Where the engine behind `endpoint` serves its metrics: a path on the endpoint,
+        or a full URL (another port, or the template filled in)."""
+        if self.metrics_url is None and self.metrics_port is None:
+            return self.metrics_path
+        host, port = split_host_port(endpoint)
+        bracketed = f"[{host}]" if ":" in host else host
+        if self.metrics_url is not None:
+            return self.metrics_url.format(host=bracketed, port=port)
+        return f"http://{bracketed}:{self.metrics_port}{self.metrics_path}"
+
+    @field_validator("metrics_url")
+    @classmethod
+    def _url_template(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("metrics_url must start with http:// or https://")
+        rest = url.replace("{host}", "").replace("{port}", "")
+        if "{" in rest or "}" in rest:  # no format specs, attributes or other names
+            raise ValueError("metrics_url may contain only {host} and {port}")
+        if "{host}" not in url:
+            raise ValueError("metrics_url must contain {host}: one URL per endpoint")
+        return url
+
+    @model_validator(mode="after")
+    def _one_metrics_location(self) -> Pool:
+        if self.metrics_url is not None and self.metrics_port is not None:
+            raise ItemError("give metrics_port or metrics_url, not both", "metrics_url")
+        return self
 
     @field_validator("endpoints")
     @classmethod

@@ -1,10 +1,10 @@
-"""Tuning of the picker: scorer weights, prefix index, load balance, saturation, engine
-metric scrapes (`routing:`), and provider cool-downs (`provider_health:`).
+"""Tuning of the picker (`routing:`): scorer weights, the TTFT model, prefix index, load
+balance, saturation, engine metric scrapes; and provider cool-downs (`provider_health:`).
 
-Every key has a default, so both sections are optional and may be given in part. The
-defaults follow the anchors in DESIGN.md: GIE's endpoint-picker weights (prefix 3, queue 2,
-KV cache 2) and 64-character prefix blocks, sglang-router's balance override, LiteLLM's
-per-reason cool-downs.
+Every key has a default, so both sections are optional and may be given in part. Each
+plugin's settings are declared once, in its own module (`kinference.routing.*`), and only
+composed here; the defaults follow DESIGN.md: one cost in one unit (Dynamo's KV router,
+llm-d's predicted latency), 64-byte prefix blocks, LiteLLM's per-reason cool-downs.
 """
 
 from __future__ import annotations
@@ -12,48 +12,25 @@ from __future__ import annotations
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from kinference.config.fields import ItemError, PolicyModel
+from kinference.routing.filters.saturation import SaturationConfig
+from kinference.routing.prefix import PrefixIndexConfig
+from kinference.routing.scorers.prefix import BalanceConfig
+from kinference.routing.scorers.ttft import TtftConfig
 
 
 class Weights(PolicyModel):
-    """Weight of each scorer in a worker's score; a weight of 0 turns the scorer off."""
+    """Weight of each scorer, by the scorer's name (`kinference.routing.scorers`); 0 turns
+    a scorer off. By default one cost decides: the estimated time to first token, which
+    already holds prefix affinity (uncached prefill) and load (queue drain). The weighted
+    scorers of earlier releases stay available."""
 
-    prefix: NonNegativeFloat = 3.0  # share of the prompt's prefix blocks the worker holds
-    queue: NonNegativeFloat = 2.0  # in-flight picks plus the engine's waiting queue
-    kv_cache: NonNegativeFloat = 2.0  # engine's KV-cache utilisation
-    latency: NonNegativeFloat = 1.0  # TTFT and ITL observed for the worker and model
-    lora: NonNegativeFloat = 1.0  # the worker already has the requested adapter loaded
-
-
-class PrefixSettings(PolicyModel):
-    """How prompts are cut into blocks for prefix-cache affinity."""
-
-    block_chars: PositiveInt = 64  # bytes of UTF-8 prompt text per block (GIE default)
-    # Blocks hashed per request: 16 KiB of leading text by default, which tells shared system
-    # prompts and documents apart while hashing stays well under a millisecond.
-    max_blocks: PositiveInt = 256
-    lru_blocks_per_worker: PositiveInt = 50_000  # block hashes remembered per worker
-
-
-class BalanceSettings(PolicyModel):
-    """When load wins over cache affinity, so affinity cannot build a hot spot.
-
-    Load is in-flight picks plus the engine's queue. The pool is imbalanced when the most
-    loaded candidate has more than `abs_threshold` requests over the least loaded one AND
-    more than `rel_threshold` times its load; then the least loaded candidates win.
-    """
-
-    abs_threshold: NonNegativeFloat = 16.0  # requests
-    rel_threshold: float = Field(default=1.5, ge=1.0)  # ratio of most to least loaded
-    # Instead of all-or-nothing: each candidate keeps 1 - excess/abs_threshold of its
-    # affinity, excess being the requests it carries over the idlest candidate.
-    fade: bool = False
-
-
-class SaturationSettings(PolicyModel):
-    """A worker is saturated when either engine signal reaches its threshold."""
-
-    queue_depth: PositiveInt = 5  # requests waiting in the engine's queue
-    kv_cache: float = Field(default=0.8, gt=0.0, le=1.0)  # fraction of KV cache in use
+    ttft: NonNegativeFloat = 1.0  # estimated time to first token (routing.ttft)
+    prefix: NonNegativeFloat = 0.0  # share of the prompt predicted cached on the worker
+    queue: NonNegativeFloat = 0.0  # in-flight picks plus the engine's waiting queue
+    kv_cache: NonNegativeFloat = 0.0  # engine's KV-cache utilisation
+    latency: NonNegativeFloat = 0.0  # TTFT and ITL observed for the worker and model
+    # The worker already has the requested adapter loaded: worth up to a third more TTFT.
+    lora: NonNegativeFloat = 0.25
 
 
 class EngineMetricsSettings(PolicyModel):
@@ -80,9 +57,10 @@ class RoutingSettings(PolicyModel):
     """The `routing:` section."""
 
     weights: Weights = Field(default_factory=Weights)
-    prefix: PrefixSettings = Field(default_factory=PrefixSettings)
-    balance: BalanceSettings = Field(default_factory=BalanceSettings)
-    saturation: SaturationSettings = Field(default_factory=SaturationSettings)
+    ttft: TtftConfig = Field(default_factory=TtftConfig)
+    prefix: PrefixIndexConfig = Field(default_factory=PrefixIndexConfig)
+    balance: BalanceConfig = Field(default_factory=BalanceConfig)
+    saturation: SaturationConfig = Field(default_factory=SaturationConfig)
     engine_metrics: EngineMetricsSettings = Field(default_factory=EngineMetricsSettings)
 
 

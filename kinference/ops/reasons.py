@@ -1,46 +1,18 @@
-"""Reason codes: the free-text reason of a Pick folded into a fixed set, for metric labels.
+"""Reason codes as metric labels: the routing core's typed codes (`routing.reasons.Reason`).
 
-The reason text names models, pools and tenants, so it cannot be a label (unbounded, and a
-caller chooses part of it). The code keeps the cause and nothing the caller typed. A
-NO_WORKERS reason joins the notes of every target tried; the first note that matches wins.
+The reason text names models, pools and tenants, so it is never a label (unbounded, and a
+caller chooses part of it); each decision carries its code, and the label is the code's
+value. No text is parsed back.
 """
 
 from __future__ import annotations
 
-NONE = "none"
-OTHER = "other"
-MALFORMED = "malformed"
+from kinference.routing.reasons import Reason
 
-# (substring of the router's or the cluster's reason text, code), most specific first.
-_PATTERNS = (
-    ("no pool or provider serves model", "unknown_model"),
-    (" is not known", "unknown_pool"),
-    ("matches no tenant rule", "tenant_rule"),
-    (" may not use ", "tenant_rule"),
-    ("used its budget", "tenant_budget"),
-    ("used its share of the budget", "tenant_budget"),
-    ("requests are shed", "shed_saturated"),
-    ("is cooling down", "provider_cooling"),
-    ("has no ready endpoint", "no_ready_endpoint"),
-    ("is saturated", "saturated"),
-    ("does not serve", "no_target"),
-    ("has no endpoint for", "no_target"),
-    ("no target of", "no_target"),
-    ("no full prefix-cache signal", "partial_prompt"),
-    ("shared state", "shared_state"),
-)
-
-# Every code a label may carry, for docs and tests.
-CODES = frozenset({NONE, OTHER, MALFORMED} | {code for _, code in _PATTERNS})
+# Every code a label may carry, for docs, tests and pre-created metric children.
+CODES = frozenset(reason.value for reason in Reason)
 
 
-def reason_code(outcome: str, reason: str) -> str:
-    """The code of a Pick's reason; `outcome` is the Outcome's value (`bad_request`, ...)."""
-    if outcome == "bad_request":
-        return MALFORMED
-    if not reason:
-        return NONE
-    for pattern, code in _PATTERNS:
-        if pattern in reason:
-            return code
-    return OTHER
+def label(code: Reason) -> str:
+    """The metric label value of a code."""
+    return code.value

@@ -8,18 +8,15 @@ name the request by its caller's `client_request_id` and never carry any of its 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from prometheus_client import Counter
 
 from kinference.metrics import Metrics
-from kinference.ops.reasons import CODES, reason_code
+from kinference.ops.reasons import CODES, label
 from kinference.ops.tenants import TenantLabels
 from kinference.routing import LocalChoice, Outcome, ProviderChoice
 from kinference.routing.inflight import Assignment
-
-if TYPE_CHECKING:  # the service imports this module
-    from kinference.service import FinalReport, PickResult
+from kinference.service_types import FinalReport, PickResult
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +46,7 @@ class RequestRecorder:
 
     def picked(self, result: PickResult, client_request_id: str, seconds: float) -> None:
         outcome = result.outcome.value
-        code = reason_code(outcome, result.reason)
+        code = label(result.code)
         self._picks[result.outcome].inc()
         self._reasons[outcome, code].inc()
         self._metrics.pick_seconds.observe(seconds)
@@ -64,6 +61,18 @@ class RequestRecorder:
         if upstream_status < 400:
             kind = "local" if assignment.local is not None else "provider"
             self._ttft[kind].observe(max(ttft_ms, 0) / 1000)
+        local = assignment.local
+        if local is not None and log.isEnabledFor(logging.DEBUG):
+            fields = {
+                "client_request_id": assignment.client_request_id,
+                "ttft_ms": ttft_ms,
+                "endpoint": local.endpoint,
+                "predicted_ttft_ms": local.predicted_ttft_ms,
+                "predicted_wait_ms": local.predicted_wait_ms,
+                "prompt_tokens": local.prompt_tokens,
+                "cached_tokens": local.cached_tokens,
+            }
+            log.debug("first token", extra=fields)
 
     def final_token(self, report: FinalReport, assignment: Assignment) -> None:
         """Count a released request's tokens (the service checked the ITL layout)."""
@@ -99,11 +108,12 @@ class RequestRecorder:
 
     def _prefix(self, local: LocalChoice | None, prompt_tokens: int, cached_tokens: int) -> None:
         """Predicted against reported prefix-cache hits, over the same local requests: the
-        predicted share of the prompt (blocks matched on the chosen worker) in tokens."""
+        predicted share of the prompt (cached tokens predicted on the chosen worker) applied
+        to the reported prompt tokens."""
         if local is None or prompt_tokens <= 0:
             return
-        share = local.prefix_blocks / local.prefix_total if local.prefix_total else 0.0
-        self._predicted.inc(round(prompt_tokens * share))
+        share = local.cached_tokens / local.prompt_tokens if local.prompt_tokens > 0 else 0.0
+        self._predicted.inc(round(prompt_tokens * min(share, 1.0)))
         self._reported.inc(min(cached_tokens, prompt_tokens))
         self._metrics.prefix_prompt_tokens.inc(prompt_tokens)
 

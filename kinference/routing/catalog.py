@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kinference.config import Pool
+from kinference.config import Pool, Target
+from kinference.routing.plugins.cached import APPROXIMATE
 from kinference.routing.table import IndexArray, WorkerTable
 
 
@@ -33,6 +34,22 @@ class Catalog:
     def slots(self, ref: str, model: str) -> IndexArray | None:
         """Slots of the pool's endpoints serving `model`; None when the pool does not."""
         return self._slots.get((ref, model))
+
+    def prefix_mode(self, ref: str) -> str:
+        """The pool's prefix mode: which `CachedTokenSource` predicts its cached tokens.
+        Every pool uses the approximate index until pools name a mode of their own."""
+        del ref
+        return APPROXIMATE
+
+    def pool_of(self, group: tuple[Target, ...], slot: int) -> str:
+        """Which pool of a candidate set (targets tried as one) the chosen slot is in."""
+        if len(group) == 1:
+            return group[0].pool or ""
+        for target in group:
+            slots = self.slots(target.pool or "", target.model)
+            if slots is not None and slot in slots:
+                return target.pool or ""
+        return group[0].pool or ""
 
     def endpoints(self) -> set[str]:
         return {endpoint for pool in self._pools.values() for endpoint in pool.endpoints}

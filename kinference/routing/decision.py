@@ -44,8 +44,31 @@ class LocalChoice:
     slot: int
     pool: str  # namespace/name
     model: str  # as the pool's engines know it
-    prefix_blocks: int = 0  # leading blocks the worker probably has cached
-    prefix_total: int = 0
+    prompt_tokens: float = 0.0  # the request's estimate
+    cached_tokens: float = 0.0  # predicted cached on this worker (its cached-tokens source)
+    predicted_ttft_ms: float | None = None  # the TTFT model's estimate, when it ran
+    predicted_wait_ms: float = 0.0  # the part of it spent behind other requests
+    hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
+    # Leading blocks the approximate index held on this worker at the pick, and how many
+    # blocks had been recorded on it since the deepest of them (its age): eviction learning.
+    held_blocks: int = 0
+    held_age: int | None = None
+    # False when the worker still had prompts to prefill at the pick: blocks the index
+    # counts may not be computed yet, so a short report then says nothing of evictions.
+    settled: bool = True
+
+    @property
+    def prefix_blocks(self) -> int:
+        """Leading blocks the approximate index held on this worker at the pick."""
+        return self.held_blocks
+
+    @property
+    def prefix_total(self) -> int:
+        return len(self.hashes)
+
+    @property
+    def uncached_tokens(self) -> float:
+        return max(self.prompt_tokens - self.cached_tokens, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +91,15 @@ class Decision:
     code: Reason = Reason.NONE  # the reason as a typed code (the metric label)
     canonical_model: str = ""
     max_tokens_field: MaxTokensField | None = None
-    prefix_hashes: tuple[int, ...] = ()
     # The API shape the body is rewritten to when the destination speaks another one than
     # the client wrote (None: sent as written), and for a local pick the path it goes to.
     sent_shape: Shape | None = None
     local_path: str = ""
     retry_after_s: int | None = None  # when a retry can succeed, if the router knows
+
+    @property
+    def prefix_hashes(self) -> tuple[int, ...]:
+        return self.local.hashes if self.local is not None else ()
 
     @property
     def dispatches(self) -> bool:

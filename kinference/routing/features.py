@@ -1,10 +1,10 @@
-"""What the scorers read about the candidates of one Pick."""
+"""The engine readings one Pick reads (fresh ones, NaN where unknown or stale)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kinference.routing.table import FloatArray, IndexArray, WorkerTable
+from kinference.routing.table import FloatArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,12 +23,11 @@ class Signals:
 
 
 @dataclass(frozen=True, slots=True)
-class Features:
-    """What the scorers read about the candidates of one Pick."""
+class EngineReading:
+    """An engine's metrics as scraped; None is unknown."""
 
-    table: WorkerTable
-    slots: IndexArray
-    model: str
-    signals: Signals
-    prefix_blocks: FloatArray
-    total_blocks: int
+    waiting: float | None
+    running: float | None
+    kv_usage: float | None
+    adapters: frozenset[str] = frozenset()
+    scraped_at: float | None = None  # on the router's monotonic clock

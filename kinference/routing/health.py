@@ -17,6 +17,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kinference.config.routing import Cooldowns, ProviderHealthSettings
+
 UNRESOLVED = "backend_unresolved"
 UNAUTHORIZED = "backend_unauthorized"
 NOT_FOUND = "not_found"
@@ -25,22 +27,22 @@ SERVER_ERROR = "server_error"
 REASONS = (UNRESOLVED, UNAUTHORIZED, NOT_FOUND, RATE_LIMITED, SERVER_ERROR)
 
 
+def _default_seconds() -> dict[str, float]:
+    return {reason: float(seconds) for reason, seconds in Cooldowns().model_dump().items()}
+
+
+_DEFAULTS = ProviderHealthSettings()  # the defaults' one home is the policy's model
+
+
 @dataclass(frozen=True, slots=True)
 class CooldownPolicy:
-    """Seconds of cool-down per reason, and the server-error threshold."""
+    """Seconds of cool-down per reason, and the server-error threshold (defaults: those of
+    the policy file's `provider_health:` section)."""
 
-    seconds: dict[str, float] = field(
-        default_factory=lambda: {
-            UNRESOLVED: 60.0,
-            UNAUTHORIZED: 300.0,
-            NOT_FOUND: 60.0,
-            RATE_LIMITED: 10.0,
-            SERVER_ERROR: 30.0,
-        }
-    )
-    server_error_threshold: int = 3
-    server_error_window_s: float = 30.0
-    max_cooldown_s: float = 3600.0
+    seconds: dict[str, float] = field(default_factory=_default_seconds)
+    server_error_threshold: int = _DEFAULTS.server_error_threshold
+    server_error_window_s: float = _DEFAULTS.server_error_window_s
+    max_cooldown_s: float = _DEFAULTS.max_cooldown_s
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ class Assignment:
     picked_at: float  # monotonic seconds
     deadline: float  # monotonic seconds
     first_token_at: float | None = None
+    ttft_ms: float | None = None  # as reported at ReportFirstToken
     client_request_id: str = ""  # the caller's id, for log lines about this request
 
     @property
@@ -98,7 +99,7 @@ class InFlight:
         )
         self._assignments[response_id] = assignment
         if isinstance(destination, LocalChoice):
-            self.table.inflight[destination.slot] += 1
+            self.table.add_inflight(destination.slot, 1)
             endpoint = destination.endpoint
             self.own[endpoint] = self.own.get(endpoint, 0) + 1
             self.journal.picked(endpoint, destination.model, hashes)
@@ -111,7 +112,9 @@ class InFlight:
             return None
         local = assignment.local
         if local is not None:
-            self.table.inflight[local.slot] = max(self.table.inflight[local.slot] - 1, 0)
+            self.table.add_inflight(local.slot, -1)
+            if assignment.first_token_at is None:  # its prefill is no longer pending
+                self.table.add_pending_prefill(local.slot, -local.uncached_tokens)
             left = self.own.get(local.endpoint, 0) - 1
             if left > 0:
                 self.own[local.endpoint] = left

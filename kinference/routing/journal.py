@@ -24,6 +24,13 @@ class Journal(Protocol):
     def itl(self, endpoint: str, model: str, bucket_counts: Sequence[int]) -> None:
         """A finished response's inter-token gaps, as layout-1 bucket counts."""
 
+    def served(
+        self, endpoint: str, model: str, uncached: float, prefill_ms: float, service_ms: float
+    ) -> None:
+        """A finished request's samples for the TTFT model: uncached prompt tokens, its
+        prefill milliseconds (TTFT less the predicted wait) and how long it held its batch
+        slot after the first token; NaN where not measured."""
+
 
 class NullJournal:
     """Standalone: the instance's own state is the whole state."""
@@ -38,4 +45,9 @@ class NullJournal:
         pass
 
     def itl(self, endpoint: str, model: str, bucket_counts: Sequence[int]) -> None:
+        pass
+
+    def served(
+        self, endpoint: str, model: str, uncached: float, prefill_ms: float, service_ms: float
+    ) -> None:
         pass

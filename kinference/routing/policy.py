@@ -1,5 +1,6 @@
 """The policy as the router reads it: the validated policy file plus what is derived from it
-once (pool slots, scorer weights, thresholds), replaced as a whole when the file changes."""
+once (pool slots, the plugin pipeline, thresholds), replaced as a whole when the file
+changes. Learned state (rates, load, prefixes) lives in the router and outlives this."""
 
 from __future__ import annotations
 
@@ -7,16 +8,15 @@ from dataclasses import dataclass
 
 from kinference.config import Policy
 from kinference.routing.catalog import Catalog
+from kinference.routing.filters.saturation import SaturationFilter
 from kinference.routing.health import CooldownPolicy
-from kinference.routing.saturation import Saturation
-from kinference.routing.scoring import Balance, Weights
+from kinference.routing.plugins.pick import MaxScorePicker
+from kinference.routing.plugins.pipeline import Pipeline, PluginCosts
+from kinference.routing.prefix import PrefixIndexConfig
+from kinference.routing.rates import Rates
+from kinference.routing.scorers.registry import build_scorers
+from kinference.routing.scorers.ttft import TtftScorer
 from kinference.routing.table import WorkerTable
-
-
-@dataclass(frozen=True, slots=True)
-class PrefixSettings:
-    block_bytes: int
-    max_blocks: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,29 +25,47 @@ class RoutingPolicy:
 
     config: Policy
     catalog: Catalog
-    weights: Weights
-    balance: Balance
-    saturation: Saturation
-    prefix: PrefixSettings
+    pipeline: Pipeline
+    # The TTFT model, also when its weight is 0 (its estimates are then not computed).
+    ttft: TtftScorer
+    saturation: SaturationFilter
+    prefix: PrefixIndexConfig
     cooldowns: CooldownPolicy
     engine_stale_after_s: float  # engine readings older than this count as unknown
 
+    @property
+    def predicts_ttft(self) -> bool:
+        return any(scorer is self.ttft for scorer, _ in self.pipeline.scorers)
 
-def compile_policy(policy: Policy, table: WorkerTable) -> RoutingPolicy:
+
+def compile_policy(
+    policy: Policy, table: WorkerTable, rates: Rates | None = None, costs: PluginCosts | None = None
+) -> RoutingPolicy:
     """Derive the router's view of a validated policy (runs on load and reload only)."""
-    routing, health = policy.routing, policy.provider_health
+    routing = policy.routing
+    rates = Rates(routing.ttft.learning_rate) if rates is None else rates
+    rates.alpha = routing.ttft.learning_rate
+    rates.prior_base_ms = routing.ttft.prior_prefill_base_ms
+    scorers = build_scorers(routing, rates)
+    ttft = next((s for s, _ in scorers if isinstance(s, TtftScorer)), None)
     return RoutingPolicy(
         config=policy,
         catalog=Catalog(policy.pools, table),
-        weights=Weights(**routing.weights.model_dump()),
-        balance=Balance(**routing.balance.model_dump()),
-        saturation=Saturation(routing.saturation.queue_depth, routing.saturation.kv_cache),
-        prefix=PrefixSettings(routing.prefix.block_chars, routing.prefix.max_blocks),
-        cooldowns=CooldownPolicy(
-            seconds=health.cooldown_s.model_dump(),
-            server_error_threshold=health.server_error_threshold,
-            server_error_window_s=health.server_error_window_s,
-            max_cooldown_s=health.max_cooldown_s,
-        ),
+        pipeline=Pipeline(scorers, MaxScorePicker(), PluginCosts() if costs is None else costs),
+        ttft=ttft if ttft is not None else TtftScorer(routing.ttft, rates),
+        saturation=SaturationFilter(routing.saturation),
+        prefix=routing.prefix,
+        cooldowns=cooldowns_of(policy),
         engine_stale_after_s=routing.engine_metrics.stale_after_s,
+    )
+
+
+def cooldowns_of(policy: Policy) -> CooldownPolicy:
+    """The provider cool-downs of a policy's `provider_health:` section."""
+    health = policy.provider_health
+    return CooldownPolicy(
+        seconds=health.cooldown_s.model_dump(),
+        server_error_threshold=health.server_error_threshold,
+        server_error_window_s=health.server_error_window_s,
+        max_cooldown_s=health.max_cooldown_s,
     )

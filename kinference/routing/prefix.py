@@ -17,6 +17,20 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import PositiveInt
+
+from kinference.routing.plugins.config import PluginConfig
+
+
+class PrefixIndexConfig(PluginConfig):
+    """How prompts are cut into blocks for the approximate prefix index (`routing.prefix`)."""
+
+    block_bytes: PositiveInt = 64  # bytes of UTF-8 prompt text per block (GIE: 64)
+    # Blocks hashed per request: 64 KiB of leading text, past long shared documents; the
+    # hashing is vectorised (~0.1 µs a block) and cached per distinct beginning.
+    max_blocks: PositiveInt = 1024
+    lru_blocks_per_worker: PositiveInt = 50_000  # block hashes remembered per worker
+
 
 SEPARATOR = "\x1e"  # between prompt segments, so ("ab", "c") and ("a", "bc") differ
 _SEPARATOR_BYTES = SEPARATOR.encode()
@@ -171,12 +185,21 @@ def _expand_references(segment: str, wanted: int) -> str:
 
 
 class PrefixIndex:
-    """Block hashes per worker slot (LRU-bounded) and the reverse map for matching."""
+    """Block hashes per worker slot (LRU-bounded) and the reverse map for matching.
+
+    Eviction-aware: each worker's LRU is bounded by the smaller of `blocks_per_worker` and
+    the capacity it was seen to have. When a worker reports fewer cached tokens than the
+    index predicted (`shortfall`), the blocks it no longer had leave its entry, and its
+    capacity is taken as the age (blocks recorded on it since) of the first missing block;
+    a hit on an older block raises the estimate again (`confirmed`).
+    """
 
     def __init__(self, blocks_per_worker: int) -> None:
         self.blocks_per_worker = blocks_per_worker
         self._holders: dict[int, set[int]] = {}
-        self._lru: dict[int, OrderedDict[int, None]] = {}
+        self._lru: dict[int, OrderedDict[int, int]] = {}  # slot -> block -> touch number
+        self._touches: dict[int, int] = {}  # slot -> blocks recorded on it so far
+        self.capacity: dict[int, int] = {}  # slot -> estimated blocks it really keeps
 
     def __len__(self) -> int:
         """Distinct blocks indexed."""
@@ -209,25 +232,68 @@ class PrefixIndex:
     def record(self, slot: int, hashes: Sequence[int]) -> None:
         """Remember that `slot` now caches these blocks (most recent: the earliest)."""
         lru = self._lru.setdefault(slot, OrderedDict())
+        touch = self._touches.get(slot, 0)
         for block in reversed(hashes):
+            touch += 1
             if block in lru:
                 lru.move_to_end(block)
             else:
-                lru[block] = None
                 self._holders.setdefault(block, set()).add(slot)
-        while len(lru) > self.blocks_per_worker:
+            lru[block] = touch
+        self._touches[slot] = touch
+        self._trim(slot, lru)
+
+    def _trim(self, slot: int, lru: OrderedDict[int, int]) -> None:
+        bound = min(self.blocks_per_worker, self.capacity.get(slot, self.blocks_per_worker))
+        while len(lru) > bound:
             evicted, _ = lru.popitem(last=False)
-            holders = self._holders.get(evicted)
-            if holders is not None:
-                holders.discard(slot)
-                if not holders:
-                    del self._holders[evicted]
+            self._drop_holder(evicted, slot)
+
+    def _drop_holder(self, block: int, slot: int) -> None:
+        holders = self._holders.get(block)
+        if holders is not None:
+            holders.discard(slot)
+            if not holders:
+                del self._holders[block]
+
+    def held(self, slot: int, hashes: Sequence[int]) -> tuple[int, int | None]:
+        """(leading blocks of `hashes` that `slot` holds, blocks recorded on it since the
+        deepest of them was): read at Pick, before the pick refreshes them."""
+        lru = self._lru.get(slot)
+        if not hashes or lru is None or hashes[0] not in lru:
+            return 0, None
+        blocks = self._longest(slot, hashes)
+        return blocks, self._touches.get(slot, 0) - lru[hashes[blocks - 1]]
+
+    def shortfall(self, slot: int, hashes: Sequence[int], kept: int, age: int | None) -> None:
+        """`slot` had only the first `kept` blocks of `hashes` cached although the index
+        said more, the deepest predicted block being `age` blocks old at the pick: the rest
+        leaves its entry. When it kept less than half, its capacity estimate moves toward
+        that age, by at most a tenth a time (one report may be misread: a block boundary,
+        a prompt rendered differently by the engine)."""
+        lru = self._lru.get(slot)
+        if lru is None or kept >= len(hashes):
+            return
+        held = sum(1 for block in hashes if block in lru)
+        for block in hashes[kept:]:
+            if lru.pop(block, None) is not None:
+                self._drop_holder(block, slot)
+        if age is not None and kept < held / 2:
+            floor = max(len(hashes), 1)  # never below one prompt's worth
+            known = self.capacity.get(slot, self.blocks_per_worker)
+            self.capacity[slot] = max(min(known, max(age, int(known * 0.9))), floor)
+            self._trim(slot, lru)
+
+    def confirmed(self, slot: int, age: int | None) -> None:
+        """`slot` had the predicted blocks cached, the deepest `age` blocks old at the
+        pick: a capacity estimate below that age was too small."""
+        known = self.capacity.get(slot)
+        if known is not None and age is not None and age > known:
+            self.capacity[slot] = age
 
     def forget(self, slot: int) -> None:
         """Drop everything a worker held (it left the pool or restarted)."""
         for block in self._lru.pop(slot, OrderedDict()):
-            holders = self._holders.get(block)
-            if holders is not None:
-                holders.discard(slot)
-                if not holders:
-                    del self._holders[block]
+            self._drop_holder(block, slot)
+        self._touches.pop(slot, None)
+        self.capacity.pop(slot, None)

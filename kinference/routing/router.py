@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 
 import numpy as np
-import numpy.typing as npt
 
-from kinference.config import ModelRoute, Target, UnsupportedShape, provider_path, target_api
-from kinference.requests import Shape
+from kinference.config import Policy, Target, target_api
 from kinference.routing.apis import LOCAL_PATHS, sent_shape
+from kinference.routing.attempt import Attempt, Busy
 from kinference.routing.decision import (
     Decision,
     LocalChoice,
@@ -32,79 +30,37 @@ from kinference.routing.decision import (
     QoS,
     RouteQuery,
 )
-from kinference.routing.features import Signals
+from kinference.routing.features import EngineReading, Signals
+from kinference.routing.filters.provider_health import ProviderHealthFilter, provider_path_for
+from kinference.routing.filters.ready import ReadyFilter
+from kinference.routing.filters.saturation import SATURATED
+from kinference.routing.filters.tenant import TenantFilter
 from kinference.routing.health import ProviderHealth
-from kinference.routing.policy import RoutingPolicy
+from kinference.routing.journal import Journal, NullJournal
+from kinference.routing.learning import Learning, Served
+from kinference.routing.plugins.base import PickContext
+from kinference.routing.plugins.cached import (
+    ApproximateCachedTokens,
+    CachedTokenSources,
+    PrefixQuery,
+)
+from kinference.routing.plugins.pipeline import PluginCosts
+from kinference.routing.policy import RoutingPolicy, compile_policy
 from kinference.routing.prefix import PrefixHasher, PrefixIndex
 from kinference.routing.reasons import Reason
-from kinference.routing.saturation import OVERLOADED, SATURATED
-from kinference.routing.scoring import choose
 from kinference.routing.table import IndexArray, WorkerTable
 from kinference.routing.tenants import TenantGate
 
-_SHAPE_KINDS = {
-    Shape.CHAT: "chat",
-    Shape.COMPLETION: "completion",
-    Shape.EMBEDDINGS: "embeddings",
-    Shape.RESPONSES: "responses",
-    Shape.ANTHROPIC_MESSAGES: "messages",
-}
-# Why no target could serve, most telling first: the code a NO_WORKERS answer carries.
-_NO_WORKER_CODES = (
-    Reason.NO_READY_ENDPOINT,
-    Reason.SATURATED,
-    Reason.PROVIDER_COOLING,
-    Reason.NO_TARGET,
-)
-
-
-@dataclass
-class _Busy:
-    """The first primary pool found ready but saturated, kept for the QoS fallback."""
-
-    group: tuple[Target, ...]
-    slots: IndexArray
-    levels: npt.NDArray[np.int8]
-
-
-@dataclass
-class _Attempt:
-    query: RouteQuery
-    route: ModelRoute
-    signals: Signals
-    notes: list[str] = field(default_factory=list)
-    busy: list[_Busy] = field(default_factory=list)  # primary pools ready but saturated
-    codes: set[Reason] = field(default_factory=set)  # a code for each note
-    retry_after_s: int | None = None  # the soonest a cooling provider comes back
-
-    def note(self, code: Reason, text: str) -> None:
-        self.notes.append(text)
-        self.codes.add(code)
-
-    @property
-    def code(self) -> Reason:
-        return next((code for code in _NO_WORKER_CODES if code in self.codes), Reason.NO_TARGET)
-
-    def groups(self, targets: tuple[Target, ...]) -> list[tuple[Target, ...]]:
-        """Targets whose conditions hold, in order, each tried alone; a model that pools
-        serve without a `models:` entry has all its pools tried as one candidate set."""
-        request = self.query.request
-        usable = tuple(
-            t
-            for t in targets
-            if t.when.matches(request.token_estimate, request.has_tools, request.hint)
-        )
-        if self.route.implicit and usable:
-            return [usable]
-        return [(t,) for t in usable]
-
 
 class Router:
-    """Decides per Pick from the policy in force and the shared state it is given."""
+    """Decides per Pick from the policy in force and the shared state it owns: the worker
+    table, the prefix index, provider health, tenant admission and the learned rates.
+    Everything that changes that state (policy reloads, reports, engine readings, other
+    replicas' events) goes through its methods."""
 
     def __init__(
         self,
-        policy: RoutingPolicy,
+        policy: Policy,
         *,
         table: WorkerTable,
         prefix: PrefixIndex,
@@ -112,16 +68,98 @@ class Router:
         tenants: TenantGate,
         rng: random.Random,
         clock: Callable[[], float] = time.monotonic,
+        journal: Journal | None = None,
+        sources: CachedTokenSources | None = None,
     ) -> None:
-        self.policy = policy
         self.table = table
         self.prefix = prefix
         self.health = health
         self.tenants = tenants
+        self.costs = PluginCosts()
+        self.journal: Journal = NullJournal() if journal is None else journal
+        self.learning = Learning(table, prefix, self.journal)
+        self.policy: RoutingPolicy = compile_policy(policy, table, self.learning.rates, self.costs)
+        self.learning.block_bytes = self.policy.prefix.block_bytes
+        health.policy = self.policy.cooldowns
+        prefix.blocks_per_worker = policy.routing.prefix.lru_blocks_per_worker
+        self.sources = sources or CachedTokenSources(ApproximateCachedTokens(prefix))
+        self._tenant_filter = TenantFilter(tenants)
+        self._provider_filter = ProviderHealthFilter(health)
+        self._ready = ReadyFilter()
         self._rng = rng
         self._clock = clock  # the engine scraper's clock: readings are aged against it
         self.hasher = PrefixHasher()
         self._unknown: Signals | None = None
+
+    def reload(self, policy: Policy) -> None:
+        """Switch to a reloaded policy; learned state (load, prefixes, rates, health) carries
+        over, except for endpoints that left every pool (their cache is not ours to count)."""
+        routing = compile_policy(policy, self.table, self.learning.rates, self.costs)
+        for gone in self.policy.catalog.endpoints() - routing.catalog.endpoints():
+            self.learning.forget(self.table.slot(gone))
+        self.policy = routing
+        self.learning.block_bytes = routing.prefix.block_bytes
+        self.health.policy = routing.cooldowns
+        self.prefix.blocks_per_worker = policy.routing.prefix.lru_blocks_per_worker
+
+    def now(self) -> float:
+        """The router's monotonic clock (engine readings are aged against it)."""
+        return self._clock()
+
+    # -- feedback: the only ways routing state changes --------------------------------
+
+    def picked(self, choice: LocalChoice) -> None:
+        """The service dispatched `choice` (its load is counted by InFlight)."""
+        self.learning.picked(choice)
+
+    def first_token(self, choice: LocalChoice, ttft_ms: float) -> None:
+        self.learning.first_token(choice, ttft_ms)
+
+    def first_token_failed(self, choice: LocalChoice) -> None:
+        """The first report carried an upstream error: no prefill is pending any more."""
+        self.learning.released_before_first_token(choice)
+
+    def final(self, choice: LocalChoice, served: Served) -> None:
+        self.learning.final(choice, served)
+
+    def engine_reading(self, endpoint: str, ready: bool, reading: EngineReading | None) -> None:
+        """An engine's readiness and metrics (None: unknown), from a scrape here or the
+        scrape leader's reading in a cluster."""
+        slot = self.table.slot(endpoint)
+        self.table.set_ready(slot, ready)
+        if reading is None:
+            self.table.set_engine(slot, waiting=None, running=None, kv_usage=None)
+            return
+        self.table.set_engine(
+            slot,
+            waiting=reading.waiting,
+            running=reading.running,
+            kv_usage=reading.kv_usage,
+            adapters=reading.adapters,
+            scraped_at=reading.scraped_at,
+        )
+
+    def remote_picked(self, endpoint: str, hashes: Sequence[int]) -> None:
+        """Another replica sent a request with these prefix blocks to `endpoint`."""
+        if hashes:
+            self.prefix.record(self.table.slot(endpoint), hashes)
+
+    def remote_load(self, endpoint: str, delta: int) -> None:
+        """Another replica's requests in flight on `endpoint` changed by `delta`."""
+        self.table.add_inflight(self.table.slot(endpoint), delta)
+
+    def remote_first_token(self, endpoint: str, model: str, ttft_ms: float) -> None:
+        self.table.observe_ttft(self.table.slot(endpoint), model, ttft_ms)
+
+    def remote_itl(self, endpoint: str, model: str, counts: tuple[int, ...]) -> None:
+        self.table.observe_itl(self.table.slot(endpoint), model, counts)
+
+    def remote_served(
+        self, endpoint: str, model: str, uncached: float, prefill_ms: float, service_ms: float
+    ) -> None:
+        self.learning.learn(self.table.slot(endpoint), model, uncached, prefill_ms, service_ms)
+
+    # -- the decision -------------------------------------------------------------------
 
     def route(self, query: RouteQuery) -> Decision:
         policy, request = self.policy, query.request
@@ -133,11 +171,11 @@ class Router:
             reason = f"pool {query.pool} is not known"
             return Decision(Outcome.NO_WORKERS, reason=reason, code=Reason.UNKNOWN_POOL)
         names = (request.model, *route.names)
-        rejected = self.tenants.check(policy.config, query.tenant, names, query.qos.value)
+        rejected = self._tenant_filter.admit(policy.config, query.tenant, names, query.qos.value)
         if rejected is not None:
             return Decision(Outcome.POLICY_REJECTED, reason=rejected.text, code=rejected.code)
         stale_after = policy.engine_stale_after_s
-        attempt = _Attempt(query, route, self._signals(stale_after))
+        attempt = Attempt(query, route, self._signals(stale_after))
         decision = self._first(attempt, attempt.groups(route.primary))
         return decision if decision is not None else self._after_primaries(attempt)
 
@@ -151,7 +189,7 @@ class Router:
             unknown = self._unknown = Signals(waiting, kv_usage, known=False)
         return unknown
 
-    def _after_primaries(self, attempt: _Attempt) -> Decision:
+    def _after_primaries(self, attempt: Attempt) -> Decision:
         overflow = attempt.groups(attempt.route.overflow)
         if attempt.busy:
             # Overflow pools are our own spare capacity: every class may use them before
@@ -169,66 +207,45 @@ class Router:
         if attempt.busy and attempt.query.qos is not QoS.INTERACTIVE:
             return self._batch_or_shed(attempt)  # only an overflow pool was ready, and busy
         if attempt.busy:  # INTERACTIVE is never shed: the least busy of the busy pools
-            busy = self._least_busy(attempt) or attempt.busy[0]
+            busy = attempt.least_busy() or attempt.busy[0]
             return self._local(attempt, busy.group, busy.slots)
-        reason = "; ".join(attempt.notes) or f"no target of {attempt.route.name!r} matches"
-        return Decision(
-            Outcome.NO_WORKERS,
-            reason=reason,
-            code=attempt.code,
-            canonical_model=attempt.route.name,
-            retry_after_s=attempt.retry_after_s,
-        )
+        return attempt.no_workers()
 
-    def _first(self, attempt: _Attempt, groups: list[tuple[Target, ...]]) -> Decision | None:
+    def _first(self, attempt: Attempt, groups: list[tuple[Target, ...]]) -> Decision | None:
         for group in groups:
             decision = self._try(attempt, group)
             if decision is not None:
                 return decision
         return None
 
-    def _batch_or_shed(self, attempt: _Attempt) -> Decision:
+    def _batch_or_shed(self, attempt: Attempt) -> Decision:
         pools = ", ".join(_pools(busy.group) for busy in attempt.busy)
         if attempt.query.qos is QoS.DEFERRABLE:
             reason = f"pool {pools} is saturated: DEFERRABLE requests are shed first"
             return Decision(Outcome.POLICY_REJECTED, reason=reason, code=Reason.SHED_SATURATED)
-        busy = self._least_busy(attempt)
+        busy = attempt.least_busy()
         if busy is not None:
             return self._local(attempt, busy.group, busy.slots)
         reason = f"pool {pools} is saturated past the BATCH limit: BATCH requests are shed"
         return Decision(Outcome.POLICY_REJECTED, reason=reason, code=Reason.SHED_SATURATED)
 
-    @staticmethod
-    def _least_busy(attempt: _Attempt) -> _Busy | None:
-        """The first busy pool's workers that are saturated but not overloaded, if any."""
-        for busy in attempt.busy:
-            usable = busy.levels < OVERLOADED
-            if usable.any():
-                return _Busy(busy.group, busy.slots[usable], busy.levels[usable])
-        return None
-
-    def _try(self, attempt: _Attempt, group: tuple[Target, ...]) -> Decision | None:
+    def _try(self, attempt: Attempt, group: tuple[Target, ...]) -> Decision | None:
         first = group[0]
         if first.provider is not None:
             return self._try_provider(attempt, first, first.provider)
         return self._try_pool(attempt, group)
 
-    def _try_provider(self, attempt: _Attempt, target: Target, ref: str) -> Decision | None:
-        cooled = self.health.cooled(ref)
-        if cooled is not None:
-            left = cooled.remaining(self.health.now())
-            attempt.note(
-                Reason.PROVIDER_COOLING,
-                f"provider {ref} is cooling down ({cooled.reason}, {left:.0f}s left)",
-            )
-            soonest = max(1, int(left + 0.999))
-            if attempt.retry_after_s is None or soonest < attempt.retry_after_s:
-                attempt.retry_after_s = soonest
+    def _try_provider(self, attempt: Attempt, target: Target, ref: str) -> Decision | None:
+        cooling = self._provider_filter.check(ref)
+        if cooling is not None:
+            attempt.note(cooling.code, cooling.text)
+            cooled = self.health.cooled(ref)
+            if cooled is not None:
+                attempt.cooling_for(cooled.remaining(self.health.now()))
             return None
         request = attempt.query.request
-        provider = self.policy.config.provider(ref)
-        shape = sent_shape(request.shape, target_api(target, provider))
-        path = None if shape is None else self._provider_path(shape, target, ref)
+        shape = sent_shape(request.shape, target_api(target, self.policy.config.provider(ref)))
+        path = None if shape is None else provider_path_for(self.policy.config, shape, target, ref)
         if shape is None or path is None:
             what = request.shape.value
             attempt.note(Reason.NO_TARGET, f"provider {ref} has no endpoint for {what} requests")
@@ -241,17 +258,7 @@ class Router:
             sent_shape=shape if shape is not request.shape else None,
         )
 
-    def _provider_path(self, shape: Shape, target: Target, ref: str) -> str | None:
-        provider = self.policy.config.provider(ref)
-        kind = _SHAPE_KINDS.get(shape)
-        if provider is None or kind is None:
-            return target.path
-        try:
-            return provider_path(provider, target, kind)
-        except UnsupportedShape:
-            return None
-
-    def _try_pool(self, attempt: _Attempt, group: tuple[Target, ...]) -> Decision | None:
+    def _try_pool(self, attempt: Attempt, group: tuple[Target, ...]) -> Decision | None:
         if sent_shape(attempt.query.request.shape, target_api(group[0], None)) is None:
             what = attempt.query.request.shape.value
             attempt.note(Reason.NO_TARGET, f"pool {_pools(group)} takes no {what} requests")
@@ -267,10 +274,10 @@ class Router:
         if len(free):
             return self._local(attempt, group, free)
         attempt.note(Reason.SATURATED, f"pool {_pools(group)} is saturated")
-        attempt.busy.append(_Busy(group, slots, levels))
+        attempt.busy.append(Busy(group, slots, levels))
         return None
 
-    def _ready_slots(self, attempt: _Attempt, group: tuple[Target, ...]) -> IndexArray | None:
+    def _ready_slots(self, attempt: Attempt, group: tuple[Target, ...]) -> IndexArray | None:
         """Ready workers of the group's pools (only the named pool, when one is named)."""
         named, catalog = attempt.query.pool, self.policy.catalog
         found = [
@@ -284,38 +291,30 @@ class Router:
             attempt.note(Reason.NO_TARGET, f"{where} does not serve {group[0].model!r}")
             return None
         slots = found[0] if len(found) == 1 else np.unique(np.concatenate(found))
-        slots = slots[self.table.ready[slots]]
+        slots = self._ready.filter_slots(self.table, slots)
         if not len(slots):
             attempt.note(Reason.NO_READY_ENDPOINT, f"pool {_pools(group)} has no ready endpoint")
             return None
         return slots
 
-    def _local(self, attempt: _Attempt, group: tuple[Target, ...], slots: IndexArray) -> Decision:
-        request, settings, model = attempt.query.request, self.policy.prefix, group[0].model
-        hashes = self.hasher.hashes(
-            model,
-            request.prompt.segments,
-            block_bytes=settings.block_bytes,
-            max_blocks=settings.max_blocks,
-        )
-        matched = np.zeros(len(self.table.inflight))
-        for slot, blocks in self.prefix.match(hashes).items():
-            matched[slot] = blocks
-        scored = choose(
-            self.table,
-            slots,
-            model=model,
-            signals=attempt.signals,
-            prefix_blocks=matched[slots],
-            total_blocks=len(hashes),
-            weights=self.policy.weights,
-            balance=self.policy.balance,
-            rng=self._rng,
-        )
-        slot = int(slots[scored.index])
-        endpoint = self.table.endpoints[slot]
-        pool = self._pool_of(group, slot)
-        choice = LocalChoice(endpoint, slot, pool, model, scored.prefix_blocks, len(hashes))
+    def _local(self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray) -> Decision:
+        request, policy, model = attempt.query.request, self.policy, group[0].model
+        ctx = self._context(attempt, group, slots)
+        if len(slots) > 1 or policy.predicts_ttft:
+            index = policy.pipeline.choose(ctx, self._rng)
+        else:
+            index = 0
+        slot = int(slots[index])
+        predicted, waits = ctx.predicted_ttft_ms, ctx.predicted_wait_ms
+        held, age = self.prefix.held(slot, ctx.hashes)
+        choice = LocalChoice(
+            self.table.endpoints[slot], slot, self.policy.catalog.pool_of(group, slot), model,
+            prompt_tokens=ctx.prompt_tokens, cached_tokens=float(ctx.cached_tokens[index]),
+            predicted_ttft_ms=None if predicted is None else float(predicted[index]),
+            predicted_wait_ms=0.0 if waits is None else float(waits[index]), hashes=ctx.hashes,
+            held_blocks=held, held_age=age,
+            settled=self.table.pending_prefill.item(slot) <= 0.0,
+        )  # fmt: skip
         outcome, reason, code = Outcome.OK, "", Reason.NONE
         if not request.prompt.complete:
             outcome, code = Outcome.DEGRADED, Reason.PARTIAL_PROMPT
@@ -329,19 +328,30 @@ class Router:
             code=code,
             canonical_model=attempt.route.name,
             max_tokens_field=group[0].max_tokens_field,
-            prefix_hashes=hashes,
             sent_shape=translated,
             local_path=LOCAL_PATHS[translated] if translated is not None else "",
         )
 
-    def _pool_of(self, group: tuple[Target, ...], slot: int) -> str:
-        if len(group) == 1:
-            return group[0].pool or ""
-        for target in group:
-            slots = self.policy.catalog.slots(target.pool or "", target.model)
-            if slots is not None and slot in slots:
-                return target.pool or ""
-        return group[0].pool or ""
+    def _context(
+        self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray
+    ) -> PickContext:
+        """The Pick's context: the prompt's blocks and each candidate's cached tokens."""
+        request, settings, model = attempt.query.request, self.policy.prefix, group[0].model
+        hashes = self.hasher.hashes(
+            model, request.prompt.segments,
+            block_bytes=settings.block_bytes, max_blocks=settings.max_blocks,
+        )  # fmt: skip
+        pool = group[0].pool or ""
+        prompt_tokens = float(request.token_estimate)
+        query = PrefixQuery(
+            request, model, pool, hashes, settings.block_bytes, prompt_tokens,
+            truncated=len(hashes) >= settings.max_blocks,
+        )  # fmt: skip
+        source = self.sources.get(self.policy.catalog.prefix_mode(pool))
+        cached = source.cached_tokens(query, slots)
+        return PickContext(
+            request, model, pool, self.table, attempt.signals, slots, prompt_tokens, cached, hashes
+        )
 
 
 def _pools(group: tuple[Target, ...]) -> str:

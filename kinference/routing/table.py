@@ -7,10 +7,13 @@ unknown queue and KV-cache use rather than a made-up zero.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
 import numpy.typing as npt
+
+from kinference.itl_layout import MIDPOINTS_MS
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -18,11 +21,8 @@ IndexArray = npt.NDArray[np.intp]
 
 EWMA_ALPHA = 0.2  # weight of a new latency observation in the running estimate
 
-# Representative gap of each ITL layout-1 bucket, milliseconds: the bucket's midpoint, and
-# 1500 ms for the open-ended last one.
-ITL_LAYOUT_1_MS = np.array(
-    [2.5, 7.5, 12.5, 17.5, 25, 35, 45, 62.5, 87.5, 125, 175, 250, 400, 750, 1500], dtype=np.float64
-)
+# Representative gap of each ITL layout-1 bucket, milliseconds.
+ITL_LAYOUT_1_MS = np.array(MIDPOINTS_MS, dtype=np.float64)
 
 
 class WorkerTable:
@@ -42,6 +42,11 @@ class WorkerTable:
         # them the queue is carried forward between readings (`queue_now`).
         self.inflight_at_reading: FloatArray = np.full(capacity, np.nan)
         self.batch: FloatArray = np.full(capacity, np.nan)
+        # The most sequences the engine was ever seen running: a floor of its batch (the
+        # running count while others wait dips when its KV cache is short).
+        self.running_max: FloatArray = np.full(capacity, np.nan)
+        # Uncached prompt tokens picked to each worker that have no first token yet.
+        self.pending_prefill: FloatArray = np.zeros(capacity)
         self.adapters: list[frozenset[str]] = []
         self._lora: dict[str, BoolArray] = {}  # adapter name -> which slots have it loaded
         self._ttft: dict[str, FloatArray] = {}  # per model, milliseconds (EWMA)
@@ -80,11 +85,24 @@ class WorkerTable:
         self.scraped_at = grown(self.scraped_at, np.nan)  # type: ignore[assignment]
         self.inflight_at_reading = grown(self.inflight_at_reading, np.nan)  # type: ignore[assignment]
         self.batch = grown(self.batch, np.nan)  # type: ignore[assignment]
+        self.running_max = grown(self.running_max, np.nan)  # type: ignore[assignment]
+        self.pending_prefill = grown(self.pending_prefill, 0.0)  # type: ignore[assignment]
         for name, mask in self._lora.items():
             self._lora[name] = grown(mask, False)  # type: ignore[assignment]
         for estimates in (self._ttft, self._itl):
             for model, array in estimates.items():
                 estimates[model] = grown(array, np.nan)  # type: ignore[assignment]
+
+    def add_inflight(self, slot: int, delta: float) -> None:
+        """Requests in flight on a worker change by `delta` (never below zero)."""
+        self.inflight[slot] = max(self.inflight[slot] + delta, 0.0)
+
+    def add_pending_prefill(self, slot: int, tokens: float) -> None:
+        """Uncached prompt tokens awaiting their first token change by `tokens`."""
+        self.pending_prefill[slot] = max(self.pending_prefill[slot] + tokens, 0.0)
+
+    def set_ready(self, slot: int, ready: bool) -> None:
+        self.ready[slot] = ready
 
     def set_engine(
         self,
@@ -103,6 +121,7 @@ class WorkerTable:
         self.scraped_at[slot] = np.nan if scraped_at is None else scraped_at
         self.inflight_at_reading[slot] = self.inflight[slot]
         if running is not None:
+            self.running_max[slot] = np.fmax(self.running_max[slot], running)
             # While requests wait, what runs is the batch the engine can hold now (fewer
             # than its maximum when KV cache is short); otherwise it can hold at least that.
             # Until it was seen full its batch is unknown: an idle engine running nothing
@@ -141,6 +160,44 @@ class WorkerTable:
         held = self.running[:size] + waiting + since
         carried = np.maximum(held - self.batch[:size], 0.0)  # NaN (unknown) stays NaN
         return np.where(np.isnan(carried), waiting, carried)
+
+    def occupancy(
+        self, slots: IndexArray, waiting: FloatArray, prior_batch: float
+    ) -> tuple[FloatArray, FloatArray]:
+        """(sequences on each candidate now, the batch it runs at once).
+
+        Sequences: the fresh reading (`waiting` not NaN) of running + waiting carried
+        forward by the picks since, else the in-flight picks. Batch: once the engine was
+        seen with requests waiting, the most it was ever seen running (while others wait
+        the running count dips when KV cache is short); before, at least `prior_batch` and,
+        with a fresh reading and nothing waiting, more than what runs.
+        """
+        inflight, fresh_waiting = self.inflight[slots], waiting[slots]
+        running = self.running[slots]
+        since = inflight - self.inflight_at_reading[slots]
+        held = running + fresh_waiting + since  # NaN without a fresh reading
+        fresh = ~np.isnan(held)
+        sequences = np.where(fresh, np.maximum(held, 0.0), inflight)
+        batch = np.fmax(self.batch[slots], self.running_max[slots])  # NaN only if both are
+        batch = np.where(np.isnan(self.batch[slots]), np.nan, batch)  # never seen full
+        took_all = np.where(fresh_waiting > 0, running, running + 1.0)  # NaN: no reading
+        unknown = np.fmax(np.where(fresh, took_all, prior_batch), prior_batch)
+        return sequences, np.maximum(np.where(np.isnan(batch), unknown, batch), 1.0)
+
+    def occupancy_of(self, slot: int, waiting: float, prior_batch: float) -> tuple[float, float]:
+        """`occupancy` of one slot on Python floats (`waiting`: its fresh reading or NaN)."""
+        inflight, running = self.inflight.item(slot), self.running.item(slot)
+        held = running + waiting + inflight - self.inflight_at_reading.item(slot)
+        fresh = not math.isnan(held)
+        sequences = max(held, 0.0) if fresh else inflight
+        batch, most = self.batch.item(slot), self.running_max.item(slot)
+        if not math.isnan(batch):
+            batch = batch if math.isnan(most) else max(batch, most)
+        elif fresh:
+            batch = max(running if waiting > 0 else running + 1.0, prior_batch)
+        else:
+            batch = prior_batch
+        return sequences, max(batch, 1.0)
 
     def has_readings(self) -> bool:
         """Whether any engine reading was ever taken (else every engine signal is unknown)."""

@@ -41,7 +41,8 @@ from kinference.workers.telemetry import ScrapeMetrics, ScrapeResult
 
 log = logging.getLogger(__name__)
 
-# endpoint ("host:port") -> (engine kind, metrics path or None for the engine's default)
+# endpoint ("host:port") -> (engine kind, metrics path on the endpoint or a full metrics URL,
+# or None for the engine's default path)
 Targets = Mapping[str, tuple[EngineKind | str, str | None]]
 OnUpdate = Callable[[str, EngineSnapshot | None], None]
 
@@ -250,6 +251,8 @@ class EngineScraper:
 def _target(endpoint: str, engine: EngineKind | str, path: str | None) -> _Target:
     spec = engine_metrics(engine)
     path = spec.metrics_path if path is None else path
+    if path.startswith(("http://", "https://")):  # metrics served apart from the endpoint
+        return _Target(spec, path)
     if not path.startswith("/"):
         raise ValueError(f"metrics path for {endpoint} must start with '/', got {path!r}")
     base = endpoint if "://" in endpoint else f"http://{endpoint}"

@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import signal
 import sys
 
 import uvloop
 
+from loadtest.engine_model import Timing
 from loadtest.sim_engine import SimEngineConfig, SimEngines
+from loadtest.sim_engine.server import SimEngine, engine_seed
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -27,6 +30,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     cli.add_argument("--capacity-blocks", type=int, default=1536)
     cli.add_argument("--max-num-seqs", type=int, default=4)
     cli.add_argument("--stream-step-s", type=float, default=0.1, help="tokens per SSE chunk")
+    cli.add_argument("--slow-fraction", type=float, default=0.0, help="share of slow engines")
+    cli.add_argument("--slow-factor", type=float, default=2.0, help="their slowdown")
     return cli.parse_args(argv)
 
 
@@ -45,9 +50,26 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with SimEngines(args.count, config_from(args)) as fleet:
+    config = config_from(args)
+    fleet = SimEngines(args.count, config)
+    slow = round(args.count * args.slow_fraction)
+    slower = dataclasses.replace(config, timing=_scaled(config.timing, args.slow_factor))
+    for index in range(args.count - slow, args.count):  # the last `slow` engines
+        fleet.engines[index] = SimEngine(slower.with_seed(engine_seed(config.seed, index)))
+    async with fleet:
         print(json.dumps({"urls": fleet.urls}), flush=True)
         await stop.wait()
+
+
+def _scaled(timing: Timing, factor: float) -> Timing:
+    """The same engine, `factor` times slower at every step."""
+    return dataclasses.replace(
+        timing,
+        prefill_base_s=timing.prefill_base_s * factor,
+        prefill_s_per_token=timing.prefill_s_per_token * factor,
+        decode_gap_s=timing.decode_gap_s * factor,
+        decode_gap_s_per_seq=timing.decode_gap_s_per_seq * factor,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

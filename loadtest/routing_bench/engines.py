@@ -46,6 +46,8 @@ class EngineSetup:
     max_num_seqs: int = 4
     stream_step_s: float = 0.1  # tokens due within 0.1 s share one SSE chunk: less CPU
     seed: int = 0
+    slow_fraction: float = 0.0  # the last engines, this share of them, are slower ...
+    slow_factor: float = 2.0  # ... by this factor at every step (prefill and decode)
 
     def argv(self) -> list[str]:
         return [
@@ -56,6 +58,8 @@ class EngineSetup:
             "--capacity-blocks", str(self.capacity_blocks),
             "--max-num-seqs", str(self.max_num_seqs),
             "--stream-step-s", str(self.stream_step_s),
+            "--slow-fraction", str(self.slow_fraction),
+            "--slow-factor", str(self.slow_factor),
         ]  # fmt: skip
 
 

@@ -38,42 +38,13 @@ from loadtest.routing_bench.workload import BenchSpec, conversations
 FULL_ROUTERS = ("kinference", "kinference-4-redis", "kinference-4", "round_robin", "random",
                 "sglang", "vllm")  # fmt: skip
 QUICK_ROUTERS = ("kinference", "round_robin", "sglang")
-# The benchmark's policy tuning, merged over the policy's `routing:` section. Why each
-# change (measured on this machine; the report repeats the settings):
-# - weights: load 1 (default 2), KV use and latency off. The load scorer is scaled to the
-#   candidates' spread, so one request more is worth the whole weight: at 2 it pulled a
-#   chat's next turn off the engine holding its history (hit rate 0.59 against 0.72 at
-#   6 req/s). Queueing is kept off by the balance override below. The KV
-#   gauge of the simulated engine counts running prompts against its (small) prefix cache,
-#   which says nothing of queueing.
-# - balance.abs_threshold 5 (default 16, sized for big batches): affinity yields to load once
-#   an engine carries 5 requests more than the idlest (a full batch of 4 and a queue), and
-#   1.5x as many; with the default 16 a popular prompt piled onto one engine (imbalance 3.1,
-#   TTFT p50 0.8 s at 12 req/s), with 3 cold engines took documents at low load (p90 0.6 s
-#   at 6 req/s). 30 s of arrivals per run: with 12 s, a p90 rested on 7 requests and moved
-#   between 0.1 and 0.6 s from run to run.
-# - balance.fade: each engine keeps 1 - excess/5 of its affinity rather than all of it up
-#   to 5 requests over and none past (18 req/s, saturation off, 3 runs each: TTFT p90
-#   375-566 ms against 417-595 without fade).
-# - saturation off (a queue of 1000): leaving out every engine with a queue while another
-#   has none overrode affinity and the load scorer alike and herded picks onto the engines
-#   that looked free at the last reading: TTFT p90 at 18 req/s 584-596 ms with it (queue
-#   depth 1), 417-595 without. KV use never saturates (see weights).
-# - prefix.max_blocks 1024: hash the first 64 KiB of a prompt, past the ~48 KiB documents.
-# - engine_metrics every 1 s with a 2 s timeout (defaults 0.2 s, 0.5 s): scraping 8 engines
-#   5 times a second cost most of the replica's CPU on 2 shared cores, and starved scrapes
-#   timed out until the pool counted as not ready (NO_WORKERS).
-TUNING: dict[str, Any] = {
-    "weights": {"prefix": 3, "queue": 1, "kv_cache": 0, "latency": 0},
-    "balance": {"abs_threshold": 5, "rel_threshold": 1.5, "fade": True},
-    "saturation": {"queue_depth": 1000, "kv_cache": 1.0},
-    "prefix": {"max_blocks": 1024},
-    "engine_metrics": {
-        "interval_s": 1.0,
-        "timeout_s": 2.0,
-        "stale_after_s": 3.0,
-        "failures_before_unready": 5,
-    },
+# Engine regimes (`--regime`): the project's simulated engines with few batch slots, with
+# vLLM-like large batches (prefill-dominated TTFT), and a mixed pool where half the engines
+# take twice as long for everything.
+REGIMES: dict[str, dict[str, Any]] = {
+    "few-slots": {"max_num_seqs": 4, "slow_fraction": 0.0},
+    "vllm-64": {"max_num_seqs": 64, "slow_fraction": 0.0},
+    "mixed": {"max_num_seqs": 4, "slow_fraction": 0.5},
 }
 
 
@@ -106,9 +77,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cli.add_argument("--duration", type=float, default=0.0, help="seconds of arrivals per run")
     cli.add_argument("--seed", type=int, default=1)
     cli.add_argument("--capacity-blocks", type=int, default=1536, help="per engine, 64 chars each")
-    cli.add_argument("--max-num-seqs", type=int, default=4, help="engine batch slots")
+    cli.add_argument(
+        "--regime",
+        choices=sorted(REGIMES),
+        default="few-slots",
+        help="engine batch slots and speeds (see REGIMES)",
+    )
     cli.add_argument("--time-scale", type=float, default=1.0, help="wall s per model s")
-    cli.add_argument("--tuning", default="", help="YAML mapping merged over the policy's routing:")
+    cli.add_argument(
+        "--tuning",
+        default="",
+        help="YAML mapping merged over the policy's routing: (an extra, labelled "
+        "run; the benchmark runs the shipped defaults)",
+    )
     return cli.parse_args(argv)  # fmt: skip
 
 
@@ -136,14 +117,15 @@ def options_from(args: argparse.Namespace) -> Options:
         seed=args.seed,
         engines=EngineSetup(
             capacity_blocks=args.capacity_blocks,
-            max_num_seqs=args.max_num_seqs,
+            max_num_seqs=REGIMES[args.regime]["max_num_seqs"],
+            slow_fraction=REGIMES[args.regime]["slow_fraction"],
             time_scale=args.time_scale,
             seed=args.seed,
         ),
         out=args.out,
         chart=chart,
-        label="quick" if args.quick else "full",
-        tuning=yaml.safe_load(args.tuning) if args.tuning else TUNING,
+        label=("quick" if args.quick else "full") + f", regime {args.regime}",
+        tuning=yaml.safe_load(args.tuning) if args.tuning else {},
         spec=BenchSpec.quick() if args.quick else BenchSpec(),
     )
 
@@ -198,7 +180,8 @@ def section(options: Options, results: list[RunStats], seconds: float) -> str:
         "",
         f"{engines.count} simulated engines (`loadtest/sim_engine`, in their own process), each "
         f"with a prefix cache of {engines.capacity_blocks} blocks of 64 characters and "
-        f"{engines.max_num_seqs} batch slots, time scale {engines.time_scale:g}; fresh engines "
+        f"{engines.max_num_seqs} batch slots, time scale {engines.time_scale:g}"
+        f"{_slow(engines)}; fresh engines "
         f"for every run; {options.duration_s:g} s of Poisson arrivals per run, then every "
         "conversation to its end. Workload: shared system prompts, multi-turn chats re-sending "
         "the engine's real replies, questions on long documents (`routing_bench/workload.py`). "
@@ -211,16 +194,21 @@ def section(options: Options, results: list[RunStats], seconds: float) -> str:
         "",
         *report.verdicts(results),
         "",
-        "Policy tuning of the benchmark (merged over the policy's defaults; why: "
-        "`loadtest/routing_bench/main.py`, `TUNING`):",
-        "",
-        "```yaml",
-        tuning.rstrip(),
-        "```",
     ]
+    if options.tuning:
+        title = "Policy tuning of this run (an extra, labelled run; merged over the defaults):"
+        lines += ["", title, "", "```yaml", tuning.rstrip(), "```"]
+    else:
+        lines += ["", "Policy: the shipped defaults (no `routing:` section)."]
     if options.chart is not None and options.out is not None:
         lines += ["", f"![TTFT p90 and hit rate by rate]({options.chart.name})"]
     return "\n".join(lines)
+
+
+def _slow(engines: EngineSetup) -> str:
+    if not engines.slow_fraction:
+        return ""
+    return f", {engines.slow_fraction:.0%} of them {engines.slow_factor:g}x slower at everything"
 
 
 def main(argv: list[str] | None = None) -> int:

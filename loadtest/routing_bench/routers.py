@@ -65,11 +65,10 @@ def available(router: Router) -> bool:
 
 
 def policy_yaml(urls: list[str], capacity_blocks: int, tuning: dict[str, Any]) -> str:
-    """One pool of the engines, scraped as vLLM; the prefix index sized like their caches,
-    `tuning` merged over `routing:` (the benchmark's policy tuning, reported with results)."""
-    routing: dict[str, Any] = {
-        "prefix": {"block_chars": 64, "max_blocks": 512, "lru_blocks_per_worker": capacity_blocks}
-    }
+    """One pool of the engines, scraped as vLLM, the shipped routing defaults; `tuning`
+    (an extra, labelled run) merged over `routing:`."""
+    del capacity_blocks  # the index learns the engines' capacity from reported cached tokens
+    routing: dict[str, Any] = {}
     for key, value in tuning.items():
         routing[key] = {**routing.get(key, {}), **value} if isinstance(value, dict) else value
     policy = {

@@ -4,7 +4,9 @@ a live replica is missing from its view."""
 from __future__ import annotations
 
 import math
+import random
 import time
+from collections.abc import Callable
 
 from kinference.cluster import codec
 from kinference.cluster.connection import connect
@@ -15,10 +17,24 @@ from kinference.cluster.replication import SEQ_FIELD, Publisher, Reader
 from kinference.cluster.shards import Shards, Wiring
 from kinference.cluster.stats import StatsBuffer
 from kinference.cluster.view import ClusterView
-from kinference.routing import PrefixIndex, WorkerTable
+from kinference.config import Policy
+from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate, WorkerTable
+from kinference.routing.policy import cooldowns_of
 from loadtest.redis_server import RedisServer
 
 ENDPOINT = "10.0.0.1:8000"
+
+
+def view_of(
+    table: WorkerTable, prefix: PrefixIndex, clock: Callable[[], float] = time.monotonic
+) -> ClusterView:
+    """A view folding into a router over `table` and `prefix`."""
+    policy = Policy()
+    router = Router(
+        policy, table=table, prefix=prefix, health=ProviderHealth(cooldowns_of(policy)),
+        tenants=TenantGate(), rng=random.Random(0),
+    )  # fmt: skip
+    return ClusterView(router, clock=clock)
 
 
 async def test_a_late_replica_loads_readings_statistics_and_prefixes(
@@ -36,13 +52,16 @@ async def test_a_late_replica_loads_readings_statistics_and_prefixes(
     outbox.picked(ENDPOINT, "m", (11, 22, 33))
     outbox.first_token(ENDPOINT, "m", 120.0)
     outbox.itl(ENDPOINT, "m", [0, 0, 4, *[0] * 12])
+    outbox.served(ENDPOINT, "m", 2000.0, 115.0, 1800.0)
+    outbox.served(ENDPOINT, "m", 2000.0, float("nan"), 2200.0)  # queued: no prefill sample
     await publisher.flush()
     await stats.flush()
     await client.set(keys.heartbeat("early"), b"1")  # alive, as its heartbeat would say
     await client.sadd(keys.instances(), "early")
 
     table, prefix = WorkerTable(), PrefixIndex(1000)
-    reader = Reader(client, keys, "late", ClusterView(table, prefix))
+    view = view_of(table, prefix)
+    reader = Reader(client, keys, "late", view)
     await reader.bootstrap()
     slot = table.slot(ENDPOINT)
     assert table.inflight[slot] == 1  # from the early replica's load hash
@@ -51,6 +70,11 @@ async def test_a_late_replica_loads_readings_statistics_and_prefixes(
     assert math.isclose(table.ttft_ms("m")[slot], 120.0)  # from the statistics hash
     assert math.isclose(table.itl_ms("m")[slot], 12.5)  # bucket 2's representative gap
     assert prefix.match((11, 22, 33)) == {slot: 3}  # replayed from the stream's tail
+    rates = view.router.learning.rates  # the TTFT model's rates, from the statistics hash
+    assert math.isclose(rates.learned("m", "service_ms", slot), 2000.0)
+    per_token = rates.learned("m", "prefill_ms_per_token", slot)
+    base = rates.learned("m", "prefill_base_ms", slot)
+    assert math.isclose(base + 2000 * per_token, 115.0)
     await client.aclose()
 
 
@@ -58,7 +82,7 @@ def test_a_snapshot_entry_keeps_its_publisher_alive_without_a_heartbeat() -> Non
     """After an empty Redis restart a replica's snapshot entry can arrive before its
     heartbeat key is back: its load must survive the membership check meanwhile."""
     now = [100.0]
-    view = ClusterView(WorkerTable(), PrefixIndex(1000), clock=lambda: now[0])
+    view = view_of(WorkerTable(), PrefixIndex(1000), clock=lambda: now[0])
     fields = codec.encode("a", 7, [], {ENDPOINT: 3})
     snapshot = codec.decode(b"1-0", {k.encode(): str(v).encode() for k, v in fields.items()})
     assert snapshot is not None
@@ -80,7 +104,7 @@ async def test_the_membership_check_reads_back_a_live_replica_missing_from_the_v
     keys = Keys()
     table = WorkerTable()
     shards = Shards(
-        Wiring(client, client, keys, table, PrefixIndex(1000), Outbox(), dict,
+        Wiring(client, client, keys, view_of(table, PrefixIndex(1000)).router, Outbox(), dict,
                StatsBuffer(client, keys, "me"), "me", 1000, 0.0)
     )  # fmt: skip
     shards.set_pools({"default/chat": [ENDPOINT]})
@@ -97,3 +121,23 @@ async def test_the_membership_check_reads_back_a_live_replica_missing_from_the_v
     await membership.check()  # known now: the reader's entries keep it current, not the hash
     assert table.inflight[table.slot(ENDPOINT)] == 3
     await client.aclose()
+
+
+def test_another_replicas_served_samples_teach_this_replicas_rates() -> None:
+    view = view_of(WorkerTable(), PrefixIndex(1000))
+    events = [
+        [codec.SERVED, ENDPOINT, "m", 1000.0, 60.0, 900.0],
+        [codec.SERVED, ENDPOINT, "m", 1000.0, None, None],  # queued, no final: not measured
+    ]
+    fields = codec.encode("a", 1, events, None)
+    entry = codec.decode(b"1-0", {k.encode(): str(v).encode() for k, v in fields.items()})
+    assert entry is not None
+    view.apply(entry)
+    slot = view.table.slot(ENDPOINT)
+    rates = view.router.learning.rates
+    assert rates.learned("m", "service_ms", slot) == 900.0
+    base, per_token = (
+        rates.learned("m", q, slot) for q in ("prefill_base_ms", "prefill_ms_per_token")
+    )
+    assert math.isclose(base + 1000 * per_token, 60.0)
+    assert view.applied[codec.SERVED] == 2

@@ -12,6 +12,7 @@ from kinference.cluster.shards import Shards, Wiring
 from kinference.cluster.stats import StatsBuffer
 from kinference.routing import PrefixIndex, WorkerTable
 from loadtest.redis_server import RedisServer
+from tests.cluster.test_bootstrap import view_of
 
 ENDPOINT = "10.0.0.1:8000"
 
@@ -21,7 +22,7 @@ async def test_stamped_old_style_and_stale_replicas(redis_server: RedisServer) -
     keys = Keys()
     table = WorkerTable()
     shards = Shards(
-        Wiring(client, client, keys, table, PrefixIndex(100), Outbox(), dict,
+        Wiring(client, client, keys, view_of(table, PrefixIndex(100)).router, Outbox(), dict,
                StatsBuffer(client, keys, "me"), "me", 1000, 0.0)
     )  # fmt: skip
     me = Membership(client, keys, "me", lambda: list(shards))

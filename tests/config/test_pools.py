@@ -27,11 +27,44 @@ def test_pool_engines(engine: str) -> None:
         ("metrics_path: metrics", "pools[0].metrics_path: expected a path starting with '/'"),
         ("metrics_path: '//x/metrics'", "pools[0].metrics_path: expected a path"),
         ("metrics_path: '/a b'", "pools[0].metrics_path: expected a path"),
+        ("metrics_port: 0", "pools[0].metrics_port: Input should be greater than or equal to 1"),
+        ("metrics_url: 'ftp://{host}'", "pools[0].metrics_url: metrics_url must start"),
+        ("metrics_url: 'http://x:1/m'", "pools[0].metrics_url: metrics_url must contain"),
+        (
+            "metrics_url: 'http://{host}:{port:>999999}'",
+            "pools[0].metrics_url: metrics_url may contain only",
+        ),
+        (
+            "metrics_url: 'http://{host.__class__}'",
+            "pools[0].metrics_url: metrics_url may contain only",
+        ),
     ],
 )
 def test_invalid_pool_engine_settings(extra: str, problem: str) -> None:
     text = f"pools:\n  - name: a\n    endpoints: []\n    models: [m]\n    {extra}\n"
     assert policy_error(text).startswith(f"policy.yaml:5: {problem}")
+
+
+def test_metrics_apart_from_the_serving_endpoint() -> None:
+    text = """\
+pools:
+  - {name: a, endpoints: ["10.0.0.1:8000", "[fd00::1]:8000"], models: [m], engine: trtllm,
+     metrics_port: 8002}
+  - {name: b, endpoints: ["w-0.dyn:9000"], models: [m], engine: vllm,
+     metrics_url: "https://{host}:9091/metrics?of={port}"}
+  - {name: c, endpoints: ["10.0.0.2:8000"], models: [m], engine: vllm}
+"""
+    a, b, c = parse_policy(text).pools
+    assert a.metrics_target("10.0.0.1:8000") == "http://10.0.0.1:8002/metrics"
+    assert a.metrics_target("[fd00::1]:8000") == "http://[fd00::1]:8002/metrics"
+    assert b.metrics_target("w-0.dyn:9000") == "https://w-0.dyn:9091/metrics?of=9000"
+    assert c.metrics_target("10.0.0.2:8000") == "/metrics"  # a path on the endpoint
+
+
+def test_metrics_port_and_url_exclude_each_other() -> None:
+    text = ("pools:\n  - {name: a, endpoints: [], models: [m], metrics_port: 8002, "
+            "metrics_url: 'http://{host}:1/m'}\n")  # fmt: skip
+    assert "give metrics_port or metrics_url, not both" in policy_error(text)
 
 
 def test_provider_defaults() -> None:

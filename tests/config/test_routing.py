@@ -17,14 +17,13 @@ from tests.config.helpers import policy_error
 def test_defaults() -> None:
     routing = Policy().routing
     weights = routing.weights
-    assert (weights.prefix, weights.queue, weights.kv_cache, weights.latency, weights.lora) == (
-        3,
-        2,
-        2,
-        1,
-        1,
-    )
-    assert (routing.prefix.block_chars, routing.prefix.max_blocks) == (64, 256)
+    assert weights.model_dump() == {
+        "ttft": 1, "prefix": 0, "queue": 0, "kv_cache": 0, "latency": 0, "lora": 0.25,
+    }  # fmt: skip
+    ttft = routing.ttft
+    assert (ttft.prior_prefill_tokens_per_s, ttft.prior_prefill_base_ms) == (10_000, 15)
+    assert (ttft.prior_service_ms, ttft.prior_batch, ttft.decode_pressure_ms) == (2000, 8, 30)
+    assert (routing.prefix.block_bytes, routing.prefix.max_blocks) == (64, 1024)
     assert routing.prefix.lru_blocks_per_worker == 50_000
     assert (routing.balance.abs_threshold, routing.balance.rel_threshold) == (16, 1.5)
     assert (routing.saturation.queue_depth, routing.saturation.kv_cache) == (5, 0.8)
@@ -53,11 +52,12 @@ provider_health:
 """
     policy = parse_policy(text)
     assert policy.routing.weights.model_dump() == {
+        "ttft": 1,
         "prefix": 0,
-        "queue": 2,
-        "kv_cache": 2,
+        "queue": 0,
+        "kv_cache": 0,
         "latency": 2.5,
-        "lora": 1,
+        "lora": 0.25,
     }
     assert policy.routing.saturation.model_dump() == {"queue_depth": 5, "kv_cache": 0.95}
     assert policy.routing.prefix == RoutingSettings().prefix
@@ -76,7 +76,7 @@ def test_every_weight_may_be_zero() -> None:
         ("weights: {queue: -0.5}", "routing.weights.queue: Input should be greater than or equal"),
         ("weights: {queue: .inf}", "routing.weights.queue: Input should be a finite number"),
         ("weights: {load: 1}", "routing.weights.load: unknown key"),
-        ("prefix: {block_chars: 0}", "routing.prefix.block_chars: Input should be greater than 0"),
+        ("prefix: {block_bytes: 0}", "routing.prefix.block_bytes: Input should be greater than 0"),
         ("prefix: {max_blocks: 1.5}", "routing.prefix.max_blocks: Input should be a valid integer"),
         ("balance: {rel_threshold: 0.9}", "routing.balance.rel_threshold: Input should be greater"),
         ("balance: {abs_threshold: -1}", "routing.balance.abs_threshold: Input should be greater"),

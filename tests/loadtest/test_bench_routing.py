@@ -63,8 +63,23 @@ def test_policy_is_valid_and_tuning_merges() -> None:
     routing = policy.routing
     assert routing.balance.abs_threshold == 2
     assert routing.prefix.max_blocks == 256
-    assert routing.prefix.lru_blocks_per_worker == 700  # kept beside the override
+    assert routing.prefix.lru_blocks_per_worker == 50_000  # the default: it learns capacity
     assert [list(pool.endpoints) for pool in policy.pools] == [["127.0.0.1:8001", "127.0.0.1:8002"]]
+
+
+def test_without_tuning_the_benchmark_runs_the_shipped_defaults() -> None:
+    policy = parse_policy(policy_yaml(["http://127.0.0.1:8001"], 700, {}))
+    assert policy.routing == parse_policy("").routing
+
+
+def test_the_regimes_set_slots_and_speeds() -> None:
+    from loadtest.routing_bench.main import options_from, parse_args
+
+    mixed = options_from(parse_args(["--quick", "--regime", "mixed"])).engines
+    assert (mixed.max_num_seqs, mixed.slow_fraction, mixed.slow_factor) == (4, 0.5, 2.0)
+    assert "--slow-fraction" in mixed.argv()
+    large = options_from(parse_args(["--quick", "--regime", "vllm-64"]))
+    assert large.engines.max_num_seqs == 64 and large.tuning == {}
 
 
 def test_counters_quantiles_and_itl_buckets() -> None:

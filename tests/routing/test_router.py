@@ -18,7 +18,6 @@ from kinference.requests import InferenceRequest, Shape, parse_request
 from kinference.routing import (
     Decision,
     InFlight,
-    LocalChoice,
     Outcome,
     PrefixIndex,
     ProviderHealth,
@@ -46,6 +45,11 @@ pools:
     name: scaled-to-zero
     endpoints: []
     models: ["phi"]
+"""
+# The weighted scorers of earlier releases (GIE's weights), for the tests of those scorers.
+WEIGHTED = """
+routing:
+  weights: {ttft: 0, prefix: 3, queue: 2, kv_cache: 2, latency: 1, lora: 1}
 """
 CHAT = "default/chat"
 BIG = "team-b/big"
@@ -148,7 +152,7 @@ def make(policy_text: str, seed: int = 0) -> Env:
     health = ProviderHealth(compiled.cooldowns, clock=clock)
     tenants = TenantGate(clock)
     router = Router(
-        compiled,
+        policy,
         table=table,
         prefix=PrefixIndex(policy.routing.prefix.lru_blocks_per_worker),
         health=health,
@@ -484,7 +488,7 @@ def test_the_router_ages_readings_on_the_monotonic_clock_by_default() -> None:
     """Without a clock the router reads time.monotonic(), the engine scraper's clock."""
     env = saturated_env(waiting=10)
     env.router = Router(
-        env.router.policy,
+        env.router.policy.config,
         table=env.table,
         prefix=env.router.prefix,
         health=env.health,
@@ -502,7 +506,7 @@ def test_the_router_ages_readings_on_the_monotonic_clock_by_default() -> None:
 
 
 def test_stale_readings_no_longer_steer_the_scores() -> None:
-    env = make(NO_OVERFLOW)
+    env = make(NO_OVERFLOW + WEIGHTED)
     env.engine(SMALL[0], 0, kv=0.7)
     env.engine(SMALL[1], 0, kv=0.1)
     assert env.endpoints(chat()) == {SMALL[1]}
@@ -1000,7 +1004,7 @@ def test_affinity_sends_a_prompt_where_its_blocks_are(seed: int) -> None:
 
 
 def test_affinity_survives_a_small_load_lead() -> None:
-    env = make(IMPLICIT)
+    env = make(IMPLICIT + WEIGHTED)
     first = env.route(chat(content=LONG_PROMPT))
     assert first.local is not None
     env.router.prefix.record(first.local.slot, first.prefix_hashes)
@@ -1024,7 +1028,7 @@ def test_hot_spot_protection_load_wins() -> None:
 
 
 def test_hot_spot_protection_counts_the_engine_queue() -> None:
-    env = make(IMPLICIT)
+    env = make(IMPLICIT + WEIGHTED)
     first = env.route(chat(content=LONG_PROMPT))
     assert first.local is not None
     env.router.prefix.record(first.local.slot, first.prefix_hashes)
@@ -1036,7 +1040,7 @@ def test_hot_spot_protection_counts_the_engine_queue() -> None:
 
 
 def test_policy_weights_reach_the_scorers() -> None:
-    env = make(IMPLICIT + "routing:\n  weights: {prefix: 0}\n")
+    env = make(IMPLICIT + "routing:\n  weights: {ttft: 0, prefix: 0, queue: 2}\n")
     first = env.route(chat(content=LONG_PROMPT))
     assert first.local is not None
     env.router.prefix.record(first.local.slot, first.prefix_hashes)
@@ -1045,7 +1049,7 @@ def test_policy_weights_reach_the_scorers() -> None:
 
 
 def test_kv_cache_and_latency_steer_the_choice() -> None:
-    env = make(NO_OVERFLOW)
+    env = make(NO_OVERFLOW + WEIGHTED)
     env.engine(SMALL[0], 0, kv=0.7)
     env.engine(SMALL[1], 0, kv=0.1)
     assert env.endpoints(chat()) == {SMALL[1]}
@@ -1074,9 +1078,13 @@ def test_lora_adapter_steers_the_choice() -> None:
 def test_local_choice_fields() -> None:
     env = make(IMPLICIT)
     decision = env.route(chat("qwen"))
-    assert decision.local == LocalChoice(
-        BIG_ENDPOINT, env.slot(BIG_ENDPOINT), BIG, "qwen", prefix_blocks=0, prefix_total=0
-    )
+    local = decision.local
+    assert local is not None
+    assert (local.endpoint, local.slot, local.pool, local.model) == (
+        BIG_ENDPOINT, env.slot(BIG_ENDPOINT), BIG, "qwen",
+    )  # fmt: skip
+    assert (local.prefix_blocks, local.prefix_total, local.cached_tokens) == (0, 0, 0.0)
+    assert local.predicted_ttft_ms is not None and local.predicted_ttft_ms > 0
 
 
 def test_picks_since_the_last_reading_count_toward_saturation() -> None:
@@ -1099,6 +1107,6 @@ def test_picks_since_the_last_reading_count_toward_saturation() -> None:
 
 def test_the_policy_file_sets_the_balance_rule() -> None:
     env = make(NO_OVERFLOW + "routing:\n  balance: {abs_threshold: 3, fade: true}\n")
-    balance = env.router.policy.balance
+    balance = env.router.policy.config.routing.balance
     assert (balance.abs_threshold, balance.rel_threshold, balance.fade) == (3, 1.5, True)
-    assert not make(NO_OVERFLOW).router.policy.balance.fade
+    assert not make(NO_OVERFLOW).router.policy.config.routing.balance.fade

@@ -6,13 +6,26 @@ import numpy as np
 import pytest
 
 from kinference.routing import WorkerTable
-from kinference.routing.saturation import FREE, OVERLOADED, SATURATED, Saturation
+from kinference.routing.filters.saturation import (
+    FREE,
+    OVERLOADED,
+    SATURATED,
+    SaturationConfig,
+    SaturationFilter,
+)
+
+
+def Saturation(**config: float) -> SaturationFilter:
+    return SaturationFilter(SaturationConfig(**config))  # type: ignore[arg-type]
+
 
 NOW = 50.0
 STALE_AFTER = 1.0
 
 
-def levels(saturation: Saturation, metrics: list[tuple[float | None, float | None]]) -> list[int]:
+def levels(
+    saturation: SaturationFilter, metrics: list[tuple[float | None, float | None]]
+) -> list[int]:
     """Levels of workers whose engines just reported `(waiting, kv)` (None: unknown), read
     through the table as the router reads them: fresh signals, sliced to the candidates."""
     table = WorkerTable()
@@ -25,7 +38,7 @@ def levels(saturation: Saturation, metrics: list[tuple[float | None, float | Non
 
 
 def test_defaults() -> None:
-    assert Saturation() == Saturation(queue_depth=5, kv_cache=0.8)
+    assert SaturationConfig() == SaturationConfig(queue_depth=5, kv_cache=0.8)
     assert (FREE, SATURATED, OVERLOADED) == (0, 1, 2)
 
 

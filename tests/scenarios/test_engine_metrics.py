@@ -153,10 +153,11 @@ async def test_failed_scrapes_make_metrics_unknown_before_the_worker_is_unready(
     engines[0].mode = Mode.FAIL
     await wait_engine(picker, flaky, waiting=None, kv=None, ready=True)
     assert picker.app.scraper.snapshot(flaky) is None
-    # Unknown KV use scores neutral (0.5): at equal load the known idle worker (KV 0.1) is
-    # preferred, but picks in flight spread over both.
-    held = [await pick_ok(picker, chat(MODEL, f"held {i}.")) for i in range(6)]
-    assert Counter(where(result) for result in held)[flaky] >= 2
+    # Unknown metrics are neither saturated nor shunned: the worker's load is its picks in
+    # flight, and picks spread over both (the idle one reads idle at every scrape, as the
+    # fake engine serves nothing, so it takes more).
+    held = [await pick_ok(picker, chat(MODEL, f"held {i}.")) for i in range(12)]
+    assert Counter(where(result) for result in held)[flaky] >= 1
 
 
 async def test_every_engine_failing_means_no_workers(

@@ -178,3 +178,18 @@ def test_rejects_nonsense_settings(harness: HarnessFactory) -> None:
 
 
 SETTLE_LONG_S = 30.0  # a timeout no test reaches
+
+
+async def test_a_target_may_be_a_url_apart_from_the_serving_endpoint(
+    fake_engine: EngineFactory, harness: HarnessFactory
+) -> None:
+    """Engines serving metrics on another port (Triton's 8002, Dynamo's system port): the
+    serving endpoint keys the reading, the URL is where it is read."""
+    metrics = await fake_engine(text=vllm_text(3, 2, 0.5), path="/metrics")
+    serving = "10.255.255.1:8000"  # never contacted
+    h = harness()
+    h.scraper.set_targets({serving: ("vllm", f"http://{metrics.endpoint}/metrics")})
+    await h.scraper.start()
+    await eventually(lambda: h.scraper.snapshot(serving) is not None, "scraped at the URL")
+    snapshot = h.scraper.snapshot(serving)
+    assert snapshot is not None and snapshot.waiting == 3

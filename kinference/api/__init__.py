@@ -1,0 +1,1 @@
+"""The gRPC layer: servicer, status mapping, framing, server options, TLS."""

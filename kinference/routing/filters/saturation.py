@@ -1,0 +1,59 @@
+"""Saturation, the input of QoS shedding and overflow: when a worker is too busy for more.
+
+A worker is SATURATED at `queue_depth` waiting requests or `kv_cache` KV-cache use, and
+OVERLOADED at twice the queue or halfway from `kv_cache` to full. Unknown metrics never
+count as saturated. The filter keeps the free workers; the router keeps the levels of a
+pool with none free for QoS (batch on a busy worker, shed, overflow).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import Field, PositiveInt
+
+from kinference.routing.plugins.base import PickContext
+from kinference.routing.plugins.config import PluginConfig
+from kinference.routing.table import FloatArray, IndexArray
+
+FREE, SATURATED, OVERLOADED = 0, 1, 2
+Levels = npt.NDArray[np.int8]
+
+
+class SaturationConfig(PluginConfig):
+    """A worker is saturated when either engine signal reaches its threshold."""
+
+    queue_depth: PositiveInt = 5  # requests waiting in the engine's queue
+    kv_cache: float = Field(default=0.8, gt=0.0, le=1.0)  # fraction of KV cache in use
+
+
+class SaturationFilter:
+    name: ClassVar[str] = "saturation"
+
+    def __init__(self, config: SaturationConfig) -> None:
+        self.config = config
+
+    def filter(self, ctx: PickContext, slots: IndexArray) -> IndexArray:
+        kept: IndexArray = slots[self.levels_of(ctx, slots) < SATURATED]
+        return kept
+
+    def levels_of(self, ctx: PickContext, slots: IndexArray) -> Levels:
+        signals = ctx.signals
+        if not signals.known:
+            return np.zeros(len(slots), dtype=np.int8)
+        return self.levels(signals.queue[slots], signals.kv_usage[slots])
+
+    def levels(self, waiting: FloatArray, kv_usage: FloatArray) -> Levels:
+        """Level per candidate from its (fresh) queue and KV-cache use."""
+        if np.isnan(waiting).all() and np.isnan(kv_usage).all():
+            return np.zeros(len(waiting), dtype=np.int8)  # nothing known: nothing saturated
+        # fmax treats NaN (unknown) as missing: unknown counts as 0, never saturated.
+        waiting = np.fmax(waiting, 0.0)
+        kv = np.fmax(kv_usage, 0.0)
+        queue, full = self.config.queue_depth, self.config.kv_cache
+        saturated = (waiting >= queue) | (kv >= full)
+        overloaded = (waiting >= 2 * queue) | (kv >= (1 + full) / 2)
+        levels: Levels = saturated.astype(np.int8) + overloaded.astype(np.int8)
+        return levels

@@ -1,0 +1,109 @@
+"""What the router learns from picks, reports and the other replicas' events.
+
+Feedback in, state out: the worker table's latency estimates and pending prefill, the
+learned rates of the TTFT model, the prefix index (recorded at pick, corrected by reported
+`cached_tokens`) and the prediction-quality windows. Every report this replica handles is
+also put in the journal, so the other replicas learn the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import floor, isnan
+
+from kinference.requests.prompt import CHARS_PER_TOKEN
+from kinference.routing.decision import LocalChoice
+from kinference.routing.journal import Journal
+from kinference.routing.prefix import PrefixIndex
+from kinference.routing.quality import PredictionQuality
+from kinference.routing.rates import Rates
+from kinference.routing.table import WorkerTable
+
+# A prefill sample is taken when the predicted wait was under this share of the observed
+# TTFT: the rest is then mostly the request's own prefill.
+PREFILL_SAMPLE_WAIT_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A finished request as ReportFinalToken and the picker's clock saw it."""
+
+    prompt_tokens: int
+    cached_tokens: int | None
+    itl_bucket_counts: tuple[int, ...]
+    ttft_ms: float | None  # reported at ReportFirstToken; None if none came
+    service_ms: float | None  # first token to final report, on this replica's clock
+
+
+class Learning:
+    def __init__(self, table: WorkerTable, prefix: PrefixIndex, journal: Journal) -> None:
+        self.table = table
+        self.prefix = prefix
+        self.journal = journal
+        self.rates = Rates()
+        self.quality = PredictionQuality.empty()
+        self.block_bytes = 64  # of the policy in force (set by the router on reload)
+
+    def picked(self, choice: LocalChoice) -> None:
+        if choice.hashes:
+            self.prefix.record(choice.slot, choice.hashes)
+        self.table.add_pending_prefill(choice.slot, choice.uncached_tokens)
+
+    def first_token(self, choice: LocalChoice, ttft_ms: float) -> None:
+        self.table.add_pending_prefill(choice.slot, -choice.uncached_tokens)
+        self.table.observe_ttft(choice.slot, choice.model, ttft_ms)
+        self.journal.first_token(choice.endpoint, choice.model, ttft_ms)
+        if choice.predicted_ttft_ms is not None:
+            self.quality.ttft_ms.add(choice.predicted_ttft_ms, ttft_ms)
+
+    def released_before_first_token(self, choice: LocalChoice) -> None:
+        self.table.add_pending_prefill(choice.slot, -choice.uncached_tokens)
+
+    def final(self, choice: LocalChoice, served: Served) -> None:
+        slot, model = choice.slot, choice.model
+        if served.itl_bucket_counts:
+            self.table.observe_itl(slot, model, served.itl_bucket_counts)
+            self.journal.itl(choice.endpoint, model, served.itl_bucket_counts)
+        uncached = choice.uncached_tokens
+        if served.cached_tokens is not None and served.prompt_tokens > 0:
+            cached = min(served.cached_tokens, served.prompt_tokens)
+            uncached = float(served.prompt_tokens - cached)
+            self._cached_feedback(choice, served.prompt_tokens, cached)
+        prefill_ms = float("nan")
+        ttft = served.ttft_ms
+        if ttft is not None and choice.predicted_wait_ms <= PREFILL_SAMPLE_WAIT_SHARE * ttft:
+            prefill_ms = max(ttft - choice.predicted_wait_ms, 0.0)
+        service_ms = float("nan") if served.service_ms is None else served.service_ms
+        self.learn(slot, model, uncached, prefill_ms, service_ms)
+        self.journal.served(choice.endpoint, model, uncached, prefill_ms, service_ms)
+
+    def learn(
+        self, slot: int, model: str, uncached: float, prefill_ms: float, service_ms: float
+    ) -> None:
+        """Fold one served request into the rates (NaN: that part was not measured)."""
+        if not isnan(prefill_ms):
+            self.rates.observe_prefill(slot, model, uncached, prefill_ms)
+        if not isnan(service_ms):
+            self.rates.observe_service(slot, model, service_ms)
+
+    def _cached_feedback(self, choice: LocalChoice, prompt_tokens: int, cached: int) -> None:
+        """Predicted against reported cached tokens; a shortfall teaches the index."""
+        predicted = min(choice.cached_tokens, float(prompt_tokens))
+        self.quality.cached_tokens.add(predicted, float(cached))
+        if not choice.hashes or not choice.held_blocks or not choice.settled:
+            return  # nothing held, or held blocks perhaps still being prefilled
+        per_block = self._tokens_per_block(choice, prompt_tokens)
+        kept = min(floor(cached / per_block), len(choice.hashes))
+        if kept < choice.held_blocks - 1:  # a block's rounding is no shortfall
+            self.prefix.shortfall(choice.slot, choice.hashes, kept, choice.held_age)
+        else:
+            self.prefix.confirmed(choice.slot, choice.held_age)
+
+    def _tokens_per_block(self, choice: LocalChoice, prompt_tokens: int) -> float:
+        block_tokens = self.block_bytes / CHARS_PER_TOKEN
+        whole = prompt_tokens / max(len(choice.hashes), 1)
+        return max(min(whole, block_tokens) if whole > 0 else block_tokens, 1e-9)
+
+    def forget(self, slot: int) -> None:
+        self.prefix.forget(slot)
+        self.rates.forget(slot)

@@ -1,0 +1,82 @@
+"""The routing core's plugin interfaces: Filter, Scorer and Picker (the Gateway API Inference
+Extension's and llm-d's scheduler shape), and what they read about one Pick.
+
+A Pick runs in steps over one candidate set (the ready workers of a target's pools):
+filters narrow it, every scorer with a non-zero weight maps it to scores in [0, 1] (higher
+is better; the pipeline clamps them), the weighted sum is formed generically by scorer
+name, and the picker chooses one. Each plugin lives in its own module with its own pydantic
+config model and defaults (`kinference.config.routing` composes them); none of them writes
+routing state: they read the `PickContext` and answer.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+from kinference.requests import InferenceRequest
+from kinference.routing.features import Signals
+from kinference.routing.reasons import Reason
+from kinference.routing.table import FloatArray, IndexArray, WorkerTable
+
+
+@dataclass(slots=True)
+class PickContext:
+    """What the plugins read about one Pick and its candidates.
+
+    `slots` are the candidates' worker-table slots; every per-candidate array below is
+    aligned with them. `cached_tokens[i]` is the prompt tokens predicted cached on candidate
+    i (from the pool's `CachedTokenSource`); `prompt_tokens` is the request's estimate.
+    """
+
+    request: InferenceRequest
+    model: str  # as the pool's engines know it
+    pool: str  # namespace/name of the (first) pool of the candidate set
+    table: WorkerTable  # read only: plugins never write routing state
+    signals: Signals
+    slots: IndexArray
+    prompt_tokens: float
+    cached_tokens: FloatArray
+    hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
+    # Written by the TTFT scorer when it runs: its prediction per candidate, milliseconds.
+    predicted_ttft_ms: FloatArray | None = None
+    predicted_wait_ms: FloatArray | None = None  # the part of it spent behind others
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a step left no candidate: a typed code (metric label) and the human text."""
+
+    code: Reason
+    text: str
+
+
+class Filter(Protocol):
+    """Narrows the candidate set; answers the kept slots (a subset, in order)."""
+
+    name: ClassVar[str]
+
+    def filter(self, ctx: PickContext, slots: IndexArray) -> IndexArray: ...
+
+
+class Scorer(Protocol):
+    """Scores every candidate of `ctx.slots` in [0, 1], higher is better.
+
+    The pipeline clamps what a scorer answers (NaN counts as 0.5, neutral) and multiplies it
+    by the weight configured under the scorer's `name`; a weight of 0 skips the scorer.
+    None means the scorer has nothing to tell the candidates apart by in this Pick (the
+    same for all): it is skipped, which saves the pipeline the arithmetic.
+    """
+
+    name: ClassVar[str]
+
+    def score(self, ctx: PickContext) -> FloatArray | None: ...
+
+
+class Picker(Protocol):
+    """Chooses one candidate from the weighted totals (index into the candidates)."""
+
+    name: ClassVar[str]
+
+    def pick(self, totals: FloatArray, rng: random.Random) -> int: ...

@@ -1,0 +1,103 @@
+"""Per-worker, per-model service rates learned online from the reports (the TTFT model's).
+
+Three quantities per (model, worker slot), NaN until learned:
+- `prefill_ms_per_token` and `prefill_base_ms`: observed TTFT of requests that found no
+  queue ahead of them, against their uncached prompt tokens (reported `prompt_tokens -
+  cached_tokens`), fitted as `base + tokens * per_token` by exponentially weighted least
+  squares (each sample weighs `alpha`, older ones decay by `1 - alpha`); while the samples'
+  lengths hardly differ, `base` is the prior's and the rest is taken as per-token cost;
+- `service_ms`: milliseconds from first token to final report (how long a request holds
+  a batch slot), an exponentially weighted mean.
+
+Samples come from this replica's reports and, in a cluster, from every other replica's
+(`Router.served` is called for both), so every replica learns the same rates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kinference.routing.table import FloatArray, IndexArray
+
+MIN_SPREAD_TOKENS = 64.0  # below this spread of uncached tokens the slope is not refitted
+# Without spread, samples this short (mean uncached tokens) leave the slope alone: their
+# time is scheduling and fixed cost, and 30 ms over 10 tokens is no 3 ms per token.
+MIN_TOKENS_FOR_SLOPE = 256.0
+MAX_MS_PER_TOKEN = 10.0  # 100 tokens/s: slower than any engine; a fit past it is noise
+MAX_BASE_MS = 10_000.0
+
+# Exponentially weighted sums per slot: weight, x, y, x^2, x*y.
+_SUMS = ("w", "x", "y", "xx", "xy")
+
+
+class Rates:
+    """Learned rates per model, as arrays indexed by worker slot."""
+
+    def __init__(self, alpha: float = 0.1, prior_base_ms: float = 15.0) -> None:
+        self.alpha = alpha
+        # The fixed cost assumed when every sample has the same prompt length (the fit
+        # cannot tell fixed from per-token cost then); set from the policy's prior.
+        self.prior_base_ms = prior_base_ms
+        self._arrays: dict[tuple[str, str], FloatArray] = {}  # (model, quantity) -> per slot
+
+    def values(self, model: str, quantity: str, slots: IndexArray, size: int) -> FloatArray:
+        """`quantity` for the slots (NaN where not learned); `size` is the table's."""
+        return self._array(model, quantity, size)[slots]
+
+    def peek(self, model: str, quantity: str) -> FloatArray | None:
+        """The whole per-slot array of `quantity` (NaN where not learned), None if nothing
+        was ever learned of it; it may be shorter than the table. Read only."""
+        return self._arrays.get((model, quantity))
+
+    def learned(self, model: str, quantity: str, slot: int) -> float:
+        array = self._arrays.get((model, quantity))
+        return float("nan") if array is None or slot >= len(array) else float(array[slot])
+
+    def observe_prefill(
+        self, slot: int, model: str, uncached_tokens: float, ttft_ms: float
+    ) -> None:
+        """One request's TTFT without queueing ahead, against its uncached prompt tokens."""
+        size = slot + 1
+        keep, a = 1.0 - self.alpha, self.alpha
+        x, y = max(uncached_tokens, 0.0), max(ttft_ms, 0.0)
+        sums = {name: self._array(model, "sum_" + name, size, fill=0.0) for name in _SUMS}
+        for name, value in zip(_SUMS, (1.0, x, y, x * x, x * y), strict=True):
+            sums[name][slot] = keep * sums[name][slot] + a * value
+        w = sums["w"][slot]
+        mean_x, mean_y = sums["x"][slot] / w, sums["y"][slot] / w
+        var = sums["xx"][slot] / w - mean_x * mean_x
+        slope = self._array(model, "prefill_ms_per_token", size)
+        base = self._array(model, "prefill_base_ms", size)
+        if var >= MIN_SPREAD_TOKENS**2:  # prompts of different lengths: fit both
+            fitted = (sums["xy"][slot] / w - mean_x * mean_y) / var
+            slope[slot] = min(max(fitted, 0.0), MAX_MS_PER_TOKEN)
+            base[slot] = min(max(mean_y - slope[slot] * mean_x, 0.0), MAX_BASE_MS)
+        elif mean_x >= MIN_TOKENS_FOR_SLOPE:  # all alike and long: fixed cost as the prior's
+            base[slot] = min(self.prior_base_ms, mean_y)
+            slope[slot] = min((mean_y - base[slot]) / mean_x, MAX_MS_PER_TOKEN)
+        else:  # short prompts say nothing of the per-token cost: it is all fixed cost
+            per_token = 0.0 if np.isnan(slope[slot]) else slope[slot]
+            base[slot] = min(max(mean_y - per_token * mean_x, 0.0), MAX_BASE_MS)
+
+    def observe_service(self, slot: int, model: str, service_ms: float) -> None:
+        """How long one request held its batch slot after its first token."""
+        array = self._array(model, "service_ms", slot + 1)
+        old = array[slot]
+        value = max(service_ms, 0.0)
+        array[slot] = value if np.isnan(old) else (1 - self.alpha) * old + self.alpha * value
+
+    def forget(self, slot: int) -> None:
+        """A worker left: what was learned of it no longer applies to its slot."""
+        for (_model, quantity), array in self._arrays.items():
+            if slot < len(array):
+                array[slot] = 0.0 if quantity.startswith("sum_") else np.nan
+
+    def _array(self, model: str, quantity: str, size: int, fill: float = np.nan) -> FloatArray:
+        key = (model, quantity)
+        array = self._arrays.get(key)
+        if array is None or len(array) < size:
+            grown = np.full(max(size, 64, 2 * (0 if array is None else len(array))), fill)
+            if array is not None:
+                grown[: len(array)] = array
+            array = self._arrays[key] = grown
+        return array

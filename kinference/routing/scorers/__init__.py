@@ -1,0 +1,1 @@
+"""Scorers, one module each; `registry.build_scorers` makes them from the `routing:` config."""

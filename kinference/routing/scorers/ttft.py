@@ -1,0 +1,179 @@
+"""Estimated time to first token: one cost per candidate, in milliseconds.
+
+    ttft = wait + prefill + pressure
+    wait     = ahead * service_ms / batch  +  pending_prefill_tokens * ms_per_token
+    prefill  = base_ms + (prompt_tokens - cached_tokens) * ms_per_token
+    pressure = decode_pressure_ms * min(sequences / batch, 1) ** 2
+
+`sequences` are what the worker runs and queues now: the engine's last reading (running +
+waiting) carried forward by the picks and completions since, or the cluster-wide in-flight
+picks when no fresh reading exists. `batch` is how many it runs at once (seen in readings
+while requests waited, else the prior), `ahead` the sequences beyond it that the new request
+would queue behind (each wait is a batch slot freed: `service_ms / batch` apart).
+`pending_prefill_tokens` are uncached prompt tokens picked to the worker and still without
+a first token. `ms_per_token`, `base_ms` and `service_ms` are learned per worker and model
+(`routing.rates`); a worker not learned yet takes its fellow candidates' mean, and the
+priors below apply while none is learned. The score is `best / cost` (the cheapest
+candidate scores 1), `cost = ttft + compute_weight * prefill`: a share of the compute the
+request takes from those after it, so that at equal TTFT a cache hit wins.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from pydantic import Field, NonNegativeFloat, PositiveFloat
+
+from kinference.routing.plugins.base import PickContext
+from kinference.routing.plugins.config import PluginConfig
+from kinference.routing.rates import Rates
+from kinference.routing.table import FloatArray, IndexArray, WorkerTable
+
+
+class TtftConfig(PluginConfig):
+    """The TTFT model's priors (used until a worker's rates are learned) and its terms."""
+
+    # Prompt tokens prefilled per second: ~10k, an 8B model on one data-centre GPU is 10-30k.
+    prior_prefill_tokens_per_s: PositiveFloat = 10_000.0
+    prior_prefill_base_ms: NonNegativeFloat = 15.0  # fixed cost of a prefill step, ms
+    # Milliseconds a request holds a batch slot after its first token: ~250 tokens at 8 ms.
+    prior_service_ms: PositiveFloat = 2_000.0
+    # Sequences an engine runs at once until a reading shows it full (vLLM's max_num_seqs
+    # is larger; 8 is cautious: it spreads load early rather than piling onto one worker).
+    prior_batch: PositiveFloat = 8.0
+    # Added at a full batch, growing with the square of its occupancy (little at light
+    # load): a worker close to its batch limit is not taken for a gain smaller than this,
+    # which would slow every sequence it decodes.
+    decode_pressure_ms: NonNegativeFloat = 30.0
+    # Share of the request's own uncached prefill added to its cost beyond the TTFT: the
+    # compute it takes from the requests after it. Where two workers promise about the same
+    # TTFT (the cached one busy prefilling what the request shares), the cache wins.
+    compute_weight: NonNegativeFloat = 0.5
+    # Weight of a new sample in the learned rates (exponential forgetting).
+    learning_rate: float = Field(default=0.1, gt=0.0, le=1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """The prompt-independent terms per slot, milliseconds (and ms per uncached token)."""
+
+    wait: FloatArray
+    base: FloatArray
+    per_token: FloatArray
+    pressure: FloatArray
+
+
+# Up to this many candidates the terms are computed on Python floats (`small_parts`).
+SMALL_CANDIDATES = 16
+
+
+class TtftScorer:
+    name: ClassVar[str] = "ttft"
+
+    def __init__(self, config: TtftConfig, rates: Rates) -> None:
+        self.config = config
+        self.rates = rates
+        self._ms_per_token = 1000.0 / config.prior_prefill_tokens_per_s
+
+    def predict(self, ctx: PickContext) -> tuple[FloatArray, FloatArray]:
+        """(predicted milliseconds to first token, of which waiting) on each candidate."""
+        predicted, wait, _ = self._predict(ctx)
+        return predicted, wait
+
+    def _predict(self, ctx: PickContext) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """(predicted TTFT, its wait, the request's own prefill) per candidate, ms."""
+        if len(ctx.slots) <= SMALL_CANDIDATES:
+            return self._predict_small(ctx)
+        return self._predict_vector(ctx)
+
+    def _predict_vector(self, ctx: PickContext) -> tuple[FloatArray, FloatArray, FloatArray]:
+        parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting)
+        uncached = np.maximum(ctx.prompt_tokens - ctx.cached_tokens, 0.0)
+        prefill = uncached * parts.per_token
+        predicted: FloatArray = parts.wait + parts.base + prefill + parts.pressure
+        return predicted, parts.wait, prefill
+
+    def _predict_small(self, ctx: PickContext) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """`_predict` on Python floats, for a handful of candidates (numpy's fixed cost per
+        call is then the larger one); the same formulas, so the same values."""
+        config, rates, table, model = self.config, self.rates, ctx.table, ctx.model
+        slots = ctx.slots.tolist()
+        per_token = _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots,
+                                    self._ms_per_token)  # fmt: skip
+        base = _small_peers_or(rates.peek(model, "prefill_base_ms"), slots,
+                               config.prior_prefill_base_ms)  # fmt: skip
+        service = _small_peers_or(rates.peek(model, "service_ms"), slots,
+                                  config.prior_service_ms)  # fmt: skip
+        pending, waiting = table.pending_prefill, ctx.signals.waiting
+        full = config.decode_pressure_ms
+        prompt, cached = ctx.prompt_tokens, ctx.cached_tokens.tolist()
+        predicted, wait, prefill = [], [], []
+        for i, slot in enumerate(slots):
+            sequences, batch = table.occupancy_of(slot, waiting.item(slot), config.prior_batch)
+            ahead = max(sequences + 1.0 - batch, 0.0)
+            waited = ahead * service[i] / batch + pending.item(slot) * per_token[i]
+            own = max(prompt - cached[i], 0.0) * per_token[i]
+            pressure = full * min(sequences / batch, 1.0) ** 2
+            predicted.append(waited + base[i] + own + pressure)
+            wait.append(waited)
+            prefill.append(own)
+        return np.array(predicted), np.array(wait), np.array(prefill)
+
+    def parts(
+        self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray
+    ) -> Parts:
+        """The terms of the model that do not depend on the prompt, per slot."""
+        config, rates, size = self.config, self.rates, len(table.inflight)
+        per_token = _peers_or(rates.values(model, "prefill_ms_per_token", slots, size),
+                              self._ms_per_token)  # fmt: skip
+        base = _peers_or(rates.values(model, "prefill_base_ms", slots, size),
+                         config.prior_prefill_base_ms)  # fmt: skip
+        service = _peers_or(rates.values(model, "service_ms", slots, size),
+                            config.prior_service_ms)  # fmt: skip
+        sequences, batch = table.occupancy(slots, waiting, config.prior_batch)
+        ahead = np.maximum(sequences + 1.0 - batch, 0.0)
+        wait = ahead * service / batch + table.pending_prefill[slots] * per_token
+        pressure = config.decode_pressure_ms * np.minimum(sequences / batch, 1.0) ** 2
+        return Parts(wait, base, per_token, pressure)
+
+    def score(self, ctx: PickContext) -> FloatArray:
+        """`best / cost`, the cost being the predicted TTFT plus `compute_weight` of the
+        request's own prefill (milliseconds both)."""
+        predicted, ctx.predicted_wait_ms, prefill = self._predict(ctx)
+        ctx.predicted_ttft_ms = predicted
+        weight = self.config.compute_weight
+        if len(predicted) <= SMALL_CANDIDATES:  # Python floats: a few numpy calls fewer
+            pairs = zip(predicted.tolist(), prefill.tolist(), strict=True)
+            costs = [max(ttft + weight * own, 1.0) for ttft, own in pairs]
+            best = min(costs)
+            return np.array([best / cost for cost in costs])
+        cost = np.maximum(predicted + weight * prefill, 1.0)
+        return float(cost.min()) / cost
+
+
+def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
+    """`_peers_or` over the slots' values of `array` (None: nothing learned yet)."""
+    if array is None:
+        return [prior] * len(slots)
+    size = len(array)
+    values = [array.item(slot) if slot < size else math.nan for slot in slots]
+    known = [value for value in values if not math.isnan(value)]
+    if len(known) == len(values):
+        return values
+    fill = sum(known) / len(known) if known else prior
+    return [fill if math.isnan(value) else value for value in values]
+
+
+def _peers_or(values: FloatArray, prior: float) -> FloatArray:
+    """Unlearned values as the candidates' learned mean, or the prior when none is learned:
+    a worker not tried yet is taken to be like its peers, neither shunned (a pessimistic
+    prior would never let it be tried) nor favoured."""
+    unknown = np.isnan(values)
+    if not unknown.any():
+        return values
+    if unknown.all():
+        return np.full(len(values), prior)
+    return np.where(unknown, float(values[~unknown].mean()), values)

@@ -1,0 +1,171 @@
+"""Feedback into routing state: pending prefill, learned rates from reports, the
+eviction-aware prefix index, the cached-tokens seam and the prediction-quality windows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from kinference.routing.decision import LocalChoice
+from kinference.routing.journal import NullJournal
+from kinference.routing.learning import Learning, Served
+from kinference.routing.plugins.cached import (
+    APPROXIMATE,
+    ApproximateCachedTokens,
+    CachedTokenSources,
+    PrefixQuery,
+)
+from kinference.routing.prefix import PrefixIndex
+from kinference.routing.quality import ErrorWindow
+from kinference.routing.table import IndexArray, WorkerTable
+from tests.routing.plugin_helpers import MODEL, request
+
+HASHES = tuple(range(100, 140))  # 40 blocks
+
+
+def choice(slot: int, **fields: object) -> LocalChoice:
+    return LocalChoice(f"10.0.0.{slot}:8000", slot, "default/pool", MODEL, **fields)  # type: ignore[arg-type]
+
+
+def learning() -> Learning:
+    return Learning(WorkerTable(), PrefixIndex(10_000), NullJournal())
+
+
+def served(**fields: object) -> Served:
+    values: dict[str, object] = {"prompt_tokens": 640, "cached_tokens": None,
+              "itl_bucket_counts": (), "ttft_ms": None, "service_ms": None}  # fmt: skip
+    values.update(fields)
+    return Served(**values)  # type: ignore[arg-type]
+
+
+def test_pending_prefill_lasts_from_pick_to_first_token() -> None:
+    learn = learning()
+    picked = choice(0, prompt_tokens=1000.0, cached_tokens=400.0)
+    learn.picked(picked)
+    assert learn.table.pending_prefill[0] == 600
+    learn.first_token(picked, 80.0)
+    assert learn.table.pending_prefill[0] == 0
+    assert learn.table.ttft_ms(MODEL)[0] == 80.0
+    assert learn.quality.ttft_ms.summary().count == 0  # no prediction was made
+
+
+def test_a_final_report_teaches_prefill_and_service_rates() -> None:
+    learn = learning()
+    picked = choice(1, prompt_tokens=1000.0, predicted_ttft_ms=90.0, predicted_wait_ms=0.0)
+    learn.picked(picked)
+    learn.first_token(picked, 120.0)
+    learn.final(picked, served(prompt_tokens=1000, cached_tokens=200, ttft_ms=120.0,
+                                service_ms=1500.0))  # fmt: skip
+    assert learn.rates.learned(MODEL, "service_ms", 1) == 1500
+    base = learn.rates.learned(MODEL, "prefill_base_ms", 1)
+    per_token = learn.rates.learned(MODEL, "prefill_ms_per_token", 1)
+    assert base == learn.rates.prior_base_ms  # one length seen: fixed cost as the prior
+    assert base + 800 * per_token == pytest.approx(120.0)  # 800 uncached tokens reported
+    assert learn.quality.ttft_ms.summary().mean_abs_error == 30.0
+
+
+def test_a_request_that_queued_is_no_prefill_sample() -> None:
+    learn = learning()
+    picked = choice(1, prompt_tokens=1000.0, predicted_wait_ms=900.0)
+    learn.final(picked, served(ttft_ms=1000.0, service_ms=10.0))
+    assert math.isnan(learn.rates.learned(MODEL, "prefill_base_ms", 1))
+    assert learn.rates.learned(MODEL, "service_ms", 1) == 10
+
+
+def test_a_reported_shortfall_shrinks_the_entry_and_the_capacity() -> None:
+    learn = learning()
+    index = learn.prefix
+    index.record(0, HASHES)
+    for other in range(5):  # 5 x 40 blocks recorded after it
+        index.record(0, tuple(range(1000 * (other + 1), 1000 * (other + 1) + 40)))
+    held, age = index.held(0, HASHES)
+    assert (held, age) == (40, 239)
+    picked = choice(0, prompt_tokens=640.0, cached_tokens=640.0, hashes=HASHES,
+                    held_blocks=held, held_age=age)  # fmt: skip
+    learn.final(picked, served(prompt_tokens=640, cached_tokens=0))
+    assert index.match(HASHES) == {}  # the prefix it no longer had left its entry
+    assert index.capacity[0] == 9_000  # toward the age (239), by a tenth of 10 000 a time
+    for _ in range(40):
+        index.record(0, HASHES)
+        index.shortfall(0, HASHES, 0, age=239)
+    assert index.capacity[0] == 239  # it kept fewer blocks than the index assumed
+    summary = learn.quality.cached_tokens.summary()
+    assert (summary.count, summary.mean_abs_error, summary.bias) == (1, 640.0, 640.0)
+
+
+def test_a_short_report_while_the_worker_was_prefilling_teaches_no_eviction() -> None:
+    """Blocks another request was still computing at the pick are not cached yet: a report
+    of 0 then is no eviction (the engine reports what it had when the request started)."""
+    learn = learning()
+    learn.prefix.record(0, HASHES)
+    held, age = learn.prefix.held(0, HASHES)
+    picked = choice(0, prompt_tokens=640.0, cached_tokens=640.0, hashes=HASHES,
+                    held_blocks=held, held_age=age, settled=False)  # fmt: skip
+    learn.final(picked, served(prompt_tokens=640, cached_tokens=0))
+    assert learn.prefix.match(HASHES) == {0: 40}
+    assert 0 not in learn.prefix.capacity
+
+
+def test_a_partial_shortfall_keeps_the_leading_blocks_it_had() -> None:
+    learn = learning()
+    learn.prefix.record(0, HASHES)
+    held, age = learn.prefix.held(0, HASHES)
+    picked = choice(0, prompt_tokens=640.0, cached_tokens=640.0, hashes=HASHES,
+                    held_blocks=held, held_age=age)  # fmt: skip
+    learn.final(picked, served(prompt_tokens=640, cached_tokens=160))  # 10 of 40 blocks
+    assert learn.prefix.match(HASHES) == {0: 10}
+
+
+def test_capacity_bounds_what_the_index_keeps_and_a_deeper_hit_raises_it() -> None:
+    index = PrefixIndex(10_000)
+    index.record(0, HASHES)
+    for _ in range(60):
+        index.record(0, HASHES)
+        index.shortfall(0, HASHES, 0, age=50)
+    assert index.capacity[0] == 50
+    index.record(0, tuple(range(5000, 5100)))  # 100 blocks: only 50 kept
+    assert index.match(tuple(range(5000, 5100))) == {0: 50}
+    index.confirmed(0, age=80)
+    assert index.capacity[0] == 80
+    index.forget(0)
+    assert 0 not in index.capacity
+
+
+def test_the_approximate_source_answers_cached_tokens_per_candidate() -> None:
+    index = PrefixIndex(1000)
+    index.record(2, HASHES[:30])
+    index.record(0, HASHES[:10])
+    source = ApproximateCachedTokens(index)
+    query = PrefixQuery(request(), MODEL, "default/pool", HASHES, 64, prompt_tokens=800.0)
+    slots: IndexArray = np.array([0, 1, 2], dtype=np.intp)
+    assert source.cached_tokens(query, slots).tolist() == [200.0, 0.0, 600.0]
+    long = PrefixQuery(request(), MODEL, "p", HASHES, 64, prompt_tokens=9000.0, truncated=True)
+    assert source.cached_tokens(long, slots).tolist() == [160.0, 0.0, 480.0]  # 16 a block
+
+
+def test_a_precise_source_plugs_in_by_prefix_mode() -> None:
+    class Precise:
+        def cached_tokens(self, query: PrefixQuery, slots: IndexArray) -> np.ndarray:  # type: ignore[type-arg]
+            return np.full(len(slots), 7.0)
+
+    approximate = ApproximateCachedTokens(PrefixIndex(10))
+    sources = CachedTokenSources(approximate)
+    precise = Precise()
+    sources.register("precise", precise)
+    assert sources.get("precise") is precise
+    assert sources.get(APPROXIMATE) is approximate
+    assert sources.get("unknown-mode") is approximate
+
+
+def test_the_error_window_reports_mae_bias_and_correlation() -> None:
+    window = ErrorWindow(size=4)
+    for predicted, observed in ((1, 2), (2, 4), (3, 6), (4, 8), (5, 10)):
+        window.add(predicted, observed)
+    summary = window.summary()
+    assert summary.count == 4  # the oldest pair fell out
+    assert summary.mean_abs_error == pytest.approx(3.5)
+    assert summary.bias == pytest.approx(-3.5)
+    assert summary.correlation == pytest.approx(1.0)
+    assert math.isnan(ErrorWindow().summary().correlation)

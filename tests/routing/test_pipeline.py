@@ -1,0 +1,73 @@
+"""The pipeline: weights applied by scorer name, scores clamped, ties broken at random,
+each plugin's cost counted; every weight names a scorer and every scorer has a weight."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from kinference.config import Policy, parse_policy
+from kinference.config.routing import Weights
+from kinference.routing.plugins.base import PickContext
+from kinference.routing.plugins.pick import MaxScorePicker
+from kinference.routing.plugins.pipeline import Pipeline, PluginCosts, clamped
+from kinference.routing.rates import Rates
+from kinference.routing.scorers.registry import FACTORIES, build_scorers
+from kinference.routing.table import FloatArray
+from tests.routing.plugin_helpers import context
+
+
+class Fixed:
+    """A scorer answering fixed scores, named per instance (plugins name their class)."""
+
+    name = "fixed"
+
+    def __init__(self, name: str, values: list[float]) -> None:
+        self.name = name
+        self.values = np.asarray(values)
+
+    def score(self, ctx: PickContext) -> FloatArray | None:
+        return self.values
+
+
+def test_every_weight_names_a_scorer_and_every_scorer_is_weighed() -> None:
+    assert set(Weights.model_fields) == set(FACTORIES)
+    built = build_scorers(Policy().routing, Rates())
+    assert [scorer.name for scorer, _ in built] == ["ttft", "lora"]  # the shipped defaults
+
+
+def test_weights_from_the_policy_file_reach_the_scorers_by_name() -> None:
+    policy = parse_policy("routing:\n  weights: {ttft: 0, queue: 2, prefix: 3}\n")
+    built = {scorer.name: weight for scorer, weight in build_scorers(policy.routing, Rates())}
+    assert built == {"queue": 2.0, "prefix": 3.0, "lora": 0.25}
+
+
+def test_scores_are_clamped_and_nan_is_neutral() -> None:
+    values = clamped(np.array([-3.0, 0.2, 7.0, np.nan, np.inf, -np.inf]))
+    assert values.tolist() == [0.0, 0.2, 1.0, 0.5, 1.0, 0.0]
+
+
+def test_a_scorer_cannot_outvote_by_its_scale() -> None:
+    loud = Fixed("loud", [1000.0, 0.0])  # clamped to 1, 0
+    quiet = Fixed("quiet", [0.0, 1.0])
+    pipeline = Pipeline([(loud, 1.0), (quiet, 2.0)], MaxScorePicker(), PluginCosts())
+    assert pipeline.choose(context(2), random.Random(0)) == 1
+
+
+def test_zero_weights_are_skipped_and_costs_are_counted_per_plugin() -> None:
+    costs = PluginCosts()
+    off = Fixed("off", [1.0, 0.0])
+    on = Fixed("on", [0.0, 1.0])
+    pipeline = Pipeline([(off, 0.0), (on, 1.0)], MaxScorePicker(), costs)
+    for _ in range(3):
+        assert pipeline.choose(context(2), random.Random(0)) == 1
+    assert costs.calls == {"on": 3, "max_score": 3}
+    assert all(ns >= 0 for ns in costs.nanoseconds.values())
+
+
+def test_ties_are_broken_at_random_over_every_tied_candidate() -> None:
+    picker, rng = MaxScorePicker(), random.Random(1)
+    totals = np.array([1.0, 0.2, 1.0, 1.0])
+    assert {picker.pick(totals, rng) for _ in range(200)} == {0, 2, 3}
+    assert picker.pick(np.array([0.1, 0.9]), rng) == 1

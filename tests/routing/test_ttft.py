@@ -1,0 +1,187 @@
+"""The estimated-TTFT scorer: its terms, its units, the learned rates and the priors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kinference.routing.rates import Rates
+from kinference.routing.scorers.ttft import TtftConfig, TtftScorer
+from kinference.routing.table import WorkerTable
+from tests.routing.plugin_helpers import MODEL, context
+
+PRIOR = TtftConfig()
+PER_TOKEN = 1000.0 / PRIOR.prior_prefill_tokens_per_s  # ms per uncached token
+
+
+def scorer(rates: Rates | None = None, **config: float) -> TtftScorer:
+    return TtftScorer(TtftConfig(**config), rates or Rates())  # type: ignore[arg-type]
+
+
+def test_idle_workers_with_nothing_cached_predict_the_prior_prefill_alike() -> None:
+    predicted, wait = scorer().predict(context(3, prompt_tokens=2000))
+    expected = PRIOR.prior_prefill_base_ms + 2000 * PER_TOKEN
+    assert predicted.tolist() == pytest.approx([expected] * 3)
+    assert wait.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_cached_tokens_are_not_prefilled_again() -> None:
+    predicted, _ = scorer().predict(context(2, prompt_tokens=2000, cached=[1500, 0]))
+    assert predicted[1] - predicted[0] == pytest.approx(1500 * PER_TOKEN)
+
+
+def test_a_full_batch_queues_the_request_for_a_slot() -> None:
+    table = WorkerTable()
+    ctx = context(2, prompt_tokens=100, cached=[100, 0], table=table)
+    for _ in range(8):  # the prior batch: the cached worker is full, one more waits
+        table.add_inflight(int(ctx.slots[0]), 1)
+    predicted, wait = scorer().predict(ctx)
+    drain = PRIOR.prior_service_ms / PRIOR.prior_batch
+    assert wait[0] == pytest.approx(drain)  # one batch slot to free up
+    assert predicted[0] > predicted[1]  # 100 cached tokens do not buy a queue
+
+
+def test_pending_prefill_is_waited_for_at_the_learned_rate() -> None:
+    table = WorkerTable()
+    ctx = context(2, prompt_tokens=100, table=table)
+    table.add_pending_prefill(int(ctx.slots[0]), 3000)
+    _, wait = scorer().predict(ctx)
+    assert wait.tolist() == pytest.approx([3000 * PER_TOKEN, 0.0])
+
+
+def test_decode_pressure_grows_with_the_square_of_occupancy() -> None:
+    table = WorkerTable()
+    ctx = context(3, prompt_tokens=0, table=table)
+    table.add_inflight(int(ctx.slots[1]), 4)
+    table.add_inflight(int(ctx.slots[2]), 7)
+    predicted, _ = scorer(decode_pressure_ms=80).predict(ctx)
+    base = PRIOR.prior_prefill_base_ms
+    assert predicted.tolist() == pytest.approx([base, base + 20, base + 80 * 49 / 64])
+
+
+def test_an_engine_seen_full_gives_its_batch_and_queue() -> None:
+    table = WorkerTable()
+    ctx = context(2, prompt_tokens=0, table=table)
+    busy, idle = int(ctx.slots[0]), int(ctx.slots[1])
+    table.set_engine(busy, waiting=3, running=4, kv_usage=0.5, scraped_at=0.0)
+    table.set_engine(idle, waiting=0, running=30, kv_usage=0.1, scraped_at=0.0)
+    ctx.signals = type(ctx.signals)(table.waiting.copy(), table.kv_usage.copy())
+    _, wait = scorer().predict(ctx)
+    # batch 4 (seen running 4 while 3 waited): 4 ahead of a new request; the other runs
+    # 30 with nothing waiting, so it takes at least 31: no wait.
+    assert wait.tolist() == pytest.approx([4 * PRIOR.prior_service_ms / 4, 0.0])
+
+
+def test_the_score_is_best_over_cost_the_cost_counting_a_share_of_the_prefill() -> None:
+    ctx = context(2, prompt_tokens=2000, cached=[2000, 0])
+    scores = scorer(compute_weight=0.5).score(ctx)
+    assert scores[0] == 1.0
+    assert ctx.predicted_ttft_ms is not None
+    cost = ctx.predicted_ttft_ms[1] + 0.5 * 2000 * PER_TOKEN
+    assert scores[1] == pytest.approx(ctx.predicted_ttft_ms[0] / cost)
+
+
+def test_at_equal_ttft_the_cache_wins() -> None:
+    """The cached worker is busy prefilling what the request shares: both promise the same
+    TTFT, but only the other would compute the prompt again."""
+    table = WorkerTable()
+    ctx = context(2, prompt_tokens=1000, cached=[1000, 0], table=table)
+    table.add_pending_prefill(int(ctx.slots[0]), 1000)
+    predicted, _ = scorer(decode_pressure_ms=0).predict(ctx)
+    assert predicted[0] == pytest.approx(predicted[1])
+    scores = scorer(decode_pressure_ms=0).score(ctx)
+    assert scores[0] > scores[1]
+
+
+def test_learned_rates_replace_the_priors_per_worker() -> None:
+    rates = Rates(alpha=0.2)
+    ctx = context(2, prompt_tokens=1000)
+    slow = int(ctx.slots[1])
+    for tokens in (200, 1800, 600, 1400, 1000) * 6:  # a worker twice the prior's time
+        rates.observe_prefill(slow, MODEL, tokens, 30 + tokens * 2 * PER_TOKEN)
+    predicted, _ = scorer(rates).predict(ctx)
+    assert predicted[1] == pytest.approx(30 + 1000 * 2 * PER_TOKEN, rel=0.02)
+    # The worker not learned yet is taken to be like its peers, not like the prior: a
+    # pessimistic prior would never let it be tried.
+    assert predicted[0] == pytest.approx(predicted[1])
+    fast = int(ctx.slots[0])
+    for tokens in (200, 1800, 600, 1400, 1000) * 6:
+        rates.observe_prefill(fast, MODEL, tokens, 10 + tokens * PER_TOKEN / 2)
+    predicted, _ = scorer(rates).predict(ctx)
+    assert predicted[0] == pytest.approx(10 + 1000 * PER_TOKEN / 2, rel=0.02)
+
+
+@settings(deadline=None)  # numpy's first calls are slow on a loaded machine
+@given(
+    base=st.floats(0, 200),
+    per_token=st.floats(0.001, 2.0),
+    tokens=st.lists(st.integers(0, 20_000), min_size=8, max_size=40),
+)
+def test_the_prefill_fit_recovers_a_linear_engine(
+    base: float, per_token: float, tokens: list[int]
+) -> None:
+    rates = Rates(alpha=0.3)
+    for count in tokens:
+        rates.observe_prefill(0, MODEL, count, base + per_token * count)
+    slope = rates.learned(MODEL, "prefill_ms_per_token", 0)
+    intercept = rates.learned(MODEL, "prefill_base_ms", 0)
+    spread = max(tokens) - min(tokens)
+    if spread >= 2000 and max(tokens[-5:]) - min(tokens[-5:]) >= 500:  # recent spread: a fit
+        assert slope == pytest.approx(per_token, rel=0.05, abs=1e-3)
+    assert not math.isnan(intercept)
+    # Whatever the spread, the prediction at the tokens seen is right.
+    last = tokens[-1]
+    fitted_slope = 0.0 if math.isnan(slope) else slope
+    assert intercept + fitted_slope * last == pytest.approx(base + per_token * last, rel=0.1, abs=5)
+
+
+def test_service_time_is_a_moving_mean_and_forgotten_with_the_worker() -> None:
+    rates = Rates(alpha=0.5)
+    rates.observe_service(3, MODEL, 1000)
+    rates.observe_service(3, MODEL, 3000)
+    assert rates.learned(MODEL, "service_ms", 3) == 2000
+    rates.forget(3)
+    assert math.isnan(rates.learned(MODEL, "service_ms", 3))
+    assert np.isnan(rates.values(MODEL, "service_ms", np.array([3]), 8)).all()
+
+
+@settings(deadline=None)
+@given(
+    inflight=st.lists(st.integers(0, 20), min_size=2, max_size=12),
+    readings=st.lists(
+        st.one_of(st.none(), st.tuples(st.integers(0, 10), st.integers(0, 12))),
+        min_size=12,
+        max_size=12,
+    ),
+    learned=st.lists(st.one_of(st.none(), st.floats(0.01, 1.0)), min_size=12, max_size=12),
+    cached=st.lists(st.floats(0, 3000), min_size=12, max_size=12),
+)
+def test_the_small_form_gives_the_vector_forms_predictions(
+    inflight: list[int],
+    readings: list[tuple[int, int] | None],
+    learned: list[float | None],
+    cached: list[float],
+) -> None:
+    table, rates = WorkerTable(), Rates()
+    n = len(inflight)
+    ctx = context(n, prompt_tokens=3000, cached=cached[:n], table=table)
+    for i, slot in enumerate(ctx.slots.tolist()):
+        table.add_inflight(slot, inflight[i])
+        table.add_pending_prefill(slot, 37.0 * i)
+        if readings[i] is not None:
+            waiting, running = readings[i]
+            table.set_engine(slot, waiting=waiting, running=running, kv_usage=0.5, scraped_at=0.0)
+            table.add_inflight(slot, i % 3)  # picks since the reading
+        if learned[i] is not None:
+            rates.observe_prefill(slot, MODEL, 500 + 100 * i, 20 + learned[i] * (500 + 100 * i))
+            rates.observe_service(slot, MODEL, 1000 * learned[i])
+    ctx.signals = type(ctx.signals)(table.waiting.copy(), table.kv_usage.copy())
+    model = scorer(rates)
+    small = model._predict_small(ctx)
+    vector = model._predict_vector(ctx)
+    for got, want in zip(small, vector, strict=True):
+        assert got.tolist() == pytest.approx(want.tolist(), rel=1e-9, abs=1e-9)
