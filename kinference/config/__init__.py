@@ -13,6 +13,7 @@ from kinference.config.models import Conditions, ModelEntry, Target
 from kinference.config.paths import ShapeKind, UnsupportedShape, provider_path, supports_shape
 from kinference.config.policy import Policy
 from kinference.config.pools import DEFAULT_AZURE_API_VERSION, Engine, Pool, Provider, ProviderApi
+from kinference.config.prefix import PrefixConfig, PrefixMode, address_for
 from kinference.config.routing import (
     BalanceSettings,
     Cooldowns,
@@ -39,6 +40,8 @@ __all__ = [
     "PolicyError",
     "PolicyWatcher",
     "Pool",
+    "PrefixConfig",
+    "PrefixMode",
     "PrefixSettings",
     "Provider",
     "ProviderApi",
@@ -52,6 +55,7 @@ __all__ = [
     "TenantRule",
     "UnsupportedShape",
     "Weights",
+    "address_for",
     "decode_policy",
     "default_policy",
     "load_policy",

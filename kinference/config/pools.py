@@ -18,6 +18,7 @@ from kinference.config.fields import (
     Word,
     reject_duplicates,
 )
+from kinference.config.prefix import PrefixConfig
 
 # The inference engine a pool runs, which decides how its `/metrics` are read;
 # `none` means the endpoints are not scraped (no queue or KV-cache signal).
@@ -43,6 +44,8 @@ class Pool(PolicyModel):
     engine: Engine = "none"
     # Path of the engine's Prometheus endpoint on every endpoint of the pool.
     metrics_path: ApiPath = "/metrics"
+    # How the workers' prefix caches are known: predicted, or from the engines' KV events.
+    prefix: PrefixConfig = PrefixConfig()
 
     @property
     def ref(self) -> str:

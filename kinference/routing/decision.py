@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from kinference.config.models import MaxTokensField
+from kinference.kvcache.precise import PreciseQuery
 from kinference.requests import InferenceRequest
 
 
@@ -33,6 +34,7 @@ class RouteQuery:
     pool: str | None = None  # `namespace/name` of the InferencePool the caller named
     qos: QoS = QoS.INTERACTIVE
     tenant: str = ""
+    precise: PreciseQuery | None = None  # the prompt in precise pools' engine blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,8 @@ class LocalChoice:
     model: str  # as the pool's engines know it
     prefix_blocks: int = 0  # leading blocks the worker probably has cached
     prefix_total: int = 0
+    # Precise pools only: prompt tokens the engine's events say it has cached there.
+    predicted_cached_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kinference.config import ModelRoute, Target, UnsupportedShape, provider_path
+from kinference.kvcache.precise import PreciseCaches, PreciseMatch, fuse
 from kinference.requests import InferenceRequest, Shape
 from kinference.routing.decision import (
     Decision,
@@ -93,8 +94,10 @@ class Router:
         tenants: TenantGate,
         rng: random.Random,
         clock: Callable[[], float] = time.monotonic,
+        precise: PreciseCaches | None = None,
     ) -> None:
         self.policy = policy
+        self.precise = precise  # engines' own KV events, for pools in precise prefix mode
         self.table = table
         self.prefix = prefix
         self.health = health
@@ -263,13 +266,19 @@ class Router:
         matched = np.zeros(len(self.table.inflight))
         for slot, blocks in self.prefix.match(hashes).items():
             matched[slot] = blocks
+        prefix_blocks, total, precise_note = matched[slots], len(hashes), None
+        precise = self._precise(attempt, group, slots)
+        if precise is not None:
+            match, total = precise
+            prefix_blocks = fuse(match, prefix_blocks, len(hashes), total)
+            precise_note = match.degraded()
         scored = choose(
             self.table,
             slots,
             model=model,
             signals=attempt.signals,
-            prefix_blocks=matched[slots],
-            total_blocks=len(hashes),
+            prefix_blocks=prefix_blocks,
+            total_blocks=total,
             weights=self.policy.weights,
             balance=self.policy.balance,
             rng=self._rng,
@@ -277,11 +286,18 @@ class Router:
         slot = int(slots[scored.index])
         endpoint = self.table.endpoints[slot]
         pool = self._pool_of(group, slot)
-        choice = LocalChoice(endpoint, slot, pool, model, scored.prefix_blocks, len(hashes))
+        predicted = None
+        if precise is not None and precise[0].trusted[scored.index]:
+            prompt = attempt.query.precise.blocks[pool] if attempt.query.precise else None
+            predicted = scored.prefix_blocks * prompt.block_size if prompt else None
+        choice = LocalChoice(endpoint, slot, pool, model, scored.prefix_blocks, total, predicted)
         outcome, reason = Outcome.OK, ""
         if not request.prompt.complete:
             outcome = Outcome.DEGRADED
             reason = f"no full prefix-cache signal: {request.prompt.reason}"
+        note = precise_note or self._precise_problem(attempt, group)
+        if note is not None:
+            outcome, reason = Outcome.DEGRADED, f"{reason}; {note}" if reason else note
         return Decision(
             outcome,
             local=choice,
@@ -290,6 +306,26 @@ class Router:
             max_tokens_field=group[0].max_tokens_field,
             prefix_hashes=hashes,
         )
+
+    def _precise(
+        self, attempt: _Attempt, group: tuple[Target, ...], slots: IndexArray
+    ) -> tuple[PreciseMatch, int] | None:
+        """The precise match of a one-pool group in precise mode, and the prompt's blocks."""
+        query = attempt.query.precise
+        if self.precise is None or query is None or len(group) != 1 or group[0].pool is None:
+            return None
+        prompt = query.blocks.get(group[0].pool)
+        if prompt is None or not prompt.blocks:
+            return None
+        match = self.precise.match(group[0].pool, prompt, slots.tolist())
+        return None if match is None else (match, len(prompt.blocks))
+
+    def _precise_problem(self, attempt: _Attempt, group: tuple[Target, ...]) -> str | None:
+        """Why a precise pool's Pick could not use the prompt's tokens, if it could not."""
+        query, ref = attempt.query.precise, group[0].pool
+        if query is None or query.problem is None or self.precise is None or ref is None:
+            return None
+        return query.problem if self.precise.pool(ref) is not None else None
 
     def _pool_of(self, group: tuple[Target, ...], slot: int) -> str:
         if len(group) == 1:

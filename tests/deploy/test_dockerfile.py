@@ -136,8 +136,8 @@ def test_requirements_are_the_runtime_ones_plus_the_chosen_extras(
     extras = next(
         i.arguments for i in instructions if i.keyword == "ARG" and "EXTRAS" in i.arguments
     )
-    chosen = extras.partition("=")[2].split()
-    assert chosen == ["k8s"]
+    chosen = shlex.split(extras.partition("=")[2])[0].split()
+    assert chosen == ["k8s", "kv-events"]
     run = next(i.arguments for i in instructions if i.keyword == "RUN" and "tomllib" in i.arguments)
     words = shlex.split(run.split("&&")[1].partition(">")[0])
     assert words[:2] == ["python3", "-c"] and words[3:] == ["${EXTRAS}"]
@@ -151,7 +151,7 @@ def test_requirements_are_the_runtime_ones_plus_the_chosen_extras(
     ).stdout.splitlines()
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     optional = project["optional-dependencies"]
-    assert printed == [*project["dependencies"], *optional["k8s"]]
+    assert printed == [*project["dependencies"], *optional["k8s"], *optional["kv-events"]]
     assert not set(printed) & set(optional["dev"])
 
 

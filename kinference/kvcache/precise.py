@@ -1,0 +1,114 @@
+"""Precise prefix-cache state of the pools in `prefix: {mode: precise}`, as routing reads it.
+
+Per pool: one `BlockIndex` fed by the engines' events and one `WorkerTrust` per worker. A
+Pick asks `match` for its candidates: each trusted worker's longest cached prefix of the
+prompt's engine blocks, and which candidates are not trusted now (they fall back to the
+approximate index). Pure state: the event subscriber writes it, the router reads it; no I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from kinference.kvcache.blocks import PromptBlocks
+from kinference.kvcache.index import BlockIndex
+from kinference.kvevents.trust import Distrust, WorkerTrust
+
+
+@dataclass
+class PoolCaches:
+    """One precise pool: its block size, index and each worker's trust, by slot."""
+
+    ref: str
+    block_size: int
+    index: BlockIndex = field(default_factory=BlockIndex)
+    trust: dict[int, WorkerTrust] = field(default_factory=dict)
+    endpoints: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PreciseQuery:
+    """A Pick's prompt in each precise pool's engine blocks, by pool ref; or why not."""
+
+    blocks: dict[str, PromptBlocks]
+    problem: str | None = None  # the prompt could not be tokenized (routed approximately)
+
+
+@dataclass(frozen=True, slots=True)
+class PreciseMatch:
+    """Per candidate (aligned with the slots asked about): cached blocks and trust."""
+
+    blocks: npt.NDArray[np.float64]  # leading prompt blocks cached (0 where not trusted)
+    trusted: npt.NDArray[np.bool_]
+    distrusted: tuple[tuple[str, Distrust], ...]  # (endpoint, why) of the untrusted ones
+
+    def degraded(self) -> str | None:
+        """Why this Pick's cache view is degraded, or None (a worker that has published
+        nothing yet is not a degradation: that is every engine before its first request)."""
+        broken = [(e, why) for e, why in self.distrusted if why is not Distrust.AWAITING]
+        if not broken:
+            return None
+        endpoint, why = broken[0]
+        more = f" and {len(broken) - 1} more" if len(broken) > 1 else ""
+        return f"precise prefix cache off for {endpoint} ({why.value}){more}: approximate"
+
+
+class PreciseCaches:
+    """Every precise pool's state, by pool ref."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.pools: dict[str, PoolCaches] = {}
+
+    def pool(self, ref: str) -> PoolCaches | None:
+        return self.pools.get(ref)
+
+    def match(self, ref: str, prompt: PromptBlocks, slots: Iterable[int]) -> PreciseMatch | None:
+        caches = self.pools.get(ref)
+        if caches is None or prompt.block_size != caches.block_size:
+            return None
+        now = self.clock()
+        slot_list = list(slots)
+        trusted = np.zeros(len(slot_list), dtype=bool)
+        distrusted: list[tuple[str, Distrust]] = []
+        for i, slot in enumerate(slot_list):
+            trust = caches.trust.get(slot)
+            if trust is not None and trust.trusted(now):
+                trusted[i] = True
+            else:
+                why = trust.distrust if trust is not None else None
+                distrusted.append((caches.endpoints.get(slot, str(slot)), why or Distrust.AWAITING))
+        longest = caches.index.longest(
+            prompt.blocks, [s for s, t in zip(slot_list, trusted, strict=True) if t]
+        )
+        blocks = np.array([float(longest.get(s, 0)) for s in slot_list])
+        return PreciseMatch(np.where(trusted, blocks, 0.0), trusted, tuple(distrusted))
+
+    def routed(self, ref: str, slot: int, cached_blocks: int, prompt: PromptBlocks) -> None:
+        """A request went to `slot`; if it must store new blocks, events should follow."""
+        caches = self.pools.get(ref)
+        trust = caches.trust.get(slot) if caches is not None else None
+        if trust is not None and cached_blocks < len(prompt.blocks):
+            trust.routed(self.clock())
+
+    def precise_workers(self) -> dict[str, dict[str, bool]]:
+        """Pool ref -> endpoint -> whether that worker is on precise matching now."""
+        now = self.clock()
+        return {
+            ref: {caches.endpoints[s]: t.trusted(now) for s, t in caches.trust.items()}
+            for ref, caches in self.pools.items()
+        }
+
+
+def fuse(
+    match: PreciseMatch, approximate: npt.NDArray[np.float64], approximate_total: int, total: int
+) -> npt.NDArray[np.float64]:
+    """Cached blocks per candidate in the prompt's engine blocks (`total` of them): the
+    precise count where trusted, the approximate index's share of the prompt elsewhere."""
+    share = approximate / approximate_total if approximate_total else np.zeros_like(approximate)
+    return np.where(match.trusted, match.blocks, share * total)
