@@ -13,7 +13,11 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "system", "user", "assistant", "hello", "world", "router", "cache", "prefix", "token", "block", "engine", "worker", "request", "response", "model", "latency", "document", "context"]
+_TEXT = (
+    "the quick brown fox jumps over lazy dog system user assistant hello world router cache "
+    "prefix token block engine worker request response model latency document context"
+)
+WORDS = tuple(_TEXT.split(" "))
 SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>"]
 TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
@@ -46,9 +50,6 @@ def write_model(directory: Path) -> tuple[Path, Path]:
     tokenizer = directory / "tokenizer.json"
     tokenizer.write_text(_trained())
     config = directory / "tokenizer_config.json"
-    config.write_text(
-        json.dumps(
-            {"chat_template": TEMPLATE, "bos_token": "<|begin_of_text|>", "eos_token": "<|im_end|>"}
-        )  # fmt: skip
-    )
+    special = {"bos_token": "<|begin_of_text|>", "eos_token": "<|im_end|>"}
+    config.write_text(json.dumps({"chat_template": TEMPLATE, **special}))
     return tokenizer, config
