@@ -66,7 +66,7 @@ class PrefixConfig(PolicyModel):
         for key in ("tokenizer", "chat_template"):
             path = getattr(self, key)
             if path is not None and not Path(path).is_file():
-                raise ItemError(f"{key}: no such file {path!r}", key)
+                raise ItemError(f"no such file {path!r}", key)
         return self
 
 

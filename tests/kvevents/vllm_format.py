@@ -92,7 +92,9 @@ class Publisher:
 
     def __init__(self, topic: bytes = b"", replay: bool = False) -> None:
         self.context = zmq.asyncio.Context()
-        self.pub = self.context.socket(zmq.PUB)
+        # XPUB sends as PUB does and also says when a subscriber has joined (ZMQ drops what
+        # is published before that: the "slow joiner").
+        self.pub = self.context.socket(zmq.XPUB)
         self.port = self.pub.bind_to_random_port("tcp://127.0.0.1")
         self.topic = topic
         self.seq = 0
@@ -100,10 +102,25 @@ class Publisher:
         self.router: zmq.asyncio.Socket | None = None
         self.replay_port = 0
         self._replaying: asyncio.Task[None] | None = None
-        if replay:
+        if replay:  # on the next port, so that `{port+1}` finds it
             self.router = self.context.socket(zmq.ROUTER)
-            self.replay_port = self.router.bind_to_random_port("tcp://127.0.0.1")
+            while True:
+                try:
+                    self.router.bind(f"tcp://127.0.0.1:{self.port + 1}")
+                    break
+                except zmq.ZMQError:
+                    self.pub.close(linger=0)
+                    self.pub = self.context.socket(zmq.XPUB)
+                    self.port = self.pub.bind_to_random_port("tcp://127.0.0.1")
+            self.replay_port = self.port + 1
             self._replaying = asyncio.get_running_loop().create_task(self._serve_replay())
+
+    async def subscribed(self) -> None:
+        """Wait for a subscriber to join."""
+        while True:
+            message = await self.pub.recv()
+            if message[:1] == b"\x01":
+                return
 
     async def publish(self, payload: bytes, *, seq: int | None = None, drop: bool = False) -> int:
         """Send one batch under the next seq (or `seq`); `drop` records it without sending,
