@@ -13,8 +13,8 @@ from tests.config.helpers import policy_error
 POOL = "pools:\n  - name: a\n    endpoints: ['10.0.0.1:8000']\n    models: [m]\n    prefix:\n"
 
 
-def precise(tokenizer: Path, **extra: str) -> str:
-    lines = {"mode": "precise", "events": "'tcp://{host}:5557'", "tokenizer": str(tokenizer)}
+def precise(tokenizer_path: Path, **extra: str) -> str:
+    lines = {"mode": "precise", "events": "'tcp://{host}:5557'", "tokenizer": str(tokenizer_path)}
     lines.update(extra)
     return POOL + "".join(f"      {key}: {value}\n" for key, value in lines.items())
 
