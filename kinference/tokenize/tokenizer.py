@@ -9,14 +9,16 @@ with them (vLLM's default, e.g. a BOS token), and token-id prompts are taken as 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from kinference.kvcache.blocks import PromptBlocks, identities
+from kinference.tokenize.pieces import encode_windows
 from kinference.tokenize.reuse import Encoded, TurnCache
 from kinference.tokenize.template import ChatTemplate, TemplateError
 
@@ -80,8 +82,15 @@ class PromptTokenizer:
         raise Untokenizable("no prompt to tokenize")
 
     def _encode(self, text: str, special: bool) -> Encoded:
+        return encode_windows(text, special, self._encode_batch)
+
+    def _encode_batch(self, texts: Sequence[str], special: bool) -> list[Encoded]:
         # encode_batch releases the GIL while the Rust tokenizer runs; encode does not.
-        (encoding,) = self._tokenizer.encode_batch([text], add_special_tokens=special)
-        ids = np.asarray(encoding.ids, dtype=np.uint32)
-        starts = np.fromiter((o[0] for o in encoding.offsets), dtype=np.int64, count=len(ids))
-        return ids, starts
+        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=special)
+        return [_arrays(encoding) for encoding in encodings]
+
+
+def _arrays(encoding: Encoding) -> Encoded:
+    ids = np.asarray(encoding.ids, dtype=np.uint32)
+    starts = np.fromiter((o[0] for o in encoding.offsets), dtype=np.int64, count=len(ids))
+    return ids, starts

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from kinference.kvcache.blocks import identities
+from kinference.tokenize.pieces import WINDOW_CHARS, encode_windows
 from kinference.tokenize.reuse import CHUNK_CHARS, TurnCache
 from kinference.tokenize.template import ChatTemplate, TemplateError
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer, Untokenizable
@@ -145,3 +146,37 @@ def test_cache_is_bounded_in_tokens() -> None:
         cache.encode(str(i) * (CHUNK_CHARS + 100), False, encode)
     assert cache._held <= 1000
     assert len(cache._by_key) <= 2
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 2**31), st.integers(2 * WINDOW_CHARS + 1, 12 * WINDOW_CHARS))
+def test_windows_give_the_tokens_of_one_encode(
+    files: tuple[Path, Path], seed: int, size: int
+) -> None:
+    rng = random.Random(seed)
+    text = _words(rng, size // 4)[:size]
+    raw = Tokenizer.from_file(str(files[0]))
+    tokenizer = PromptTokenizer.from_files(str(files[0]), None, 4)
+    for special in (False, True):
+        ids, starts = tokenizer._encode(text, special)
+        expected = raw.encode(text, add_special_tokens=special)
+        assert ids.tolist() == expected.ids
+        assert starts.tolist() == [start for start, _ in expected.offsets]
+
+
+def test_windows_fall_back_when_they_disagree() -> None:
+    import numpy as np
+
+    calls: list[int] = []
+
+    def encode(texts: object, special: bool) -> list[tuple]:
+        batch = list(texts)  # type: ignore[call-overload]
+        calls.append(len(batch))
+        # Every window starts with a token no whole text has at that offset: no agreement.
+        return [
+            (np.arange(len(t), dtype=np.uint32) + i, np.arange(len(t), dtype=np.int64))
+            for i, t in enumerate(batch)
+        ]
+
+    ids, _ = encode_windows("x" * (3 * WINDOW_CHARS), False, encode)
+    assert calls[-1] == 1 and len(ids) == 3 * WINDOW_CHARS  # encoded whole at the end
