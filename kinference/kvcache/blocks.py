@@ -24,6 +24,7 @@ import numpy.typing as npt
 BlockId = int
 _MASK = (1 << 64) - 1
 _BASE = 0x9E3779B97F4A7C15  # odd: the chain is invertible
+_BASE_INVERSE = pow(_BASE, -1, 1 << 64)
 _MIX_1 = np.uint64(0xFF51AFD7ED558CCD)
 _MIX_2 = np.uint64(0xC4CEB9FE1A85EC53)
 
@@ -87,5 +88,26 @@ def chain(parent: int, content_hashes: Sequence[int]) -> list[BlockId]:
 def identities(
     tokens: npt.NDArray[np.uint32] | Sequence[int], block_size: int, adapter: str | None = None
 ) -> list[BlockId]:
-    """Identities of every full block of a prompt's tokens."""
-    return chain(seed(adapter), contents(tokens, block_size))
+    """Identities of every full block of a prompt's tokens, all at once: the chain unrolled
+    is id_i = B^i * (seed * B + sum_{j<=i} c_j * B^-j): a cumulative sum, scaled (B is odd,
+    hence invertible mod 2^64)."""
+    content = np.asarray(contents(tokens, block_size), dtype=np.uint64)
+    if not len(content):
+        return []
+    powers, inverse = _powers(len(content) + 1)
+    scaled = np.cumsum(content * inverse[: len(content)], dtype=np.uint64)
+    start = np.uint64((seed(adapter) * _BASE) & _MASK)
+    chained = (scaled + start) * powers[: len(content)]
+    result: list[BlockId] = chained.tolist()
+    return result
+
+
+@functools.lru_cache(maxsize=8)
+def _powers(count: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+    """(B^j, B^-j) for j < count, mod 2^64, for counts rounded up to a power of two."""
+    size = 1 << max(count - 1, 1).bit_length()
+    base = np.full(size, _BASE, dtype=np.uint64)
+    base[0] = 1
+    inverse = np.full(size, _BASE_INVERSE, dtype=np.uint64)
+    inverse[0] = 1
+    return np.cumprod(base, dtype=np.uint64), np.cumprod(inverse, dtype=np.uint64)

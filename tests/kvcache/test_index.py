@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinference.kvcache.blocks import chain, contents, identities, seed
-from kinference.kvcache.index import BlockIndex
+from kinference.kvcache.index import EXACT_BLOCKS, BlockIndex
 from kinference.kvevents.events import AllBlocksCleared, BlockRemoved, BlockStored
 
 BS = 4
@@ -125,3 +125,15 @@ def test_matches_a_brute_force_model(seed_value: int) -> None:
                 depth += 1
             expected[worker] = depth
         assert index.longest(identities(prompt, BS), range(3)) == expected
+
+
+def test_past_the_exact_walk_a_binary_search() -> None:
+    index = BlockIndex()
+    tokens = list(range(BS * (EXACT_BLOCKS + 300)))
+    index.apply(
+        0, [stored(list(range(1, EXACT_BLOCKS + 101)), tokens[: BS * (EXACT_BLOCKS + 100)])]
+    )
+    index.apply(1, [stored([7], tokens[:BS])])
+    prompt = identities(tokens, BS)
+    assert index.longest(prompt, [0, 1, 2]) == {0: EXACT_BLOCKS + 100, 1: 1, 2: 0}
+    assert index.longest(prompt[:EXACT_BLOCKS], [0]) == {0: EXACT_BLOCKS}
