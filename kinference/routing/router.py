@@ -289,7 +289,10 @@ class Router:
         predicted = None
         if precise is not None and precise[0].trusted[scored.index]:
             prompt = attempt.query.precise.blocks[pool] if attempt.query.precise else None
-            predicted = scored.prefix_blocks * prompt.block_size if prompt else None
+            # An engine always computes the prompt's last token: a fully cached prompt
+            # counts one token short, i.e. its last full block is not a hit.
+            usable = (prompt.tokens - 1) // prompt.block_size if prompt else 0
+            predicted = min(scored.prefix_blocks, usable) * prompt.block_size if prompt else None
         choice = LocalChoice(endpoint, slot, pool, model, scored.prefix_blocks, total, predicted)
         outcome, reason = Outcome.OK, ""
         if not request.prompt.complete:
