@@ -148,18 +148,20 @@ def cold_prompts(tokenizer: PromptTokenizer, size: int, count: int) -> list[list
     ]
 
 
-def chat_prompts(tokenizer: PromptTokenizer, size: int, count: int) -> list[list[Prompt]]:
-    """`count` conversations of 6 turns on one shared system prompt."""
+def chat_prompts(
+    tokenizer: PromptTokenizer, size: int, count: int, turns: int = 6
+) -> list[list[Prompt]]:
+    """`count` conversations of `turns` turns on one shared system prompt."""
     rng = random.Random(size)
     system = {"role": "system", "content": words(rng, size)}
     conversations = []
     for _ in range(count):
-        history, turns = [system], []
-        for _ in range(6):
+        history, prompts = [system], []
+        for _ in range(turns):
             history = [*history, {"role": "user", "content": words(rng, 200)}]
-            turns.append(prepare(tokenizer, history))
+            prompts.append(prepare(tokenizer, history))
             history = [*history, {"role": "assistant", "content": words(rng, 400)}]
-        conversations.append(turns)
+        conversations.append(prompts)
     return conversations
 
 
@@ -180,7 +182,10 @@ async def measure(args: argparse.Namespace, files: tuple[Path, Path]) -> list[Ro
         workloads = {
             ("cold", 1): cold_prompts(tokenizer, size, count),
             ("chat", 1): chat_prompts(tokenizer, size, max(2, count // 4)),
-            ("chat", 16): chat_prompts(tokenizer, size, 16 if args.quick else 32),
+            # 1 MiB prompts: 2 turns each, so the prepared payloads stay in memory.
+            ("chat", 16): chat_prompts(
+                tokenizer, size, 16 if args.quick else 32, 6 if size <= 256 * KIB else 2
+            ),
         }
         for (workload, inflight), conversations in workloads.items():
             for mode in ("approximate", "precise"):

@@ -56,20 +56,25 @@ class BlockIndex:
         worker = self._workers.get(slot)
         return worker.orphans if worker is not None else 0
 
-    def apply(self, slot: int, events: Iterable[Event]) -> None:
+    def apply(self, slot: int, events: Iterable[Event]) -> list[BlockId]:
+        """Apply a batch's events; answers the identities stored or removed by it."""
         worker = self._workers.setdefault(slot, _Worker())
+        touched: list[BlockId] = []
         for event in events:
             if isinstance(event, BlockStored):
                 if on_gpu(event.medium):
-                    self._stored(slot, worker, event)
+                    self._stored(slot, worker, event, touched)
             elif isinstance(event, BlockRemoved):
                 if on_gpu(event.medium):
-                    self._removed(slot, worker, event.block_hashes)
+                    self._removed(slot, worker, event.block_hashes, touched)
             elif isinstance(event, AllBlocksCleared):
                 self.forget(slot)
                 worker = self._workers.setdefault(slot, _Worker())
+        return touched
 
-    def _stored(self, slot: int, worker: _Worker, event: BlockStored) -> None:
+    def _stored(
+        self, slot: int, worker: _Worker, event: BlockStored, touched: list[BlockId]
+    ) -> None:
         if event.parent is None:
             parent = seed(event.lora)
         elif (known := worker.named.get(event.parent)) is not None:
@@ -78,6 +83,7 @@ class BlockIndex:
             worker.orphans += len(event.block_hashes)
             return
         names = chain(parent, contents(event.token_ids, event.block_size))
+        touched.extend(names)
         for engine_hash, identity in zip(event.block_hashes, names, strict=True):
             if len(worker.held) >= self.max_blocks_per_worker:
                 worker.orphans += 1  # a bound against a publisher that never removes
@@ -91,10 +97,13 @@ class BlockIndex:
             worker.held[identity] = worker.held.get(identity, 0) + 1
             self._holders.setdefault(identity, set()).add(slot)
 
-    def _removed(self, slot: int, worker: _Worker, hashes: Sequence[EngineHash]) -> None:
+    def _removed(
+        self, slot: int, worker: _Worker, hashes: Sequence[EngineHash], touched: list[BlockId]
+    ) -> None:
         for engine_hash in hashes:
             identity = worker.named.pop(engine_hash, None)
             if identity is not None:
+                touched.append(identity)
                 self._drop(slot, worker, identity)
 
     def _drop(self, slot: int, worker: _Worker, identity: BlockId) -> None:
@@ -149,6 +158,9 @@ class BlockIndex:
         for slot in alive:
             result[slot] = self._search(slot, identities, exact)
         return result
+
+    def holds(self, slot: int, identity: BlockId) -> bool:
+        return slot in self._holders.get(identity, ())
 
     def _search(self, slot: int, identities: Sequence[BlockId], start: int) -> int:
         lo, hi = start, len(identities)  # slot holds identities[:lo]; find the largest lo

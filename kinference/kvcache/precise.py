@@ -9,26 +9,71 @@ approximate index). Pure state: the event subscriber writes it, the router reads
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from kinference.kvcache.blocks import PromptBlocks
+from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.index import BlockIndex
+from kinference.kvevents.events import Event
 from kinference.kvevents.trust import Distrust, WorkerTrust
+
+# Blocks of a request routed to a worker count as cached there until its events store or
+# remove them, or this many seconds pass: a request queued behind others has not stored its
+# prompt yet, but the next turn sent there will find it.
+PENDING_TTL_S = 30.0
+MAX_PENDING_BLOCKS = 200_000  # per worker
 
 
 @dataclass
 class PoolCaches:
-    """One precise pool: its block size, index and each worker's trust, by slot."""
+    """One precise pool: its block size, index and each worker's trust, by slot; and the
+    blocks of requests routed there that its events have not stored yet (`pending`)."""
 
     ref: str
     block_size: int
     index: BlockIndex = field(default_factory=BlockIndex)
     trust: dict[int, WorkerTrust] = field(default_factory=dict)
     endpoints: dict[int, str] = field(default_factory=dict)
+    pending: dict[int, OrderedDict[BlockId, float]] = field(default_factory=dict)
+
+    def apply(self, slot: int, events: Iterable[Event]) -> None:
+        """A batch from `slot`'s engine: into the index; what it names is no longer pending."""
+        touched = self.index.apply(slot, events)
+        waiting = self.pending.get(slot)
+        if waiting:
+            for identity in touched:
+                waiting.pop(identity, None)
+
+    def forget(self, slot: int) -> None:
+        self.index.forget(slot)
+        self.pending.pop(slot, None)
+
+    def expect(self, slot: int, blocks: Sequence[BlockId], now: float) -> None:
+        waiting = self.pending.setdefault(slot, OrderedDict())
+        for identity in blocks:
+            if not self.index.holds(slot, identity):
+                waiting[identity] = now
+                waiting.move_to_end(identity)
+        while len(waiting) > MAX_PENDING_BLOCKS:
+            waiting.popitem(last=False)
+
+    def extend(self, slot: int, blocks: Sequence[BlockId], depth: int, now: float) -> int:
+        """How far past `depth` the worker holds or is about to hold the prompt's blocks."""
+        waiting = self.pending.get(slot)
+        if not waiting:
+            return depth
+        while waiting and now - next(iter(waiting.values())) > PENDING_TTL_S:
+            waiting.popitem(last=False)
+        while depth < len(blocks):
+            identity = blocks[depth]
+            if identity not in waiting and not self.index.holds(slot, identity):
+                break
+            depth += 1
+        return depth
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,15 +131,20 @@ class PreciseCaches:
         longest = caches.index.longest(
             prompt.blocks, [s for s, t in zip(slot_list, trusted, strict=True) if t]
         )
-        blocks = np.array([float(longest.get(s, 0)) for s in slot_list])
+        blocks = np.array(
+            [float(caches.extend(s, prompt.blocks, longest.get(s, 0), now)) for s in slot_list]
+        )
         return PreciseMatch(np.where(trusted, blocks, 0.0), trusted, tuple(distrusted))
 
     def routed(self, ref: str, slot: int, cached_blocks: int, prompt: PromptBlocks) -> None:
         """A request went to `slot`; if it must store new blocks, events should follow."""
         caches = self.pools.get(ref)
         trust = caches.trust.get(slot) if caches is not None else None
-        if trust is not None and cached_blocks < len(prompt.blocks):
-            trust.routed(self.clock())
+        if caches is None or trust is None or cached_blocks >= len(prompt.blocks):
+            return
+        now = self.clock()
+        trust.routed(now)
+        caches.expect(slot, prompt.blocks[: (prompt.tokens - 1) // prompt.block_size], now)
 
     def precise_workers(self) -> dict[str, dict[str, bool]]:
         """Pool ref -> endpoint -> whether that worker is on precise matching now."""

@@ -79,7 +79,7 @@ class PreciseEvents:
         if caches is not None:
             caches.trust.pop(slot, None)
             caches.endpoints.pop(slot, None)
-            caches.index.forget(slot)
+            caches.forget(slot)
 
     async def aclose(self) -> None:
         if self.subscriber is not None:

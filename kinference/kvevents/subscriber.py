@@ -134,7 +134,7 @@ class EventSubscriber:
         if trust.distrust is not None and trust.distrust is not before:
             self._on_message(feed.pool.ref, trust.distrust.name.lower())
         if step is Step.RESET_AND_APPLY:
-            feed.pool.index.forget(feed.slot)
+            feed.pool.forget(feed.slot)
         elif step is Step.REPLAY:
             feed.replaying, feed.pending = True, [(seq, batch)]
             until = seq if batch is not None else seq + 1
@@ -142,7 +142,7 @@ class EventSubscriber:
             return
         if batch is not None:
             feed.batches += 1
-            feed.pool.index.apply(feed.slot, batch.events)
+            feed.pool.apply(feed.slot, batch.events)
             self._on_message(feed.pool.ref, "applied")
 
     async def _replay(self, feed: Feed, start: int, until: int) -> None:
@@ -155,11 +155,11 @@ class EventSubscriber:
                 log.warning("kv events replay from %s failed: %s", feed.endpoint, exc)
         complete = all(seq in got for seq in range(start, until))
         for seq in sorted(got):
-            feed.pool.index.apply(feed.slot, got[seq].events)
+            feed.pool.apply(feed.slot, got[seq].events)
         pending, feed.pending, feed.replaying = feed.pending, [], False
         _, trigger = pending[0]  # the batch that revealed the gap, if it decoded
         if trigger is not None:
-            feed.pool.index.apply(feed.slot, trigger.events)
+            feed.pool.apply(feed.slot, trigger.events)
         now = self._clock()
         feed.trust.replayed(complete, now)
         self._on_message(feed.pool.ref, "replayed" if complete else "replay_incomplete")

@@ -58,7 +58,13 @@ def decode_batch(payload: bytes) -> EventBatch:
         raise MalformedBatch(f"payload of {len(payload)} bytes is over the limit")
     try:
         raw = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+    except (
+        ValueError,
+        TypeError,
+        msgpack.ExtraData,
+        msgpack.FormatError,
+        msgpack.StackError,
+    ) as exc:
         raise MalformedBatch(f"not msgpack: {exc}") from None
     if isinstance(raw, dict):
         ts, events, rank = raw.get("ts"), raw.get("events"), raw.get("data_parallel_rank")

@@ -88,6 +88,7 @@ def _packed(value: object) -> bytes:
     [
         (b"\xc1", "not msgpack"),
         (b"\x92\x01", "not msgpack"),  # truncated
+        (b"\x81\x90\x00", "not msgpack"),  # a map keyed by an array (found by hypothesis)
         (_packed("hello"), "neither"),
         (_packed([1.0]), "neither"),
         (_packed(["x", []]), "ts is not a number"),
