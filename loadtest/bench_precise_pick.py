@@ -38,7 +38,7 @@ from kinference.client import PickerClient, split_chunks
 from kinference.config import parse_policy
 from kinference.settings import Settings
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer
-from loadtest.kv_publisher import KvPublisher, payload
+from loadtest.kv_publisher import KvPublisher, payloads
 from loadtest.tiny_model import WORDS, write_model
 
 MODEL = "tiny"
@@ -125,20 +125,21 @@ class Bench:
             raise RuntimeError(f"no local destination: {picked.reason}")
         await self.client.abort(picked.response_id, detail="bench")
         engine = self.endpoints.index(picked.local.endpoint)
-        await self.publishers[engine].send(prompt.payload)  # the engine ran it
+        for batch in prompt.payloads:  # the engine ran it, step by step
+            await self.publishers[engine].send(batch)
         return elapsed
 
 
 @dataclass(frozen=True)
 class Prompt:
     body: bytes
-    payload: bytes  # the BlockStored its engine announces after running it
+    payloads: list[bytes]  # the BlockStored batches its engine announces after running it
 
 
 def prepare(tokenizer: PromptTokenizer, messages: list[dict[str, str]]) -> Prompt:
     body = json.dumps({"model": MODEL, "messages": messages, "max_tokens": 8}).encode()
     tokens = tokenizer.token_ids(PromptText(messages=messages)).tolist()
-    return Prompt(body, payload(tokens, BLOCK))
+    return Prompt(body, payloads(tokens, BLOCK))
 
 
 def cold_prompts(tokenizer: PromptTokenizer, size: int, count: int) -> list[list[Prompt]]:

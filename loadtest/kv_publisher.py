@@ -37,14 +37,22 @@ class KvPublisher:
         self._context.destroy(linger=0)
 
 
-def payload(tokens: list[int], block_size: int, salt: int = 0x5EED) -> bytes:
-    """Every full block of `tokens` stored, from the first (no parent): what an engine that
-    has just run this prompt could announce. Block hashes follow from the tokens (and
-    `salt`, the engine's seed), so payloads can be prepared before a measurement."""
+STEP_BLOCKS = 128  # blocks per batch: an engine publishes per scheduler step (2k tokens)
+
+
+def payloads(tokens: list[int], block_size: int, salt: int = 0x5EED) -> list[bytes]:
+    """Every full block of `tokens` stored, in batches of `STEP_BLOCKS` chained by their
+    parent hashes: what an engine that has just run this prompt announces, step by step.
+    Block hashes follow from the tokens (and `salt`, the engine's seed), so payloads can be
+    prepared before a measurement."""
     full = len(tokens) // block_size * block_size
     hashes = [(h ^ salt) & ((1 << 64) - 1) for h in identities(tokens[:full], block_size)]
-    event = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": None,
-             "token_ids": tokens[:full], "block_size": block_size, "lora_id": None,
-             "medium": "GPU"}  # fmt: skip
-    packed: bytes = msgpack.packb([time.time(), [event], 0])
-    return packed
+    result = []
+    for start in range(0, len(hashes), STEP_BLOCKS):
+        step = hashes[start : start + STEP_BLOCKS]
+        event = {"type": "BlockStored", "block_hashes": step,
+                 "parent_block_hash": hashes[start - 1] if start else None,
+                 "token_ids": tokens[start * block_size : (start + len(step)) * block_size],
+                 "block_size": block_size, "lora_id": None, "medium": "GPU"}  # fmt: skip
+        result.append(msgpack.packb([time.time(), [event], 0]))
+    return result

@@ -9,7 +9,6 @@ approximate index). Pure state: the event subscriber writes it, the router reads
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -38,7 +37,7 @@ class PoolCaches:
     index: BlockIndex = field(default_factory=BlockIndex)
     trust: dict[int, WorkerTrust] = field(default_factory=dict)
     endpoints: dict[int, str] = field(default_factory=dict)
-    pending: dict[int, OrderedDict[BlockId, float]] = field(default_factory=dict)
+    pending: dict[int, dict[BlockId, float]] = field(default_factory=dict)
 
     def apply(self, slot: int, events: Iterable[Event]) -> None:
         """A batch from `slot`'s engine: into the index; what it names is no longer pending."""
@@ -53,27 +52,31 @@ class PoolCaches:
         self.pending.pop(slot, None)
 
     def expect(self, slot: int, blocks: Sequence[BlockId], now: float) -> None:
-        waiting = self.pending.setdefault(slot, OrderedDict())
-        for identity in blocks:
-            if not self.index.holds(slot, identity):
-                waiting[identity] = now
-                waiting.move_to_end(identity)
-        while len(waiting) > MAX_PENDING_BLOCKS:
-            waiting.popitem(last=False)
+        waiting = self.pending.setdefault(slot, {})
+        if len(waiting) + len(blocks) > MAX_PENDING_BLOCKS:  # drop the expired, else all
+            fresh = {k: t for k, t in waiting.items() if now - t <= PENDING_TTL_S}
+            waiting = self.pending[slot] = fresh if len(fresh) < MAX_PENDING_BLOCKS // 2 else {}
+        waiting.update(dict.fromkeys(blocks, now))  # C speed: a 1 MiB prompt is 16k blocks
 
     def extend(self, slot: int, blocks: Sequence[BlockId], depth: int, now: float) -> int:
-        """How far past `depth` the worker holds or is about to hold the prompt's blocks."""
+        """How far past `depth` the worker holds or is about to hold the prompt's blocks
+        (a binary search: a routed prompt's blocks are pending all together)."""
         waiting = self.pending.get(slot)
-        if not waiting:
+        if not waiting or depth >= len(blocks) or not self._has(slot, blocks[depth], now):
             return depth
-        while waiting and now - next(iter(waiting.values())) > PENDING_TTL_S:
-            waiting.popitem(last=False)
-        while depth < len(blocks):
-            identity = blocks[depth]
-            if identity not in waiting and not self.index.holds(slot, identity):
-                break
-            depth += 1
-        return depth
+        lo, hi = depth + 1, len(blocks)  # blocks[:lo] held or pending
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._has(slot, blocks[mid - 1], now):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _has(self, slot: int, identity: BlockId, now: float) -> bool:
+        routed = self.pending.get(slot, {}).get(identity)
+        fresh = routed is not None and now - routed <= PENDING_TTL_S
+        return fresh or self.index.holds(slot, identity)
 
 
 @dataclass(frozen=True, slots=True)

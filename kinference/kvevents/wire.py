@@ -23,6 +23,7 @@ import math
 from typing import Any
 
 import msgpack
+import numpy as np
 
 from kinference.kvevents.events import (
     AllBlocksCleared,
@@ -125,7 +126,7 @@ def _stored(fields: dict[str, Any]) -> BlockStored:
     if parent is not None and not _is_hash(parent):
         raise MalformedBatch("parent_block_hash is not a block hash")
     tokens = fields.get("token_ids")
-    if not isinstance(tokens, list) or not all(_is_int(t) and t >= 0 for t in tokens):
+    if not isinstance(tokens, list) or not _token_ids(tokens):
         raise MalformedBatch("token_ids is not an array of token ids")
     size = fields.get("block_size")
     if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
@@ -150,6 +151,20 @@ def _medium(raw: Any) -> str | None:
     if raw is not None and not isinstance(raw, str):
         raise MalformedBatch("medium is not a string")
     return raw
+
+
+def _token_ids(values: list[Any]) -> bool:
+    """Whether every value is a token id (0 <= id < 2^32), checked in C: a batch may hold a
+    whole long prompt's tokens."""
+    if not values:
+        return True
+    try:
+        array = np.asarray(values)
+    except (ValueError, TypeError, OverflowError):
+        return False
+    if array.dtype.kind not in "iu" or array.ndim != 1:
+        return False  # floats, bools, strings, nested arrays
+    return bool(array.min() >= 0 and array.max() < 1 << 32)
 
 
 def _is_int(value: Any) -> bool:

@@ -15,16 +15,18 @@ from kinference.kvcache.index import BlockIndex
 from kinference.kvevents.wire import decode_batch
 from loadtest import bench_precise_pick
 from loadtest.bench_precise_mocker import policy
-from loadtest.kv_publisher import payload
+from loadtest.kv_publisher import STEP_BLOCKS, payloads
 from loadtest.tiny_model import write_model
 
 
 def test_payload_is_a_vllm_batch_of_the_full_blocks() -> None:
-    tokens = list(range(37))
-    batch = decode_batch(payload(tokens, 16))
+    tokens = list(range(16 * (STEP_BLOCKS + 3) + 5))
+    batches = [decode_batch(p) for p in payloads(tokens, 16)]
+    assert len(batches) == 2
     index = BlockIndex()
-    index.apply(0, batch.events)
-    assert index.longest(identities(tokens, 16), [0]) == {0: 2}
+    for batch in batches:
+        index.apply(0, batch.events)
+    assert index.longest(identities(tokens, 16), [0]) == {0: STEP_BLOCKS + 3}
 
 
 def test_mocker_policy_validates(tmp_path: Path) -> None:
