@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 Profile = tuple[str, str | None, int]  # tokenizer path, chat template path, block size
 DEFAULT_TIMEOUT_S = 2.0
+# Bodies above this are not tokenized (routed on the approximate index, DEGRADED): a 100 MiB
+# prompt would hold the tokenizer thread for minutes. 1 MiB prompts take ~1 s already.
+MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_QUEUED = 64  # prompts waiting for the tokenizer thread; more are not tokenized
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +57,10 @@ class PromptPreparer:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "kinference-tokenize")
         self._tokenizers: dict[Profile, PromptTokenizer] = {}  # touched on the thread only
         self._plan = _plan(policy)
+        self._queued = 0  # prompts submitted to the thread and not finished
+
+    def _dequeued(self, _: object) -> None:
+        self._queued -= 1
 
     @property
     def active(self) -> bool:
@@ -68,18 +76,30 @@ class PromptPreparer:
         pools = plan.by_model.get(request.model)
         if not pools:
             return None
+        refused = self._refusal(body)
+        if refused is not None:
+            return PreciseQuery({}, f"prompt not tokenized: {refused}")
         wanted = {plan.profiles[ref] for ref in pools}
         loop = asyncio.get_running_loop()
+        self._queued += 1
+        future = loop.run_in_executor(self._executor, self._run, wanted, request, body)
+        future.add_done_callback(self._dequeued)
         try:
             async with asyncio.timeout(self.timeout_s):
-                done = await loop.run_in_executor(self._executor, self._run, wanted, request, body)
+                done = await asyncio.shield(future)
         except TimeoutError:
             return PreciseQuery({}, f"prompt not tokenized within {self.timeout_s:g}s")
-        if isinstance(done, str):
-            return PreciseQuery({}, done)
-        if done is None:
-            return None
+        if isinstance(done, str) or done is None:
+            return None if done is None else PreciseQuery({}, done)
         return PreciseQuery({ref: done[plan.profiles[ref]] for ref in pools})
+
+    def _refusal(self, body: Body) -> str | None:
+        """Why this prompt is not tokenized at all, if it is not."""
+        if body.size > MAX_BODY_BYTES:
+            return f"body over {MAX_BODY_BYTES} bytes"
+        if self._queued >= MAX_QUEUED:
+            return f"{MAX_QUEUED} prompts queued for the tokenizer"
+        return None
 
     def _run(
         self, wanted: set[Profile], request: InferenceRequest, body: Body

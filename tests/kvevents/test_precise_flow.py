@@ -207,3 +207,18 @@ async def test_missed_batches_are_replayed(
     response = await pick(picker, PROMPT)
     assert response.outcome == pb.PickResponse.OK, response.reason
     assert response.local.endpoint == engines.endpoints[1]  # the replayed batch counted
+
+
+async def test_huge_prompts_are_not_tokenized(
+    start_picker: PickerFactory, engines: Engines, tmp_path: Path
+) -> None:
+    from kinference.tokenize.prepare import MAX_BODY_BYTES
+
+    picker = await start(start_picker, engines, tmp_path)
+    body = chat_body(content="fox " * (MAX_BODY_BYTES // 4 + 10))
+    pushed = await picker.client.push(
+        [body[i : i + (1 << 20)] for i in range(0, len(body), 1 << 20)]
+    )
+    response = await picker.client.pick(pushed.stream_id)
+    assert response.outcome == pb.PickResponse.DEGRADED
+    assert "body over" in response.reason
