@@ -279,6 +279,8 @@ class PickerService:
             if upstream_status < 400:
                 self.router.table.observe_ttft(destination.slot, destination.model, ttft_ms)
                 self.inflight.journal.first_token(destination.endpoint, destination.model, ttft_ms)
+                if self.router.precise is not None:  # the engine ran it: events are due
+                    self.router.precise.served(destination)
         elif upstream_status >= 400:
             self.router.health.upstream_status(destination.ref, upstream_status)
         return True

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +20,9 @@ from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.index import BlockIndex
 from kinference.kvevents.events import Event
 from kinference.kvevents.trust import Distrust, WorkerTrust
+
+if TYPE_CHECKING:  # routing.decision imports this module
+    from kinference.routing.decision import LocalChoice
 
 # Blocks of a request routed to a worker count as cached there until its events store or
 # remove them, or this many seconds pass: a request queued behind others has not stored its
@@ -140,14 +144,22 @@ class PreciseCaches:
         return PreciseMatch(np.where(trusted, blocks, 0.0), trusted, tuple(distrusted))
 
     def routed(self, ref: str, slot: int, cached_blocks: int, prompt: PromptBlocks) -> None:
-        """A request went to `slot`; if it must store new blocks, events should follow."""
+        """A request went to `slot`: its blocks are pending there until events name them."""
         caches = self.pools.get(ref)
-        trust = caches.trust.get(slot) if caches is not None else None
-        if caches is None or trust is None or cached_blocks >= len(prompt.blocks):
+        if caches is None or slot not in caches.trust or cached_blocks >= len(prompt.blocks):
             return
         now = self.clock()
-        trust.routed(now)
         caches.expect(slot, prompt.blocks[: (prompt.tokens - 1) // prompt.block_size], now)
+
+    def served(self, choice: LocalChoice) -> None:
+        """The caller saw the first token of a request sent to `choice`: the engine has run
+        its prompt, so if that stored new blocks, their events are due (a stall otherwise).
+        Counted from the first token rather than the Pick, so that requests the caller never
+        dispatched (Abort) do not look like a stalled publisher."""
+        caches = self.pools.get(choice.pool)
+        trust = caches.trust.get(choice.slot) if caches is not None else None
+        if trust is not None and choice.prefix_blocks < choice.prefix_total:
+            trust.routed(self.clock())
 
     def precise_workers(self) -> dict[str, dict[str, bool]]:
         """Pool ref -> endpoint -> whether that worker is on precise matching now."""

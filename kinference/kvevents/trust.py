@@ -10,8 +10,8 @@ since the first has been seen, in order. What breaks that, and what mends it:
 - a **restart** (the sequence goes back: a new engine process): its index is cleared, and
   it is precise again from that batch on if it is batch 0, else as after a gap;
 - a **malformed** batch: as a gap of one batch (replayed if possible);
-- a **stall**: a request was routed there that must store blocks, and nothing was published
-  for `stall_after_s`: not precise until the next batch arrives.
+- a **stall**: a request that had to store blocks there produced its first token, and
+  nothing was published for `stall_after_s` since: not precise until the next batch.
 
 An engine that has published nothing yet (`AWAITING`) is not precise either, but that is
 its normal state before its first request, so it does not make a Pick DEGRADED.
@@ -92,7 +92,7 @@ class WorkerTrust:
                 self.distrust, self.since = Distrust.GAP, now
 
     def routed(self, now: float) -> None:
-        """A request that will store new blocks was routed to this worker."""
+        """A request that stored new blocks was run by this worker (its first token came)."""
         if self.waiting_since is None:
             self.waiting_since = now
 

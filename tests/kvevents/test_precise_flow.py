@@ -222,3 +222,25 @@ async def test_huge_prompts_are_not_tokenized(
     response = await picker.client.pick(pushed.stream_id)
     assert response.outcome == pb.PickResponse.DEGRADED
     assert "body over" in response.reason
+
+
+async def test_a_publisher_silent_after_serving_is_stalled(
+    start_picker: PickerFactory, engines: Engines, tmp_path: Path
+) -> None:
+    picker = await start(start_picker, engines, tmp_path)
+    await engines.store(0, engines.tokens("hello"))
+    await engines.store(1, engines.tokens("world"))
+    for endpoint in engines.endpoints:
+        await wait_until(lambda e=endpoint: precise(picker, e))
+    caches = picker.app.precise.pools["default/chat"]
+    for trust in caches.trust.values():
+        trust.stall_after_s = 0.2
+    aborted = await pick(picker, PROMPT)
+    await picker.client.abort(aborted.response_id)  # never dispatched: not a stall
+    served = await pick(picker, PROMPT + "more")
+    await picker.client.pull_all(served.response_id)
+    await picker.client.first_token(served.response_id, ttft_ms=5)
+    stalled = {"pool": "default/chat", "endpoint": served.local.endpoint, "state": "stalled"}
+    await wait_until(lambda: picker.metric("kinference_prefix_precise_worker", stalled) == 1.0)
+    other = engines.endpoints[1 - engines.endpoints.index(served.local.endpoint)]
+    assert precise(picker, other)  # its only request, if any, was aborted
