@@ -244,3 +244,28 @@ async def test_a_publisher_silent_after_serving_is_stalled(
     await wait_until(lambda: picker.metric("kinference_prefix_precise_worker", stalled) == 1.0)
     other = engines.endpoints[1 - engines.endpoints.index(served.local.endpoint)]
     assert precise(picker, other)  # its only request, if any, was aborted
+
+
+async def test_policy_reload_starts_and_stops_subscriptions(
+    start_picker: PickerFactory, engines: Engines, tmp_path: Path
+) -> None:
+    picker = await start(start_picker, engines, tmp_path)
+    app = picker.app
+    precise_policy = app.policy
+    approximate = parse_policy(
+        f'pools:\n  - name: chat\n    endpoints: ["{engines.endpoints[0]}"]\n'
+        f'    models: ["{MODEL}"]\n'
+    )
+    app.apply_policy(approximate)
+    assert app.precise.pools == {}
+    assert app.precise_events is not None and app.precise_events.subscriber is not None
+    assert app.precise_events.subscriber.feeds == {}
+    pushed = await picker.client.push([chat_body(content=PROMPT)])
+    response = await picker.client.pick(pushed.stream_id)
+    assert response.outcome == pb.PickResponse.OK  # not tokenized, not degraded
+    app.apply_policy(precise_policy)
+    assert set(app.precise.pools) == {"default/chat"}
+    assert len(app.precise_events.subscriber.feeds) == 2
+    await engines.publishers[0].subscribed()  # the new subscription
+    await engines.store(0, engines.tokens(PROMPT))
+    await wait_until(lambda: precise(picker, engines.endpoints[0]))

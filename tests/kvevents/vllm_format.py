@@ -95,6 +95,7 @@ class Publisher:
         # XPUB sends as PUB does and also says when a subscriber has joined (ZMQ drops what
         # is published before that: the "slow joiner").
         self.pub = self.context.socket(zmq.XPUB)
+        self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscription, repeats included
         self.port = self.pub.bind_to_random_port("tcp://127.0.0.1")
         self.topic = topic
         self.seq = 0
@@ -111,6 +112,7 @@ class Publisher:
                 except zmq.ZMQError:
                     self.pub.close(linger=0)
                     self.pub = self.context.socket(zmq.XPUB)
+                    self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
                     self.port = self.pub.bind_to_random_port("tcp://127.0.0.1")
             self.replay_port = self.port + 1
             self._replaying = asyncio.get_running_loop().create_task(self._serve_replay())
