@@ -36,7 +36,7 @@ from kinference.kvevents.events import (
 
 END_OF_REPLAY = -1
 _SEQ_BYTES = 8
-MAX_PAYLOAD_BYTES = 64 * 1024 * 1024  # a batch larger than this is refused undecoded
+MAX_PAYLOAD_BYTES = 16 * 1024 * 1024  # refused undecoded: one step of a 1 MiB prompt is ~1.5 MB
 
 
 class MalformedBatch(ValueError):
