@@ -12,9 +12,9 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_NO_INPUT=1
 # Optional dependency groups of pyproject.toml to include, space-separated: k8s is what
-# KINFERENCE_DISCOVERY=kubernetes needs, gateway what `kinference gateway` needs. Never dev
-# (test tools).
-ARG EXTRAS="k8s gateway"
+# KINFERENCE_DISCOVERY=kubernetes needs, gateway what `kinference gateway` needs, kv-events
+# what pools in precise prefix mode need. Never dev (test tools).
+ARG EXTRAS="k8s gateway kv-events"
 WORKDIR /src
 # The runtime dependencies get a layer of their own, rebuilt only when pyproject.toml
 # changes, not on every source edit. Entries naming kinference itself (an extra including

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import random
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
@@ -35,7 +36,9 @@ from kinference.cluster.setup import (
 )
 from kinference.cluster.telemetry import ClusterCollector
 from kinference.config import Policy, PolicyWatcher
+from kinference.config.prefix import PRECISE_MODULES
 from kinference.discovery import build_discovery
+from kinference.kvcache.precise import PreciseCaches
 from kinference.loop_lag import LoopLagMonitor
 from kinference.metrics import Metrics
 from kinference.ops.recorder import RequestRecorder
@@ -56,6 +59,10 @@ from kinference.routing.policy import cooldowns_of
 from kinference.service import PickerService
 from kinference.settings import Settings, format_host_port, split_host_port
 from kinference.workers import EngineScraper, EngineSnapshot, LeanPages
+
+if TYPE_CHECKING:  # the kv-events extra may be missing: imported when it is there
+    from kinference.kvevents.setup import PreciseEvents
+    from kinference.tokenize.prepare import PromptPreparer
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +90,10 @@ class App:
         )
         self.table = WorkerTable()
         self.outbox = Outbox() if settings.redis_url else None
+        self.precise = PreciseCaches()  # pools in precise prefix mode, fed by KV events
+        self.precise_events, self.preparer = _precise_parts(
+            self.metrics.registry, self.precise, self.table, policy
+        )
         self.cluster: ClusterNode | None = None
         self.sharing: EngineSharing | None = None
         self._providers: ProviderSharing | None = None
@@ -106,6 +117,7 @@ class App:
             tenants=TenantGate(budget=tenant_budget),
             rng=random.Random(),
             journal=self.outbox,
+            precise=self.precise,
         )
         # One keep-alive connection per endpoint; scrapes never go through a proxy.
         self._pages = LeanPages()
@@ -137,6 +149,7 @@ class App:
             shared_gap=self.cluster.gap if self.cluster is not None else lambda: None,
             recorder=RequestRecorder(self.metrics, TenantLabels(settings.metrics_max_tenants)),
             offload=Offload(),
+            preparer=self.preparer,
         )
         self.health = HealthServicer()
         servicer = PickerServicer(self.service, self.metrics, settings.body_idle_timeout_s)
@@ -207,6 +220,10 @@ class App:
         self._reaper = asyncio.create_task(self._reap_forever(), name="kinference-reaper")
         self.loop_lag.start()
         await self.scraper.start()
+        if self.precise_events is not None:
+            await self.precise_events.start(self.policy)
+        if self.preparer is not None:
+            self.preparer.warm()
         if self.watcher is not None:
             self.watcher.start()
         if self.discovery is not None:
@@ -252,6 +269,10 @@ class App:
         if self.sharing is not None:
             self.sharing.pools = scraped_pools(policy.pools)
         self.scraper.set_targets(self._engine_targets())
+        if self.precise_events is not None:
+            self.precise_events.apply_policy(policy)
+        if self.preparer is not None:
+            self.preparer.apply_policy(policy)
         log.info("policy reloaded: %d pools, %d models", len(policy.pools), len(policy.models))
 
     def _on_engine_update(self, endpoint: str, snapshot: EngineSnapshot | None) -> None:
@@ -281,6 +302,10 @@ class App:
         if self.cluster is not None:
             await self._leave_cluster(self.cluster)
         await self.scraper.aclose()
+        if self.precise_events is not None:
+            await self.precise_events.aclose()
+        if self.preparer is not None:
+            self.preparer.close()
         await self._pages.aclose()
         await self.loop_lag.aclose()
         self.service.offload.close()
@@ -329,3 +354,20 @@ def _engine_scraper(
         registry=registry,
         on_update=on_update,
     )
+
+
+def _precise_parts(
+    registry: CollectorRegistry, caches: PreciseCaches, table: WorkerTable, policy: Policy
+) -> tuple[PreciseEvents | None, PromptPreparer | None]:
+    """The event subscriptions and the prompt tokenizer of precise prefix mode, when the
+    kv-events extra is installed (without it, no pool can be in precise mode: validation
+    refuses it)."""
+    if any(importlib.util.find_spec(name) is None for name in PRECISE_MODULES):
+        return None, None
+    from kinference.kvevents.setup import PreciseEvents
+    from kinference.kvevents.telemetry import PreciseMetrics
+    from kinference.tokenize.prepare import PromptPreparer
+
+    metrics = PreciseMetrics(registry, caches)
+    preparer = PromptPreparer(policy, observe=metrics.tokenize_seconds.observe)
+    return PreciseEvents(caches, table, metrics), preparer

@@ -15,6 +15,8 @@ from kinference.itl_layout import EDGES_MS as ITL_LAYOUT_1_EDGES_MS
 # Pick latency, seconds: the decision itself is sub-millisecond; the tail shows GC or a
 # saturated event loop.
 _PICK_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
+# Precise prediction error, tokens: 0, within a 16-token block, within 2 ... blocks.
+PRECISE_ERROR_BUCKETS = (0, 1, 16, 32, 64, 128, 256, 1024, 4096, 16384)
 # Time to first token, seconds: tens of milliseconds for a warm prefix on an idle worker, up
 # to tens of seconds for a long prompt queued behind others.
 _TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -104,6 +106,13 @@ class Metrics:
             "Prompt tokens served from the engine's prefix cache, as predicted at Pick "
             "and as the engine reported, over local requests that reported cached_tokens.",
             ["source"],
+            registry=registry,
+        )
+        self.prefix_precise_error_tokens = Histogram(
+            "kinference_prefix_precise_error_tokens",
+            "Local requests in precise prefix mode: |cached tokens predicted from the "
+            "engine's KV events - cached_tokens reported|, tokens.",
+            buckets=PRECISE_ERROR_BUCKETS,
             registry=registry,
         )
         self.prefix_prompt_tokens = Counter(

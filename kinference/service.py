@@ -12,10 +12,12 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Protocol
 
 from kinference.bodies import Body, BodyStore, Pull, Upload, new_id
 from kinference.errors import InvalidArgument, NotFound
 from kinference.itl_layout import BUCKETS as ITL_LAYOUT_1_BUCKETS
+from kinference.kvcache.precise import PreciseQuery
 from kinference.metrics import Metrics
 from kinference.ops.recorder import RequestRecorder
 from kinference.requests import (
@@ -53,6 +55,15 @@ _LEARNED_LIMIT = 10_000  # aborted ids remembered so repeats do not count twice
 _ABORT_HEALTH = {"BACKEND_UNRESOLVED": UNRESOLVED, "BACKEND_UNAUTHORIZED": UNAUTHORIZED}
 
 
+class Preparer(Protocol):
+    """Tokenizes a prompt for the precise pools that may serve it (kinference.tokenize)."""
+
+    @property
+    def active(self) -> bool: ...
+
+    async def prepare(self, request: InferenceRequest, body: Body) -> PreciseQuery | None: ...
+
+
 class PickerService:
     """One instance's request flow; every path releases what it holds exactly once."""
 
@@ -66,12 +77,14 @@ class PickerService:
         shared_gap: Callable[[], str | None] = lambda: None,
         recorder: RequestRecorder | None = None,
         offload: Offload | None = None,
+        preparer: Preparer | None = None,
     ) -> None:
         """`shared_gap` says why the cluster-wide view is incomplete now (Redis down or
         lagging, still bootstrapping), or None; such Picks answer DEGRADED. `recorder`
         counts and logs each request's steps (one on `metrics` by default)."""
         self.store = store
         self.offload = offload or Offload()  # the thread heavy bodies are parsed in
+        self.preparer = preparer  # tokenizes prompts for precise pools (None: none)
         self.shared_gap = shared_gap
         self.router = router
         self.inflight = inflight
@@ -105,26 +118,43 @@ class PickerService:
 
     async def pick_off_loop(self, call: PickCall) -> PickResult:
         """`pick`, with the parse of a body over INLINE_PARSE_BYTES run in the parse thread
+        and, when precise pools may serve it, the prompt tokenized in the tokenizer thread
         (the decision itself, admission and reservation included, stays in one loop turn)."""
         started = time.perf_counter()
         body = self.store.take(call.stream_id)
         if body.size <= INLINE_PARSE_BYTES:
-            return self._decided(body, call, started, _parsed(body))
-        future = self.offload.submit(lambda: _parsed(body))
-        try:
-            parsed = await asyncio.wrap_future(future)
-        except BaseException:
-            # The thread may still be reading the body: release it once the parse ended.
-            loop = asyncio.get_running_loop()
-            future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.store.release, body))
-            raise
-        return self._decided(body, call, started, parsed)
+            parsed = _parsed(body)
+        else:
+            future = self.offload.submit(lambda: _parsed(body))
+            try:
+                parsed = await asyncio.wrap_future(future)
+            except BaseException:
+                # The thread may still be reading the body: release it once the parse ended.
+                loop = asyncio.get_running_loop()
+                future.add_done_callback(
+                    lambda _: loop.call_soon_threadsafe(self.store.release, body)
+                )
+                raise
+        precise = None
+        preparer = self.preparer
+        if preparer is not None and preparer.active and not isinstance(parsed, str):
+            try:
+                precise = await preparer.prepare(parsed, body)
+            except BaseException:
+                self.store.release(body)
+                raise
+        return self._decided(body, call, started, parsed, precise)
 
     def _decided(
-        self, body: Body, call: PickCall, started: float, parsed: InferenceRequest | str
+        self,
+        body: Body,
+        call: PickCall,
+        started: float,
+        parsed: InferenceRequest | str,
+        precise: PreciseQuery | None = None,
     ) -> PickResult:
         try:
-            result = self._decide(body, call, parsed)
+            result = self._decide(body, call, parsed, precise)
         except BaseException:
             self.store.release(body)
             raise
@@ -134,11 +164,24 @@ class PickerService:
         self._recorder.picked(result, request_id, time.perf_counter() - started)
         return result
 
-    def _decide(self, body: Body, call: PickCall, parsed: InferenceRequest | str) -> PickResult:
+    def _decide(
+        self,
+        body: Body,
+        call: PickCall,
+        parsed: InferenceRequest | str,
+        precise: PreciseQuery | None = None,
+    ) -> PickResult:
         if isinstance(parsed, str):
             return PickResult(Outcome.BAD_REQUEST, reason=parsed, code=Reason.MALFORMED)
         request = parsed
-        decision = self.router.route(RouteQuery(request, call.pool, call.qos, call.tenant))
+        query = RouteQuery(request, call.pool, call.qos, call.tenant, precise)
+        decision = self.router.route(query)
+        local = decision.local
+        if local is not None and precise is not None and self.router.precise is not None:
+            blocks = precise.blocks.get(local.pool)
+            if blocks is not None:
+                cached = (local.predicted_cached_tokens or 0) // blocks.block_size
+                self.router.precise.routed(local.pool, local.slot, cached, blocks)
         if not decision.dispatches:
             return PickResult(
                 decision.outcome,
@@ -229,6 +272,8 @@ class PickerService:
             if upstream_status < 400 and first:
                 assignment.ttft_ms = float(ttft_ms)
                 self.router.first_token(destination, float(ttft_ms))
+                if self.router.precise is not None:  # the engine ran it: events are due
+                    self.router.precise.served(destination)
             elif first:  # no token came: its prefill is no longer pending either
                 self.router.first_token_failed(destination)
         elif upstream_status >= 400:

@@ -19,6 +19,7 @@ from kinference.config.paths import (
 )
 from kinference.config.policy import Policy
 from kinference.config.pools import DEFAULT_AZURE_API_VERSION, Engine, Pool, Provider, ProviderApi
+from kinference.config.prefix import PrefixConfig, PrefixMode, address_for
 from kinference.config.routing import (
     Cooldowns,
     EngineMetricsSettings,
@@ -41,6 +42,9 @@ __all__ = [
     "PolicyError",
     "PolicyWatcher",
     "Pool",
+    "PrefixConfig",
+    "PrefixMode",
+    "PrefixSettings",
     "Provider",
     "ProviderApi",
     "ProviderHealthSettings",
@@ -52,6 +56,7 @@ __all__ = [
     "TenantRule",
     "UnsupportedShape",
     "Weights",
+    "address_for",
     "decode_policy",
     "default_policy",
     "load_policy",

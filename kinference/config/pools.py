@@ -18,6 +18,7 @@ from kinference.config.fields import (
     Word,
     reject_duplicates,
 )
+from kinference.config.prefix import PrefixConfig
 from kinference.hostport import split_host_port
 
 # The inference engine a pool runs, which decides how its `/metrics` are read;
@@ -50,6 +51,8 @@ class Pool(PolicyModel):
     # URL template with `{host}` and `{port}` (the serving endpoint's) and nothing else.
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     metrics_url: str | None = Field(default=None, max_length=512)
+    # How the workers' prefix caches are known: predicted, or from the engines' KV events.
+    prefix: PrefixConfig = PrefixConfig()
 
     @property
     def ref(self) -> str:

@@ -113,6 +113,9 @@ class RequestRecorder:
         if local is None or prompt_tokens <= 0:
             return
         share = local.cached_tokens / local.prompt_tokens if local.prompt_tokens > 0 else 0.0
+        if local.predicted_cached_tokens is not None:  # precise: the engine's own blocks
+            predicted = min(local.predicted_cached_tokens, prompt_tokens)
+            self._metrics.prefix_precise_error_tokens.observe(abs(predicted - cached_tokens))
         self._predicted.inc(round(prompt_tokens * min(share, 1.0)))
         self._reported.inc(min(cached_tokens, prompt_tokens))
         self._metrics.prefix_prompt_tokens.inc(prompt_tokens)

@@ -37,9 +37,9 @@ class Catalog:
 
     def prefix_mode(self, ref: str) -> str:
         """The pool's prefix mode: which `CachedTokenSource` predicts its cached tokens.
-        Every pool uses the approximate index until pools name a mode of their own."""
-        del ref
-        return APPROXIMATE
+        A pool the catalog does not know uses the approximate index."""
+        pool = self._pools.get(ref)
+        return APPROXIMATE if pool is None else pool.prefix.mode
 
     def pool_of(self, group: tuple[Target, ...], slot: int) -> str:
         """Which pool of a candidate set (targets tried as one) the chosen slot is in."""

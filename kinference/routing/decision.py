@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from kinference.config.models import MaxTokensField
+from kinference.kvcache.precise import PreciseQuery
 from kinference.requests import InferenceRequest, Shape
 from kinference.routing.reasons import Reason
 
@@ -34,6 +35,7 @@ class RouteQuery:
     pool: str | None = None  # `namespace/name` of the InferencePool the caller named
     qos: QoS = QoS.INTERACTIVE
     tenant: str = ""
+    precise: PreciseQuery | None = None  # the prompt in precise pools' engine blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,8 @@ class LocalChoice:
     # False when the worker still had prompts to prefill at the pick: blocks the index
     # counts may not be computed yet, so a short report then says nothing of evictions.
     settled: bool = True
+    # Precise pools only: prompt tokens the engine's events say it has cached there.
+    predicted_cached_tokens: int | None = None
 
     @property
     def prefix_blocks(self) -> int:

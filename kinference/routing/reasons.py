@@ -26,4 +26,5 @@ class Reason(enum.Enum):
     NO_TARGET = "no_target"  # no target matches, serves the model or speaks the shape
     PARTIAL_PROMPT = "partial_prompt"  # DEGRADED: part of the prompt could not be hashed
     SHARED_STATE = "shared_state"  # DEGRADED: the cluster-wide view is incomplete
+    PRECISE_FALLBACK = "precise_fallback"  # DEGRADED: a precise pool used the approximate index
     OTHER = "other"  # a reason from outside the routing core without a code of its own

@@ -20,6 +20,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from kinference.config import Policy, Target, target_api
+from kinference.kvcache.precise import PreciseCaches
+from kinference.kvcache.source import PreciseCachedTokens
+from kinference.requests import InferenceRequest
 from kinference.routing.apis import LOCAL_PATHS, sent_shape
 from kinference.routing.attempt import Attempt, Busy
 from kinference.routing.decision import (
@@ -40,6 +43,7 @@ from kinference.routing.journal import Journal, NullJournal
 from kinference.routing.learning import Learning, Served
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.cached import (
+    PRECISE,
     ApproximateCachedTokens,
     CachedTokenSources,
     PrefixQuery,
@@ -70,7 +74,9 @@ class Router:
         clock: Callable[[], float] = time.monotonic,
         journal: Journal | None = None,
         sources: CachedTokenSources | None = None,
+        precise: PreciseCaches | None = None,
     ) -> None:
+        """`precise`: the engines' own KV-cache state, for pools in precise prefix mode."""
         self.table = table
         self.prefix = prefix
         self.health = health
@@ -82,7 +88,11 @@ class Router:
         self.learning.block_bytes = self.policy.prefix.block_bytes
         health.policy = self.policy.cooldowns
         prefix.blocks_per_worker = policy.routing.prefix.lru_blocks_per_worker
-        self.sources = sources or CachedTokenSources(ApproximateCachedTokens(prefix))
+        self.precise = precise  # engines' own KV events, for pools in precise prefix mode
+        approximate = ApproximateCachedTokens(prefix)
+        self._precise = None if precise is None else PreciseCachedTokens(precise, approximate)
+        extra = {} if self._precise is None else {PRECISE: self._precise}
+        self.sources = sources or CachedTokenSources(approximate, extra)
         self._tenant_filter = TenantFilter(tenants)
         self._provider_filter = ProviderHealthFilter(health)
         self._ready = ReadyFilter()
@@ -299,7 +309,7 @@ class Router:
 
     def _local(self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray) -> Decision:
         request, policy, model = attempt.query.request, self.policy, group[0].model
-        ctx = self._context(attempt, group, slots)
+        ctx, note = self._context(attempt, group, slots)
         if len(slots) > 1 or policy.predicts_ttft:
             index = policy.pipeline.choose(ctx, self._rng)
         else:
@@ -314,11 +324,12 @@ class Router:
             predicted_wait_ms=0.0 if waits is None else float(waits[index]), hashes=ctx.hashes,
             held_blocks=held, held_age=age,
             settled=self.table.pending_prefill.item(slot) <= 0.0,
+            predicted_cached_tokens=(
+                int(ctx.cached_tokens[index]) if attempt.query.precise is not None
+                and self.policy.catalog.prefix_mode(ctx.pool) == PRECISE else None
+            ),
         )  # fmt: skip
-        outcome, reason, code = Outcome.OK, "", Reason.NONE
-        if not request.prompt.complete:
-            outcome, code = Outcome.DEGRADED, Reason.PARTIAL_PROMPT
-            reason = f"no full prefix-cache signal: {request.prompt.reason}"
+        outcome, reason, code = _degraded(request, note)
         shape = sent_shape(request.shape, target_api(group[0], None))
         translated = shape if shape is not None and shape is not request.shape else None
         return Decision(
@@ -334,8 +345,9 @@ class Router:
 
     def _context(
         self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray
-    ) -> PickContext:
-        """The Pick's context: the prompt's blocks and each candidate's cached tokens."""
+    ) -> tuple[PickContext, str | None]:
+        """The Pick's context: the prompt's blocks and each candidate's cached tokens; and
+        why a precise pool fell back to the approximate index, if it did."""
         request, settings, model = attempt.query.request, self.policy.prefix, group[0].model
         hashes = self.hasher.hashes(
             model, request.prompt.segments,
@@ -345,13 +357,29 @@ class Router:
         prompt_tokens = float(request.token_estimate)
         query = PrefixQuery(
             request, model, pool, hashes, settings.block_bytes, prompt_tokens,
-            truncated=len(hashes) >= settings.max_blocks,
+            truncated=len(hashes) >= settings.max_blocks, precise=attempt.query.precise,
         )  # fmt: skip
-        source = self.sources.get(self.policy.catalog.prefix_mode(pool))
-        cached = source.cached_tokens(query, slots)
-        return PickContext(
+        mode, note = self.policy.catalog.prefix_mode(pool), None
+        if mode == PRECISE and self._precise is not None:
+            cached, note = self._precise.match(query, slots)
+        else:
+            cached = self.sources.get(mode).cached_tokens(query, slots)
+        ctx = PickContext(
             request, model, pool, self.table, attempt.signals, slots, prompt_tokens, cached, hashes
         )
+        return ctx, note
+
+
+def _degraded(request: InferenceRequest, precise_note: str | None) -> tuple[Outcome, str, Reason]:
+    """OK, or DEGRADED with why: part of the prompt unhashed, a precise pool's fallback."""
+    if not request.prompt.complete:
+        reason = f"no full prefix-cache signal: {request.prompt.reason}"
+        if precise_note:
+            reason = f"{reason}; {precise_note}"
+        return Outcome.DEGRADED, reason, Reason.PARTIAL_PROMPT
+    if precise_note:
+        return Outcome.DEGRADED, precise_note, Reason.PRECISE_FALLBACK
+    return Outcome.OK, "", Reason.NONE
 
 
 def _pools(group: tuple[Target, ...]) -> str:

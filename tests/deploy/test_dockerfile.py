@@ -145,7 +145,7 @@ def test_requirements_are_the_runtime_ones_plus_the_chosen_extras(
         i.arguments for i in instructions if i.keyword == "ARG" and "EXTRAS" in i.arguments
     )
     chosen = shlex.split(extras.partition("=")[2])[0].split()
-    assert chosen == ["k8s", "gateway"]
+    assert chosen == ["k8s", "gateway", "kv-events"]
     run = next(i.arguments for i in instructions if i.keyword == "RUN" and "tomllib" in i.arguments)
     words = shlex.split(run.split("&&")[1].partition(">")[0])
     assert words[:2] == ["python3", "-c"] and words[3:] == ["${EXTRAS}"]
@@ -160,6 +160,7 @@ def test_requirements_are_the_runtime_ones_plus_the_chosen_extras(
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     optional = project["optional-dependencies"]
     wanted = [*project["dependencies"], *optional["k8s"], *optional["gateway"]]
+    wanted += optional["kv-events"]
     assert printed == [d for d in wanted if not d.startswith("kinference")]
     assert not set(printed) & set(optional["dev"])
 

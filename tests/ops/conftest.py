@@ -22,7 +22,9 @@ from tests.conftest import PickerFactory
 from tests.discovery.conftest import kube  # noqa: F401 (a fixture, shared)
 from tests.discovery.kube_double import KubeDouble
 from tests.discovery.objects import NS, PODS, POOLS, inference_pool, pod
+from tests.kvevents import vllm_format as vllm
 from tests.ops.helpers import OPS_POLICY, Exposition, exercise, scrape
+from tests.tokenize.files import write_model
 
 
 @pytest.fixture
@@ -57,6 +59,7 @@ async def exposition(
     for replica in (first, second):
         found.add(await scrape(replica))
     found.add(gateway_page())
+    found.add(await precise_exposition(start_picker, tmp_path))
     return found
 
 
@@ -69,3 +72,26 @@ def gateway_page() -> str:
     usage = Usage(model="m", prompt_tokens=5, completion_tokens=3, from_response=True)
     metrics.relayed("chat_completions", "m", 200, 0.01, usage=usage, clock=clock)
     return generate_latest(metrics.registry).decode()
+
+
+async def precise_exposition(start_picker: PickerFactory, tmp_path: Path) -> str:
+    """A picker with a pool in precise mode, fed one batch by a fake engine."""
+    tokenizer, template = write_model(tmp_path / "model")
+    publisher = vllm.Publisher()
+    try:
+        policy = parse_policy(f"""
+pools:
+  - name: precise
+    endpoints: ["127.0.0.1:{publisher.port}"]
+    models: [m]
+    prefix: {{mode: precise, events: "tcp://{{host}}:{{port}}", tokenizer: {tokenizer},
+             chat_template: {template}, block_size: 4}}
+""")
+        picker = await start_picker(policy, metrics_listen="127.0.0.1:0")
+        await publisher.subscribed()
+        await publisher.publish(vllm.encode([vllm.stored([1], [1, 2, 3, 4])]))
+        applied = {"pool": "default/precise", "outcome": "applied"}
+        await wait_until(lambda: picker.metric("kinference_kv_events_messages_total", applied) > 0)
+        return await scrape(picker)
+    finally:
+        await publisher.close()

@@ -16,12 +16,14 @@ from typing import Protocol
 
 import numpy as np
 
+from kinference.kvcache.precise import PreciseQuery
 from kinference.requests import InferenceRequest
 from kinference.requests.prompt import CHARS_PER_TOKEN
 from kinference.routing.prefix import PrefixIndex
 from kinference.routing.table import FloatArray, IndexArray
 
 APPROXIMATE = "approximate"  # the prefix mode of a pool that names none
+PRECISE = "precise"  # the prefix mode fed by the engines' own KV events
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,7 @@ class PrefixQuery:
     block_bytes: int  # prompt bytes per approximate block
     prompt_tokens: float  # the request's estimated prompt tokens
     truncated: bool = False  # the prompt is longer than the hashed blocks (max_blocks)
+    precise: PreciseQuery | None = None  # the prompt in precise pools' engine blocks
 
 
 class CachedTokenSource(Protocol):

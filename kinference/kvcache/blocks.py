@@ -1,0 +1,113 @@
+"""Block identities from token ids, independent of any engine's hash seed.
+
+An engine names a KV block by a hash of its parent's hash and its tokens, seeded per process
+(vLLM's `NONE_HASH` is random unless `PYTHONHASHSEED` is set), so two engines name the same
+prefix differently and a router cannot compute their hashes. The events carry the token ids,
+so we name blocks ourselves, the same way on both sides: block i's identity is
+`id_i = id_{i-1} * B + content(tokens of block i)` mod 2^64, with `id_-1 = seed(adapter)`.
+`content` mixes each token with a per-position odd constant through a 64-bit finaliser and
+sums the results, so equal identities mean equal token prefixes (up to 2^-64 chance).
+The same function turns a prompt's tokens into identities (all blocks at once, numpy) and an
+event's stored blocks into identities (chained from the parent's known identity).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+BlockId = int
+_MASK = (1 << 64) - 1
+_BASE = 0x9E3779B97F4A7C15  # odd: the chain is invertible
+_BASE_INVERSE = pow(_BASE, -1, 1 << 64)
+_MIX_1 = np.uint64(0xFF51AFD7ED558CCD)
+_MIX_2 = np.uint64(0xC4CEB9FE1A85EC53)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptBlocks:
+    """A prompt cut into the engine's blocks, named by `kvcache.blocks` identities."""
+
+    tokens: int  # prompt tokens, the trailing partial block included
+    block_size: int
+    blocks: tuple[BlockId, ...]
+    seconds: float = 0.0  # time spent rendering, tokenizing and naming
+
+
+def _mix(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """MurmurHash3's fmix64 (uint64 arithmetic wraps modulo 2^64, as a hash wants)."""
+    values = values ^ (values >> np.uint64(33))
+    values = values * _MIX_1
+    values = values ^ (values >> np.uint64(33))
+    values = values * _MIX_2
+    return values ^ (values >> np.uint64(33))
+
+
+@functools.lru_cache(maxsize=64)
+def _lanes(block_size: int) -> npt.NDArray[np.uint64]:
+    """One odd 64-bit constant per position in a block (splitmix64 of the position)."""
+    positions = np.arange(1, block_size + 1, dtype=np.uint64) * np.uint64(_BASE)
+    return _mix(positions) | np.uint64(1)
+
+
+@functools.lru_cache(maxsize=256)
+def seed(adapter: str | None) -> int:
+    """The identity before block 0: blocks computed with a LoRA adapter differ."""
+    data = b"kinference-blocks\x00" + (adapter or "").encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def contents(tokens: npt.NDArray[np.uint32] | Sequence[int], block_size: int) -> list[int]:
+    """The content hash of each full block of `tokens` (a trailing partial block is left out:
+    engines cache whole blocks only)."""
+    array = np.asarray(tokens, dtype=np.uint64)
+    count = len(array) // block_size
+    if count == 0:
+        return []
+    grid = array[: count * block_size].reshape(count, block_size)
+    mixed = _mix(grid * _lanes(block_size) + np.uint64(1))
+    result: list[int] = _mix(mixed.sum(axis=1, dtype=np.uint64)).tolist()
+    return result
+
+
+def chain(parent: int, content_hashes: Sequence[int]) -> list[BlockId]:
+    """Identities of blocks that follow a block whose identity is `parent`."""
+    identities: list[BlockId] = []
+    current = parent
+    for content in content_hashes:
+        current = (current * _BASE + content) & _MASK
+        identities.append(current)
+    return identities
+
+
+def identities(
+    tokens: npt.NDArray[np.uint32] | Sequence[int], block_size: int, adapter: str | None = None
+) -> list[BlockId]:
+    """Identities of every full block of a prompt's tokens, all at once: the chain unrolled
+    is id_i = B^i * (seed * B + sum_{j<=i} c_j * B^-j): a cumulative sum, scaled (B is odd,
+    hence invertible mod 2^64)."""
+    content = np.asarray(contents(tokens, block_size), dtype=np.uint64)
+    if not len(content):
+        return []
+    powers, inverse = _powers(len(content) + 1)
+    scaled = np.cumsum(content * inverse[: len(content)], dtype=np.uint64)
+    start = np.uint64((seed(adapter) * _BASE) & _MASK)
+    chained = (scaled + start) * powers[: len(content)]
+    result: list[BlockId] = chained.tolist()
+    return result
+
+
+@functools.lru_cache(maxsize=8)
+def _powers(count: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+    """(B^j, B^-j) for j < count, mod 2^64, for counts rounded up to a power of two."""
+    size = 1 << max(count - 1, 1).bit_length()
+    base = np.full(size, _BASE, dtype=np.uint64)
+    base[0] = 1
+    inverse = np.full(size, _BASE_INVERSE, dtype=np.uint64)
+    inverse[0] = 1
+    return np.cumprod(base, dtype=np.uint64), np.cumprod(inverse, dtype=np.uint64)

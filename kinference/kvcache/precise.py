@@ -1,0 +1,179 @@
+"""Precise prefix-cache state of the pools in `prefix: {mode: precise}`, as routing reads it.
+
+Per pool: one `BlockIndex` fed by the engines' events and one `WorkerTrust` per worker. A
+Pick asks `match` for its candidates: each trusted worker's longest cached prefix of the
+prompt's engine blocks, and which candidates are not trusted now (they fall back to the
+approximate index). Pure state: the event subscriber writes it, the router reads it; no I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from kinference.kvcache.blocks import BlockId, PromptBlocks
+from kinference.kvcache.index import BlockIndex
+from kinference.kvevents.events import Event
+from kinference.kvevents.trust import Distrust, WorkerTrust
+
+if TYPE_CHECKING:  # routing.decision imports this module
+    from kinference.routing.decision import LocalChoice
+
+# Blocks of a request routed to a worker count as cached there until its events store or
+# remove them, or this many seconds pass: a request queued behind others has not stored its
+# prompt yet, but the next turn sent there will find it.
+PENDING_TTL_S = 30.0
+MAX_PENDING_BLOCKS = 200_000  # per worker
+
+
+@dataclass
+class PoolCaches:
+    """One precise pool: its block size, index and each worker's trust, by slot; and the
+    blocks of requests routed there that its events have not stored yet (`pending`)."""
+
+    ref: str
+    block_size: int
+    index: BlockIndex = field(default_factory=BlockIndex)
+    trust: dict[int, WorkerTrust] = field(default_factory=dict)
+    endpoints: dict[int, str] = field(default_factory=dict)
+    pending: dict[int, dict[BlockId, float]] = field(default_factory=dict)
+
+    def apply(self, slot: int, events: Iterable[Event]) -> None:
+        """A batch from `slot`'s engine: into the index; what it names is no longer pending."""
+        touched = self.index.apply(slot, events)
+        waiting = self.pending.get(slot)
+        if waiting:
+            for identity in touched:
+                waiting.pop(identity, None)
+
+    def forget(self, slot: int) -> None:
+        self.index.forget(slot)
+        self.pending.pop(slot, None)
+
+    def expect(self, slot: int, blocks: Sequence[BlockId], now: float) -> None:
+        waiting = self.pending.setdefault(slot, {})
+        if len(waiting) + len(blocks) > MAX_PENDING_BLOCKS:  # drop the expired, else all
+            fresh = {k: t for k, t in waiting.items() if now - t <= PENDING_TTL_S}
+            waiting = self.pending[slot] = fresh if len(fresh) < MAX_PENDING_BLOCKS // 2 else {}
+        waiting.update(dict.fromkeys(blocks, now))  # C speed: a 1 MiB prompt is 16k blocks
+
+    def extend(self, slot: int, blocks: Sequence[BlockId], depth: int, now: float) -> int:
+        """How far past `depth` the worker holds or is about to hold the prompt's blocks
+        (a binary search: a routed prompt's blocks are pending all together)."""
+        waiting = self.pending.get(slot)
+        if not waiting or depth >= len(blocks) or not self._has(slot, blocks[depth], now):
+            return depth
+        lo, hi = depth + 1, len(blocks)  # blocks[:lo] held or pending
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._has(slot, blocks[mid - 1], now):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _has(self, slot: int, identity: BlockId, now: float) -> bool:
+        routed = self.pending.get(slot, {}).get(identity)
+        fresh = routed is not None and now - routed <= PENDING_TTL_S
+        return fresh or self.index.holds(slot, identity)
+
+
+@dataclass(frozen=True, slots=True)
+class PreciseQuery:
+    """A Pick's prompt in each precise pool's engine blocks, by pool ref; or why not."""
+
+    blocks: dict[str, PromptBlocks]
+    problem: str | None = None  # the prompt could not be tokenized (routed approximately)
+
+
+@dataclass(frozen=True, slots=True)
+class PreciseMatch:
+    """Per candidate (aligned with the slots asked about): cached blocks and trust."""
+
+    blocks: npt.NDArray[np.float64]  # leading prompt blocks cached (0 where not trusted)
+    trusted: npt.NDArray[np.bool_]
+    distrusted: tuple[tuple[str, Distrust], ...]  # (endpoint, why) of the untrusted ones
+
+    def degraded(self) -> str | None:
+        """Why this Pick's cache view is degraded, or None (a worker that has published
+        nothing yet is not a degradation: that is every engine before its first request)."""
+        broken = [(e, why) for e, why in self.distrusted if why is not Distrust.AWAITING]
+        if not broken:
+            return None
+        endpoint, why = broken[0]
+        more = f" and {len(broken) - 1} more" if len(broken) > 1 else ""
+        return f"precise prefix cache off for {endpoint} ({why.value}){more}: approximate"
+
+
+class PreciseCaches:
+    """Every precise pool's state, by pool ref."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.pools: dict[str, PoolCaches] = {}
+
+    def pool(self, ref: str) -> PoolCaches | None:
+        return self.pools.get(ref)
+
+    def match(self, ref: str, prompt: PromptBlocks, slots: Iterable[int]) -> PreciseMatch | None:
+        caches = self.pools.get(ref)
+        if caches is None or prompt.block_size != caches.block_size:
+            return None
+        now = self.clock()
+        slot_list = list(slots)
+        trusted = np.zeros(len(slot_list), dtype=bool)
+        distrusted: list[tuple[str, Distrust]] = []
+        for i, slot in enumerate(slot_list):
+            trust = caches.trust.get(slot)
+            if trust is not None and trust.trusted(now):
+                trusted[i] = True
+            else:
+                why = trust.distrust if trust is not None else None
+                distrusted.append((caches.endpoints.get(slot, str(slot)), why or Distrust.AWAITING))
+        longest = caches.index.longest(
+            prompt.blocks, [s for s, t in zip(slot_list, trusted, strict=True) if t]
+        )
+        blocks = np.array(
+            [float(caches.extend(s, prompt.blocks, longest.get(s, 0), now)) for s in slot_list]
+        )
+        return PreciseMatch(np.where(trusted, blocks, 0.0), trusted, tuple(distrusted))
+
+    def routed(self, ref: str, slot: int, cached_blocks: int, prompt: PromptBlocks) -> None:
+        """A request went to `slot`: its blocks are pending there until events name them."""
+        caches = self.pools.get(ref)
+        if caches is None or slot not in caches.trust or cached_blocks >= len(prompt.blocks):
+            return
+        now = self.clock()
+        caches.expect(slot, prompt.blocks[: (prompt.tokens - 1) // prompt.block_size], now)
+
+    def served(self, choice: LocalChoice) -> None:
+        """The caller saw the first token of a request sent to `choice`: the engine has run
+        its prompt, so if that stored new blocks, their events are due (a stall otherwise).
+        Counted from the first token rather than the Pick, so that requests the caller never
+        dispatched (Abort) do not look like a stalled publisher."""
+        caches = self.pools.get(choice.pool)
+        trust = caches.trust.get(choice.slot) if caches is not None else None
+        if trust is not None and choice.prefix_blocks < choice.prefix_total:
+            trust.routed(self.clock())
+
+    def precise_workers(self) -> dict[str, dict[str, bool]]:
+        """Pool ref -> endpoint -> whether that worker is on precise matching now."""
+        now = self.clock()
+        return {
+            ref: {caches.endpoints[s]: t.trusted(now) for s, t in caches.trust.items()}
+            for ref, caches in self.pools.items()
+        }
+
+
+def fuse(
+    match: PreciseMatch, approximate: npt.NDArray[np.float64], approximate_total: int, total: int
+) -> npt.NDArray[np.float64]:
+    """Cached blocks per candidate in the prompt's engine blocks (`total` of them): the
+    precise count where trusted, the approximate index's share of the prompt elsewhere."""
+    share = approximate / approximate_total if approximate_total else np.zeros_like(approximate)
+    return np.where(match.trusted, match.blocks, share * total)

@@ -1,0 +1,60 @@
+"""Precise prefix matches as a `CachedTokenSource` (`routing/plugins/cached.py`): predicted
+cached prompt tokens per candidate.
+
+Trusted workers get their precise count (blocks the engine's events say it holds, times the
+block size, never the prompt's last token); the others get what the approximate source
+says. The Pick's `PreciseQuery` travels in `PrefixQuery.precise` (from `RouteQuery.precise`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from kinference.kvcache.precise import PreciseCaches, PreciseQuery
+
+FloatArray = np.ndarray  # the seam's FloatArray (float64), one value per slot
+
+
+class _Query(Protocol):
+    @property
+    def pool(self) -> str: ...
+
+    @property
+    def precise(self) -> PreciseQuery | None: ...
+
+
+class _Source(Protocol):
+    # `query` is the seam's PrefixQuery (read structurally here: kvcache knows no routing).
+    def cached_tokens(self, query: Any, slots: Any) -> FloatArray: ...
+
+
+class PreciseCachedTokens:
+    """Registered for mode `precise`: the engines' own blocks where the worker is trusted,
+    the approximate source's figure elsewhere."""
+
+    def __init__(self, caches: PreciseCaches, approximate: _Source) -> None:
+        self.caches = caches
+        self.approximate = approximate
+
+    def cached_tokens(self, query: _Query, slots: np.ndarray) -> FloatArray:
+        return self.match(query, slots)[0]
+
+    def match(self, query: _Query, slots: np.ndarray) -> tuple[FloatArray, str | None]:
+        """Cached tokens per slot, and why the Pick is DEGRADED (a candidate's events are not
+        trustworthy now, or the prompt could not be tokenized), if it is."""
+        fallback = self.approximate.cached_tokens(query, slots)
+        precise = query.precise
+        if precise is None:
+            return fallback, None
+        prompt = precise.blocks.get(query.pool)
+        if prompt is None or not prompt.blocks:
+            return fallback, precise.problem
+        match = self.caches.match(query.pool, prompt, slots.tolist())
+        if match is None:
+            return fallback, precise.problem
+        usable = (prompt.tokens - 1) // prompt.block_size
+        tokens = np.minimum(match.blocks, usable) * prompt.block_size
+        result: FloatArray = np.where(match.trusted, tokens, fallback)
+        return result, match.degraded() or precise.problem

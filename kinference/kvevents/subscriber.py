@@ -1,0 +1,187 @@
+"""Every engine's KV events, read straight from its ZMQ PUB socket into the precise caches.
+
+Each replica subscribes to every endpoint of its precise pools (ZMQ fans the stream out, as
+Dynamo's router does; nothing goes through Redis). One SUB socket and one task per endpoint,
+so a batch is attributed to the worker whose socket it came from. Each batch goes through
+that worker's `WorkerTrust` (sequence gaps, restarts, malformed batches) before its events
+reach the pool's `BlockIndex`. When the engine offers a replay socket, missed batches are
+asked for (vLLM's protocol: a DEALER sends the first missing seq, the ROUTER answers
+`(seq, payload)` pairs and `seq = -1`); live batches wait in order meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import zmq
+import zmq.asyncio
+
+from kinference.kvcache.precise import PoolCaches
+from kinference.kvevents.events import EventBatch
+from kinference.kvevents.trust import Step, WorkerTrust
+from kinference.kvevents.wire import (
+    END_OF_REPLAY,
+    MalformedBatch,
+    decode_batch,
+    decode_seq,
+    encode_seq,
+)
+
+log = logging.getLogger(__name__)
+
+RECEIVE_HWM = 100_000  # batches queued in the socket before ZMQ drops (a gap we detect)
+REPLAY_TIMEOUT_S = 2.0  # a replay socket that says nothing for this long has failed
+MAX_PENDING = 10_000  # live batches held while a replay runs; more abandons the replay
+
+
+@dataclass
+class Feed:
+    """One endpoint's subscription."""
+
+    pool: PoolCaches
+    slot: int
+    endpoint: str
+    address: str
+    replay_address: str | None
+    topic: bytes
+    trust: WorkerTrust
+    pending: list[tuple[int, EventBatch | None]] = field(default_factory=list)
+    replaying: bool = False
+    batches: int = 0
+    task: asyncio.Task[None] | None = None
+
+
+class EventSubscriber:
+    """Runs the feeds; `on_batch(pool_ref, outcome)` counts what happened to each message."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        on_message: Callable[[str, str], None] = lambda pool, outcome: None,
+    ) -> None:
+        self._context = zmq.asyncio.Context()
+        self._clock = clock
+        self._on_message = on_message
+        self.feeds: dict[tuple[str, int], Feed] = {}
+
+    def add(self, feed: Feed) -> None:
+        key = (feed.pool.ref, feed.slot)
+        old = self.feeds.pop(key, None)
+        if old is not None and old.task is not None:
+            old.task.cancel()
+        self.feeds[key] = feed
+        feed.task = asyncio.get_running_loop().create_task(
+            self._run(feed), name=f"kv-events {feed.endpoint}"
+        )
+
+    def remove(self, pool: str, slot: int) -> None:
+        feed = self.feeds.pop((pool, slot), None)
+        if feed is not None and feed.task is not None:
+            feed.task.cancel()
+
+    async def aclose(self) -> None:
+        tasks = [f.task for f in self.feeds.values() if f.task is not None]
+        self.feeds.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._context.destroy(linger=0)
+
+    async def _run(self, feed: Feed) -> None:
+        socket = self._context.socket(zmq.SUB)
+        try:
+            socket.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
+            socket.setsockopt(zmq.LINGER, 0)
+            socket.setsockopt(zmq.SUBSCRIBE, feed.topic)
+            socket.connect(feed.address)
+            while True:
+                parts = await socket.recv_multipart(copy=True)
+                self.receive(feed, parts)
+        finally:
+            socket.close(linger=0)
+
+    def receive(self, feed: Feed, parts: list[bytes]) -> None:
+        """One multipart message from the PUB socket."""
+        now = self._clock()
+        seq: int | None = None
+        try:
+            if len(parts) != 3:
+                raise MalformedBatch(f"{len(parts)} frames, expected topic, seq, payload")
+            seq = decode_seq(parts[1])
+            batch: EventBatch | None = decode_batch(parts[2])
+        except MalformedBatch as exc:
+            log.warning("kv events from %s: %s", feed.endpoint, exc)
+            self._on_message(feed.pool.ref, "malformed")
+            batch = None
+        if seq is None:
+            feed.trust.on_malformed(None, now)
+            return
+        if feed.replaying:
+            if len(feed.pending) < MAX_PENDING:
+                feed.pending.append((seq, batch))
+            return
+        self._step(feed, seq, batch, now)
+
+    def _step(self, feed: Feed, seq: int, batch: EventBatch | None, now: float) -> None:
+        trust, before = feed.trust, feed.trust.distrust
+        step = trust.on_batch(seq, now) if batch is not None else trust.on_malformed(seq, now)
+        if trust.distrust is not None and trust.distrust is not before:
+            self._on_message(feed.pool.ref, trust.distrust.name.lower())
+        if step is Step.RESET_AND_APPLY:
+            feed.pool.forget(feed.slot)
+        elif step is Step.REPLAY:
+            feed.replaying, feed.pending = True, [(seq, batch)]
+            until = seq if batch is not None else seq + 1
+            asyncio.get_running_loop().create_task(self._replay(feed, trust.replay_from, until))
+            return
+        if batch is not None:
+            feed.batches += 1
+            feed.pool.apply(feed.slot, batch.events)
+            self._on_message(feed.pool.ref, "applied")
+
+    async def _replay(self, feed: Feed, start: int, until: int) -> None:
+        """Ask for [start, until), apply what comes back in order, then the held batches."""
+        got: dict[int, EventBatch] = {}
+        if feed.replay_address is not None:
+            try:
+                got = await self._fetch(feed.replay_address, start, until)
+            except (zmq.ZMQError, TimeoutError, MalformedBatch) as exc:
+                log.warning("kv events replay from %s failed: %s", feed.endpoint, exc)
+        complete = all(seq in got for seq in range(start, until))
+        for seq in sorted(got):
+            feed.pool.apply(feed.slot, got[seq].events)
+        pending, feed.pending, feed.replaying = feed.pending, [], False
+        _, trigger = pending[0]  # the batch that revealed the gap, if it decoded
+        if trigger is not None:
+            feed.pool.apply(feed.slot, trigger.events)
+        now = self._clock()
+        feed.trust.replayed(complete, now)
+        self._on_message(feed.pool.ref, "replayed" if complete else "replay_incomplete")
+        for seq, batch in pending[1:]:
+            self._step(feed, seq, batch, now)
+
+    async def _fetch(self, address: str, start: int, until: int) -> dict[int, EventBatch]:
+        socket = self._context.socket(zmq.DEALER)
+        got: dict[int, EventBatch] = {}
+        try:
+            socket.setsockopt(zmq.LINGER, 0)
+            socket.connect(address)
+            await socket.send_multipart([b"", encode_seq(start)])
+            while True:
+                async with asyncio.timeout(REPLAY_TIMEOUT_S):
+                    parts = await socket.recv_multipart()
+                if len(parts) != 3:
+                    raise MalformedBatch(f"replay answer of {len(parts)} frames")
+                seq = decode_seq(parts[1])
+                if seq == END_OF_REPLAY:
+                    return got
+                if start <= seq < until:
+                    got[seq] = decode_batch(parts[2])
+        finally:
+            socket.close(linger=0)

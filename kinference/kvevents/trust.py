@@ -1,0 +1,121 @@
+"""Whether one worker's event stream can be trusted, from its sequence numbers and timing.
+
+The publisher numbers its batches 0, 1, 2, ... A worker's index is precise while every batch
+since the first has been seen, in order. What breaks that, and what mends it:
+
+- a **gap** (a batch skipped: the subscriber fell behind, the connection dropped, we joined
+  a running engine): with a replay socket the missed batches are asked for and the worker is
+  precise again once they are applied; without one, after `resync_after_s` of gap-free
+  events (blocks we never heard of are then likely evicted, and those we know are right);
+- a **restart** (the sequence goes back: a new engine process): its index is cleared, and
+  it is precise again from that batch on if it is batch 0, else as after a gap;
+- a **malformed** batch: as a gap of one batch (replayed if possible);
+- a **stall**: a request that had to store blocks there produced its first token, and
+  nothing was published for `stall_after_s` since: not precise until the next batch.
+
+An engine that has published nothing yet (`AWAITING`) is not precise either, but that is
+its normal state before its first request, so it does not make a Pick DEGRADED.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Distrust(enum.Enum):
+    """Why a worker's events are not trusted now; the value is the text reasons quote."""
+
+    AWAITING = "no events yet"
+    GAP = "sequence gap"
+    REPLAYING = "replaying missed events"
+    RESTARTED = "engine restarted mid-stream"
+    MALFORMED = "malformed event batch"
+    STALLED = "publisher stalled"
+
+
+class Step(enum.Enum):
+    """What to do with a batch that just arrived."""
+
+    APPLY = "apply"
+    RESET_AND_APPLY = "reset_and_apply"  # clear the worker's index first
+    REPLAY = "replay"  # apply it after asking for the missing ones from `replay_from`
+
+
+@dataclass
+class WorkerTrust:
+    """One worker's stream state; times are monotonic seconds."""
+
+    stall_after_s: float
+    resync_after_s: float
+    can_replay: bool = False
+    next_seq: int | None = None  # the batch expected next; None before the first
+    distrust: Distrust | None = Distrust.AWAITING
+    since: float = 0.0  # when `distrust` began
+    waiting_since: float | None = None  # first routed request not yet followed by a batch
+    replay_from: int = 0
+
+    def trusted(self, now: float) -> bool:
+        self.check(now)
+        return self.distrust is None
+
+    def on_batch(self, seq: int, now: float) -> Step:
+        expected, self.next_seq = self.next_seq, seq + 1
+        self.waiting_since = None
+        if self.distrust is Distrust.STALLED:
+            self.distrust = None
+        if expected is None:
+            return self._first(seq, now)
+        if seq == expected:
+            return Step.APPLY
+        if seq < expected:  # a PUB socket never repeats: the publisher started over
+            if seq == 0:
+                self.distrust = None
+            else:
+                self._lost(Distrust.RESTARTED, now, 0)
+            return Step.RESET_AND_APPLY
+        return self._gap(Distrust.GAP, now, expected)
+
+    def on_malformed(self, seq: int | None, now: float) -> Step:
+        if seq is not None:
+            expected, self.next_seq = self.next_seq, seq + 1
+            return self._gap(Distrust.MALFORMED, now, seq if expected is None else expected)
+        self._lost(Distrust.MALFORMED, now, 0)
+        return Step.APPLY
+
+    def replayed(self, complete: bool, now: float) -> None:
+        """The replay ended: every missed batch came back (`complete`), or not."""
+        if self.distrust is Distrust.REPLAYING:
+            if complete:
+                self.distrust = None
+            else:
+                self.distrust, self.since = Distrust.GAP, now
+
+    def routed(self, now: float) -> None:
+        """A request that stored new blocks was run by this worker (its first token came)."""
+        if self.waiting_since is None:
+            self.waiting_since = now
+
+    def check(self, now: float) -> None:
+        waiting = self.waiting_since
+        if waiting is not None and now - waiting > self.stall_after_s and self.distrust is None:
+            self.distrust, self.since = Distrust.STALLED, now
+        resyncing = self.distrust in (Distrust.GAP, Distrust.MALFORMED, Distrust.RESTARTED)
+        if resyncing and now - self.since >= self.resync_after_s:
+            self.distrust = None
+
+    def _first(self, seq: int, now: float) -> Step:
+        if seq == 0:
+            self.distrust = None
+            return Step.APPLY
+        return self._gap(Distrust.GAP, now, 0)  # joined a running engine
+
+    def _gap(self, why: Distrust, now: float, missing_from: int) -> Step:
+        if self.can_replay:
+            self.distrust, self.since, self.replay_from = Distrust.REPLAYING, now, missing_from
+            return Step.REPLAY
+        self._lost(why, now, missing_from)
+        return Step.APPLY
+
+    def _lost(self, why: Distrust, now: float, missing_from: int) -> None:
+        self.distrust, self.since, self.replay_from = why, now, missing_from

@@ -1,0 +1,175 @@
+"""vLLM's KV-cache event wire format, decoded.
+
+A publisher (vLLM's `ZmqEventPublisher`, SGLang, Dynamo's mocker) sends ZMQ multipart
+messages `(topic, seq, payload)`: `seq` is an 8-byte big-endian counter from 0 per
+publisher, `payload` a msgpack `EventBatch` (msgspec structs). vLLM's versions differ in
+layout, and all are accepted:
+
+- the batch is an array `[ts, events, data_parallel_rank?]` (`array_like=True`, vLLM up to
+  0.10, SGLang, Dynamo) or a map `{"ts", "events", "data_parallel_rank"}` (newer vLLM);
+- each event is a tagged array `["BlockStored", block_hashes, parent_block_hash, token_ids,
+  block_size, lora_id, medium, lora_name?, ...]` (older) or a tagged map with the tag under
+  `"type"` (newer): `BlockStored`, `BlockRemoved` (`block_hashes`, `medium`),
+  `AllBlocksCleared`;
+- block hashes are 64-bit integers or bytes (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`).
+
+The replay socket (ROUTER) answers a request of the start seq (8 bytes big-endian) with
+`(seq, payload)` pairs and an end marker whose seq is -1. Anything else is `MalformedBatch`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from kinference.kvevents.events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    EngineHash,
+    Event,
+    EventBatch,
+)
+
+END_OF_REPLAY = -1
+_SEQ_BYTES = 8
+MAX_PAYLOAD_BYTES = 16 * 1024 * 1024  # refused undecoded: one step of a 1 MiB prompt is ~1.5 MB
+
+
+class MalformedBatch(ValueError):
+    """A message that is not a well-formed event batch; the message says what is wrong."""
+
+
+def decode_seq(raw: bytes) -> int:
+    if len(raw) != _SEQ_BYTES:
+        raise MalformedBatch(f"sequence number of {len(raw)} bytes, expected 8")
+    return int.from_bytes(raw, "big", signed=True)
+
+
+def encode_seq(seq: int) -> bytes:
+    return seq.to_bytes(_SEQ_BYTES, "big", signed=True)
+
+
+def decode_batch(payload: bytes) -> EventBatch:
+    """The batch in `payload`; raises `MalformedBatch` for anything else."""
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise MalformedBatch(f"payload of {len(payload)} bytes is over the limit")
+    try:
+        raw = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True)
+    except (
+        ValueError,
+        TypeError,
+        msgpack.ExtraData,
+        msgpack.FormatError,
+        msgpack.StackError,
+    ) as exc:
+        raise MalformedBatch(f"not msgpack: {exc}") from None
+    if isinstance(raw, dict):
+        ts, events, rank = raw.get("ts"), raw.get("events"), raw.get("data_parallel_rank")
+    elif isinstance(raw, list) and 2 <= len(raw) <= 3:
+        ts, events, rank = raw[0], raw[1], raw[2] if len(raw) == 3 else None
+    else:
+        raise MalformedBatch("batch is neither [ts, events, rank] nor a map")
+    if not isinstance(ts, int | float) or isinstance(ts, bool) or not math.isfinite(ts):
+        raise MalformedBatch("batch ts is not a number")
+    if not isinstance(events, list):
+        raise MalformedBatch("batch events is not an array")
+    if rank is not None and not _is_int(rank):
+        raise MalformedBatch("data_parallel_rank is not an integer")
+    return EventBatch(float(ts), tuple(decode_event(e) for e in events), rank)
+
+
+def decode_event(raw: Any) -> Event:
+    fields: dict[str, Any]
+    if isinstance(raw, list) and raw:
+        tag, values = raw[0], raw[1:]
+        names = _ARRAY_FIELDS.get(tag) if isinstance(tag, str) else None
+        if names is None:
+            raise MalformedBatch(f"unknown event tag {tag!r}")
+        fields = dict(zip(names, values, strict=False))
+    elif isinstance(raw, dict):
+        tag = raw.get("type")
+        fields = raw
+    else:
+        raise MalformedBatch("event is neither a tagged array nor a map")
+    if tag == "BlockStored":
+        return _stored(fields)
+    if tag == "BlockRemoved":
+        return BlockRemoved(_hashes(fields.get("block_hashes")), _medium(fields.get("medium")))
+    if tag == "AllBlocksCleared":
+        return AllBlocksCleared()
+    raise MalformedBatch(f"unknown event tag {tag!r}")
+
+
+# Field order of the array form (msgspec's array_like: declaration order after the tag).
+_ARRAY_FIELDS: dict[str, tuple[str, ...]] = {
+    "BlockStored": (
+        "block_hashes",
+        "parent_block_hash",
+        "token_ids",
+        "block_size",
+        "lora_id",
+        "medium",
+        "lora_name",
+    ),
+    "BlockRemoved": ("block_hashes", "medium"),
+    "AllBlocksCleared": (),
+}
+
+
+def _stored(fields: dict[str, Any]) -> BlockStored:
+    hashes = _hashes(fields.get("block_hashes"))
+    parent = fields.get("parent_block_hash")
+    if parent is not None and not _is_hash(parent):
+        raise MalformedBatch("parent_block_hash is not a block hash")
+    tokens = fields.get("token_ids")
+    if not isinstance(tokens, list) or not _token_ids(tokens):
+        raise MalformedBatch("token_ids is not an array of token ids")
+    size = fields.get("block_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        raise MalformedBatch("block_size is not a positive integer")
+    if len(tokens) != len(hashes) * size:
+        raise MalformedBatch(f"{len(tokens)} token ids for {len(hashes)} blocks of {size} tokens")
+    lora = fields.get("lora_name")
+    if lora is None and fields.get("lora_id") is not None:
+        lora = str(fields["lora_id"])
+    if lora is not None and not isinstance(lora, str):
+        raise MalformedBatch("lora_name is not a string")
+    return BlockStored(hashes, parent, tuple(tokens), size, lora, _medium(fields.get("medium")))
+
+
+def _hashes(raw: Any) -> tuple[EngineHash, ...]:
+    if not isinstance(raw, list) or not all(_is_hash(h) for h in raw):
+        raise MalformedBatch("block_hashes is not an array of block hashes")
+    return tuple(raw)
+
+
+def _medium(raw: Any) -> str | None:
+    if raw is not None and not isinstance(raw, str):
+        raise MalformedBatch("medium is not a string")
+    return raw
+
+
+def _token_ids(values: list[Any]) -> bool:
+    """Whether every value is a token id (0 <= id < 2^32), checked in C: a batch may hold a
+    whole long prompt's tokens."""
+    if not values:
+        return True
+    try:
+        array = np.asarray(values)
+    except (ValueError, TypeError, OverflowError):
+        return False
+    if array.dtype.kind not in "iu" or array.ndim != 1:
+        return False  # floats, bools, strings, nested arrays
+    return bool(array.min() >= 0 and array.max() < 1 << 32)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_hash(value: Any) -> bool:
+    return _is_int(value) or (isinstance(value, bytes) and 0 < len(value) <= 64)

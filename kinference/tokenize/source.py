@@ -1,0 +1,47 @@
+"""What to tokenize, read off a parsed request and its body.
+
+Chat completions give `messages` (and `tools`), completions give `prompt` (text or token
+ids). Values too large to be parsed at Pick (over 1 MiB) are parsed here from their span,
+which is why this runs on the tokenizer thread, not the event loop. Other shapes (responses,
+Anthropic messages, embeddings) have no engine chat template to apply here: None.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kinference.bodies import Body
+from kinference.requests import InferenceRequest, LargeValue, Shape
+from kinference.tokenize.tokenizer import PromptText, Untokenizable
+
+
+def prompt_text(request: InferenceRequest, body: Body) -> PromptText | None:
+    values = request.fields.values
+    if request.shape is Shape.CHAT:
+        messages = _value(values.get("messages"), body)
+        tools = _value(values.get("tools"), body)
+        if not isinstance(messages, list):
+            raise Untokenizable("messages is not an array")
+        return PromptText(messages=messages, tools=tools if isinstance(tools, list) else None)
+    if request.shape is Shape.COMPLETION:
+        prompt = _value(values.get("prompt"), body)
+        if isinstance(prompt, str):
+            return PromptText(prompt=prompt)
+        if isinstance(prompt, list) and all(_token_id(t) for t in prompt):
+            return PromptText(token_ids=tuple(prompt))
+        raise Untokenizable("prompt is neither text nor one list of token ids")
+    return None
+
+
+def _value(value: Any, body: Body) -> Any:
+    if isinstance(value, LargeValue):
+        try:
+            return json.loads(body.read_span(value.start, value.end))
+        except (ValueError, RecursionError) as exc:
+            raise Untokenizable(f"a prompt field does not parse: {exc}") from None
+    return value
+
+
+def _token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 32

@@ -1,0 +1,103 @@
+"""Chat requests rendered to prompt text the way Hugging Face's `apply_chat_template` does.
+
+The environment is HF's: a sandboxed, immutable Jinja environment with `trim_blocks` and
+`lstrip_blocks`, the `loopcontrols` extension, a `tojson` filter that keeps non-ASCII text,
+and the `raise_exception` and `strftime_now` globals; the template is given `messages`,
+`tools`, `add_generation_prompt=True` and the special tokens named in tokenizer_config.json.
+Content given as a list of text parts is joined with newlines first, as vLLM does for
+templates that expect a string.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+_SPECIAL_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
+
+
+class TemplateError(ValueError):
+    """The template could not be loaded or could not render this conversation."""
+
+
+class ChatTemplate:
+    """A compiled chat template and the special tokens it may refer to."""
+
+    def __init__(self, source: str, special: dict[str, str] | None = None) -> None:
+        environment = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+        )
+        environment.filters["tojson"] = _tojson
+        environment.globals["raise_exception"] = _raise
+        environment.globals["strftime_now"] = _strftime_now
+        try:
+            self._template = environment.from_string(source)
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"chat template does not compile: {exc}") from None
+        self.special = dict(special or {})
+
+    @classmethod
+    def from_file(cls, path: str) -> ChatTemplate:
+        """A Jinja file, or a tokenizer_config.json (its `chat_template` and special tokens)."""
+        text = Path(path).read_text(encoding="utf-8")
+        if not path.endswith(".json"):
+            return cls(text)
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TemplateError(f"{path}: not JSON: {exc}") from None
+        source = config.get("chat_template") if isinstance(config, dict) else None
+        if isinstance(source, list):  # named templates: the default one
+            named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
+            source = named.get("default")
+        if not isinstance(source, str):
+            raise TemplateError(f"{path} has no chat_template")
+        return cls(source, {k: v for k in _SPECIAL_KEYS if isinstance(v := _token(config, k), str)})
+
+    def render(self, messages: list[Any], tools: list[Any] | None = None) -> str:
+        if not isinstance(messages, list):
+            raise TemplateError("messages is not an array")
+        try:
+            return self._template.render(
+                messages=[_flatten(m) for m in messages],
+                tools=tools,
+                add_generation_prompt=True,
+                **self.special,
+            )
+        except (jinja2.TemplateError, TypeError, ValueError, KeyError) as exc:
+            raise TemplateError(f"chat template failed: {exc}") from None
+
+
+def _token(config: dict[str, Any], key: str) -> Any:
+    value = config.get(key)
+    return value.get("content") if isinstance(value, dict) else value  # AddedToken form
+
+
+def _flatten(message: Any) -> Any:
+    if not isinstance(message, dict):
+        return message
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+    return {**message, "content": "\n".join(t for t in texts if isinstance(t, str))}
+
+
+def _tojson(
+    value: Any, ensure_ascii: bool = False, indent: int | None = None, sort_keys: bool = False
+) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, sort_keys=sort_keys)
+
+
+def _raise(message: str) -> None:
+    raise jinja2.TemplateError(message)
+
+
+def _strftime_now(pattern: str) -> str:
+    return datetime.now().strftime(pattern)

@@ -1,0 +1,256 @@
+"""Pick latency in precise prefix mode against approximate mode, for 4 KiB, 64 KiB and 1 MiB
+prompts, and the event loop's worst stall while those Picks run.
+
+    python -m loadtest.bench_precise_pick [--quick] [--sizes 4096,65536,1048576]
+
+One in-process picker (uvloop) with a pool of 4 endpoints whose "engines" are ZMQ publishers
+in this process: after each Pick, the chosen engine publishes `BlockStored` for the prompt's
+blocks (vLLM's encoding), as a real engine would once it has run the prompt, so precise
+Picks walk real matches. The tokenizer is a byte-level BPE trained on a few words
+(`loadtest.tiny_model`, like the one Dynamo's mocker runs with): no model hub here.
+
+Workloads per prompt size S, each run in approximate mode (the baseline) and precise mode:
+- `cold`: distinct prompts of S characters, each picked once (nothing to reuse);
+- `chat`: conversations on one shared S-character system prompt, 6 turns each (user and
+  assistant messages of a few hundred characters), at 1 and 16 conversations in flight.
+Reported: client-side Pick RPC p50 / p99 (ms), the ratio precise / approximate, and the
+largest lag of a 2 ms probe task on the picker's loop during the workload (ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import uvloop
+from prometheus_client import CollectorRegistry
+
+from kinference.app import App
+from kinference.client import PickerClient, split_chunks
+from kinference.config import parse_policy
+from kinference.settings import Settings
+from kinference.tokenize.tokenizer import PromptText, PromptTokenizer
+from loadtest.kv_publisher import KvPublisher, payloads
+from loadtest.tiny_model import WORDS, write_model
+
+MODEL = "tiny"
+BLOCK = 16
+KIB = 1024
+
+
+@dataclass
+class Lag:
+    worst_s: float = 0.0
+    task: asyncio.Task[None] | None = None
+
+    async def probe(self) -> None:
+        while True:
+            asked = time.perf_counter()
+            await asyncio.sleep(0.002)
+            self.worst_s = max(self.worst_s, time.perf_counter() - asked - 0.002)
+
+
+@dataclass
+class Row:
+    size: int
+    workload: str
+    inflight: int
+    mode: str
+    samples: list[float] = field(default_factory=list)
+    lag_s: float = 0.0
+
+    def pct(self, q: float) -> float:
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def words(rng: random.Random, chars: int) -> str:
+    parts, total = [], 0
+    while total < chars:
+        word = rng.choice(WORDS) + rng.choice((" ", " ", ", ", ".\n"))
+        parts.append(word)
+        total += len(word)
+    return "".join(parts)[:chars]
+
+
+class Bench:
+    def __init__(self, mode: str, files: tuple[Path, Path], publishers: list[KvPublisher]):
+        self.mode = mode
+        self.publishers = publishers
+        self.endpoints = [f"127.0.0.1:{p.port}" for p in publishers]
+        endpoints = ", ".join(f'"{e}"' for e in self.endpoints)
+        prefix = (
+            f'{{mode: precise, events: "tcp://{{host}}:{{port}}", tokenizer: {files[0]}, '
+            f"chat_template: {files[1]}, block_size: {BLOCK}}}"
+            if mode == "precise"
+            else "{mode: approximate}"
+        )
+        self.policy = parse_policy(
+            f"pools:\n  - name: p\n    endpoints: [{endpoints}]\n    models: [{MODEL}]\n"
+            f"    prefix: {prefix}\n"
+        )
+        self.app: App | None = None
+        self.client: PickerClient | None = None
+
+    async def __aenter__(self) -> Bench:
+        settings = Settings(listen="127.0.0.1:0", metrics_listen="")
+        self.app = App(settings, self.policy, CollectorRegistry())
+        await self.app.start()
+        self.client = PickerClient(f"127.0.0.1:{self.app.port}")
+        if self.mode == "precise":
+            await asyncio.gather(*(p.subscribed() for p in self.publishers))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.app is not None and self.client is not None
+        await self.client.close()
+        await self.app.server.stop(None)
+        await self.app.close()
+
+    async def pick(self, prompt: Prompt) -> float:
+        assert self.client is not None
+        pushed = await self.client.push(split_chunks(prompt.body), declared_length=len(prompt.body))
+        started = time.perf_counter()
+        picked = await self.client.pick(pushed.stream_id)
+        elapsed = time.perf_counter() - started
+        if picked.WhichOneof("destination") != "local":
+            raise RuntimeError(f"no local destination: {picked.reason}")
+        await self.client.abort(picked.response_id, detail="bench")
+        engine = self.endpoints.index(picked.local.endpoint)
+        for batch in prompt.payloads:  # the engine ran it, step by step
+            await self.publishers[engine].send(batch)
+        return elapsed
+
+
+@dataclass(frozen=True)
+class Prompt:
+    body: bytes
+    payloads: list[bytes]  # the BlockStored batches its engine announces after running it
+
+
+def prepare(tokenizer: PromptTokenizer, messages: list[dict[str, str]]) -> Prompt:
+    body = json.dumps({"model": MODEL, "messages": messages, "max_tokens": 8}).encode()
+    tokens = tokenizer.token_ids(PromptText(messages=messages)).tolist()
+    return Prompt(body, payloads(tokens, BLOCK))
+
+
+def cold_prompts(tokenizer: PromptTokenizer, size: int, count: int) -> list[list[Prompt]]:
+    rng = random.Random(size)
+    return [
+        [prepare(tokenizer, [{"role": "user", "content": words(rng, size)}])] for _ in range(count)
+    ]
+
+
+def chat_prompts(
+    tokenizer: PromptTokenizer, size: int, count: int, turns: int = 6
+) -> list[list[Prompt]]:
+    """`count` conversations of `turns` turns on one shared system prompt."""
+    rng = random.Random(size)
+    system = {"role": "system", "content": words(rng, size)}
+    conversations = []
+    for _ in range(count):
+        history, prompts = [system], []
+        for _ in range(turns):
+            history = [*history, {"role": "user", "content": words(rng, 200)}]
+            prompts.append(prepare(tokenizer, history))
+            history = [*history, {"role": "assistant", "content": words(rng, 400)}]
+        conversations.append(prompts)
+    return conversations
+
+
+async def replay(bench: Bench, row: Row, conversations: list[list[Prompt]]) -> None:
+    async def one(turns: list[Prompt]) -> None:
+        for prompt in turns:
+            row.samples.append(await bench.pick(prompt))
+
+    for start in range(0, len(conversations), row.inflight):
+        await asyncio.gather(*(one(c) for c in conversations[start : start + row.inflight]))
+
+
+async def measure(args: argparse.Namespace, files: tuple[Path, Path]) -> list[Row]:
+    rows: list[Row] = []
+    tokenizer = PromptTokenizer.from_files(str(files[0]), str(files[1]), BLOCK)
+    for size in (int(s) for s in args.sizes.split(",")):
+        count = max(4, (64 if args.quick else 256) * KIB // max(size, 4 * KIB))
+        workloads = {
+            ("cold", 1): cold_prompts(tokenizer, size, count),
+            ("chat", 1): chat_prompts(tokenizer, size, max(2, count // 4)),
+            # 1 MiB prompts: 2 turns each, so the prepared payloads stay in memory.
+            ("chat", 16): chat_prompts(
+                tokenizer, size, 16 if args.quick else 32, 6 if size <= 256 * KIB else 2
+            ),
+        }
+        for (workload, inflight), conversations in workloads.items():
+            for mode in ("approximate", "precise"):
+                row = Row(size, workload, inflight, mode)
+                await run_row(files, row, conversations)
+                rows.append(row)
+                print(_line(row), file=sys.stderr, flush=True)
+    return rows
+
+
+async def run_row(files: tuple[Path, Path], row: Row, conversations: list[list[Prompt]]) -> None:
+    publishers = [KvPublisher() for _ in range(4)]
+    try:
+        async with Bench(row.mode, files, publishers) as bench:
+            lag = Lag()
+            lag.task = asyncio.create_task(lag.probe())
+            await replay(bench, row, conversations)
+            lag.task.cancel()
+            row.lag_s = lag.worst_s
+    finally:
+        for publisher in publishers:
+            publisher.close()
+
+
+def _line(row: Row) -> str:
+    return (
+        f"{row.size // KIB} KiB {row.workload} x{row.inflight} {row.mode}: "
+        f"p50 {row.pct(0.5):.2f} ms p99 {row.pct(0.99):.2f} ms lag {row.lag_s * 1000:.1f} ms"
+        f" ({len(row.samples)} picks)"
+    )
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| prompt | workload | in flight | picks | approximate p50 / p99 (ms) | "
+        "precise p50 / p99 (ms) | precise / approximate p99 | worst loop lag, precise (ms) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    keyed = {(r.size, r.workload, r.inflight, r.mode): r for r in rows}
+    for (size, workload, inflight, mode), row in keyed.items():
+        if mode != "precise":
+            continue
+        base = keyed[(size, workload, inflight, "approximate")]
+        lines.append(
+            f"| {size // KIB} KiB | {workload} | {inflight} | {len(row.samples)} | "
+            f"{base.pct(0.5):.2f} / {base.pct(0.99):.2f} | {row.pct(0.5):.2f} / "
+            f"{row.pct(0.99):.2f} | {row.pct(0.99) / base.pct(0.99):.1f}x | "
+            f"{row.lag_s * 1000:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("--quick", action="store_true")
+    cli.add_argument("--sizes", default=f"{4 * KIB},{64 * KIB},{1024 * KIB}")
+    args = cli.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-precise-") as work:
+        files = write_model(Path(work))
+        rows = uvloop.run(measure(args, files))
+    print(table(rows))
+    print(f"\n{statistics.mean(len(r.samples) for r in rows):.0f} picks per row on average")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

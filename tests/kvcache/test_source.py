@@ -1,0 +1,69 @@
+"""The precise source for issue 13's cached-tokens seam: precise where trusted, else the
+approximate source's answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kinference.kvcache.blocks import PromptBlocks, identities
+from kinference.kvcache.precise import PoolCaches, PreciseCaches, PreciseQuery
+from kinference.kvcache.source import PreciseCachedTokens
+from kinference.kvevents.events import BlockRemoved, BlockStored
+from kinference.kvevents.trust import WorkerTrust
+
+
+@dataclass(frozen=True)
+class Query:
+    pool: str
+    precise: PreciseQuery | None
+
+
+class Approximate:
+    def cached_tokens(self, query: object, slots: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+        return np.full(len(slots), 7.0)
+
+
+def test_precise_where_trusted_else_approximate() -> None:
+    caches = PreciseCaches(clock=lambda: 0.0)
+    pool = caches.pools["p"] = PoolCaches("p", 4)
+    tokens = list(range(13))
+    for slot in (0, 1):
+        pool.trust[slot] = WorkerTrust(5.0, 10.0)
+        pool.endpoints[slot] = f"e{slot}"
+    pool.trust[0].on_batch(0, 0.0)  # slot 0 trusted; slot 1 has published nothing
+    pool.index.apply(0, [BlockStored((1, 2, 3), None, tuple(tokens[:12]), 4)])
+    prompt = PromptBlocks(13, 4, tuple(identities(tokens, 4)))
+    source = PreciseCachedTokens(caches, Approximate())
+    query = Query("p", PreciseQuery({"p": prompt}))
+    assert source.cached_tokens(query, np.array([0, 1])).tolist() == [12.0, 7.0]
+    assert source.cached_tokens(Query("p", None), np.array([0])).tolist() == [7.0]
+    # A fully cached prompt: the engine recomputes the last token, so its block is no hit.
+    exact = PromptBlocks(12, 4, tuple(identities(tokens[:12], 4)))
+    query = Query("p", PreciseQuery({"p": exact}))
+    assert source.cached_tokens(query, np.array([0])).tolist() == [8.0]
+
+
+def test_blocks_routed_count_until_their_events_store_or_remove_them() -> None:
+    now = [0.0]
+    caches = PreciseCaches(clock=lambda: now[0])
+    pool = caches.pools["p"] = PoolCaches("p", 4)
+    pool.trust[0] = WorkerTrust(5.0, 10.0)
+    pool.trust[0].on_batch(0, 0.0)
+    tokens = list(range(17))
+    prompt = PromptBlocks(17, 4, tuple(identities(tokens, 4)))
+    match = caches.match("p", prompt, [0])
+    assert match is not None and match.blocks.tolist() == [0.0]
+    caches.routed("p", 0, 0, prompt)  # queued there: its 4 blocks are on their way
+    match = caches.match("p", prompt, [0])
+    assert match is not None and match.blocks.tolist() == [4.0]
+    pool.apply(0, [BlockStored((1, 2), None, tuple(tokens[:8]), 4)])
+    pool.apply(0, [BlockRemoved((2,))])  # stored, then evicted: no longer pending either
+    match = caches.match("p", prompt, [0])
+    assert match is not None and match.blocks.tolist() == [1.0]
+    now[0] = 100.0  # the rest never came: forgotten after the TTL
+    pool.trust[0].on_batch(1, 100.0)
+    pool.pending[0][prompt.blocks[0]] = 0.0
+    match = caches.match("p", prompt, [0])
+    assert match is not None and match.blocks.tolist() == [1.0]

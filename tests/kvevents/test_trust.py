@@ -1,0 +1,96 @@
+"""A worker's trust from its sequence numbers and timing: gaps, restarts, stalls, replays."""
+
+from __future__ import annotations
+
+from kinference.kvevents.trust import Distrust, Step, WorkerTrust
+
+
+def trust(replay: bool = False) -> WorkerTrust:
+    return WorkerTrust(stall_after_s=5.0, resync_after_s=10.0, can_replay=replay)
+
+
+def test_awaiting_until_batch_zero_then_precise() -> None:
+    t = trust()
+    assert not t.trusted(0.0) and t.distrust is Distrust.AWAITING
+    assert t.on_batch(0, 1.0) is Step.APPLY
+    assert t.on_batch(1, 1.1) is Step.APPLY
+    assert t.trusted(1.2)
+
+
+def test_gap_without_replay_resyncs_after_a_while() -> None:
+    t = trust()
+    t.on_batch(0, 0.0)
+    assert t.on_batch(5, 1.0) is Step.APPLY  # 1..4 lost: applied anyway, not trusted
+    assert t.distrust is Distrust.GAP and not t.trusted(5.0)
+    t.on_batch(6, 6.0)
+    assert not t.trusted(10.9)
+    assert t.trusted(11.0)
+
+
+def test_a_second_gap_restarts_the_resync_clock() -> None:
+    t = trust()
+    t.on_batch(0, 0.0)
+    t.on_batch(3, 1.0)
+    t.on_batch(9, 8.0)
+    assert not t.trusted(12.0) and t.trusted(18.0)
+
+
+def test_joining_a_running_engine_is_a_gap() -> None:
+    t = trust()
+    assert t.on_batch(120, 0.0) is Step.APPLY
+    assert t.distrust is Distrust.GAP
+
+
+def test_gap_with_replay_asks_from_the_first_missing() -> None:
+    t = trust(replay=True)
+    t.on_batch(0, 0.0)
+    assert t.on_batch(4, 1.0) is Step.REPLAY
+    assert (t.distrust, t.replay_from, t.next_seq) == (Distrust.REPLAYING, 1, 5)
+    t.replayed(True, 1.1)
+    assert t.trusted(1.1)
+    t.on_batch(9, 2.0)
+    t.replayed(False, 2.1)  # the buffer no longer had them
+    assert t.distrust is Distrust.GAP
+
+
+def test_sequence_going_back_is_a_restart() -> None:
+    t = trust()
+    for seq in range(4):
+        t.on_batch(seq, 0.0)
+    assert t.on_batch(0, 1.0) is Step.RESET_AND_APPLY
+    assert t.trusted(1.0)  # a new engine, heard from its first batch on
+    t.on_batch(1, 1.1)
+    assert t.on_batch(1, 1.2) is Step.RESET_AND_APPLY  # back again, not from 0
+    assert t.distrust is Distrust.RESTARTED and not t.trusted(2.0)
+
+
+def test_malformed_batch_is_a_gap_of_one() -> None:
+    t = trust(replay=True)
+    t.on_batch(0, 0.0)
+    assert t.on_malformed(1, 1.0) is Step.REPLAY and t.replay_from == 1
+    t = trust()
+    t.on_batch(0, 0.0)
+    t.on_malformed(1, 1.0)
+    assert t.distrust is Distrust.MALFORMED
+    t.on_malformed(None, 2.0)  # not even a sequence number
+    assert t.distrust is Distrust.MALFORMED and not t.trusted(11.0) and t.trusted(12.0)
+
+
+def test_stall_after_a_routed_request_without_events() -> None:
+    t = trust()
+    t.on_batch(0, 0.0)
+    t.routed(1.0)
+    t.routed(3.0)  # the first one counts
+    assert t.trusted(5.9)
+    assert not t.trusted(6.1) and t.distrust is Distrust.STALLED
+    t.on_batch(1, 7.0)  # in order: nothing was lost
+    assert t.trusted(7.0)
+
+
+def test_no_stall_while_events_keep_coming() -> None:
+    t = trust()
+    t.on_batch(0, 0.0)
+    for second in range(1, 20):
+        t.routed(float(second))
+        t.on_batch(second, second + 0.5)
+    assert t.trusted(20.0)
