@@ -158,7 +158,11 @@ class PreciseCaches:
         dispatched (Abort) do not look like a stalled publisher."""
         caches = self.pools.get(choice.pool)
         trust = caches.trust.get(choice.slot) if caches is not None else None
-        if trust is not None and choice.prefix_blocks < choice.prefix_total:
+        if trust is None or caches is None:
+            return
+        # New blocks are due unless the engine held all the prompt's full blocks already.
+        cached = choice.predicted_cached_tokens or 0
+        if cached + caches.block_size <= choice.prompt_tokens:
             trust.routed(self.clock())
 
     def precise_workers(self) -> dict[str, dict[str, bool]]:
