@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from kinference.config import Policy
 from kinference.config.tenants import MAX_TRACKED_TENANTS, OVERFLOW_TENANT
 from kinference.routing.budget import WINDOW_S, Budget, LocalBudget, TokenWindow
+from kinference.routing.plugins.base import Rejection  # TENANT_RULE or TENANT_BUDGET
 from kinference.routing.reasons import Reason
 
 __all__ = [
@@ -40,14 +41,6 @@ class Reservation:
     limit: int
     tokens: int
     at: float  # the budget's clock when charged
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    """Why a tenant's request is not admitted: TENANT_RULE or TENANT_BUDGET, and the text."""
-
-    code: Reason
-    text: str
 
 
 class TenantGate:

@@ -25,7 +25,4 @@ class TenantFilter:
     ) -> Rejection | None:
         """None when the request is admitted, else why not. `names` are every name the
         requested model goes by (as asked, canonical, aliases)."""
-        refused = self.gate.check(policy, tenant, names, qos)
-        if refused is None:
-            return None
-        return Rejection(refused.code, refused.text)
+        return self.gate.check(policy, tenant, names, qos)
