@@ -53,6 +53,11 @@ class Pool(PolicyModel):
     metrics_url: str | None = Field(default=None, max_length=512)
     # How the workers' prefix caches are known: predicted, or from the engines' KV events.
     prefix: PrefixConfig = PrefixConfig()
+    # Sequences each engine of the pool runs at once (vLLM's --max-num-seqs, SGLang's
+    # --max-running-requests), for the TTFT model's queue and decode pressure. Unset, it
+    # is learned: from the engine's readings (running while requests wait) where it is
+    # scraped, else from observed TTFT (no queue at N sequences means at least N).
+    max_batch: int | None = Field(default=None, ge=1, le=1_000_000)
 
     @property
     def ref(self) -> str:

@@ -21,6 +21,8 @@ class Catalog:
         for pool in pools:
             self._pools[pool.ref] = pool
             slots = table.slots(pool.endpoints)
+            for slot in slots.tolist():  # the pool's configured batch, or learned (None)
+                table.set_batch_limit(slot, pool.max_batch)
             for model in pool.models:
                 self._slots[pool.ref, model] = slots
 

@@ -50,13 +50,16 @@ class LocalChoice:
     cached_tokens: float = 0.0  # predicted cached on this worker (its cached-tokens source)
     predicted_ttft_ms: float | None = None  # the TTFT model's estimate, when it ran
     predicted_wait_ms: float = 0.0  # the part of it spent behind other requests
+    # Sequences it joined on the worker (itself included), as the TTFT model saw them.
+    sequences: float = 0.0
     hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
     # Leading blocks the approximate index held on this worker at the pick, and how many
     # blocks had been recorded on it since the deepest of them (its age): eviction learning.
     held_blocks: int = 0
     held_age: int | None = None
-    # False when the worker still had prompts to prefill at the pick: blocks the index
-    # counts may not be computed yet, so a short report then says nothing of evictions.
+    # False when blocks the index counts on the worker were still being prefilled there
+    # by another pick: they may not be computed yet, so a short report then says nothing
+    # of evictions.
     settled: bool = True
     # Precise pools only: prompt tokens the engine's events say it has cached there.
     predicted_cached_tokens: int | None = None

@@ -114,7 +114,7 @@ class InFlight:
         if local is not None:
             self.table.add_inflight(local.slot, -1)
             if assignment.first_token_at is None:  # its prefill is no longer pending
-                self.table.add_pending_prefill(local.slot, -local.uncached_tokens)
+                self.table.end_prefill(local.slot, id(local))
             left = self.own.get(local.endpoint, 0) - 1
             if left > 0:
                 self.own[local.endpoint] = left

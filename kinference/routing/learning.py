@@ -11,9 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import floor, isnan
 
+import numpy as np
+
 from kinference.requests.prompt import CHARS_PER_TOKEN
 from kinference.routing.decision import LocalChoice
 from kinference.routing.journal import Journal
+from kinference.routing.pending import PendingPrefix
 from kinference.routing.prefix import PrefixIndex
 from kinference.routing.quality import PredictionQuality
 from kinference.routing.rates import Rates
@@ -22,6 +25,11 @@ from kinference.routing.table import WorkerTable
 # A prefill sample is taken when the predicted wait was under this share of the observed
 # TTFT: the rest is then mostly the request's own prefill.
 PREFILL_SAMPLE_WAIT_SHARE = 0.5
+# A first token within this share over the predicted TTFT without wait (plus a slack for
+# the picker's and gateway's own latency, ms) found no queue; one later than the predicted
+# TTFT plus the larger of that again and the queue slack, ms, waited for a batch slot.
+NO_QUEUE_SHARE, NO_QUEUE_SLACK_MS = 0.5, 50.0
+QUEUED_SLACK_MS = 250.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,17 +55,34 @@ class Learning:
     def picked(self, choice: LocalChoice) -> None:
         if choice.hashes:
             self.prefix.record(choice.slot, choice.hashes)
-        self.table.add_pending_prefill(choice.slot, choice.uncached_tokens)
+        entry = PendingPrefix(
+            choice.hashes, choice.held_blocks, choice.uncached_tokens,
+            self._tokens_per_block(choice, choice.prompt_tokens),
+        )  # fmt: skip
+        self.table.start_prefill(choice.slot, id(choice), entry)
 
     def first_token(self, choice: LocalChoice, ttft_ms: float) -> None:
-        self.table.add_pending_prefill(choice.slot, -choice.uncached_tokens)
+        self.table.end_prefill(choice.slot, id(choice))
         self.table.observe_ttft(choice.slot, choice.model, ttft_ms)
         self.journal.first_token(choice.endpoint, choice.model, ttft_ms)
         if choice.predicted_ttft_ms is not None:
             self.quality.ttft_ms.add(choice.predicted_ttft_ms, ttft_ms)
+            self._batch_evidence(choice, choice.predicted_ttft_ms, ttft_ms)
+
+    def _batch_evidence(self, choice: LocalChoice, predicted_ms: float, ttft_ms: float) -> None:
+        """Without engine readings (which say it directly), whether the request queued at
+        the occupancy it joined tells the worker's batch: the floor or a ceiling."""
+        slot = choice.slot
+        if choice.sequences < 1.0 or not np.isnan(self.table.scraped_at[slot]):
+            return
+        unqueued = max(predicted_ms - choice.predicted_wait_ms, 0.0)
+        if ttft_ms <= unqueued * (1.0 + NO_QUEUE_SHARE) + NO_QUEUE_SLACK_MS:
+            self.table.observed_batch(slot, choice.sequences, queued=False)
+        elif ttft_ms > predicted_ms + max(unqueued, QUEUED_SLACK_MS):
+            self.table.observed_batch(slot, choice.sequences, queued=True)
 
     def released_before_first_token(self, choice: LocalChoice) -> None:
-        self.table.add_pending_prefill(choice.slot, -choice.uncached_tokens)
+        self.table.end_prefill(choice.slot, id(choice))
 
     def final(self, choice: LocalChoice, served: Served) -> None:
         slot, model = choice.slot, choice.model
@@ -99,7 +124,7 @@ class Learning:
         else:
             self.prefix.confirmed(choice.slot, choice.held_age)
 
-    def _tokens_per_block(self, choice: LocalChoice, prompt_tokens: int) -> float:
+    def _tokens_per_block(self, choice: LocalChoice, prompt_tokens: float) -> float:
         block_tokens = self.block_bytes / CHARS_PER_TOKEN
         whole = prompt_tokens / max(len(choice.hashes), 1)
         return max(min(whole, block_tokens) if whole > 0 else block_tokens, 1e-9)
@@ -107,3 +132,4 @@ class Learning:
     def forget(self, slot: int) -> None:
         self.prefix.forget(slot)
         self.rates.forget(slot)
+        self.table.forget_batch(slot)

@@ -322,8 +322,9 @@ class Router:
             prompt_tokens=ctx.prompt_tokens, cached_tokens=float(ctx.cached_tokens[index]),
             predicted_ttft_ms=None if predicted is None else float(predicted[index]),
             predicted_wait_ms=0.0 if waits is None else float(waits[index]), hashes=ctx.hashes,
+            sequences=1.0 + (0.0 if ctx.sequences is None else float(ctx.sequences[index])),
             held_blocks=held, held_age=age,
-            settled=self.table.pending_prefill.item(slot) <= 0.0,
+            settled=not self.table.shared_pending(slot, ctx.hashes),
             predicted_cached_tokens=(
                 int(ctx.cached_tokens[index]) if attempt.query.precise is not None
                 and self.policy.catalog.prefix_mode(ctx.pool) == PRECISE else None
@@ -365,8 +366,9 @@ class Router:
         else:
             cached = self.sources.get(mode).cached_tokens(query, slots)
         ctx = PickContext(
-            request, model, pool, self.table, attempt.signals, slots, prompt_tokens, cached, hashes
-        )
+            request, model, pool, self.table, attempt.signals, slots, prompt_tokens, cached,
+            hashes, footprint=self.prefix.footprint(slots),
+        )  # fmt: skip
         return ctx, note
 
 

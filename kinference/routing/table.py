@@ -14,12 +14,17 @@ import numpy as np
 import numpy.typing as npt
 
 from kinference.itl_layout import MIDPOINTS_MS
+from kinference.routing.pending import PendingPrefix, PendingPrefixes
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 IndexArray = npt.NDArray[np.intp]
 
 EWMA_ALPHA = 0.2  # weight of a new latency observation in the running estimate
+# A worker seen running N sequences without a queue is assumed to take up to this many
+# times N until it is seen full (or observed queueing): tried, a queue shows within a few
+# picks; assumed exactly N, every pick past N would look like a queue it may not have.
+BATCH_HEADROOM = 2.0
 
 # Representative gap of each ITL layout-1 bucket, milliseconds.
 ITL_LAYOUT_1_MS = np.array(MIDPOINTS_MS, dtype=np.float64)
@@ -45,8 +50,17 @@ class WorkerTable:
         # The most sequences the engine was ever seen running: a floor of its batch (the
         # running count while others wait dips when its KV cache is short).
         self.running_max: FloatArray = np.full(capacity, np.nan)
-        # Uncached prompt tokens picked to each worker that have no first token yet.
+        # Learned without readings, from observed TTFT: the most sequences a request was
+        # seen joining without queueing (a floor of the batch), and one less than the
+        # fewest it was seen queueing behind (a ceiling); NaN until observed.
+        self.batch_floor: FloatArray = np.full(capacity, np.nan)
+        self.batch_ceiling: FloatArray = np.full(capacity, np.nan)
+        # The pool's `max_batch` (its engines' max_num_seqs), NaN when not configured.
+        self.batch_limit: FloatArray = np.full(capacity, np.nan)
+        # Uncached prompt tokens picked to each worker that have no first token yet, and
+        # (for those with prefix blocks) which blocks they compute.
         self.pending_prefill: FloatArray = np.zeros(capacity)
+        self.pending = PendingPrefixes()
         self.adapters: list[frozenset[str]] = []
         self._lora: dict[str, BoolArray] = {}  # adapter name -> which slots have it loaded
         self._ttft: dict[str, FloatArray] = {}  # per model, milliseconds (EWMA)
@@ -86,6 +100,9 @@ class WorkerTable:
         self.inflight_at_reading = grown(self.inflight_at_reading, np.nan)  # type: ignore[assignment]
         self.batch = grown(self.batch, np.nan)  # type: ignore[assignment]
         self.running_max = grown(self.running_max, np.nan)  # type: ignore[assignment]
+        self.batch_floor = grown(self.batch_floor, np.nan)  # type: ignore[assignment]
+        self.batch_ceiling = grown(self.batch_ceiling, np.nan)  # type: ignore[assignment]
+        self.batch_limit = grown(self.batch_limit, np.nan)  # type: ignore[assignment]
         self.pending_prefill = grown(self.pending_prefill, 0.0)  # type: ignore[assignment]
         for name, mask in self._lora.items():
             self._lora[name] = grown(mask, False)  # type: ignore[assignment]
@@ -100,6 +117,40 @@ class WorkerTable:
     def add_pending_prefill(self, slot: int, tokens: float) -> None:
         """Uncached prompt tokens awaiting their first token change by `tokens`."""
         self.pending_prefill[slot] = max(self.pending_prefill[slot] + tokens, 0.0)
+
+    def start_prefill(self, slot: int, key: object, entry: PendingPrefix) -> None:
+        """A pick's prefill, by its prefix blocks, pending on `slot` until `end_prefill`."""
+        self.pending.add(slot, key, entry)
+        self.add_pending_prefill(slot, entry.tokens)
+
+    def end_prefill(self, slot: int, key: object) -> None:
+        """That pick's prefill is over (first token, error, release); again is a no-op."""
+        entry = self.pending.pop(slot, key)
+        if entry is not None:
+            self.add_pending_prefill(slot, -entry.tokens)
+
+    def shared_pending(self, slot: int, hashes: tuple[int, ...]) -> float:
+        """Of `slot`'s pending prefill, the tokens a prompt with `hashes` shares."""
+        return self.pending.shared(slot, hashes)
+
+    def set_batch_limit(self, slot: int, limit: float | None) -> None:
+        """The configured batch of the worker's engine (None: learned)."""
+        self.batch_limit[slot] = np.nan if limit is None else limit
+
+    def observed_batch(self, slot: int, sequences: float, *, queued: bool) -> None:
+        """A request joined `sequences` (itself included) and queued or not (from its
+        observed TTFT): no queue raises the floor (and drops a ceiling below it), a queue
+        past the floor sets a ceiling under it."""
+        if not queued:
+            self.batch_floor[slot] = np.fmax(self.batch_floor[slot], sequences)
+            if self.batch_ceiling[slot] < sequences:
+                self.batch_ceiling[slot] = np.nan
+        elif not self.batch_floor[slot] >= sequences:  # NaN floor: no evidence against
+            self.batch_ceiling[slot] = np.fmin(self.batch_ceiling[slot], max(sequences - 1, 1))
+
+    def forget_batch(self, slot: int) -> None:
+        """A worker left: what was learned of its batch no longer applies to its slot."""
+        self.batch_floor[slot] = self.batch_ceiling[slot] = np.nan
 
     def set_ready(self, slot: int, ready: bool) -> None:
         self.ready[slot] = ready
@@ -167,10 +218,13 @@ class WorkerTable:
         """(sequences on each candidate now, the batch it runs at once).
 
         Sequences: the fresh reading (`waiting` not NaN) of running + waiting carried
-        forward by the picks since, else the in-flight picks. Batch: once the engine was
-        seen with requests waiting, the most it was ever seen running (while others wait
-        the running count dips when KV cache is short); before, at least `prior_batch` and,
-        with a fresh reading and nothing waiting, more than what runs.
+        forward by the picks since, else the in-flight picks. Batch: the pool's
+        `max_batch` when configured (capped by what a reading saw run while others
+        waited); else, once the engine was seen with requests waiting, the most it was
+        ever seen running (while others wait the running count dips when KV cache is
+        short); before, `BATCH_HEADROOM` times the most it was seen running or joined
+        without queueing, at least `prior_batch`, under a ceiling where a queue was
+        observed, and with a fresh reading and nothing waiting more than what runs.
         """
         inflight, fresh_waiting = self.inflight[slots], waiting[slots]
         running = self.running[slots]
@@ -178,11 +232,19 @@ class WorkerTable:
         held = running + fresh_waiting + since  # NaN without a fresh reading
         fresh = ~np.isnan(held)
         sequences = np.where(fresh, np.maximum(held, 0.0), inflight)
-        batch = np.fmax(self.batch[slots], self.running_max[slots])  # NaN only if both are
-        batch = np.where(np.isnan(self.batch[slots]), np.nan, batch)  # never seen full
+        seen, most = self.batch[slots], self.running_max[slots]
+        full = np.where(np.isnan(seen), np.nan, np.fmax(seen, most))  # NaN: never seen full
+        floor = np.fmax(most, self.batch_floor[slots])
+        guess = np.fmax(BATCH_HEADROOM * floor, prior_batch)  # NaN floor: the prior
+        ceiling = self.batch_ceiling[slots]
+        ceiling = np.where(np.isnan(ceiling), np.nan, np.fmax(ceiling, floor))  # >= floor
+        guess = np.fmin(guess, ceiling)  # NaN ceiling: no cap
         took_all = np.where(fresh_waiting > 0, running, running + 1.0)  # NaN: no reading
-        unknown = np.fmax(np.where(fresh, took_all, prior_batch), prior_batch)
-        return sequences, np.maximum(np.where(np.isnan(batch), unknown, batch), 1.0)
+        guess = np.fmax(np.where(fresh, took_all, np.nan), guess)
+        batch = np.where(np.isnan(full), guess, full)
+        limit = self.batch_limit[slots]
+        batch = np.where(np.isnan(limit), batch, np.fmin(limit, full))
+        return sequences, np.maximum(batch, 1.0)
 
     def occupancy_of(self, slot: int, waiting: float, prior_batch: float) -> tuple[float, float]:
         """`occupancy` of one slot on Python floats (`waiting`: its fresh reading or NaN)."""
@@ -190,14 +252,21 @@ class WorkerTable:
         held = running + waiting + inflight - self.inflight_at_reading.item(slot)
         fresh = not math.isnan(held)
         sequences = max(held, 0.0) if fresh else inflight
-        batch, most = self.batch.item(slot), self.running_max.item(slot)
-        if not math.isnan(batch):
-            batch = batch if math.isnan(most) else max(batch, most)
-        elif fresh:
-            batch = max(running if waiting > 0 else running + 1.0, prior_batch)
-        else:
-            batch = prior_batch
-        return sequences, max(batch, 1.0)
+        seen, most = self.batch.item(slot), self.running_max.item(slot)
+        full = seen if math.isnan(most) or math.isnan(seen) else max(seen, most)
+        limit = self.batch_limit.item(slot)
+        if not math.isnan(limit):
+            return sequences, max(limit if math.isnan(full) else min(limit, full), 1.0)
+        if not math.isnan(full):
+            return sequences, max(full, 1.0)
+        floor = _fmax(most, self.batch_floor.item(slot))
+        guess = prior_batch if math.isnan(floor) else max(BATCH_HEADROOM * floor, prior_batch)
+        ceiling = self.batch_ceiling.item(slot)
+        if not math.isnan(ceiling):
+            guess = min(guess, _fmax(ceiling, floor))
+        if fresh:
+            guess = max(running if waiting > 0 else running + 1.0, guess)
+        return sequences, max(guess, 1.0)
 
     def has_readings(self) -> bool:
         """Whether any engine reading was ever taken (else every engine signal is unknown)."""
@@ -228,6 +297,13 @@ class WorkerTable:
         if array is None:
             array = table[model] = np.full(len(self.inflight), np.nan)
         return array
+
+
+def _fmax(a: float, b: float) -> float:
+    """The larger of two floats, NaN only when both are."""
+    if math.isnan(a):
+        return b
+    return a if math.isnan(b) else max(a, b)
 
 
 def _ewma(array: FloatArray, slot: int, value: float) -> None:

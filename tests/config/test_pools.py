@@ -28,6 +28,8 @@ def test_pool_engines(engine: str) -> None:
         ("metrics_path: '//x/metrics'", "pools[0].metrics_path: expected a path"),
         ("metrics_path: '/a b'", "pools[0].metrics_path: expected a path"),
         ("metrics_port: 0", "pools[0].metrics_port: Input should be greater than or equal to 1"),
+        ("max_batch: 0", "pools[0].max_batch: Input should be greater than or equal to 1"),
+        ("max_batch: many", "pools[0].max_batch: Input should be a valid integer"),
         ("metrics_url: 'ftp://{host}'", "pools[0].metrics_url: metrics_url must start"),
         ("metrics_url: 'http://x:1/m'", "pools[0].metrics_url: metrics_url must contain"),
         (
@@ -59,6 +61,13 @@ pools:
     assert a.metrics_target("[fd00::1]:8000") == "http://[fd00::1]:8002/metrics"
     assert b.metrics_target("w-0.dyn:9000") == "https://w-0.dyn:9091/metrics?of=9000"
     assert c.metrics_target("10.0.0.2:8000") == "/metrics"  # a path on the endpoint
+
+
+def test_max_batch_is_optional_and_read_as_given() -> None:
+    text = ("pools:\n  - {name: a, endpoints: [], models: [m], max_batch: 64}\n"
+            "  - {name: b, endpoints: [], models: [m]}\n")  # fmt: skip
+    a, b = parse_policy(text).pools
+    assert (a.max_batch, b.max_batch) == (64, None)
 
 
 def test_metrics_port_and_url_exclude_each_other() -> None:

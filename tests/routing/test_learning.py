@@ -169,3 +169,36 @@ def test_the_error_window_reports_mae_bias_and_correlation() -> None:
     assert summary.bias == pytest.approx(-3.5)
     assert summary.correlation == pytest.approx(1.0)
     assert math.isnan(ErrorWindow().summary().correlation)
+
+
+def test_without_readings_a_first_token_without_queue_raises_the_batch_floor() -> None:
+    learn = learning()
+    picked = choice(2, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=11.0)
+    learn.picked(picked)
+    learn.first_token(picked, 70.0)  # about as predicted: no queue at 11 sequences
+    assert learn.table.batch_floor[2] == 11.0
+    late = choice(2, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=15.0)
+    learn.picked(late)
+    learn.first_token(late, 900.0)  # waited for a slot at 15
+    assert learn.table.batch_ceiling[2] == 14.0
+
+
+def test_with_engine_readings_the_ttft_teaches_nothing_of_the_batch() -> None:
+    learn = learning()
+    learn.table.slots(f"10.0.0.{i}:8000" for i in range(3))
+    learn.table.set_engine(2, waiting=0, running=3, kv_usage=0.1, scraped_at=1.0)
+    picked = choice(2, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=4.0)
+    learn.picked(picked)
+    learn.first_token(picked, 900.0)
+    assert np.isnan(learn.table.batch_ceiling[2])
+
+
+def test_a_prefill_sharing_another_in_progress_is_settled_by_its_end() -> None:
+    """Pending entries leave with the first token, or with the release if none came."""
+    learn = learning()
+    first = choice(0, prompt_tokens=640.0, hashes=HASHES)
+    learn.picked(first)
+    assert learn.table.shared_pending(0, HASHES) == 640.0
+    learn.released_before_first_token(first)
+    assert learn.table.shared_pending(0, HASHES) == 0.0
+    assert learn.table.pending_prefill[0] == 0.0

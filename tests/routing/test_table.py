@@ -355,3 +355,50 @@ def test_estimates_are_views_of_the_table() -> None:
     table.observe_ttft(slot, "m", 42)
     assert estimates[slot] == 42
     assert np.isnan(estimates[slot + 1 :]).all()
+
+
+def test_an_engine_seen_running_without_a_queue_is_given_headroom() -> None:
+    """Seen running 20 with nothing waiting (never full): at least twice that, not the
+    prior's 8, so the 21st sequence is no queue."""
+    table = WorkerTable()
+    a = table.slot("a:1")
+    table.set_engine(a, waiting=0, running=20, kv_usage=0.3, scraped_at=1.0)
+    waiting = table.waiting.copy()
+    slots = np.array([a])
+    _sequences, batch = table.occupancy(slots, waiting, 8.0)
+    assert batch[0] == 2 * 20
+    assert table.occupancy_of(a, waiting.item(a), 8.0) == (20.0, 40.0)
+
+
+def test_without_readings_the_batch_is_learned_from_queueing_observed() -> None:
+    table = WorkerTable()
+    a = table.slot("a:1")
+    slots = np.array([a])
+    nan = np.full(len(table.inflight), np.nan)
+    assert table.occupancy(slots, nan, 8.0)[1][0] == 8.0  # the prior
+    table.observed_batch(a, 12.0, queued=False)  # no queue at 12: at least 12, try 24
+    assert table.occupancy(slots, nan, 8.0)[1][0] == 24.0
+    table.observed_batch(a, 17.0, queued=True)  # queued at 17: at most 16
+    assert table.occupancy(slots, nan, 8.0)[1][0] == 16.0
+    table.observed_batch(a, 10.0, queued=True)  # under the floor: not believed
+    assert table.batch_ceiling[a] == 16.0
+    table.observed_batch(a, 18.0, queued=False)  # no queue past the ceiling: it goes
+    assert np.isnan(table.batch_ceiling[a])
+    assert table.occupancy(slots, nan, 8.0)[1][0] == 36.0
+    table.forget_batch(a)
+    assert table.occupancy(slots, nan, 8.0)[1][0] == 8.0
+
+
+def test_a_configured_batch_overrides_the_guess_but_not_a_full_reading() -> None:
+    table = WorkerTable()
+    a, b = table.slot("a:1"), table.slot("b:1")
+    table.set_batch_limit(a, 64)
+    table.set_batch_limit(b, 64)
+    table.set_engine(b, waiting=3, running=10, kv_usage=0.99, scraped_at=1.0)  # KV short
+    waiting = table.waiting.copy()
+    _, batch = table.occupancy(np.array([a, b]), waiting, 8.0)
+    assert batch.tolist() == [64.0, 10.0]
+    assert table.occupancy_of(a, waiting.item(a), 8.0)[1] == 64.0
+    assert table.occupancy_of(b, waiting.item(b), 8.0)[1] == 10.0
+    table.set_batch_limit(a, None)
+    assert table.occupancy_of(a, waiting.item(a), 8.0)[1] == 8.0

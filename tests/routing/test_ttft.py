@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kinference.routing.pending import PendingPrefix
 from kinference.routing.rates import Rates
 from kinference.routing.scorers.ttft import TtftConfig, TtftScorer
 from kinference.routing.table import WorkerTable
@@ -149,6 +150,38 @@ def test_service_time_is_a_moving_mean_and_forgotten_with_the_worker() -> None:
     assert np.isnan(rates.values(MODEL, "service_ms", np.array([3]), 8)).all()
 
 
+def test_pending_prefill_of_a_shared_prefix_is_no_wait() -> None:
+    """A concurrent request still prefilling the document this one asks about: the blocks
+    are a cache hit in progress there, not a queue; other pending prefill still waits."""
+    table = WorkerTable()
+    doc = tuple(range(1, 201))  # 200 blocks of 16 tokens
+    ctx = context(2, prompt_tokens=3300, cached=[3200, 0], table=table)
+    ctx.hashes = (*doc, 999)
+    holder = int(ctx.slots[0])
+    table.start_prefill(holder, "first", PendingPrefix(doc, 0, 3200.0, 16.0))
+    table.add_pending_prefill(holder, 500.0)  # another prompt's prefill: a wait
+    model = scorer()
+    for form in (model._predict_small, model._predict_vector):
+        _, wait, _ = form(ctx)
+        assert wait.tolist() == pytest.approx([500 * PER_TOKEN, 0.0])
+
+
+def test_a_cold_prompt_goes_to_the_emptier_cache() -> None:
+    """Nothing cached anywhere, rates a little apart: the fuller cache pays for the
+    blocks the prompt would evict there."""
+    rates = Rates()
+    ctx = context(2, prompt_tokens=12_000)
+    full, empty = int(ctx.slots[0]), int(ctx.slots[1])
+    rates.observe_prefill(full, MODEL, 12_000, 600.0)  # learned a tenth faster
+    rates.observe_prefill(empty, MODEL, 12_000, 660.0)
+    ctx.footprint = np.array([1500.0, 0.0])
+    assert scorer(rates).score(ctx).tolist()[1] == 1.0
+    ctx.footprint = np.array([0.0, 0.0])
+    assert scorer(rates).score(ctx).tolist()[0] == 1.0  # equal caches: the faster
+    ctx.footprint = np.array([1500.0, 0.0])
+    assert scorer(rates, cache_space_weight=0).score(ctx).tolist()[0] == 1.0
+
+
 @settings(deadline=None)
 @given(
     inflight=st.lists(st.integers(0, 20), min_size=2, max_size=12),
@@ -159,19 +192,38 @@ def test_service_time_is_a_moving_mean_and_forgotten_with_the_worker() -> None:
     ),
     learned=st.lists(st.one_of(st.none(), st.floats(0.01, 1.0)), min_size=12, max_size=12),
     cached=st.lists(st.floats(0, 3000), min_size=12, max_size=12),
+    batches=st.lists(
+        st.tuples(st.sampled_from(["none", "floor", "ceiling", "limit"]), st.integers(1, 40)),
+        min_size=12,
+        max_size=12,
+    ),
+    shared=st.lists(st.integers(0, 40), min_size=12, max_size=12),
 )
-def test_the_small_form_gives_the_vector_forms_predictions(
+def test_the_small_form_gives_the_vector_forms_predictions(  # noqa: PLR0917
     inflight: list[int],
     readings: list[tuple[int, int] | None],
     learned: list[float | None],
     cached: list[float],
+    batches: list[tuple[str, int]],
+    shared: list[int],
 ) -> None:
     table, rates = WorkerTable(), Rates()
     n = len(inflight)
     ctx = context(n, prompt_tokens=3000, cached=cached[:n], table=table)
+    hashes = tuple(range(1, 41))
+    ctx.hashes = hashes
     for i, slot in enumerate(ctx.slots.tolist()):
         table.add_inflight(slot, inflight[i])
         table.add_pending_prefill(slot, 37.0 * i)
+        mine = (*hashes[: shared[i]], 10_000 + i)  # shares its first `shared[i]` blocks
+        table.start_prefill(slot, i, PendingPrefix(mine, 0, 16.0 * len(mine), 16.0))
+        kind, size = batches[i]
+        if kind == "floor":
+            table.observed_batch(slot, float(size), queued=False)
+        elif kind == "ceiling":
+            table.observed_batch(slot, float(size), queued=True)
+        elif kind == "limit":
+            table.set_batch_limit(slot, size)
         if readings[i] is not None:
             waiting, running = readings[i]
             table.set_engine(slot, waiting=waiting, running=running, kv_usage=0.5, scraped_at=0.0)

@@ -39,9 +39,12 @@ class PickContext:
     prompt_tokens: float
     cached_tokens: FloatArray
     hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
+    # Blocks the approximate prefix index holds per candidate (how full its cache is).
+    footprint: FloatArray | None = None
     # Written by the TTFT scorer when it runs: its prediction per candidate, milliseconds.
     predicted_ttft_ms: FloatArray | None = None
     predicted_wait_ms: FloatArray | None = None  # the part of it spent behind others
+    sequences: FloatArray | None = None  # what each runs and queues, as the model sees it
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,21 +1,28 @@
 """Estimated time to first token: one cost per candidate, in milliseconds.
 
     ttft = wait + prefill + pressure
-    wait     = ahead * service_ms / batch  +  pending_prefill_tokens * ms_per_token
+    wait     = ahead * service_ms / batch  +  (pending - shared_pending) * ms_per_token
     prefill  = base_ms + (prompt_tokens - cached_tokens) * ms_per_token
     pressure = decode_pressure_ms * min(sequences / batch, 1) ** 2
 
 `sequences` are what the worker runs and queues now: the engine's last reading (running +
 waiting) carried forward by the picks and completions since, or the cluster-wide in-flight
-picks when no fresh reading exists. `batch` is how many it runs at once (seen in readings
-while requests waited, else the prior), `ahead` the sequences beyond it that the new request
-would queue behind (each wait is a batch slot freed: `service_ms / batch` apart).
-`pending_prefill_tokens` are uncached prompt tokens picked to the worker and still without
-a first token. `ms_per_token`, `base_ms` and `service_ms` are learned per worker and model
-(`routing.rates`); a worker not learned yet takes its fellow candidates' mean, and the
-priors below apply while none is learned. The score is `best / cost` (the cheapest
-candidate scores 1), `cost = ttft + compute_weight * prefill`: a share of the compute the
-request takes from those after it, so that at equal TTFT a cache hit wins.
+picks when no fresh reading exists. `batch` is how many it runs at once (the pool's
+`max_batch`, else seen in readings while requests waited, else learned: `WorkerTable.
+occupancy`), `ahead` the sequences beyond it that the new request would queue behind (each
+wait is a batch slot freed: `service_ms / batch` apart). `pending` are uncached prompt
+tokens picked to the worker and still without a first token, `shared_pending` those of
+them this prompt shares (a prefix being computed there is a cache hit in progress, not a
+queue: `routing.pending`). `ms_per_token`, `base_ms` and `service_ms` are learned per
+worker and model (`routing.rates`); a worker not learned yet takes its fellow candidates'
+mean, and the priors below apply while none is learned.
+
+The score is `best / cost` (the cheapest candidate scores 1), with
+`cost = ttft + (compute_weight + cache_space_weight * fullness) * prefill`: a share of the
+compute the request takes from those after it, so that at equal TTFT a cache hit wins; and
+the cache space its new blocks take, dearer where the cache is fuller (`fullness`: blocks
+the prefix index holds there over the most any candidate holds), since they evict what
+others would reuse: cold prompts spread over the caches.
 """
 
 from __future__ import annotations
@@ -52,6 +59,12 @@ class TtftConfig(PluginConfig):
     # compute it takes from the requests after it. Where two workers promise about the same
     # TTFT (the cached one busy prefilling what the request shares), the cache wins.
     compute_weight: NonNegativeFloat = 0.5
+    # Share of the request's own uncached prefill added at the fullest candidate cache
+    # (in proportion below it): new blocks evict others' reusable ones (which then cost
+    # their prefill again), so a long cold prompt goes to the emptiest cache rather than
+    # to one that learned rates favour by some per cent (sglang-router sends unmatched
+    # prompts to its smallest tree).
+    cache_space_weight: NonNegativeFloat = 1.0
     # Weight of a new sample in the learned rates (exponential forgetting).
     learning_rate: float = Field(default=0.1, gt=0.0, le=1.0)
 
@@ -60,10 +73,11 @@ class TtftConfig(PluginConfig):
 class Parts:
     """The prompt-independent terms per slot, milliseconds (and ms per uncached token)."""
 
-    wait: FloatArray
+    wait: FloatArray  # counting all pending prefill (`_shared_pending` is per prompt)
     base: FloatArray
     per_token: FloatArray
     pressure: FloatArray
+    sequences: FloatArray  # what each runs and queues now
 
 
 # Up to this many candidates the terms are computed on Python floats (`small_parts`).
@@ -93,8 +107,10 @@ class TtftScorer:
         parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting)
         uncached = np.maximum(ctx.prompt_tokens - ctx.cached_tokens, 0.0)
         prefill = uncached * parts.per_token
-        predicted: FloatArray = parts.wait + parts.base + prefill + parts.pressure
-        return predicted, parts.wait, prefill
+        wait = parts.wait - _shared_pending(ctx) * parts.per_token
+        predicted: FloatArray = wait + parts.base + prefill + parts.pressure
+        ctx.sequences = parts.sequences
+        return predicted, wait, prefill
 
     def _predict_small(self, ctx: PickContext) -> tuple[FloatArray, FloatArray, FloatArray]:
         """`_predict` on Python floats, for a handful of candidates (numpy's fixed cost per
@@ -109,17 +125,22 @@ class TtftScorer:
                                   config.prior_service_ms)  # fmt: skip
         pending, waiting = table.pending_prefill, ctx.signals.waiting
         full = config.decode_pressure_ms
-        prompt, cached = ctx.prompt_tokens, ctx.cached_tokens.tolist()
-        predicted, wait, prefill = [], [], []
+        prompt, cached, hashes = ctx.prompt_tokens, ctx.cached_tokens.tolist(), ctx.hashes
+        predicted, wait, prefill, occupied = [], [], [], []
         for i, slot in enumerate(slots):
             sequences, batch = table.occupancy_of(slot, waiting.item(slot), config.prior_batch)
             ahead = max(sequences + 1.0 - batch, 0.0)
-            waited = ahead * service[i] / batch + pending.item(slot) * per_token[i]
+            queued = pending.item(slot)
+            if queued > 0.0 and cached[i] > 0.0:
+                queued = max(queued - table.shared_pending(slot, hashes), 0.0)
+            waited = ahead * service[i] / batch + queued * per_token[i]
             own = max(prompt - cached[i], 0.0) * per_token[i]
             pressure = full * min(sequences / batch, 1.0) ** 2
             predicted.append(waited + base[i] + own + pressure)
             wait.append(waited)
             prefill.append(own)
+            occupied.append(sequences)
+        ctx.sequences = np.array(occupied)
         return np.array(predicted), np.array(wait), np.array(prefill)
 
     def parts(
@@ -137,21 +158,45 @@ class TtftScorer:
         ahead = np.maximum(sequences + 1.0 - batch, 0.0)
         wait = ahead * service / batch + table.pending_prefill[slots] * per_token
         pressure = config.decode_pressure_ms * np.minimum(sequences / batch, 1.0) ** 2
-        return Parts(wait, base, per_token, pressure)
+        return Parts(wait, base, per_token, pressure, sequences)
 
     def score(self, ctx: PickContext) -> FloatArray:
         """`best / cost`, the cost being the predicted TTFT plus `compute_weight` of the
         request's own prefill (milliseconds both)."""
         predicted, ctx.predicted_wait_ms, prefill = self._predict(ctx)
         ctx.predicted_ttft_ms = predicted
-        weight = self.config.compute_weight
+        weight, space = self.config.compute_weight, self.config.cache_space_weight
+        footprint = ctx.footprint
         if len(predicted) <= SMALL_CANDIDATES:  # Python floats: a few numpy calls fewer
-            pairs = zip(predicted.tolist(), prefill.tolist(), strict=True)
-            costs = [max(ttft + weight * own, 1.0) for ttft, own in pairs]
+            owns = prefill.tolist()
+            shares = [weight] * len(owns)
+            if footprint is not None and space > 0.0:
+                held = footprint.tolist()
+                most = max(held)
+                if most > 0.0:
+                    shares = [weight + space * blocks / most for blocks in held]
+            triples = zip(predicted.tolist(), owns, shares, strict=True)
+            costs = [max(ttft + share * own, 1.0) for ttft, own, share in triples]
             best = min(costs)
             return np.array([best / cost for cost in costs])
-        cost = np.maximum(predicted + weight * prefill, 1.0)
+        share: FloatArray | float = weight
+        if footprint is not None and space > 0.0 and (most := float(footprint.max())) > 0.0:
+            share = weight + space * footprint / most
+        cost = np.maximum(predicted + share * prefill, 1.0)
         return float(cost.min()) / cost
+
+
+def _shared_pending(ctx: PickContext) -> FloatArray:
+    """Per candidate, the pending prefill tokens this prompt shares (cached candidates
+    with pending prefill only: elsewhere it is 0)."""
+    table, slots = ctx.table, ctx.slots
+    shared = np.zeros(len(slots))
+    if not ctx.hashes:
+        return shared
+    for i in np.flatnonzero((table.pending_prefill[slots] > 0.0) & (ctx.cached_tokens > 0.0)):
+        slot = int(slots[i])
+        shared[i] = min(table.shared_pending(slot, ctx.hashes), table.pending_prefill.item(slot))
+    return shared
 
 
 def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:

@@ -1,0 +1,71 @@
+"""Prefill picked to a worker and not done yet, by the prefix blocks it computes.
+
+A request picked to a worker prefills its uncached blocks until its first token. Another
+request sharing those blocks, picked there meanwhile, does not queue behind that prefill:
+it finds its prefix being computed (a cache hit in progress; the index already counts
+those blocks as cached there). Only pending prefill the new request does not share is a
+wait. Entries are keyed by whatever identifies one pick (the local choice object, another
+replica's pick id) and leave at the first token, an upstream error or the release.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPrefix:
+    """One pick's prefill: its prompt's prefix blocks, of which it computes `hashes[start:]`."""
+
+    hashes: tuple[int, ...]
+    start: int  # leading blocks already cached on the worker when it was picked
+    tokens: float  # uncached prompt tokens it prefills
+    block_tokens: float  # prompt tokens per block
+
+    def shared_tokens(self, hashes: tuple[int, ...]) -> float:
+        """Tokens of this prefill that a prompt with `hashes` shares (its blocks from
+        `start` up to where the two prompts part). Hashes are chained, so equal hashes
+        at block i mean equal prefixes up to i: a binary search finds where they part."""
+        start, mine = self.start, self.hashes
+        end = min(len(mine), len(hashes))
+        if start >= end or mine[start] != hashes[start]:
+            return 0.0
+        lo, hi = start + 1, end  # blocks[:lo] shared; find the largest such lo
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if mine[mid - 1] == hashes[mid - 1]:
+                lo = mid
+            else:
+                hi = mid - 1
+        return min((lo - start) * self.block_tokens, self.tokens)
+
+
+class PendingPrefixes:
+    """Pending prefills per worker slot (only those with prefix blocks; bounded by the
+    requests in flight, each entry leaving at its first token or release)."""
+
+    def __init__(self) -> None:
+        self._by_slot: dict[int, dict[object, PendingPrefix]] = {}
+
+    def add(self, slot: int, key: object, entry: PendingPrefix) -> None:
+        self._by_slot.setdefault(slot, {})[key] = entry
+
+    def pop(self, slot: int, key: object) -> PendingPrefix | None:
+        entries = self._by_slot.get(slot)
+        if entries is None:
+            return None
+        entry = entries.pop(key, None)
+        if not entries:
+            del self._by_slot[slot]
+        return entry
+
+    def shared(self, slot: int, hashes: tuple[int, ...]) -> float:
+        """Pending prefill tokens on `slot` that a prompt with `hashes` shares."""
+        entries = self._by_slot.get(slot)
+        if not entries or not hashes:
+            return 0.0
+        return sum(entry.shared_tokens(hashes) for entry in entries.values())
+
+    def forget(self, slot: int) -> list[PendingPrefix]:
+        """Drop a worker's entries (it left); answers them."""
+        return list(self._by_slot.pop(slot, {}).values())
