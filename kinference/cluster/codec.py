@@ -28,6 +28,14 @@ COOLED = "b"  # [provider]: a provider was just blacklisted; re-read its key
 # [endpoint, model, uncached tokens, prefill ms | null, service ms | null]: the TTFT
 # model's samples of one finished request (null: not measured)
 SERVED = "s"
+# [endpoint, pick id, start block, uncached tokens, tokens per block]: the instance's pick
+# just before it on that endpoint prefills its blocks from `start` on, until PREFILLED
+PREFILLING = "f"
+PREFILLED = "d"  # [endpoint, pick id]: that prefill is over
+# [endpoint, base64 hashes, kept blocks, age | null]: the engine had only `kept` leading
+# blocks of a prompt cached although the index said more (an eviction learned)
+SHORTFALL = "x"
+CONFIRMED = "k"  # [endpoint, age | null]: the engine had the predicted blocks cached
 
 Event = list[Any]
 
@@ -97,7 +105,7 @@ def _attach_hashes(events: list[Event], blob: bytes) -> bool:
     """Give each pick of a binary entry its slice of `h`; False when they do not match."""
     offset = 0
     for event in events:
-        if isinstance(event, list) and len(event) == 4 and event[0] == PICKED:
+        if isinstance(event, list) and len(event) >= 4 and event[0] == PICKED:
             count = event[3]
             if not isinstance(count, int) or count < 0 or offset + 8 * count > len(blob):
                 return False

@@ -61,6 +61,20 @@ class Outbox:
         self._add([codec.SERVED, endpoint, model, uncached, _measured(prefill_ms),
                    _measured(service_ms)])  # fmt: skip
 
+    def prefilling(
+        self, endpoint: str, pick: int, start: int, tokens: float, block_tokens: float
+    ) -> None:
+        self._add([codec.PREFILLING, endpoint, pick, start, tokens, block_tokens])
+
+    def prefilled(self, endpoint: str, pick: int) -> None:
+        self._add([codec.PREFILLED, endpoint, pick])
+
+    def shortfall(self, endpoint: str, hashes: Sequence[int], kept: int, age: int | None) -> None:
+        self._add([codec.SHORTFALL, endpoint, codec.pack_hashes(hashes), kept, age])
+
+    def confirmed(self, endpoint: str, age: int | None) -> None:
+        self._add([codec.CONFIRMED, endpoint, age])
+
     def engine(self, endpoint: str, reading: dict[str, Any]) -> None:
         self._add([codec.ENGINE, endpoint, reading])
 

@@ -33,9 +33,11 @@ from kinference.routing.router import Router
 GLOBAL = ""  # the pool name of the global shard
 IDLE_POLL_MAX_S = 0.05  # seconds: on Cluster, idle shards are polled at least this often
 IDLE_POLL_MIN_S = 0.005
+# Carried in the endpoint's pool shard. PREFILLING must travel with the PICKED before it.
 _EVENTS_WITH_ENDPOINT = frozenset(
-    {codec.PICKED, codec.RELEASED, codec.FIRST_TOKEN, codec.ITL, codec.ENGINE}
-)
+    {codec.PICKED, codec.RELEASED, codec.FIRST_TOKEN, codec.ITL, codec.ENGINE,
+     codec.PREFILLING, codec.PREFILLED, codec.SHORTFALL, codec.CONFIRMED}
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

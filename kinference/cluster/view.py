@@ -15,6 +15,7 @@ from typing import Any
 from kinference.cluster import codec
 from kinference.itl_layout import BUCKETS as ITL_BUCKETS
 from kinference.routing.features import EngineReading
+from kinference.routing.pending import PendingPrefix
 from kinference.routing.router import Router
 from kinference.routing.table import WorkerTable
 
@@ -40,6 +41,8 @@ class ClusterView:
         self.seq: dict[str, int] = {}  # instance -> last flush sequence number accounted for
         self.applied: dict[str, int] = {}  # event kind -> events applied (for metrics)
         self.last_seen: dict[str, float] = {}  # instance -> monotonic s of its last entry
+        # instance -> (endpoint, hashes) of its last pick applied: its PREFILLING follows
+        self._last_pick: dict[str, tuple[str, tuple[int, ...]]] = {}
 
     @property
     def table(self) -> WorkerTable:
@@ -82,9 +85,9 @@ class ClusterView:
         self.applied[kind] = self.applied.get(kind, 0) + 1
         router = self.router
         if kind == codec.PICKED:
-            if with_load:
-                self._add(instance, str(event[1]), 1)
-            router.remote_picked(str(event[1]), codec.unpack_hashes(event[3]))
+            self._picked(instance, event, with_load=with_load)
+        elif kind in _PREFIX_EVENTS:
+            self._apply_prefix_event(instance, event)
         elif kind == codec.RELEASED:
             if with_load:
                 self._add(instance, str(event[1]), -1)
@@ -100,6 +103,32 @@ class ClusterView:
             self.engine_reading(str(event[1]), event[2])
         elif kind == codec.COOLED:
             self.on_cooled(str(event[1]))
+
+    def _picked(self, instance: str, event: list[Any], *, with_load: bool) -> None:
+        endpoint, hashes = str(event[1]), codec.unpack_hashes(event[3])
+        if with_load:
+            self._add(instance, endpoint, 1)
+        self._last_pick[instance] = (endpoint, hashes)
+        self.router.remote_picked(endpoint, hashes)
+
+    def _apply_prefix_event(self, instance: str, event: list[Any]) -> None:
+        """Another replica's prefill in progress, or what it learned of an engine's cache."""
+        kind, endpoint, router = event[0], str(event[1]), self.router
+        if kind == codec.PREFILLING:
+            last = self._last_pick.pop(instance, None)
+            hashes = last[1] if last is not None and last[0] == endpoint else ()
+            start, tokens, block_tokens = int(event[3]), float(event[4]), float(event[5])
+            if min(start, tokens, block_tokens) < 0:
+                raise ValueError("a negative prefill")
+            entry = PendingPrefix(hashes, start, tokens, block_tokens)
+            router.remote_prefilling(instance, endpoint, int(event[2]), entry)
+        elif kind == codec.PREFILLED:
+            router.remote_prefilled(instance, endpoint, int(event[2]))
+        elif kind == codec.SHORTFALL:
+            age = None if event[4] is None else int(event[4])
+            router.remote_shortfall(endpoint, codec.unpack_hashes(event[2]), int(event[3]), age)
+        elif kind == codec.CONFIRMED:
+            router.remote_confirmed(endpoint, None if event[2] is None else int(event[2]))
 
     def _add(self, instance: str, endpoint: str, delta: int) -> None:
         counts = self.load.setdefault(instance, {})
@@ -125,8 +154,10 @@ class ClusterView:
         self.seq[instance] = seq
 
     def drop(self, instance: str) -> None:
-        """Forget an instance: its load vanishes from every worker."""
+        """Forget an instance: its load and prefills in progress vanish from every worker."""
         self._unload(instance)
+        self._last_pick.pop(instance, None)
+        self.router.remote_gone(instance)
         self.seq.pop(instance, None)
         self.last_seen.pop(instance, None)
 
@@ -154,6 +185,9 @@ class ClusterView:
             scraped_at=self._clock() - age_s,
         )
         self.router.engine_reading(endpoint, ready, engine)
+
+
+_PREFIX_EVENTS = frozenset({codec.PREFILLING, codec.PREFILLED, codec.SHORTFALL, codec.CONFIRMED})
 
 
 def _optional(value: Any) -> float | None:

@@ -113,8 +113,9 @@ class InFlight:
         local = assignment.local
         if local is not None:
             self.table.add_inflight(local.slot, -1)
-            if assignment.first_token_at is None:  # its prefill is no longer pending
-                self.table.end_prefill(local.slot, id(local))
+            no_token = assignment.first_token_at is None  # its prefill is no longer pending
+            if no_token and self.table.end_prefill(local.slot, id(local)):
+                self.journal.prefilled(local.endpoint, id(local))
             left = self.own.get(local.endpoint, 0) - 1
             if left > 0:
                 self.own[local.endpoint] = left

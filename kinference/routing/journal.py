@@ -31,6 +31,23 @@ class Journal(Protocol):
         prefill milliseconds (TTFT less the predicted wait) and how long it held its batch
         slot after the first token; NaN where not measured."""
 
+    def prefilling(
+        self, endpoint: str, pick: int, start: int, tokens: float, block_tokens: float
+    ) -> None:
+        """The pick just journalled (`picked`, same endpoint) prefills `tokens` uncached
+        tokens there, its blocks from `start` on (`block_tokens` each) until `prefilled`;
+        `pick` names it among this replica's picks."""
+
+    def prefilled(self, endpoint: str, pick: int) -> None:
+        """That pick's prefill is over (first token, upstream error or release)."""
+
+    def shortfall(self, endpoint: str, hashes: Sequence[int], kept: int, age: int | None) -> None:
+        """`endpoint` had only `kept` leading blocks of `hashes` cached although the index
+        said more, the deepest predicted one `age` blocks old (`PrefixIndex.shortfall`)."""
+
+    def confirmed(self, endpoint: str, age: int | None) -> None:
+        """`endpoint` had the predicted blocks cached, the deepest `age` blocks old."""
+
 
 class NullJournal:
     """Standalone: the instance's own state is the whole state."""
@@ -50,4 +67,18 @@ class NullJournal:
     def served(
         self, endpoint: str, model: str, uncached: float, prefill_ms: float, service_ms: float
     ) -> None:
+        pass
+
+    def prefilling(
+        self, endpoint: str, pick: int, start: int, tokens: float, block_tokens: float
+    ) -> None:
+        pass
+
+    def prefilled(self, endpoint: str, pick: int) -> None:
+        pass
+
+    def shortfall(self, endpoint: str, hashes: Sequence[int], kept: int, age: int | None) -> None:
+        pass
+
+    def confirmed(self, endpoint: str, age: int | None) -> None:
         pass

@@ -30,6 +30,9 @@ PREFILL_SAMPLE_WAIT_SHARE = 0.5
 # TTFT plus the larger of that again and the queue slack, ms, waited for a batch slot.
 NO_QUEUE_SHARE, NO_QUEUE_SLACK_MS = 0.5, 50.0
 QUEUED_SLACK_MS = 250.0
+# Another replica's prefill whose end never reached us (an entry lost to a trim or a gap)
+# stops counting after this many seconds; prefills take well under that.
+REMOTE_PREFILL_TTL_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,9 @@ class Learning:
         self.rates = Rates()
         self.quality = PredictionQuality.empty()
         self.block_bytes = 64  # of the policy in force (set by the router on reload)
+        # Other replicas' prefills in progress: (instance, pick) -> (slot, deadline), in
+        # the order they started (deadlines too: one TTL for all).
+        self._remote: dict[tuple[str, int], tuple[int, float]] = {}
 
     def picked(self, choice: LocalChoice) -> None:
         if choice.hashes:
@@ -60,9 +66,11 @@ class Learning:
             self._tokens_per_block(choice, choice.prompt_tokens),
         )  # fmt: skip
         self.table.start_prefill(choice.slot, id(choice), entry)
+        self.journal.prefilling(choice.endpoint, id(choice), choice.held_blocks,
+                                entry.tokens, entry.block_tokens)  # fmt: skip
 
     def first_token(self, choice: LocalChoice, ttft_ms: float) -> None:
-        self.table.end_prefill(choice.slot, id(choice))
+        self.prefill_over(choice)
         self.table.observe_ttft(choice.slot, choice.model, ttft_ms)
         self.journal.first_token(choice.endpoint, choice.model, ttft_ms)
         if choice.predicted_ttft_ms is not None:
@@ -82,7 +90,12 @@ class Learning:
             self.table.observed_batch(slot, choice.sequences, queued=True)
 
     def released_before_first_token(self, choice: LocalChoice) -> None:
-        self.table.end_prefill(choice.slot, id(choice))
+        self.prefill_over(choice)
+
+    def prefill_over(self, choice: LocalChoice) -> None:
+        """The pick's prefill is done or abandoned (again: a no-op)."""
+        if self.table.end_prefill(choice.slot, id(choice)):
+            self.journal.prefilled(choice.endpoint, id(choice))
 
     def final(self, choice: LocalChoice, served: Served) -> None:
         slot, model = choice.slot, choice.model
@@ -121,13 +134,42 @@ class Learning:
         kept = min(floor(cached / per_block), len(choice.hashes))
         if kept < choice.held_blocks - 1:  # a block's rounding is no shortfall
             self.prefix.shortfall(choice.slot, choice.hashes, kept, choice.held_age)
+            self.journal.shortfall(choice.endpoint, choice.hashes, kept, choice.held_age)
         else:
             self.prefix.confirmed(choice.slot, choice.held_age)
+            self.journal.confirmed(choice.endpoint, choice.held_age)
 
     def _tokens_per_block(self, choice: LocalChoice, prompt_tokens: float) -> float:
         block_tokens = self.block_bytes / CHARS_PER_TOKEN
         whole = prompt_tokens / max(len(choice.hashes), 1)
         return max(min(whole, block_tokens) if whole > 0 else block_tokens, 1e-9)
+
+    def remote_prefilling(
+        self, instance: str, slot: int, pick: int, entry: PendingPrefix, now: float
+    ) -> None:
+        """Another replica's pick prefills on `slot` (shared as ours are)."""
+        self._expire(now)
+        key = (instance, pick)
+        self.table.start_prefill(slot, key, entry)
+        self._remote[key] = (slot, now + REMOTE_PREFILL_TTL_S)
+
+    def remote_prefilled(self, instance: str, slot: int, pick: int) -> None:
+        key = (instance, pick)
+        self._remote.pop(key, None)
+        self.table.end_prefill(slot, key)
+
+    def remote_gone(self, instance: str) -> None:
+        """A replica left: its prefills in progress no longer count."""
+        for key in [key for key in self._remote if key[0] == instance]:
+            self.table.end_prefill(self._remote.pop(key)[0], key)
+
+    def _expire(self, now: float) -> None:
+        while self._remote:
+            key, (slot, deadline) = next(iter(self._remote.items()))
+            if deadline > now:
+                return
+            del self._remote[key]
+            self.table.end_prefill(slot, key)
 
     def forget(self, slot: int) -> None:
         self.prefix.forget(slot)

@@ -41,6 +41,7 @@ from kinference.routing.filters.tenant import TenantFilter
 from kinference.routing.health import ProviderHealth
 from kinference.routing.journal import Journal, NullJournal
 from kinference.routing.learning import Learning, Served
+from kinference.routing.pending import PendingPrefix
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.cached import (
     PRECISE,
@@ -153,6 +154,29 @@ class Router:
         """Another replica sent a request with these prefix blocks to `endpoint`."""
         if hashes:
             self.prefix.record(self.table.slot(endpoint), hashes)
+
+    def remote_prefilling(
+        self, instance: str, endpoint: str, pick: int, entry: PendingPrefix
+    ) -> None:
+        """Another replica's pick on `endpoint` prefills there until `remote_prefilled`."""
+        slot = self.table.slot(endpoint)
+        self.learning.remote_prefilling(instance, slot, pick, entry, self._clock())
+
+    def remote_prefilled(self, instance: str, endpoint: str, pick: int) -> None:
+        self.learning.remote_prefilled(instance, self.table.slot(endpoint), pick)
+
+    def remote_gone(self, instance: str) -> None:
+        """A replica left the cluster: what it had in progress no longer counts."""
+        self.learning.remote_gone(instance)
+
+    def remote_shortfall(
+        self, endpoint: str, hashes: tuple[int, ...], kept: int, age: int | None
+    ) -> None:
+        """Another replica learned that `endpoint` evicted blocks of `hashes`."""
+        self.prefix.shortfall(self.table.slot(endpoint), hashes, max(kept, 0), age)
+
+    def remote_confirmed(self, endpoint: str, age: int | None) -> None:
+        self.prefix.confirmed(self.table.slot(endpoint), age)
 
     def remote_load(self, endpoint: str, delta: int) -> None:
         """Another replica's requests in flight on `endpoint` changed by `delta`."""

@@ -123,11 +123,13 @@ class WorkerTable:
         self.pending.add(slot, key, entry)
         self.add_pending_prefill(slot, entry.tokens)
 
-    def end_prefill(self, slot: int, key: object) -> None:
-        """That pick's prefill is over (first token, error, release); again is a no-op."""
+    def end_prefill(self, slot: int, key: object) -> bool:
+        """That pick's prefill is over (first token, error, release); again is a no-op
+        (answers False)."""
         entry = self.pending.pop(slot, key)
         if entry is not None:
             self.add_pending_prefill(slot, -entry.tokens)
+        return entry is not None
 
     def shared_pending(self, slot: int, hashes: tuple[int, ...]) -> float:
         """Of `slot`'s pending prefill, the tokens a prompt with `hashes` shares."""

@@ -10,7 +10,8 @@ import pytest
 
 from kinference.routing.decision import LocalChoice
 from kinference.routing.journal import NullJournal
-from kinference.routing.learning import Learning, Served
+from kinference.routing.learning import REMOTE_PREFILL_TTL_S, Learning, Served
+from kinference.routing.pending import PendingPrefix
 from kinference.routing.plugins.cached import (
     APPROXIMATE,
     ApproximateCachedTokens,
@@ -202,3 +203,22 @@ def test_a_prefill_sharing_another_in_progress_is_settled_by_its_end() -> None:
     learn.released_before_first_token(first)
     assert learn.table.shared_pending(0, HASHES) == 0.0
     assert learn.table.pending_prefill[0] == 0.0
+
+
+def test_other_replicas_prefills_end_with_their_report_their_replica_or_a_ttl() -> None:
+    learn = learning()
+    learn.table.slots(f"10.0.0.{i}:8000" for i in range(2))
+    doc = PendingPrefix(HASHES, 0, 640.0, 16.0)
+    learn.remote_prefilling("r1", 0, 7, doc, now=0.0)
+    learn.remote_prefilling("r2", 1, 7, doc, now=1.0)  # the same pick id, another replica
+    assert learn.table.shared_pending(0, HASHES) == 640.0
+    learn.remote_prefilled("r1", 0, 7)
+    assert learn.table.pending_prefill[0] == 0.0
+    assert learn.table.pending_prefill[1] == 640.0
+    learn.remote_prefilling("r2", 0, 8, doc, now=2.0)
+    learn.remote_gone("r2")  # the replica left: its prefills with it
+    assert learn.table.pending_prefill.tolist()[:2] == [0.0, 0.0]
+    learn.remote_prefilling("r3", 1, 9, doc, now=3.0)
+    learn.remote_prefilling("r3", 0, 10, doc, now=3.0 + REMOTE_PREFILL_TTL_S + 1)
+    assert learn.table.pending_prefill[1] == 0.0  # its end never came: expired
+    assert learn.table.pending_prefill[0] == 640.0
