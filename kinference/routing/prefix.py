@@ -200,6 +200,7 @@ class PrefixIndex:
         self._lru: dict[int, OrderedDict[int, int]] = {}  # slot -> block -> touch number
         self._touches: dict[int, int] = {}  # slot -> blocks recorded on it so far
         self.capacity: dict[int, int] = {}  # slot -> estimated blocks it really keeps
+        self._last: dict[int, Sequence[int]] = {}  # slot -> the blocks it recorded last
 
     def __len__(self) -> int:
         """Distinct blocks indexed."""
@@ -235,7 +236,14 @@ class PrefixIndex:
         return lo
 
     def record(self, slot: int, hashes: Sequence[int]) -> None:
-        """Remember that `slot` now caches these blocks (most recent: the earliest)."""
+        """Remember that `slot` now caches these blocks (most recent: the earliest).
+
+        The same blocks recorded again right after themselves (a retry, the same prompt
+        twice in a row; the hasher hands back one tuple for one prefix) change nothing: they
+        are already the most recent, in order, and push nothing else further back."""
+        if hashes and self._last.get(slot) is hashes:
+            return
+        self._last[slot] = hashes
         lru = self._lru.setdefault(slot, OrderedDict())
         touch = self._touches.get(slot, 0)
         for block in reversed(hashes):
@@ -279,6 +287,7 @@ class PrefixIndex:
         lru = self._lru.get(slot)
         if lru is None or kept >= len(hashes):
             return
+        self._last.pop(slot, None)
         held = sum(1 for block in hashes if block in lru)
         for block in hashes[kept:]:
             if lru.pop(block, None) is not None:
@@ -300,5 +309,6 @@ class PrefixIndex:
         """Drop everything a worker held (it left the pool or restarted)."""
         for block in self._lru.pop(slot, OrderedDict()):
             self._drop_holder(block, slot)
+        self._last.pop(slot, None)
         self._touches.pop(slot, None)
         self.capacity.pop(slot, None)

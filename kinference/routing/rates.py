@@ -39,6 +39,7 @@ class Rates:
         # cannot tell fixed from per-token cost then); set from the policy's prior.
         self.prior_base_ms = prior_base_ms
         self._arrays: dict[tuple[str, str], FloatArray] = {}  # (model, quantity) -> per slot
+        self._sums: dict[str, FloatArray] = {}  # model -> the fit's sums (rows) per slot
 
     def values(self, model: str, quantity: str, slots: IndexArray, size: int) -> FloatArray:
         """`quantity` for the slots (NaN where not learned); `size` is the table's."""
@@ -60,23 +61,26 @@ class Rates:
         size = slot + 1
         keep, a = 1.0 - self.alpha, self.alpha
         x, y = max(uncached_tokens, 0.0), max(ttft_ms, 0.0)
-        sums = {name: self._array(model, "sum_" + name, size, fill=0.0) for name in _SUMS}
-        for name, value in zip(_SUMS, (1.0, x, y, x * x, x * y), strict=True):
-            sums[name][slot] = keep * sums[name][slot] + a * value
-        w = sums["w"][slot]
-        mean_x, mean_y = sums["x"][slot] / w, sums["y"][slot] / w
-        var = sums["xx"][slot] / w - mean_x * mean_x
+        sums = self._sums_of(model, size)
+        row = sums[:, slot]
+        row *= keep
+        row += np.array((a, a * x, a * y, a * x * x, a * x * y))
+        w, sx, sy, sxx, sxy = row.tolist()
+        mean_x, mean_y = sx / w, sy / w
+        var = sxx / w - mean_x * mean_x
         slope = self._array(model, "prefill_ms_per_token", size)
         base = self._array(model, "prefill_base_ms", size)
         if var >= MIN_SPREAD_TOKENS**2:  # prompts of different lengths: fit both
-            fitted = (sums["xy"][slot] / w - mean_x * mean_y) / var
-            slope[slot] = min(max(fitted, 0.0), MAX_MS_PER_TOKEN)
-            base[slot] = min(max(mean_y - slope[slot] * mean_x, 0.0), MAX_BASE_MS)
+            fitted = min(max((sxy / w - mean_x * mean_y) / var, 0.0), MAX_MS_PER_TOKEN)
+            slope[slot] = fitted
+            base[slot] = min(max(mean_y - fitted * mean_x, 0.0), MAX_BASE_MS)
         elif mean_x >= MIN_TOKENS_FOR_SLOPE:  # all alike and long: fixed cost as the prior's
-            base[slot] = min(self.prior_base_ms, mean_y)
-            slope[slot] = min((mean_y - base[slot]) / mean_x, MAX_MS_PER_TOKEN)
+            fixed = min(self.prior_base_ms, mean_y)
+            base[slot] = fixed
+            slope[slot] = min((mean_y - fixed) / mean_x, MAX_MS_PER_TOKEN)
         else:  # short prompts say nothing of the per-token cost: it is all fixed cost
-            per_token = 0.0 if np.isnan(slope[slot]) else slope[slot]
+            learned = slope.item(slot)
+            per_token = 0.0 if np.isnan(learned) else learned
             base[slot] = min(max(mean_y - per_token * mean_x, 0.0), MAX_BASE_MS)
 
     def observe_service(self, slot: int, model: str, service_ms: float) -> None:
@@ -88,9 +92,23 @@ class Rates:
 
     def forget(self, slot: int) -> None:
         """A worker left: what was learned of it no longer applies to its slot."""
-        for (_model, quantity), array in self._arrays.items():
+        for array in self._arrays.values():
             if slot < len(array):
-                array[slot] = 0.0 if quantity.startswith("sum_") else np.nan
+                array[slot] = np.nan
+        for sums in self._sums.values():
+            if slot < sums.shape[1]:
+                sums[:, slot] = 0.0
+
+    def _sums_of(self, model: str, size: int) -> FloatArray:
+        """The fit's weighted sums of `model`, one row per name of `_SUMS`, a column per slot."""
+        sums = self._sums.get(model)
+        if sums is None or sums.shape[1] < size:
+            width = max(size, 64, 2 * (0 if sums is None else sums.shape[1]))
+            grown = np.zeros((len(_SUMS), width))
+            if sums is not None:
+                grown[:, : sums.shape[1]] = sums
+            sums = self._sums[model] = grown
+        return sums
 
     def _array(self, model: str, quantity: str, size: int, fill: float = np.nan) -> FloatArray:
         key = (model, quantity)

@@ -25,7 +25,7 @@ from tests.scenarios.helpers import (
 
 MODEL = "llama-8b-instruct"
 WORKERS = 4
-BATCH = 8  # routing.ttft.prior_batch, the documented default
+BATCH = 8  # the pools' max_batch in the queue tests (their engines' batch)
 
 
 async def _cluster(start_engines: EnginesFactory, start_picker: PickerFactory) -> RunningPicker:
@@ -77,10 +77,12 @@ async def _unscraped(
     start_engines: EnginesFactory, start_picker: PickerFactory, workers: int = WORKERS
 ) -> RunningPicker:
     """The pool without engine metrics: load is the in-flight picks (the fake engines would
-    read idle whatever is held, as they serve nothing)."""
+    read idle whatever is held, as they serve nothing). Its batch is configured: learned
+    from TTFT, it would grow with every first token that came without a queue."""
     engines = await start_engines(workers)
     pool = (
-        f"  - {{name: chat, endpoints: {endpoints_yaml(engines.endpoints)}, models: [{MODEL}]}}\n"
+        f"  - {{name: chat, endpoints: {endpoints_yaml(engines.endpoints)}, models: [{MODEL}],"
+        f" max_batch: {BATCH}}}\n"
     )
     return await start_with(start_picker, "pools:\n" + pool)
 
@@ -93,7 +95,7 @@ async def test_a_shared_prefix_stays_on_its_worker_until_its_queue_makes_another
     held = [await _pick_started(picker, chat(MODEL, "Question 0: my order is late.", system))]
     home = where(held[0])
     # Decoding requests on `home` cost a little decode pressure each; until its batch (the
-    # prior, 8: the fake engines never show a queue) is full that is less than prefilling
+    # pool's max_batch, 8) is full that is less than prefilling
     # the prompt elsewhere, then a new request would queue there and another is faster.
     on_home = 1
     for i in range(1, 3 * BATCH):
