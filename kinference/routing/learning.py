@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import floor, isnan
 
-import numpy as np
-
 from kinference.requests.prompt import CHARS_PER_TOKEN
 from kinference.routing.decision import LocalChoice
 from kinference.routing.journal import Journal
@@ -81,7 +79,7 @@ class Learning:
         """Without engine readings (which say it directly), whether the request queued at
         the occupancy it joined tells the worker's batch: the floor or a ceiling."""
         slot = choice.slot
-        if choice.sequences < 1.0 or not np.isnan(self.table.scraped_at[slot]):
+        if choice.sequences < 1.0 or not isnan(self.table.scraped_at.item(slot)):
             return
         unqueued = max(predicted_ms - choice.predicted_wait_ms, 0.0)
         if ttft_ms <= unqueued * (1.0 + NO_QUEUE_SHARE) + NO_QUEUE_SLACK_MS:

@@ -201,6 +201,10 @@ class PrefixIndex:
         self._touches: dict[int, int] = {}  # slot -> blocks recorded on it so far
         self.capacity: dict[int, int] = {}  # slot -> estimated blocks it really keeps
         self._last: dict[int, Sequence[int]] = {}  # slot -> the blocks it recorded last
+        # The last `match` (its hashes object, the index version, the answer), which `held`
+        # reuses at the same Pick; the version counts every change of who holds what.
+        self._version = 0
+        self._matched: tuple[Sequence[int], int, dict[int, int]] | None = None
 
     def __len__(self) -> int:
         """Distinct blocks indexed."""
@@ -223,7 +227,9 @@ class PrefixIndex:
         first = self._holders.get(hashes[0])
         if not first:
             return {}
-        return {slot: self._longest(slot, hashes) for slot in first}
+        matched = {slot: self._longest(slot, hashes) for slot in first}
+        self._matched = (hashes, self._version, matched)
+        return matched
 
     def _longest(self, slot: int, hashes: Sequence[int]) -> int:
         lo, hi = 1, len(hashes)  # slot holds hashes[:lo]; find the largest such lo
@@ -244,6 +250,7 @@ class PrefixIndex:
         if hashes and self._last.get(slot) is hashes:
             return
         self._last[slot] = hashes
+        self._version += 1
         lru = self._lru.setdefault(slot, OrderedDict())
         touch = self._touches.get(slot, 0)
         for block in reversed(hashes):
@@ -275,7 +282,11 @@ class PrefixIndex:
         lru = self._lru.get(slot)
         if not hashes or lru is None or hashes[0] not in lru:
             return 0, None
-        blocks = self._longest(slot, hashes)
+        memo = self._matched
+        if memo is not None and memo[0] is hashes and memo[1] == self._version:
+            blocks = memo[2].get(slot, 0)  # what `match` found at this Pick
+        else:
+            blocks = self._longest(slot, hashes)
         return blocks, self._touches.get(slot, 0) - lru[hashes[blocks - 1]]
 
     def shortfall(self, slot: int, hashes: Sequence[int], kept: int, age: int | None) -> None:
@@ -288,6 +299,7 @@ class PrefixIndex:
         if lru is None or kept >= len(hashes):
             return
         self._last.pop(slot, None)
+        self._version += 1
         held = sum(1 for block in hashes if block in lru)
         for block in hashes[kept:]:
             if lru.pop(block, None) is not None:
@@ -310,5 +322,6 @@ class PrefixIndex:
         for block in self._lru.pop(slot, OrderedDict()):
             self._drop_holder(block, slot)
         self._last.pop(slot, None)
+        self._version += 1
         self._touches.pop(slot, None)
         self.capacity.pop(slot, None)

@@ -143,12 +143,15 @@ class WorkerTable:
         """A request joined `sequences` (itself included) and queued or not (from its
         observed TTFT): no queue raises the floor (and drops a ceiling below it), a queue
         past the floor sets a ceiling under it."""
+        floor, ceiling = self.batch_floor.item(slot), self.batch_ceiling.item(slot)
         if not queued:
-            self.batch_floor[slot] = np.fmax(self.batch_floor[slot], sequences)
-            if self.batch_ceiling[slot] < sequences:
+            if not floor >= sequences:  # NaN floor: none yet
+                self.batch_floor[slot] = sequences
+            if ceiling < sequences:
                 self.batch_ceiling[slot] = np.nan
-        elif not self.batch_floor[slot] >= sequences:  # NaN floor: no evidence against
-            self.batch_ceiling[slot] = np.fmin(self.batch_ceiling[slot], max(sequences - 1, 1))
+        elif not floor >= sequences:  # NaN floor: no evidence against
+            below = max(sequences - 1.0, 1.0)
+            self.batch_ceiling[slot] = below if math.isnan(ceiling) else min(ceiling, below)
 
     def forget_batch(self, slot: int) -> None:
         """A worker left: what was learned of its batch no longer applies to its slot."""

@@ -215,3 +215,20 @@ def test_hasher_gives_block_hashes_and_remembers_them() -> None:
     assert hasher.hashes("other", (system,), block_bytes=64, max_blocks=8) != tuple(expected)
     hasher.hashes("m", ("x" * 600,), block_bytes=64, max_blocks=8)
     assert len(hasher._cache) == 2  # capacity bounds the cache
+
+
+def test_held_after_match_agrees_with_a_fresh_lookup_whatever_changed_between() -> None:
+    index = PrefixIndex(1000)
+    hashes = tuple(range(1, 21))
+    index.record(0, hashes)
+    index.record(1, hashes[:5])
+    assert index.match(hashes) == {0: 20, 1: 5}
+    assert index.held(1, hashes) == (5, 4)  # its deepest block, 4 recorded since
+    index.record(1, hashes[:12])  # a change after the match: not the memo's answer
+    assert index.held(1, hashes)[0] == 12
+    index.shortfall(0, hashes, 3, None)
+    assert index.held(0, hashes)[0] == 3
+    index.record(0, hashes)
+    before = index.held(0, hashes)
+    index.record(0, hashes)  # the same blocks again right away: nothing moves
+    assert index.held(0, hashes) == before == (20, 19)
