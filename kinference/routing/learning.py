@@ -84,7 +84,8 @@ class Learning:
         unqueued = max(predicted_ms - choice.predicted_wait_ms, 0.0)
         if ttft_ms <= unqueued * (1.0 + NO_QUEUE_SHARE) + NO_QUEUE_SLACK_MS:
             self.table.observed_batch(slot, choice.sequences, queued=False)
-        elif ttft_ms > predicted_ms + max(unqueued, QUEUED_SLACK_MS):
+        elif choice.sequences >= 2.0 and ttft_ms > predicted_ms + max(unqueued, QUEUED_SLACK_MS):
+            # (alone on the worker it queued behind nothing: a slow engine, not a queue)
             self.table.observed_batch(slot, choice.sequences, queued=True)
 
     def released_before_first_token(self, choice: LocalChoice) -> None:

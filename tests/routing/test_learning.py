@@ -222,3 +222,11 @@ def test_other_replicas_prefills_end_with_their_report_their_replica_or_a_ttl() 
     learn.remote_prefilling("r3", 0, 10, doc, now=3.0 + REMOTE_PREFILL_TTL_S + 1)
     assert learn.table.pending_prefill[1] == 0.0  # its end never came: expired
     assert learn.table.pending_prefill[0] == 640.0
+
+
+def test_a_slow_first_token_alone_on_its_worker_is_no_queue() -> None:
+    learn = learning()
+    alone = choice(2, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=1.0)
+    learn.picked(alone)
+    learn.first_token(alone, 900.0)  # slower than the prior, but behind nothing
+    assert np.isnan(learn.table.batch_ceiling[2])
