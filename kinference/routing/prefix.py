@@ -210,10 +210,10 @@ class PrefixIndex:
         """Distinct blocks indexed."""
         return len(self._holders)
 
-    def footprint(self, slots: npt.NDArray[np.intp]) -> npt.NDArray[np.float64]:
+    def footprint(self, slots: npt.NDArray[np.intp]) -> list[float]:
         """Blocks held per slot: how full each worker's cache is, as far as we know."""
         lru = self._lru
-        return np.array([len(lru.get(slot, ())) for slot in slots.tolist()], dtype=np.float64)
+        return [float(len(lru.get(slot, ()))) for slot in slots.tolist()]
 
     def match(self, hashes: Sequence[int]) -> dict[int, int]:
         """Worker slot -> number of leading blocks of `hashes` it holds (only slots with > 0).

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from kinference.routing.pending import PendingPrefix
 from kinference.routing.rates import Rates
+from kinference.routing.scorers import ttft as ttft_module
 from kinference.routing.scorers.ttft import TtftConfig, TtftScorer
 from kinference.routing.table import WorkerTable
 from tests.routing.plugin_helpers import MODEL, context
@@ -174,11 +175,11 @@ def test_a_cold_prompt_goes_to_the_emptier_cache() -> None:
     full, empty = int(ctx.slots[0]), int(ctx.slots[1])
     rates.observe_prefill(full, MODEL, 12_000, 600.0)  # learned a tenth faster
     rates.observe_prefill(empty, MODEL, 12_000, 660.0)
-    ctx.footprint = np.array([1500.0, 0.0])
+    ctx.footprint = [1500.0, 0.0]
     assert scorer(rates).score(ctx).tolist()[1] == 1.0
-    ctx.footprint = np.array([0.0, 0.0])
+    ctx.footprint = [0.0, 0.0]
     assert scorer(rates).score(ctx).tolist()[0] == 1.0  # equal caches: the faster
-    ctx.footprint = np.array([1500.0, 0.0])
+    ctx.footprint = [1500.0, 0.0]
     assert scorer(rates, cache_space_weight=0).score(ctx).tolist()[0] == 1.0
 
 
@@ -237,3 +238,11 @@ def test_the_small_form_gives_the_vector_forms_predictions(  # noqa: PLR0917
     vector = model._predict_vector(ctx)
     for got, want in zip(small, vector, strict=True):
         assert got.tolist() == pytest.approx(want.tolist(), rel=1e-9, abs=1e-9)
+    ctx.footprint = [float(37 * i % 11) for i in range(n)]
+    small_scores = model.score(ctx)
+    ttft_module.SMALL_CANDIDATES, kept = 0, ttft_module.SMALL_CANDIDATES  # the vector form
+    try:
+        vector_scores = model.score(ctx)
+    finally:
+        ttft_module.SMALL_CANDIDATES = kept
+    assert small_scores.tolist() == pytest.approx(vector_scores.tolist(), rel=1e-9, abs=1e-9)

@@ -40,7 +40,7 @@ class PickContext:
     cached_tokens: FloatArray
     hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
     # Blocks the approximate prefix index holds per candidate (how full its cache is).
-    footprint: FloatArray | None = None
+    footprint: list[float] | None = None
     # Written by the TTFT scorer when it runs: its prediction per candidate, milliseconds.
     predicted_ttft_ms: FloatArray | None = None
     predicted_wait_ms: FloatArray | None = None  # the part of it spent behind others

@@ -115,6 +115,11 @@ class TtftScorer:
     def _predict_small(self, ctx: PickContext) -> tuple[FloatArray, FloatArray, FloatArray]:
         """`_predict` on Python floats, for a handful of candidates (numpy's fixed cost per
         call is then the larger one); the same formulas, so the same values."""
+        predicted, wait, prefill = self._small_terms(ctx)
+        return np.array(predicted), np.array(wait), np.array(prefill)
+
+    def _small_terms(self, ctx: PickContext) -> tuple[list[float], list[float], list[float]]:
+        """`_predict_small`'s values as lists (what `score` computes on)."""
         config, rates, table, model = self.config, self.rates, ctx.table, ctx.model
         slots = ctx.slots.tolist()
         per_token = _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots,
@@ -141,7 +146,7 @@ class TtftScorer:
             prefill.append(own)
             occupied.append(sequences)
         ctx.sequences = np.array(occupied)
-        return np.array(predicted), np.array(wait), np.array(prefill)
+        return predicted, wait, prefill
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray
@@ -161,29 +166,39 @@ class TtftScorer:
         return Parts(wait, base, per_token, pressure, sequences)
 
     def score(self, ctx: PickContext) -> FloatArray:
-        """`best / cost`, the cost being the predicted TTFT plus `compute_weight` of the
-        request's own prefill (milliseconds both)."""
-        predicted, ctx.predicted_wait_ms, prefill = self._predict(ctx)
+        """`best / cost`, the cost being the predicted TTFT plus `compute_weight` (and
+        `cache_space_weight` times the cache's fullness) of the request's own prefill
+        (milliseconds both)."""
+        if len(ctx.slots) <= SMALL_CANDIDATES:  # Python floats: a few numpy calls fewer
+            return self._score_small(ctx)
+        predicted, ctx.predicted_wait_ms, prefill = self._predict_vector(ctx)
         ctx.predicted_ttft_ms = predicted
-        weight, space = self.config.compute_weight, self.config.cache_space_weight
-        footprint = ctx.footprint
-        if len(predicted) <= SMALL_CANDIDATES:  # Python floats: a few numpy calls fewer
-            owns = prefill.tolist()
-            shares = [weight] * len(owns)
-            if footprint is not None and space > 0.0:
-                held = footprint.tolist()
-                most = max(held)
-                if most > 0.0:
-                    shares = [weight + space * blocks / most for blocks in held]
-            triples = zip(predicted.tolist(), owns, shares, strict=True)
-            costs = [max(ttft + share * own, 1.0) for ttft, own, share in triples]
-            best = min(costs)
-            return np.array([best / cost for cost in costs])
+        weight, space, footprint = (
+            self.config.compute_weight,
+            self.config.cache_space_weight,
+            ctx.footprint,
+        )
         share: FloatArray | float = weight
-        if footprint is not None and space > 0.0 and (most := float(footprint.max())) > 0.0:
-            share = weight + space * footprint / most
+        if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
+            share = weight + space * np.asarray(footprint) / most
         cost = np.maximum(predicted + share * prefill, 1.0)
         return float(cost.min()) / cost
+
+    def _score_small(self, ctx: PickContext) -> FloatArray:
+        predicted, wait, owns = self._small_terms(ctx)
+        ctx.predicted_ttft_ms, ctx.predicted_wait_ms = np.array(predicted), np.array(wait)
+        weight, space, footprint = (
+            self.config.compute_weight,
+            self.config.cache_space_weight,
+            ctx.footprint,
+        )
+        shares = [weight] * len(owns)
+        if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
+            shares = [weight + space * blocks / most for blocks in footprint]
+        triples = zip(predicted, owns, shares, strict=True)
+        costs = [max(ttft + share * own, 1.0) for ttft, own, share in triples]
+        best = min(costs)
+        return np.array([best / cost for cost in costs])
 
 
 def _shared_pending(ctx: PickContext) -> FloatArray:
