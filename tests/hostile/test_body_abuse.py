@@ -21,6 +21,8 @@ from tests.conftest import MODEL, PickerFactory
 from tests.requests import uploaded_body
 
 MiB = 1 << 20
+# What grpc.aio reports when the server ended a call the client was still writing to.
+_CORE_TRANSPORT_LOST = "Internal error from Core"
 # Loop lag allowed while hostile bodies are worked on. Measured: ~15-25 ms (the GIL handed
 # over by a busy parse thread every 5 ms); a shared 2-core machine adds spikes of its own
 # (up to ~200 ms seen with no hostile body at all). Before the fix, the scan of one of these
@@ -160,6 +162,19 @@ async def test_empty_chunks_do_not_keep_an_upload_open(start_picker: PickerFacto
     started = time.monotonic()
     errors = await asyncio.gather(*(status_of(client.push(chatty_but_empty())) for _ in range(30)))
     elapsed = time.monotonic() - started
-    assert {error.code() for error in errors} == {grpc.StatusCode.DEADLINE_EXCEEDED}
+    # The server ends all 30 with DEADLINE_EXCEEDED. A caller still writing its keep-alive
+    # when that status goes out may see grpc-core's lost transport instead (INTERNAL,
+    # grpc/grpc#36066): the server's own count is the status it sent.
+    sent = picker.metric(
+        "kinference_rpc_errors_total", {"method": "PushBody", "code": "DEADLINE_EXCEEDED"}
+    )
+    assert sent == 30
+    seen = {error.code() for error in errors}
+    assert seen <= {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL}, seen
+    assert all(
+        error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        or _CORE_TRANSPORT_LOST in str(error.details())
+        for error in errors
+    ), [error.details() for error in errors]
     assert elapsed < 4 * idle_s, elapsed  # ended by the idle limit, not kept alive
     await wait_nothing_held(picker)
