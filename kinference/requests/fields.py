@@ -7,7 +7,7 @@ from json import JSONDecodeError
 from typing import Any
 
 from kinference.bodies import Body
-from kinference.requests.decode import loads
+from kinference.requests.decode import discard, loads
 from kinference.requests.scan import MAX_DEPTH, MAX_MEMBERS, JsonScanner, LongString, Member
 
 # Values up to this size are parsed (and so validated) in full at Pick time; larger ones -
@@ -163,6 +163,7 @@ def _decode_value(body: Body, key: str, member: Member) -> Any:
         raise MalformedRequest(f"field {key!r} is not valid JSON: {_reason(exc)}") from None
     if key in READ_FIELDS or len(raw) <= KEEP_UNREAD_BYTES:
         return value
+    discard(value)
     return LargeValue(member.value_start, member.value_end, chr(raw.lstrip(b" \t\r\n")[0]))
 
 
