@@ -7,7 +7,6 @@ gRPC servicer calls it and converts; nothing here knows about gRPC.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -27,6 +26,7 @@ from kinference.requests import (
     parse_request,
     rewrite,
 )
+from kinference.requests.cost import parse_cost
 from kinference.requests.offload import INLINE_PARSE_BYTES, Offload
 from kinference.requests.translation import Untranslatable
 from kinference.routing import (
@@ -124,17 +124,13 @@ class PickerService:
         body = self.store.take(call.stream_id)
         if body.size <= INLINE_PARSE_BYTES:
             parsed = _parsed(body)
-        else:
-            future = self.offload.submit(lambda: _parsed(body))
-            try:
-                parsed = await asyncio.wrap_future(future)
-            except BaseException:
-                # The thread may still be reading the body: release it once the parse ended.
-                loop = asyncio.get_running_loop()
-                future.add_done_callback(
-                    lambda _: loop.call_soon_threadsafe(self.store.release, body)
-                )
-                raise
+        else:  # the parse's memory is charged to the body budget while it runs
+            parsed = await self.offload.run_charged(
+                self.store.budget,
+                lambda: parse_cost(body),
+                lambda: _parsed(body),
+                abandoned=lambda: self.store.release(body),
+            )
         precise = None
         preparer = self.preparer
         if preparer is not None and preparer.active and not isinstance(parsed, str):

@@ -56,8 +56,7 @@ def load_large(
     body: Body, large: LargeValue, long_strings: Sequence[LongString], name: str
 ) -> Skeleton:
     """Parse the skeleton of field `name`; raises Unextractable."""
-    inside = _strings_within(long_strings, large.start, large.end)
-    replaced = [string for string in inside if _is_replaced(string)]
+    replaced = replaced_within(long_strings, large.start, large.end)
     kept = (large.end - large.start) - sum(s.end - s.start for s in replaced)
     if kept > SKELETON_MAX_BYTES:
         raise Unextractable(
@@ -78,14 +77,25 @@ def load_large(
     return Skeleton(_parse(b"".join(parts), name), markers)
 
 
-def _strings_within(strings: Sequence[LongString], start: int, end: int) -> Sequence[LongString]:
+def skeleton_bytes(long_strings: Sequence[LongString], start: int, end: int) -> int:
+    """Bytes of JSON the skeleton of the value at [start, end) parses, markers aside."""
+    replaced = replaced_within(long_strings, start, end)
+    return (end - start) - sum(string.end - string.start for string in replaced)
+
+
+def replaced_within(strings: Sequence[LongString], start: int, end: int) -> list[LongString]:
+    """The long strings inside [start, end) that the skeleton replaces by markers."""
+    return [string for string in strings_within(strings, start, end) if is_replaced(string)]
+
+
+def strings_within(strings: Sequence[LongString], start: int, end: int) -> Sequence[LongString]:
     """The recorded strings inside [start, end); they are recorded in body order."""
     lo = bisect_left(strings, start, key=lambda string: string.start)
     hi = bisect_left(strings, end, key=lambda string: string.start)
     return strings[lo:hi]
 
 
-def _is_replaced(string: LongString) -> bool:
+def is_replaced(string: LongString) -> bool:
     return not string.escaped or string.end - string.start - 2 > STRICT_PARSE_BYTES
 
 

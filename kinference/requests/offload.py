@@ -23,11 +23,15 @@ ms at 5 ms; p50 0.7 ms, max ~20 ms at 0.5 ms. More switches cost the thread a fe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from kinference.bodies import ByteBudget
+from kinference.errors import ResourceExhausted
 
 T = TypeVar("T")
 
@@ -46,6 +50,7 @@ class Offload:
 
     def __init__(self) -> None:
         self._executor: ThreadPoolExecutor | None = None
+        self._charged_turn = asyncio.Lock()  # one charged work reserves at a time
 
     def submit(self, work: Callable[[], T]) -> Future[T]:
         if self._executor is None:
@@ -56,10 +61,59 @@ class Offload:
         """`work()` in the thread; a cancelled caller stops waiting, the work still ends."""
         return await asyncio.wrap_future(self.submit(work))
 
+    async def run_charged(
+        self,
+        budget: ByteBudget,
+        cost: Callable[[], int],
+        work: Callable[[], T],
+        *,
+        abandoned: Callable[[], None],
+    ) -> T:
+        """`cost()`, then `work()` with that many bytes reserved from `budget` until it ends.
+
+        Both run in the thread; charged works take turns, so the bytes reserved are those of
+        the one parse under way, not of every parse waiting for the thread. Raises
+        ResourceExhausted when the budget cannot hold the cost. If this does not return
+        normally, `abandoned()` runs on the loop once the thread no longer uses the inputs.
+        """
+        loop = asyncio.get_running_loop()
+        pending: Future[Any] | None = None
+        try:
+            async with self._charged_turn:
+                pending = self.submit(cost)
+                nbytes = await asyncio.wrap_future(pending)
+                _reserve(budget, nbytes)
+                pending = self.submit(work)
+                pending.add_done_callback(lambda _: _soon(loop, budget.release, nbytes))
+            result: T = await asyncio.wrap_future(pending)
+        except BaseException:
+            if pending is not None and not pending.done():  # the thread still reads them
+                pending.add_done_callback(lambda _: _soon(loop, abandoned))
+            else:
+                abandoned()
+            raise
+        return result
+
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+
+
+def _reserve(budget: ByteBudget, nbytes: int) -> None:
+    try:
+        budget.reserve(nbytes)
+    except ResourceExhausted:
+        raise ResourceExhausted(
+            f"parsing this body needs ~{nbytes} bytes of the server-wide body budget, "
+            f"which holds {budget.used} of {budget.limit}"
+        ) from None
+
+
+def _soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
+    """Run `callback(*args)` on the loop from the thread (dropped if the loop has closed)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, *args)
 
 
 def _working(work: Callable[[], T]) -> T:
