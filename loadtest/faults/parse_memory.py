@@ -1,6 +1,6 @@
 """RSS of a replica while many giant bodies are parsed at once, against its byte budget.
 
-    python -m loadtest.faults.parse_memory [--callers 16] [--budget-mib 64] [--rounds 1] [--members 3]
+    python -m loadtest.faults.parse_memory [--callers 16] [--budget-mib 64] [--members 3]
 
 One `kinference serve` subprocess with `KINFERENCE_MAX_BUFFERED_BYTES` = `--budget-mib`.
 `--callers` concurrent callers each push (1 MiB chunks) and pick, `--rounds` times, a
