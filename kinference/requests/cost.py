@@ -30,7 +30,7 @@ from kinference.requests.scan import LongString, Member
 # a read array of short strings at ~95.
 UNREAD_BYTES_PER_VALUE = 48
 READ_BYTES_PER_VALUE = 96
-BYTES_PER_TEXT_BYTE = 3
+BYTES_PER_TEXT_BYTE = 2  # the text decoded from the bytes, and its strings
 _WINDOW = 1 << 20  # bytes counted per C call
 
 

@@ -184,11 +184,12 @@ async def test_per_request_budget(start_picker: PickerFactory) -> None:
 async def test_server_wide_budget_counts_every_held_body(
     start_picker: PickerFactory, stage: str
 ) -> None:
-    """One 120 KiB body in `stage` leaves no room for a second one under a 200 KiB budget."""
+    """One 60 KiB body in `stage` leaves no room for a 150 KiB one under a 200 KiB budget
+    (which also holds the first one's parse at Pick, twice its text)."""
     picker = await start_picker(max_body_bytes=150 * KiB, max_buffered_bytes=200 * KiB)
     store = picker.app.store
-    first = sized_chat_body(120 * KiB, tag="first")
-    second = sized_chat_body(100 * KiB, tag="second")
+    first = sized_chat_body(60 * KiB, tag="first")
+    second = sized_chat_body(150 * KiB, tag="second")
 
     release_push = asyncio.Event()
     open_push = None
