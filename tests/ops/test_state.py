@@ -64,13 +64,27 @@ async def traffic(client: Any) -> None:
     """Two requests left in flight, one finished (50 tokens for team-a), a provider
     blacklisted by an Abort."""
     for _ in range(2):
-        pick = await client.pick((await client.push([chat_body()])).stream_id, tenant="team-a")
-        assert pick.outcome == pb.PickResponse.OK
-    done = await client.pick((await client.push([chat_body()])).stream_id, tenant="team-a")
+        await pick_ok(client, chat_body(), tenant="team-a")
+    done = await pick_ok(client, chat_body(), tenant="team-a")
     await client.final_token(done.response_id, model=MODEL, prompt_tokens=40,
                              completion_tokens=10)  # fmt: skip
-    cloud = await client.pick((await client.push([chat_body("cloud")])).stream_id)
+    cloud = await pick_ok(client, chat_body("cloud"))
     await client.abort(cloud.response_id, pb.AbortRequest.BACKEND_UNAUTHORIZED, "401")
+
+
+async def pick_ok(client: Any, body: bytes, tenant: str = "") -> Any:
+    """A Pick answered OK, retried as a caller would while the replica just started: before
+    its first lease round a tenant's next request waits for a lease (POLICY_REJECTED with a
+    Retry-After), and until its view of Redis is current a Pick is DEGRADED."""
+    deadline = time.monotonic() + _WAIT_S
+    while True:
+        pick = await client.pick((await client.push([body])).stream_id, tenant=tenant)
+        if pick.outcome == pb.PickResponse.OK or time.monotonic() > deadline:
+            assert pick.outcome == pb.PickResponse.OK, pick
+            return pick
+        if pick.response_id:
+            await client.abort(pick.response_id)
+        await asyncio.sleep(0.05)
 
 
 async def test_state_shows_replicas_workers_blacklist_and_tenants(

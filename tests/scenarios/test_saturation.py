@@ -76,6 +76,12 @@ async def _outcomes(picker: RunningPicker, model: str) -> dict[str, str]:
     """Where each QoS class's pick of `model` goes (picks finished at once)."""
     found = {}
     for name, qos in QOS.items():
+        # A reading taken while an earlier pick was in flight makes its completion count as
+        # a slot freed since (one less in the queue than the engine reports, so no longer
+        # saturated): each pick waits for readings taken after the last one finished.
+        finished = time.monotonic()
+        for endpoint in picker.app.scraper.endpoints:
+            await wait_reading_after(picker, endpoint, finished)
         result = await pick(picker, chat(model, f"{name} work"), qos=qos)
         if result.outcome == POLICY_REJECTED:
             assert "saturated" in result.reason, result.reason
