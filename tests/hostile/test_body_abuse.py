@@ -23,32 +23,38 @@ from tests.requests import uploaded_body
 MiB = 1 << 20
 # What grpc.aio reports when the server ended a call the client was still writing to.
 _CORE_TRANSPORT_LOST = "Internal error from Core"
-# Loop lag allowed while hostile bodies are worked on. Measured (loadtest.faults.parse_lag):
-# p99 ~6 ms, worst 23-31 ms, against a worst of 3-57 ms in the same run without them; a
-# shared 2-core machine adds spikes of its own (up to ~200 ms seen with no hostile body at
-# all), so this bound only tells seconds from milliseconds. Before the parse thread, the scan
-# of one of these bodies held the loop ~1.3 s and the three Picks ~0.4 s.
-LAG_LIMIT_S = 0.4
+# CPU the loop's thread may spend between two wake-ups of a 2 ms sleeper while hostile
+# bodies are worked on: before the parse thread, the scan of one of these bodies held the
+# loop ~1.3 s per chunk and the three Picks ~0.4 s; now it is a few ms. The wall-clock lag
+# is printed, not asserted (loadtest.faults.parse_lag measures it against a baseline: p99
+# ~6 ms, worst 23-31 ms; on a loaded 2-core machine it is whatever the other processes make
+# it, 677 ms seen in a full suite run at load 8.7).
+LOOP_CPU_LIMIT_S = 0.1
 
 
 class LagProbe:
-    """Measures how late the event loop wakes a 2 ms sleeper (the server shares this loop)."""
+    """Watches the event loop (the server shares it) by waking a 2 ms sleeper: how late it
+    wakes (wall clock: machine load shows in it too) and how much CPU the loop's thread
+    spent between two wake-ups (`thread_time`: work done on the loop, which another
+    process taking the core or a parse thread holding the GIL does not add to)."""
 
     def __init__(self) -> None:
         self.worst_s = 0.0
+        self.worst_cpu_s = 0.0
         self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            before = loop.time()
+            before, cpu = loop.time(), time.thread_time()
             await asyncio.sleep(0.002)
             self.worst_s = max(self.worst_s, loop.time() - before - 0.002)
+            self.worst_cpu_s = max(self.worst_cpu_s, time.thread_time() - cpu)
 
-    async def stop(self) -> float:
+    async def stop(self) -> tuple[float, float]:
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
-        return self.worst_s
+        return self.worst_s, self.worst_cpu_s
 
 
 def dense_body(members: int, member_bytes: int, objects: int = 0) -> bytes:
@@ -92,12 +98,13 @@ async def test_dense_bodies_never_hold_the_event_loop(start_picker: PickerFactor
     picks = await asyncio.gather(*(hostile_caller() for _ in range(3)))
     stop.set()
     await asyncio.gather(*polite)
-    worst = await probe.stop()
+    worst, worst_cpu = await probe.stop()
     for pick in picks:
         assert pick.outcome == pb.PickResponse.OK, pick.reason
         await client.abort(pick.response_id)
-    print(f"worst loop lag {worst * 1000:.1f} ms, polite picks {len(latencies)}")
-    assert worst < LAG_LIMIT_S, f"the loop was held {worst * 1000:.0f} ms"
+    print(f"worst loop lag {worst * 1000:.1f} ms (loop CPU {worst_cpu * 1000:.1f} ms), "
+          f"polite picks {len(latencies)}")  # fmt: skip
+    assert worst_cpu < LOOP_CPU_LIMIT_S, f"the loop itself worked {worst_cpu * 1000:.0f} ms"
     assert latencies and max(latencies) < 2.0  # polite callers kept being served
     await wait_nothing_held(picker)
 
