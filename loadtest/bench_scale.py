@@ -144,7 +144,9 @@ def calibrate(points: list[Point], idle_cpu: float) -> Calibration:
     costs = fit_nonnegative(np.array(rows), np.array(cpu))
     followed = np.array([followed_per_s(p) for p in points])
     extra = np.array([p.probe_cpu - idle_cpu for p in points])
-    per_request = float(np.sum(followed * extra) / np.sum(followed * followed))
+    followed_sq = float(np.sum(followed * followed))
+    # No request followed (a starved host may finish none in a smoke run): nothing to fit.
+    per_request = float(np.sum(followed * extra)) / followed_sq if followed_sq > 0 else 0.0
     structural = 1000 * 0.030
     # The least disturbed point: on a shared 2-core machine the others add scheduling delay.
     delay_extra = max(0.0, min(p.p99_ms - structural for p in points))
