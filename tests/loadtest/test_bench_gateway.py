@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadtest.bench_gateway import KINDS, Slice, tails, table, verdicts
+from loadtest.bench_gateway import KINDS, Slice, table, tails, verdicts
 
 
 def slice_of(latency_ms: float, per_s: float, cpu_ms: float) -> Slice:
