@@ -1,10 +1,12 @@
 """Third-party load tools against `kinference gateway`, unmodified: a short smoke.
 
     python -m loadtest.smoke_clients [--guidellm BIN] [--inference-perf BIN] [--requests 20]
+                                     [--remote]
 
-Starts a simulated engine, `kinference serve` (a policy with that engine's pool) and
-`kinference gateway` (remote picker, `/v1/models` from the policy) on free loopback ports,
-then runs each tool found (on PATH, or the binary given) against the gateway's URL as a
+Starts a simulated engine and `kinference gateway` as it ships (hosting the picker, with a
+policy naming that engine's pool; `/v1/models` lists its model, no flag needed) on free
+loopback ports, or with `--remote` a `kinference serve` and the gateway calling it, then
+runs each tool found (on PATH, or the binary given) against the gateway's URL as a
 user would, and checks that every request it sent succeeded. Not part of the default test
 run: the tools pull in heavy dependencies (torch-free, but datasets, transformers, ...), so
 install them apart, e.g.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -39,6 +42,9 @@ from loadtest.sim_engine import SimEngine, SimEngineConfig
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 READY_TIMEOUT_S = 60.0
+# The picker's own metrics listener stays closed (its series are on the gateway's /metrics);
+# its default port is a fixed one.
+_NO_METRICS_PORT = {"KINFERENCE_METRICS_LISTEN": ""}
 TOOL_TIMEOUT_S = 600.0
 
 
@@ -49,10 +55,17 @@ class Result:
     detail: str
 
 
-def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    argv: list[str], log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
-            argv, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+            argv,
+            cwd=REPO_ROOT,
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
 
 
@@ -221,13 +234,16 @@ async def smoke(args: argparse.Namespace) -> list[Result]:
     )
     picker_at, gateway_at = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     kinference = [sys.executable, "-m", "kinference"]
-    picker = _spawn(
-        [*kinference, "serve", "--config", str(policy), "--listen", picker_at], work / "picker.log"
-    )
-    gateway = _spawn(
-        [*kinference, "gateway", "--picker", picker_at, "--listen", gateway_at, "--models", MODEL],
-        work / "gateway.log",
-    )
+    gateway_argv = [*kinference, "gateway", "--listen", gateway_at, "--config", str(policy)]
+    processes = []
+    if args.remote:
+        serve = [*kinference, "serve", "--config", str(policy), "--listen", picker_at]
+        processes.append(_spawn(serve, work / "picker.log", _NO_METRICS_PORT))
+        gateway_argv += ["--picker", picker_at]
+    else:  # the hosted picker's gRPC listener for other callers, on a free port too
+        gateway_argv += ["--grpc-listen", picker_at]
+    gateway = _spawn(gateway_argv, work / "gateway.log", _NO_METRICS_PORT)
+    processes.insert(0, gateway)
     url = f"http://{gateway_at}"
     results: list[Result] = []
     try:
@@ -242,7 +258,7 @@ async def smoke(args: argparse.Namespace) -> list[Result]:
                 continue
             results.append(await runner(binary, url, work, args.requests))
     finally:
-        for process in (gateway, picker):
+        for process in processes:
             process.terminate()
             process.wait(10)
         await engine.stop()
@@ -255,6 +271,9 @@ def main() -> int:
     parser.add_argument("--guidellm", help="the guidellm binary (default: on PATH)")
     parser.add_argument("--inference-perf", help="the inference-perf binary (default: on PATH)")
     parser.add_argument("--requests", type=int, default=20, help="requests per tool")
+    parser.add_argument(
+        "--remote", action="store_true", help="a separate `kinference serve` (--picker)"
+    )
     args = parser.parse_args()
     results = asyncio.run(smoke(args))
     for result in results:

@@ -13,7 +13,9 @@ Picker -> caller, in Pick's trailing metadata (only the keys that apply):
   - `kinference-reason-code`: the outcome's reason as a code (`kinference.routing.reasons`:
     `unknown_model`, `no_ready_endpoint`, `tenant_budget`, ...); `PickResponse.reason`
     stays the human text, never to be parsed.
-  - `kinference-retry-after`: whole seconds after which a retry can succeed, when known.
+  - `kinference-retry-after`: whole seconds after which a retry can succeed, when known (a
+    cooling provider's cooldown; for `tenant_budget`, when enough of the tenant's usage
+    leaves its budget's minute for the gate to admit a request again).
   - `kinference-translated`: `WRITTEN:SENT`, two request shapes (`anthropic_messages:chat`):
     the body was rewritten from the client's API to the destination's, so the response
     comes back in SENT's API and is the caller's to translate back.

@@ -209,6 +209,25 @@ class LeasedBudget:
             return None
         return f"used its share of the budget while Redis is away: {used} of {share:.0f} tokens"
 
+    def frees_in(self, tenant: str, limit: int) -> float | None:
+        """While Redis answers: when this replica's own charges leave the leases window far
+        enough for a grant (others' charges leaving first only make it sooner; the next
+        lease round, within a tenth of a second, then grants). Offline: when its share
+        frees in its own window. None: cannot tell."""
+        state = self._tenants.get(tenant)
+        if state is None:
+            return None
+        now = self._wall()
+        if self.offline:
+            replicas = max(self._known_replicas, self._replicas(), self._expected_replicas)
+            return state.window.frees_in(now, math.ceil(limit / replicas))
+        excess = state.leased - limit + 1  # a grant needs the window's sum under the limit
+        for second, tokens in sorted(state.charged):
+            excess -= tokens
+            if excess <= 0:  # the script drops a second once it is 60 s old
+                return max(second + WINDOW_S - now, 0.0)
+        return None
+
     def used(self, tenant: str) -> int:
         """Tokens this replica recorded for `tenant` in the last minute."""
         state = self._tenants.get(tenant)

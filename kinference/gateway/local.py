@@ -15,13 +15,14 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
+from kinference import itl_layout
 from kinference.api import convert, extensions
 from kinference.api.extensions import PickExtras
 from kinference.api.status import status_code
 from kinference.bodies import Upload
 from kinference.errors import IdleTimeout, PickerError
 from kinference.gateway.port import AbortReason, QosClass
-from kinference.gateway.timing import ITL_LAYOUT, TokenClock
+from kinference.gateway.timing import TokenClock
 from kinference.gateway.usage import Usage
 from kinference.service import FinalReport, PickerService
 from kinference.v1 import picker_pb2 as pb
@@ -57,7 +58,7 @@ class LocalReports:
             completion_tokens=usage.completion_tokens,
             cached_tokens=usage.cached_tokens,
             itl_bucket_counts=counts,
-            itl_bucket_layout=ITL_LAYOUT if counts else 0,
+            itl_bucket_layout=itl_layout.LAYOUT if counts else 0,
         )
         self._guarded(self._service.final_token, report)
 

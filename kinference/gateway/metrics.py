@@ -15,7 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from kinference.gateway.timing import ITL_EDGES_MS, TokenClock
+from kinference import itl_layout
+from kinference.gateway.timing import TokenClock
 from kinference.gateway.usage import Usage
 
 MAX_MODELS = 100  # distinct model label values; later ones are counted as `other`
@@ -70,7 +71,7 @@ class LabelledItl(Collector):
     def add(self, model: str, counts: list[int], total_s: float) -> None:
         held = self._counts.get(model)
         if held is None:
-            held = self._counts[model] = [0] * (len(ITL_EDGES_MS) + 1)
+            held = self._counts[model] = [0] * itl_layout.BUCKETS
             self._sums[model] = 0.0
         for index, count in enumerate(counts):
             held[index] += count
@@ -78,7 +79,7 @@ class LabelledItl(Collector):
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
         family = HistogramMetricFamily(self._name, self._documentation, labels=["model"])
-        edges = [repr(edge / 1000) for edge in ITL_EDGES_MS] + ["+Inf"]
+        edges = [repr(edge / 1000) for edge in itl_layout.EDGES_MS] + ["+Inf"]
         for model, counts in sorted(self._counts.items()):
             cumulative = list(itertools.accumulate(counts))
             family.add_metric([model], list(zip(edges, cumulative, strict=True)), self._sums[model])

@@ -15,8 +15,9 @@ from typing import Any, TypeAlias
 
 import grpc
 
+from kinference import itl_layout
 from kinference.client import PickerClient
-from kinference.gateway.timing import ITL_LAYOUT, TokenClock
+from kinference.gateway.timing import TokenClock
 from kinference.gateway.usage import Usage
 from kinference.v1 import picker_pb2 as pb
 
@@ -77,7 +78,7 @@ class RequestReports:
     def final(self, usage: Usage, clock: TokenClock, fallback_model: str) -> None:
         client, response_id = self._reporter.client, self._response_id
         counts = clock.itl_bucket_counts
-        assert not counts or ITL_LAYOUT == 1  # PickerClient.final_token sends layout 1
+        assert not counts or itl_layout.LAYOUT == 1  # PickerClient.final_token sends layout 1
 
         async def send() -> None:
             await client.final_token(

@@ -1,24 +1,17 @@
 """Time to first token and inter-token arrival gaps, in the spec's ITL layout 1.
 
-Layout 1 (picker.proto, ReportFinalTokenRequest): 15 upper-inclusive buckets with these
-upper edges in milliseconds; a gap goes in the first bucket whose edge is >= it, and
-anything past the last edge in the overflow bucket.
+The layout's buckets and edges are kinference.itl_layout's (one definition for the picker,
+its metrics and the gateway).
 """
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Callable
 
-ITL_LAYOUT = 1
-ITL_EDGES_MS = (5, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 500, 1000)
+from kinference import itl_layout
+
 _MAX_UINT32 = 2**32 - 1
-
-
-def itl_bucket(gap_ms: float) -> int:
-    """Index of the layout-1 bucket holding a gap of `gap_ms` milliseconds."""
-    return bisect.bisect_left(ITL_EDGES_MS, gap_ms)
 
 
 class TokenClock:
@@ -35,7 +28,7 @@ class TokenClock:
         self.tokens = 0  # content events seen; the usage fallback counts them
         self._last: float | None = None
         self.gap_sum_s = 0.0  # the gaps between content events, summed, seconds
-        self._buckets = [0] * (len(ITL_EDGES_MS) + 1)
+        self._buckets = [0] * itl_layout.BUCKETS
 
     def token(self) -> bool:
         """Record one content event; True when it was the first."""
@@ -47,7 +40,7 @@ class TokenClock:
             return True
         gap = now - last
         self.gap_sum_s += gap
-        self._buckets[itl_bucket(gap * 1000.0)] += 1
+        self._buckets[itl_layout.bucket(gap * 1000.0)] += 1
         return False
 
     def first_byte(self) -> None:

@@ -31,6 +31,10 @@ class Budget(Protocol):
     def used(self, tenant: str) -> int:
         """Tokens `tenant` used or reserved in the last minute, as far as this instance knows."""
 
+    def frees_in(self, tenant: str, limit: int) -> float | None:
+        """Seconds until `exhausted` admits `tenant` again as things stand (enough of its
+        usage aged out of the window), or None when this instance cannot tell."""
+
     def reserve(self, tenant: str, limit: int, tokens: int) -> float:
         """Count `tokens` (> 0) for a request just admitted; returns when they were counted
         (this budget's clock), for `adjust`."""
@@ -78,6 +82,17 @@ class TokenWindow:
             self.total -= self._buckets.popleft()[1]
         return self.total
 
+    def frees_in(self, now: float, limit: int) -> float:
+        """Seconds until fewer than `limit` tokens are left in the window (0: already)."""
+        excess = self.used(now) - limit + 1
+        if excess <= 0:
+            return 0.0
+        for bucket, tokens in self._buckets:  # oldest first: the order they leave in
+            excess -= tokens
+            if excess <= 0:  # bucket b leaves once the window passed its end
+                return max((bucket + 1) / _BUCKETS_PER_S + WINDOW_S - now, 0.0)
+        return WINDOW_S  # not reached: the buckets add up to the total
+
     def empty(self, now: float) -> bool:
         self.used(now)
         return not self._buckets
@@ -99,6 +114,10 @@ class LocalBudget:
     def used(self, tenant: str) -> int:
         window = self._usage.get(tenant)
         return 0 if window is None else window.used(self._clock())
+
+    def frees_in(self, tenant: str, limit: int) -> float | None:
+        window = self._usage.get(tenant)
+        return 0.0 if window is None else window.frees_in(self._clock(), limit)
 
     def reserve(self, tenant: str, limit: int, tokens: int) -> float:
         del limit  # usage is counted whatever the limit; a reload may change it

@@ -207,7 +207,12 @@ class Router:
         names = (request.model, *route.names)
         rejected = self._tenant_filter.admit(policy.config, query.tenant, names, query.qos.value)
         if rejected is not None:
-            return Decision(Outcome.POLICY_REJECTED, reason=rejected.text, code=rejected.code)
+            return Decision(
+                Outcome.POLICY_REJECTED,
+                reason=rejected.text,
+                code=rejected.code,
+                retry_after_s=rejected.retry_after_s,
+            )
         stale_after = policy.engine_stale_after_s
         attempt = Attempt(query, route, self._signals(stale_after))
         decision = self._first(attempt, attempt.groups(route.primary))

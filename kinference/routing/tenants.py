@@ -7,6 +7,7 @@ Entry points (the routing pipeline and the service call them; all synchronous):
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,8 +88,14 @@ class TenantGate:
         limit = rule.tokens_per_minute
         if limit is None:
             return None
-        reason = self.budget.exhausted(self.budget_name(tenant), limit)
-        return None if reason is None else Rejection(Reason.TENANT_BUDGET, f"{who} {reason}")
+        name = self.budget_name(tenant)
+        reason = self.budget.exhausted(name, limit)
+        if reason is None:
+            return None
+        frees_in = self.budget.frees_in(name, limit)
+        # Retry-After is whole seconds: rounded up, and at least 1 (the window is still full).
+        retry = None if frees_in is None else max(math.ceil(frees_in), 1)
+        return Rejection(Reason.TENANT_BUDGET, f"{who} {reason}", retry)
 
     def reserve(
         self, policy: Policy, tenant: str, prompt_tokens: int, max_output_tokens: int | None

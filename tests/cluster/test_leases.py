@@ -130,6 +130,30 @@ async def test_through_the_tenant_gate(client: RedisClient, clocks: Clocks) -> N
     assert gate.check(policy, "t1", ("m",), "BATCH") is not None  # 120 of 100 is charged
 
 
+async def test_a_rejection_says_when_the_leases_window_frees(
+    client: RedisClient, clocks: Clocks
+) -> None:
+    policy = parse_policy('tenants:\n  - {tenant: "*", tokens_per_minute: 100}\n')
+    shared = budget(client, clocks, replicas=1)
+    gate = TenantGate(budget=shared)
+    assert shared.frees_in("t1", 100) is None  # never seen: cannot tell
+    assert gate.check(policy, "t1", ("m",), "BATCH") is None
+    gate.record(policy, "t1", 120)  # beyond any lease: charged to the next second
+    await shared.sync_once()
+    rejection = gate.check(policy, "t1", ("m",), "BATCH")
+    assert rejection is not None and rejection.retry_after_s == 61
+    clocks.now += 61
+    rejection = gate.check(policy, "t1", ("m",), "BATCH")  # the round has not run yet
+    assert rejection is not None and rejection.retry_after_s == 1
+    await shared.sync_once()  # that second left the window: a lease is granted
+    assert gate.check(policy, "t1", ("m",), "BATCH") is None
+    shared.set_connected(False)  # Redis away: this replica's share of its own window
+    gate.record(policy, "t1", 150)
+    clocks.now += 30
+    rejection = gate.check(policy, "t1", ("m",), "BATCH")
+    assert rejection is not None and rejection.retry_after_s == 31
+
+
 async def test_unspent_leases_are_handed_back(client: RedisClient, clocks: Clocks) -> None:
     replica = budget(client, clocks, replicas=1)
     assert replica.exhausted(TENANT, 400) is None

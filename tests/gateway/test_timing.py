@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kinference.gateway.timing import ITL_EDGES_MS, TokenClock, itl_bucket
+from kinference import itl_layout
+from kinference.gateway.timing import TokenClock
 
 
 @pytest.mark.parametrize(
@@ -12,12 +13,12 @@ from kinference.gateway.timing import ITL_EDGES_MS, TokenClock, itl_bucket
     [(0, 0), (5, 0), (5.01, 1), (10, 1), (20, 3), (20.5, 4), (75, 7), (1000, 13), (1000.1, 14)],
 )
 def test_buckets_are_upper_inclusive(gap_ms: float, bucket: int) -> None:
-    assert itl_bucket(gap_ms) == bucket
+    assert itl_layout.bucket(gap_ms) == bucket
 
 
 def test_layout_1_has_15_buckets() -> None:
-    assert len(ITL_EDGES_MS) + 1 == 15
-    assert itl_bucket(10**9) == 14
+    assert itl_layout.BUCKETS == 15
+    assert itl_layout.bucket(10**9) == 14
 
 
 class FakeClock:

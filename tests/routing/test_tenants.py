@@ -127,7 +127,8 @@ def test_tokens_per_minute(gate: TenantGate, clock: Clock) -> None:
     gate.record(rules, "team-a", 40)
     reason = gate.check(rules, "team-a", LLAMA, "INTERACTIVE")
     text = "tenant 'team-a' used its budget: 100 of 100 tokens in the last minute"
-    assert reason == Rejection(Reason.TENANT_BUDGET, text)
+    # Retry once the first 60 tokens left the window: 50 s from now, rounded up by a bucket.
+    assert reason == Rejection(Reason.TENANT_BUDGET, text, retry_after_s=51)
     clock.now += 50.5  # the first 60 tokens are 60.5 s old: out of the window
     assert gate.used("team-a") == 40
     assert gate.check(rules, "team-a", LLAMA, "INTERACTIVE") is None
@@ -232,6 +233,9 @@ class FakeBudget:
     def used(self, tenant: str) -> int:
         return 42
 
+    def frees_in(self, tenant: str, limit: int) -> float | None:
+        return None  # cannot tell: the rejection carries no Retry-After
+
     def reserve(self, tenant: str, limit: int, tokens: int) -> float:
         self.calls.append(("reserve", tenant, limit, tokens))
         return 0.0
@@ -257,3 +261,42 @@ def test_the_gate_delegates_budgets_only(clock: Clock) -> None:
     gate.record(rules, "team-a", 0)
     assert fake.calls == [("exhausted", "team-a", 100, 0), ("reserve", "team-x", 50, 7)]
     assert gate.used("anyone") == 42
+
+
+def test_frees_in_is_when_enough_of_the_window_ages_out() -> None:
+    window = TokenWindow()
+    window.add(100.0, 30)  # bucket 1000: leaves at 160.1
+    window.add(110.0, 30)  # leaves at 170.1
+    window.add(120.0, 40)  # leaves at 180.1
+    assert window.frees_in(125.0, 101) == 0.0  # 100 used, under a limit of 101: admitted now
+    assert window.frees_in(125.0, 100) == pytest.approx(35.1)  # 30 out: 70 < 100
+    assert window.frees_in(125.0, 60) == pytest.approx(45.1)  # 60 out: 40 < 60
+    assert window.frees_in(125.0, 40) == pytest.approx(55.1)  # everything out: 0 < 40
+    assert window.frees_in(175.0, 40) == pytest.approx(5.1)  # the first two already gone
+
+
+def test_frees_in_counts_adjustments() -> None:
+    window = TokenWindow()
+    window.add(100.0, 80)
+    window.add(110.0, 30)
+    window.adjust(100.0, -60)  # a reservation settled lower: 20 + 30 left
+    assert window.frees_in(115.0, 50) == pytest.approx(45.1)
+    assert window.frees_in(115.0, 51) == 0.0
+
+
+def test_a_budget_rejection_says_when_to_retry(gate: TenantGate, clock: Clock) -> None:
+    rules = policy()
+    gate.record(rules, "team-a", 100)
+    clock.now += 20.03
+    rejection = gate.check(rules, "team-a", LLAMA, "INTERACTIVE")
+    assert rejection is not None and rejection.retry_after_s == 41  # 40.07 s, rounded up
+    clock.now += 40.0
+    rejection = gate.check(rules, "team-a", LLAMA, "INTERACTIVE")
+    assert rejection is not None and rejection.retry_after_s == 1  # never 0 while rejected
+    clock.now += 0.1
+    assert gate.check(rules, "team-a", LLAMA, "INTERACTIVE") is None
+
+
+def test_a_rule_rejection_has_no_retry_after(gate: TenantGate) -> None:
+    rejection = gate.check(policy(), "team-a", QWEN, "INTERACTIVE")
+    assert rejection is not None and rejection.retry_after_s is None

@@ -53,6 +53,7 @@ class Rejection:
 
     code: Reason
     text: str
+    retry_after_s: int | None = None  # whole seconds until a retry can pass, when known
 
 
 class Filter(Protocol):
