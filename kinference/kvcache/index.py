@@ -159,6 +159,10 @@ class BlockIndex:
             result[slot] = self._search(slot, identities, exact)
         return result
 
+    def held_anywhere(self, identity: BlockId) -> bool:
+        """Whether any worker holds the block (one dict lookup: safe from another thread)."""
+        return identity in self._holders
+
     def holds(self, slot: int, identity: BlockId) -> bool:
         return slot in self._holders.get(identity, ())
 

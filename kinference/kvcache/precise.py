@@ -9,6 +9,7 @@ approximate index). Pure state: the event subscriber writes it, the router reads
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # routing.decision imports this module
 # prompt yet, but the next turn sent there will find it.
 PENDING_TTL_S = 30.0
 MAX_PENDING_BLOCKS = 200_000  # per worker
+MAX_TICKETS = 256  # lazily tokenized prompts whose remaining blocks are awaited, per pool
 
 
 @dataclass
@@ -42,6 +44,10 @@ class PoolCaches:
     trust: dict[int, WorkerTrust] = field(default_factory=dict)
     endpoints: dict[int, str] = field(default_factory=dict)
     pending: dict[int, dict[BlockId, float]] = field(default_factory=dict)
+    # Lazily tokenized prompts (`PromptBlocks.ticket`): the worker each went to, and the
+    # blocks of the ones tokenized to the end before their routing was known.
+    claims: OrderedDict[int, int] = field(default_factory=OrderedDict)
+    rests: OrderedDict[int, tuple[BlockId, ...]] = field(default_factory=OrderedDict)
 
     def apply(self, slot: int, events: Iterable[Event]) -> None:
         """A batch from `slot`'s engine: into the index; what it names is no longer pending."""
@@ -61,6 +67,40 @@ class PoolCaches:
             fresh = {k: t for k, t in waiting.items() if now - t <= PENDING_TTL_S}
             waiting = self.pending[slot] = fresh if len(fresh) < MAX_PENDING_BLOCKS // 2 else {}
         waiting.update(dict.fromkeys(blocks, now))  # C speed: a 1 MiB prompt is 16k blocks
+
+    def first_unknown(self, blocks: Sequence[BlockId], start: int) -> int:
+        """The index of the first block at or after `start` that no worker holds or is about
+        to hold (len(blocks) if none). Called from the tokenizer thread: it only reads, one
+        dict lookup at a time (atomic under the GIL), so an event applied meanwhile can
+        only move the answer by the blocks it names."""
+        waiting = list(self.pending.values())
+        held = self.index.held_anywhere
+        for index in range(start, len(blocks)):
+            block = blocks[index]
+            if not held(block) and not any(block in w for w in waiting):
+                return index
+        return len(blocks)
+
+    def claim(self, ticket: int, slot: int, now: float) -> None:
+        """A lazily tokenized prompt went to `slot`: its remaining blocks are pending there."""
+        rest = self.rests.pop(ticket, None)
+        if rest is not None:
+            self.expect(slot, rest, now)
+            return
+        self.claims[ticket] = slot
+        if len(self.claims) > MAX_TICKETS:
+            self.claims.popitem(last=False)
+
+    def complete(self, ticket: int, blocks: tuple[BlockId, ...], now: float) -> None:
+        """The rest of a lazily tokenized prompt: pending where it went (once it is known)."""
+        slot = self.claims.pop(ticket, None)
+        if slot is not None:
+            if slot in self.trust:
+                self.expect(slot, blocks, now)
+            return
+        self.rests[ticket] = blocks
+        if len(self.rests) > MAX_TICKETS:
+            self.rests.popitem(last=False)
 
     def extend(self, slot: int, blocks: Sequence[BlockId], depth: int, now: float) -> int:
         """How far past `depth` the worker holds or is about to hold the prompt's blocks
@@ -144,12 +184,22 @@ class PreciseCaches:
         return PreciseMatch(np.where(trusted, blocks, 0.0), trusted, tuple(distrusted))
 
     def routed(self, ref: str, slot: int, cached_blocks: int, prompt: PromptBlocks) -> None:
-        """A request went to `slot`: its blocks are pending there until events name them."""
+        """A request went to `slot`: its blocks are pending there until events name them
+        (for a lazily tokenized prompt, the rest once it is tokenized: `completed`)."""
         caches = self.pools.get(ref)
-        if caches is None or slot not in caches.trust or cached_blocks >= len(prompt.blocks):
+        if caches is None or slot not in caches.trust:
             return
         now = self.clock()
-        caches.expect(slot, prompt.blocks[: (prompt.tokens - 1) // prompt.block_size], now)
+        if not prompt.exact and prompt.ticket:
+            caches.claim(prompt.ticket, slot, now)
+        if cached_blocks < len(prompt.blocks):
+            caches.expect(slot, prompt.blocks[: (prompt.tokens - 1) // prompt.block_size], now)
+
+    def completed(self, ref: str, ticket: int, blocks: tuple[BlockId, ...]) -> None:
+        """The blocks of a lazily tokenized prompt, now tokenized to the end (on the loop)."""
+        caches = self.pools.get(ref)
+        if caches is not None:
+            caches.complete(ticket, blocks, self.clock())
 
     def served(self, choice: LocalChoice) -> None:
         """The caller saw the first token of a request sent to `choice`: the engine has run
