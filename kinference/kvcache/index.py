@@ -56,21 +56,22 @@ class BlockIndex:
         worker = self._workers.get(slot)
         return worker.orphans if worker is not None else 0
 
-    def apply(self, slot: int, events: Iterable[Event]) -> list[BlockId]:
-        """Apply a batch's events; answers the identities stored or removed by it."""
+    def apply(self, slot: int, events: Iterable[Event]) -> tuple[list[BlockId], list[BlockId]]:
+        """Apply a batch's events; answers the identities (stored, removed) by it."""
         worker = self._workers.setdefault(slot, _Worker())
-        touched: list[BlockId] = []
+        stored: list[BlockId] = []
+        removed: list[BlockId] = []
         for event in events:
             if isinstance(event, BlockStored):
                 if on_gpu(event.medium):
-                    self._stored(slot, worker, event, touched)
+                    self._stored(slot, worker, event, stored)
             elif isinstance(event, BlockRemoved):
                 if on_gpu(event.medium):
-                    self._removed(slot, worker, event.block_hashes, touched)
+                    self._removed(slot, worker, event.block_hashes, removed)
             elif isinstance(event, AllBlocksCleared):
                 self.forget(slot)
                 worker = self._workers.setdefault(slot, _Worker())
-        return touched
+        return stored, removed
 
     def _stored(
         self, slot: int, worker: _Worker, event: BlockStored, touched: list[BlockId]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.index import BlockIndex
 from kinference.kvevents.events import Event
@@ -48,18 +49,52 @@ class PoolCaches:
     # blocks of the ones tokenized to the end before their routing was known.
     claims: OrderedDict[int, int] = field(default_factory=OrderedDict)
     rests: OrderedDict[int, tuple[BlockId, ...]] = field(default_factory=OrderedDict)
+    ages: dict[int, WorkerAges] = field(default_factory=dict)
+    clock: Callable[[], float] = time.monotonic
 
     def apply(self, slot: int, events: Iterable[Event]) -> None:
-        """A batch from `slot`'s engine: into the index; what it names is no longer pending."""
-        touched = self.index.apply(slot, events)
+        """A batch from `slot`'s engine: into the index; what it names is no longer pending;
+        what it stores was just used, what it removes tells how long blocks survive."""
+        stored, removed = self.index.apply(slot, events)
         waiting = self.pending.get(slot)
         if waiting:
-            for identity in touched:
+            for identity in stored:
                 waiting.pop(identity, None)
+            for identity in removed:
+                waiting.pop(identity, None)
+        now, ages = self.clock(), self._ages(slot)
+        ages.touch(stored, now)
+        ages.removed(removed, now)
+
+    def _ages(self, slot: int) -> WorkerAges:
+        found = self.ages.get(slot)
+        if found is None:
+            found = self.ages[slot] = WorkerAges()
+        return found
 
     def forget(self, slot: int) -> None:
         self.index.forget(slot)
         self.pending.pop(slot, None)
+        self.ages.pop(slot, None)
+
+    def sent(self, slot: int, prompt: PromptBlocks, cached_blocks: int, now: float) -> None:
+        """A request went to `slot`: its matched blocks were just used; the ones it will
+        store are pending there, and it waits until the first of them is stored."""
+        usable = max(prompt.tokens - 1, 0) // prompt.block_size
+        ages = self._ages(slot)
+        ages.touch(prompt.blocks[:cached_blocks], now)
+        new = prompt.blocks[cached_blocks:usable]
+        if new:
+            self.expect(slot, new, now)
+        ages.routed(new[0] if new else None, now)
+
+    def surviving(self, slot: int, blocks: Sequence[BlockId], depth: int, now: float) -> int:
+        """How much of a match `slot` will still hold when a request sent now runs there."""
+        ages = self.ages.get(slot)
+        if ages is None:
+            return depth
+        wait = ages.wait_s(self.pending.get(slot, {}), now, PENDING_TTL_S)
+        return ages.surviving(blocks, depth, now, wait)
 
     def expect(self, slot: int, blocks: Sequence[BlockId], now: float) -> None:
         waiting = self.pending.setdefault(slot, {})
@@ -179,7 +214,12 @@ class PreciseCaches:
             prompt.blocks, [s for s, t in zip(slot_list, trusted, strict=True) if t]
         )
         blocks = np.array(
-            [float(caches.extend(s, prompt.blocks, longest.get(s, 0), now)) for s in slot_list]
+            [
+                float(
+                    caches.surviving(s, prompt.blocks, caches.extend(s, prompt.blocks, d, now), now)
+                )
+                for s, d in ((s, longest.get(s, 0)) for s in slot_list)
+            ]
         )
         return PreciseMatch(np.where(trusted, blocks, 0.0), trusted, tuple(distrusted))
 
@@ -192,8 +232,7 @@ class PreciseCaches:
         now = self.clock()
         if not prompt.exact and prompt.ticket:
             caches.claim(prompt.ticket, slot, now)
-        if cached_blocks < len(prompt.blocks):
-            caches.expect(slot, prompt.blocks[: (prompt.tokens - 1) // prompt.block_size], now)
+        caches.sent(slot, prompt, cached_blocks, now)
 
     def completed(self, ref: str, ticket: int, blocks: tuple[BlockId, ...]) -> None:
         """The blocks of a lazily tokenized prompt, now tokenized to the end (on the loop)."""
@@ -214,6 +253,9 @@ class PreciseCaches:
         cached = choice.predicted_cached_tokens or 0
         if cached + caches.block_size <= choice.prompt_tokens:
             trust.routed(self.clock())
+        ages = caches.ages.get(choice.slot)
+        if ages is not None and ages.waiting:  # it ran: no longer waiting (first come first)
+            ages.waiting.popleft()
 
     def precise_workers(self) -> dict[str, dict[str, bool]]:
         """Pool ref -> endpoint -> whether that worker is on precise matching now."""
