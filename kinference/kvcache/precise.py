@@ -165,6 +165,13 @@ class PreciseQuery:
     blocks: dict[str, PromptBlocks]
     problem: str | None = None  # the prompt could not be tokenized (routed approximately)
 
+    def prompt_tokens(self, pool: str) -> int | None:
+        """The prompt's tokens in `pool`'s tokenizer (counted, or estimated past where it
+        was tokenized), if it was tokenized for that pool: what the cost model should use
+        rather than a characters-per-token guess."""
+        blocks = self.blocks.get(pool)
+        return blocks.tokens if blocks is not None else None
+
 
 @dataclass(frozen=True, slots=True)
 class PreciseMatch:

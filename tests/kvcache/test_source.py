@@ -104,3 +104,8 @@ def test_first_unknown_counts_held_and_pending_blocks() -> None:
     pool.expect(1, blocks[3:6], 1.0)  # routed to worker 1, not stored yet
     assert pool.first_unknown(blocks, 0) == 6 and pool.first_unknown(blocks, 7) == 7
     assert pool.first_unknown(blocks[:6], 2) == 6
+
+
+def test_the_query_gives_the_cost_model_the_prompt_tokens_of_the_pool() -> None:
+    query = PreciseQuery({"p": PromptBlocks(5000, 16, (), exact=False)})
+    assert query.prompt_tokens("p") == 5000 and query.prompt_tokens("other") is None
