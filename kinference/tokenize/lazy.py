@@ -53,6 +53,10 @@ class Tokenization:
         self._checked = 0  # blocks known to be held by some worker
 
     @property
+    def chars(self) -> int:
+        return len(self._cutter.text)
+
+    @property
     def done(self) -> bool:
         return self._cutter.done
 

@@ -45,6 +45,7 @@ MAX_QUEUED = 64  # prompts waiting for the tokenizer thread; more are not tokeni
 # stops (counts only what was checked) and the rest is tokenized after the Pick.
 FOREGROUND_CHARS = 128 * 1024
 LATER_SLICE_CHARS = 2 * 1024  # new text per slice of background work (~2 ms)
+MAX_LATER_CHARS = 32 * 1024 * 1024  # text held by unfinished background work, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,7 @@ class PromptPreparer:
         self._tokenizers: dict[Profile, PromptTokenizer] = {}  # touched on the thread only
         self._plan = _plan(policy)
         self._tickets = itertools.count(1)
+        self._later_chars = 0  # text of unfinished background work (on the thread only)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -145,7 +147,12 @@ class PromptPreparer:
         if begun.done:
             return begun.result()
         ticket = next(self._tickets)
-        self._thread.later(lambda: self._finish(begun, refs, ticket))
+        if self._later_chars + begun.chars > MAX_LATER_CHARS:
+            return begun.result()  # no rest to expect: tokenized no further
+        self._later_chars += begun.chars
+        if not self._thread.later(lambda: self._finish(begun, refs, ticket)):
+            self._later_chars -= begun.chars
+            return begun.result()
         return begun.result(ticket)
 
     def _known(self, refs: list[str]) -> Known | None:
@@ -162,9 +169,11 @@ class PromptPreparer:
     def _finish(self, begun: Tokenization, refs: list[str], ticket: int) -> None:
         """Background: tokenize a slice more of a prompt; when done, hand its blocks over."""
         begun.advance(None, LATER_SLICE_CHARS)
-        if not begun.done:
-            self._thread.later(lambda: self._finish(begun, refs, ticket))
+        if not begun.done and self._thread.later(lambda: self._finish(begun, refs, ticket)):
             return
+        self._later_chars -= begun.chars
+        if not begun.done:
+            return  # dropped (too much queued): its rest is never expected
         loop, caches = self._loop, self._caches
         usable = tuple(begun.blocks[: max(begun.tokens - 1, 0) // begun.block_size])
         if loop is None or caches is None:
