@@ -247,3 +247,11 @@ def test_lazy_tokenization_stops_at_the_first_block_no_worker_holds(
 def test_warm_runs_template_and_tokenizer(tokenizer: PromptTokenizer) -> None:
     tokenizer.warm()
     assert tokenizer.cache.encoded_chars > 0
+
+
+def test_a_conversation_of_too_many_messages_is_not_rendered(tokenizer: PromptTokenizer) -> None:
+    from kinference.tokenize.template import MAX_MESSAGES
+
+    messages = [{"role": "user", "content": "hi"}] * (MAX_MESSAGES + 1)
+    with pytest.raises(Untokenizable, match="messages"):
+        tokenizer.blocks(PromptText(messages=messages))
