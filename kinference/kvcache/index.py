@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from kinference.kvcache.blocks import BlockId, chain, contents, seed
+from kinference.kvcache.blocks import BlockId, identities, seed
 from kinference.kvevents.events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -83,7 +83,7 @@ class BlockIndex:
         else:
             worker.orphans += len(event.block_hashes)
             return
-        names = chain(parent, contents(event.token_ids, event.block_size))
+        names = identities(event.token_ids, event.block_size, parent=parent)
         touched.extend(names)
         for engine_hash, identity in zip(event.block_hashes, names, strict=True):
             if len(worker.held) >= self.max_blocks_per_worker:

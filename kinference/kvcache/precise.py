@@ -51,6 +51,7 @@ class PoolCaches:
     rests: OrderedDict[int, tuple[BlockId, ...]] = field(default_factory=OrderedDict)
     ages: dict[int, WorkerAges] = field(default_factory=dict)
     clock: Callable[[], float] = time.monotonic
+    predict_evictions: bool = True  # count blocks the ageing model expects gone as gone
 
     def apply(self, slot: int, events: Iterable[Event]) -> None:
         """A batch from `slot`'s engine: into the index; what it names is no longer pending;
@@ -91,7 +92,7 @@ class PoolCaches:
     def surviving(self, slot: int, blocks: Sequence[BlockId], depth: int, now: float) -> int:
         """How much of a match `slot` will still hold when a request sent now runs there."""
         ages = self.ages.get(slot)
-        if ages is None:
+        if ages is None or not self.predict_evictions:
             return depth
         wait = ages.wait_s(self.pending.get(slot, {}), now, PENDING_TTL_S)
         return ages.surviving(blocks, depth, now, wait)

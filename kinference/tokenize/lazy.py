@@ -13,7 +13,6 @@ Used from one thread only.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -69,7 +68,6 @@ class Tokenization:
                 count = min(count, max(1, -(-(budget_chars - spent) // PIECE_CHARS)))
             self._step(count)
             spent += self.encoded_chars - before
-            time.sleep(0)  # hand the GIL to the event loop between steps, if it waits
             if known is not None:
                 self._checked = known(self.blocks, self._checked)
                 if self._checked < len(self.blocks):

@@ -169,6 +169,7 @@ class PromptPreparer:
     def _finish(self, begun: Tokenization, refs: list[str], ticket: int) -> None:
         """Background: tokenize a slice more of a prompt; when done, hand its blocks over."""
         begun.advance(None, LATER_SLICE_CHARS)
+        time.sleep(0)  # hand the GIL to the event loop between slices, if it waits
         if not begun.done and self._thread.later(lambda: self._finish(begun, refs, ticket)):
             return
         self._later_chars -= begun.chars

@@ -26,6 +26,7 @@ from kinference.tokenize.reuse import PieceCache
 from kinference.tokenize.template import ChatTemplate, TemplateError
 
 _SAMPLE = "The quick brown fox jumps over the lazy dog.\nIt was 12:30, and nobody's there."
+_HOLD_GIL_CHARS = 1536  # texts this short are encoded holding the GIL (see _encode)
 _LEARN = 0.05  # weight of each tokenized piece in the characters-per-token average
 
 
@@ -146,7 +147,12 @@ class PromptTokenizer:
         return self._encode(texts, False)
 
     def _encode(self, texts: Sequence[str], special: bool) -> list[Ids]:
-        # The batch calls release the GIL while the Rust tokenizer runs (encode does not);
-        # the fast one computes no offsets, which pieces do not need.
+        if sum(map(len, texts)) <= _HOLD_GIL_CHARS:
+            # ~1 ms at most: releasing the GIL would cost more, as getting it back means
+            # waiting for a busy event loop's switch interval (5 ms).
+            encode = self._tokenizer.encode
+            return [np.asarray(encode(t, add_special_tokens=special).ids, np.uint32) for t in texts]
+        # The batch calls release the GIL while the Rust tokenizer runs; the fast one
+        # computes no offsets, which pieces do not need.
         encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=special)
         return [np.asarray(encoding.ids, dtype=np.uint32) for encoding in encodings]

@@ -44,7 +44,7 @@ def test_the_queue_wait_is_the_oldest_unstored_request() -> None:
 
 def test_pool_caches_predict_evictions_from_the_events() -> None:
     now = [0.0]
-    pool = PoolCaches("p", 4, clock=lambda: now[0])
+    pool = PoolCaches("p", 4, clock=lambda: now[0], predict_evictions=True)
     pool.trust[0] = WorkerTrust(5.0, 10.0)
     tokens = list(range(16))
     blocks = identities(tokens, 4)
