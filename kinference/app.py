@@ -369,5 +369,5 @@ def _precise_parts(
     from kinference.tokenize.prepare import PromptPreparer
 
     metrics = PreciseMetrics(registry, caches)
-    preparer = PromptPreparer(policy, observe=metrics.tokenize_seconds.observe)
+    preparer = PromptPreparer(policy, caches=caches, observe=metrics.tokenize_seconds.observe)
     return PreciseEvents(caches, table, metrics), preparer

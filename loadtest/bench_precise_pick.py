@@ -2,6 +2,7 @@
 prompts, and the event loop's worst stall while those Picks run.
 
     python -m loadtest.bench_precise_pick [--quick] [--sizes 4096,65536,1048576]
+        [--turn-gap-ms 100]
 
 One in-process picker (uvloop) with a pool of 4 endpoints whose "engines" are ZMQ publishers
 in this process: after each Pick, the chosen engine publishes `BlockStored` for the prompt's
@@ -12,7 +13,9 @@ Picks walk real matches. The tokenizer is a byte-level BPE trained on a few word
 Workloads per prompt size S, each run in approximate mode (the baseline) and precise mode:
 - `cold`: distinct prompts of S characters, each picked once (nothing to reuse);
 - `chat`: conversations on one shared S-character system prompt, 6 turns each (user and
-  assistant messages of a few hundred characters), at 1 and 16 conversations in flight.
+  assistant messages of a few hundred characters), at 1 and 16 conversations in flight; a
+  turn comes `--turn-gap-ms` after the previous one's Pick (the engine runs the prompt and
+  generates the reply the next turn resends: 100 ms is a short reply on a fast engine).
 Reported: client-side Pick RPC p50 / p99 (ms), the ratio precise / approximate, and the
 largest lag of a 2 ms probe task on the picker's loop during the workload (ms).
 """
@@ -166,9 +169,13 @@ def chat_prompts(
     return conversations
 
 
-async def replay(bench: Bench, row: Row, conversations: list[list[Prompt]]) -> None:
+async def replay(
+    bench: Bench, row: Row, conversations: list[list[Prompt]], gap_s: float = 0.0
+) -> None:
     async def one(turns: list[Prompt]) -> None:
-        for prompt in turns:
+        for index, prompt in enumerate(turns):
+            if index:
+                await asyncio.sleep(gap_s)
             row.samples.append(await bench.pick(prompt))
 
     for start in range(0, len(conversations), row.inflight):
@@ -191,19 +198,21 @@ async def measure(args: argparse.Namespace, files: tuple[Path, Path]) -> list[Ro
         for (workload, inflight), conversations in workloads.items():
             for mode in ("approximate", "precise"):
                 row = Row(size, workload, inflight, mode)
-                await run_row(files, row, conversations)
+                await run_row(files, row, conversations, args.turn_gap_ms / 1000)
                 rows.append(row)
                 print(_line(row), file=sys.stderr, flush=True)
     return rows
 
 
-async def run_row(files: tuple[Path, Path], row: Row, conversations: list[list[Prompt]]) -> None:
+async def run_row(
+    files: tuple[Path, Path], row: Row, conversations: list[list[Prompt]], gap_s: float
+) -> None:
     publishers = [KvPublisher() for _ in range(4)]
     try:
         async with Bench(row.mode, files, publishers) as bench:
             lag = Lag()
             lag.task = asyncio.create_task(lag.probe())
-            await replay(bench, row, conversations)
+            await replay(bench, row, conversations, gap_s)
             lag.task.cancel()
             row.lag_s = lag.worst_s
     finally:
@@ -243,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--quick", action="store_true")
     cli.add_argument("--sizes", default=f"{4 * KIB},{64 * KIB},{1024 * KIB}")
+    cli.add_argument("--turn-gap-ms", type=float, default=100.0)
     args = cli.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-precise-") as work:
         files = write_model(Path(work))

@@ -33,10 +33,15 @@ _MIX_2 = np.uint64(0xC4CEB9FE1A85EC53)
 class PromptBlocks:
     """A prompt cut into the engine's blocks, named by `kvcache.blocks` identities."""
 
-    tokens: int  # prompt tokens, the trailing partial block included
+    tokens: int  # prompt tokens, the trailing partial block included (estimated if not exact)
     block_size: int
     blocks: tuple[BlockId, ...]
     seconds: float = 0.0  # time spent rendering, tokenizing and naming
+    # False: tokenized lazily, only as far as some worker could hold the prefix: `blocks`
+    # end at the first block no worker holds (nothing after it can match) and `tokens` adds
+    # an estimate of the rest; the rest's blocks follow under `ticket` once tokenized.
+    exact: bool = True
+    ticket: int = 0
 
 
 def _mix(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -65,14 +70,17 @@ def seed(adapter: str | None) -> int:
 def contents(tokens: npt.NDArray[np.uint32] | Sequence[int], block_size: int) -> list[int]:
     """The content hash of each full block of `tokens` (a trailing partial block is left out:
     engines cache whole blocks only)."""
+    result: list[int] = _contents(tokens, block_size).tolist()
+    return result
+
+
+def _contents(
+    tokens: npt.NDArray[np.uint32] | Sequence[int], block_size: int
+) -> npt.NDArray[np.uint64]:
     array = np.asarray(tokens, dtype=np.uint64)
     count = len(array) // block_size
-    if count == 0:
-        return []
     grid = array[: count * block_size].reshape(count, block_size)
-    mixed = _mix(grid * _lanes(block_size) + np.uint64(1))
-    result: list[int] = _mix(mixed.sum(axis=1, dtype=np.uint64)).tolist()
-    return result
+    return _mix(_mix(grid * _lanes(block_size) + np.uint64(1)).sum(axis=1, dtype=np.uint64))
 
 
 def chain(parent: int, content_hashes: Sequence[int]) -> list[BlockId]:
@@ -86,26 +94,35 @@ def chain(parent: int, content_hashes: Sequence[int]) -> list[BlockId]:
 
 
 def identities(
-    tokens: npt.NDArray[np.uint32] | Sequence[int], block_size: int, adapter: str | None = None
+    tokens: npt.NDArray[np.uint32] | Sequence[int],
+    block_size: int,
+    adapter: str | None = None,
+    parent: BlockId | None = None,
 ) -> list[BlockId]:
     """Identities of every full block of a prompt's tokens, all at once: the chain unrolled
-    is id_i = B^i * (seed * B + sum_{j<=i} c_j * B^-j): a cumulative sum, scaled (B is odd,
-    hence invertible mod 2^64)."""
-    content = np.asarray(contents(tokens, block_size), dtype=np.uint64)
+    is id_i = B^i * (p * B + sum_{j<=i} c_j * B^-j), p the parent's identity (the seed for
+    a prompt's first block): a cumulative sum, scaled (B is odd, hence invertible mod 2^64).
+    `parent` continues a chain: blocks that follow the block of that identity."""
+    content = _contents(tokens, block_size)
     if not len(content):
         return []
     powers, inverse = _powers(len(content) + 1)
     scaled = np.cumsum(content * inverse[: len(content)], dtype=np.uint64)
-    start = np.uint64((seed(adapter) * _BASE) & _MASK)
+    first = seed(adapter) if parent is None else parent
+    start = np.uint64((first * _BASE) & _MASK)
     chained = (scaled + start) * powers[: len(content)]
     result: list[BlockId] = chained.tolist()
     return result
 
 
-@functools.lru_cache(maxsize=8)
 def _powers(count: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
-    """(B^j, B^-j) for j < count, mod 2^64, for counts rounded up to a power of two."""
-    size = 1 << max(count - 1, 1).bit_length()
+    """(B^j, B^-j) for j < count (at least), mod 2^64."""
+    return _powers_of(1 << max(count - 1, 1).bit_length())
+
+
+@functools.lru_cache(maxsize=8)
+def _powers_of(size: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+    """(B^j, B^-j) for j < size, a power of two (so that few sizes are ever cached)."""
     base = np.full(size, _BASE, dtype=np.uint64)
     base[0] = 1
     inverse = np.full(size, _BASE_INVERSE, dtype=np.uint64)

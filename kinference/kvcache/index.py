@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from kinference.kvcache.blocks import BlockId, chain, contents, seed
+from kinference.kvcache.blocks import BlockId, identities, seed
 from kinference.kvevents.events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -56,21 +56,22 @@ class BlockIndex:
         worker = self._workers.get(slot)
         return worker.orphans if worker is not None else 0
 
-    def apply(self, slot: int, events: Iterable[Event]) -> list[BlockId]:
-        """Apply a batch's events; answers the identities stored or removed by it."""
+    def apply(self, slot: int, events: Iterable[Event]) -> tuple[list[BlockId], list[BlockId]]:
+        """Apply a batch's events; answers the identities (stored, removed) by it."""
         worker = self._workers.setdefault(slot, _Worker())
-        touched: list[BlockId] = []
+        stored: list[BlockId] = []
+        removed: list[BlockId] = []
         for event in events:
             if isinstance(event, BlockStored):
                 if on_gpu(event.medium):
-                    self._stored(slot, worker, event, touched)
+                    self._stored(slot, worker, event, stored)
             elif isinstance(event, BlockRemoved):
                 if on_gpu(event.medium):
-                    self._removed(slot, worker, event.block_hashes, touched)
+                    self._removed(slot, worker, event.block_hashes, removed)
             elif isinstance(event, AllBlocksCleared):
                 self.forget(slot)
                 worker = self._workers.setdefault(slot, _Worker())
-        return touched
+        return stored, removed
 
     def _stored(
         self, slot: int, worker: _Worker, event: BlockStored, touched: list[BlockId]
@@ -82,7 +83,7 @@ class BlockIndex:
         else:
             worker.orphans += len(event.block_hashes)
             return
-        names = chain(parent, contents(event.token_ids, event.block_size))
+        names = identities(event.token_ids, event.block_size, parent=parent)
         touched.extend(names)
         for engine_hash, identity in zip(event.block_hashes, names, strict=True):
             if len(worker.held) >= self.max_blocks_per_worker:
@@ -158,6 +159,10 @@ class BlockIndex:
         for slot in alive:
             result[slot] = self._search(slot, identities, exact)
         return result
+
+    def held_anywhere(self, identity: BlockId) -> bool:
+        """Whether any worker holds the block (one dict lookup: safe from another thread)."""
+        return identity in self._holders
 
     def holds(self, slot: int, identity: BlockId) -> bool:
         return slot in self._holders.get(identity, ())

@@ -9,6 +9,7 @@ approximate index). Pure state: the event subscriber writes it, the router reads
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.index import BlockIndex
 from kinference.kvevents.events import Event
@@ -29,6 +31,7 @@ if TYPE_CHECKING:  # routing.decision imports this module
 # prompt yet, but the next turn sent there will find it.
 PENDING_TTL_S = 30.0
 MAX_PENDING_BLOCKS = 200_000  # per worker
+MAX_TICKETS = 256  # lazily tokenized prompts whose remaining blocks are awaited, per pool
 
 
 @dataclass
@@ -42,18 +45,57 @@ class PoolCaches:
     trust: dict[int, WorkerTrust] = field(default_factory=dict)
     endpoints: dict[int, str] = field(default_factory=dict)
     pending: dict[int, dict[BlockId, float]] = field(default_factory=dict)
+    # Lazily tokenized prompts (`PromptBlocks.ticket`): the worker each went to, and the
+    # blocks of the ones tokenized to the end before their routing was known.
+    claims: OrderedDict[int, int] = field(default_factory=OrderedDict)
+    rests: OrderedDict[int, tuple[BlockId, ...]] = field(default_factory=OrderedDict)
+    ages: dict[int, WorkerAges] = field(default_factory=dict)
+    clock: Callable[[], float] = time.monotonic
+    predict_evictions: bool = True  # count blocks the ageing model expects gone as gone
 
     def apply(self, slot: int, events: Iterable[Event]) -> None:
-        """A batch from `slot`'s engine: into the index; what it names is no longer pending."""
-        touched = self.index.apply(slot, events)
+        """A batch from `slot`'s engine: into the index; what it names is no longer pending;
+        what it stores was just used, what it removes tells how long blocks survive."""
+        stored, removed = self.index.apply(slot, events)
         waiting = self.pending.get(slot)
         if waiting:
-            for identity in touched:
+            for identity in stored:
                 waiting.pop(identity, None)
+            for identity in removed:
+                waiting.pop(identity, None)
+        now, ages = self.clock(), self._ages(slot)
+        ages.touch(stored, now)
+        ages.removed(removed, now)
+
+    def _ages(self, slot: int) -> WorkerAges:
+        found = self.ages.get(slot)
+        if found is None:
+            found = self.ages[slot] = WorkerAges()
+        return found
 
     def forget(self, slot: int) -> None:
         self.index.forget(slot)
         self.pending.pop(slot, None)
+        self.ages.pop(slot, None)
+
+    def sent(self, slot: int, prompt: PromptBlocks, cached_blocks: int, now: float) -> None:
+        """A request went to `slot`: its matched blocks were just used; the ones it will
+        store are pending there, and it waits until the first of them is stored."""
+        usable = max(prompt.tokens - 1, 0) // prompt.block_size
+        ages = self._ages(slot)
+        ages.touch(prompt.blocks[:cached_blocks], now)
+        new = prompt.blocks[cached_blocks:usable]
+        if new:
+            self.expect(slot, new, now)
+        ages.routed(new[0] if new else None, now)
+
+    def surviving(self, slot: int, blocks: Sequence[BlockId], depth: int, now: float) -> int:
+        """How much of a match `slot` will still hold when a request sent now runs there."""
+        ages = self.ages.get(slot)
+        if ages is None or not self.predict_evictions:
+            return depth
+        wait = ages.wait_s(self.pending.get(slot, {}), now, PENDING_TTL_S)
+        return ages.surviving(blocks, depth, now, wait)
 
     def expect(self, slot: int, blocks: Sequence[BlockId], now: float) -> None:
         waiting = self.pending.setdefault(slot, {})
@@ -61,6 +103,40 @@ class PoolCaches:
             fresh = {k: t for k, t in waiting.items() if now - t <= PENDING_TTL_S}
             waiting = self.pending[slot] = fresh if len(fresh) < MAX_PENDING_BLOCKS // 2 else {}
         waiting.update(dict.fromkeys(blocks, now))  # C speed: a 1 MiB prompt is 16k blocks
+
+    def first_unknown(self, blocks: Sequence[BlockId], start: int) -> int:
+        """The index of the first block at or after `start` that no worker holds or is about
+        to hold (len(blocks) if none). Called from the tokenizer thread: it only reads, one
+        dict lookup at a time (atomic under the GIL), so an event applied meanwhile can
+        only move the answer by the blocks it names."""
+        waiting = list(self.pending.values())
+        held = self.index.held_anywhere
+        for index in range(start, len(blocks)):
+            block = blocks[index]
+            if not held(block) and not any(block in w for w in waiting):
+                return index
+        return len(blocks)
+
+    def claim(self, ticket: int, slot: int, now: float) -> None:
+        """A lazily tokenized prompt went to `slot`: its remaining blocks are pending there."""
+        rest = self.rests.pop(ticket, None)
+        if rest is not None:
+            self.expect(slot, rest, now)
+            return
+        self.claims[ticket] = slot
+        if len(self.claims) > MAX_TICKETS:
+            self.claims.popitem(last=False)
+
+    def complete(self, ticket: int, blocks: tuple[BlockId, ...], now: float) -> None:
+        """The rest of a lazily tokenized prompt: pending where it went (once it is known)."""
+        slot = self.claims.pop(ticket, None)
+        if slot is not None:
+            if slot in self.trust:
+                self.expect(slot, blocks, now)
+            return
+        self.rests[ticket] = blocks
+        if len(self.rests) > MAX_TICKETS:
+            self.rests.popitem(last=False)
 
     def extend(self, slot: int, blocks: Sequence[BlockId], depth: int, now: float) -> int:
         """How far past `depth` the worker holds or is about to hold the prompt's blocks
@@ -89,6 +165,13 @@ class PreciseQuery:
 
     blocks: dict[str, PromptBlocks]
     problem: str | None = None  # the prompt could not be tokenized (routed approximately)
+
+    def prompt_tokens(self, pool: str) -> int | None:
+        """The prompt's tokens in `pool`'s tokenizer (counted, or estimated past where it
+        was tokenized), if it was tokenized for that pool: what the cost model should use
+        rather than a characters-per-token guess."""
+        blocks = self.blocks.get(pool)
+        return blocks.tokens if blocks is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,17 +222,31 @@ class PreciseCaches:
             prompt.blocks, [s for s, t in zip(slot_list, trusted, strict=True) if t]
         )
         blocks = np.array(
-            [float(caches.extend(s, prompt.blocks, longest.get(s, 0), now)) for s in slot_list]
+            [
+                float(
+                    caches.surviving(s, prompt.blocks, caches.extend(s, prompt.blocks, d, now), now)
+                )
+                for s, d in ((s, longest.get(s, 0)) for s in slot_list)
+            ]
         )
         return PreciseMatch(np.where(trusted, blocks, 0.0), trusted, tuple(distrusted))
 
     def routed(self, ref: str, slot: int, cached_blocks: int, prompt: PromptBlocks) -> None:
-        """A request went to `slot`: its blocks are pending there until events name them."""
+        """A request went to `slot`: its blocks are pending there until events name them
+        (for a lazily tokenized prompt, the rest once it is tokenized: `completed`)."""
         caches = self.pools.get(ref)
-        if caches is None or slot not in caches.trust or cached_blocks >= len(prompt.blocks):
+        if caches is None or slot not in caches.trust:
             return
         now = self.clock()
-        caches.expect(slot, prompt.blocks[: (prompt.tokens - 1) // prompt.block_size], now)
+        if not prompt.exact and prompt.ticket:
+            caches.claim(prompt.ticket, slot, now)
+        caches.sent(slot, prompt, cached_blocks, now)
+
+    def completed(self, ref: str, ticket: int, blocks: tuple[BlockId, ...]) -> None:
+        """The blocks of a lazily tokenized prompt, now tokenized to the end (on the loop)."""
+        caches = self.pools.get(ref)
+        if caches is not None:
+            caches.complete(ticket, blocks, self.clock())
 
     def served(self, choice: LocalChoice) -> None:
         """The caller saw the first token of a request sent to `choice`: the engine has run
@@ -164,6 +261,9 @@ class PreciseCaches:
         cached = choice.predicted_cached_tokens or 0
         if cached + caches.block_size <= choice.prompt_tokens:
             trust.routed(self.clock())
+        ages = caches.ages.get(choice.slot)
+        if ages is not None and ages.waiting:  # it ran: no longer waiting (first come first)
+            ages.waiting.popleft()
 
     def precise_workers(self) -> dict[str, dict[str, bool]]:
         """Pool ref -> endpoint -> whether that worker is on precise matching now."""

@@ -48,7 +48,9 @@ class PreciseEvents:
             if caches is None or caches.block_size != pool.prefix.block_size:
                 for key in [key for key in self._feeds if key[0] == pool.ref]:
                     self._stop(subscriber, key)
-                self.caches.pools[pool.ref] = PoolCaches(pool.ref, pool.prefix.block_size)
+                self.caches.pools[pool.ref] = PoolCaches(
+                    pool.ref, pool.prefix.block_size, clock=self.caches.clock
+                )
             for endpoint in pool.endpoints:
                 wanted[(pool.ref, self.table.slot(endpoint))] = (pool, _address(pool, endpoint))
         for key in set(self._feeds) - set(wanted):

@@ -142,9 +142,20 @@ def _stored(fields: dict[str, Any]) -> BlockStored:
 
 
 def _hashes(raw: Any) -> tuple[EngineHash, ...]:
-    if not isinstance(raw, list) or not all(_is_hash(h) for h in raw):
+    if not isinstance(raw, list) or not _all_hashes(raw):
         raise MalformedBatch("block_hashes is not an array of block hashes")
     return tuple(raw)
+
+
+def _all_hashes(values: list[Any]) -> bool:
+    """Whether every value is a block hash; in C for the usual all-int or all-bytes arrays
+    (a batch may name thousands of blocks)."""
+    kinds = set(map(type, values))
+    if kinds <= {int}:
+        return True  # bools are not ints here: type(True) is bool
+    if kinds == {bytes}:
+        return min(map(len, values)) > 0 and max(map(len, values)) <= 64
+    return all(_is_hash(h) for h in values)
 
 
 def _medium(raw: Any) -> str | None:

@@ -384,7 +384,9 @@ class Router:
             block_bytes=settings.block_bytes, max_blocks=settings.max_blocks,
         )  # fmt: skip
         pool = group[0].pool or ""
-        prompt_tokens = float(request.token_estimate)
+        precise = attempt.query.precise
+        counted = precise.prompt_tokens(pool) if precise is not None else None
+        prompt_tokens = float(request.token_estimate if counted is None else counted)
         query = PrefixQuery(
             request, model, pool, hashes, settings.block_bytes, prompt_tokens,
             truncated=len(hashes) >= settings.max_blocks, precise=attempt.query.precise,

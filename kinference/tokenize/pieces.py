@@ -1,70 +1,135 @@
-"""A long text tokenized in overlapping windows, in one parallel batch, stitched exactly.
+"""Cutting a prompt into pieces that tokenize exactly as the whole text does.
 
-Hugging Face's tokenizer slows down on one very long string (1 MiB: ~1 s here, against
-~0.25 s as 4 KiB windows) and hands its result back in calls that hold the GIL for tens of
-milliseconds. So the text is cut into `WINDOW_CHARS` windows that overlap their neighbours by
-`OVERLAP_CHARS` on each side, all encoded in one `encode_batch` (Rust threads, no GIL), and
-stitched at each nominal boundary: around it both windows must produce the same tokens at
-the same offsets (`_AGREE_CHARS` either side), and the cut is the first token they share
-there. Pre-tokenization is local (a regex over words, spaces and punctuation), so windows
-that agree across such a stretch agree from there on. Where they do not (a tokenizer that
-treats the start of a text specially, a word longer than the overlap), the text is encoded
-whole: windows never change the tokens, they only save time.
+A tokenizer's pre-tokenizer splits text at word boundaries with a regex whose lookahead is
+one character, and BPE merges never cross those splits, so a text cut where the pre-tokenizer
+splits anyway tokenizes as the concatenation of its pieces' tokens. Candidate cuts are where
+that holds for the regexes in use (GPT-2, Llama 3, Qwen 2, SentencePiece's Metaspace): before
+a single space between two ASCII letters (` ?\\p{L}+` keeps the space with the next word), or
+after a newline followed by an ASCII letter (a newline run ends there). Each candidate is
+checked with the model's own tokenizer before it is used: the `CHECK_CHARS` either side of it
+must tokenize as the two halves do (which also catches normalizers or prefix spaces added at
+a text's start); a cut that fails is not used and the piece grows to the next one.
+
+A piece is named by a digest of its text and the `CHECK_CHARS` around both of its cuts, so
+equal names mean equal tokens wherever the piece sits in a prompt (`reuse.PieceCache`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import re
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
-from kinference.tokenize.reuse import Encoded
+PIECE_CHARS = 1024  # a piece ends at the first checked cut this far past its start
+# ... but the first ones are shorter: a prompt no worker holds is known after ~256 characters.
+FIRST_PIECES_CHARS = (256, 512)
+CHECK_CHARS = 32  # context either side of a cut that must tokenize the same when cut
+_CANDIDATE = re.compile(r"[A-Za-z](?= [A-Za-z])|\n(?=[A-Za-z])")
+_SEARCH_CHARS = 1024  # candidates looked at past the nominal boundary per attempt
+_TRIES = 4  # candidates checked per cut before the piece grows by another PIECE_CHARS
 
-WINDOW_CHARS = 4096
-OVERLAP_CHARS = 256
-_AGREE_CHARS = 96
-BatchEncoder = Callable[[Sequence[str], bool], list[Encoded]]  # (texts, add_special_tokens)
-
-
-def encode_windows(text: str, special: bool, encode: BatchEncoder) -> Encoded:
-    """The tokens of `text`, as `encode([text], special)[0]` gives them."""
-    if len(text) <= 2 * WINDOW_CHARS:
-        return encode([text], special)[0]
-    bounds = list(range(WINDOW_CHARS, len(text), WINDOW_CHARS))
-    starts = [0, *(b - OVERLAP_CHARS for b in bounds)]
-    ends = [*(b + OVERLAP_CHARS for b in bounds), len(text)]
-    first = encode([text[: ends[0]]], special)
-    rest = encode([text[s:e] for s, e in zip(starts[1:], ends[1:], strict=True)], False)
-    shifted = [(ids, offsets + s) for (ids, offsets), s in zip(rest, starts[1:], strict=True)]
-    windows = [first[0], *shifted]
-    stitched = _stitch(windows, bounds)
-    return stitched if stitched is not None else encode([text], special)[0]
+Ids = npt.NDArray[np.uint32]
+BatchEncoder = Callable[[Sequence[str]], list[Ids]]  # texts -> ids, no special tokens added
 
 
-def _stitch(windows: list[Encoded], bounds: list[int]) -> Encoded | None:
-    ids_parts, start_parts = [], []
-    cut = 0
-    for index, bound in enumerate(bounds):
-        left, right = windows[index], windows[index + 1]
-        shared = _shared_cut(left, right, bound)
-        if shared is None:
-            return None
-        ids_parts.append(left[0][(left[1] >= cut) & (left[1] < shared)])
-        start_parts.append(left[1][(left[1] >= cut) & (left[1] < shared)])
-        cut = shared
-    last = windows[-1]
-    ids_parts.append(last[0][last[1] >= cut])
-    start_parts.append(last[1][last[1] >= cut])
-    return np.concatenate(ids_parts), np.concatenate(start_parts)
+class CutChecks:
+    """Whether the text around a cut tokenizes as its two halves, by that text: remembered,
+    so that a prompt's known pieces are cut again without tokenizing anything."""
 
+    def __init__(self, encode: BatchEncoder, max_entries: int = 200_000) -> None:
+        self._encode = encode
+        self._known: OrderedDict[str, bool] = OrderedDict()
+        self.max_entries = max_entries
 
-def _shared_cut(left: Encoded, right: Encoded, bound: int) -> int | None:
-    """The first token start both windows share near `bound`, if they agree around it."""
-    low, high = bound - _AGREE_CHARS, bound + _AGREE_CHARS
-    in_left = (left[1] >= low) & (left[1] < high)
-    in_right = (right[1] >= low) & (right[1] < high)
-    if not in_left.any() or not np.array_equal(left[1][in_left], right[1][in_right]):
+    def first_good(self, text: str, cuts: list[int]) -> int | None:
+        """The first of `cuts` where the text around it tokenizes as its two halves."""
+        windows = [text[cut - CHECK_CHARS : cut + CHECK_CHARS] for cut in cuts]
+        unknown = [i for i, w in enumerate(windows) if w not in self._known]
+        if unknown:
+            texts = []
+            for i in unknown:
+                cut = cuts[i]
+                texts += [windows[i], text[cut - CHECK_CHARS : cut], text[cut : cut + CHECK_CHARS]]
+            encoded = self._encode(texts)
+            for n, i in enumerate(unknown):
+                whole, left, right = encoded[3 * n : 3 * n + 3]
+                same = len(whole) == len(left) + len(right) and bool(
+                    np.array_equal(whole, np.concatenate((left, right)))
+                )
+                self._remember(windows[i], same)
+        for i, window in enumerate(windows):
+            if self._known.get(window):
+                self._known.move_to_end(window)
+                return cuts[i]
         return None
-    if not np.array_equal(left[0][in_left], right[0][in_right]):
-        return None
-    return int(left[1][in_left][0])
+
+    def _remember(self, window: str, same: bool) -> None:
+        self._known[window] = same
+        if len(self._known) > self.max_entries:
+            self._known.popitem(last=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    start: int
+    end: int
+    name: bytes  # digest of the text the piece's tokens depend on
+
+
+class Cutter:
+    """Finds checked cuts in one text, piece after piece. Used from one thread only."""
+
+    def __init__(self, text: str, kind: bytes, checks: CutChecks, whole: bool = False):
+        self.text = text
+        self._kind = kind  # what else the tokens depend on (special tokens, the tokenizer)
+        self._checks = checks
+        self._whole = whole  # never cut (a tokenizer whose cuts cannot be trusted)
+        self.position = 0
+        self._made = 0  # pieces cut so far
+
+    @property
+    def done(self) -> bool:
+        return self.position >= len(self.text)
+
+    def next_pieces(self, count: int) -> list[Piece]:
+        """Up to `count` more pieces (fewer at the end of the text)."""
+        pieces: list[Piece] = []
+        while len(pieces) < count and self.position < len(self.text):
+            begin, length = self.position, PIECE_CHARS
+            if self._made < len(FIRST_PIECES_CHARS):
+                length = FIRST_PIECES_CHARS[self._made]
+            end = self._cut_after(begin, length)
+            pieces.append(Piece(begin, end, self._name(begin, end)))
+            self.position, self._made = end, self._made + 1
+        return pieces
+
+    def _cut_after(self, start: int, length: int) -> int:
+        """The first checked cut at least `length` past `start`, or the end of the text."""
+        text = self.text
+        if self._whole:
+            return len(text)
+        nominal = start + length
+        while nominal + CHECK_CHARS < len(text):
+            matches = _CANDIDATE.finditer(text, nominal, nominal + _SEARCH_CHARS)
+            found = [m.start() + 1 for m in itertools.islice(matches, _TRIES)]
+            if found:
+                good = self._checks.first_good(text, found)
+                if good is not None:
+                    return good
+            nominal += PIECE_CHARS
+        return len(text)
+
+    def _name(self, start: int, end: int) -> bytes:
+        digest = hashlib.blake2b(self._kind, digest_size=16)
+        low = 0 if start == 0 else start - CHECK_CHARS
+        high = len(self.text) if end >= len(self.text) else end + CHECK_CHARS
+        digest.update(b"\x00start" if start == 0 else b"\x00piece")
+        digest.update(b"\x00end" if end >= len(self.text) else b"\x00cut")
+        digest.update(self.text[low:high].encode("utf-8", "surrogatepass"))
+        return digest.digest()

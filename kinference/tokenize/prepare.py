@@ -2,29 +2,36 @@
 
 Before routing, the service asks which pools in `prefix: {mode: precise}` the requested
 model can go to and has the prompt tokenized once per distinct tokenizer (tokenizer.json,
-chat template, block size) on one dedicated thread, which owns every tokenizer and its
-turn cache (so they need no locks). The loop only waits: the Rust tokenizer runs without
-the GIL, and the Python around it (template, digests, block naming) is preempted at the
-interpreter's switch interval, so a 1 MiB prompt does not stall other Picks. A prompt that
-takes longer than `timeout_s` is routed on the approximate index (DEGRADED).
+chat template, block size) on the tokenizer thread (`worker`), which owns every tokenizer
+and its piece cache. Lazily (`lazy`): only until a block that no worker of those pools holds
+or is about to hold (nothing after it can match), and at most `FOREGROUND_CHARS` of new text
+per Pick; the rest is tokenized once the Pick is answered, between other Picks' work, so
+that the next turn finds its pieces known, and its blocks join the chosen worker's pending
+blocks (`PreciseCaches.completed`). The loop only waits: the Rust tokenizer runs without the
+GIL and every Python step is small (a piece of ~1 KiB). A prompt that takes longer than
+`timeout_s` is routed on the approximate index (DEGRADED).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import functools
+import itertools
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kinference.bodies import Body
 from kinference.config import Policy, Pool
-from kinference.kvcache.blocks import PromptBlocks
-from kinference.kvcache.precise import PreciseQuery
+from kinference.kvcache.blocks import BlockId, PromptBlocks
+from kinference.kvcache.precise import PreciseCaches, PreciseQuery
 from kinference.requests import InferenceRequest
+from kinference.tokenize.lazy import Known, Tokenization
 from kinference.tokenize.source import prompt_text
 from kinference.tokenize.template import TemplateError
-from kinference.tokenize.tokenizer import PromptTokenizer, Untokenizable
+from kinference.tokenize.tokenizer import PromptText, PromptTokenizer, Untokenizable
+from kinference.tokenize.worker import TokenizerThread
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +41,20 @@ DEFAULT_TIMEOUT_S = 2.0
 # prompt would hold the tokenizer thread for minutes. 1 MiB prompts take ~1 s already.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_QUEUED = 64  # prompts waiting for the tokenizer thread; more are not tokenized
+# New text tokenized per Pick at most (~0.1 s of a fast tokenizer); past it the prediction
+# stops (counts only what was checked) and the rest is tokenized after the Pick.
+FOREGROUND_CHARS = 128 * 1024
+LATER_SLICE_CHARS = 2 * 1024  # new text per slice of background work (~2 ms)
+MAX_LATER_CHARS = 32 * 1024 * 1024  # text held by unfinished background work, at most
 
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
     profiles: dict[str, Profile]  # precise pool ref -> its profile
     by_model: dict[str, tuple[str, ...]]  # requested model or alias -> precise pool refs
+
+    def refs(self, profile: Profile, among: Sequence[str]) -> list[str]:
+        return [ref for ref in among if self.profiles[ref] == profile]
 
 
 class PromptPreparer:
@@ -49,18 +64,19 @@ class PromptPreparer:
         self,
         policy: Policy,
         *,
+        caches: PreciseCaches | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         observe: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self.timeout_s = timeout_s
+        self._caches = caches  # read from the thread (see PoolCaches.first_unknown)
         self._observe = observe  # seconds per tokenized prompt
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, "kinference-tokenize")
+        self._thread = TokenizerThread()
         self._tokenizers: dict[Profile, PromptTokenizer] = {}  # touched on the thread only
         self._plan = _plan(policy)
-        self._queued = 0  # prompts submitted to the thread and not finished
-
-    def _dequeued(self, _: object) -> None:
-        self._queued -= 1
+        self._tickets = itertools.count(1)
+        self._later_chars = 0  # text of unfinished background work (on the thread only)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def active(self) -> bool:
@@ -68,6 +84,7 @@ class PromptPreparer:
 
     def apply_policy(self, policy: Policy) -> None:
         self._plan = _plan(policy)
+        self.warm()  # a new pool's tokenizer, before its first Pick
 
     async def prepare(self, request: InferenceRequest, body: Body) -> PreciseQuery | None:
         """The prompt's engine blocks per precise pool that may serve it (None: no such
@@ -79,11 +96,10 @@ class PromptPreparer:
         refused = self._refusal(body)
         if refused is not None:
             return PreciseQuery({}, f"prompt not tokenized: {refused}")
-        wanted = {plan.profiles[ref] for ref in pools}
-        loop = asyncio.get_running_loop()
-        self._queued += 1
-        future = loop.run_in_executor(self._executor, self._run, wanted, request, body)
-        future.add_done_callback(self._dequeued)
+        self._loop = asyncio.get_running_loop()
+        future = asyncio.wrap_future(
+            self._thread.submit(lambda: self._run(plan, pools, request, body))
+        )
         try:
             async with asyncio.timeout(self.timeout_s):
                 done = await asyncio.shield(future)
@@ -97,12 +113,12 @@ class PromptPreparer:
         """Why this prompt is not tokenized at all, if it is not."""
         if body.size > MAX_BODY_BYTES:
             return f"body over {MAX_BODY_BYTES} bytes"
-        if self._queued >= MAX_QUEUED:
+        if self._thread.waiting >= MAX_QUEUED:
             return f"{MAX_QUEUED} prompts queued for the tokenizer"
         return None
 
     def _run(
-        self, wanted: set[Profile], request: InferenceRequest, body: Body
+        self, plan: _Plan, pools: tuple[str, ...], request: InferenceRequest, body: Body
     ) -> dict[Profile, PromptBlocks] | str | None:
         """On the tokenizer thread: blocks per profile, a problem, or None (shape not
         tokenized here)."""
@@ -110,17 +126,64 @@ class PromptPreparer:
             text = prompt_text(request, body)
             if text is None:
                 return None
-            result = {}
-            for profile in wanted:
-                blocks = self._tokenizer(profile).blocks(text)
-                self._observe(blocks.seconds)
-                result[profile] = blocks
-            return result
+            return {
+                profile: self._blocks(profile, plan.refs(profile, pools), text)
+                for profile in {plan.profiles[ref] for ref in pools}
+            }
         except (Untokenizable, TemplateError, OSError) as exc:
             return f"prompt not tokenized: {exc}"
         except Exception as exc:  # a tokenizer bug must not fail the Pick
             log.exception("tokenizing a prompt failed")
             return f"prompt not tokenized: {type(exc).__name__}"
+
+    def _blocks(self, profile: Profile, refs: list[str], text: PromptText) -> PromptBlocks:
+        started = time.perf_counter()
+        begun = self._tokenizer(profile).start(text)
+        if isinstance(begun, PromptBlocks):
+            return begun
+        begun.advance(self._known(refs), FOREGROUND_CHARS)
+        begun.seconds = time.perf_counter() - started
+        self._observe(begun.seconds)
+        if begun.done:
+            return begun.result()
+        ticket = next(self._tickets)
+        if self._later_chars + begun.chars > MAX_LATER_CHARS:
+            return begun.result()  # no rest to expect: tokenized no further
+        self._later_chars += begun.chars
+        if not self._thread.later(lambda: self._finish(begun, refs, ticket)):
+            self._later_chars -= begun.chars
+            return begun.result()
+        return begun.result(ticket)
+
+    def _known(self, refs: list[str]) -> Known | None:
+        caches = self._caches
+        if caches is None:
+            return None
+        pools = [pool for ref in refs if (pool := caches.pool(ref)) is not None]
+
+        def known(blocks: Sequence[BlockId], start: int) -> int:
+            return max((pool.first_unknown(blocks, start) for pool in pools), default=start)
+
+        return known
+
+    def _finish(self, begun: Tokenization, refs: list[str], ticket: int) -> None:
+        """Background: tokenize a slice more of a prompt; when done, hand its blocks over."""
+        begun.advance(None, LATER_SLICE_CHARS)
+        time.sleep(0)  # hand the GIL to the event loop between slices, if it waits
+        if not begun.done and self._thread.later(lambda: self._finish(begun, refs, ticket)):
+            return
+        self._later_chars -= begun.chars
+        if not begun.done:
+            return  # dropped (too much queued): its rest is never expected
+        loop, caches = self._loop, self._caches
+        usable = tuple(begun.blocks[: max(begun.tokens - 1, 0) // begun.block_size])
+        if loop is None or caches is None:
+            return
+        for ref in refs:
+            try:
+                loop.call_soon_threadsafe(caches.completed, ref, ticket, usable)
+            except RuntimeError:  # the loop closed meanwhile: nobody needs them
+                return
 
     def _tokenizer(self, profile: Profile) -> PromptTokenizer:
         found = self._tokenizers.get(profile)
@@ -129,12 +192,16 @@ class PromptPreparer:
         return found
 
     def warm(self) -> None:
-        """Load every tokenizer now (on its thread), so the first Pick does not pay for it."""
+        """Load every tokenizer and template now (on its thread) and run each once, so the
+        first Pick pays for neither."""
         for profile in set(self._plan.profiles.values()):
-            self._executor.submit(self._tokenizer, profile)
+            self._thread.submit(functools.partial(self._warm, profile))
+
+    def _warm(self, profile: Profile) -> None:
+        self._tokenizer(profile).warm()
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._thread.close()
 
 
 def _plan(policy: Policy) -> _Plan:

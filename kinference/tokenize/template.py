@@ -20,6 +20,9 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 _SPECIAL_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
+# Rendering is a Python loop per message (~10 µs each): more than this many messages are
+# not rendered (the Pick uses the approximate index), so a render stays within ~50 ms.
+MAX_MESSAGES = 4096
 
 
 class TemplateError(ValueError):
@@ -63,6 +66,8 @@ class ChatTemplate:
     def render(self, messages: list[Any], tools: list[Any] | None = None) -> str:
         if not isinstance(messages, list):
             raise TemplateError("messages is not an array")
+        if len(messages) > MAX_MESSAGES:
+            raise TemplateError(f"more than {MAX_MESSAGES} messages")
         try:
             return self._template.render(
                 messages=[_flatten(m) for m in messages],

@@ -4,6 +4,8 @@ tokenizer.json, chat requests rendered through the engine's chat template first.
 Chat prompts are rendered text that already holds the template's special tokens, so they
 are encoded without adding special tokens (as vLLM does); completion prompts are encoded
 with them (vLLM's default, e.g. a BOS token), and token-id prompts are taken as they are.
+Text is tokenized in checked pieces (`pieces`), each piece once (`reuse.PieceCache`), and
+only as far as a Pick needs (`lazy`).
 """
 
 from __future__ import annotations
@@ -15,12 +17,17 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from tokenizers import Encoding, Tokenizer
+from tokenizers import Tokenizer
 
 from kinference.kvcache.blocks import PromptBlocks, identities
-from kinference.tokenize.pieces import encode_windows
-from kinference.tokenize.reuse import Encoded, TurnCache
+from kinference.tokenize.lazy import Known, Tokenization
+from kinference.tokenize.pieces import CutChecks, Cutter, Ids, Piece
+from kinference.tokenize.reuse import PieceCache
 from kinference.tokenize.template import ChatTemplate, TemplateError
+
+_SAMPLE = "The quick brown fox jumps over the lazy dog.\nIt was 12:30, and nobody's there."
+_HOLD_GIL_CHARS = 1536  # texts this short are encoded holding the GIL (see _encode)
+_LEARN = 0.05  # weight of each tokenized piece in the characters-per-token average
 
 
 class Untokenizable(ValueError):
@@ -45,12 +52,18 @@ class PromptTokenizer:
         tokenizer: Tokenizer,
         template: ChatTemplate | None,
         block_size: int,
-        cache: TurnCache | None = None,
+        cache: PieceCache | None = None,
     ) -> None:
         self._tokenizer = tokenizer
         self._template = template
         self.block_size = block_size
-        self.cache = cache or TurnCache()
+        self.cache = cache or PieceCache()
+        self._checks = CutChecks(self._plain)
+        sample = tokenizer.encode_batch([_SAMPLE, _SAMPLE], add_special_tokens=False)[0].ids
+        special = tokenizer.encode(_SAMPLE, add_special_tokens=True).ids
+        # Completion prompts are cut too if special tokens only lead (BOS), never trail.
+        self._cut_special = special[len(special) - len(sample) :] == sample
+        self.chars_per_token = len(_SAMPLE) / max(len(sample), 1)  # learned from each piece
 
     @classmethod
     def from_files(
@@ -59,16 +72,18 @@ class PromptTokenizer:
         template = ChatTemplate.from_file(template_path) if template_path else None
         return cls(Tokenizer.from_file(tokenizer_path), template, block_size)
 
-    def blocks(self, text: PromptText) -> PromptBlocks:
-        started = time.perf_counter()
-        ids = self.token_ids(text)
-        named = identities(ids, self.block_size)
-        elapsed = time.perf_counter() - started
-        return PromptBlocks(len(ids), self.block_size, tuple(named), elapsed)
+    def warm(self) -> None:
+        """Run every step once, so that the first Pick does not pay for first calls."""
+        if self._template is not None:
+            self._template.render([{"role": "user", "content": _SAMPLE}])
+        self.blocks(PromptText(prompt=_SAMPLE * 64))
 
-    def token_ids(self, text: PromptText) -> npt.NDArray[np.uint32]:
+    def start(self, text: PromptText) -> Tokenization | PromptBlocks:
+        """A tokenization to advance, or the blocks of a token-id prompt."""
         if text.token_ids is not None:
-            return np.asarray(text.token_ids, dtype=np.uint32)
+            ids = np.asarray(text.token_ids, dtype=np.uint32)
+            named = identities(ids, self.block_size)
+            return PromptBlocks(len(ids), self.block_size, tuple(named))
         if text.messages is not None:
             if self._template is None:
                 raise Untokenizable("the pool has no chat_template for chat requests")
@@ -76,21 +91,68 @@ class PromptTokenizer:
                 rendered = self._template.render(text.messages, text.tools)
             except TemplateError as exc:
                 raise Untokenizable(str(exc)) from None
-            return self.cache.encode(rendered, False, self._encode)[0]
+            return self._tokenization(rendered, special=False)
         if text.prompt is not None:
-            return self.cache.encode(text.prompt, True, self._encode)[0]
+            return self._tokenization(text.prompt, special=True)
         raise Untokenizable("no prompt to tokenize")
 
-    def _encode(self, text: str, special: bool) -> Encoded:
-        return encode_windows(text, special, self._encode_batch)
+    def blocks(
+        self, text: PromptText, known: Known | None = None, budget_chars: int | None = None
+    ) -> PromptBlocks:
+        """The prompt's blocks: all of them, or (`known`) as far as some worker may hold."""
+        started = time.perf_counter()
+        begun = self.start(text)
+        if isinstance(begun, PromptBlocks):
+            return begun
+        begun.advance(known, budget_chars)
+        begun.seconds = time.perf_counter() - started
+        return begun.result()
 
-    def _encode_batch(self, texts: Sequence[str], special: bool) -> list[Encoded]:
-        # encode_batch releases the GIL while the Rust tokenizer runs; encode does not.
-        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=special)
-        return [_arrays(encoding) for encoding in encodings]
+    def token_ids(self, text: PromptText) -> npt.NDArray[np.uint32]:
+        """Every token of the prompt (tests and benchmarks; Picks need only blocks)."""
+        begun = self.start(text)
+        if isinstance(begun, PromptBlocks):
+            return np.asarray(text.token_ids, dtype=np.uint32)
+        begun.advance()
+        return begun.ids()
 
+    def _tokenization(self, text: str, special: bool) -> Tokenization:
+        whole = special and not self._cut_special
+        cutter = Cutter(text, b"special" if special else b"plain", self._checks, whole)
+        return Tokenization(cutter, self, self.block_size, special)
 
-def _arrays(encoding: Encoding) -> Encoded:
-    ids = np.asarray(encoding.ids, dtype=np.uint32)
-    starts = np.fromiter((o[0] for o in encoding.offsets), dtype=np.int64, count=len(ids))
-    return ids, starts
+    def tokens(self, text: str, pieces: list[Piece], special: bool) -> tuple[list[Ids], int]:
+        """Each piece's ids (from the cache or tokenized in one batch) and the characters
+        tokenized; `special`: the first piece gets the tokenizer's special tokens."""
+        found = [self.cache.get(piece.name) for piece in pieces]
+        missing = [i for i, ids in enumerate(found) if ids is None]
+        lead = [i for i in missing if special and i == 0]
+        rest = [i for i in missing if not (special and i == 0)]
+        chars = 0
+        for group, with_special in ((lead, True), (rest, False)):
+            if not group:
+                continue
+            texts = [text[pieces[i].start : pieces[i].end] for i in group]
+            encoded = self._encode(texts, with_special)
+            for i, piece_text, ids in zip(group, texts, encoded, strict=True):
+                self.cache.put(pieces[i].name, ids, len(piece_text))
+                found[i] = ids
+                chars += len(piece_text)
+                if len(ids):
+                    ratio = len(piece_text) / len(ids)
+                    self.chars_per_token += _LEARN * (ratio - self.chars_per_token)
+        return [ids for ids in found if ids is not None], chars
+
+    def _plain(self, texts: Sequence[str]) -> list[Ids]:
+        return self._encode(texts, False)
+
+    def _encode(self, texts: Sequence[str], special: bool) -> list[Ids]:
+        if sum(map(len, texts)) <= _HOLD_GIL_CHARS:
+            # ~1 ms at most: releasing the GIL would cost more, as getting it back means
+            # waiting for a busy event loop's switch interval (5 ms).
+            encode = self._tokenizer.encode
+            return [np.asarray(encode(t, add_special_tokens=special).ids, np.uint32) for t in texts]
+        # The batch calls release the GIL while the Rust tokenizer runs; the fast one
+        # computes no offsets, which pieces do not need.
+        encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=special)
+        return [np.asarray(encoding.ids, dtype=np.uint32) for encoding in encodings]

@@ -27,6 +27,14 @@ def test_identities_chain_and_ignore_the_partial_block() -> None:
     assert named == chain(seed(None), contents(tokens, BS))
     # Block 1's identity follows from block 0's and block 1's tokens alone.
     assert chain(named[0], contents(tokens[4:8], BS)) == [named[1]]
+    # ... which is what continuing a chain from a parent computes (prompts in pieces, events).
+    assert identities(tokens[4:8], BS, parent=named[0]) == [named[1]]
+    long = list(range(4000))
+    assert identities(long, BS) == chain(seed(None), contents(long, BS))
+    assert (
+        identities(long[400:], BS, parent=identities(long[:400], BS)[-1])
+        == (identities(long, BS)[100:])
+    )
     # Order within a block matters, and the adapter seeds the chain.
     assert identities([1, 2, 3, 4], BS) != identities([2, 1, 3, 4], BS)
     assert identities([1, 2, 3, 4], BS, "sql") != identities([1, 2, 3, 4], BS)

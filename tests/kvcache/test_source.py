@@ -67,3 +67,45 @@ def test_blocks_routed_count_until_their_events_store_or_remove_them() -> None:
     pool.pending[0][prompt.blocks[0]] = 0.0
     match = caches.match("p", prompt, [0])
     assert match is not None and match.blocks.tolist() == [1.0]
+
+
+def _trusted_pool(caches: PreciseCaches) -> PoolCaches:
+    pool = caches.pools["p"] = PoolCaches("p", 4)
+    for slot in (0, 1):
+        pool.trust[slot] = WorkerTrust(5.0, 10.0)
+        pool.trust[slot].on_batch(0, 0.0)
+    return pool
+
+
+def test_the_rest_of_a_lazy_prompt_is_pending_where_it_went_in_either_order() -> None:
+    caches = PreciseCaches(clock=lambda: 1.0)
+    pool = _trusted_pool(caches)
+    blocks = tuple(identities(list(range(40)), 4))
+    head = PromptBlocks(40, 4, blocks[:2], exact=False, ticket=7)
+    caches.routed("p", 1, 0, head)  # routed first, tokenized to the end later
+    caches.completed("p", 7, blocks)
+    assert set(pool.pending[1]) == set(blocks) and 0 not in pool.pending
+    caches.completed("p", 8, blocks[:5])  # tokenized to the end before it was routed
+    caches.routed("p", 0, 0, PromptBlocks(40, 4, blocks[:2], exact=False, ticket=8))
+    assert set(pool.pending[0]) == set(blocks[:5])
+    for ticket in range(100, 100 + 2 * 256):  # never claimed: bounded
+        caches.completed("p", ticket, blocks)
+    assert len(pool.rests) <= 256
+
+
+def test_first_unknown_counts_held_and_pending_blocks() -> None:
+    caches = PreciseCaches(clock=lambda: 1.0)
+    pool = _trusted_pool(caches)
+    tokens = list(range(40))
+    blocks = identities(tokens, 4)
+    assert pool.first_unknown(blocks, 0) == 0
+    pool.apply(0, [BlockStored((1, 2, 3), None, tuple(tokens[:12]), 4)])
+    assert pool.first_unknown(blocks, 0) == 3
+    pool.expect(1, blocks[3:6], 1.0)  # routed to worker 1, not stored yet
+    assert pool.first_unknown(blocks, 0) == 6 and pool.first_unknown(blocks, 7) == 7
+    assert pool.first_unknown(blocks[:6], 2) == 6
+
+
+def test_the_query_gives_the_cost_model_the_prompt_tokens_of_the_pool() -> None:
+    query = PreciseQuery({"p": PromptBlocks(5000, 16, (), exact=False)})
+    assert query.prompt_tokens("p") == 5000 and query.prompt_tokens("other") is None

@@ -269,3 +269,32 @@ async def test_policy_reload_starts_and_stops_subscriptions(
     await engines.publishers[0].subscribed()  # the new subscription
     await engines.store(0, engines.tokens(PROMPT))
     await wait_until(lambda: precise(picker, engines.endpoints[0]))
+
+
+async def test_a_long_prompt_is_tokenized_as_far_as_a_worker_holds_it(
+    start_picker: PickerFactory, engines: Engines, tmp_path: Path
+) -> None:
+    """Engine 1 holds the first part of a long prompt: the Pick goes there predicting that
+    part (tokenized no further than a block nobody holds), and once the rest is tokenized
+    after the Pick, all its blocks are pending on engine 1."""
+    picker = await start(start_picker, engines, tmp_path)
+    content = " ".join(f"the fox {i} jumps" for i in range(2000))  # ~35 KiB
+    tokens = engines.tokens(content)
+    held = len(tokens) // BS // 4 * BS  # the first quarter
+    await engines.store(0, engines.tokens("hello world") * 3)
+    await engines.store(1, tokens[:held])
+    for endpoint in engines.endpoints:
+        await wait_until(lambda e=endpoint: precise(picker, e), what=f"{endpoint} precise")
+    response = await pick(picker, content)
+    assert response.outcome == pb.PickResponse.OK, response.reason
+    assert response.local.endpoint == engines.endpoints[1]
+    await picker.client.pull_all(response.response_id)
+    await picker.client.final_token(
+        response.response_id, model=MODEL, prompt_tokens=len(tokens),
+        completion_tokens=1, cached_tokens=held,
+    )  # fmt: skip
+    assert picker.metric("kinference_prefix_precise_error_tokens_bucket", {"le": "0.0"}) == 1.0
+    caches = picker.app.precise.pools["default/chat"]
+    slot = picker.app.table.slot(engines.endpoints[1])
+    last = identities(tokens, BS)[(len(tokens) - 1) // BS - 1]
+    await wait_until(lambda: last in caches.pending.get(slot, {}), what="the rest pending")

@@ -1,0 +1,106 @@
+"""A prompt tokenized piece by piece, only as far as some worker may hold its prefix.
+
+A worker's cached prefix ends at its first block it does not hold, so once a block of the
+prompt is held by no worker (nor expected from a request routed there), nothing after it
+can match anywhere: the Pick needs no more tokens. `advance` tokenizes checked pieces
+(`pieces.Cutter`) in steps of 1, 2, 4, ... pieces (one parallel batch each), names the new
+blocks (chained from the last), asks `known` from where on no worker holds them, and stops
+there, or at the end, or once `budget_chars` have been tokenized. The remainder's token count
+is estimated from the prompt's characters per token so far; `advance` may resume later (the
+rest tokenized after the Pick is answered, so the next turn finds every piece known).
+Used from one thread only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
+from kinference.tokenize.pieces import PIECE_CHARS, Cutter, Ids, Piece
+
+# (blocks, start) -> index of the first block at or after `start` that no worker holds or
+# is about to hold (len(blocks) when every one is); read from the tokenizer thread.
+Known = Callable[[Sequence[BlockId], int], int]
+MAX_STEP_PIECES = 16
+
+
+class PieceSource(Protocol):
+    chars_per_token: float
+
+    def tokens(self, text: str, pieces: list[Piece], special: bool) -> tuple[list[Ids], int]:
+        """Each piece's ids, and how many characters had to be tokenized (not cached)."""
+
+
+class Tokenization:
+    """One prompt's tokens and engine blocks so far."""
+
+    def __init__(self, cutter: Cutter, source: PieceSource, block_size: int, special: bool):
+        self._cutter = cutter
+        self._source = source
+        self._special = special  # special tokens on the first piece (completion prompts)
+        self.block_size = block_size
+        self.tokens = 0  # exact tokens of the pieces done
+        self.blocks: list[BlockId] = []
+        self.encoded_chars = 0  # characters tokenized by this prompt (not found in the cache)
+        self.seconds = 0.0
+        self._tail: Ids = np.zeros(0, dtype=np.uint32)  # tokens after the last full block
+        self._parts: list[Ids] = []
+        self._steps = 0
+        self._checked = 0  # blocks known to be held by some worker
+
+    @property
+    def chars(self) -> int:
+        return len(self._cutter.text)
+
+    @property
+    def done(self) -> bool:
+        return self._cutter.done
+
+    def advance(self, known: Known | None = None, budget_chars: int | None = None) -> None:
+        """Tokenize on until a block no worker holds (`known`), the end, or the budget."""
+        spent = 0
+        while not self.done and (budget_chars is None or spent < budget_chars):
+            before, count = self.encoded_chars, min(1 << self._steps, MAX_STEP_PIECES)
+            if budget_chars is not None:  # a step is one batch: keep it within the budget
+                count = min(count, max(1, -(-(budget_chars - spent) // PIECE_CHARS)))
+            self._step(count)
+            spent += self.encoded_chars - before
+            if known is not None:
+                self._checked = known(self.blocks, self._checked)
+                if self._checked < len(self.blocks):
+                    return
+
+    def ids(self) -> Ids:
+        """The tokens of the pieces done."""
+        return np.concatenate(self._parts) if self._parts else np.zeros(0, dtype=np.uint32)
+
+    def result(self, ticket: int = 0) -> PromptBlocks:
+        tokens, exact = self.tokens, self.done
+        if not exact:
+            done = self._cutter.position
+            rest = len(self._cutter.text) - done
+            # This prompt's own characters per token so far, else the model's.
+            ratio = done / self.tokens if self.tokens else self._source.chars_per_token
+            tokens += round(rest / max(ratio, 0.1))
+        return PromptBlocks(
+            tokens, self.block_size, tuple(self.blocks), self.seconds, exact, 0 if exact else ticket
+        )
+
+    def _step(self, count: int) -> None:
+        self._steps += 1
+        pieces = self._cutter.next_pieces(count)
+        if not pieces:
+            return
+        special = self._special and pieces[0].start == 0
+        found, encoded = self._source.tokens(self._cutter.text, pieces, special)
+        self.encoded_chars += encoded
+        self._parts.extend(found)
+        new = np.concatenate([self._tail, *found]) if found else self._tail
+        self.tokens += len(new) - len(self._tail)
+        full = len(new) // self.block_size * self.block_size
+        parent = self.blocks[-1] if self.blocks else None
+        self.blocks.extend(identities(new[:full], self.block_size, parent=parent))
+        self._tail = new[full:]

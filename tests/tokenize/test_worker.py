@@ -1,0 +1,42 @@
+"""The tokenizer thread: a Pick's work runs before background work queued earlier, background
+work is bounded, and a closed thread takes no more."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from kinference.tokenize.worker import MAX_LATER, TokenizerThread
+
+
+def test_pick_work_runs_before_background_work() -> None:
+    thread = TokenizerThread()
+    gate, started, order = threading.Event(), threading.Event(), []
+    blocker = thread.submit(lambda: started.set() or gate.wait())  # holds the thread
+    assert started.wait(timeout=10)
+    for index in range(3):
+        assert thread.later(lambda index=index: order.append(f"later{index}"))
+    urgent = thread.submit(lambda: order.append("pick") or 7)
+    assert thread.waiting == 1
+    gate.set()
+    assert blocker.result(timeout=10) is True and urgent.result(timeout=10) == 7
+    done = thread.submit(lambda: None)
+    done.result(timeout=10)
+    assert order[0] == "pick" and sorted(order[1:]) == ["later0", "later1", "later2"]
+    thread.close()
+
+
+def test_errors_reach_the_waiter_and_background_is_bounded() -> None:
+    thread = TokenizerThread()
+    with pytest.raises(ZeroDivisionError):
+        thread.submit(lambda: 1 / 0).result(timeout=10)
+    gate = threading.Event()
+    thread.submit(gate.wait)
+    accepted = sum(thread.later(lambda: None) for _ in range(MAX_LATER + 10))
+    assert accepted == MAX_LATER
+    gate.set()
+    thread.close()
+    assert not thread.later(lambda: None)
+    with pytest.raises(RuntimeError):
+        thread.submit(lambda: None)
