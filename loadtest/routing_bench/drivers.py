@@ -4,8 +4,11 @@
   (PushBody, Pick, PullBody, POST to the picked engine, ReportFirstToken when the first
   token arrives, ReportFinalToken with TTFT, ITL and usage), spreading requests over the
   replicas round-robin as a Kubernetes Service would.
-- `DirectDriver`: round-robin or seeded random over the engines, no picker.
-- `ProxyDriver`: POST to a router that proxies (sglang-router, vllm-router).
+- `DirectDriver`: round-robin, seeded random or least-in-flight over the engines, in the
+  load generator (no router process, no cost).
+- `ProxyDriver`: POST to a router that proxies (kinference's gateway, sglang-router,
+  vllm-router, Dynamo's frontend); over several (gateway replicas) round-robin, as a
+  Kubernetes Service spreads requests.
 
 Every driver times a request from before its first call (Push, or the POST) to the first
 content chunk, so the picker's own cost counts in its TTFT.
@@ -55,26 +58,40 @@ def http_client() -> httpx.AsyncClient:
     return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
 
 
+DIRECT_POLICIES = ("round_robin", "random", "least_inflight")
+
+
 class DirectDriver:
-    """Cache-blind baselines: `round_robin` or `random` (seeded) over the engine URLs."""
+    """Cache-blind baselines over the engine URLs: `round_robin`, `random` (seeded), or
+    `least_inflight` (fewest requests under way from this load generator, ties in
+    round-robin order)."""
 
     def __init__(self, urls: list[str], policy: str, seed: int) -> None:
-        if policy not in ("round_robin", "random"):
+        if policy not in DIRECT_POLICIES:
             raise ValueError(f"unknown policy {policy!r}")
         self.urls = urls
         self.policy = policy
+        self.inflight = dict.fromkeys(urls, 0)
         self._rng = random.Random(seed)
         self._next = itertools.cycle(range(len(urls)))
         self.http = http_client()
 
-    def _choose(self) -> str:
+    def choose(self) -> str:
         if self.policy == "random":
             return self._rng.choice(self.urls)
-        return self.urls[next(self._next)]
+        start = next(self._next)
+        if self.policy == "round_robin":
+            return self.urls[start]
+        order = self.urls[start:] + self.urls[:start]
+        return min(order, key=self.inflight.__getitem__)  # the first of the least busy
 
     async def send(self, body: bytes) -> Outcome:
-        url = self._choose()
-        result = await stream_chat(self.http, url, body, time.perf_counter())
+        url = self.choose()
+        self.inflight[url] += 1
+        try:
+            result = await stream_chat(self.http, url, body, time.perf_counter())
+        finally:
+            self.inflight[url] -= 1
         return Outcome(result, url.removeprefix("http://"))
 
     async def close(self) -> None:
@@ -82,14 +99,17 @@ class DirectDriver:
 
 
 class ProxyDriver:
-    """A router that proxies the request itself; which engine served it is not known here."""
+    """Routers that proxy the request themselves (replicas of one, round-robin); which
+    engine served it is not known here."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+        self._next = itertools.cycle(urls)
         self.http = http_client()
 
     async def send(self, body: bytes) -> Outcome:
-        return Outcome(await stream_chat(self.http, self.url, body, time.perf_counter()), "")
+        url = next(self._next)
+        return Outcome(await stream_chat(self.http, url, body, time.perf_counter()), "")
 
     async def close(self) -> None:
         await self.http.aclose()

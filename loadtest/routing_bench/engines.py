@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from loadtest.servers import REPO_ROOT
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 # vLLM counter names the simulated engine serves; summed over their label sets.
-COUNTERS = {
+SIM_COUNTERS = {
     "queries": "vllm:prefix_cache_queries_total",
     "hits": "vllm:prefix_cache_hits_total",
     "prompt": "vllm:prompt_tokens_total",
@@ -152,10 +152,11 @@ async def engines_running(setup: EngineSetup, log_dir: Path) -> AsyncIterator[En
             print(f"\n--- simulated engines ---\n{engines.log_tail()}", file=sys.stderr)
 
 
-def parse_counters(page: str) -> dict[str, float]:
-    """Our COUNTERS from a Prometheus text page, each summed over its label sets."""
-    wanted = {name: key for key, name in COUNTERS.items()}
-    totals = dict.fromkeys(COUNTERS, 0.0)
+def parse_counters(page: str, counters: Mapping[str, str] = SIM_COUNTERS) -> dict[str, float]:
+    """`counters` (report key -> counter name) from a Prometheus text page, each summed over
+    its label sets; 0 for one the page does not have (yet)."""
+    wanted = {name: key for key, name in counters.items()}
+    totals = dict.fromkeys(counters, 0.0)
     for line in page.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -165,10 +166,12 @@ def parse_counters(page: str) -> dict[str, float]:
     return totals
 
 
-async def read_counters(http: httpx.AsyncClient, urls: list[str]) -> list[dict[str, float]]:
-    """Every engine's counters, in the order of `urls`."""
-    pages = await asyncio.gather(*(http.get(f"{url}/metrics") for url in urls))
-    return [parse_counters(page.text) for page in pages]
+async def read_counters(
+    http: httpx.AsyncClient, metrics_urls: list[str], counters: Mapping[str, str]
+) -> list[dict[str, float]]:
+    """Every engine's counters, in the order of `metrics_urls` (their Prometheus pages)."""
+    pages = await asyncio.gather(*(http.get(url) for url in metrics_urls))
+    return [parse_counters(page.text, counters) for page in pages]
 
 
 def counter_deltas(

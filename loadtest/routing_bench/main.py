@@ -1,14 +1,17 @@
-"""Routing quality in front of the same 8 simulated engines, at rising request rates.
+"""Routing quality in front of the same engines, at rising request rates.
 
-    python -m loadtest.bench_routing [--quick] [--out docs/benchmarks.md]
+    python -m loadtest.bench_routing [--quick] [--regime R] [--out docs/benchmarks.md]
+        [--json run.json]
 
-Routers: kinference with 1 replica, 4 replicas sharing Redis, 4 replicas without; round-robin
-and random (in the load generator); sglang-router and vllm-router with `cache_aware`, when
-installed (`pip install '.[bench]'`). Each (router, rate) run gets fresh engines (cold
-caches) and replays the same conversations (`workload.py`: shared system prompts, multi-turn
-chats, long-document QA; Poisson arrivals; one seed). For kinference the load generator is
-the gateway (Push, Pick, Pull, POST, reports). Writes a Markdown section into `--out`
-(between markers, the rest of the file kept) and a PNG chart beside it.
+Routers: kinference as deployed (`kinference gateway` with its in-process picker, 1 replica;
+4 gateways sharing Redis), the shipped routing defaults; round-robin and least-in-flight
+(in the load generator); sglang-router and vllm-router with `cache_aware`, when installed
+(`pip install '.[bench]'`); on Dynamo's mock engines also Dynamo's own KV router and
+kinference in precise prefix mode. Each (router, rate) run gets fresh engines (cold
+caches) and replays the same conversations (`workload.py`: shared system prompts,
+multi-turn chats, long-document QA; Poisson arrivals; one seed). Writes a Markdown section
+into `--out` (between markers, the rest of the file kept), a PNG chart beside it, and the
+figures as JSON (`--json`) for `python -m loadtest.routing_bench.ranges`.
 """
 
 from __future__ import annotations
@@ -27,106 +30,148 @@ from typing import Any
 import uvloop
 import yaml
 
+from loadtest.mocker_engines import MockerSetup
 from loadtest.redis_server import RedisServer
 from loadtest.routing_bench import report
+from loadtest.routing_bench.console import log
 from loadtest.routing_bench.engines import EngineSetup
-from loadtest.routing_bench.routers import ROUTERS, Bench, Router, available, log
+from loadtest.routing_bench.fleets import Fleet, MockerFleet, SimFleet
+from loadtest.routing_bench.replicas import Bench
+from loadtest.routing_bench.routers import ROUTERS, Router, unavailable
 from loadtest.routing_bench.runner import RunPlan, run
 from loadtest.routing_bench.stats import RunStats
-from loadtest.routing_bench.workload import BenchSpec, conversations
+from loadtest.routing_bench.workload import MODEL, BenchSpec, conversations
 
-FULL_ROUTERS = ("kinference", "kinference-4-redis", "kinference-4", "round_robin", "random",
-                "sglang", "vllm")  # fmt: skip
-QUICK_ROUTERS = ("kinference", "round_robin", "sglang")
+FULL_ROUTERS = (
+    "kinference", "kinference-4-redis", "round_robin", "least_inflight", "sglang", "vllm",
+    "dynamo", "kinference-precise",
+)  # fmt: skip
+QUICK_ROUTERS = ("kinference", "round_robin", "sglang", "dynamo")
 # Engine regimes (`--regime`): the project's simulated engines with few batch slots, with
-# vLLM-like large batches (prefill-dominated TTFT), and a mixed pool where half the engines
-# take twice as long for everything.
+# vLLM-like large batches (prefill-dominated TTFT), a mixed pool where half the engines
+# take twice as long for everything; and Dynamo's mock engines.
 REGIMES: dict[str, dict[str, Any]] = {
     "few-slots": {"max_num_seqs": 4, "slow_fraction": 0.0},
     "vllm-64": {"max_num_seqs": 64, "slow_fraction": 0.0},
     "mixed": {"max_num_seqs": 4, "slow_fraction": 0.5},
+    "dynamo": {"max_num_seqs": 8},
 }
+SIM_RATES = (6.0, 12.0, 18.0)
+# 4 mockers of 8 sequences: light load, busy, past what they serve.
+MOCKER_RATES = (3.0, 6.0, 9.0)
+MOCKER_DOC_CHARS = 16_000  # ~10k tokens of the tiny tokenizer: most of a 16k-token cache
 
 
 @dataclass(frozen=True)
 class Options:
     routers: tuple[Router, ...]
-    skipped: tuple[str, ...]  # routers asked for but not installed
+    skipped: tuple[str, ...]  # routers asked for that cannot run here, and why
     rates: tuple[float, ...]
     duration_s: float  # of arrivals per run; requests = rate x duration
     seed: int
-    engines: EngineSetup
+    fleet: Fleet
     out: Path | None
     chart: Path | None
+    json: Path | None
     label: str
+    regime: str
     tuning: dict[str, Any]
     spec: BenchSpec
+    command: str
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    cli.add_argument("--quick", action="store_true", help="1 rate, 3 routers, short (< 1 min)")
-    cli.add_argument(
-        "--out", type=Path, default=None, help="Markdown file to write the section into"
-    )
-    cli.add_argument(
-        "--chart", type=Path, default=None, help="PNG (default: routing-benchmark.png beside --out)"
-    )
+    cli.add_argument("--quick", action="store_true", help="1 rate, 4 routers, short (< 1 min)")
+    cli.add_argument("--out", type=Path, default=None, help="Markdown file for the section")
+    cli.add_argument("--chart", type=Path, default=None, help="PNG (default: beside --out)")
+    cli.add_argument("--json", type=Path, default=None, help="the figures, for `ranges`")
     cli.add_argument("--routers", default="", help=f"comma-separated of {', '.join(ROUTERS)}")
     cli.add_argument("--rates", default="", help="requests/s, comma-separated")
     cli.add_argument("--duration", type=float, default=0.0, help="seconds of arrivals per run")
     cli.add_argument("--seed", type=int, default=1)
-    cli.add_argument("--capacity-blocks", type=int, default=1536, help="per engine, 64 chars each")
     cli.add_argument(
         "--regime",
         choices=sorted(REGIMES),
         default="few-slots",
-        help="engine batch slots and speeds (see REGIMES)",
+        help="engines: batch slots and speeds (see REGIMES), or Dynamo's mockers",
     )
-    cli.add_argument("--time-scale", type=float, default=1.0, help="wall s per model s")
+    cli.add_argument("--engines", type=int, default=0, help="default 8 (sim), 4 (mockers)")
+    cli.add_argument("--capacity-blocks", type=int, default=1536, help="sim: 64 chars each")
+    cli.add_argument("--gpu-blocks", type=int, default=1024, help="mocker: 16 tokens each")
+    cli.add_argument("--time-scale", type=float, default=1.0, help="sim: wall s per model s")
+    cli.add_argument("--dynamo", type=Path, default=Path("/tmp/dynamo-venv"))
+    cli.add_argument("--dynamo-model", type=Path, default=Path("/tmp/dynamo-model"))
     cli.add_argument(
         "--tuning",
         default="",
-        help="YAML mapping merged over the policy's routing: (an extra, labelled "
-        "run; the benchmark runs the shipped defaults)",
+        help="YAML mapping merged over the policy's "
+        "routing: (an extra, labelled run; the benchmark runs the shipped defaults)",
     )
     return cli.parse_args(argv)  # fmt: skip
 
 
-def options_from(args: argparse.Namespace) -> Options:
-    keys = (
-        tuple(args.routers.split(","))
-        if args.routers
-        else (QUICK_ROUTERS if args.quick else FULL_ROUTERS)
+def fleet_from(args: argparse.Namespace) -> Fleet:
+    regime = REGIMES[args.regime]
+    if args.regime == "dynamo":
+        setup = MockerSetup(
+            args.dynamo, args.dynamo_model, MODEL, count=args.engines or 4,
+            gpu_blocks=args.gpu_blocks, max_num_seqs=regime["max_num_seqs"],
+        )  # fmt: skip
+        return MockerFleet(setup)
+    return SimFleet(
+        EngineSetup(
+            count=args.engines or 8,
+            capacity_blocks=args.capacity_blocks,
+            max_num_seqs=regime["max_num_seqs"],
+            slow_fraction=regime["slow_fraction"],
+            time_scale=args.time_scale,
+            seed=args.seed,
+        )
     )
+
+
+def options_from(args: argparse.Namespace, argv: list[str] | None = None) -> Options:
+    fleet = fleet_from(args)
+    asked = bool(args.routers)
+    keys = tuple(args.routers.split(",")) if asked else (
+        QUICK_ROUTERS if args.quick else FULL_ROUTERS
+    )  # fmt: skip
     unknown = [key for key in keys if key not in ROUTERS]
     if unknown:
         raise SystemExit(f"unknown routers {unknown}; choose from {', '.join(ROUTERS)}")
-    rates = (
-        tuple(float(r) for r in args.rates.split(","))
-        if args.rates
-        else ((12.0,) if args.quick else (6.0, 12.0, 18.0))
+    routers = [ROUTERS[key] for key in keys]
+    why = {router.key: unavailable(router, fleet) for router in routers}
+    # Routers of the default lists that need another regime are left out without a word.
+    skipped = tuple(
+        f"{r.label} ({why[r.key]})"
+        for r in routers
+        if why[r.key] and (asked or "regime" not in why[r.key])
     )
-    routers = tuple(ROUTERS[key] for key in keys)
+    mocker = fleet.kind == "mocker"
+    default_rates = MOCKER_RATES if mocker else SIM_RATES
+    rates = tuple(float(r) for r in args.rates.split(",")) if args.rates else (
+        (default_rates[1],) if args.quick else default_rates
+    )  # fmt: skip
+    spec = BenchSpec.quick() if args.quick else BenchSpec()
+    if mocker:
+        spec = BenchSpec(**{**spec.__dict__, "document_chars": MOCKER_DOC_CHARS})
     chart = args.chart or (args.out.with_name("routing-benchmark.png") if args.out else None)
     return Options(
-        routers=tuple(r for r in routers if available(r)),
-        skipped=tuple(r.label for r in routers if not available(r)),
+        routers=tuple(r for r in routers if not why[r.key]),
+        skipped=skipped,
         rates=rates,
-        duration_s=args.duration or (6.0 if args.quick else 30.0),
+        duration_s=args.duration or (6.0 if args.quick else 20.0),
         seed=args.seed,
-        engines=EngineSetup(
-            capacity_blocks=args.capacity_blocks,
-            max_num_seqs=REGIMES[args.regime]["max_num_seqs"],
-            slow_fraction=REGIMES[args.regime]["slow_fraction"],
-            time_scale=args.time_scale,
-            seed=args.seed,
-        ),
+        fleet=fleet,
         out=args.out,
         chart=chart,
+        json=args.json,
         label=("quick" if args.quick else "full") + f", regime {args.regime}",
+        regime=args.regime,
         tuning=yaml.safe_load(args.tuning) if args.tuning else {},
-        spec=BenchSpec.quick() if args.quick else BenchSpec(),
+        spec=spec,
+        command=" ".join(["python -m loadtest.bench_routing", *(argv or [])]),
     )
 
 
@@ -148,47 +193,42 @@ async def run_all(options: Options) -> list[RunStats]:
         tempfile.TemporaryDirectory(prefix="bench-routing-") as work,
         redis_if_needed(options) as redis_server,
     ):
-        bench = Bench(
-            options.engines.capacity_blocks, options.tuning, Path(work), redis_server, options.seed
-        )
+        bench = Bench(options.tuning, Path(work), redis_server, options.seed)
         for rate in options.rates:
             requests = round(rate * options.duration_s)
             plan_conversations = conversations(options.spec, requests, rate, options.seed)
             for router in options.routers:
-                results.append(
-                    await run(RunPlan(router, rate, plan_conversations), options.engines, bench)
-                )
+                plan = RunPlan(router, rate, plan_conversations)
+                results.append(await run(plan, options.fleet, bench))
     return results
 
 
 def section(options: Options, results: list[RunStats], seconds: float) -> str:
     """The Markdown section: how the run was made, the table, the verdicts, the chart."""
-    engines = options.engines
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    skipped = f" Not installed, not run: {', '.join(options.skipped)}." if options.skipped else ""
+    skipped = f" Not run: {', '.join(options.skipped)}." if options.skipped else ""
     tuning = yaml.safe_dump({"routing": options.tuning}, default_flow_style=None, sort_keys=False)
     lines = [
         "## Routing quality: kinference vs baselines and peer routers",
         "",
         "```sh",
         ".venv/bin/pip install -e '.[bench]'   # the peer routers",
-        ".venv/bin/python -m loadtest.bench_routing --out docs/benchmarks.md   # --quick: < 1 min",
+        f".venv/bin/{options.command}",
         "```",
         "",
         f"Run of {when} ({options.label}, seed {options.seed}, {seconds / 60:.1f} min, "
         f"Python {platform.python_version()}, 2 cores shared with other work).{skipped}",
         "",
-        f"{engines.count} simulated engines (`loadtest/sim_engine`, in their own process), each "
-        f"with a prefix cache of {engines.capacity_blocks} blocks of 64 characters and "
-        f"{engines.max_num_seqs} batch slots, time scale {engines.time_scale:g}"
-        f"{_slow(engines)}; fresh engines "
-        f"for every run; {options.duration_s:g} s of Poisson arrivals per run, then every "
-        "conversation to its end. Workload: shared system prompts, multi-turn chats re-sending "
-        "the engine's real replies, questions on long documents (`routing_bench/workload.py`). "
-        "TTFT is measured by the load generator from the first call (PushBody for kinference, "
-        "which acts as the gateway; the POST for the others) to the first content chunk. Hit "
-        "rate: cached / prompt tokens from the responses' usage; the engines' own counters "
-        "(engine hit rate) must agree. Imbalance: requests of the busiest engine over the mean.",
+        f"{options.fleet.describe()}; fresh engines for every run; {options.duration_s:g} s "
+        "of Poisson arrivals per run, then every conversation to its end. Workload: shared "
+        "system prompts, multi-turn chats re-sending the engine's real replies, questions on "
+        "long documents (`routing_bench/workload.py`). kinference is `kinference gateway` "
+        "with its in-process picker (4 replicas: 4 gateways sharing one Redis, requests "
+        "round-robin over them); every router gets plain OpenAI HTTP from the load "
+        "generator, which times TTFT from the POST to the first content chunk. Hit rate: "
+        "cached / prompt tokens from the responses' usage (engine hit rate: the engines' own "
+        "counters, where they keep them). Imbalance: requests of the busiest engine over the "
+        "mean, from the engines' counters. Load: the 1-minute load average at the run's end.",
         "",
         report.table(results),
         "",
@@ -205,24 +245,25 @@ def section(options: Options, results: list[RunStats], seconds: float) -> str:
     return "\n".join(lines)
 
 
-def _slow(engines: EngineSetup) -> str:
-    if not engines.slow_fraction:
-        return ""
-    return f", {engines.slow_fraction:.0%} of them {engines.slow_factor:g}x slower at everything"
-
-
 def main(argv: list[str] | None = None) -> int:
-    options = options_from(parse_args(argv))
+    args_list = sys.argv[1:] if argv is None else argv
+    options = options_from(parse_args(args_list), args_list)
     if options.skipped:
-        log(f"not installed, skipped: {', '.join(options.skipped)} (pip install '.[bench]')")
+        log(f"not run: {', '.join(options.skipped)}")
     started = time.perf_counter()
     results = uvloop.run(run_all(options))
-    text = section(options, results, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    text = section(options, results, seconds)
     print(text)
     if options.out is not None:
         report.replace_section(options.out, text)
     if options.chart is not None:
         report.chart(results, options.chart)
+    if options.json is not None:
+        meta = {"regime": options.regime, "seed": options.seed, "minutes": seconds / 60,
+                "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "command": options.command, "duration_s": options.duration_s}  # fmt: skip
+        report.dump(results, meta, options.json)
     failed = sum(stats.errors for stats in results)
     return 1 if failed else 0
 

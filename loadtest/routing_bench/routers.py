@@ -1,36 +1,28 @@
 """The routers under test and how each is started in front of the engines.
 
-kinference replicas run as `kinference serve` subprocesses (like `loadtest.bench_cluster`):
-each has its own event loop and process, as in production, and none shares the load
-generator's loop. The peers are subprocesses too; round-robin and random live in the load
-generator and cost nothing.
+kinference runs as users deploy it: `kinference gateway` processes hosting the picker in
+process (the default deployment, docs/gateway.md), the load generator sending them plain
+OpenAI HTTP exactly as it does the peers; 4 replicas are 4 gateways sharing one Redis,
+requests spread over them round-robin as a Service would (`replicas.py`). The old row, the
+load generator acting as the gateway over gRPC to a `kinference serve` process, stays as
+`kinference-grpc`. The peers are subprocesses too; round-robin, random and least-in-flight
+live in the load generator and cost nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-import redis
-import yaml
-
-from loadtest.redis_server import RedisServer
-from loadtest.routing_bench.drivers import DirectDriver, Driver, GatewayDriver, ProxyDriver
+from loadtest.routing_bench.console import log
+from loadtest.routing_bench.drivers import DirectDriver, Driver, ProxyDriver
+from loadtest.routing_bench.fleets import Engines, Fleet
 from loadtest.routing_bench.peers import PEERS, installed, peer_running
+from loadtest.routing_bench.replicas import Bench, gateways, grpc_pickers
 from loadtest.routing_bench.workload import MODEL
-from loadtest.servers import ServerProcess, ServerSpec, kinference_spec, spawn, stop, wait_ready
 
-REPLICA_ENV = {
-    "KINFERENCE_METRICS_LISTEN": "",
-    "KINFERENCE_SHUTDOWN_GRACE_S": "1",
-    "KINFERENCE_LOG_LEVEL": "WARNING",
-}
 PROBE = (
     b'{"model":"' + MODEL.encode() + b'","messages":[{"role":"user","content":"ready?"}],'
     b'"max_tokens":1}'
@@ -41,126 +33,80 @@ PROBE = (
 class Router:
     key: str  # as given to --routers
     label: str  # in the report
-    kind: str  # "kinference", "direct" or "peer"
+    kind: str  # "gateway", "grpc", "direct", "peer" or "dynamo"
     replicas: int = 1
     shared: bool = False  # kinference replicas share state through Redis
+    precise: bool = False  # kinference's pool in `prefix: {mode: precise}`
+
+    @property
+    def arrangement(self) -> str:
+        """How the fleet arranges the engines for this router (see `Fleet.running`)."""
+        return "dynamo-kv" if self.kind == "dynamo" else "endpoints"
+
+    @property
+    def ours(self) -> bool:
+        return self.kind in ("gateway", "grpc")
 
 
 ROUTERS = {
     router.key: router
     for router in (
-        Router("kinference", "kinference, 1 replica", "kinference"),
-        Router("kinference-4-redis", "kinference, 4 replicas + Redis", "kinference", 4, True),
-        Router("kinference-4", "kinference, 4 replicas, no Redis", "kinference", 4),
+        Router("kinference", "kinference, 1 replica", "gateway"),
+        Router("kinference-4-redis", "kinference, 4 replicas + Redis", "gateway", 4, True),
+        Router("kinference-4", "kinference, 4 replicas, no Redis", "gateway", 4),
+        Router("kinference-precise", "kinference precise, 1 replica", "gateway", precise=True),
+        Router("kinference-grpc", "kinference over gRPC (load generator as gateway)", "grpc"),
         Router("round_robin", "round-robin", "direct"),
         Router("random", "random", "direct"),
+        Router("least_inflight", "least-in-flight", "direct"),
         Router("sglang", "sglang-router 0.3.2 cache_aware", "peer"),
         Router("vllm", "vllm-router 0.1.17 cache_aware", "peer"),
+        Router("dynamo", "Dynamo 1.6.1 KV router", "dynamo"),
     )
 }
 
 
-def available(router: Router) -> bool:
-    return router.kind != "peer" or installed(PEERS[router.key])
-
-
-def policy_yaml(urls: list[str], capacity_blocks: int, tuning: dict[str, Any]) -> str:
-    """One pool of the engines, scraped as vLLM, the shipped routing defaults; `tuning`
-    (an extra, labelled run) merged over `routing:`."""
-    del capacity_blocks  # the index learns the engines' capacity from reported cached tokens
-    routing: dict[str, Any] = {}
-    for key, value in tuning.items():
-        routing[key] = {**routing.get(key, {}), **value} if isinstance(value, dict) else value
-    policy = {
-        "pools": [
-            {
-                "namespace": "default",
-                "name": "sim",
-                "endpoints": [url.removeprefix("http://") for url in urls],
-                "models": [MODEL],
-                "engine": "vllm",
-            }
-        ],
-        "routing": routing,
-    }
-    return str(yaml.safe_dump(policy, sort_keys=False))
-
-
-@dataclass(frozen=True)
-class Bench:
-    """What every run shares: engine sizing, the policy tuning, Redis, a scratch folder."""
-
-    capacity_blocks: int
-    tuning: dict[str, Any]  # merged over the policy's `routing:` section
-    log_dir: Path
-    redis_server: RedisServer | None
-    seed: int
+def unavailable(router: Router, fleet: Fleet) -> str:
+    """Why `router` cannot run in front of `fleet` ("" when it can)."""
+    if router.kind == "peer" and not installed(PEERS[router.key]):
+        return "not installed (pip install '.[bench]')"
+    if (router.kind == "dynamo" or router.precise) and fleet.kind != "mocker":
+        return "needs Dynamo's mock engines (--regime dynamo)"
+    return ""
 
 
 @contextlib.asynccontextmanager
-async def replicas(router: Router, urls: list[str], bench: Bench) -> AsyncIterator[Driver]:
-    policy = bench.log_dir / "policy.yaml"
-    policy.write_text(policy_yaml(urls, bench.capacity_blocks, bench.tuning))
-    redis_url = ""
-    if router.shared:
-        assert bench.redis_server is not None
-        redis_url = bench.redis_server.url
-        with redis.Redis(port=bench.redis_server.port) as client:
-            client.flushall()  # nothing from the previous run
-    env = {**REPLICA_ENV, "KINFERENCE_REDIS_URL": redis_url}
-    spec: ServerSpec = dataclasses.replace(kinference_spec(policy), env=env)
-    servers: list[ServerProcess] = []
-    try:
-        for index in range(router.replicas):
-            servers.append(
-                spawn(dataclasses.replace(spec, label=f"kinference-r{index}"), bench.log_dir)
-            )
-        for server in servers:
-            await wait_ready(server)
-        driver = GatewayDriver([server.address for server in servers])
-        cpu = sum(server.cpu_seconds() for server in servers)
-        try:
-            yield driver
-        finally:
-            await driver.close()
-            cpu = sum(server.cpu_seconds() for server in servers) - cpu
-            log(f"{router.label}: replicas used {cpu:.1f} CPU s during the run")
-    except BaseException:
-        for server in servers:
-            print(f"\n--- {server.spec.label} ---\n{server.log_tail()}", file=sys.stderr)
-        raise
-    finally:
-        for server in servers:  # all at once, then wait for each
-            if server.process.poll() is None:
-                server.process.terminate()
-        for server in servers:
-            stop(server)
-
-
-@contextlib.asynccontextmanager
-async def driving(router: Router, urls: list[str], bench: Bench) -> AsyncIterator[Driver]:
-    """A driver for `router` in front of the engines at `urls`, its processes started."""
+async def driving(router: Router, engines: Engines, bench: Bench) -> AsyncIterator[Driver]:
+    """A driver for `router` in front of `engines`, its processes started."""
     started = time.perf_counter()
     driver: Driver
-    if router.kind == "kinference":
-        async with replicas(router, urls, bench) as driver:
-            log(f"{router.label}: ready in {time.perf_counter() - started:.1f} s")
-            yield driver
+    if router.kind == "gateway":
+        context = gateways(router.replicas, router.shared, router.precise, engines, bench)
+    elif router.kind == "grpc":
+        context = grpc_pickers(engines, bench)
     elif router.kind == "peer":
-        async with peer_running(PEERS[router.key], urls, PROBE, bench.log_dir) as peer:
-            log(f"{router.label}: ready in {time.perf_counter() - started:.1f} s")
-            driver = ProxyDriver(peer.url)
-            try:
-                yield driver
-            finally:
-                await driver.close()
+        context = _peer(router, engines, bench)
+    elif router.kind == "dynamo":
+        context = _fixed(ProxyDriver([engines.router_url]))
     else:
-        driver = DirectDriver(urls, router.key, bench.seed)
-        try:
-            yield driver
-        finally:
-            await driver.close()
+        context = _fixed(DirectDriver(engines.urls, router.key, bench.seed))
+    async with context as driver:
+        log(f"{router.label}: ready in {time.perf_counter() - started:.1f} s")
+        yield driver
 
 
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+@contextlib.asynccontextmanager
+async def _fixed(driver: Driver) -> AsyncIterator[Driver]:
+    try:
+        yield driver
+    finally:
+        await driver.close()
+
+
+@contextlib.asynccontextmanager
+async def _peer(router: Router, engines: Engines, bench: Bench) -> AsyncIterator[Driver]:
+    async with (
+        peer_running(PEERS[router.key], engines.urls, PROBE, bench.log_dir) as peer,
+        _fixed(ProxyDriver([peer.url])) as driver,
+    ):
+        yield driver

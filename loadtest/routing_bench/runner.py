@@ -7,7 +7,9 @@ peers' readiness probes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,15 +17,13 @@ from dataclasses import dataclass
 import httpx
 from tqdm import tqdm
 
+from loadtest.routing_bench.console import log
 from loadtest.routing_bench.drivers import Driver
-from loadtest.routing_bench.engines import (
-    EngineSetup,
-    counter_deltas,
-    engines_running,
-    read_counters,
-)
+from loadtest.routing_bench.engines import counter_deltas, read_counters
+from loadtest.routing_bench.fleets import Fleet
 from loadtest.routing_bench.replay import Replay, Sample
-from loadtest.routing_bench.routers import Bench, Router, driving, log
+from loadtest.routing_bench.replicas import Bench
+from loadtest.routing_bench.routers import Router, driving
 from loadtest.routing_bench.stats import RunStats, summarise
 from loadtest.routing_bench.workload import MODEL, Conversation
 
@@ -74,30 +74,32 @@ async def warm_up(driver: Driver) -> None:
         await driver.send(json.dumps(body).encode())
 
 
-async def run(plan: RunPlan, engines: EngineSetup, bench: Bench) -> RunStats:
+async def run(plan: RunPlan, fleet: Fleet, bench: Bench) -> RunStats:
     async with (
-        engines_running(engines, bench.log_dir) as fleet,
-        driving(plan.router, fleet.urls, bench) as driver,
+        fleet.running(plan.router.arrangement, bench.log_dir) as engines,
+        driving(plan.router, engines, bench) as driver,
         httpx.AsyncClient(trust_env=False, timeout=5.0) as http,
     ):
         await warm_up(driver)
-        before = await read_counters(http, fleet.urls)
+        before = await read_counters(http, engines.metrics_urls, engines.counters)
         bar, done = _progress(plan)
         try:
             replay = Replay(driver, done)
             seconds = await replay.run(plan.conversations)
         finally:
             bar.close()
-        after = await read_counters(http, fleet.urls)
+        after = await read_counters(http, engines.metrics_urls, engines.counters)
     stats = summarise(
         plan.router.label, plan.rate, replay.samples, counter_deltas(before, after), seconds
     )
+    # The 1-minute load average as the run ends: about the run, on a shared machine.
+    stats = dataclasses.replace(stats, key=plan.router.key, load=os.getloadavg()[0])
     log(
         f"{plan.router.label} @ {plan.rate:g}/s: {stats.requests} ok, {stats.errors} failed, "
-        f"hit {stats.hit_rate:.3f} (engines {stats.engine_hit_rate:.3f}), "
+        f"hit {stats.hit_rate:.3f}, "
         f"TTFT p50 {stats.ttft_p50_ms:.0f} ms p90 {stats.ttft_p90_ms:.0f} ms, "
         f"route p50 {stats.route_p50_ms:.0f} p90 {stats.route_p90_ms:.0f} ms, "
-        f"imbalance {stats.imbalance:.2f}, {seconds:.1f} s"
+        f"imbalance {stats.imbalance:.2f}, {seconds:.1f} s, load {stats.load:.1f}"
     )
     if stats.first_error:
         log(f"  first error: {stats.first_error}")

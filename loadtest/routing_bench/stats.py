@@ -27,7 +27,8 @@ class RunStats:
     requests: int  # completed
     errors: int
     hit_rate: float  # cached / prompt tokens, from the responses' usage
-    engine_hit_rate: float  # prefix-cache hits / queries, from the engines' counters
+    engine_hit_rate: float | None  # prefix-cache hits / queries, from the engines' counters
+    # (None: the engines keep no such counters, as Dynamo's mocker)
     ttft_p50_ms: float
     ttft_p90_ms: float
     ttft_p99_ms: float
@@ -39,6 +40,8 @@ class RunStats:
     route_p50_ms: float = 0.0  # Push + Pick + Pull, for kinference (0 for the others)
     route_p90_ms: float = 0.0
     first_error: str = ""
+    key: str = ""  # the router's --routers key
+    load: float = 0.0  # the machine's 1-minute load average at the end of the run
 
     def row(self) -> dict[str, float | int | str]:
         return {key: getattr(self, key) for key in self.__dataclass_fields__}
@@ -55,8 +58,9 @@ def summarise(
     failed = [sample for sample in samples if sample.error]
     prompt = sum(sample.prompt_tokens for sample in done)
     cached = sum(sample.cached_tokens for sample in done)
-    queries = sum(delta["queries"] for delta in engine_deltas)
-    hits = sum(delta["hits"] for delta in engine_deltas)
+    counted = all("queries" in delta for delta in engine_deltas)
+    queries = sum(delta.get("queries", 0.0) for delta in engine_deltas)
+    hits = sum(delta.get("hits", 0.0) for delta in engine_deltas)
     per_engine = [delta["requests"] for delta in engine_deltas]
     mean = statistics.fmean(per_engine) if per_engine else 0.0
     ttfts = [sample.ttft_s * 1000.0 for sample in done]
@@ -66,7 +70,7 @@ def summarise(
         requests=len(done),
         errors=len(failed),
         hit_rate=cached / prompt if prompt else 0.0,
-        engine_hit_rate=hits / queries if queries else 0.0,
+        engine_hit_rate=(hits / queries if queries else 0.0) if counted else None,
         ttft_p50_ms=quantile(ttfts, 0.50),
         ttft_p90_ms=quantile(ttfts, 0.90),
         ttft_p99_ms=quantile(ttfts, 0.99),
