@@ -47,7 +47,7 @@ class Engines:
 class Fleet(Protocol):
     @property
     def kind(self) -> str:
-        """"sim" or "mocker"."""
+        """ "sim" or "mocker"."""
         ...
 
     @property

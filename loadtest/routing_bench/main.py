@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import platform
 import sys
 import tempfile
@@ -59,7 +60,10 @@ REGIMES: dict[str, dict[str, Any]] = {
 SIM_RATES = (6.0, 12.0, 18.0)
 # 4 mockers of 8 sequences: light load, busy, past what they serve.
 MOCKER_RATES = (3.0, 6.0, 9.0)
-MOCKER_DOC_CHARS = 16_000  # ~10k tokens of the tiny tokenizer: most of a 16k-token cache
+# The tiny tokenizer makes ~1.6 characters a token: documents of ~5k tokens and system
+# prompts of ~1.9k, so that the 4 documents and 4 prompts (~29k tokens) fit the pool's
+# caches (4 x 16k) when each stays on one engine, and thrash them when spread.
+MOCKER_SPEC = {"document_chars": 8_000, "system_chars": 3_000}
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class Options:
     skipped: tuple[str, ...]  # routers asked for that cannot run here, and why
     rates: tuple[float, ...]
     duration_s: float  # of arrivals per run; requests = rate x duration
+    drain: bool  # every conversation to its end, else nothing sent after duration_s
     seed: int
     fleet: Fleet
     out: Path | None
@@ -90,6 +95,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cli.add_argument("--rates", default="", help="requests/s, comma-separated")
     cli.add_argument("--duration", type=float, default=0.0, help="seconds of arrivals per run")
     cli.add_argument("--seed", type=int, default=1)
+    cli.add_argument(
+        "--drain",
+        action="store_true",
+        help="every conversation to its end (default: no request sent after the arrivals window)",
+    )
     cli.add_argument(
         "--regime",
         choices=sorted(REGIMES),
@@ -155,13 +165,14 @@ def options_from(args: argparse.Namespace, argv: list[str] | None = None) -> Opt
     )  # fmt: skip
     spec = BenchSpec.quick() if args.quick else BenchSpec()
     if mocker:
-        spec = BenchSpec(**{**spec.__dict__, "document_chars": MOCKER_DOC_CHARS})
+        spec = dataclasses.replace(spec, **MOCKER_SPEC)
     chart = args.chart or (args.out.with_name("routing-benchmark.png") if args.out else None)
     return Options(
         routers=tuple(r for r in routers if not why[r.key]),
         skipped=skipped,
         rates=rates,
-        duration_s=args.duration or (6.0 if args.quick else 20.0),
+        duration_s=args.duration or (6.0 if args.quick else 15.0),
+        drain=args.drain,
         seed=args.seed,
         fleet=fleet,
         out=args.out,
@@ -198,7 +209,8 @@ async def run_all(options: Options) -> list[RunStats]:
             requests = round(rate * options.duration_s)
             plan_conversations = conversations(options.spec, requests, rate, options.seed)
             for router in options.routers:
-                plan = RunPlan(router, rate, plan_conversations)
+                window = None if options.drain else options.duration_s
+                plan = RunPlan(router, rate, plan_conversations, window)
                 results.append(await run(plan, options.fleet, bench))
     return results
 
@@ -220,7 +232,7 @@ def section(options: Options, results: list[RunStats], seconds: float) -> str:
         f"Python {platform.python_version()}, 2 cores shared with other work).{skipped}",
         "",
         f"{options.fleet.describe()}; fresh engines for every run; {options.duration_s:g} s "
-        "of Poisson arrivals per run, then every conversation to its end. Workload: shared "
+        f"of Poisson arrivals per run, {_after(options)}. Workload: shared "
         "system prompts, multi-turn chats re-sending the engine's real replies, questions on "
         "long documents (`routing_bench/workload.py`). kinference is `kinference gateway` "
         "with its in-process picker (4 replicas: 4 gateways sharing one Redis, requests "
@@ -243,6 +255,12 @@ def section(options: Options, results: list[RunStats], seconds: float) -> str:
     if options.chart is not None and options.out is not None:
         lines += ["", f"![TTFT p90 and hit rate by rate]({options.chart.name})"]
     return "\n".join(lines)
+
+
+def _after(options: Options) -> str:
+    if options.drain:
+        return "then every conversation to its end"
+    return "no request sent after that (a chat's later turns with it; what is under way ends)"
 
 
 def main(argv: list[str] | None = None) -> int:

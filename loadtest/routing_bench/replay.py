@@ -3,7 +3,9 @@
 A chat's next turn re-sends the replies the engine actually generated (as a chat client
 does), so its history is in the cache of the engine that answered, and nowhere else. A
 request that fails is recorded with its error and its conversation stops (a user whose
-request failed does not send the follow-up); the run goes on.
+request failed does not send the follow-up); the run goes on. With a window, no request
+is sent after it ends (the users leave; what is under way finishes): a run lasts its
+window plus the longest request, not until the last multi-turn chat has ended.
 """
 
 from __future__ import annotations
@@ -59,10 +61,16 @@ def request_body(turn: Turn, replies: list[str]) -> bytes:
 class Replay:
     """Runs every conversation at its arrival time; `samples` fills as requests finish."""
 
-    def __init__(self, driver: Driver, on_done: Callable[[Sample], None] | None = None) -> None:
+    def __init__(
+        self,
+        driver: Driver,
+        on_done: Callable[[Sample], None] | None = None,
+        window_s: float | None = None,
+    ) -> None:
         self.driver = driver
         self.samples: list[Sample] = []
         self._on_done = on_done
+        self._window_s = window_s  # no request starts later than this after the start
         self._start = 0.0
 
     async def run(self, conversations: list[Conversation]) -> float:
@@ -81,8 +89,8 @@ class Replay:
         await self._sleep_until(conversation.arrival_s)
         replies: list[str] = []
         for number, turn in enumerate(conversation.turns):
-            if number:
-                await asyncio.sleep(conversation.think_s[number - 1])
+            if not await self._pause(conversation.think_s[number - 1] if number else 0.0):
+                return
             sample, reply = await self._request(conversation.kind, turn, replies)
             self.samples.append(sample)
             if self._on_done is not None:
@@ -113,6 +121,15 @@ class Replay:
             route_s=outcome.pick_s,
         )
         return sample, result.text
+
+    async def _pause(self, seconds: float) -> bool:
+        """Think for `seconds`; False when the window closes first (the user leaves)."""
+        if self._window_s is None:
+            await asyncio.sleep(seconds)
+            return True
+        left = self._start + self._window_s - time.perf_counter()
+        await asyncio.sleep(max(min(seconds, left), 0.0))
+        return seconds < left
 
     async def _sleep_until(self, offset_s: float) -> None:
         delay = self._start + offset_s - time.perf_counter()

@@ -33,6 +33,7 @@ class RunPlan:
     router: Router
     rate: float
     conversations: list[Conversation]
+    window_s: float | None = None  # no request sent after it (None: every turn)
 
     @property
     def requests(self) -> int:
@@ -84,7 +85,7 @@ async def run(plan: RunPlan, fleet: Fleet, bench: Bench) -> RunStats:
         before = await read_counters(http, engines.metrics_urls, engines.counters)
         bar, done = _progress(plan)
         try:
-            replay = Replay(driver, done)
+            replay = Replay(driver, done, plan.window_s)
             seconds = await replay.run(plan.conversations)
         finally:
             bar.close()

@@ -1,0 +1,87 @@
+"""The range of each figure over several runs of the routing benchmark, per regime.
+
+    python -m loadtest.routing_bench.ranges RUN.json [RUN.json ...]
+
+Each RUN.json is what `python -m loadtest.bench_routing --json RUN.json` wrote. Prints, per
+regime, a table of min-max per router and rate (TTFT p50 and p90, hit rate, output
+throughput, imbalance, load average) and how many runs met each target (`report.checks`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from loadtest.routing_bench import report
+from loadtest.routing_bench.stats import RunStats
+
+Run = list[RunStats]
+COLUMNS: tuple[tuple[str, Callable[[RunStats], float], str], ...] = (
+    ("TTFT p50 ms", lambda s: s.ttft_p50_ms, "{:.0f}"),
+    ("TTFT p90 ms", lambda s: s.ttft_p90_ms, "{:.0f}"),
+    ("hit rate", lambda s: s.hit_rate, "{:.3f}"),
+    ("output tok/s", lambda s: s.out_tok_per_s, "{:.0f}"),
+    ("imbalance", lambda s: s.imbalance, "{:.2f}"),
+    ("load 1 min", lambda s: s.load, "{:.1f}"),
+)
+
+
+def span(values: Sequence[float], form: str) -> str:
+    """`low-high` (an en dash) in `form`, or one figure when they print the same."""
+    low, high = form.format(min(values)), form.format(max(values))
+    return low if low == high else f"{low}\u2013{high}"
+
+
+def range_table(runs: Sequence[Run]) -> str:
+    """Min-max over `runs` per (rate, router), in the order the routers first ran."""
+    cells: dict[tuple[float, str], list[RunStats]] = defaultdict(list)
+    for run in runs:
+        for stats in run:
+            cells[(stats.rate, stats.router)].append(stats)
+    routers = list(dict.fromkeys(s.router for run in runs for s in run))
+    header = ["router", "rate req/s", "runs", *(name for name, _, _ in COLUMNS)]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "--:|" * (len(header) - 1)]
+    for rate, router in sorted(cells, key=lambda cell: (cell[0], routers.index(cell[1]))):
+        rows = cells[(rate, router)]
+        figures = [span([get(s) for s in rows], form) for _, get, form in COLUMNS]
+        lines.append("| " + " | ".join([router, f"{rate:g}", str(len(rows)), *figures]) + " |")
+    return "\n".join(lines)
+
+
+def target_summary(runs: Sequence[Run]) -> list[str]:
+    """Per rate and target: in how many of the runs it was met."""
+    met: dict[tuple[float, str], list[bool]] = defaultdict(list)
+    for run in runs:
+        for rate in sorted({s.rate for s in run}):
+            for target, ok, _ in report.checks([s for s in run if s.rate == rate]):
+                met[(rate, target)].append(ok)
+    return [
+        f"- {rate:g} req/s, {target}: met in {sum(oks)} of {len(oks)} run(s)"
+        for (rate, target), oks in sorted(met.items())
+    ]
+
+
+def summary(paths: Sequence[Path]) -> str:
+    by_regime: dict[str, list[Run]] = defaultdict(list)
+    for path in paths:
+        meta, results = report.load(path)
+        by_regime[str(meta["regime"])].append(results)
+    parts = []
+    for regime, runs in by_regime.items():
+        parts += [f"#### {regime}: range over {len(runs)} run(s)", "", range_table(runs), ""]
+        parts += [*target_summary(runs), ""]
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("runs", type=Path, nargs="+")
+    print(summary(cli.parse_args(argv).runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
