@@ -286,7 +286,7 @@ def test_section_is_replaced_between_markers_and_the_rest_kept(tmp_path: Path) -
 
 
 async def test_quick_run_gives_sane_figures(tmp_path: Path) -> None:
-    routers = "kinference,round_robin" + (",sglang" if installed(SGLANG) else "")
+    routers = "kinference,kinference-grpc" + (",sglang" if installed(SGLANG) else "")
     out = tmp_path / "benchmarks.md"
     out.write_text("# Benchmarks\n\nother figures\n")
     args = ["--quick", "--routers", routers, "--rates", "6", "--duration", "2", "--out", str(out)]
@@ -297,6 +297,9 @@ async def test_quick_run_gives_sane_figures(tmp_path: Path) -> None:
     ]
     for stats in results:
         _check_sane(stats)
+    by_key = {stats.key: stats for stats in results}
+    assert by_key["kinference-grpc"].route_p90_ms > 0  # its Push + Pick + Pull, timed
+    assert by_key["kinference"].route_p90_ms == 0  # the gateway: one POST, as for a peer
     report.replace_section(out, section(options, results, 1.0))
     assert options.chart is not None
     report.chart(results, options.chart)
