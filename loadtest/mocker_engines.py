@@ -127,7 +127,15 @@ class _Processes:
     """The processes of one arrangement, their output in one log, one discovery store."""
 
     def __init__(self, store: str) -> None:
-        self.env = dict(os.environ, DYN_FILE_KV=store, DYN_SELF_HOST_METADATA="0")
+        # DYN_IGNORE_OPENAI_FE_UNSUPPORTED_FIELDS: sglang-router and vllm-router add SGLang's
+        # own fields (`separate_reasoning`, `no_stop_trim`, ...), which the frontend would
+        # refuse with 400; the mocker has no use for them either way.
+        self.env = dict(
+            os.environ,
+            DYN_FILE_KV=store,
+            DYN_SELF_HOST_METADATA="0",
+            DYN_IGNORE_OPENAI_FE_UNSUPPORTED_FIELDS="1",
+        )
         for key in ("DYN_SYSTEM_PORT", "DYN_SYSTEM_HOST", "DYN_HTTP_PORT", "DYN_NAMESPACE"):
             self.env.pop(key, None)  # only what each process is given
         self.log = Path(store + ".log")
