@@ -36,6 +36,8 @@ PREFILLED = "d"  # [endpoint, pick id]: that prefill is over
 # blocks of a prompt cached although the index said more (an eviction learned)
 SHORTFALL = "x"
 CONFIRMED = "k"  # [endpoint, age | null]: the engine had the predicted blocks cached
+# [endpoint, model, text characters, tokens]: a sample of the model's characters per token
+TEXT_SIZE = "c"
 
 Event = list[Any]
 

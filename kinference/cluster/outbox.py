@@ -75,6 +75,9 @@ class Outbox:
     def confirmed(self, endpoint: str, age: int | None) -> None:
         self._add([codec.CONFIRMED, endpoint, age])
 
+    def text(self, endpoint: str, model: str, chars: float, tokens: float) -> None:
+        self._add([codec.TEXT_SIZE, endpoint, model, chars, tokens])
+
     def engine(self, endpoint: str, reading: dict[str, Any]) -> None:
         self._add([codec.ENGINE, endpoint, reading])
 

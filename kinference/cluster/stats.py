@@ -20,6 +20,7 @@ from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import STATS_TTL_S, Keys
 from kinference.itl_layout import BUCKETS as ITL_BUCKETS
 from kinference.routing.router import Router
+from kinference.routing.textsize import MIN_SAMPLES
 
 SEED_MINUTES = 5  # a new replica seeds its latency estimates from this many recent minutes
 
@@ -50,6 +51,12 @@ class StatsBuffer:
             elif event[0] == codec.SERVED:
                 self._roll(minute)
                 self._served(f"{self._instance}|{event[1]}|{event[2]}|", event)
+            elif event[0] == codec.TEXT_SIZE:
+                self._roll(minute)
+                base = f"{self._instance}|{event[1]}|{event[2]}|text_"
+                self._bump(base + "chars_sum", float(event[3]))
+                self._bump(base + "tokens_sum", float(event[4]))
+                self._bump(base + "count", 1)
             elif event[0] == codec.ITL:
                 self._roll(minute)
                 base = f"{self._instance}|{event[1]}|{event[2]}|itl_b"
@@ -117,8 +124,22 @@ async def seed_estimates(redis: RedisClient, keys: Keys, router: Router, now: fl
             counts[int(field[5:])] += value
         elif field in ("prefill_count", "service_count") and value > 0:
             _seed_rate(router, totals, f"{endpoint}|{model}|{field}", value)
+        elif field == "text_count" and value > 0:
+            _seed_text(router, totals, endpoint, model, value)
     for (endpoint, model), counts in itl.items():
         router.remote_itl(endpoint, model, tuple(int(c) for c in counts))
+
+
+def _seed_text(
+    router: Router, totals: dict[str, float], endpoint: str, model: str, count: float
+) -> None:
+    """Characters per token: the cluster's mean sample, counted as up to `MIN_SAMPLES`
+    samples (enough to replace the prior; the live stream's samples refine it)."""
+    base = f"{endpoint}|{model}|text_"
+    chars = totals.get(base + "chars_sum", 0.0) / count
+    tokens = totals.get(base + "tokens_sum", 0.0) / count
+    for _ in range(min(int(count), MIN_SAMPLES)):
+        router.remote_text(endpoint, model, chars, tokens)
 
 
 def _seed_rate(router: Router, totals: dict[str, float], name: str, count: float) -> None:

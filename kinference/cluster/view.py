@@ -83,7 +83,6 @@ class ClusterView:
     def _apply_event(self, instance: str, event: list[Any], *, with_load: bool) -> None:
         kind = event[0]
         self.applied[kind] = self.applied.get(kind, 0) + 1
-        router = self.router
         if kind == codec.PICKED:
             self._picked(instance, event, with_load=with_load)
         elif kind in _PREFIX_EVENTS:
@@ -91,18 +90,25 @@ class ClusterView:
         elif kind == codec.RELEASED:
             if with_load:
                 self._add(instance, str(event[1]), -1)
-        elif kind == codec.FIRST_TOKEN:
-            router.remote_first_token(str(event[1]), str(event[2]), float(event[3]))
-        elif kind == codec.ITL and len(event[3]) == ITL_BUCKETS:
-            counts = tuple(int(count) for count in event[3])
-            router.remote_itl(str(event[1]), str(event[2]), counts)
-        elif kind == codec.SERVED:
-            router.remote_served(str(event[1]), str(event[2]), float(event[3]),
-                                 _measured(event[4]), _measured(event[5]))  # fmt: skip
+        elif kind in _SAMPLE_EVENTS:
+            self._apply_sample(event)
         elif kind == codec.ENGINE:
             self.engine_reading(str(event[1]), event[2])
         elif kind == codec.COOLED:
             self.on_cooled(str(event[1]))
+
+    def _apply_sample(self, event: list[Any]) -> None:
+        """Another replica's latency or size sample of an endpoint and model."""
+        kind, endpoint, model, router = event[0], str(event[1]), str(event[2]), self.router
+        if kind == codec.FIRST_TOKEN:
+            router.remote_first_token(endpoint, model, float(event[3]))
+        elif kind == codec.ITL and len(event[3]) == ITL_BUCKETS:
+            router.remote_itl(endpoint, model, tuple(int(count) for count in event[3]))
+        elif kind == codec.SERVED:
+            router.remote_served(endpoint, model, float(event[3]),
+                                 _measured(event[4]), _measured(event[5]))  # fmt: skip
+        elif kind == codec.TEXT_SIZE:
+            router.remote_text(endpoint, model, float(event[3]), float(event[4]))
 
     def _picked(self, instance: str, event: list[Any], *, with_load: bool) -> None:
         endpoint, hashes = str(event[1]), codec.unpack_hashes(event[3])
@@ -188,6 +194,7 @@ class ClusterView:
 
 
 _PREFIX_EVENTS = frozenset({codec.PREFILLING, codec.PREFILLED, codec.SHORTFALL, codec.CONFIRMED})
+_SAMPLE_EVENTS = frozenset({codec.FIRST_TOKEN, codec.ITL, codec.SERVED, codec.TEXT_SIZE})
 
 
 def _optional(value: Any) -> float | None:

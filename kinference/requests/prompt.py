@@ -19,6 +19,11 @@ Token estimate (no tokenizer at Pick; it only needs to rank requests by size):
 - each message or input item: `MESSAGE_OVERHEAD_TOKENS` for its role and separators, plus
   `REQUEST_OVERHEAD_TOKENS` once (the reply's priming);
 - a part that could not be extracted: its bytes in the body over `CHARS_PER_TOKEN`.
+
+`CHARS_PER_TOKEN` is only the prior: the prompt keeps its text size (`text_chars`) apart
+from the fixed estimates (`fixed_tokens`: overheads, media, token ids), and the router
+divides the text by the characters per token it learned for the model from the engines'
+reports (`routing.textsize`, `Prompt.tokens_at`).
 """
 
 from __future__ import annotations
@@ -55,6 +60,15 @@ class Prompt:
     segments: tuple[str, ...]
     complete: bool = True
     reason: str = ""
+    text_chars: int = 0  # characters of text (UTF-8 bytes of referenced or missing parts)
+    fixed_tokens: int = 0  # the estimate's part that is no text: overheads, media, ids
+
+    def tokens_at(self, chars_per_token: float, estimate: int) -> float:
+        """The token estimate with text at `chars_per_token`; `estimate` (made at the
+        prior) when the ratio is the prior or the prompt has no size breakdown."""
+        if chars_per_token == CHARS_PER_TOKEN or not (self.text_chars or self.fixed_tokens):
+            return float(estimate)
+        return self.fixed_tokens + self.text_chars / chars_per_token
 
 
 class PromptBuilder:
@@ -128,7 +142,7 @@ class PromptBuilder:
 
     def missing(self, reason: str, size: int) -> None:
         """Part of the prompt (`size` bytes of body) could not be extracted."""
-        self._tokens += size // CHARS_PER_TOKEN
+        self._chars += size
         self._gap = True
         self.incomplete(reason)
 
@@ -144,7 +158,9 @@ class PromptBuilder:
     def build(self) -> tuple[Prompt, int]:
         """The prompt and its token estimate."""
         estimate = self._tokens + -(-self._chars // CHARS_PER_TOKEN)
-        return Prompt(tuple(self._segments), not self._reason, self._reason), estimate
+        prompt = Prompt(tuple(self._segments), not self._reason, self._reason,
+                        self._chars, self._tokens)  # fmt: skip
+        return prompt, estimate
 
     def _long(self, value: str) -> Digest | None:
         """The digest `value` is known by, if it is a marker or long; None for plain text."""

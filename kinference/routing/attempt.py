@@ -14,6 +14,7 @@ from kinference.routing.features import Signals
 from kinference.routing.filters.saturation import OVERLOADED
 from kinference.routing.reasons import Reason
 from kinference.routing.table import IndexArray
+from kinference.routing.textsize import TextSize
 
 # When a NO_WORKERS joins several notes, the code of the first kind present here labels it.
 _NOTE_PRIORITY = (
@@ -38,6 +39,7 @@ class Attempt:
     query: RouteQuery
     route: ModelRoute
     signals: Signals
+    text: TextSize | None = None  # characters per token per model (None: the prior)
     notes: list[tuple[Reason, str]] = field(default_factory=list)
     busy: list[Busy] = field(default_factory=list)  # primary pools ready but saturated
     retry_after_s: int | None = None  # the soonest a cooling provider comes back
@@ -79,8 +81,16 @@ class Attempt:
         usable = tuple(
             t
             for t in targets
-            if t.when.matches(request.token_estimate, request.has_tools, request.hint)
+            if t.when.matches(self._tokens(t.model), request.has_tools, request.hint)
         )
         if self.route.implicit and usable:
             return [usable]
         return [(t,) for t in usable]
+
+    def _tokens(self, model: str) -> int:
+        """The prompt's estimated tokens for `model` (its learned characters per token)."""
+        request, text = self.query.request, self.text
+        if text is None:
+            return request.token_estimate
+        chars_per_token = text.chars_per_token(model)
+        return round(request.prompt.tokens_at(chars_per_token, request.token_estimate))

@@ -63,6 +63,11 @@ class LocalChoice:
     settled: bool = True
     # Precise pools only: prompt tokens the engine's events say it has cached there.
     predicted_cached_tokens: int | None = None
+    # The prompt's text characters when it is complete (0: not a sample of characters per
+    # token), and the estimate's fixed part (`Prompt.fixed_tokens`): the reported
+    # `prompt_tokens` teach the model's characters per token (`routing.textsize`).
+    text_chars: int = 0
+    fixed_tokens: int = 0
 
     @property
     def prefix_blocks(self) -> int:

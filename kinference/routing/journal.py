@@ -48,6 +48,10 @@ class Journal(Protocol):
     def confirmed(self, endpoint: str, age: int | None) -> None:
         """`endpoint` had the predicted blocks cached, the deepest `age` blocks old."""
 
+    def text(self, endpoint: str, model: str, chars: float, tokens: float) -> None:
+        """A sample of `model`'s characters per token: `chars` of prompt text were
+        `tokens` tokens (`routing.textsize`)."""
+
 
 class NullJournal:
     """Standalone: the instance's own state is the whole state."""
@@ -81,4 +85,7 @@ class NullJournal:
         pass
 
     def confirmed(self, endpoint: str, age: int | None) -> None:
+        pass
+
+    def text(self, endpoint: str, model: str, chars: float, tokens: float) -> None:
         pass

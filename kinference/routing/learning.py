@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import floor, isnan
 
-from kinference.requests.prompt import CHARS_PER_TOKEN
 from kinference.routing.decision import LocalChoice
 from kinference.routing.journal import Journal
 from kinference.routing.pending import PendingPrefix
@@ -19,6 +18,7 @@ from kinference.routing.prefix import PrefixIndex
 from kinference.routing.quality import PredictionQuality
 from kinference.routing.rates import Rates
 from kinference.routing.table import WorkerTable
+from kinference.routing.textsize import TextSize
 
 # A prefill sample is taken when the predicted wait was under this share of the observed
 # TTFT: the rest is then mostly the request's own prefill.
@@ -31,6 +31,9 @@ QUEUED_SLACK_MS = 250.0
 # Another replica's prefill whose end never reached us (an entry lost to a trim or a gap)
 # stops counting after this many seconds; prefills take well under that.
 REMOTE_PREFILL_TTL_S = 30.0
+# A report teaches characters per token only when the prompt's text is at least this share
+# of its reported tokens (the rest, fixed estimates of overheads and media, is a guess).
+TEXT_SHARE_FOR_SAMPLE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,7 @@ class Learning:
         self.prefix = prefix
         self.journal = journal
         self.rates = Rates()
+        self.text = TextSize()  # characters per token per model
         self.quality = PredictionQuality.empty()
         self.block_bytes = 64  # of the policy in force (set by the router on reload)
         # Other replicas' prefills in progress: (instance, pick) -> (slot, deadline), in
@@ -101,6 +105,7 @@ class Learning:
         if served.itl_bucket_counts:
             self.table.observe_itl(slot, model, served.itl_bucket_counts)
             self.journal.itl(choice.endpoint, model, served.itl_bucket_counts)
+        self._text_sample(choice, served.prompt_tokens)
         uncached = choice.uncached_tokens
         if served.cached_tokens is not None and served.prompt_tokens > 0:
             cached = min(served.cached_tokens, served.prompt_tokens)
@@ -113,6 +118,14 @@ class Learning:
         service_ms = float("nan") if served.service_ms is None else served.service_ms
         self.learn(slot, model, uncached, prefill_ms, service_ms)
         self.journal.served(choice.endpoint, model, uncached, prefill_ms, service_ms)
+
+    def _text_sample(self, choice: LocalChoice, prompt_tokens: int) -> None:
+        """The reported prompt tokens against the text measured at Pick."""
+        tokens = prompt_tokens - choice.fixed_tokens
+        if not choice.text_chars or tokens < TEXT_SHARE_FOR_SAMPLE * prompt_tokens:
+            return
+        if self.text.observe(choice.model, choice.text_chars, tokens):
+            self.journal.text(choice.endpoint, choice.model, choice.text_chars, tokens)
 
     def learn(
         self, slot: int, model: str, uncached: float, prefill_ms: float, service_ms: float
@@ -139,7 +152,7 @@ class Learning:
             self.journal.confirmed(choice.endpoint, choice.held_age)
 
     def _tokens_per_block(self, choice: LocalChoice, prompt_tokens: float) -> float:
-        block_tokens = self.block_bytes / CHARS_PER_TOKEN
+        block_tokens = self.block_bytes / self.text.chars_per_token(choice.model)
         whole = prompt_tokens / max(len(choice.hashes), 1)
         return max(min(whole, block_tokens) if whole > 0 else block_tokens, 1e-9)
 

@@ -193,6 +193,11 @@ class Router:
     ) -> None:
         self.learning.learn(self.table.slot(endpoint), model, uncached, prefill_ms, service_ms)
 
+    def remote_text(self, endpoint: str, model: str, chars: float, tokens: float) -> None:
+        """Another replica's sample of `model`'s characters per token (`endpoint` served
+        it; the ratio is the model's, whoever serves it)."""
+        self.learning.text.observe(model, chars, tokens)
+
     # -- the decision -------------------------------------------------------------------
 
     def route(self, query: RouteQuery) -> Decision:
@@ -214,7 +219,7 @@ class Router:
                 retry_after_s=rejected.retry_after_s,
             )
         stale_after = policy.engine_stale_after_s
-        attempt = Attempt(query, route, self._signals(stale_after))
+        attempt = Attempt(query, route, self._signals(stale_after), self.learning.text)
         decision = self._first(attempt, attempt.groups(route.primary))
         return decision if decision is not None else self._after_primaries(attempt)
 
@@ -358,6 +363,8 @@ class Router:
                 int(ctx.cached_tokens[index]) if attempt.query.precise is not None
                 and self.policy.catalog.prefix_mode(ctx.pool) == PRECISE else None
             ),
+            text_chars=request.prompt.text_chars if request.prompt.complete else 0,
+            fixed_tokens=request.prompt.fixed_tokens,
         )  # fmt: skip
         outcome, reason, code = _degraded(request, note)
         shape = sent_shape(request.shape, target_api(group[0], None))
@@ -386,10 +393,15 @@ class Router:
         pool = group[0].pool or ""
         precise = attempt.query.precise
         counted = precise.prompt_tokens(pool) if precise is not None else None
-        prompt_tokens = float(request.token_estimate if counted is None else counted)
+        chars_per_token = self.learning.text.chars_per_token(model)
+        prompt_tokens = (
+            request.prompt.tokens_at(chars_per_token, request.token_estimate)
+            if counted is None else float(counted)
+        )  # fmt: skip
         query = PrefixQuery(
             request, model, pool, hashes, settings.block_bytes, prompt_tokens,
             truncated=len(hashes) >= settings.max_blocks, precise=attempt.query.precise,
+            chars_per_token=chars_per_token,
         )  # fmt: skip
         mode, note = self.policy.catalog.prefix_mode(pool), None
         if mode == PRECISE and self._precise is not None:

@@ -20,6 +20,7 @@ from kinference.cluster.view import ClusterView
 from kinference.config import Policy
 from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate, WorkerTable
 from kinference.routing.policy import cooldowns_of
+from kinference.routing.textsize import MIN_SAMPLES
 from loadtest.redis_server import RedisServer
 
 ENDPOINT = "10.0.0.1:8000"
@@ -54,6 +55,9 @@ async def test_a_late_replica_loads_readings_statistics_and_prefixes(
     outbox.itl(ENDPOINT, "m", [0, 0, 4, *[0] * 12])
     outbox.served(ENDPOINT, "m", 2000.0, 115.0, 1800.0)
     outbox.served(ENDPOINT, "m", 2000.0, float("nan"), 2200.0)  # queued: no prefill sample
+    outbox.text(ENDPOINT, "m", 3200.0, 2000.0)  # 1.6 characters a token
+    outbox.text(ENDPOINT, "m", 3400.0, 2000.0)
+    outbox.text(ENDPOINT, "m", 3300.0, 2000.0)  # enough samples to replace the prior
     await publisher.flush()
     await stats.flush()
     await client.set(keys.heartbeat("early"), b"1")  # alive, as its heartbeat would say
@@ -75,6 +79,8 @@ async def test_a_late_replica_loads_readings_statistics_and_prefixes(
     per_token = rates.learned("m", "prefill_ms_per_token", slot)
     base = rates.learned("m", "prefill_base_ms", slot)
     assert math.isclose(base + 2000 * per_token, 115.0)
+    # Characters per token: the cluster's mean sample (1.65), replacing the prior.
+    assert math.isclose(view.router.learning.text.chars_per_token("m"), 1.65)
     await client.aclose()
 
 
@@ -141,3 +147,15 @@ def test_another_replicas_served_samples_teach_this_replicas_rates() -> None:
     )
     assert math.isclose(base + 1000 * per_token, 60.0)
     assert view.applied[codec.SERVED] == 2
+
+
+def test_another_replicas_text_samples_teach_this_replicas_characters_per_token() -> None:
+    view = view_of(WorkerTable(), PrefixIndex(1000))
+    events = [[codec.TEXT_SIZE, ENDPOINT, "m", 3200.0, 2000.0] for _ in range(MIN_SAMPLES)]
+    events.append([codec.TEXT_SIZE, ENDPOINT, "m", "not a number", 1.0])  # skipped
+    fields = codec.encode("a", 1, events, None)
+    entry = codec.decode(b"1-0", {k.encode(): str(v).encode() for k, v in fields.items()})
+    assert entry is not None
+    view.apply(entry)
+    assert view.router.learning.text.chars_per_token("m") == 1.6
+    assert view.applied[codec.TEXT_SIZE] == MIN_SAMPLES + 1

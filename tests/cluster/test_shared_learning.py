@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from tests.api.helpers import pick_ok, wait_until
+from kinference.routing.textsize import MIN_SAMPLES
 from tests.conftest import MODEL, RunningPicker
 
 DOCUMENT = "A long shared document about the tides and the moon. " * 80  # ~4 KiB
@@ -67,3 +68,22 @@ async def test_an_eviction_learned_by_one_replica_is_learned_by_all(start_replic
     await wait_until(
         lambda: b.app.router.prefix.match(hashes).get(slot_b, 0) <= 1, what="eviction on b"
     )
+
+
+async def test_characters_per_token_learned_by_one_replica_are_learned_by_all(
+    start_replicas,
+) -> None:
+    a, b = await start_replicas(2)
+    for n in range(MIN_SAMPLES):
+        picked = await pick_ok(a, question(n))
+        assignment = a.app.inflight.get(picked.response_id)
+        assert assignment is not None and assignment.local is not None
+        local = assignment.local
+        assert local.text_chars > len(DOCUMENT)
+        tokens = round(local.text_chars / 1.6) + local.fixed_tokens  # a small vocabulary
+        await a.client.first_token(picked.response_id, ttft_ms=40)
+        await a.client.final_token(picked.response_id, prompt_tokens=tokens, cached_tokens=0)
+    for replica in (a, b):
+        text = replica.app.router.learning.text
+        await wait_until(lambda t=text: abs(t.chars_per_token(MODEL) - 1.6) < 0.01,
+                         what="characters per token")  # fmt: skip

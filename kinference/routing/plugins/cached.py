@@ -38,6 +38,7 @@ class PrefixQuery:
     prompt_tokens: float  # the request's estimated prompt tokens
     truncated: bool = False  # the prompt is longer than the hashed blocks (max_blocks)
     precise: PreciseQuery | None = None  # the prompt in precise pools' engine blocks
+    chars_per_token: float = CHARS_PER_TOKEN  # the model's, learned (`routing.textsize`)
 
 
 class CachedTokenSource(Protocol):
@@ -82,15 +83,15 @@ def _beyond_hashed(query: PrefixQuery) -> float:
     segments = query.request.prompt.segments
     if not query.truncated or not segments:
         return 0.0
-    return max(query.prompt_tokens - len(segments[-1]) / CHARS_PER_TOKEN, 0.0)
+    return max(query.prompt_tokens - len(segments[-1]) / query.chars_per_token, 0.0)
 
 
 def _tokens_per_block(query: PrefixQuery, total: int) -> float:
     """Prompt tokens one hashed block stands for: the whole prompt spread over its blocks,
-    or, past `max_blocks`, a block's bytes at the parser's bytes per token (only the hashed
+    or, past `max_blocks`, a block's bytes at the model's bytes per token (only the hashed
     part of a long prompt is known to be cached)."""
     if query.truncated:
-        return query.block_bytes / CHARS_PER_TOKEN
+        return query.block_bytes / query.chars_per_token
     return query.prompt_tokens / total
 
 
