@@ -314,6 +314,12 @@ class Router:
         if not signals.known:  # no engine metrics anywhere: every ready worker is free
             return self._local(attempt, group, slots)
         levels = self.policy.saturation.levels(signals.queue[slots], signals.kv_usage[slots])
+        if levels.any():  # the request's own cache hit adds no KV use where it is cached
+            ctx, _ = self._context(attempt, group, slots)
+            levels = self.policy.saturation.levels_with_hits(
+                signals.queue[slots], signals.kv_usage[slots], ctx.cached_tokens,
+                ctx.prompt_tokens,
+            )  # fmt: skip
         free = slots[levels < SATURATED]
         if len(free):
             return self._local(attempt, group, free)

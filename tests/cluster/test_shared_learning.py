@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from tests.api.helpers import pick_ok, wait_until
 from kinference.routing.textsize import MIN_SAMPLES
+from tests.api.helpers import pick_ok, wait_until
 from tests.conftest import MODEL, RunningPicker
 
 DOCUMENT = "A long shared document about the tides and the moon. " * 80  # ~4 KiB

@@ -136,3 +136,54 @@ def test_a_stale_reading_is_never_saturated() -> None:
     assert Saturation().levels(waiting[slots], kv[slots]).tolist() == [OVERLOADED, OVERLOADED]
     waiting, kv = table.engine_signals(NOW + STALE_AFTER + 0.01, STALE_AFTER)
     assert Saturation().levels(waiting[slots], kv[slots]).tolist() == [FREE, OVERLOADED]
+
+
+def test_the_request_own_cache_hit_leaves_the_kv_signal_out() -> None:
+    saturation = Saturation(kv_cache=0.8, queue_depth=5)
+    waiting = np.array([0.0, 0.0, 6.0])
+    kv = np.array([0.85, 0.85, 0.1])
+    cached = np.array([900.0, 100.0, 1000.0])
+    got = saturation.levels_with_hits(waiting, kv, cached, 1000.0)
+    # Mostly cached on 0: its KV use is not this request's; 1 holds too little of it; on 2
+    # the queue still counts.
+    assert got.tolist() == [FREE, SATURATED, SATURATED]
+
+
+def test_a_document_stays_on_the_worker_whose_kv_cache_it_fills() -> None:
+    """The holder's KV cache is over the threshold (a simulator counting the document once
+    per running request): a question about the document still goes there; a cold prompt
+    does not."""
+    import json
+    import random
+
+    from kinference.bodies import Body
+    from kinference.config import parse_policy
+    from kinference.requests import parse_request
+    from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate
+    from kinference.routing.decision import RouteQuery
+    from kinference.routing.features import EngineReading
+    from kinference.routing.policy import cooldowns_of
+
+    endpoints = ["10.0.0.1:8000", "10.0.0.2:8000"]
+    policy = parse_policy(f"pools:\n  - {{name: p, endpoints: {json.dumps(endpoints)}, "
+                          "models: [m]}\n")  # fmt: skip
+    now = 100.0
+    router = Router(
+        policy, table=WorkerTable(), prefix=PrefixIndex(50_000),
+        health=ProviderHealth(cooldowns_of(policy)), tenants=TenantGate(),
+        rng=random.Random(0), clock=lambda: now,
+    )  # fmt: skip
+
+    def query(system: str, n: int) -> RouteQuery:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": f"q{n}"}]
+        raw = json.dumps({"model": "m", "messages": messages}).encode()
+        return RouteQuery(parse_request(Body([raw], reserved=len(raw))))
+
+    document = "The tides follow the moon. " * 300
+    router.remote_picked(endpoints[0], router.route(query(document, 0)).prefix_hashes)
+    for endpoint, kv in zip(endpoints, (0.95, 0.1), strict=True):
+        router.engine_reading(endpoint, True, EngineReading(0.0, 2.0, kv, scraped_at=now))
+    local = router.route(query(document, 1)).local
+    assert local is not None and local.endpoint == endpoints[0]
+    cold = router.route(query("Another text entirely. " * 300, 2)).local
+    assert cold is not None and cold.endpoint == endpoints[1]

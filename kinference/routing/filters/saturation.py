@@ -2,8 +2,13 @@
 
 A worker is SATURATED at `queue_depth` waiting requests or `kv_cache` KV-cache use, and
 OVERLOADED at twice the queue or halfway from `kv_cache` to full. Unknown metrics never
-count as saturated. The filter keeps the free workers; the router keeps the levels of a
-pool with none free for QoS (batch on a busy worker, shed, overflow).
+count as saturated. A worker predicted to hold at least `OWN_HIT_SHARE` of the request's
+prompt is judged by its queue alone: the request adds little to its KV cache there (its
+cached blocks are shared, only its decode is new), and the KV use may be mostly that very
+prefix (engines and simulators that count a shared document once per running request
+would otherwise turn a document's requests away from the one worker holding it). The
+filter keeps the free workers; the router keeps the levels of a pool with none free for
+QoS (batch on a busy worker, shed, overflow).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.table import FloatArray, IndexArray
 
 FREE, SATURATED, OVERLOADED = 0, 1, 2
+OWN_HIT_SHARE = 0.5  # of the prompt predicted cached on a worker: its KV use is not ours
 Levels = npt.NDArray[np.int8]
 
 
@@ -57,3 +63,11 @@ class SaturationFilter:
         overloaded = (waiting >= 2 * queue) | (kv >= (1 + full) / 2)
         levels: Levels = saturated.astype(np.int8) + overloaded.astype(np.int8)
         return levels
+
+    def levels_with_hits(
+        self, waiting: FloatArray, kv_usage: FloatArray, cached: FloatArray, prompt: float
+    ) -> Levels:
+        """`levels`, the KV-cache signal left out where the request's prompt is mostly
+        cached (`cached` tokens of `prompt`, per candidate)."""
+        hit = cached >= OWN_HIT_SHARE * max(prompt, 1.0)
+        return self.levels(waiting, np.where(hit, np.nan, kv_usage))

@@ -79,8 +79,18 @@ class Scorer(Protocol):
 
 
 class Picker(Protocol):
-    """Chooses one candidate from the weighted totals (index into the candidates)."""
+    """Chooses one candidate from the weighted totals (index into the candidates).
+
+    `home` is given when no candidate holds the prompt's prefix: a key naming the prefix,
+    with `endpoints` the candidates' names, so that near ties go to the same candidate for
+    the same prefix (`plugins/pick.py`)."""
 
     name: ClassVar[str]
 
-    def pick(self, totals: FloatArray, rng: random.Random) -> int: ...
+    def pick(
+        self,
+        totals: FloatArray,
+        rng: random.Random,
+        home: int | None = None,
+        endpoints: list[str] | None = None,
+    ) -> int: ...

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kinference.routing.plugins.base import PickContext, Picker, Scorer
+from kinference.routing.plugins.pick import home_key
 from kinference.routing.table import FloatArray
 
 NEUTRAL = 0.5
@@ -64,6 +65,12 @@ class Pipeline:
         if totals is None:  # nothing told the candidates apart: all tie
             totals = np.zeros(len(ctx.slots))
         started = clock()
-        index = self.picker.pick(totals, rng)
+        home = home_key(ctx.hashes) if not ctx.cached_tokens.any() else None
+        if home is None:
+            index = self.picker.pick(totals, rng)
+        else:  # a prefix no candidate holds: near ties go to its home
+            endpoints = ctx.table.endpoints
+            names = [endpoints[slot] for slot in ctx.slots.tolist()]
+            index = self.picker.pick(totals, rng, home, names)
         costs.add(self.picker.name, clock() - started)
         return index
