@@ -47,6 +47,9 @@ class WorkerTable:
         # them the queue is carried forward between readings (`queue_now`).
         self.inflight_at_reading: FloatArray = np.full(capacity, np.nan)
         self.batch: FloatArray = np.full(capacity, np.nan)
+        # Whether the last reading had requests waiting (a queue in two readings running
+        # is a full batch; in one it may be a request caught before the scheduler's step).
+        self.waited: BoolArray = np.zeros(capacity, dtype=bool)
         # The most sequences the engine was ever seen running: a floor of its batch (the
         # running count while others wait dips when its KV cache is short).
         self.running_max: FloatArray = np.full(capacity, np.nan)
@@ -99,6 +102,7 @@ class WorkerTable:
         self.scraped_at = grown(self.scraped_at, np.nan)  # type: ignore[assignment]
         self.inflight_at_reading = grown(self.inflight_at_reading, np.nan)  # type: ignore[assignment]
         self.batch = grown(self.batch, np.nan)  # type: ignore[assignment]
+        self.waited = grown(self.waited, False)  # type: ignore[assignment]
         self.running_max = grown(self.running_max, np.nan)  # type: ignore[assignment]
         self.batch_floor = grown(self.batch_floor, np.nan)  # type: ignore[assignment]
         self.batch_ceiling = grown(self.batch_ceiling, np.nan)  # type: ignore[assignment]
@@ -181,11 +185,16 @@ class WorkerTable:
             # While requests wait, what runs is the batch the engine can hold now (fewer
             # than its maximum when KV cache is short); otherwise it can hold at least that.
             # Until it was seen full its batch is unknown: an idle engine running nothing
-            # says nothing of how many it could run.
-            if waiting is not None and waiting > 0:
+            # says nothing of how many it could run. Full is requests waiting in two
+            # readings running: a scheduler admits new requests at its next step, so one
+            # reading may catch one waiting behind an engine far from full (Dynamo's
+            # mockers showed 1 running, 1 waiting, with 8 slots: a batch of 1 learned).
+            queued = waiting is not None and waiting > 0
+            if queued and self.waited[slot]:
                 self.batch[slot] = running
             elif not np.isnan(self.batch[slot]):
                 self.batch[slot] = max(self.batch[slot], running)
+            self.waited[slot] = queued
         for name in self.adapters[slot] - adapters:
             self._lora[name][slot] = False
         for name in adapters - self.adapters[slot]:

@@ -1093,6 +1093,8 @@ def test_picks_since_the_last_reading_count_toward_saturation() -> None:
     env = make(NO_OVERFLOW)
     for endpoint in SMALL:
         slot = env.slot(endpoint)
+        # A queue in two readings running: the batch is full.
+        env.table.set_engine(slot, waiting=1, running=4, kv_usage=0.1, scraped_at=env.clock())
         env.table.set_engine(slot, waiting=1, running=4, kv_usage=0.1, scraped_at=env.clock())
         env.table.set_engine(slot, waiting=0, running=4, kv_usage=0.1, scraped_at=env.clock())
     assert env.route(chat(), qos=QoS.DEFERRABLE).outcome == Outcome.OK
