@@ -52,9 +52,11 @@ class MaxScorePicker:
         if home is not None and endpoints is not None:
             floor = best - max(abs(best) * HOME_TOLERANCE, TIE)
             near = [i for i, value in enumerate(values) if value >= floor]
-            if len(near) > 1:
-                return max(near, key=lambda i: _mix(home ^ self._id(endpoints[i])))
-            return near[0]
+            if len(near) == 1:
+                return near[0]
+            ids = self._ids
+            ranks = [_mix(home ^ (ids.get(endpoints[i]) or self._id(endpoints[i]))) for i in near]
+            return near[ranks.index(max(ranks))]
         floor = best - TIE
         ties = [i for i, value in enumerate(values) if value >= floor]
         return ties[0] if len(ties) == 1 else rng.choice(ties)
