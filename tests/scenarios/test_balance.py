@@ -124,24 +124,30 @@ async def test_a_prefix_reported_uncached_moves(
     start_engines: EnginesFactory, start_picker: PickerFactory
 ) -> None:
     """After its worker reports cached 0 for a prefix the index said it held (evicted),
-    the prefix no longer pulls requests there: the next one is a cold prompt, placed by
-    load and, among near ties (here one decoding request against none: 0.3 % of the
-    cost), by its home (`plugins/pick.py`), which may be the same worker."""
+    the prefix no longer pulls requests there. With all but one of its batch slots
+    decoding, the prompt's cache held it on that worker; once evicted, the next request
+    goes to the idle one. (With less load to tell them apart, within `HOME_TOLERANCE`, a
+    cold prompt goes to its home among the near ties, `plugins/pick.py`, which may be the
+    same worker.)"""
     picker = await _unscraped(start_engines, start_picker, workers=2)
     system = system_prompt("evicted")
     first = await pick_ok(picker, chat(MODEL, "Question 0.", system))
     home = where(first)
     await finish(picker, first, prompt_tokens=1010, completion_tokens=5, cached_tokens=0)
-    decoding = await _pick_started(picker, chat(MODEL, "Question 1.", system))
-    assert where(decoding) == home  # cached there, worth more than one request's pressure
-    evicted = await pick_ok(picker, chat(MODEL, "Question 2.", system))
+    decoding = []
+    for i in range(1, BATCH):
+        result = await _pick_started(picker, chat(MODEL, f"Question {i}.", system))
+        assert where(result) == home  # cached there, worth more than the pressure so far
+        decoding.append(result)
+    evicted = await pick_ok(picker, chat(MODEL, "Evicted.", system))
     assert where(evicted) == home
     await finish(picker, evicted, prompt_tokens=1010, completion_tokens=5, cached_tokens=0)
-    moved = await pick_ok(picker, chat(MODEL, "Question 3.", system))
+    moved = await pick_ok(picker, chat(MODEL, "Moved.", system))
     assignment = picker.app.inflight.get(moved.response_id)
     assert assignment is not None and assignment.local is not None
     assert assignment.local.cached_tokens == 0  # nothing predicted cached anywhere now
-    for result in (decoding, moved):
+    assert where(moved) != home  # the idle worker wins once the cache no longer pulls
+    for result in (*decoding, moved):
         await finish(picker, result)
 
 
