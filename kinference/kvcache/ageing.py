@@ -19,6 +19,7 @@ match is found by a binary search. A worker that has evicted nothing lately keep
 from __future__ import annotations
 
 import collections
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -42,7 +43,8 @@ class WorkerAges:
         self.touched.update(dict.fromkeys(blocks, now))  # C speed: 16k blocks for 1 MiB
 
     def removed(self, blocks: Sequence[BlockId], now: float) -> None:
-        ages = sorted(now - t for b in blocks if (t := self.touched.pop(b, None)) is not None)
+        used = map(self.touched.pop, blocks, itertools.repeat(None))  # in C
+        ages = sorted(now - t for t in used if t is not None)
         if not ages:
             return
         age = ages[len(ages) // 2]

@@ -8,6 +8,8 @@ approximate index). Pure state: the event subscriber writes it, the router reads
 
 from __future__ import annotations
 
+import collections
+import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -20,6 +22,7 @@ import numpy.typing as npt
 from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.index import BlockIndex
+from kinference.kvcache.reach import Reach
 from kinference.kvevents.events import Event
 from kinference.kvevents.trust import Distrust, WorkerTrust
 
@@ -58,11 +61,9 @@ class PoolCaches:
         what it stores was just used, what it removes tells how long blocks survive."""
         stored, removed = self.index.apply(slot, events)
         waiting = self.pending.get(slot)
-        if waiting:
-            for identity in stored:
-                waiting.pop(identity, None)
-            for identity in removed:
-                waiting.pop(identity, None)
+        if waiting:  # in C: a long prompt's step names hundreds of blocks
+            collections.deque(map(waiting.pop, stored, itertools.repeat(None)), maxlen=0)
+            collections.deque(map(waiting.pop, removed, itertools.repeat(None)), maxlen=0)
         now, ages = self.clock(), self._ages(slot)
         ages.touch(stored, now)
         ages.removed(removed, now)
@@ -104,18 +105,13 @@ class PoolCaches:
             waiting = self.pending[slot] = fresh if len(fresh) < MAX_PENDING_BLOCKS // 2 else {}
         waiting.update(dict.fromkeys(blocks, now))  # C speed: a 1 MiB prompt is 16k blocks
 
-    def first_unknown(self, blocks: Sequence[BlockId], start: int) -> int:
-        """The index of the first block at or after `start` that no worker holds or is about
-        to hold (len(blocks) if none). Called from the tokenizer thread: it only reads, one
-        dict lookup at a time (atomic under the GIL), so an event applied meanwhile can
-        only move the answer by the blocks it names."""
-        waiting = list(self.pending.values())
-        held = self.index.held_anywhere
-        for index in range(start, len(blocks)):
-            block = blocks[index]
-            if not held(block) and not any(block in w for w in waiting):
-                return index
-        return len(blocks)
+    def reach(self) -> Reach:
+        """Follows how far some worker holds or will hold a prompt being tokenized (read
+        from the tokenizer thread: see `kvcache.reach`)."""
+        pending = dict(self.pending)
+        held = self.index.holdings()
+        slots = dict.fromkeys([*held, *pending])
+        return Reach((slot, held.get(slot, {}), pending.get(slot)) for slot in slots)
 
     def claim(self, ticket: int, slot: int, now: float) -> None:
         """A lazily tokenized prompt went to `slot`: its remaining blocks are pending there."""
