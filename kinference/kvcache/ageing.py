@@ -1,86 +1,98 @@
 """What a worker will still hold when a request sent there now is scheduled.
 
-A block cached at Pick may be evicted before the request runs: under load its engine queues
-it for seconds while other requests' blocks push the least recently used ones out. Engines
-evict least recently used blocks first, so from the events alone:
+A block cached at Pick may be evicted before the request runs: engines evict least recently
+used blocks, and only when they must, to make room for new ones. So, from the events and
+the Picks alone:
 
-- each block's last known use (`touched`): when it was stored, or when a request matching
-  it was routed here;
-- the worker's eviction age: how long ago the blocks it evicts were last used (an average
-  over its `BlockRemoved` events), i.e. how long an unused block survives there now;
-- the worker's queue wait: how long the oldest request routed here has waited for its
-  first new block to be stored (requests queue before they prefill).
+- the worker's capacity: the most blocks it ever held at once, once it has evicted (no
+  engine evicts while it has room); the pool's workers are alike, so one that has evicted
+  tells the others' capacity too (`PoolCaches`);
+- the room it will need before the request runs: the blocks routed there and not stored
+  yet (the pending blocks of the requests ahead, which it will compute first). Past the
+  capacity, that many of its least recently used blocks go;
+- the order they go in: each block's last use (stored, or matched by a request routed
+  there), kept as the number of the touch that last named it; blocks touched together go
+  tail first (an engine frees a request's blocks from its last, as vLLM does).
 
-A block last used `a` seconds ago survives if `a + wait < eviction age`; a prefix's blocks
-were last used together (a request uses all of its prefix), so the surviving part of a
-match is found by a binary search. A worker that has evicted nothing lately keeps all.
+A match keeps its leading blocks until the first that falls among the evicted ones.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from kinference.kvcache.blocks import BlockId
 
-_WEIGHT = 0.2  # of each eviction batch in the eviction age's moving average
-MAX_WAITING = 4096  # requests tracked per worker for the queue wait
+_NEWEST = np.iinfo(np.int64).max  # a block not held yet (about to be stored): used last
+_PLACE_BITS = 24  # a block's key: its touch's number, then its place from the touch's end
+_PLACE_MASK = (1 << _PLACE_BITS) - 1
 
 
 @dataclass
 class WorkerAges:
-    """One worker's block ages, eviction age and queue wait; times in monotonic seconds."""
+    """One worker's held blocks in the order its engine would evict them."""
 
-    touched: dict[BlockId, float] = field(default_factory=dict)
-    eviction_age_s: float | None = None
-    evicted_at: float = 0.0
-    # (routed at, first block it must store), oldest first: requests not yet prefilled.
-    waiting: collections.deque[tuple[float, BlockId]] = field(default_factory=collections.deque)
+    touched: dict[BlockId, int] = field(default_factory=dict)  # block -> its last touch
+    live: dict[int, int] = field(default_factory=dict)  # touch -> blocks it last touched
+    evicted: dict[int, int] = field(default_factory=dict)  # touch -> of its blocks, evicted
+    touches: int = 0
 
-    def touch(self, blocks: Sequence[BlockId], now: float) -> None:
-        self.touched.update(dict.fromkeys(blocks, now))  # C speed: 16k blocks for 1 MiB
-
-    def removed(self, blocks: Sequence[BlockId], now: float) -> None:
-        ages = sorted(now - t for b in blocks if (t := self.touched.pop(b, None)) is not None)
-        if not ages:
+    def touch(self, blocks: Sequence[BlockId]) -> None:
+        """`blocks` were just used (stored, or matched by a request routed here), in order:
+        each is named by this touch's number and its place from the touch's last block."""
+        named = dict.fromkeys(blocks)
+        if not named:
             return
-        age = ages[len(ages) // 2]
-        previous = self.eviction_age_s
-        self.eviction_age_s = age if previous is None else previous + _WEIGHT * (age - previous)
-        self.evicted_at = now
+        self._release(map(self.touched.get, named))
+        self.touches += 1
+        base = self.touches << _PLACE_BITS
+        places = range(base + len(named) - 1, base - 1, -1)
+        self.touched.update(zip(named, places, strict=True))  # C speed: 16k for 1 MiB
+        self.live[self.touches] = len(named)
 
-    def routed(self, first_new: BlockId | None, now: float) -> None:
-        if first_new is not None:
-            self.waiting.append((now, first_new))
-            if len(self.waiting) > MAX_WAITING:
-                self.waiting.popleft()
+    def removed(self, blocks: Sequence[BlockId]) -> None:
+        """Evicted: from the end of their touch (engines evict tails first)."""
+        self._release(map(self.touched.pop, blocks, itertools.repeat(None)), evicted=True)
 
-    def wait_s(self, pending: dict[BlockId, float], now: float, ttl_s: float) -> float:
-        """The oldest routed request's wait for its first new block (0 with none waiting)."""
-        while self.waiting:
-            routed, block = self.waiting[0]
-            if block in pending and now - routed <= ttl_s:
-                return now - routed
-            self.waiting.popleft()
-        return 0.0
-
-    def surviving(self, blocks: Sequence[BlockId], depth: int, now: float, wait_s: float) -> int:
-        """How many of the first `depth` blocks will still be held after `wait_s`."""
-        limit = self.eviction_age_s
-        if limit is None or depth == 0 or now - self.evicted_at > limit + wait_s:
-            return depth  # not evicting lately: the cache is not full
-        if self._survives(blocks[depth - 1], now, wait_s, limit):
-            return depth
-        lo, hi = 0, depth - 1  # blocks[:lo] survive; blocks[hi] does not
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self._survives(blocks[mid - 1], now, wait_s, limit):
-                lo = mid
+    def _release(self, keys: Iterable[int | None], evicted: bool = False) -> None:
+        touches = (key >> _PLACE_BITS for key in keys if key is not None)
+        for touch, count in collections.Counter(touches).items():
+            left = self.live.get(touch, 0) - count
+            if left > 0:
+                self.live[touch] = left
+                if evicted:
+                    self.evicted[touch] = self.evicted.get(touch, 0) + count
             else:
-                hi = mid - 1
-        return lo
+                self.live.pop(touch, None)
+                self.evicted.pop(touch, None)
 
-    def _survives(self, block: BlockId, now: float, wait_s: float, limit: float) -> bool:
-        used = self.touched.get(block)
-        return used is None or now - used + wait_s < limit
+    def surviving(self, blocks: Sequence[BlockId], depth: int, evictions: int) -> int:
+        """How many of the first `depth` blocks are still held after the worker evicts its
+        `evictions` least recently used blocks: a block goes if fewer than that many were
+        used before it (in earlier touches, or after it in its own touch, as far as that
+        touch still has blocks held)."""
+        if evictions <= 0 or depth == 0:
+            return depth
+        order = np.fromiter(self.live.keys(), np.int64, len(self.live))  # ascending touches
+        counts = np.fromiter(self.live.values(), np.int64, len(self.live))
+        older = np.concatenate(([0], np.cumsum(counts)))
+        keys = np.fromiter(
+            (_NEWEST if k is None else k for k in map(self.touched.get, blocks[:depth])),
+            np.int64,
+            depth,
+        )
+        held = keys != _NEWEST  # the others are about to be stored: used last
+        at = np.searchsorted(order, keys >> _PLACE_BITS)
+        at = np.minimum(at, len(order) - 1) if len(order) else at
+        gone_before = np.fromiter(
+            map(self.evicted.get, order.tolist(), itertools.repeat(0)), np.int64
+        )
+        places = (keys & _PLACE_MASK) - (gone_before[at] if len(order) else 0)
+        behind = np.clip(places, 0, counts[at] - 1) if len(order) else 0
+        gone = np.flatnonzero(held & (older[at] + behind < evictions))
+        return int(gone[0]) if len(gone) else depth

@@ -6,14 +6,20 @@ names blocks by engine hash only and `BlockStored` names the parent by engine ha
 stored block whose parent we never saw stored (we joined late, or missed events) cannot be
 named and is skipped: it counts as not cached, and so does everything after it.
 
-`longest` walks the prompt's blocks from the first, dropping each worker at its first block
-it does not hold (exact), and past `EXACT_BLOCKS` binary-searches, so a Pick on a 1 MiB
-prompt (~16k blocks) costs a few hundred lookups, not 16k.
+State is per worker (two dicts), and every step is a C-level bulk operation on them
+(`dict.update`, `map` of a dict method): an engine announces a long prompt's blocks in
+steps of hundreds, and all of them are applied on the event loop, between Picks.
+
+`longest` asks each worker for its run of the prompt's leading blocks (exact over the first
+`EXACT_BLOCKS`, then a binary search), so a Pick on a 1 MiB prompt (~16k blocks) costs a few
+hundred lookups per worker, not 16k.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import collections
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kinference.kvcache.blocks import BlockId, identities, seed
@@ -41,12 +47,11 @@ class BlockIndex:
 
     def __init__(self, max_blocks_per_worker: int = 1_000_000) -> None:
         self.max_blocks_per_worker = max_blocks_per_worker
-        self._holders: dict[BlockId, set[int]] = {}
         self._workers: dict[int, _Worker] = {}
 
     def __len__(self) -> int:
-        """Distinct blocks held by any worker."""
-        return len(self._holders)
+        """Distinct blocks held by any worker (a union: for tests and diagnostics)."""
+        return len(set().union(*(w.held for w in list(self._workers.values()))))
 
     def blocks(self, slot: int) -> int:
         worker = self._workers.get(slot)
@@ -64,18 +69,16 @@ class BlockIndex:
         for event in events:
             if isinstance(event, BlockStored):
                 if on_gpu(event.medium):
-                    self._stored(slot, worker, event, stored)
+                    self._stored(worker, event, stored)
             elif isinstance(event, BlockRemoved):
                 if on_gpu(event.medium):
-                    self._removed(slot, worker, event.block_hashes, removed)
+                    _removed(worker, event.block_hashes, removed)
             elif isinstance(event, AllBlocksCleared):
                 self.forget(slot)
                 worker = self._workers.setdefault(slot, _Worker())
         return stored, removed
 
-    def _stored(
-        self, slot: int, worker: _Worker, event: BlockStored, touched: list[BlockId]
-    ) -> None:
+    def _stored(self, worker: _Worker, event: BlockStored, touched: list[BlockId]) -> None:
         if event.parent is None:
             parent = seed(event.lora)
         elif (known := worker.named.get(event.parent)) is not None:
@@ -85,94 +88,108 @@ class BlockIndex:
             return
         names = identities(event.token_ids, event.block_size, parent=parent)
         touched.extend(names)
-        for engine_hash, identity in zip(event.block_hashes, names, strict=True):
-            if len(worker.held) >= self.max_blocks_per_worker:
+        hashes = event.block_hashes
+        named, held = worker.named, worker.held
+        if (
+            len(held) + len(names) <= self.max_blocks_per_worker
+            and named.keys().isdisjoint(hashes)
+            and held.keys().isdisjoint(names)
+            and len(set(hashes)) == len(hashes)
+        ):  # the usual case, new blocks under new hashes: in bulk
+            named.update(zip(hashes, names, strict=True))
+            held.update(dict.fromkeys(names, 1))
+            return
+        for engine_hash, identity in zip(hashes, names, strict=True):
+            if len(held) >= self.max_blocks_per_worker:
                 worker.orphans += 1  # a bound against a publisher that never removes
                 continue
-            previous = worker.named.get(engine_hash)
+            previous = named.get(engine_hash)
             if previous == identity:
                 continue  # stored twice: once is enough
             if previous is not None:
-                self._drop(slot, worker, previous)
-            worker.named[engine_hash] = identity
-            worker.held[identity] = worker.held.get(identity, 0) + 1
-            self._holders.setdefault(identity, set()).add(slot)
-
-    def _removed(
-        self, slot: int, worker: _Worker, hashes: Sequence[EngineHash], touched: list[BlockId]
-    ) -> None:
-        for engine_hash in hashes:
-            identity = worker.named.pop(engine_hash, None)
-            if identity is not None:
-                touched.append(identity)
-                self._drop(slot, worker, identity)
-
-    def _drop(self, slot: int, worker: _Worker, identity: BlockId) -> None:
-        count = worker.held.get(identity, 0) - 1
-        if count > 0:
-            worker.held[identity] = count
-            return
-        worker.held.pop(identity, None)
-        holders = self._holders.get(identity)
-        if holders is not None:
-            holders.discard(slot)
-            if not holders:
-                del self._holders[identity]
+                _drop(worker, previous)
+            named[engine_hash] = identity
+            held[identity] = held.get(identity, 0) + 1
 
     def forget(self, slot: int) -> None:
         """Drop everything a worker holds (its cache was cleared, or we lost track)."""
-        worker = self._workers.pop(slot, None)
-        if worker is None:
-            return
-        for identity in worker.held:
-            holders = self._holders.get(identity)
-            if holders is not None:
-                holders.discard(slot)
-                if not holders:
-                    del self._holders[identity]
+        self._workers.pop(slot, None)
 
     def longest(self, identities: Sequence[BlockId], slots: Iterable[int]) -> dict[int, int]:
         """Slot -> number of leading blocks of `identities` it holds, for `slots`.
 
-        Exact over the first `EXACT_BLOCKS` blocks (a walk that drops each worker at its first
-        missing block); past them, a binary search per remaining worker, which assumes that
-        a worker holding a block holds its ancestors (engines evict a sequence's blocks
-        tail first, and their own cache lookup stops at the first missing block anyway).
-        So the cost on Pick is bounded: ~EXACT_BLOCKS lookups plus log2(blocks) per worker.
+        Exact over the first `EXACT_BLOCKS` blocks; past them, a binary search, which
+        assumes that a worker holding a block holds its ancestors (engines evict a
+        sequence's blocks tail first, and their own cache lookup stops at the first missing
+        block anyway). So the cost on Pick is bounded: at most EXACT_BLOCKS lookups plus
+        log2(blocks) per worker, each in C.
         """
-        result = dict.fromkeys(slots, 0)
-        alive = set(result)
-        exact = min(len(identities), EXACT_BLOCKS)
-        for depth in range(exact):
-            holders = self._holders.get(identities[depth])
-            if not holders:
-                for slot in alive:
-                    result[slot] = depth
-                return result
-            if alive <= holders:
+        result: dict[int, int] = {}
+        exact = identities[:EXACT_BLOCKS]
+        for slot in slots:
+            worker = self._workers.get(slot)
+            if worker is None:
+                result[slot] = 0
                 continue
-            for slot in alive - holders:
-                result[slot] = depth
-            alive &= holders
-            if not alive:
-                break
-        for slot in alive:
-            result[slot] = self._search(slot, identities, exact)
+            depth = leading(worker.held, exact)
+            if depth == EXACT_BLOCKS < len(identities):
+                depth = _search(worker.held, identities, depth)
+            result[slot] = depth
         return result
 
-    def held_anywhere(self, identity: BlockId) -> bool:
-        """Whether any worker holds the block (one dict lookup: safe from another thread)."""
-        return identity in self._holders
+    def holdings(self) -> dict[int, Mapping[BlockId, object]]:
+        """Slot -> the blocks it holds (live: read them, one lookup at a time, from another
+        thread; the copy is of the slots only)."""
+        return {slot: worker.held for slot, worker in list(self._workers.items())}
 
     def holds(self, slot: int, identity: BlockId) -> bool:
-        return slot in self._holders.get(identity, ())
+        worker = self._workers.get(slot)
+        return worker is not None and identity in worker.held
 
-    def _search(self, slot: int, identities: Sequence[BlockId], start: int) -> int:
-        lo, hi = start, len(identities)  # slot holds identities[:lo]; find the largest lo
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if slot in self._holders.get(identities[mid - 1], ()):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+
+def _removed(worker: _Worker, hashes: Sequence[EngineHash], touched: list[BlockId]) -> None:
+    gone = [i for i in map(worker.named.pop, hashes, itertools.repeat(None)) if i is not None]
+    touched.extend(gone)
+    held = worker.held
+    if list(map(held.get, gone)).count(1) == len(gone):  # each named once: in bulk
+        collections.deque(map(held.pop, gone), maxlen=0)
+        return
+    for identity in gone:
+        _drop(worker, identity)
+
+
+def _drop(worker: _Worker, identity: BlockId) -> None:
+    count = worker.held.get(identity, 0) - 1
+    if count > 0:
+        worker.held[identity] = count
+    else:
+        worker.held.pop(identity, None)
+
+
+_RUNS = (16, 128)  # first lengths probed by `leading` (most workers stop early), then all
+
+
+def leading(held: Mapping[BlockId, object], identities: Sequence[BlockId], start: int = 0) -> int:
+    """The index of the first of `identities` at or after `start` not in `held` (their
+    length if none): `map` of the dict's lookup in C, over growing windows."""
+    position = start
+    for run in (*_RUNS, len(identities)):
+        window = identities[position : max(position, start + run)]
+        if not window:
+            continue
+        found = list(map(held.__contains__, window))
+        if False in found:
+            return position + found.index(False)
+        position += len(window)
+    return position
+
+
+def _search(held: dict[BlockId, int], identities: Sequence[BlockId], start: int) -> int:
+    lo, hi = start, len(identities)  # held has identities[:lo]; find the largest lo
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if identities[mid - 1] in held:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

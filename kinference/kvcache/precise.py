@@ -8,6 +8,8 @@ approximate index). Pure state: the event subscriber writes it, the router reads
 
 from __future__ import annotations
 
+import collections
+import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -20,6 +22,7 @@ import numpy.typing as npt
 from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.index import BlockIndex
+from kinference.kvcache.reach import Reach
 from kinference.kvevents.events import Event
 from kinference.kvevents.trust import Distrust, WorkerTrust
 
@@ -47,25 +50,31 @@ class PoolCaches:
     pending: dict[int, dict[BlockId, float]] = field(default_factory=dict)
     # Lazily tokenized prompts (`PromptBlocks.ticket`): the worker each went to, and the
     # blocks of the ones tokenized to the end before their routing was known.
-    claims: OrderedDict[int, int] = field(default_factory=OrderedDict)
+    claims: OrderedDict[int, tuple[int, int]] = field(default_factory=OrderedDict)  # -> slot,
+    # and its blocks not named yet, which count as pending there meanwhile (`unnamed`)
+    unnamed: dict[int, int] = field(default_factory=dict)
     rests: OrderedDict[int, tuple[BlockId, ...]] = field(default_factory=OrderedDict)
     ages: dict[int, WorkerAges] = field(default_factory=dict)
     clock: Callable[[], float] = time.monotonic
     predict_evictions: bool = True  # count blocks the ageing model expects gone as gone
+    peaks: dict[int, int] = field(default_factory=dict)  # most blocks each worker held
+    # Blocks a worker holds at most (its KV cache), learned from the workers that evicted.
+    capacity: int | None = None
 
     def apply(self, slot: int, events: Iterable[Event]) -> None:
         """A batch from `slot`'s engine: into the index; what it names is no longer pending;
-        what it stores was just used, what it removes tells how long blocks survive."""
+        what it stores was just used; that it removes any says its cache is full."""
         stored, removed = self.index.apply(slot, events)
         waiting = self.pending.get(slot)
-        if waiting:
-            for identity in stored:
-                waiting.pop(identity, None)
-            for identity in removed:
-                waiting.pop(identity, None)
-        now, ages = self.clock(), self._ages(slot)
-        ages.touch(stored, now)
-        ages.removed(removed, now)
+        if waiting:  # in C: a long prompt's step names hundreds of blocks
+            collections.deque(map(waiting.pop, stored, itertools.repeat(None)), maxlen=0)
+            collections.deque(map(waiting.pop, removed, itertools.repeat(None)), maxlen=0)
+        ages = self._ages(slot)
+        ages.touch(stored)
+        ages.removed(removed)
+        peak = self.peaks[slot] = max(self.peaks.get(slot, 0), self.index.blocks(slot))
+        if removed:
+            self.capacity = max(self.capacity or 0, peak)
 
     def _ages(self, slot: int) -> WorkerAges:
         found = self.ages.get(slot)
@@ -77,60 +86,66 @@ class PoolCaches:
         self.index.forget(slot)
         self.pending.pop(slot, None)
         self.ages.pop(slot, None)
+        self.peaks.pop(slot, None)
+        self.unnamed.pop(slot, None)
 
     def sent(self, slot: int, prompt: PromptBlocks, cached_blocks: int, now: float) -> None:
         """A request went to `slot`: its matched blocks were just used; the ones it will
-        store are pending there, and it waits until the first of them is stored."""
+        store are pending there."""
         usable = max(prompt.tokens - 1, 0) // prompt.block_size
-        ages = self._ages(slot)
-        ages.touch(prompt.blocks[:cached_blocks], now)
+        self._ages(slot).touch(prompt.blocks[:cached_blocks])
         new = prompt.blocks[cached_blocks:usable]
         if new:
             self.expect(slot, new, now)
-        ages.routed(new[0] if new else None, now)
 
-    def surviving(self, slot: int, blocks: Sequence[BlockId], depth: int, now: float) -> int:
-        """How much of a match `slot` will still hold when a request sent now runs there."""
+    def surviving(self, slot: int, blocks: Sequence[BlockId], depth: int) -> int:
+        """How much of a match `slot` will still hold when a request sent now runs there:
+        what it must compute first (the pending blocks) past its capacity evicts as many
+        of its least recently used blocks (`kvcache.ageing`)."""
         ages = self.ages.get(slot)
-        if ages is None or not self.predict_evictions:
+        if ages is None or self.capacity is None or not self.predict_evictions:
             return depth
-        wait = ages.wait_s(self.pending.get(slot, {}), now, PENDING_TTL_S)
-        return ages.surviving(blocks, depth, now, wait)
+        room = self.capacity - self.index.blocks(slot)
+        coming = len(self.pending.get(slot, ())) + self.unnamed.get(slot, 0)
+        return ages.surviving(blocks, depth, coming - room)
 
     def expect(self, slot: int, blocks: Sequence[BlockId], now: float) -> None:
+        """`blocks` will be stored on `slot` (computed, or again if evicted meanwhile)."""
         waiting = self.pending.setdefault(slot, {})
         if len(waiting) + len(blocks) > MAX_PENDING_BLOCKS:  # drop the expired, else all
             fresh = {k: t for k, t in waiting.items() if now - t <= PENDING_TTL_S}
             waiting = self.pending[slot] = fresh if len(fresh) < MAX_PENDING_BLOCKS // 2 else {}
         waiting.update(dict.fromkeys(blocks, now))  # C speed: a 1 MiB prompt is 16k blocks
 
-    def first_unknown(self, blocks: Sequence[BlockId], start: int) -> int:
-        """The index of the first block at or after `start` that no worker holds or is about
-        to hold (len(blocks) if none). Called from the tokenizer thread: it only reads, one
-        dict lookup at a time (atomic under the GIL), so an event applied meanwhile can
-        only move the answer by the blocks it names."""
-        waiting = list(self.pending.values())
-        held = self.index.held_anywhere
-        for index in range(start, len(blocks)):
-            block = blocks[index]
-            if not held(block) and not any(block in w for w in waiting):
-                return index
-        return len(blocks)
+    def reach(self) -> Reach:
+        """Follows how far some worker holds or will hold a prompt being tokenized (read
+        from the tokenizer thread: see `kvcache.reach`)."""
+        pending = dict(self.pending)
+        held = self.index.holdings()
+        slots = dict.fromkeys([*held, *pending])
+        return Reach((slot, held.get(slot, {}), pending.get(slot)) for slot in slots)
 
-    def claim(self, ticket: int, slot: int, now: float) -> None:
-        """A lazily tokenized prompt went to `slot`: its remaining blocks are pending there."""
+    def claim(self, ticket: int, slot: int, now: float, unnamed: int = 0) -> None:
+        """A lazily tokenized prompt went to `slot`: its remaining blocks are pending there
+        (`unnamed` of them, until they are named)."""
         rest = self.rests.pop(ticket, None)
         if rest is not None:
             self.expect(slot, rest, now)
             return
-        self.claims[ticket] = slot
+        self.claims[ticket] = (slot, unnamed)
+        self.unnamed[slot] = self.unnamed.get(slot, 0) + unnamed
         if len(self.claims) > MAX_TICKETS:
-            self.claims.popitem(last=False)
+            self._unclaim(*self.claims.popitem(last=False)[1])
+
+    def _unclaim(self, slot: int, unnamed: int) -> None:
+        self.unnamed[slot] = max(self.unnamed.get(slot, 0) - unnamed, 0)
 
     def complete(self, ticket: int, blocks: tuple[BlockId, ...], now: float) -> None:
         """The rest of a lazily tokenized prompt: pending where it went (once it is known)."""
-        slot = self.claims.pop(ticket, None)
-        if slot is not None:
+        claimed = self.claims.pop(ticket, None)
+        if claimed is not None:
+            slot, unnamed = claimed
+            self._unclaim(slot, unnamed)
             if slot in self.trust:
                 self.expect(slot, blocks, now)
             return
@@ -223,9 +238,7 @@ class PreciseCaches:
         )
         blocks = np.array(
             [
-                float(
-                    caches.surviving(s, prompt.blocks, caches.extend(s, prompt.blocks, d, now), now)
-                )
+                float(caches.surviving(s, prompt.blocks, caches.extend(s, prompt.blocks, d, now)))
                 for s, d in ((s, longest.get(s, 0)) for s in slot_list)
             ]
         )
@@ -239,7 +252,9 @@ class PreciseCaches:
             return
         now = self.clock()
         if not prompt.exact and prompt.ticket:
-            caches.claim(prompt.ticket, slot, now)
+            named = max(len(prompt.blocks), cached_blocks)
+            unnamed = max((prompt.tokens - 1) // prompt.block_size - named, 0)  # estimated
+            caches.claim(prompt.ticket, slot, now, unnamed)
         caches.sent(slot, prompt, cached_blocks, now)
 
     def completed(self, ref: str, ticket: int, blocks: tuple[BlockId, ...]) -> None:
@@ -261,9 +276,6 @@ class PreciseCaches:
         cached = choice.predicted_cached_tokens or 0
         if cached + caches.block_size <= choice.prompt_tokens:
             trust.routed(self.clock())
-        ages = caches.ages.get(choice.slot)
-        if ages is not None and ages.waiting:  # it ran: no longer waiting (first come first)
-            ages.waiting.popleft()
 
     def precise_workers(self) -> dict[str, dict[str, bool]]:
         """Pool ref -> endpoint -> whether that worker is on precise matching now."""

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 EngineHash = int | bytes
+# A stored batch's token ids: decoded into one array (never a Python int per token kept).
+TokenIds = npt.NDArray[np.uint32] | tuple[int, ...]
 _GPU = "GPU"
 
 
@@ -14,10 +19,22 @@ class BlockStored:
 
     block_hashes: tuple[EngineHash, ...]
     parent: EngineHash | None
-    token_ids: tuple[int, ...]
+    token_ids: TokenIds
     block_size: int
     lora: str | None = None  # the adapter's name (or id) the blocks were computed with
     medium: str | None = None  # None or "GPU" for the engine's own cache
+
+    def __eq__(self, other: object) -> bool:
+        """By value, token ids included whether held as an array or a tuple."""
+        if not isinstance(other, BlockStored):
+            return NotImplemented
+        return (
+            (self.block_hashes, self.parent, self.block_size, self.lora, self.medium)
+            == (other.block_hashes, other.parent, other.block_size, other.lora, other.medium)
+        ) and bool(np.array_equal(self.token_ids, other.token_ids))
+
+    def __hash__(self) -> int:  # consistent with __eq__: equal events name the same blocks
+        return hash((self.block_hashes, self.parent, self.block_size))
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 import msgpack
 import numpy as np
+import numpy.typing as npt
 
 from kinference.kvevents.events import (
     AllBlocksCleared,
@@ -125,8 +126,8 @@ def _stored(fields: dict[str, Any]) -> BlockStored:
     parent = fields.get("parent_block_hash")
     if parent is not None and not _is_hash(parent):
         raise MalformedBatch("parent_block_hash is not a block hash")
-    tokens = fields.get("token_ids")
-    if not isinstance(tokens, list) or not _token_ids(tokens):
+    tokens = _token_ids(fields.get("token_ids"))
+    if tokens is None:
         raise MalformedBatch("token_ids is not an array of token ids")
     size = fields.get("block_size")
     if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
@@ -138,7 +139,7 @@ def _stored(fields: dict[str, Any]) -> BlockStored:
         lora = str(fields["lora_id"])
     if lora is not None and not isinstance(lora, str):
         raise MalformedBatch("lora_name is not a string")
-    return BlockStored(hashes, parent, tuple(tokens), size, lora, _medium(fields.get("medium")))
+    return BlockStored(hashes, parent, tokens, size, lora, _medium(fields.get("medium")))
 
 
 def _hashes(raw: Any) -> tuple[EngineHash, ...]:
@@ -164,18 +165,23 @@ def _medium(raw: Any) -> str | None:
     return raw
 
 
-def _token_ids(values: list[Any]) -> bool:
-    """Whether every value is a token id (0 <= id < 2^32), checked in C: a batch may hold a
-    whole long prompt's tokens."""
+def _token_ids(values: Any) -> npt.NDArray[np.uint32] | None:
+    """The token ids as one array, if every value is one (0 <= id < 2^32); checked and
+    converted in one pass in C (a batch may hold a whole long prompt's tokens), and kept as
+    the array the block identities are computed from."""
+    if not isinstance(values, list):
+        return None
     if not values:
-        return True
+        return np.zeros(0, dtype=np.uint32)
     try:
         array = np.asarray(values)
     except (ValueError, TypeError, OverflowError):
-        return False
+        return None
     if array.dtype.kind not in "iu" or array.ndim != 1:
-        return False  # floats, bools, strings, nested arrays
-    return bool(array.min() >= 0 and array.max() < 1 << 32)
+        return None  # floats, bools, strings, nested arrays
+    if not (array.min() >= 0 and array.max() < 1 << 32):
+        return None
+    return array.astype(np.uint32)
 
 
 def _is_int(value: Any) -> bool:

@@ -21,9 +21,9 @@ import numpy as np
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
 from kinference.tokenize.pieces import PIECE_CHARS, Cutter, Ids, Piece
 
-# (blocks, start) -> index of the first block at or after `start` that no worker holds or
-# is about to hold (len(blocks) when every one is); read from the tokenizer thread.
-Known = Callable[[Sequence[BlockId], int], int]
+# The prompt's blocks so far -> how many of the leading ones some worker holds or is about to
+# hold (`kvcache.reach.Reach`); asked again as blocks are added, from the tokenizer thread.
+Known = Callable[[Sequence[BlockId]], int]
 MAX_STEP_PIECES = 16
 
 
@@ -49,7 +49,6 @@ class Tokenization:
         self._tail: Ids = np.zeros(0, dtype=np.uint32)  # tokens after the last full block
         self._parts: list[Ids] = []
         self._steps = 0
-        self._checked = 0  # blocks known to be held by some worker
 
     @property
     def chars(self) -> int:
@@ -68,10 +67,8 @@ class Tokenization:
                 count = min(count, max(1, -(-(budget_chars - spent) // PIECE_CHARS)))
             self._step(count)
             spent += self.encoded_chars - before
-            if known is not None:
-                self._checked = known(self.blocks, self._checked)
-                if self._checked < len(self.blocks):
-                    return
+            if known is not None and known(self.blocks) < len(self.blocks):
+                return
 
     def ids(self) -> Ids:
         """The tokens of the pieces done."""

@@ -48,26 +48,31 @@ class CutChecks:
         self.max_entries = max_entries
 
     def first_good(self, text: str, cuts: list[int]) -> int | None:
-        """The first of `cuts` where the text around it tokenizes as its two halves."""
+        """The first of `cuts` where the text around it tokenizes as its two halves. The
+        first is checked alone (it is nearly always good), the others together if not."""
         windows = [text[cut - CHECK_CHARS : cut + CHECK_CHARS] for cut in cuts]
-        unknown = [i for i, w in enumerate(windows) if w not in self._known]
-        if unknown:
-            texts = []
-            for i in unknown:
-                cut = cuts[i]
-                texts += [windows[i], text[cut - CHECK_CHARS : cut], text[cut : cut + CHECK_CHARS]]
-            encoded = self._encode(texts)
-            for n, i in enumerate(unknown):
-                whole, left, right = encoded[3 * n : 3 * n + 3]
-                same = len(whole) == len(left) + len(right) and bool(
-                    np.array_equal(whole, np.concatenate((left, right)))
-                )
-                self._remember(windows[i], same)
-        for i, window in enumerate(windows):
-            if self._known.get(window):
-                self._known.move_to_end(window)
-                return cuts[i]
+        for group in (range(min(1, len(cuts))), range(1, len(cuts))):
+            self._check(text, cuts, windows, [i for i in group if windows[i] not in self._known])
+            for i in group:
+                if self._known.get(windows[i]):
+                    self._known.move_to_end(windows[i])
+                    return cuts[i]
         return None
+
+    def _check(self, text: str, cuts: list[int], windows: list[str], unknown: list[int]) -> None:
+        if not unknown:
+            return
+        texts = []
+        for i in unknown:
+            cut = cuts[i]
+            texts += [windows[i], text[cut - CHECK_CHARS : cut], text[cut : cut + CHECK_CHARS]]
+        encoded = self._encode(texts)
+        for n, i in enumerate(unknown):
+            whole, left, right = encoded[3 * n : 3 * n + 3]
+            same = len(whole) == len(left) + len(right) and bool(
+                np.array_equal(whole, np.concatenate((left, right)))
+            )
+            self._remember(windows[i], same)
 
     def _remember(self, window: str, same: bool) -> None:
         self._known[window] = same

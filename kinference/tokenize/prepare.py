@@ -69,7 +69,7 @@ class PromptPreparer:
         observe: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self.timeout_s = timeout_s
-        self._caches = caches  # read from the thread (see PoolCaches.first_unknown)
+        self._caches = caches  # read from the thread (see PoolCaches.reach)
         self._observe = observe  # seconds per tokenized prompt
         self._thread = TokenizerThread()
         self._tokenizers: dict[Profile, PromptTokenizer] = {}  # touched on the thread only
@@ -96,15 +96,19 @@ class PromptPreparer:
         refused = self._refusal(body)
         if refused is not None:
             return PreciseQuery({}, f"prompt not tokenized: {refused}")
-        self._loop = asyncio.get_running_loop()
-        future = asyncio.wrap_future(
-            self._thread.submit(lambda: self._run(plan, pools, request, body))
-        )
+        self._loop = loop = asyncio.get_running_loop()
+        self._thread.picking()
         try:
+            future = asyncio.wrap_future(
+                self._thread.submit(lambda: self._run(plan, pools, request, body))
+            )
             async with asyncio.timeout(self.timeout_s):
                 done = await asyncio.shield(future)
         except TimeoutError:
             return PreciseQuery({}, f"prompt not tokenized within {self.timeout_s:g}s")
+        finally:
+            # Once the caller's step ends (it routes the Pick synchronously on return).
+            loop.call_soon(self._thread.picked)
         if isinstance(done, str) or done is None:
             return None if done is None else PreciseQuery({}, done)
         return PreciseQuery({ref: done[plan.profiles[ref]] for ref in pools})
@@ -159,10 +163,10 @@ class PromptPreparer:
         caches = self._caches
         if caches is None:
             return None
-        pools = [pool for ref in refs if (pool := caches.pool(ref)) is not None]
+        reaches = [pool.reach() for ref in refs if (pool := caches.pool(ref)) is not None]
 
-        def known(blocks: Sequence[BlockId], start: int) -> int:
-            return max((pool.first_unknown(blocks, start) for pool in pools), default=start)
+        def known(blocks: Sequence[BlockId]) -> int:
+            return max((reach(blocks) for reach in reaches), default=0)
 
         return known
 

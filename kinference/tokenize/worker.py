@@ -3,7 +3,11 @@
 One thread owns every tokenizer and its caches, so they need no locks. Work a Pick waits for
 (`submit`) runs before work that only prepares later Picks (`later`: the rest of a prompt
 tokenized lazily), which runs in short slices (it re-queues itself) so that a Pick never
-waits behind more than one slice.
+waits behind more than one slice. Background slices also wait while a Pick is being decided
+(`picking` .. `picked`: its tokens handed back, then routed on the loop), since their
+Python steps hold the GIL the event loop needs then; but not for longer than
+`max_pause_s`, so that under a steady stream of Picks the next turns still find their
+pieces tokenized.
 """
 
 from __future__ import annotations
@@ -12,20 +16,31 @@ import collections
 import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_LATER = 256  # background slices queued; more are dropped (only later Picks lose)
+MAX_PAUSE_S = 0.05  # background work waits for Picks being decided at most this long
 
 
 class TokenizerThread:
-    def __init__(self, name: str = "kinference-tokenize") -> None:
+    def __init__(
+        self,
+        name: str = "kinference-tokenize",
+        max_pause_s: float = MAX_PAUSE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._urgent: collections.deque[Callable[[], None]] = collections.deque()
         self._later: collections.deque[Callable[[], None]] = collections.deque()
         self._ready = threading.Condition()
         self._closed = False
+        self._picks = 0  # Picks between `picking` and `picked`
+        self._max_pause_s = max_pause_s
+        self._clock = clock
+        self._held_since: float | None = None  # background work held back by Picks since
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -58,6 +73,16 @@ class TokenizerThread:
             self._ready.notify()
         return True
 
+    def picking(self) -> None:
+        """A Pick is under way: background work waits (see the module's docstring)."""
+        with self._ready:
+            self._picks += 1
+
+    def picked(self) -> None:
+        with self._ready:
+            self._picks = max(self._picks - 1, 0)
+            self._ready.notify()
+
     def _put(self, queue: collections.deque[Callable[[], None]], work: Callable[[], None]) -> None:
         with self._ready:
             if self._closed:
@@ -75,12 +100,29 @@ class TokenizerThread:
     def _run(self) -> None:
         while True:
             with self._ready:
-                while not (self._urgent or self._later or self._closed):
-                    self._ready.wait()
-                if self._closed:
+                work = self._next()
+                if work is None:
                     return
-                work = self._urgent.popleft() if self._urgent else self._later.popleft()
             try:
                 work()
             except Exception:  # background work has no waiter: log, keep the thread
                 log.exception("background tokenizer work failed")
+
+    def _next(self) -> Callable[[], None] | None:
+        """The next work to run (None: closed); called holding the condition."""
+        while not self._closed:
+            if self._urgent:
+                return self._urgent.popleft()
+            if not self._later:
+                self._held_since = None
+                self._ready.wait()
+                continue
+            now = self._clock()
+            if self._held_since is None:
+                self._held_since = now
+            wait = self._held_since + self._max_pause_s - now
+            if self._picks == 0 or wait <= 0:
+                self._held_since = None  # a held-back slice runs; the pause starts again
+                return self._later.popleft()
+            self._ready.wait(wait)
+        return None

@@ -48,7 +48,7 @@ def test_precise_where_trusted_else_approximate() -> None:
 def test_blocks_routed_count_until_their_events_store_or_remove_them() -> None:
     now = [0.0]
     caches = PreciseCaches(clock=lambda: now[0])
-    pool = caches.pools["p"] = PoolCaches("p", 4)
+    pool = caches.pools["p"] = PoolCaches("p", 4, predict_evictions=False)  # see test_ageing
     pool.trust[0] = WorkerTrust(5.0, 10.0)
     pool.trust[0].on_batch(0, 0.0)
     tokens = list(range(17))
@@ -93,17 +93,24 @@ def test_the_rest_of_a_lazy_prompt_is_pending_where_it_went_in_either_order() ->
     assert len(pool.rests) <= 256
 
 
-def test_first_unknown_counts_held_and_pending_blocks() -> None:
+def test_reach_is_the_longest_run_of_held_then_pending_blocks_of_one_worker() -> None:
     caches = PreciseCaches(clock=lambda: 1.0)
     pool = _trusted_pool(caches)
     tokens = list(range(40))
     blocks = identities(tokens, 4)
-    assert pool.first_unknown(blocks, 0) == 0
+    assert pool.reach()(blocks) == 0
     pool.apply(0, [BlockStored((1, 2, 3), None, tuple(tokens[:12]), 4)])
-    assert pool.first_unknown(blocks, 0) == 3
-    pool.expect(1, blocks[3:6], 1.0)  # routed to worker 1, not stored yet
-    assert pool.first_unknown(blocks, 0) == 6 and pool.first_unknown(blocks, 7) == 7
-    assert pool.first_unknown(blocks[:6], 2) == 6
+    assert pool.reach()(blocks) == 3
+    pool.expect(1, blocks[3:6], 1.0)  # worker 1 lacks blocks 0-2: its run is empty
+    assert pool.reach()(blocks) == 3
+    pool.expect(0, blocks[3:6], 1.0)  # routed to worker 0, not stored yet
+    assert pool.reach()(blocks) == 6
+    # Followed as the prompt's blocks grow: a worker whose run ended is not asked again.
+    reach = pool.reach()
+    assert reach(blocks[:2]) == 2 and reach(blocks[:5]) == 5 and reach(blocks) == 6
+    pool.expect(0, blocks[6:8], 1.0)
+    assert reach(blocks) == 6  # its run had ended at 6
+    assert pool.reach()(blocks) == 8
 
 
 def test_the_query_gives_the_cost_model_the_prompt_tokens_of_the_pool() -> None:

@@ -39,7 +39,9 @@ def test_mocker_policy_validates(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 async def test_pick_latency_run_on_small_prompts(tmp_path: Path) -> None:
     files = write_model(tmp_path)
-    args = argparse.Namespace(quick=True, sizes="4096", turn_gap_ms=0.0)
+    args = argparse.Namespace(
+        quick=True, sizes="4096", turn_gap_ms=0.0, modes="approximate,precise", workloads=""
+    )
     rows = await bench_precise_pick.measure(args, files)
     assert {(r.workload, r.inflight, r.mode) for r in rows} == {
         (w, i, m) for w, i in (("cold", 1), ("chat", 1), ("chat", 16))

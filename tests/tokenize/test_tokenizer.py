@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -225,8 +226,8 @@ def test_lazy_tokenization_stops_at_the_first_block_no_worker_holds(
     fresh = PromptTokenizer(tokenizer._tokenizer, None, 4)
     held = len(full) // 3
 
-    def known(blocks: object, start: int) -> int:
-        return min(len(blocks), max(start, held))  # type: ignore[arg-type]
+    def known(blocks: Sequence[int]) -> int:
+        return min(len(blocks), held)
 
     lazy = fresh.blocks(PromptText(prompt=text), known=known)
     assert not lazy.exact and lazy.ticket == 0
@@ -235,11 +236,11 @@ def test_lazy_tokenization_stops_at_the_first_block_no_worker_holds(
     assert fresh.cache.encoded_chars < len(text) * 0.8
     assert abs(lazy.tokens - len(full) * 4) < 0.15 * len(full) * 4  # the rest estimated
     nothing = PromptTokenizer(tokenizer._tokenizer, None, 4).blocks(
-        PromptText(prompt=text), known=lambda blocks, start: start
+        PromptText(prompt=text), known=lambda blocks: 0
     )
     assert 0 < len(nothing.blocks) < len(full) / 4  # one piece: nothing is held
     budget = PromptTokenizer(tokenizer._tokenizer, None, 4).blocks(
-        PromptText(prompt=text), known=lambda blocks, start: len(blocks), budget_chars=1
+        PromptText(prompt=text), known=len, budget_chars=1
     )
     assert not budget.exact and list(budget.blocks) == full[: len(budget.blocks)]
 

@@ -40,3 +40,27 @@ def test_errors_reach_the_waiter_and_background_is_bounded() -> None:
     assert not thread.later(lambda: None)
     with pytest.raises(RuntimeError):
         thread.submit(lambda: None)
+
+
+def test_background_work_waits_while_a_pick_is_decided_but_not_forever() -> None:
+    now = [0.0]
+    thread = TokenizerThread(max_pause_s=1.0, clock=lambda: now[0])
+    order: list[str] = []
+    ran = threading.Event()
+    thread.picking()
+    assert thread.later(lambda: order.append("later") or ran.set())
+    assert thread.submit(lambda: order.append("pick")).result(timeout=10) is None
+    # The thread went past the background slice to the Pick's work, and still holds it.
+    assert thread.submit(lambda: order.append("pick2")).result(timeout=10) is None
+    assert order == ["pick", "pick2"]
+    thread.picked()
+    assert ran.wait(timeout=10) and order[-1] == "later"
+    # Picks in progress all along: one slice per pause still runs.
+    ran.clear()
+    thread.picking()
+    assert thread.later(ran.set)
+    thread.submit(lambda: None).result(timeout=10)
+    now[0] += 2.0
+    thread.submit(lambda: None).result(timeout=10)  # wakes the thread: the pause is over
+    assert ran.wait(timeout=10)
+    thread.close()
