@@ -291,7 +291,9 @@ class HttpClient:
             if head is not None:
                 await conn.write(head)
             async with asyncio.timeout(self.read_timeout_s):
-                await asyncio.shield(conn.head)
+                # Awaited as it is (no shield): a cancelled wait drops the connection below,
+                # and the task wakes in the loop turn the head arrives in, not one later.
+                await conn.head
         except TimeoutError:
             conn.drop()
             raise ReadTimeout("no response head in time") from None
