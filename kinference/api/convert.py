@@ -67,20 +67,41 @@ def check_tenant(tenant: str) -> None:
 
 
 def pick_call(request: pb.PickRequest) -> PickCall:
-    qos = _QOS.get(request.qos_class)
-    if qos is None:
-        raise InvalidArgument(f"unknown qos_class {request.qos_class}")
-    check_tenant(request.tenant)
     pool = None
-    if request.HasField("inference_pool") and request.inference_pool.name:
-        ref = request.inference_pool
-        pool = f"{ref.namespace or 'default'}/{ref.name}"
-    return PickCall(
-        stream_id=request.body_stream_id,
-        pool=pool,
-        qos=qos,
+    if request.HasField("inference_pool"):
+        pool = (request.inference_pool.namespace, request.inference_pool.name)
+    return pick_call_of(
+        request.body_stream_id,
+        qos_class=request.qos_class,
         tenant=request.tenant,
-        client_request_id=request.client_request_id[:_MAX_REQUEST_ID_CHARS],
+        pool=pool,
+        client_request_id=request.client_request_id,
+    )
+
+
+def pick_call_of(
+    stream_id: int,
+    *,
+    qos_class: pb.PickRequest.QosClass.ValueType,
+    tenant: str,
+    pool: tuple[str, str] | None,
+    client_request_id: str,
+) -> PickCall:
+    """A PickRequest's fields as a `PickCall` (the in-process gateway's Pick builds no
+    message); `pool` is (namespace, name), ignored without a name."""
+    qos = _QOS.get(qos_class)
+    if qos is None:
+        raise InvalidArgument(f"unknown qos_class {qos_class}")
+    check_tenant(tenant)
+    named = None
+    if pool is not None and pool[1]:
+        named = f"{pool[0] or 'default'}/{pool[1]}"
+    return PickCall(
+        stream_id=stream_id,
+        pool=named,
+        qos=qos,
+        tenant=tenant,
+        client_request_id=client_request_id[:_MAX_REQUEST_ID_CHARS],
     )
 
 

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from kinference.gateway.http1 import HttpClient
 from kinference.gateway.metrics import GatewayMetrics
 from kinference.gateway.port import PickerPort
 from kinference.gateway.relay import Relay
+from kinference.gateway.request_ids import RequestIds
 from kinference.gateway.routes import OTHER_ROUTE, inference_route
 from kinference.gateway.settings import GatewaySettings
 from kinference.gateway.timing import TokenClock
@@ -45,8 +45,9 @@ Receive = Callable[[], Any]
 Send = Callable[[dict[str, Any]], Any]
 PickerOpener = Callable[[], AbstractAsyncContextManager[PickerPort]]
 
-_MAX_REQUEST_ID = 128  # a longer client x-request-id is replaced, not forwarded
 _JSON = (b"content-type", b"application/json")
+# Seconds after its body arrived from which a request watches for its client hanging up.
+WATCH_AFTER_S = 0.05
 _GET_ROUTES = frozenset({"/health", "/healthz", "/v1/models", "/metrics"})
 
 
@@ -73,6 +74,7 @@ class Gateway:
     http: HttpClient
     flow: Flow
     metrics: GatewayMetrics
+    ids: RequestIds
 
 
 class GatewayApp:
@@ -95,6 +97,7 @@ class GatewayApp:
         self.registry = registry
         self.metrics = GatewayMetrics(registry)
         self.transforms = transforms or default_transforms()
+        self.ids = RequestIds()
         self.gateway: Gateway | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -135,7 +138,7 @@ class GatewayApp:
             rpc_timeout_s=settings.rpc_timeout_s,
             max_body_bytes=settings.max_body_bytes,
         )
-        return Gateway(settings, picker, http, flow, self.metrics)
+        return Gateway(settings, picker, http, flow, self.metrics, self.ids)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         gateway = self.gateway
@@ -154,7 +157,7 @@ class GatewayApp:
                 else GatewayError(404, "not_found", f"no route {method} {path[:200]}")
             )
             headers = {"allow": allowed} if allowed else {}
-            await _send_error(send, error, request_id(scope), headers, path=path)
+            await _send_error(send, error, self.ids.of(scope), headers, path=path)
             self.metrics.answered(OTHER_ROUTE, "none", error.status, 0.0)
 
     async def _get(self, gateway: Gateway, path: str, scope: Scope, send: Send) -> None:
@@ -178,7 +181,7 @@ class GatewayApp:
             await _send_json(send, 200, _model(wanted))
             return
         error = GatewayError(404, "model_not_found", f"the model {wanted[:200]!r} does not exist")
-        await _send_error(send, error, request_id(scope))
+        await _send_error(send, error, self.ids.of(scope))
 
     def model_names(self, gateway: Gateway) -> tuple[str, ...]:
         """`KINFERENCE_GATEWAY_MODELS` when set, else every name and alias of the policy."""
@@ -222,18 +225,21 @@ class _Exchange:
         self.model = "none"
         self._task = asyncio.current_task()
         self._watcher: asyncio.Future[Any] | None = None
+        self._watch_timer: asyncio.TimerHandle | None = None
         self._done = False
         self.gone = False
 
     async def run(self) -> None:
         try:
-            await self._serve(request_id(self.scope))
+            await self._serve(self.gateway.ids.of(self.scope))
         except asyncio.CancelledError:
             if not self.gone or self._task is None:
                 raise
             self._task.uncancel()  # our own cancellation: the client hung up
         finally:
             self._done = True
+            if self._watch_timer is not None:
+                self._watch_timer.cancel()
             if self._watcher is not None:
                 self._watcher.cancel()
 
@@ -291,7 +297,16 @@ class _Exchange:
                 return
 
     def _watch(self) -> None:
-        """From the end of the body on, a client that hangs up cancels the request."""
+        """From the end of the body on, a client that hangs up cancels the request: once it
+        has been under way for `WATCH_AFTER_S` (a request answered sooner never pays for the
+        watching task; a hang-up before then is noticed then)."""
+        loop = asyncio.get_running_loop()
+        self._watch_timer = loop.call_later(WATCH_AFTER_S, self._start_watching)
+
+    def _start_watching(self) -> None:
+        self._watch_timer = None
+        if self._done:
+            return
         self._watcher = asyncio.ensure_future(self.receive())
         self._watcher.add_done_callback(self._hung_up)
 
@@ -312,18 +327,6 @@ class _Exchange:
 
     def _elapsed(self) -> float:
         return time.perf_counter() - self.started
-
-
-def request_id(scope: Scope) -> str:
-    """The client's `x-request-id` when it is short printable ASCII, else a fresh one."""
-    for name, value in scope["headers"]:
-        if name == b"x-request-id":
-            if 0 < len(value) <= _MAX_REQUEST_ID and value.isascii():
-                text: str = value.decode("ascii")
-                if text.isprintable():
-                    return text
-            break
-    return uuid.uuid4().hex
 
 
 def _model(name: str) -> dict[str, Any]:

@@ -59,6 +59,7 @@ class _Conn(asyncio.Protocol):
     def __init__(self, origin: Origin) -> None:
         self.origin = origin
         self.transport: asyncio.Transport | None = None
+        self.loop = asyncio.get_running_loop()
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.idle_since = 0.0
@@ -67,7 +68,7 @@ class _Conn(asyncio.Protocol):
         self._reset()
 
     def _reset(self) -> None:
-        self.head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.head: asyncio.Future[None] = self.loop.create_future()
         self.headers: list[tuple[str, str]] = []
         self.body: collections.deque[bytes] = collections.deque()
         self.buffered = 0
@@ -157,13 +158,12 @@ class _Conn(asyncio.Protocol):
                 return None
             if self.error is not None:
                 raise self.error
-            self._wake = asyncio.get_running_loop().create_future()
+            waiter = self._wake = self.loop.create_future()
+            timer = self.loop.call_later(timeout_s, _expire, waiter, "the upstream went silent")
             try:
-                async with asyncio.timeout(timeout_s):
-                    await self._wake
-            except TimeoutError:
-                raise ReadTimeout("the upstream went silent") from None
+                await waiter  # raises ReadTimeout when the timer fires first
             finally:
+                timer.cancel()
                 self._wake = None
         # Everything already here goes out as one piece: one client write, not one per read.
         data = self.body.popleft() if len(self.body) == 1 else b"".join(self._drain())
@@ -208,6 +208,13 @@ class _Conn(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
+
+
+def _expire(waiter: asyncio.Future[None], what: str) -> None:
+    """A read timeout: cheaper than asyncio.timeout (one timer, no task cancellation), as
+    the waiter is the connection's own future."""
+    if not waiter.done():
+        waiter.set_exception(ReadTimeout(what))
 
 
 def _framed(headers: list[tuple[str, str]]) -> bool:
@@ -290,11 +297,15 @@ class HttpClient:
                 await conn.write(data)
             if head is not None:
                 await conn.write(head)
-            async with asyncio.timeout(self.read_timeout_s):
-                await asyncio.shield(conn.head)
-        except TimeoutError:
-            conn.drop()
-            raise ReadTimeout("no response head in time") from None
+            # Awaited as it is (no shield): a cancelled wait drops the connection below, and
+            # the task wakes in the loop turn the head arrives in, not one later.
+            timer = conn.loop.call_later(
+                self.read_timeout_s, _expire, conn.head, "no response head in time"
+            )
+            try:
+                await conn.head  # raises ReadTimeout when the timer fires first
+            finally:
+                timer.cancel()
         except BaseException:
             conn.drop()
             raise

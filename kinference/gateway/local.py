@@ -142,16 +142,12 @@ class LocalPicker:
         pool: tuple[str, str] | None,
         client_request_id: str,
     ) -> tuple[pb.PickResponse, PickExtras]:
-        request = pb.PickRequest(
-            body_stream_id=stream_id,
-            tenant=tenant,
-            qos_class=qos,
-            client_request_id=client_request_id,
-        )
-        if pool is not None:
-            request.inference_pool.namespace, request.inference_pool.name = pool
         try:
-            result = await self.service.pick_off_loop(convert.pick_call(request))
+            call = convert.pick_call_of(
+                stream_id, qos_class=qos, tenant=tenant, pool=pool,
+                client_request_id=client_request_id,
+            )  # fmt: skip
+            result = await self.service.pick_off_loop(call)
             return convert.pick_response(result), convert.pick_extras(result) or PickExtras()
         except PickerError as error:
             raise rpc_error(error) from None

@@ -56,6 +56,7 @@ class Relay:
         self._complete = False
         self._finished = False
         self._failure = ""
+        self._first_due = False  # the first token went by and is not reported yet
         self._whole: bytes | None = None  # a transformed whole body, read by start()
         self.upstream_status = response.status
         self.status = transform.status(response.status) if transform else response.status
@@ -77,7 +78,7 @@ class Relay:
             return
         chunks = []
         async for chunk in self._chunks():
-            self._first(self._meter.feed(chunk))
+            self._first_due |= self._meter.feed(chunk)
             chunks.append(chunk)
         self._whole = self._transform.whole(b"".join(chunks))
         self.headers.append(("content-length", str(len(self._whole))))
@@ -91,21 +92,27 @@ class Relay:
     async def body(self) -> AsyncGenerator[bytes, None]:
         """The response body for the client; reports the first token on the way.
 
+        The first token is reported once the chunk carrying it has gone to the client (when
+        the HTTP layer asks for the next one), so the report's work does not hold it back.
         Once `ending` is true after a yield, nothing but the end of the iteration follows,
         so the HTTP layer may send that chunk as the last.
         """
-        if self._whole is not None:
-            yield self._whole
+        try:
+            if self._whole is not None:
+                yield self._whole
+            elif self._event_stream:
+                async for out in self._events():
+                    yield out
+                    self._report_first()
+            else:
+                meter = self._meter
+                async for chunk in self._chunks():
+                    self._first_due |= meter.feed(chunk)
+                    yield chunk
+                    self._report_first()
             self._complete = True
-            return
-        if self._event_stream:
-            async for out in self._events():
-                yield out
-        else:
-            async for chunk in self._chunks():
-                self._first(self._meter.feed(chunk))
-                yield chunk
-        self._complete = True
+        finally:
+            self._report_first()  # also when the client went away: it did come
 
     async def _events(self) -> AsyncGenerator[bytes, None]:
         splitter, meter, transform = SseSplitter(), self._meter, self._transform
@@ -114,7 +121,7 @@ class Relay:
             events = splitter.feed(chunk)
             for event in events:
                 first = meter.event(event) or first
-            self._first(first)
+            self._first_due |= first
             if transform is None:
                 yield chunk
                 continue
@@ -143,15 +150,18 @@ class Relay:
             self._failure = f"upstream failed mid-response: {type(exc).__name__}"
             raise
 
-    def _first(self, first: bool) -> None:
-        if first and self.upstream_status < _ERROR_FROM:
-            self._reports.first_token(self._clock.ttft_ms or 0, self.upstream_status)
+    def _report_first(self) -> None:
+        if self._first_due:
+            self._first_due = False
+            if self.upstream_status < _ERROR_FROM:
+                self._reports.first_token(self._clock.ttft_ms or 0, self.upstream_status)
 
     def finish(self) -> None:
         """Release the upstream connection and report; safe to call more than once."""
         if self._finished:
             return
         self._finished = True
+        self._report_first()  # a first token not reported yet comes before the last report
         self.response.close()
         usage = None
         if not self._complete:

@@ -12,17 +12,18 @@ and the prompt tokens are unknown (0).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from kinference.gateway.sse import SseEvent, SseSplitter
+from kinference.gateway.sse import SseEvent, SseSplitter, json_object
 from kinference.gateway.timing import TokenClock
 
 MAX_JSON_BYTES = 8 * 1024 * 1024  # a non-streaming response larger than this is not parsed
 _DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal")
 _PROMPT_KEYS = ("prompt_tokens", "input_tokens")
 _COMPLETION_KEYS = ("completion_tokens", "output_tokens")
+# The members `_observe` reads besides `model`: an event with none of them has nothing for it.
+_NOTHING_TO_OBSERVE = frozenset({"usage", "response", "message"})
 
 
 @dataclass
@@ -59,7 +60,7 @@ class ResponseMeter:
     def finish(self) -> Usage:
         """The usage once the response ended; falls back to counted events."""
         if not self._event_stream and not self._broken and self._pending:
-            document = _loads(bytes(self._pending))
+            document = json_object(bytes(self._pending))
             if document is not None:
                 self._observe(document)
         if not self.usage.from_response:
@@ -86,7 +87,9 @@ class ResponseMeter:
         document = event.json()
         if document is None:
             return False
-        self._observe(document)
+        # Once the model is known, only a usage can change anything (most events: neither).
+        if not self.usage.model or not _NOTHING_TO_OBSERVE.isdisjoint(document):
+            self._observe(document)
         return _has_content(document) and self.clock.token()
 
     def _observe(self, event: dict[str, Any]) -> None:
@@ -110,14 +113,6 @@ class ResponseMeter:
         if cached is not None:
             self.usage.cached_tokens = cached
         self.usage.from_response |= prompt is not None or completion is not None
-
-
-def _loads(payload: bytes) -> dict[str, Any] | None:
-    try:
-        document = json.loads(payload)
-    except ValueError:
-        return None
-    return document if isinstance(document, dict) else None
 
 
 def _has_content(event: dict[str, Any]) -> bool:

@@ -72,6 +72,10 @@ class _Changes:
     def __bool__(self) -> bool:
         return bool(self.values or self.renames or self.dropped or self.added)
 
+    def only_added(self) -> bool:
+        """Only new members: no existing one is touched."""
+        return not (self.values or self.renames or self.dropped or self.repeats_dropped)
+
 
 def rewrite(body: Body, request: InferenceRequest, plan: RewritePlan) -> Body:
     """`body` rewritten by `plan` for `request` (parsed from it); the same object if untouched.
@@ -81,8 +85,24 @@ def rewrite(body: Body, request: InferenceRequest, plan: RewritePlan) -> Body:
     changes = _translation(body, request, plan) if translating else _changes(request, plan)
     if not changes:
         return body
+    if changes.only_added():  # the usual stream: a member appended, no span needed
+        end = _closing_brace(body, request)
+        if end is not None:
+            return body.spliced([_addition(changes.added, bool(request.fields.values), end)])
     members, close_at = _members(body, request)
     return body.spliced(_edits(changes, members, close_at))
+
+
+def _closing_brace(body: Body, request: InferenceRequest) -> int | None:
+    """The offset of a body's closing brace when it was parsed whole (so it is one valid
+    object): its last byte but whitespace. None for a scanned body (its members are known)."""
+    if request.fields.open_at >= 0 or len(body.pieces) != 1:
+        return None
+    raw = body.pieces[0]
+    if not isinstance(raw, bytes):
+        return None
+    end = len(raw.rstrip(b" \t\n\r")) - 1
+    return end if end >= 0 and raw[end] == 0x7D else None  # "}"
 
 
 def _changes(request: InferenceRequest, plan: RewritePlan) -> _Changes:

@@ -15,6 +15,8 @@ Samples come from this replica's reports and, in a cluster, from every other rep
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from kinference.routing.table import FloatArray, IndexArray
@@ -62,10 +64,12 @@ class Rates:
         keep, a = 1.0 - self.alpha, self.alpha
         x, y = max(uncached_tokens, 0.0), max(ttft_ms, 0.0)
         sums = self._sums_of(model, size)
-        row = sums[:, slot]
-        row *= keep
-        row += np.array((a, a * x, a * y, a * x * x, a * x * y))
-        w, sx, sy, sxx, sxy = row.tolist()
+        # On Python floats (numpy's fixed cost per call dominates five numbers): the same
+        # two roundings per sum as the in-place array operations, so the same values.
+        added = (a, a * x, a * y, a * x * x, a * x * y)
+        row = [old * keep + more for old, more in zip(sums[:, slot].tolist(), added, strict=True)]
+        sums[:, slot] = row
+        w, sx, sy, sxx, sxy = row
         mean_x, mean_y = sx / w, sy / w
         var = sxx / w - mean_x * mean_x
         slope = self._array(model, "prefill_ms_per_token", size)
@@ -80,15 +84,15 @@ class Rates:
             slope[slot] = min((mean_y - fixed) / mean_x, MAX_MS_PER_TOKEN)
         else:  # short prompts say nothing of the per-token cost: it is all fixed cost
             learned = slope.item(slot)
-            per_token = 0.0 if np.isnan(learned) else learned
+            per_token = 0.0 if math.isnan(learned) else learned
             base[slot] = min(max(mean_y - per_token * mean_x, 0.0), MAX_BASE_MS)
 
     def observe_service(self, slot: int, model: str, service_ms: float) -> None:
         """How long one request held its batch slot after its first token."""
         array = self._array(model, "service_ms", slot + 1)
-        old = array[slot]
+        old = array.item(slot)
         value = max(service_ms, 0.0)
-        array[slot] = value if np.isnan(old) else (1 - self.alpha) * old + self.alpha * value
+        array[slot] = value if math.isnan(old) else (1 - self.alpha) * old + self.alpha * value
 
     def forget(self, slot: int) -> None:
         """A worker left: what was learned of it no longer applies to its slot."""

@@ -301,10 +301,13 @@ class WorkerTable:
 
     def observe_itl(self, slot: int, model: str, bucket_counts: tuple[int, ...]) -> None:
         """Fold one response's layout-1 ITL bucket counts into the mean-gap estimate."""
-        counts = np.asarray(bucket_counts, dtype=np.float64)
-        total = counts.sum()
-        if total > 0:
-            _ewma(self._estimates(self._itl, model), slot, float(counts @ ITL_LAYOUT_1_MS / total))
+        total = sum(bucket_counts)
+        if total > 0:  # a few Python floats: cheaper than building arrays per report
+            weighted = 0.0
+            for count, gap_ms in zip(bucket_counts, MIDPOINTS_MS, strict=True):
+                if count:
+                    weighted += count * gap_ms
+            _ewma(self._estimates(self._itl, model), slot, weighted / total)
 
     def _estimates(self, table: dict[str, FloatArray], model: str) -> FloatArray:
         array = table.get(model)
@@ -321,5 +324,5 @@ def _fmax(a: float, b: float) -> float:
 
 
 def _ewma(array: FloatArray, slot: int, value: float) -> None:
-    old = array[slot]
-    array[slot] = value if np.isnan(old) else (1 - EWMA_ALPHA) * old + EWMA_ALPHA * value
+    old = array.item(slot)  # a Python float: the same arithmetic without numpy scalars
+    array[slot] = value if math.isnan(old) else (1 - EWMA_ALPHA) * old + EWMA_ALPHA * value

@@ -192,3 +192,25 @@ async def test_a_slow_reader_pauses_the_upstream() -> None:
     finally:
         await http.aclose()
         server.close()
+
+
+async def test_an_upstream_silent_mid_body_times_out_and_is_dropped() -> None:
+    async def stalls(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc")
+        await writer.drain()
+        await reader.read()  # then nothing more, until the client drops the connection
+
+    server, url = await serve(stalls)
+    http = client(read_timeout_s=0.2)
+    try:
+        response = await http.request("POST", url, [("content-length", "0")], body())
+        chunks = response.chunks()
+        assert await anext(chunks) == b"abc"
+        with pytest.raises(ReadTimeout, match="silent"):
+            await anext(chunks)
+        response.close()  # an unfinished response: its connection is not pooled
+        assert not http._idle.get(("http", "127.0.0.1", server.sockets[0].getsockname()[1]))
+    finally:
+        await http.aclose()
+        server.close()

@@ -8,7 +8,13 @@ import pytest
 
 from kinference.gateway.asked import PARSE_LIMIT, UsageAsk
 from kinference.gateway.hooks import Chain, PassThrough
-from kinference.gateway.sse import MAX_EVENT_BYTES, SseEvent, SseSplitter, encode_event
+from kinference.gateway.sse import (
+    MAX_EVENT_BYTES,
+    SseEvent,
+    SseSplitter,
+    encode_event,
+    json_object,
+)
 from kinference.gateway.usage_chunk import HideAddedUsage
 
 STREAM = (
@@ -89,3 +95,24 @@ def test_usage_asked_only_when_the_body_says_so() -> None:
     assert not asked(b'{"messages": [{"content": "what is include_usage?"}]}')  # only named
     big = b'{"stream_options": {"include_usage": false}, "x": "' + b"y" * PARSE_LIMIT + b'"}'
     assert asked(big)  # too large to parse: nothing hidden that it may have asked for
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (b'{"a":1,"a":2}', {"a": 2}),
+        (b' \n{"a": [1, {"b": null}]} ', {"a": [1, {"b": None}]}),
+        (b"[DONE]", None),
+        (b"[1, 2]", None),
+        (b'"text"', None),
+        (b"{not json", None),
+        (b'{"a":"\xff"}', None),  # not UTF-8
+        # What orjson refuses and the json module reads, read as the json module does.
+        (b'{"logprob":-Infinity}', {"logprob": float("-inf")}),
+        (b'{"a":"\\ud800"}', {"a": "\ud800"}),
+    ],
+)
+def test_json_object_reads_what_the_json_module_reads(
+    payload: bytes, expected: dict[str, object] | None
+) -> None:
+    assert json_object(payload) == expected

@@ -18,6 +18,7 @@ from kinference.requests import (
     parse_request,
     rewrite,
 )
+from kinference.requests.rewrite import _changes, _edits, _members
 from tests.requests import pieces_of, scanned_body, uploaded_body, whole_body
 from tests.requests.samples import SAMPLES
 
@@ -301,3 +302,23 @@ def test_rewrite_property_seeded() -> None:
     rng = random.Random(1234)
     for index in range(600):
         check_property(rng, ["whole", "scanned", "whole"][index % 3])
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.randoms(use_true_random=False))
+def test_appended_member_spliced_as_the_member_walk_does(rng: random.Random) -> None:
+    """The shortcut for a body that only gains a member (the usual stream) gives the same
+    bytes as splicing at the spans the member walk finds."""
+    members = [(k, v) for k, v in random_members(rng) if k not in ("stream_options", "kinference")]
+    members.append(("stream", True))
+    data = serialise(members, rng)
+    body = Body(pieces_of(data, None), reserved=len(data))
+    request = parse_request(body)
+    result = rewrite(body, request, USAGE)
+    if request.shape not in (Shape.CHAT, Shape.COMPLETION):
+        assert result is body
+        return
+    changes = _changes(request, USAGE)
+    assert changes.only_added()
+    walked = body.spliced(_edits(changes, *_members(body, request)))
+    assert b"".join(bytes(p) for p in result.pieces) == b"".join(bytes(p) for p in walked.pieces)
