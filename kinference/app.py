@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib.util
 import logging
 import random
@@ -308,7 +309,7 @@ class App:
             self.preparer.close()
         await self._pages.aclose()
         await self.loop_lag.aclose()
-        self.service.offload.close()
+        await self.service.offload.aclose()
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -333,9 +334,20 @@ class App:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         await self.start()
+        freeze_startup_heap()
         await stop.wait()
         log.info("signal received: draining for up to %gs", self.settings.shutdown_grace_s)
         await self.drain_and_stop()
+
+
+def freeze_startup_heap() -> None:
+    """Move what startup built (modules, functions, the policy: ~90,000 objects) out of the
+    cyclic collector's reach. A full collection traverses every tracked object with the
+    GIL held; over those it stopped the loop 60-100 ms beside hostile uploads, and they are
+    never garbage. Called once the server is up; objects made later are collected as ever.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _engine_scraper(

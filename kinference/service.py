@@ -26,7 +26,6 @@ from kinference.requests import (
     parse_request,
     rewrite,
 )
-from kinference.requests.cost import parse_cost
 from kinference.requests.offload import INLINE_PARSE_BYTES, Offload
 from kinference.requests.translation import Untranslatable
 from kinference.routing import (
@@ -83,7 +82,7 @@ class PickerService:
         lagging, still bootstrapping), or None; such Picks answer DEGRADED. `recorder`
         counts and logs each request's steps (one on `metrics` by default)."""
         self.store = store
-        self.offload = offload or Offload()  # the thread heavy bodies are parsed in
+        self.offload = offload or Offload()  # the worker process heavy bodies go to
         self.preparer = preparer  # tokenizes prompts for precise pools (None: none)
         self.shared_gap = shared_gap
         self.router = router
@@ -117,7 +116,7 @@ class PickerService:
         return self._decided(body, call, started, _parsed(body))
 
     async def pick_off_loop(self, call: PickCall) -> PickResult:
-        """`pick`, with the parse of a body over INLINE_PARSE_BYTES run in the parse thread
+        """`pick`, with the parse of a body over INLINE_PARSE_BYTES run in the parse worker
         and, when precise pools may serve it, the prompt tokenized in the tokenizer thread
         (the decision itself, admission and reservation included, stays in one loop turn)."""
         started = time.perf_counter()
@@ -125,11 +124,8 @@ class PickerService:
         if body.size <= INLINE_PARSE_BYTES:
             parsed = _parsed(body)
         else:  # the parse's memory is charged to the body budget while it runs
-            parsed = await self.offload.run_charged(
-                self.store.budget,
-                lambda: parse_cost(body),
-                lambda: _parsed(body),
-                abandoned=lambda: self.store.release(body),
+            parsed = await self.offload.parse(
+                self.store.budget, body, abandoned=lambda: self.store.release(body)
             )
         precise = None
         preparer = self.preparer
