@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import importlib.util
 import logging
 import random
@@ -39,6 +38,7 @@ from kinference.cluster.telemetry import ClusterCollector
 from kinference.config import Policy, PolicyWatcher
 from kinference.config.prefix import PRECISE_MODULES
 from kinference.discovery import build_discovery
+from kinference.heap import fix_mmap_threshold, freeze_startup_heap
 from kinference.kvcache.precise import PreciseCaches
 from kinference.loop_lag import LoopLagMonitor
 from kinference.metrics import Metrics
@@ -333,21 +333,12 @@ class App:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
+        fix_mmap_threshold()
         await self.start()
         freeze_startup_heap()
         await stop.wait()
         log.info("signal received: draining for up to %gs", self.settings.shutdown_grace_s)
         await self.drain_and_stop()
-
-
-def freeze_startup_heap() -> None:
-    """Move what startup built (modules, functions, the policy: ~90,000 objects) out of the
-    cyclic collector's reach. A full collection traverses every tracked object with the
-    GIL held; over those it stopped the loop 60-100 ms beside hostile uploads, and they are
-    never garbage. Called once the server is up; objects made later are collected as ever.
-    """
-    gc.collect()
-    gc.freeze()
 
 
 def _engine_scraper(

@@ -28,6 +28,7 @@ import signal
 from typing import IO, Any
 
 from kinference.bodies import Body
+from kinference.heap import fix_mmap_threshold
 from kinference.requests import frames
 from kinference.requests.cost import parse_cost
 from kinference.requests.fields import MalformedRequest, scan_body
@@ -42,6 +43,7 @@ WORKER_NICENESS = 10
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the picker's to handle
     os.nice(WORKER_NICENESS)
+    fix_mmap_threshold()  # its copies of bodies go back to the system after each job
     gc.disable()
     inbox = os.fdopen(os.dup(0), "rb")
     outbox = os.fdopen(os.dup(1), "wb")

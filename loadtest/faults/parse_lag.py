@@ -23,9 +23,10 @@ import time
 import uvloop
 from prometheus_client import CollectorRegistry
 
-from kinference.app import App, freeze_startup_heap
+from kinference.app import App
 from kinference.client import PickerClient
 from kinference.config import parse_policy
+from kinference.heap import fix_mmap_threshold, freeze_startup_heap
 from kinference.settings import Settings
 
 MiB = 1 << 20
@@ -114,8 +115,9 @@ async def main(args: argparse.Namespace) -> None:
         max_body_bytes=(args.members + 2) * MiB,
     )
     app = App(settings, parse_policy(POLICY), CollectorRegistry())
+    fix_mmap_threshold()  # as `kinference serve` does
     await app.start()
-    freeze_startup_heap()  # as `kinference serve` does
+    freeze_startup_heap()
     client = PickerClient(f"127.0.0.1:{app.port}")
     stop = asyncio.Event()
     callers = [asyncio.create_task(polite(client, stop)) for _ in range(4)]

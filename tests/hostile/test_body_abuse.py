@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from kinference.app import freeze_startup_heap
 from kinference.bodies import Body
+from kinference.heap import freeze_startup_heap
 from kinference.requests import parse_request
 from kinference.v1 import picker_pb2 as pb
 from tests.api.helpers import chat_body, status_of, wait_nothing_held
