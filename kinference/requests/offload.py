@@ -13,9 +13,10 @@ worst beside hostile parses (docs/reliability.md). So that work runs in a worker
   which comes back having scanned it (`JsonScanner.adopt`);
 - a body over `INLINE_PARSE_BYTES` is parsed in the worker: its bytes go over a pipe a MiB
   per loop step, but not the inside of long strings the parse never reads
-  (`shipping.py`); the worker estimates the parse's peak memory, which is reserved from
-  the server-wide body budget with the bytes shipped until the job ends (RESOURCE_EXHAUSTED
-  when it cannot be), then parses, and returns the request trimmed to a small size.
+  (`shipping.py`); the bytes shipped, and then the parse's peak memory as the worker
+  estimates it, are reserved from the server-wide body budget until the job ends
+  (RESOURCE_EXHAUSTED when they cannot be); only the job under way holds a reservation,
+  not those waiting their turn. The worker returns the request trimmed to a small size.
 
 A job runs as a task of its own: a caller that goes away stops waiting, the job still ends
 (its budget is released then). A job over its deadline (`job_deadline_s`) kills the
@@ -100,9 +101,7 @@ class Offload:
         shipped = sum(end - start for start, end in spans)
         job: asyncio.Task[InferenceRequest | str] | None = None
         try:
-            _reserve(budget, shipped, "sending this body to the parser")
             job = self._start(lambda: self._parse(budget, body, spans, shipped), shipped)
-            job.add_done_callback(lambda _: budget.release(shipped))
             return await asyncio.shield(job)
         except BaseException:
             if job is not None and not job.done():
@@ -152,18 +151,22 @@ class Offload:
     ) -> InferenceRequest | str:
         scanner = body.observer if isinstance(body.observer, JsonScanner) else None
         meta = (body.size, body.request_path, scanner, spans)
-        await self._worker.send("parse", meta, payload(body, spans))
-        cost: int = self._answer(await self._worker.receive(), "cost")
+        _reserve(budget, shipped, "sending this body to the parser")
         try:
-            _reserve(budget, cost, "parsing this body")
-        except ResourceExhausted:
-            await self._worker.send("drop", None)
-            raise
-        try:
-            await self._worker.send("go", None)
-            parsed, rss = self._answer(await self._worker.receive(), "parsed")
+            await self._worker.send("parse", meta, payload(body, spans))
+            cost: int = self._answer(await self._worker.receive(), "cost")
+            try:
+                _reserve(budget, cost, "parsing this body")
+            except ResourceExhausted:
+                await self._worker.send("drop", None)
+                raise
+            try:
+                await self._worker.send("go", None)
+                parsed, rss = self._answer(await self._worker.receive(), "parsed")
+            finally:
+                budget.release(cost)
         finally:
-            budget.release(cost)
+            budget.release(shipped)
         if rss > RECYCLE_RSS_BYTES:
             await self._worker.aclose()  # its memory goes back to the system
         return parsed  # type: ignore[no-any-return]
