@@ -20,7 +20,7 @@ from kinference.requests.fields import (
     MalformedRequest,
     member_keys,
 )
-from kinference.requests.large import SKELETON_MAX_BYTES, skeleton_bytes
+from kinference.requests.large import SKELETON_MAX_BYTES, replaced_within, skeleton_bytes
 from kinference.requests.scan import LongString, Member
 
 # Bytes of Python objects per counted mark (',' '[' '{' and every other '"': a container
@@ -64,16 +64,30 @@ def _read_cost(body: Body, member: Member, long_strings: Sequence[LongString]) -
     kept = skeleton_bytes(long_strings, start, end)
     if kept > SKELETON_MAX_BYTES:
         return 0  # reported unextractable, never parsed
-    # Density of the whole span applied to the skeleton's bytes (long strings hold none).
-    whole = _estimate(body, start, end, READ_BYTES_PER_VALUE)
-    return whole * kept // max(end - start, 1) + BYTES_PER_TEXT_BYTE * kept
+    # The skeleton's text: the span without its replaced strings, each one marker value. Its
+    # marks are counted; the replaced strings are never read (the parse worker has not
+    # even been sent their insides).
+    replaced = replaced_within(long_strings, start, end)
+    values = len(replaced)
+    for gap_start, gap_end in zip(
+        [start, *(string.end for string in replaced)],
+        [*(string.start for string in replaced), end],
+        strict=True,
+    ):
+        values += _marks(body, gap_start, gap_end)
+    return READ_BYTES_PER_VALUE * values + BYTES_PER_TEXT_BYTE * kept
 
 
 def _estimate(body: Body, start: int, end: int, per_value: int) -> int:
-    values, cursor = 1, start
+    return per_value * (1 + _marks(body, start, end)) + BYTES_PER_TEXT_BYTE * (end - start)
+
+
+def _marks(body: Body, start: int, end: int) -> int:
+    """',' '[' '{' and pairs of '"' in the body's bytes [start, end)."""
+    values, cursor = 0, start
     while cursor < end:
         window = body.read_span(cursor, min(cursor + _WINDOW, end))
         values += window.count(b",") + window.count(b"[") + window.count(b"{")
         values += window.count(b'"') // 2
         cursor += len(window)
-    return per_value * values + BYTES_PER_TEXT_BYTE * (end - start)
+    return values
