@@ -42,7 +42,7 @@ class LagProbe:
     """Watches the event loop (the server shares it) by waking a 2 ms sleeper: how late it
     wakes (wall clock: machine load shows in it too) and how much CPU the loop's thread
     spent between two wake-ups (`thread_time`: work done on the loop, which another
-    process taking the core or a parse thread holding the GIL does not add to)."""
+    process taking the core or another thread holding the GIL does not add to)."""
 
     def __init__(self) -> None:
         self.worst_s = 0.0
