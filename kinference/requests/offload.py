@@ -63,11 +63,17 @@ class Offload:
     """The parse worker and the turn its jobs take; `aclose` stops it."""
 
     def __init__(
-        self, worker: WorkerProcess | None = None, *, deadline_s: float = BASE_DEADLINE_S
+        self,
+        worker: WorkerProcess | None = None,
+        *,
+        deadline_s: float = BASE_DEADLINE_S,
+        recycle_rss_bytes: int = RECYCLE_RSS_BYTES,
     ) -> None:
-        """`deadline_s`: a job's deadline, plus DEADLINE_S_PER_MIB per MiB it sends."""
+        """`deadline_s`: a job's deadline, plus DEADLINE_S_PER_MIB per MiB it sends; a
+        worker whose RSS passed `recycle_rss_bytes` after a parse is replaced."""
         self._worker = worker or WorkerProcess()
         self._deadline_s = deadline_s
+        self._recycle_rss_bytes = recycle_rss_bytes
         self._turn = asyncio.Lock()  # one job in the worker at a time
         self._jobs: set[asyncio.Task[Any]] = set()
 
@@ -167,7 +173,7 @@ class Offload:
                 budget.release(cost)
         finally:
             budget.release(shipped)
-        if rss > RECYCLE_RSS_BYTES:
+        if rss > self._recycle_rss_bytes:
             await self._worker.aclose()  # its memory goes back to the system
         return parsed  # type: ignore[no-any-return]
 

@@ -49,7 +49,8 @@ def main() -> None:
         try:
             _job(kind, data, payload, inbox, outbox)
         except Exception as exc:  # reported to the picker, which fails the call
-            frames.write(outbox, "failed", f"{type(exc).__name__}: {exc}")
+            # The type only: a message may quote the body, which is never logged or echoed.
+            frames.write(outbox, "failed", type(exc).__name__)
         del frame, data, payload
         gc.collect()
 

@@ -143,3 +143,16 @@ async def test_a_caller_that_goes_away_leaves_the_job_to_end_and_release() -> No
         assert released.count == 1 and budget.used == 0
     finally:
         await offload.aclose()
+
+
+async def test_a_worker_grown_past_its_bound_is_replaced_after_its_parse() -> None:
+    offload, budget = Offload(recycle_rss_bytes=1), ByteBudget(256 * MiB)
+    try:
+        first = await offload.parse(budget, uploaded_body(big_request()), abandoned=Released())
+        first_pid = offload.worker_pid
+        again = await offload.parse(budget, uploaded_body(big_request()), abandoned=Released())
+        assert isinstance(first, InferenceRequest) and isinstance(again, InferenceRequest)
+        assert offload.worker_pid != first_pid
+    finally:
+        await offload.aclose()
+    assert budget.used == 0
