@@ -1,6 +1,8 @@
 """How the picker's process keeps its heap small and its collector short.
 
-Two settings applied once `kinference serve` is up (`App.serve`):
+Two settings every serving entry point applies through `start_serving` (one place):
+`kinference serve` (`App.serve`) and `kinference gateway` (`GatewayServer`, whose default
+deployment hosts the picker in its own process):
 
 - `fix_mmap_threshold`: glibc serves an allocation of at least its mmap threshold with a
   mapping of its own, returned to the system when freed. The threshold starts at 128 KiB
@@ -22,6 +24,7 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+from collections.abc import Awaitable, Callable
 
 log = logging.getLogger(__name__)
 
@@ -44,3 +47,14 @@ def freeze_startup_heap() -> None:
     """Collect once, then move every surviving object out of the collector's reach."""
     gc.collect()
     gc.freeze()
+
+
+async def start_serving(start: Callable[[], Awaitable[None]]) -> None:
+    """Run `start` (the process's servers, the picker among them) with the heap settled.
+
+    The threshold is fixed before anything serves, so no body's chunk ever slides it; the
+    heap is frozen once `start` returns, so everything startup built is out of the
+    collector's reach and what requests allocate later is not."""
+    fix_mmap_threshold()
+    await start()
+    freeze_startup_heap()
