@@ -57,6 +57,13 @@ def parse_cost(body: Body) -> int:
     return read + max(unread, default=0)
 
 
+def translation_cost(body: Body) -> int:
+    """Bytes translating `body` may hold at its peak besides the body: its parse, every
+    value loaded (counted as read), and the translated JSON (text, then its bytes)."""
+    loaded = _estimate(body, 0, body.size, READ_BYTES_PER_VALUE)
+    return parse_cost(body) + loaded + 2 * body.size
+
+
 def _read_cost(body: Body, member: Member, long_strings: Sequence[LongString]) -> int:
     start, end = member.value_start, member.value_end
     if end - start <= STRICT_PARSE_BYTES:

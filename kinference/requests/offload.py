@@ -38,8 +38,11 @@ from kinference.bodies import Body, ByteBudget, Observation
 from kinference.errors import ResourceExhausted, Unavailable
 from kinference.requests.parse import InferenceRequest
 from kinference.requests.process import WorkerLost, WorkerProcess
+from kinference.requests.rewrite import Translation
 from kinference.requests.scan import JsonScanner
+from kinference.requests.shapes import Shape
 from kinference.requests.shipping import payload, shipped_spans
+from kinference.requests.translation import Untranslatable
 
 T = TypeVar("T")
 
@@ -57,6 +60,11 @@ RECYCLE_RSS_BYTES = 256 << 20  # a worker this large after a job is replaced
 # bodies parse at ~2-4 MiB/s in the worker; one over this is stuck, or hostile beyond use).
 BASE_DEADLINE_S = 30.0
 DEADLINE_S_PER_MIB = 2.0
+_ANSWER = {"parse": "parsed", "translate": "translated"}  # a costed job's answer
+_WHAT = {  # what a costed job's two reservations are for, in RESOURCE_EXHAUSTED's text
+    "parse": ("sending this body to the parser", "parsing this body"),
+    "translate": ("sending this body to the translator", "translating this body"),
+}
 
 
 class Offload:
@@ -104,14 +112,49 @@ class Offload:
         died or ran past its deadline. If this does not return normally, `abandoned()`
         runs once the job has ended."""
         spans = shipped_spans(body)
+        scanner = body.observer if isinstance(body.observer, JsonScanner) else None
+        meta = (body.size, body.request_path, scanner, spans)
+        parsed, rss = await self._costed(budget, ("parse", meta), body, spans, abandoned)
+        if rss > self._recycle_rss_bytes:
+            await self._worker.aclose()  # its memory goes back to the system
+        return parsed  # type: ignore[no-any-return]
+
+    async def translate(
+        self,
+        budget: ByteBudget,
+        body: Body,
+        request: InferenceRequest,
+        sent: Shape,
+        *,
+        abandoned: Callable[[], None],
+    ) -> Translation | Untranslatable:
+        """`request` (parsed from `body`) translated to `sent` in the worker, the whole body
+        sent to it: `rewrite.translation` off the loop, with the body's bytes and the
+        translation's estimated memory reserved from `budget` as for `parse` (which says
+        what it raises, and when `abandoned()` runs)."""
+        meta = (body.request_path, request.shape, sent)
+        spans = [(0, body.size)]
+        translated, rss = await self._costed(budget, ("translate", meta), body, spans, abandoned)
+        if rss > self._recycle_rss_bytes:
+            await self._worker.aclose()
+        return translated  # type: ignore[no-any-return]
+
+    async def _costed(
+        self,
+        budget: ByteBudget,
+        job: tuple[str, Any],
+        body: Body,
+        spans: list[tuple[int, int]],
+        abandoned: Callable[[], None],
+    ) -> tuple[Any, int]:
         shipped = sum(end - start for start, end in spans)
-        job: asyncio.Task[InferenceRequest | str] | None = None
+        task: asyncio.Task[tuple[Any, int]] | None = None
         try:
-            job = self._start(lambda: self._parse(budget, body, spans, shipped), shipped)
-            return await asyncio.shield(job)
+            task = self._start(lambda: self._run(budget, job, body, spans, shipped), shipped)
+            return await asyncio.shield(task)
         except BaseException:
-            if job is not None and not job.done():
-                job.add_done_callback(lambda _: abandoned())
+            if task is not None and not task.done():
+                task.add_done_callback(lambda _: abandoned())
             else:
                 abandoned()
             raise
@@ -152,30 +195,33 @@ class Offload:
         await self._worker.send("scan", scanner, (rest,))
         return self._answer(await self._worker.receive(), "scanned")  # type: ignore[no-any-return]
 
-    async def _parse(
-        self, budget: ByteBudget, body: Body, spans: list[tuple[int, int]], shipped: int
-    ) -> InferenceRequest | str:
-        scanner = body.observer if isinstance(body.observer, JsonScanner) else None
-        meta = (body.size, body.request_path, scanner, spans)
-        _reserve(budget, shipped, "sending this body to the parser")
+    async def _run(
+        self,
+        budget: ByteBudget,
+        job: tuple[str, Any],
+        body: Body,
+        spans: list[tuple[int, int]],
+        shipped: int,
+    ) -> tuple[Any, int]:
+        """Send the job and its bytes, reserve the cost it answers, let it run; its answer
+        and the worker's resident memory after it."""
+        kind, meta = job
+        _reserve(budget, shipped, _WHAT[kind][0])
         try:
-            await self._worker.send("parse", meta, payload(body, spans))
+            await self._worker.send(kind, meta, payload(body, spans))
             cost: int = self._answer(await self._worker.receive(), "cost")
             try:
-                _reserve(budget, cost, "parsing this body")
+                _reserve(budget, cost, _WHAT[kind][1])
             except ResourceExhausted:
                 await self._worker.send("drop", None)
                 raise
             try:
                 await self._worker.send("go", None)
-                parsed, rss = self._answer(await self._worker.receive(), "parsed")
+                return self._answer(await self._worker.receive(), _ANSWER[kind])  # type: ignore[no-any-return]
             finally:
                 budget.release(cost)
         finally:
             budget.release(shipped)
-        if rss > self._recycle_rss_bytes:
-            await self._worker.aclose()  # its memory goes back to the system
-        return parsed  # type: ignore[no-any-return]
 
     def _answer(self, message: tuple[str, Any], expected: str) -> Any:
         kind, data = message

@@ -10,7 +10,10 @@ It reads frames (`frames.py`) on stdin and answers on stdout, one job at a time:
   estimates what the parse will hold (`cost.parse_cost`), answers `cost`, then waits for
   `go` (the picker reserved it from the body budget) or `drop`; after `go` answers `parsed`
   with the `InferenceRequest` as `shipping.returned` trims it (or the MalformedRequest
-  text), and its resident memory, so that the picker can recycle a bloated worker.
+  text), and its resident memory, so that the picker can recycle a bloated worker;
+- `translate` (the body's path, the shape it was written in and the one to send; the whole body
+  as payload): parses it, answers `cost` (`cost.translation_cost`), and after `go` answers
+  `translated` with the `rewrite.Translation` (or the `Untranslatable`), and its memory.
 
 A job that raises anything else answers `failed`. The cyclic collector stays off (the
 parse's objects are trees that reference counting frees) and runs once after each job.
@@ -30,11 +33,14 @@ from typing import IO, Any
 from kinference.bodies import Body
 from kinference.heap import fix_mmap_threshold
 from kinference.requests import frames
-from kinference.requests.cost import parse_cost
+from kinference.requests.cost import parse_cost, translation_cost
 from kinference.requests.fields import MalformedRequest, scan_body
 from kinference.requests.parse import InferenceRequest, parse_request
+from kinference.requests.rewrite import Translation, translation
 from kinference.requests.scan import JsonScanner
+from kinference.requests.shapes import Shape
 from kinference.requests.shipping import rebuilt, returned
+from kinference.requests.translation import Untranslatable
 
 
 def main() -> None:
@@ -70,8 +76,27 @@ def _job(kind: str, data: Any, payload: bytes, inbox: IO[bytes], outbox: IO[byte
         answer = frames.read(inbox)
         if answer is not None and answer[0] == "go":
             frames.write(outbox, "parsed", (_parsed(body), _rss_bytes()))
+    elif kind == "translate":
+        path, written, sent = data
+        body = Body([payload], reserved=0)
+        request = parse_request(body, path=path)  # validated at Pick already: it parses
+        if request.shape is not written:
+            raise ValueError("the body parsed as another shape than at Pick")
+        frames.write(outbox, "cost", translation_cost(body))
+        answer = frames.read(inbox)
+        if answer is not None and answer[0] == "go":
+            frames.write(outbox, "translated", (_translation(body, request, sent), _rss_bytes()))
     else:
         raise ValueError(f"unknown job {kind!r}")
+
+
+def _translation(
+    body: Body, request: InferenceRequest, sent: Shape
+) -> Translation | Untranslatable:
+    try:
+        return translation(body, request, sent)
+    except Untranslatable as exc:
+        return exc
 
 
 def _parsed(body: Body) -> InferenceRequest | str:
