@@ -38,6 +38,7 @@ from kinference.cluster.telemetry import ClusterCollector
 from kinference.config import Policy, PolicyWatcher
 from kinference.config.prefix import PRECISE_MODULES
 from kinference.discovery import build_discovery
+from kinference.heap import start_serving
 from kinference.kvcache.precise import PreciseCaches
 from kinference.loop_lag import LoopLagMonitor
 from kinference.metrics import Metrics
@@ -308,7 +309,7 @@ class App:
             self.preparer.close()
         await self._pages.aclose()
         await self.loop_lag.aclose()
-        self.service.offload.close()
+        await self.service.offload.aclose()
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -332,7 +333,7 @@ class App:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        await self.start()
+        await start_serving(self.start)
         await stop.wait()
         log.info("signal received: draining for up to %gs", self.settings.shutdown_grace_s)
         await self.drain_and_stop()

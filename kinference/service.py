@@ -26,8 +26,8 @@ from kinference.requests import (
     parse_request,
     rewrite,
 )
-from kinference.requests.cost import parse_cost
 from kinference.requests.offload import INLINE_PARSE_BYTES, Offload
+from kinference.requests.rewrite import Translation, heavy_translation
 from kinference.requests.translation import Untranslatable
 from kinference.routing import (
     Assignment,
@@ -41,6 +41,7 @@ from kinference.routing import (
     RouteQuery,
     Router,
 )
+from kinference.routing.apis import translated_shape
 from kinference.routing.health import UNAUTHORIZED, UNRESOLVED
 from kinference.routing.learning import Served
 from kinference.routing.tenants import Reservation
@@ -83,7 +84,7 @@ class PickerService:
         lagging, still bootstrapping), or None; such Picks answer DEGRADED. `recorder`
         counts and logs each request's steps (one on `metrics` by default)."""
         self.store = store
-        self.offload = offload or Offload()  # the thread heavy bodies are parsed in
+        self.offload = offload or Offload()  # the worker process heavy bodies go to
         self.preparer = preparer  # tokenizes prompts for precise pools (None: none)
         self.shared_gap = shared_gap
         self.router = router
@@ -117,29 +118,44 @@ class PickerService:
         return self._decided(body, call, started, _parsed(body))
 
     async def pick_off_loop(self, call: PickCall) -> PickResult:
-        """`pick`, with the parse of a body over INLINE_PARSE_BYTES run in the parse thread
-        and, when precise pools may serve it, the prompt tokenized in the tokenizer thread
+        """`pick`, with the parse of a body over INLINE_PARSE_BYTES run in the parse worker,
+        its translation too when one of its model's targets takes another API and it has
+        large values (prepared before the decision, used if the decision translates), and,
+        when precise pools may serve it, the prompt tokenized in the tokenizer thread
         (the decision itself, admission and reservation included, stays in one loop turn)."""
         started = time.perf_counter()
         body = self.store.take(call.stream_id)
         if body.size <= INLINE_PARSE_BYTES:
             parsed = _parsed(body)
         else:  # the parse's memory is charged to the body budget while it runs
-            parsed = await self.offload.run_charged(
-                self.store.budget,
-                lambda: parse_cost(body),
-                lambda: _parsed(body),
-                abandoned=lambda: self.store.release(body),
+            parsed = await self.offload.parse(
+                self.store.budget, body, abandoned=lambda: self.store.release(body)
             )
-        precise = None
+        precise = translated = None
         preparer = self.preparer
-        if preparer is not None and preparer.active and not isinstance(parsed, str):
-            try:
-                precise = await preparer.prepare(parsed, body)
-            except BaseException:
-                self.store.release(body)
-                raise
-        return self._decided(body, call, started, parsed, precise)
+        if not isinstance(parsed, str):
+            translated = await self._translated(body, parsed)
+            if preparer is not None and preparer.active:
+                try:
+                    precise = await preparer.prepare(parsed, body)
+                except BaseException:
+                    self.store.release(body)
+                    raise
+        return self._decided(body, call, started, parsed, precise=precise, translated=translated)
+
+    async def _translated(
+        self, body: Body, request: InferenceRequest
+    ) -> Translation | Untranslatable | None:
+        """The translation of a body with large values, done in the parse worker, when a
+        target of its model may take it in another API; None when there is none to do."""
+        if body.size <= INLINE_PARSE_BYTES or not heavy_translation(body, request):
+            return None
+        sent = translated_shape(self.router.policy.config, request.shape, request.model)
+        if sent is None:
+            return None
+        return await self.offload.translate(
+            self.store.budget, body, request, sent, abandoned=lambda: self.store.release(body)
+        )
 
     def _decided(
         self,
@@ -147,10 +163,12 @@ class PickerService:
         call: PickCall,
         started: float,
         parsed: InferenceRequest | str,
+        *,
         precise: PreciseQuery | None = None,
+        translated: Translation | Untranslatable | None = None,
     ) -> PickResult:
         try:
-            result = self._decide(body, call, parsed, precise)
+            result = self._decide(body, call, parsed, precise, translated)
         except BaseException:
             self.store.release(body)
             raise
@@ -166,6 +184,7 @@ class PickerService:
         call: PickCall,
         parsed: InferenceRequest | str,
         precise: PreciseQuery | None = None,
+        translated: Translation | Untranslatable | None = None,
     ) -> PickResult:
         if isinstance(parsed, str):
             return PickResult(Outcome.BAD_REQUEST, reason=parsed, code=Reason.MALFORMED)
@@ -187,7 +206,7 @@ class PickerService:
                 retry_after_s=decision.retry_after_s,
             )
         try:
-            return self._dispatch(body, request, decision, call)
+            return self._dispatch(body, request, decision, call, translated)
         except Untranslatable as exc:
             return PickResult(
                 Outcome.BAD_REQUEST,
@@ -197,7 +216,12 @@ class PickerService:
             )
 
     def _dispatch(
-        self, body: Body, request: InferenceRequest, decision: Decision, call: PickCall
+        self,
+        body: Body,
+        request: InferenceRequest,
+        decision: Decision,
+        call: PickCall,
+        translated: Translation | Untranslatable | None = None,
     ) -> PickResult:
         destination: Destination | None = decision.local or decision.provider
         assert destination is not None
@@ -207,7 +231,7 @@ class PickerService:
             max_tokens_field=decision.max_tokens_field,
             sent_shape=decision.sent_shape,
         )
-        rewritten = rewrite(body, request, plan)  # before any state: it may refuse
+        rewritten = rewrite(body, request, plan, translated)  # before any state: may refuse
         response_id = new_id(_ResponseIdsInUse(self.inflight, self.store))
         request_id = call.client_request_id or body.client_request_id
         self.inflight.add(response_id, destination, call.tenant, decision.prefix_hashes, request_id)

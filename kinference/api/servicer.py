@@ -61,7 +61,7 @@ class PickerServicer:
                         raise InvalidArgument("a PushBody message is not a BodyChunk")
                     observation = upload.add(chunk)
                     if observation is not None:  # a big chunk: scanned off the loop
-                        await self.service.offload.run(observation.run)
+                        await self.service.offload.observe(observation)
                     if len(chunk):  # only body bytes are progress: empty chunks are not
                         idle.reschedule(loop.time() + self._idle_timeout_s)
         except TimeoutError:

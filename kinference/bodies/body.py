@@ -103,15 +103,16 @@ class Body:
         pieces: list[Piece] = []
         cursor = 0
         for start, end, replacement in sorted(edits, key=lambda edit: edit[0]):
-            pieces.extend(self._slice(cursor, start))
+            pieces.extend(self.views(cursor, start))
             if replacement:
                 pieces.append(replacement)
             cursor = end
-        pieces.extend(self._slice(cursor, self.size))
+        pieces.extend(self.views(cursor, self.size))
         # The upload's scanner described the old byte positions: it does not come along.
         return Body(pieces, reserved=self.reserved, client_request_id=self.client_request_id)
 
-    def _slice(self, start: int, end: int) -> list[Piece]:
+    def views(self, start: int, end: int) -> list[Piece]:
+        """The bytes in [start, end) as the pieces (or views of them) that hold them: no copy."""
         offsets = self._piece_offsets()
         out: list[Piece] = []
         index = max(bisect_right(offsets, start) - 1, 0)

@@ -125,7 +125,7 @@ class LocalPicker:
                 async for chunk in chunks:
                     observation = add(chunk)
                     if observation is not None:  # a big chunk: scanned off the loop
-                        await offload.run(observation.run)
+                        await offload.observe(observation)
                     if chunk:  # only body bytes are progress
                         idle.reschedule(loop.time() + self._idle_timeout_s)
         except TimeoutError:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import signal
 import socket
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from typing import Any
 
 import uvicorn
 
+from kinference.heap import start_serving
 from kinference.settings import split_host_port
 
 _READY_POLL_S = 0.01  # how often start() checks whether uvicorn has finished starting
@@ -60,11 +60,9 @@ class GatewayServer:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._exit)
-        await self.start()
-        # Everything built at startup (policy, picker state, imported modules) lives as long
-        # as the process: out of the collector's sight, a full collection scans only what
-        # requests allocate, which keeps its pauses out of the latency tail.
-        gc.freeze()
+        # The heap settings `kinference serve` has (kinference.heap): the in-process picker
+        # starts in the lifespan, inside `start`, so its startup heap is frozen too.
+        await start_serving(self.start)
         assert self._task is not None
         await self._task
 

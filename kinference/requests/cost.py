@@ -20,7 +20,7 @@ from kinference.requests.fields import (
     MalformedRequest,
     member_keys,
 )
-from kinference.requests.large import SKELETON_MAX_BYTES, skeleton_bytes
+from kinference.requests.large import SKELETON_MAX_BYTES, replaced_within, skeleton_bytes
 from kinference.requests.scan import LongString, Member
 
 # Bytes of Python objects per counted mark (',' '[' '{' and every other '"': a container
@@ -57,6 +57,13 @@ def parse_cost(body: Body) -> int:
     return read + max(unread, default=0)
 
 
+def translation_cost(body: Body) -> int:
+    """Bytes translating `body` may hold at its peak besides the body: its parse, every
+    value loaded (counted as read), and the translated JSON (text, then its bytes)."""
+    loaded = _estimate(body, 0, body.size, READ_BYTES_PER_VALUE)
+    return parse_cost(body) + loaded + 2 * body.size
+
+
 def _read_cost(body: Body, member: Member, long_strings: Sequence[LongString]) -> int:
     start, end = member.value_start, member.value_end
     if end - start <= STRICT_PARSE_BYTES:
@@ -64,16 +71,30 @@ def _read_cost(body: Body, member: Member, long_strings: Sequence[LongString]) -
     kept = skeleton_bytes(long_strings, start, end)
     if kept > SKELETON_MAX_BYTES:
         return 0  # reported unextractable, never parsed
-    # Density of the whole span applied to the skeleton's bytes (long strings hold none).
-    whole = _estimate(body, start, end, READ_BYTES_PER_VALUE)
-    return whole * kept // max(end - start, 1) + BYTES_PER_TEXT_BYTE * kept
+    # The skeleton's text: the span without its replaced strings, each one marker value. Its
+    # marks are counted; the replaced strings are never read (the parse worker has not
+    # even been sent their insides).
+    replaced = replaced_within(long_strings, start, end)
+    values = len(replaced)
+    for gap_start, gap_end in zip(
+        [start, *(string.end for string in replaced)],
+        [*(string.start for string in replaced), end],
+        strict=True,
+    ):
+        values += _marks(body, gap_start, gap_end)
+    return READ_BYTES_PER_VALUE * values + BYTES_PER_TEXT_BYTE * kept
 
 
 def _estimate(body: Body, start: int, end: int, per_value: int) -> int:
-    values, cursor = 1, start
+    return per_value * (1 + _marks(body, start, end)) + BYTES_PER_TEXT_BYTE * (end - start)
+
+
+def _marks(body: Body, start: int, end: int) -> int:
+    """',' '[' '{' and pairs of '"' in the body's bytes [start, end)."""
+    values, cursor = 0, start
     while cursor < end:
         window = body.read_span(cursor, min(cursor + _WINDOW, end))
         values += window.count(b",") + window.count(b"[") + window.count(b"{")
         values += window.count(b'"') // 2
         cursor += len(window)
-    return per_value * values + BYTES_PER_TEXT_BYTE * (end - start)
+    return values

@@ -47,6 +47,7 @@ _INCLUDE_USAGE = b'{"include_usage":true}'
 _USAGE_SHAPES = (Shape.CHAT, Shape.COMPLETION)
 # A translated body is parsed whole at Pick; one larger than this is not translated.
 MAX_TRANSLATED_BYTES = 16 * 1024 * 1024
+_ABSENT = object()  # a member the request does not have
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +78,39 @@ class _Changes:
         return not (self.values or self.renames or self.dropped or self.repeats_dropped)
 
 
-def rewrite(body: Body, request: InferenceRequest, plan: RewritePlan) -> Body:
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """A request's members translated to `sent`, before the destination's model is set: each
+    key of the translated request in its order, with its JSON (None: the value as written).
+
+    The heavy part of a translation (every large value parsed, the result serialised):
+    computed by `translation`, in the parse worker for a body with large values
+    (`heavy_translation`), so that Pick only splices it."""
+
+    sent: Shape
+    members: dict[str, bytes | None]
+
+
+def rewrite(
+    body: Body,
+    request: InferenceRequest,
+    plan: RewritePlan,
+    translated: Translation | Untranslatable | None = None,
+) -> Body:
     """`body` rewritten by `plan` for `request` (parsed from it); the same object if untouched.
+    `translated`: the translation to `plan.sent_shape` computed ahead (`translation`), or
+    why there is none; computed here when not given.
 
     Raises `Untranslatable` when the plan asks for a translation the body cannot take."""
-    translating = plan.sent_shape is not None and plan.sent_shape is not request.shape
-    changes = _translation(body, request, plan) if translating else _changes(request, plan)
+    sent = plan.sent_shape
+    if sent is not None and sent is not request.shape:
+        if isinstance(translated, Untranslatable):
+            raise translated
+        if translated is None or translated.sent is not sent:
+            translated = translation(body, request, sent)
+        changes = _translated(request, translated, plan.model)
+    else:
+        changes = _changes(request, plan)
     if not changes:
         return body
     if changes.only_added():  # the usual stream: a member appended, no span needed
@@ -105,6 +133,49 @@ def _closing_brace(body: Body, request: InferenceRequest) -> int | None:
     return end if end >= 0 and raw[end] == 0x7D else None  # "}"
 
 
+def heavy_translation(body: Body, request: InferenceRequest) -> bool:
+    """Whether translating `request` parses values Pick has not (large ones, a body at most
+    MAX_TRANSLATED_BYTES): work for the parse worker, not the loop."""
+    values = request.fields.values.values()
+    return body.size <= MAX_TRANSLATED_BYTES and any(isinstance(v, LargeValue) for v in values)
+
+
+def translation(body: Body, request: InferenceRequest, sent: Shape) -> Translation:
+    """`request`'s members translated to `sent`; raises Untranslatable."""
+    values = _loaded_values(body, request)
+    translated = translate(values, request.shape, sent)
+    return Translation(
+        sent,
+        {
+            key: None if key in values and _same(value, values[key]) else _dumps(value)
+            for key, value in translated.items()
+        },
+    )
+
+
+def _translated(request: InferenceRequest, translated: Translation, model: str | None) -> _Changes:
+    values = request.fields.values
+    members = dict(translated.members)
+    if model is not None:  # set as the translation's last step: in place, or added last
+        written = values.get("model", _ABSENT)
+        members["model"] = None if _same(model, written) else _dumps(model)
+    changes = _Changes()
+    for key in values:
+        if key not in members:
+            changes.dropped.add(key)
+        elif (value := members[key]) is not None:
+            changes.values[key] = value
+    for key, value in members.items():
+        if key not in values:
+            assert value is not None  # a member the request did not have is new JSON
+            changes.added.append((key, value))
+    return changes
+
+
+def _same(value: object, written: object) -> bool:
+    return value is written or value == written
+
+
 def _changes(request: InferenceRequest, plan: RewritePlan) -> _Changes:
     values = request.fields.values
     changes = _Changes()
@@ -116,22 +187,6 @@ def _changes(request: InferenceRequest, plan: RewritePlan) -> _Changes:
         _include_usage(values, changes)
     if plan.max_tokens_field is not None and request.shape is Shape.CHAT:
         _rename_max_tokens(values, plan.max_tokens_field, changes)
-    return changes
-
-
-def _translation(body: Body, request: InferenceRequest, plan: RewritePlan) -> _Changes:
-    assert plan.sent_shape is not None
-    values = _loaded_values(body, request)
-    translated = translate(values, request.shape, plan.sent_shape)
-    if plan.model is not None:
-        translated["model"] = plan.model
-    changes = _Changes()
-    for key, value in values.items():
-        if key not in translated:
-            changes.dropped.add(key)
-        elif translated[key] is not value and translated[key] != value:
-            changes.values[key] = _dumps(translated[key])
-    changes.added.extend((k, _dumps(v)) for k, v in translated.items() if k not in values)
     return changes
 
 

@@ -7,6 +7,7 @@ OpenAI shapes (completions, embeddings, responses) only to an `openai` one.
 
 from __future__ import annotations
 
+from kinference.config import Policy, target_api
 from kinference.config.models import TargetApi
 from kinference.requests import Shape
 
@@ -25,3 +26,18 @@ def sent_shape(shape: Shape, api: TargetApi | None) -> Shape | None:
     if shape in _CONVERSATIONS:
         return _CONVERSATION[api]
     return shape if api == "openai" else None
+
+
+def translated_shape(config: Policy, shape: Shape, model: str) -> Shape | None:
+    """The shape some target of `model` would take a `shape` request translated into, or
+    None when every target takes it as written (or the model has no route). Asked before
+    routing, so that a big body's translation can be prepared off the loop."""
+    route = config.resolve_model(model)
+    if route is None:
+        return None
+    for target in route.targets:
+        provider = config.provider(target.destination) if target.provider is not None else None
+        sent = sent_shape(shape, target_api(target, provider))
+        if sent is not None and sent is not shape:
+            return sent
+    return None

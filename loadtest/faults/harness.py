@@ -8,6 +8,7 @@ check answers SERVING. Nothing here sleeps a fixed time to let a state settle.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -45,6 +46,15 @@ pools:
 MiB = 1 << 20
 _POLL_S = 0.05  # seconds between two looks at a condition polled against a deadline
 _SCRAPE_TIMEOUT_S = 5.0  # a loaded 2-core machine can be slow to answer /metrics
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [
+            int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        ]
+    except OSError:
+        return []
 
 
 class ScenarioFailed(AssertionError):
@@ -117,6 +127,16 @@ class Replica:
     def rss_mib(self) -> float:
         """VmRSS from /proc/PID/status, in MiB."""
         return self.server.status_kib("VmRSS") / 1024
+
+    def children_rss_mib(self) -> float:
+        """VmRSS of the replica's child processes (its parse worker), in MiB."""
+        total = 0
+        for child in _children(self.pid):
+            with contextlib.suppress(OSError, ValueError):
+                status = Path(f"/proc/{child}/status").read_text()
+                line = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
+                total += int(line.split()[1])
+        return total / 1024
 
     def kill(self) -> None:
         """SIGKILL: no drain, no goodbye to Redis; its heartbeat must expire."""

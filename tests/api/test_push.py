@@ -184,12 +184,13 @@ async def test_per_request_budget(start_picker: PickerFactory) -> None:
 async def test_server_wide_budget_counts_every_held_body(
     start_picker: PickerFactory, stage: str
 ) -> None:
-    """One 60 KiB body in `stage` leaves no room for a 150 KiB one under a 200 KiB budget
-    (which also holds the first one's parse at Pick, twice its text)."""
-    picker = await start_picker(max_body_bytes=150 * KiB, max_buffered_bytes=200 * KiB)
+    """One 40 KiB body in `stage` leaves no room for a 170 KiB one under a 200 KiB budget
+    (which also holds the first one's parse at Pick: its copy in the parse worker and the
+    estimated objects, ~3x its text)."""
+    picker = await start_picker(max_body_bytes=170 * KiB, max_buffered_bytes=200 * KiB)
     store = picker.app.store
-    first = sized_chat_body(60 * KiB, tag="first")
-    second = sized_chat_body(150 * KiB, tag="second")
+    first = sized_chat_body(40 * KiB, tag="first")
+    second = sized_chat_body(170 * KiB, tag="second")
 
     release_push = asyncio.Event()
     open_push = None

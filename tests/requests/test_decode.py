@@ -1,15 +1,14 @@
-"""The GIL-friendly decoder: the same values as json.loads; discard empties in slices."""
+"""The parser's decoding: json.loads values; discard empties in slices."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinference.requests.decode import _INTERRUPTIBLE, discard, loads
+from kinference.requests.decode import discard, loads
 
 json_values: st.SearchStrategy[Any] = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -22,23 +21,9 @@ json_values: st.SearchStrategy[Any] = st.recursive(
 
 @settings(deadline=None, max_examples=150)
 @given(json_values)
-def test_both_decoders_give_json_loads_values(value: Any) -> None:
+def test_loads_gives_json_loads_values(value: Any) -> None:
     text = json.dumps(value)
     assert loads(text) == json.loads(text)
-    assert _INTERRUPTIBLE.decode(text) == json.loads(text)
-
-
-def test_a_dense_text_takes_the_interruptible_decoder_and_the_same_value() -> None:
-    text = "[" + ",".join(["{}"] * 200_000) + "]"  # well past the C budget
-    assert loads(text) == json.loads(text)
-
-
-@pytest.mark.parametrize("text", ['[1, "x"', "[1,]", '{"a" 1}', "[NaNx]", "01"])
-def test_both_decoders_refuse_what_json_loads_refuses(text: str) -> None:
-    with pytest.raises(ValueError):
-        json.loads(text)
-    with pytest.raises(ValueError):
-        _INTERRUPTIBLE.decode(text)
 
 
 @settings(deadline=None, max_examples=150)

@@ -1,33 +1,158 @@
-"""The parse thread: work runs with the collector paused, restored afterwards, also when
-the work raises."""
+"""The parse worker process: a big body parses there to the request a local parse gives,
+dense chunks are scanned there, its memory is charged while it works, and a worker that
+dies or runs late fails its job with UNAVAILABLE and is replaced at the next job."""
 
 from __future__ import annotations
 
-import gc
+import asyncio
+import json
+import os
+import signal
+import sys
 
 import pytest
 
+from kinference.bodies import Body, ByteBudget, Observation
+from kinference.errors import ResourceExhausted, Unavailable
+from kinference.requests import InferenceRequest, JsonScanner, parse_request
 from kinference.requests.offload import Offload
+from kinference.requests.process import WorkerProcess
+from tests.requests import pieces_of, scanner_for, uploaded_body
+
+MiB = 1 << 20
 
 
-async def test_work_runs_with_gc_paused_and_it_is_restored() -> None:
-    offload = Offload()
+def big_request(tools: int = 3000) -> bytes:
+    content = "a long question " * 8000
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": content}],
+        "tools": [{"type": "function", "function": {"name": f"f{i}"}} for i in range(tools)],
+        "extra": [{}] * 50_000,
+    }
+    return json.dumps(body).encode()
+
+
+class Released:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+
+
+async def test_a_big_body_parses_in_the_worker_to_the_local_request() -> None:
+    offload, budget, released = Offload(), ByteBudget(256 * MiB), Released()
+    body = uploaded_body(big_request())
     try:
-        assert await offload.run(gc.isenabled) is False
+        parsed = await offload.parse(budget, body, abandoned=released)
+        assert isinstance(parsed, InferenceRequest)
+        local = parse_request(body)
+        assert (parsed.model, parsed.shape, parsed.prompt) == (
+            local.model,
+            local.shape,
+            local.prompt,
+        )
+        assert parsed.token_estimate == local.token_estimate and parsed.has_tools
+        assert offload.worker_pid not in (None, os.getpid())
     finally:
-        offload.close()
-    assert gc.isenabled()
+        await offload.aclose()
+    assert budget.used == 0 and released.count == 0
 
 
-async def test_gc_is_restored_when_the_work_raises() -> None:
-    offload = Offload()
-
-    def failing() -> None:
-        raise ValueError("boom")
-
+async def test_a_malformed_body_comes_back_as_its_reason() -> None:
+    offload, budget = Offload(), ByteBudget(64 * MiB)
+    data = b'{"model": "m", "messages": [' + b"1," * 40_000 + b"}"
+    body = Body(pieces_of(data, 4096), reserved=len(data))
     try:
-        with pytest.raises(ValueError):
-            await offload.run(failing)
+        parsed = await offload.parse(budget, body, abandoned=Released())
     finally:
-        offload.close()
-    assert gc.isenabled()
+        await offload.aclose()
+    assert isinstance(parsed, str) and "invalid JSON" in parsed
+
+
+async def test_a_parse_the_budget_cannot_hold_is_refused_and_nothing_stays_charged() -> None:
+    offload, budget, released = Offload(), ByteBudget(3 * MiB), Released()
+    body = uploaded_body(big_request())  # ~1.2 MiB shipped, tens of MiB to parse
+    try:
+        with pytest.raises(ResourceExhausted, match="parsing this body needs"):
+            await offload.parse(budget, body, abandoned=released)
+        assert budget.used == 0 and released.count == 1
+        after = await offload.parse(ByteBudget(256 * MiB), body, abandoned=released)
+        assert isinstance(after, InferenceRequest)  # the worker dropped it and went on
+    finally:
+        await offload.aclose()
+
+
+async def test_a_dense_chunk_is_scanned_in_the_worker_to_the_same_state() -> None:
+    data = b'{"model": "m", "x": [' + b",".join([b"{}"] * 300_000) + b'], "prompt": "hi"}'
+    offload = Offload()
+    scanner = JsonScanner()
+    try:
+        await offload.observe(Observation(scanner, pieces_of(data, MiB)))
+        assert offload.worker_pid is not None  # the loop could not finish it in 1 ms
+    finally:
+        await offload.aclose()
+    reference = scanner_for([data])
+    assert scanner.complete and scanner.members == reference.members
+
+
+async def test_a_killed_worker_fails_its_job_and_the_next_one_starts_another() -> None:
+    offload, budget, released = Offload(), ByteBudget(256 * MiB), Released()
+    body = uploaded_body(big_request(tools=30_000))
+    try:
+        await offload.parse(budget, uploaded_body(big_request(tools=1)), abandoned=released)
+        first = offload.worker_pid
+        assert first is not None
+        parsing = asyncio.ensure_future(offload.parse(budget, body, abandoned=released))
+        await asyncio.sleep(0)  # the job is sent
+        os.kill(first, signal.SIGKILL)
+        with pytest.raises(Unavailable, match="parse worker stopped"):
+            await parsing
+        assert released.count == 1
+        again = await offload.parse(budget, body, abandoned=released)
+        assert isinstance(again, InferenceRequest) and offload.worker_pid != first
+    finally:
+        await offload.aclose()
+    assert budget.used == 0
+
+
+async def test_a_worker_past_its_deadline_is_stopped() -> None:
+    hung = WorkerProcess((sys.executable, "-c", "import time; time.sleep(600)"))
+    offload, budget, released = Offload(hung, deadline_s=0.5), ByteBudget(64 * MiB), Released()
+    try:
+        with pytest.raises(Unavailable, match="took longer than"):
+            await offload.parse(budget, uploaded_body(big_request(tools=1)), abandoned=released)
+    finally:
+        await offload.aclose()
+    assert budget.used == 0 and released.count == 1
+
+
+async def test_a_caller_that_goes_away_leaves_the_job_to_end_and_release() -> None:
+    offload, budget, released = Offload(), ByteBudget(256 * MiB), Released()
+    try:
+        parsing = asyncio.ensure_future(
+            offload.parse(budget, uploaded_body(big_request()), abandoned=released)
+        )
+        await asyncio.sleep(0)
+        parsing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await parsing
+        # The next job waits its turn behind the abandoned one, which then has ended.
+        await offload.parse(budget, uploaded_body(big_request(tools=1)), abandoned=Released())
+        assert released.count == 1 and budget.used == 0
+    finally:
+        await offload.aclose()
+
+
+async def test_a_worker_grown_past_its_bound_is_replaced_after_its_parse() -> None:
+    offload, budget = Offload(recycle_rss_bytes=1), ByteBudget(256 * MiB)
+    try:
+        first = await offload.parse(budget, uploaded_body(big_request()), abandoned=Released())
+        first_pid = offload.worker_pid
+        again = await offload.parse(budget, uploaded_body(big_request()), abandoned=Released())
+        assert isinstance(first, InferenceRequest) and isinstance(again, InferenceRequest)
+        assert offload.worker_pid != first_pid
+    finally:
+        await offload.aclose()
+    assert budget.used == 0

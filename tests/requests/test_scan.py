@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 
@@ -242,3 +243,24 @@ def test_escaped_quotes_in_long_strings_count_as_escapes() -> None:
     (string,) = scan(data, 4096).long_strings
     assert string.escaped
     assert json.loads(data[string.start : string.end]) == json.loads(data)["k"]
+
+
+@pytest.mark.parametrize("chunk", [97, 1 << 20])
+def test_a_scan_cut_after_any_event_resumes_exactly(chunk: int) -> None:
+    """What the loop scans before its deadline (here: one event), and the worker (a pickled
+    copy) scans of the rest, ends in the state of one scan."""
+    data = (
+        b" " * 70_000 + b'{"a": [1, {"b": "x\\\\"}, []], "s": "' + b"q" * (LONG_STRING_BYTES + 9)
+        + b'\\"", "n": [' + b"1," * 70_000 + b'1], "c": {"d": [[], {}]}, "e": "\\\\\\""}'
+        + b" " * 70_000
+    )  # fmt: skip
+    reference = scan(data, chunk)
+    scanner = JsonScanner()
+    for piece in pieces_of(data, chunk):
+        consumed = scanner.feed_until(piece, 0.0)
+        if consumed < len(piece):
+            copy = pickle.loads(pickle.dumps(scanner))
+            copy.feed(piece[consumed:])
+            scanner.adopt(copy)
+    assert state(scanner) == state(reference)
+    assert scanner.long_strings == reference.long_strings

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from kinference.config import parse_policy
 from kinference.requests import Shape
-from kinference.routing.apis import sent_shape
+from kinference.routing.apis import sent_shape, translated_shape
 
 S = Shape
 
@@ -47,3 +48,39 @@ models:
     decision = env.route(shaped("m", "embeddings"))
     assert decision.local is None
     assert decision.reason == "pool default/claude takes no embeddings requests"
+
+
+POLICY = """
+pools:
+  - {namespace: default, name: chat, endpoints: ["127.0.0.1:1"], models: [local]}
+providers:
+  - {namespace: ai, name: claude, api: anthropic}
+  - {namespace: ai, name: raw, api: anthropic}
+models:
+  - {name: claude, targets: [{provider: ai/claude, model: claude-x}]}
+  - name: mixed
+    targets:
+      - {provider: ai/claude, model: claude-x}
+      - {pool: default/chat, model: local, use: overflow}
+  - {name: as-written, targets: [{provider: ai/raw, model: r, path: /v1/raw}]}
+"""
+
+
+@pytest.mark.parametrize(
+    ("shape", "model", "translated"),
+    [
+        (S.ANTHROPIC_MESSAGES, "local", S.CHAT),  # a pool speaks openai
+        (S.CHAT, "local", None),
+        (S.CHAT, "claude", S.ANTHROPIC_MESSAGES),
+        (S.ANTHROPIC_MESSAGES, "claude", None),
+        (S.ANTHROPIC_MESSAGES, "mixed", S.CHAT),  # an overflow target may translate
+        (S.CHAT, "mixed", S.ANTHROPIC_MESSAGES),
+        (S.CHAT, "as-written", None),  # a target's own path takes it as written
+        (S.EMBEDDINGS, "claude", None),  # no target takes it at all
+        (S.CHAT, "nobody", None),
+    ],
+)
+def test_translated_shape_is_any_target_s_other_api(
+    shape: Shape, model: str, translated: Shape | None
+) -> None:
+    assert translated_shape(parse_policy(POLICY), shape, model) is translated

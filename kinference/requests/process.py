@@ -1,0 +1,138 @@
+"""The parse worker's process as the picker sees it: started at first use, restarted after
+it died or was stopped, closed at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import subprocess
+import sys
+from asyncio.streams import FlowControlMixin
+from collections.abc import Sequence
+from typing import Any
+
+from kinference.bodies import Piece
+from kinference.requests import frames
+
+log = logging.getLogger(__name__)
+
+_COMMAND = (sys.executable, "-m", "kinference.requests.worker")
+_PIPE_BYTES = 1 << 20  # fewer wake-ups per MiB sent (Linux's default pipe-max-size)
+_EXIT_WAIT_S = 2.0  # how long a closed worker may take to exit before it is killed
+
+
+class WorkerLost(Exception):
+    """The worker died, or was stopped, before it answered."""
+
+
+class WorkerProcess:
+    """One worker; `send` and `receive` frames. Not shared between concurrent jobs: the
+    caller serializes them (`offload.Offload`).
+
+    Started with `subprocess.Popen` (vfork, then exec), not the event loop's subprocess
+    support: uvloop runs the interpreter's at-fork hooks in the child before exec, and
+    gRPC's hook there crashed the child (a segfault in an `event_engine` thread, seen
+    once in a few starts beside gRPC traffic)."""
+
+    def __init__(self, command: Sequence[str] = _COMMAND) -> None:
+        self._command = tuple(command)
+        self._process: _Running | None = None
+        self.pid: int | None = None
+
+    async def send(self, kind: str, data: Any, payload: Sequence[Piece] = ()) -> None:
+        running = await self._started()
+        try:
+            await frames.send(running.writer, kind, data, payload)
+        except (BrokenPipeError, ConnectionResetError, RuntimeError) as exc:
+            raise self._lost() from exc  # RuntimeError: the transport closed with the pipe
+
+    async def receive(self) -> tuple[str, Any]:
+        running = await self._started()
+        try:
+            return await frames.receive(running.reader)
+        except asyncio.IncompleteReadError as exc:
+            raise self._lost() from exc
+
+    def kill(self) -> None:
+        """Stop the worker at once (a job over its deadline); the next job starts another."""
+        running, self._process = self._process, None
+        if running is not None:
+            running.kill()
+
+    async def aclose(self) -> None:
+        """Close the worker's stdin (it exits after its job), kill it if it lingers."""
+        running, self._process = self._process, None
+        if running is not None:
+            await running.aclose()
+
+    async def _started(self) -> _Running:
+        if self._process is None or self._process.popen.poll() is not None:
+            self._process = await _Running.start(self._command)
+            self.pid = self._process.popen.pid
+            log.info("parse worker started (pid %d)", self.pid)
+        return self._process
+
+    def _lost(self) -> WorkerLost:
+        running, self._process = self._process, None
+        code = None if running is None else running.popen.poll()
+        if running is not None:
+            running.kill()
+        log.warning("parse worker stopped (exit code %s)", code)
+        return WorkerLost(f"the parse worker stopped (exit code {code})")
+
+
+class _Running:
+    """A started worker: the process and the loop's ends of its pipes."""
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self.popen = popen
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def start(cls, command: Sequence[str]) -> _Running:
+        # vfork + exec: ~1 ms whatever the picker's size, no wait for the child to be ready.
+        popen = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # noqa: ASYNC220
+        assert popen.stdin is not None and popen.stdout is not None
+        for pipe in (popen.stdin, popen.stdout):
+            _widen(pipe.fileno())
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), popen.stdout)
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: FlowControlMixin(loop), popen.stdin
+        )
+        writer = asyncio.StreamWriter(transport, protocol, None, loop)
+        return cls(popen, reader, writer)
+
+    def kill(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.kill()
+        self._reap()
+
+    async def aclose(self) -> None:
+        self.writer.close()
+        try:
+            await asyncio.to_thread(self.popen.wait, _EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def _reap(self) -> None:
+        """Collect the exit status off the loop (a killed process exits at once)."""
+        asyncio.get_running_loop().run_in_executor(None, self.popen.wait)
+
+
+def _widen(fileno: int) -> None:
+    """Raise the pipe's capacity, where Linux allows (F_SETPIPE_SZ)."""
+    setter = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if setter is not None:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fileno, setter, _PIPE_BYTES)
