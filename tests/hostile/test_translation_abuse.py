@@ -7,23 +7,14 @@ translation makes."""
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import json
 
 from kinference.bodies import Body
-from kinference.heap import freeze_startup_heap
 from kinference.requests import RewritePlan, Shape, parse_request, rewrite
 from kinference.v1 import picker_pb2 as pb
-from tests.api.helpers import chat_body, wait_nothing_held
-from tests.conftest import MODEL, PickerFactory, RunningPicker
-from tests.hostile.test_body_abuse import (
-    LOOP_CPU_LIMIT_S,
-    LagProbe,
-    MiB,
-    chunks_of,
-    process_cpu_s,
-)
+from tests.api.helpers import wait_nothing_held
+from tests.conftest import MODEL, PickerFactory
+from tests.hostile.beside_polite import MiB, beside_polite, chunks_of
 
 ANTHROPIC_PATH = "/v1/messages"
 BLOCKS = 60_000  # text blocks of one message: ~2 MiB, dense to parse, translate and dump
@@ -47,18 +38,8 @@ def translated_on_the_loop(data: bytes) -> bytes:
 
 async def test_big_translations_never_hold_the_event_loop(start_picker: PickerFactory) -> None:
     picker = await start_picker(max_buffered_bytes=512 * MiB, max_body_bytes=16 * MiB)
-    freeze_startup_heap()  # as `kinference serve` does once it is up
-    try:
-        await _translations_beside_polite(picker)
-    finally:
-        gc.unfreeze()
-
-
-async def _translations_beside_polite(picker: RunningPicker) -> None:
     client = picker.client
     hostile = hostile_anthropic_body()
-    probe = LagProbe()
-    served: list[int] = []
 
     async def hostile_caller() -> bytes:
         pushed = await client.push(
@@ -71,29 +52,10 @@ async def _translations_beside_polite(picker: RunningPicker) -> None:
         await client.abort(pick.response_id)
         return pulled
 
-    async def polite_caller(stop: asyncio.Event) -> None:
-        body = chat_body()
-        while not stop.is_set():
-            pick = await client.pick((await client.push([body])).stream_id)
-            await client.abort(pick.response_id)
-            served.append(pick.outcome)
-
-    stop = asyncio.Event()
-    polite = [asyncio.create_task(polite_caller(stop)) for _ in range(4)]
-    pulled = await asyncio.gather(*(hostile_caller() for _ in range(3)))
-    stop.set()
-    await asyncio.gather(*polite)
-    worst, worst_cpu = await probe.stop()
-    print(f"worst loop lag {worst * 1000:.1f} ms (loop CPU {worst_cpu * 1000:.1f} ms), "
-          f"polite picks {len(served)}")  # fmt: skip
-    worker = picker.app.service.offload.worker_pid
-    assert worker is not None, "the translations never reached the parse worker"
-    worker_cpu = process_cpu_s(worker)
-    print(f"parse worker CPU {worker_cpu:.1f} s")
-    assert worst_cpu < LOOP_CPU_LIMIT_S, f"the loop itself worked {worst_cpu * 1000:.0f} ms"
-    assert worker_cpu > WORKER_CPU_MIN_S, f"the worker did {worker_cpu:.2f} s of the work"
-    assert served and all(outcome == pb.PickResponse.OK for outcome in served)
+    outcome = await beside_polite(picker, hostile_caller, WORKER_CPU_MIN_S)
+    served = outcome.polite_outcomes
+    assert served and all(result == pb.PickResponse.OK for result in served)
     expected = translated_on_the_loop(hostile)
-    assert all(body == expected for body in pulled)
+    assert all(body == expected for body in outcome.hostile)
     assert json.loads(expected)["messages"][0]["role"] == "user"  # a chat request indeed
     await wait_nothing_held(picker)
