@@ -201,6 +201,30 @@ async def pull_status(picker: RunningPicker, response_id: int) -> grpc.aio.AioRp
     return info.value
 
 
+# What grpc.aio reports when the server ended a call the client was still writing to
+# (grpc/grpc#36066): the server's status is lost in transport.
+CORE_TRANSPORT_LOST = "Internal error from Core"
+
+
+def push_errors_sent(picker: RunningPicker) -> dict[str, float]:
+    """The server's own count of the PushBody statuses it failed calls with, by code."""
+    counts: dict[str, float] = {}
+    for family in picker.app.metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name == "kinference_rpc_errors_total" and (
+                sample.labels.get("method") == "PushBody"
+            ):
+                counts[sample.labels["code"]] = sample.value
+    return counts
+
+
+def status_sent_since(picker: RunningPicker, before: dict[str, float]) -> grpc.StatusCode:
+    """The one PushBody error status the server sent since `before` (INTERNAL if none)."""
+    after = push_errors_sent(picker)
+    sent = [code for code, count in after.items() if count > before.get(code, 0.0)]
+    return grpc.StatusCode[sent[0]] if len(sent) == 1 else grpc.StatusCode.INTERNAL
+
+
 def assert_code(error: grpc.aio.AioRpcError, code: grpc.StatusCode) -> None:
     assert error.code() == code, f"expected {code.name}, got {error.code().name}: {error.details()}"
 

@@ -16,13 +16,11 @@ import grpc
 from kinference.bodies import Body
 from kinference.requests import parse_request
 from kinference.v1 import picker_pb2 as pb
-from tests.api.helpers import chat_body, status_of, wait_nothing_held
+from tests.api.helpers import CORE_TRANSPORT_LOST, chat_body, status_of, wait_nothing_held
 from tests.conftest import MODEL, PickerFactory
 from tests.hostile.beside_polite import MiB, beside_polite, chunks_of
 from tests.requests import uploaded_body
 
-# What grpc.aio reports when the server ended a call the client was still writing to.
-_CORE_TRANSPORT_LOST = "Internal error from Core"
 # CPU the worker must have spent on the three bodies (each needs seconds to scan and parse).
 WORKER_CPU_MIN_S = 1.0
 
@@ -130,7 +128,7 @@ async def test_empty_chunks_do_not_keep_an_upload_open(start_picker: PickerFacto
     assert seen <= {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL}, seen
     assert all(
         error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        or _CORE_TRANSPORT_LOST in str(error.details())
+        or CORE_TRANSPORT_LOST in str(error.details())
         for error in errors
     ), [error.details() for error in errors]
     assert elapsed < 4 * idle_s, elapsed  # ended by the idle limit, not kept alive
