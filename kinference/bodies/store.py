@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from kinference.bodies.body import Body, ChunkObserver, Piece, Upload
+from kinference.bodies.body import MAX_CHUNK_BYTES, Body, ChunkObserver, Piece, Upload
 from kinference.bodies.budget import ByteBudget
 from kinference.bodies.ids import new_id
 from kinference.errors import (
@@ -228,7 +228,10 @@ class Pull:
                 group_end += 1
             group_end = max(group_end, index + 1)
             group = pieces[index:group_end]
-            yield group[0] if len(group) == 1 else b"".join(group)
+            if len(group) > 1:
+                yield b"".join(group)
+            else:  # a piece over 1 MiB (a spliced replacement, a translation) goes out cut
+                yield from _cut(group[0])
             nbytes = sum(len(p) for p in group)
             for i in range(index, group_end):
                 pieces[i] = b""  # drop the reference: a slow pull holds only what is unsent
@@ -241,6 +244,16 @@ class Pull:
         if not self._closed:
             self._closed = True
             self._store._pull_done(self._body)
+
+
+def _cut(piece: Piece) -> Iterator[Piece]:
+    """`piece` as messages of at most `MAX_CHUNK_BYTES` (views of it: nothing copied)."""
+    if len(piece) <= MAX_CHUNK_BYTES:
+        yield piece
+        return
+    view = memoryview(piece)
+    for start in range(0, len(view), MAX_CHUNK_BYTES):
+        yield view[start : start + MAX_CHUNK_BYTES]
 
 
 def _fits(group_bytes: int, piece_bytes: int) -> bool:

@@ -328,6 +328,23 @@ def test_large_pieces_go_out_uncopied(store: BodyStore) -> None:
     assert all(m is p for m, p in zip(messages, pieces, strict=True))
 
 
+def test_a_spliced_piece_over_1_mib_goes_out_cut_into_views(store: BodyStore) -> None:
+    # A rewrite's replacement (a translated member holding a big image) is one piece of any
+    # size: every PullBody message stays within the spec's 1 MiB, and nothing is copied.
+    stream_id, _ = push(store, b'{"a": 1, "b": 2}')
+    replacement = random.Random(3).randbytes(3 * MAX_CHUNK_BYTES + 5)
+    spliced = store.take(stream_id).spliced([(6, 7, replacement)])
+    store.park(100, spliced)
+    assert store.budget.used == spliced.size
+    pull = store.open_pull(100)
+    messages = list(pull.messages())
+    pull.close()
+    assert [len(m) for m in messages] == [6, *[MAX_CHUNK_BYTES] * 3, 5, 9]
+    assert all(isinstance(m, memoryview) and m.obj is replacement for m in messages[1:5])
+    assert b"".join(bytes(m) for m in messages) == b'{"a": ' + replacement + b', "b": 2}'
+    assert store.budget.used == 0
+
+
 def test_random_piece_sizes_pull_back_exactly(store: BodyStore) -> None:
     rng = random.Random(7)
     for round_ in range(20):

@@ -18,6 +18,9 @@ from tests.hostile.beside_polite import MiB, beside_polite, chunks_of
 
 ANTHROPIC_PATH = "/v1/messages"
 BLOCKS = 60_000  # text blocks of one message: ~2 MiB, dense to parse, translate and dump
+# One image, over gRPC's default 4 MiB receive limit: the translated member is one piece,
+# which PullBody must still send as messages of at most 1 MiB.
+IMAGE_BYTES = 6 * MiB
 WORKER_CPU_MIN_S = 0.3  # the three translations, and their parses, take seconds of CPU
 
 
@@ -58,4 +61,39 @@ async def test_big_translations_never_hold_the_event_loop(start_picker: PickerFa
     expected = translated_on_the_loop(hostile)
     assert all(body == expected for body in outcome.hostile)
     assert json.loads(expected)["messages"][0]["role"] == "user"  # a chat request indeed
+    await wait_nothing_held(picker)
+
+
+def image_anthropic_body(image_bytes: int) -> bytes:
+    """A valid Anthropic Messages request holding one base64 image of `image_bytes`."""
+    image = {"type": "base64", "media_type": "image/png", "data": "A" * image_bytes}
+    content = [{"type": "image", "source": image}, {"type": "text", "text": "what is it?"}]
+    doc = {"model": MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": content}]}
+    return json.dumps(doc).encode()
+
+
+async def test_a_big_translated_image_comes_back_without_holding_the_loop(
+    start_picker: PickerFactory,
+) -> None:
+    picker = await start_picker(max_buffered_bytes=512 * MiB, max_body_bytes=64 * MiB)
+    client = picker.client
+    hostile = image_anthropic_body(IMAGE_BYTES)
+    chunks = chunks_of(hostile, MiB)  # cut once: the copy is the test's own loop work
+
+    async def hostile_caller() -> bytes:
+        pushed = await client.push(
+            chunks, declared_length=len(hostile), request_path=ANTHROPIC_PATH
+        )
+        pick, extras = await client.pick_with_extras(pushed.stream_id)
+        assert pick.outcome == pb.PickResponse.OK, pick.reason
+        assert extras.translated == (Shape.ANTHROPIC_MESSAGES, Shape.CHAT)
+        pulled = await client.pull_all(pick.response_id)
+        await client.abort(pick.response_id)
+        return pulled
+
+    outcome = await beside_polite(picker, hostile_caller, 0.0)
+    assert all(result == pb.PickResponse.OK for result in outcome.polite_outcomes)
+    for pulled in outcome.hostile:  # checked once the loop is no longer watched
+        sent = json.loads(pulled)["messages"][0]["content"][0]
+        assert sent["image_url"]["url"] == "data:image/png;base64," + "A" * IMAGE_BYTES
     await wait_nothing_held(picker)
