@@ -132,7 +132,9 @@ def _sentinel_master(url: str, options: dict[str, Any]) -> RedisClient:
     nodes, service, db, user, password = _sentinel_parts(url)
     tls = urlsplit(url).scheme.startswith("rediss")
     auth = {"username": user, "password": password}
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    # Typed from redis-py 8 on, untyped before: called through Any so that both check.
+    make_sentinel: Any = Sentinel
+    sentinel: Sentinel = make_sentinel(
         nodes,
         sentinel_kwargs={**options, "ssl": tls, **auth},
         ssl=tls,
