@@ -35,6 +35,7 @@ class EngineReadings:
     batch_floor: _FloatArray
     batch_ceiling: _FloatArray
     batch_limit: _FloatArray
+    any_reading: bool  # some slot's `scraped_at` is a time (kept by `set_engine`)
 
     def engine_signals(self, now: float, max_age_s: float) -> tuple[_FloatArray, _FloatArray]:
         """(waiting, KV-cache use) per slot, NaN where unknown or older than `max_age_s`.
@@ -119,7 +120,7 @@ class EngineReadings:
 
     def has_readings(self) -> bool:
         """Whether any engine reading was ever taken (else every engine signal is unknown)."""
-        return not np.isnan(self.scraped_at).all()
+        return self.any_reading
 
 
 def _fmax(a: float, b: float) -> float:

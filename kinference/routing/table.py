@@ -40,6 +40,9 @@ class WorkerTable(EngineReadings):
         self.kv_usage: FloatArray = np.full(capacity, np.nan)
         self.ready: BoolArray = np.ones(capacity, dtype=bool)
         self.scraped_at: FloatArray = np.full(capacity, np.nan)  # monotonic s of the reading
+        # Whether any slot has a reading time: read at every Pick, so kept rather than
+        # derived from `scraped_at` there (a reduction over every slot).
+        self.any_reading = False
         # In-flight picks when the reading was taken, and the most sequences the engine was
         # seen running at once (its batch size; exactly what runs while some wait): with
         # them the queue is carried forward between readings (`queue_now`).
@@ -114,11 +117,11 @@ class WorkerTable(EngineReadings):
 
     def add_inflight(self, slot: int, delta: float) -> None:
         """Requests in flight on a worker change by `delta` (never below zero)."""
-        self.inflight[slot] = max(self.inflight[slot] + delta, 0.0)
+        self.inflight[slot] = max(self.inflight.item(slot) + delta, 0.0)  # Python floats
 
     def add_pending_prefill(self, slot: int, tokens: float) -> None:
         """Uncached prompt tokens awaiting their first token change by `tokens`."""
-        self.pending_prefill[slot] = max(self.pending_prefill[slot] + tokens, 0.0)
+        self.pending_prefill[slot] = max(self.pending_prefill.item(slot) + tokens, 0.0)
 
     def start_prefill(self, slot: int, key: object, entry: PendingPrefix) -> None:
         """A pick's prefill, by its prefix blocks, pending on `slot` until `end_prefill`."""
@@ -177,6 +180,10 @@ class WorkerTable(EngineReadings):
         self.running[slot] = np.nan if running is None else running
         self.kv_usage[slot] = np.nan if kv_usage is None else kv_usage
         self.scraped_at[slot] = np.nan if scraped_at is None else scraped_at
+        if scraped_at is not None:
+            self.any_reading = True
+        elif self.any_reading:  # this slot's may have been the last
+            self.any_reading = not np.isnan(self.scraped_at).all()
         self.inflight_at_reading[slot] = self.inflight[slot]
         if running is not None:
             self.running_max[slot] = np.fmax(self.running_max[slot], running)
