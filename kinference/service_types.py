@@ -4,15 +4,14 @@ recorder (which the service calls) both read them without importing each other."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from kinference.records import record
 from kinference.requests import Shape
 from kinference.routing.decision import Outcome, QoS
 from kinference.routing.inflight import Destination
 from kinference.routing.reasons import Reason
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PickCall:
     """A Pick as the caller phrased it."""
 
@@ -23,7 +22,7 @@ class PickCall:
     client_request_id: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PickResult:
     """The answer to a Pick; `response_id` is 0 unless the outcome dispatches."""
 
@@ -42,7 +41,7 @@ class PickResult:
     usage_asked: bool = False  # a translated stream whose client asked for a usage chunk
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FinalReport:
     """ReportFinalToken's content."""
 

@@ -7,6 +7,7 @@ from json import JSONDecodeError
 from typing import Any
 
 from kinference.bodies import Body
+from kinference.records import record
 from kinference.requests.decode import discard, loads
 from kinference.requests.scan import MAX_DEPTH, MAX_MEMBERS, JsonScanner, LongString, Member
 
@@ -42,7 +43,7 @@ class LargeValue:
     first_byte: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Fields:
     """The body's top-level fields (last one wins for a repeated key).
 

@@ -7,10 +7,10 @@ skeleton (`large`), tells the shape (`shapes`), and extracts the prompt and toke
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from kinference.bodies import Body
+from kinference.records import record
 from kinference.requests.checks import json_type, wrong
 from kinference.requests.extract import extract_prompt, has_tools, load_prompt_fields
 from kinference.requests.fields import Fields, LargeValue, MalformedRequest, read_fields
@@ -21,7 +21,7 @@ HINT_FIELD = "kinference"  # our own top-level member: {"hint": "..."}; never fo
 MAX_TOKENS_FIELDS = ("max_completion_tokens", "max_output_tokens", "max_tokens")  # precedence
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class InferenceRequest:
     """What routing needs to know about a request, and the fields to rewrite it with.
 

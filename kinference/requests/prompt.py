@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from kinference.records import record
 from kinference.requests.digest import Digest, source_ref, text_digest, utf8
 from kinference.requests.scan import LONG_STRING_BYTES
 
@@ -48,7 +48,7 @@ OTHER_MEDIA_TOKENS = 1000
 _SURELY_SHORT_CHARS = LONG_TEXT_BYTES // 4
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Prompt:
     """The prompt text in order; `complete` is False (with `reason`) when part is missing.
 

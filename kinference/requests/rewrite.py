@@ -33,6 +33,7 @@ from itertools import groupby
 from typing import Literal
 
 from kinference.bodies import Body
+from kinference.records import record
 from kinference.requests.fields import LargeValue, member_keys
 from kinference.requests.members import ascii_members
 from kinference.requests.parse import HINT_FIELD, InferenceRequest
@@ -50,7 +51,7 @@ MAX_TRANSLATED_BYTES = 16 * 1024 * 1024
 _ABSENT = object()  # a member the request does not have
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RewritePlan:
     """What the destination needs changed in the body; the default changes nothing."""
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 from kinference.config.models import MaxTokensField
 from kinference.kvcache.precise import PreciseQuery
+from kinference.records import record
 from kinference.requests import InferenceRequest, Shape
 from kinference.routing.reasons import Reason
 
@@ -27,7 +27,7 @@ class QoS(enum.Enum):
     DEFERRABLE = "DEFERRABLE"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RouteQuery:
     """A parsed request and what the caller said about it besides its body."""
 
@@ -38,7 +38,7 @@ class RouteQuery:
     precise: PreciseQuery | None = None  # the prompt in precise pools' engine blocks
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LocalChoice:
     """A worker in a pool."""
 
@@ -83,7 +83,7 @@ class LocalChoice:
         return max(self.prompt_tokens - self.cached_tokens, 0.0)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ProviderChoice:
     """An off-cluster provider; the caller resolves `ref` and applies `path`."""
 
@@ -92,7 +92,7 @@ class ProviderChoice:
     model: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Decision:
     """A routing decision: a destination when the outcome dispatches, else a reason."""
 

@@ -10,10 +10,10 @@ replica's pick id) and leave at the first token, an upstream error or the releas
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from kinference.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PendingPrefix:
     """One pick's prefill: its prompt's prefix blocks, of which it computes `hashes[start:]`."""
 

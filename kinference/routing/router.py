@@ -15,53 +15,52 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 
 from kinference.config import Policy, Target, target_api
 from kinference.kvcache.precise import PreciseCaches
 from kinference.kvcache.source import PreciseCachedTokens
-from kinference.requests import InferenceRequest
-from kinference.routing.apis import LOCAL_PATHS, sent_shape
+from kinference.routing.apis import sent_shape
 from kinference.routing.attempt import Attempt, Busy
+from kinference.routing.blocks import PrefixHasher
 from kinference.routing.decision import (
     Decision,
-    LocalChoice,
     Outcome,
     ProviderChoice,
     QoS,
     RouteQuery,
 )
-from kinference.routing.features import EngineReading, Signals
+from kinference.routing.features import Signals
+from kinference.routing.feedback import RouterFeedback
 from kinference.routing.filters.provider_health import ProviderHealthFilter, provider_path_for
 from kinference.routing.filters.ready import ReadyFilter
 from kinference.routing.filters.saturation import SATURATED
 from kinference.routing.filters.tenant import TenantFilter
 from kinference.routing.health import ProviderHealth
 from kinference.routing.journal import Journal, NullJournal
-from kinference.routing.learning import Learning, Served
-from kinference.routing.pending import PendingPrefix
-from kinference.routing.plugins.base import PickContext
+from kinference.routing.learning import Learning
 from kinference.routing.plugins.cached import (
     PRECISE,
     ApproximateCachedTokens,
     CachedTokenSources,
-    PrefixQuery,
 )
 from kinference.routing.plugins.pipeline import PluginCosts
 from kinference.routing.policy import RoutingPolicy, compile_policy
-from kinference.routing.prefix import PrefixHasher, PrefixIndex
+from kinference.routing.prefix import PrefixIndex
 from kinference.routing.reasons import Reason
 from kinference.routing.table import IndexArray, WorkerTable
 from kinference.routing.tenants import TenantGate
+from kinference.routing.worker_choice import WorkerChoice
 
 
-class Router:
+class Router(RouterFeedback, WorkerChoice):
     """Decides per Pick from the policy in force and the shared state it owns: the worker
     table, the prefix index, provider health, tenant admission and the learned rates.
     Everything that changes that state (policy reloads, reports, engine readings, other
-    replicas' events) goes through its methods."""
+    replicas' events) goes through its methods (the reports' and readings' are
+    `RouterFeedback`'s, the choice of a pool's worker `WorkerChoice`'s)."""
 
     def __init__(
         self,
@@ -116,87 +115,6 @@ class Router:
     def now(self) -> float:
         """The router's monotonic clock (engine readings are aged against it)."""
         return self._clock()
-
-    # -- feedback: the only ways routing state changes --------------------------------
-
-    def picked(self, choice: LocalChoice) -> None:
-        """The service dispatched `choice` (its load is counted by InFlight)."""
-        self.learning.picked(choice)
-
-    def first_token(self, choice: LocalChoice, ttft_ms: float) -> None:
-        self.learning.first_token(choice, ttft_ms)
-
-    def first_token_failed(self, choice: LocalChoice) -> None:
-        """The first report carried an upstream error: no prefill is pending any more."""
-        self.learning.released_before_first_token(choice)
-
-    def final(self, choice: LocalChoice, served: Served) -> None:
-        self.learning.final(choice, served)
-
-    def engine_reading(self, endpoint: str, ready: bool, reading: EngineReading | None) -> None:
-        """An engine's readiness and metrics (None: unknown), from a scrape here or the
-        scrape leader's reading in a cluster."""
-        slot = self.table.slot(endpoint)
-        self.table.set_ready(slot, ready)
-        if reading is None:
-            self.table.set_engine(slot, waiting=None, running=None, kv_usage=None)
-            return
-        self.table.set_engine(
-            slot,
-            waiting=reading.waiting,
-            running=reading.running,
-            kv_usage=reading.kv_usage,
-            adapters=reading.adapters,
-            scraped_at=reading.scraped_at,
-        )
-
-    def remote_picked(self, endpoint: str, hashes: Sequence[int]) -> None:
-        """Another replica sent a request with these prefix blocks to `endpoint`."""
-        if hashes:
-            self.prefix.record(self.table.slot(endpoint), hashes)
-
-    def remote_prefilling(
-        self, instance: str, endpoint: str, pick: int, entry: PendingPrefix
-    ) -> None:
-        """Another replica's pick on `endpoint` prefills there until `remote_prefilled`."""
-        slot = self.table.slot(endpoint)
-        self.learning.remote_prefilling(instance, slot, pick, entry, self._clock())
-
-    def remote_prefilled(self, instance: str, endpoint: str, pick: int) -> None:
-        self.learning.remote_prefilled(instance, self.table.slot(endpoint), pick)
-
-    def remote_gone(self, instance: str) -> None:
-        """A replica left the cluster: what it had in progress no longer counts."""
-        self.learning.remote_gone(instance)
-
-    def remote_shortfall(
-        self, endpoint: str, hashes: tuple[int, ...], kept: int, age: int | None
-    ) -> None:
-        """Another replica learned that `endpoint` evicted blocks of `hashes`."""
-        self.prefix.shortfall(self.table.slot(endpoint), hashes, max(kept, 0), age)
-
-    def remote_confirmed(self, endpoint: str, age: int | None) -> None:
-        self.prefix.confirmed(self.table.slot(endpoint), age)
-
-    def remote_load(self, endpoint: str, delta: int) -> None:
-        """Another replica's requests in flight on `endpoint` changed by `delta`."""
-        self.table.add_inflight(self.table.slot(endpoint), delta)
-
-    def remote_first_token(self, endpoint: str, model: str, ttft_ms: float) -> None:
-        self.table.observe_ttft(self.table.slot(endpoint), model, ttft_ms)
-
-    def remote_itl(self, endpoint: str, model: str, counts: tuple[int, ...]) -> None:
-        self.table.observe_itl(self.table.slot(endpoint), model, counts)
-
-    def remote_served(
-        self, endpoint: str, model: str, uncached: float, prefill_ms: float, service_ms: float
-    ) -> None:
-        self.learning.learn(self.table.slot(endpoint), model, uncached, prefill_ms, service_ms)
-
-    def remote_text(self, endpoint: str, model: str, chars: float, tokens: float) -> None:
-        """Another replica's sample of `model`'s characters per token (`endpoint` served
-        it; the ratio is the model's, whoever serves it)."""
-        self.learning.text.observe(model, chars, tokens)
 
     # -- the decision -------------------------------------------------------------------
 
@@ -346,91 +264,6 @@ class Router:
             attempt.note(Reason.NO_READY_ENDPOINT, f"pool {_pools(group)} has no ready endpoint")
             return None
         return slots
-
-    def _local(self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray) -> Decision:
-        request, policy, model = attempt.query.request, self.policy, group[0].model
-        ctx, note = self._context(attempt, group, slots)
-        if len(slots) > 1 or policy.predicts_ttft:
-            index = policy.pipeline.choose(ctx, self._rng)
-        else:
-            index = 0
-        slot = int(slots[index])
-        predicted, waits = ctx.predicted_ttft_ms, ctx.predicted_wait_ms
-        held, age = self.prefix.held(slot, ctx.hashes)
-        choice = LocalChoice(
-            self.table.endpoints[slot], slot, self.policy.catalog.pool_of(group, slot), model,
-            prompt_tokens=ctx.prompt_tokens, cached_tokens=float(ctx.cached_tokens[index]),
-            predicted_ttft_ms=None if predicted is None else float(predicted[index]),
-            predicted_wait_ms=0.0 if waits is None else float(waits[index]), hashes=ctx.hashes,
-            sequences=1.0 + (0.0 if ctx.sequences is None else float(ctx.sequences[index])),
-            held_blocks=held, held_age=age,
-            settled=not self.table.shared_pending(slot, ctx.hashes),
-            predicted_cached_tokens=(
-                int(ctx.cached_tokens[index]) if attempt.query.precise is not None
-                and self.policy.catalog.prefix_mode(ctx.pool) == PRECISE else None
-            ),
-            text_chars=request.prompt.text_chars if request.prompt.complete else 0,
-            fixed_tokens=request.prompt.fixed_tokens,
-        )  # fmt: skip
-        outcome, reason, code = _degraded(request, note)
-        shape = sent_shape(request.shape, target_api(group[0], None))
-        translated = shape if shape is not None and shape is not request.shape else None
-        return Decision(
-            outcome,
-            local=choice,
-            reason=reason,
-            code=code,
-            canonical_model=attempt.route.name,
-            max_tokens_field=group[0].max_tokens_field,
-            sent_shape=translated,
-            local_path=LOCAL_PATHS[translated] if translated is not None else "",
-        )
-
-    def _context(
-        self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray
-    ) -> tuple[PickContext, str | None]:
-        """The Pick's context: the prompt's blocks and each candidate's cached tokens; and
-        why a precise pool fell back to the approximate index, if it did."""
-        request, settings, model = attempt.query.request, self.policy.prefix, group[0].model
-        hashes = self.hasher.hashes(
-            model, request.prompt.segments,
-            block_bytes=settings.block_bytes, max_blocks=settings.max_blocks,
-        )  # fmt: skip
-        pool = group[0].pool or ""
-        precise = attempt.query.precise
-        counted = precise.prompt_tokens(pool) if precise is not None else None
-        chars_per_token = self.learning.text.chars_per_token(model)
-        prompt_tokens = (
-            request.prompt.tokens_at(chars_per_token, request.token_estimate)
-            if counted is None else float(counted)
-        )  # fmt: skip
-        query = PrefixQuery(
-            request, model, pool, hashes, settings.block_bytes, prompt_tokens,
-            truncated=len(hashes) >= settings.max_blocks, precise=attempt.query.precise,
-            chars_per_token=chars_per_token,
-        )  # fmt: skip
-        mode, note = self.policy.catalog.prefix_mode(pool), None
-        if mode == PRECISE and self._precise is not None:
-            cached, note = self._precise.match(query, slots)
-        else:
-            cached = self.sources.get(mode).cached_tokens(query, slots)
-        ctx = PickContext(
-            request, model, pool, self.table, attempt.signals, slots, prompt_tokens, cached,
-            hashes, footprint=self.prefix.footprint(slots),
-        )  # fmt: skip
-        return ctx, note
-
-
-def _degraded(request: InferenceRequest, precise_note: str | None) -> tuple[Outcome, str, Reason]:
-    """OK, or DEGRADED with why: part of the prompt unhashed, a precise pool's fallback."""
-    if not request.prompt.complete:
-        reason = f"no full prefix-cache signal: {request.prompt.reason}"
-        if precise_note:
-            reason = f"{reason}; {precise_note}"
-        return Outcome.DEGRADED, reason, Reason.PARTIAL_PROMPT
-    if precise_note:
-        return Outcome.DEGRADED, precise_note, Reason.PRECISE_FALLBACK
-    return Outcome.OK, "", Reason.NONE
 
 
 def _pools(group: tuple[Target, ...]) -> str:

@@ -2,7 +2,8 @@
 
 Every endpoint gets a stable slot the first time it is seen; arrays grow by doubling. Unknown
 values are NaN: a worker whose engine was never scraped, or whose scrape went stale, has an
-unknown queue and KV-cache use rather than a made-up zero.
+unknown queue and KV-cache use rather than a made-up zero. What the readings say now (queues
+carried forward, occupancy against the batch) is read by `kinference.routing.readings`.
 """
 
 from __future__ import annotations
@@ -15,22 +16,19 @@ import numpy.typing as npt
 
 from kinference.itl_layout import MIDPOINTS_MS
 from kinference.routing.pending import PendingPrefix, PendingPrefixes
+from kinference.routing.readings import EngineReadings
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 IndexArray = npt.NDArray[np.intp]
 
 EWMA_ALPHA = 0.2  # weight of a new latency observation in the running estimate
-# A worker seen running N sequences without a queue is assumed to take up to this many
-# times N until it is seen full (or observed queueing): tried, a queue shows within a few
-# picks; assumed exactly N, every pick past N would look like a queue it may not have.
-BATCH_HEADROOM = 2.0
 
 # Representative gap of each ITL layout-1 bucket, milliseconds.
 ITL_LAYOUT_1_MS = np.array(MIDPOINTS_MS, dtype=np.float64)
 
 
-class WorkerTable:
+class WorkerTable(EngineReadings):
     """In-flight load, engine metrics, readiness and latency estimates per worker slot."""
 
     def __init__(self, capacity: int = 64) -> None:
@@ -42,6 +40,9 @@ class WorkerTable:
         self.kv_usage: FloatArray = np.full(capacity, np.nan)
         self.ready: BoolArray = np.ones(capacity, dtype=bool)
         self.scraped_at: FloatArray = np.full(capacity, np.nan)  # monotonic s of the reading
+        # Whether any slot has a reading time: read at every Pick, so kept rather than
+        # derived from `scraped_at` there (a reduction over every slot).
+        self.any_reading = False
         # In-flight picks when the reading was taken, and the most sequences the engine was
         # seen running at once (its batch size; exactly what runs while some wait): with
         # them the queue is carried forward between readings (`queue_now`).
@@ -116,11 +117,11 @@ class WorkerTable:
 
     def add_inflight(self, slot: int, delta: float) -> None:
         """Requests in flight on a worker change by `delta` (never below zero)."""
-        self.inflight[slot] = max(self.inflight[slot] + delta, 0.0)
+        self.inflight[slot] = max(self.inflight.item(slot) + delta, 0.0)  # Python floats
 
     def add_pending_prefill(self, slot: int, tokens: float) -> None:
         """Uncached prompt tokens awaiting their first token change by `tokens`."""
-        self.pending_prefill[slot] = max(self.pending_prefill[slot] + tokens, 0.0)
+        self.pending_prefill[slot] = max(self.pending_prefill.item(slot) + tokens, 0.0)
 
     def start_prefill(self, slot: int, key: object, entry: PendingPrefix) -> None:
         """A pick's prefill, by its prefix blocks, pending on `slot` until `end_prefill`."""
@@ -179,6 +180,10 @@ class WorkerTable:
         self.running[slot] = np.nan if running is None else running
         self.kv_usage[slot] = np.nan if kv_usage is None else kv_usage
         self.scraped_at[slot] = np.nan if scraped_at is None else scraped_at
+        if scraped_at is not None:
+            self.any_reading = True
+        elif self.any_reading:  # this slot's may have been the last
+            self.any_reading = not np.isnan(self.scraped_at).all()
         self.inflight_at_reading[slot] = self.inflight[slot]
         if running is not None:
             self.running_max[slot] = np.fmax(self.running_max[slot], running)
@@ -200,91 +205,6 @@ class WorkerTable:
         for name in adapters - self.adapters[slot]:
             self._lora.setdefault(name, np.zeros(len(self.inflight), dtype=bool))[slot] = True
         self.adapters[slot] = adapters
-
-    def engine_signals(self, now: float, max_age_s: float) -> tuple[FloatArray, FloatArray]:
-        """(waiting, KV-cache use) per slot, NaN where unknown or older than `max_age_s`.
-
-        Readings age out here rather than waiting for the next scrape's verdict, so a hung
-        engine's last (perhaps saturated) reading never outlives its staleness bound.
-        """
-        fresh = (now - self.scraped_at) <= max_age_s  # NaN (never scraped) compares False
-        return np.where(fresh, self.waiting, np.nan), np.where(fresh, self.kv_usage, np.nan)
-
-    def queue_now(self, waiting: FloatArray) -> FloatArray:
-        """The engines' queues now, from `waiting` (fresh readings, NaN where unknown),
-        carried forward by the picks and completions since each reading.
-
-        Sequences on the engine now are estimated as running + waiting at the reading plus
-        the change of in-flight picks since; what exceeds the batch it can run waits. Between
-        two readings every pick thus shows up in the queue at once, so picks do not herd onto
-        the workers that looked free at the last reading. Without a running count, or for an
-        engine never seen full (its batch unknown), the reading is taken as it is.
-        """
-        size = len(waiting)
-        since = self.inflight[:size] - self.inflight_at_reading[:size]
-        held = self.running[:size] + waiting + since
-        carried = np.maximum(held - self.batch[:size], 0.0)  # NaN (unknown) stays NaN
-        return np.where(np.isnan(carried), waiting, carried)
-
-    def occupancy(
-        self, slots: IndexArray, waiting: FloatArray, prior_batch: float
-    ) -> tuple[FloatArray, FloatArray]:
-        """(sequences on each candidate now, the batch it runs at once).
-
-        Sequences: the fresh reading (`waiting` not NaN) of running + waiting carried
-        forward by the picks since, else the in-flight picks. Batch: the pool's
-        `max_batch` when configured (capped by what a reading saw run while others
-        waited); else, once the engine was seen with requests waiting, the most it was
-        ever seen running (while others wait the running count dips when KV cache is
-        short); before, `BATCH_HEADROOM` times the most it was seen running or joined
-        without queueing, at least `prior_batch`, under a ceiling where a queue was
-        observed, and with a fresh reading and nothing waiting more than what runs.
-        """
-        inflight, fresh_waiting = self.inflight[slots], waiting[slots]
-        running = self.running[slots]
-        since = inflight - self.inflight_at_reading[slots]
-        held = running + fresh_waiting + since  # NaN without a fresh reading
-        fresh = ~np.isnan(held)
-        sequences = np.where(fresh, np.maximum(held, 0.0), inflight)
-        seen, most = self.batch[slots], self.running_max[slots]
-        full = np.where(np.isnan(seen), np.nan, np.fmax(seen, most))  # NaN: never seen full
-        floor = np.fmax(most, self.batch_floor[slots])
-        guess = np.fmax(BATCH_HEADROOM * floor, prior_batch)  # NaN floor: the prior
-        ceiling = self.batch_ceiling[slots]
-        ceiling = np.where(np.isnan(ceiling), np.nan, np.fmax(ceiling, floor))  # >= floor
-        guess = np.fmin(guess, ceiling)  # NaN ceiling: no cap
-        took_all = np.where(fresh_waiting > 0, running, running + 1.0)  # NaN: no reading
-        guess = np.fmax(np.where(fresh, took_all, np.nan), guess)
-        batch = np.where(np.isnan(full), guess, full)
-        limit = self.batch_limit[slots]
-        batch = np.where(np.isnan(limit), batch, np.fmin(limit, full))
-        return sequences, np.maximum(batch, 1.0)
-
-    def occupancy_of(self, slot: int, waiting: float, prior_batch: float) -> tuple[float, float]:
-        """`occupancy` of one slot on Python floats (`waiting`: its fresh reading or NaN)."""
-        inflight, running = self.inflight.item(slot), self.running.item(slot)
-        held = running + waiting + inflight - self.inflight_at_reading.item(slot)
-        fresh = not math.isnan(held)
-        sequences = max(held, 0.0) if fresh else inflight
-        seen, most = self.batch.item(slot), self.running_max.item(slot)
-        full = seen if math.isnan(most) or math.isnan(seen) else max(seen, most)
-        limit = self.batch_limit.item(slot)
-        if not math.isnan(limit):
-            return sequences, max(limit if math.isnan(full) else min(limit, full), 1.0)
-        if not math.isnan(full):
-            return sequences, max(full, 1.0)
-        floor = _fmax(most, self.batch_floor.item(slot))
-        guess = prior_batch if math.isnan(floor) else max(BATCH_HEADROOM * floor, prior_batch)
-        ceiling = self.batch_ceiling.item(slot)
-        if not math.isnan(ceiling):
-            guess = min(guess, _fmax(ceiling, floor))
-        if fresh:
-            guess = max(running if waiting > 0 else running + 1.0, guess)
-        return sequences, max(guess, 1.0)
-
-    def has_readings(self) -> bool:
-        """Whether any engine reading was ever taken (else every engine signal is unknown)."""
-        return not np.isnan(self.scraped_at).all()
 
     def lora_mask(self, adapter: str) -> BoolArray | None:
         """Slots whose engine has `adapter` loaded (running or waiting), if any ever had."""
@@ -314,13 +234,6 @@ class WorkerTable:
         if array is None:
             array = table[model] = np.full(len(self.inflight), np.nan)
         return array
-
-
-def _fmax(a: float, b: float) -> float:
-    """The larger of two floats, NaN only when both are."""
-    if math.isnan(a):
-        return b
-    return a if math.isnan(b) else max(a, b)
 
 
 def _ewma(array: FloatArray, slot: int, value: float) -> None:

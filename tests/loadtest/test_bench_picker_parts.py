@@ -10,7 +10,15 @@ from __future__ import annotations
 import grpc
 
 from kinference.v1 import picker_pb2_grpc
-from loadtest.bench_flow_cpu import STAGES, Plan, build_flows, measure, render
+from loadtest.bench_flow_cpu import (
+    STAGES,
+    Plan,
+    build_flows,
+    measure,
+    pick_cpu,
+    render,
+    render_pick_cpu,
+)
 from loadtest.flows import FlowClient, chat_body
 from loadtest.skeleton_server import CONSTANT, skeleton_app
 from tests.conftest import make_settings
@@ -49,3 +57,17 @@ async def test_the_flow_timer_runs_the_real_service_and_reports_every_stage() ->
     assert registry.get_sample_value("kinference_reports_total", final) == 60
     table = render(kinf_figures, base_figures)
     assert "| pick |" in table and "ratio" in table
+
+
+async def test_the_pick_cpu_timer_times_every_round_of_whole_flows() -> None:
+    kinference, baseline = build_flows(chat_body(4096))
+    registry = kinference.registry
+    kinf_rounds = pick_cpu(kinference, Plan(flows=10, rounds=3))
+    base_rounds = pick_cpu(baseline, Plan(flows=10, rounds=2))
+    assert len(kinf_rounds) == 3 and len(base_rounds) == 2
+    assert all(value > 0 for value in kinf_rounds + base_rounds)
+    # Every timed flow ran whole: picked and reported.
+    assert registry.get_sample_value("kinference_picks_total", {"outcome": "ok"}) == 30
+    final = {"kind": "final_token", "known": "true"}
+    assert registry.get_sample_value("kinference_reports_total", final) == 30
+    assert "ratio" in render_pick_cpu(kinf_rounds, base_rounds)

@@ -3,12 +3,15 @@ each plugin's cost counted; every weight names a scorer and every scorer has a w
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
+import pytest
 
 from kinference.config import Policy, parse_policy
 from kinference.config.routing import Weights
+from kinference.routing.plugins import pipeline as pipeline_module
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.pick import MaxScorePicker
 from kinference.routing.plugins.pipeline import Pipeline, PluginCosts, clamped
@@ -71,3 +74,26 @@ def test_ties_are_broken_at_random_over_every_tied_candidate() -> None:
     totals = np.array([1.0, 0.2, 1.0, 1.0])
     assert {picker.pick(totals, rng) for _ in range(200)} == {0, 2, 3}
     assert picker.pick(np.array([0.1, 0.9]), rng) == 1
+
+
+def test_the_small_and_the_vector_totals_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to `SMALL_TOTALS` candidates the totals are summed on Python floats: the same
+    clamp, products and sums as the arrays, so the same choice (and the same tie-breaks)."""
+    rng = random.Random(7)
+    special = [math.nan, math.inf, -math.inf, -2.0, 0.0, 1.0, 3.0]
+
+    def scores(count: int) -> list[float]:
+        return [rng.choice(special) if rng.random() < 0.3 else rng.random() for _ in range(count)]
+
+    for trial in range(300):
+        count = rng.randint(1, 8)
+        scorers = [(Fixed(f"s{i}", scores(count)), rng.choice([0.25, 1.0, 3.0])) for i in range(3)]
+        choices = []
+        for threshold in (16, 0):  # the small form, then the vector form
+            monkeypatch.setattr(pipeline_module, "SMALL_TOTALS", threshold)
+            pipeline = Pipeline(scorers, MaxScorePicker(), PluginCosts())
+            choices.append(pipeline.choose(context(count), random.Random(trial)))
+        assert choices[0] == choices[1]
+    for scorer, _ in scorers:  # and the totals themselves, value for value
+        small = pipeline_module._weighted_small(None, 0.25, scorer.values.tolist())
+        assert small == (0.25 * clamped(scorer.values)).tolist()

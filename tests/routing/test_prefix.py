@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from kinference.routing import PrefixIndex
-from kinference.routing.prefix import SEPARATOR, block_hashes
+from kinference.routing.blocks import SEPARATOR, block_hashes
 
 BLOCK = 64
 
@@ -202,7 +202,7 @@ def test_match_agrees_with_a_reference(seed: int) -> None:
 
 
 def test_hasher_gives_block_hashes_and_remembers_them() -> None:
-    from kinference.routing.prefix import PrefixHasher, block_hashes
+    from kinference.routing.blocks import PrefixHasher, block_hashes
 
     hasher = PrefixHasher(capacity=2)
     system = "You are a careful assistant. " * 40

@@ -11,6 +11,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from math import isnan
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from kinference.routing.plugins.pick import home_key
 from kinference.routing.table import FloatArray
 
 NEUTRAL = 0.5
+# Up to this many candidates the weighted totals are summed on Python floats (numpy's fixed
+# cost per call is then the larger one); past it, as arrays. Both give the same totals.
+SMALL_TOTALS = 16
 
 
 @dataclass(slots=True)
@@ -53,18 +57,23 @@ class Pipeline:
 
     def choose(self, ctx: PickContext, rng: random.Random) -> int:
         """The index (into `ctx.slots`) of the chosen candidate."""
-        clock, costs = time.perf_counter_ns, self.costs
+        clock, add = time.perf_counter_ns, self.costs.add
+        small = len(ctx.slots) <= SMALL_TOTALS
+        listed: list[float] | None = None  # the totals as Python floats (`small`)
         totals: FloatArray | None = None
         for scorer, weight in self.scorers:
             started = clock()
             scores = scorer.score(ctx)
-            if scores is not None:
-                weighted = weight * clamped(scores)
-                totals = weighted if totals is None else totals + weighted
-            costs.add(scorer.name, clock() - started)
-        if totals is None:  # nothing told the candidates apart: all tie
-            totals = np.zeros(len(ctx.slots))
+            if scores is not None and small:
+                listed = _weighted_small(listed, weight, scores.tolist())
+            elif scores is not None:
+                totals = _weighted(totals, weight, scores)
+            add(scorer.name, clock() - started)
         started = clock()
+        if listed is not None:
+            totals = np.array(listed)
+        elif totals is None:  # nothing told the candidates apart: all tie
+            totals = np.zeros(len(ctx.slots))
         # (a list's any: a numpy reduction costs more on a handful of candidates)
         home = None if any(ctx.cached_tokens.tolist()) else home_key(ctx.hashes)
         if home is None:
@@ -73,5 +82,22 @@ class Pipeline:
             endpoints = ctx.table.endpoints
             names = [endpoints[slot] for slot in ctx.slots.tolist()]
             index = self.picker.pick(totals, rng, home, names)
-        costs.add(self.picker.name, clock() - started)
+        add(self.picker.name, clock() - started)
         return index
+
+
+def _weighted(totals: FloatArray | None, weight: float, scores: FloatArray) -> FloatArray:
+    weighted = weight * clamped(scores)
+    return weighted if totals is None else totals + weighted
+
+
+def _weighted_small(totals: list[float] | None, weight: float, scores: list[float]) -> list[float]:
+    """`_weighted` on Python floats, for a handful of candidates (numpy's fixed cost per
+    call is then the larger one): the same clamp and the same IEEE products and sums, so
+    the same totals."""
+    weighted = [
+        weight * (NEUTRAL if isnan(score) else min(max(score, 0.0), 1.0)) for score in scores
+    ]
+    if totals is None:
+        return weighted
+    return [total + value for total, value in zip(totals, weighted, strict=True)]

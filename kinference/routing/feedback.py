@@ -1,0 +1,104 @@
+"""The Router's feedback: reports, engine readings and other replicas' events, the only
+ways routing state (the worker table, the prefix index, the learned rates) changes.
+
+A mixin of `Router` (`kinference.routing.router`), which owns that state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from kinference.routing.decision import LocalChoice
+from kinference.routing.features import EngineReading
+from kinference.routing.learning import Learning, Served
+from kinference.routing.pending import PendingPrefix
+from kinference.routing.prefix import PrefixIndex
+from kinference.routing.table import WorkerTable
+
+
+class RouterFeedback:
+    """What reports and readings tell the Router (its state is `Router`'s)."""
+
+    table: WorkerTable
+    prefix: PrefixIndex
+    learning: Learning
+    _clock: Callable[[], float]
+
+    def picked(self, choice: LocalChoice) -> None:
+        """The service dispatched `choice` (its load is counted by InFlight)."""
+        self.learning.picked(choice)
+
+    def first_token(self, choice: LocalChoice, ttft_ms: float) -> None:
+        self.learning.first_token(choice, ttft_ms)
+
+    def first_token_failed(self, choice: LocalChoice) -> None:
+        """The first report carried an upstream error: no prefill is pending any more."""
+        self.learning.released_before_first_token(choice)
+
+    def final(self, choice: LocalChoice, served: Served) -> None:
+        self.learning.final(choice, served)
+
+    def engine_reading(self, endpoint: str, ready: bool, reading: EngineReading | None) -> None:
+        """An engine's readiness and metrics (None: unknown), from a scrape here or the
+        scrape leader's reading in a cluster."""
+        slot = self.table.slot(endpoint)
+        self.table.set_ready(slot, ready)
+        if reading is None:
+            self.table.set_engine(slot, waiting=None, running=None, kv_usage=None)
+            return
+        self.table.set_engine(
+            slot,
+            waiting=reading.waiting,
+            running=reading.running,
+            kv_usage=reading.kv_usage,
+            adapters=reading.adapters,
+            scraped_at=reading.scraped_at,
+        )
+
+    def remote_picked(self, endpoint: str, hashes: Sequence[int]) -> None:
+        """Another replica sent a request with these prefix blocks to `endpoint`."""
+        if hashes:
+            self.prefix.record(self.table.slot(endpoint), hashes)
+
+    def remote_prefilling(
+        self, instance: str, endpoint: str, pick: int, entry: PendingPrefix
+    ) -> None:
+        """Another replica's pick on `endpoint` prefills there until `remote_prefilled`."""
+        slot = self.table.slot(endpoint)
+        self.learning.remote_prefilling(instance, slot, pick, entry, self._clock())
+
+    def remote_prefilled(self, instance: str, endpoint: str, pick: int) -> None:
+        self.learning.remote_prefilled(instance, self.table.slot(endpoint), pick)
+
+    def remote_gone(self, instance: str) -> None:
+        """A replica left the cluster: what it had in progress no longer counts."""
+        self.learning.remote_gone(instance)
+
+    def remote_shortfall(
+        self, endpoint: str, hashes: tuple[int, ...], kept: int, age: int | None
+    ) -> None:
+        """Another replica learned that `endpoint` evicted blocks of `hashes`."""
+        self.prefix.shortfall(self.table.slot(endpoint), hashes, max(kept, 0), age)
+
+    def remote_confirmed(self, endpoint: str, age: int | None) -> None:
+        self.prefix.confirmed(self.table.slot(endpoint), age)
+
+    def remote_load(self, endpoint: str, delta: int) -> None:
+        """Another replica's requests in flight on `endpoint` changed by `delta`."""
+        self.table.add_inflight(self.table.slot(endpoint), delta)
+
+    def remote_first_token(self, endpoint: str, model: str, ttft_ms: float) -> None:
+        self.table.observe_ttft(self.table.slot(endpoint), model, ttft_ms)
+
+    def remote_itl(self, endpoint: str, model: str, counts: tuple[int, ...]) -> None:
+        self.table.observe_itl(self.table.slot(endpoint), model, counts)
+
+    def remote_served(
+        self, endpoint: str, model: str, uncached: float, prefill_ms: float, service_ms: float
+    ) -> None:
+        self.learning.learn(self.table.slot(endpoint), model, uncached, prefill_ms, service_ms)
+
+    def remote_text(self, endpoint: str, model: str, chars: float, tokens: float) -> None:
+        """Another replica's sample of `model`'s characters per token (`endpoint` served
+        it; the ratio is the model's, whoever serves it)."""
+        self.learning.text.observe(model, chars, tokens)

@@ -1,0 +1,130 @@
+"""What the engines' readings say now: fresh readings, queues carried forward between them,
+and each worker's occupancy against the batch it runs at once.
+
+A mixin of `WorkerTable` (`kinference.routing.table`): these read the table's arrays and
+change none of them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+_FloatArray = npt.NDArray[np.float64]
+_IndexArray = npt.NDArray[np.intp]
+
+# A worker seen running N sequences without a queue is assumed to take up to this many
+# times N until it is seen full (or observed queueing): tried, a queue shows within a few
+# picks; assumed exactly N, every pick past N would look like a queue it may not have.
+BATCH_HEADROOM = 2.0
+
+
+class EngineReadings:
+    """The readings side of the worker table (its arrays are `WorkerTable`'s)."""
+
+    inflight: _FloatArray
+    waiting: _FloatArray
+    running: _FloatArray
+    kv_usage: _FloatArray
+    scraped_at: _FloatArray
+    inflight_at_reading: _FloatArray
+    batch: _FloatArray
+    running_max: _FloatArray
+    batch_floor: _FloatArray
+    batch_ceiling: _FloatArray
+    batch_limit: _FloatArray
+    any_reading: bool  # some slot's `scraped_at` is a time (kept by `set_engine`)
+
+    def engine_signals(self, now: float, max_age_s: float) -> tuple[_FloatArray, _FloatArray]:
+        """(waiting, KV-cache use) per slot, NaN where unknown or older than `max_age_s`.
+
+        Readings age out here rather than waiting for the next scrape's verdict, so a hung
+        engine's last (perhaps saturated) reading never outlives its staleness bound.
+        """
+        fresh = (now - self.scraped_at) <= max_age_s  # NaN (never scraped) compares False
+        return np.where(fresh, self.waiting, np.nan), np.where(fresh, self.kv_usage, np.nan)
+
+    def queue_now(self, waiting: _FloatArray) -> _FloatArray:
+        """The engines' queues now, from `waiting` (fresh readings, NaN where unknown),
+        carried forward by the picks and completions since each reading.
+
+        Sequences on the engine now are estimated as running + waiting at the reading plus
+        the change of in-flight picks since; what exceeds the batch it can run waits. Between
+        two readings every pick thus shows up in the queue at once, so picks do not herd onto
+        the workers that looked free at the last reading. Without a running count, or for an
+        engine never seen full (its batch unknown), the reading is taken as it is.
+        """
+        size = len(waiting)
+        since = self.inflight[:size] - self.inflight_at_reading[:size]
+        held = self.running[:size] + waiting + since
+        carried = np.maximum(held - self.batch[:size], 0.0)  # NaN (unknown) stays NaN
+        return np.where(np.isnan(carried), waiting, carried)
+
+    def occupancy(
+        self, slots: _IndexArray, waiting: _FloatArray, prior_batch: float
+    ) -> tuple[_FloatArray, _FloatArray]:
+        """(sequences on each candidate now, the batch it runs at once).
+
+        Sequences: the fresh reading (`waiting` not NaN) of running + waiting carried
+        forward by the picks since, else the in-flight picks. Batch: the pool's
+        `max_batch` when configured (capped by what a reading saw run while others
+        waited); else, once the engine was seen with requests waiting, the most it was
+        ever seen running (while others wait the running count dips when KV cache is
+        short); before, `BATCH_HEADROOM` times the most it was seen running or joined
+        without queueing, at least `prior_batch`, under a ceiling where a queue was
+        observed, and with a fresh reading and nothing waiting more than what runs.
+        """
+        inflight, fresh_waiting = self.inflight[slots], waiting[slots]
+        running = self.running[slots]
+        since = inflight - self.inflight_at_reading[slots]
+        held = running + fresh_waiting + since  # NaN without a fresh reading
+        fresh = ~np.isnan(held)
+        sequences = np.where(fresh, np.maximum(held, 0.0), inflight)
+        seen, most = self.batch[slots], self.running_max[slots]
+        full = np.where(np.isnan(seen), np.nan, np.fmax(seen, most))  # NaN: never seen full
+        floor = np.fmax(most, self.batch_floor[slots])
+        guess = np.fmax(BATCH_HEADROOM * floor, prior_batch)  # NaN floor: the prior
+        ceiling = self.batch_ceiling[slots]
+        ceiling = np.where(np.isnan(ceiling), np.nan, np.fmax(ceiling, floor))  # >= floor
+        guess = np.fmin(guess, ceiling)  # NaN ceiling: no cap
+        took_all = np.where(fresh_waiting > 0, running, running + 1.0)  # NaN: no reading
+        guess = np.fmax(np.where(fresh, took_all, np.nan), guess)
+        batch = np.where(np.isnan(full), guess, full)
+        limit = self.batch_limit[slots]
+        batch = np.where(np.isnan(limit), batch, np.fmin(limit, full))
+        return sequences, np.maximum(batch, 1.0)
+
+    def occupancy_of(self, slot: int, waiting: float, prior_batch: float) -> tuple[float, float]:
+        """`occupancy` of one slot on Python floats (`waiting`: its fresh reading or NaN)."""
+        inflight, running = self.inflight.item(slot), self.running.item(slot)
+        held = running + waiting + inflight - self.inflight_at_reading.item(slot)
+        fresh = not math.isnan(held)
+        sequences = max(held, 0.0) if fresh else inflight
+        seen, most = self.batch.item(slot), self.running_max.item(slot)
+        full = seen if math.isnan(most) or math.isnan(seen) else max(seen, most)
+        limit = self.batch_limit.item(slot)
+        if not math.isnan(limit):
+            return sequences, max(limit if math.isnan(full) else min(limit, full), 1.0)
+        if not math.isnan(full):
+            return sequences, max(full, 1.0)
+        floor = _fmax(most, self.batch_floor.item(slot))
+        guess = prior_batch if math.isnan(floor) else max(BATCH_HEADROOM * floor, prior_batch)
+        ceiling = self.batch_ceiling.item(slot)
+        if not math.isnan(ceiling):
+            guess = min(guess, _fmax(ceiling, floor))
+        if fresh:
+            guess = max(running if waiting > 0 else running + 1.0, guess)
+        return sequences, max(guess, 1.0)
+
+    def has_readings(self) -> bool:
+        """Whether any engine reading was ever taken (else every engine signal is unknown)."""
+        return self.any_reading
+
+
+def _fmax(a: float, b: float) -> float:
+    """The larger of two floats, NaN only when both are."""
+    if math.isnan(a):
+        return b
+    return a if math.isnan(b) else max(a, b)

@@ -1,0 +1,122 @@
+"""Choosing a worker of a pool: the Pick's context (the prompt's blocks, each candidate's
+cached tokens), the plugin pipeline's choice, and the LocalChoice that carries it.
+
+A mixin of `Router` (`kinference.routing.router`), which owns the state read here.
+"""
+
+from __future__ import annotations
+
+import random
+
+from kinference.config import Target, target_api
+from kinference.kvcache.source import PreciseCachedTokens
+from kinference.requests import InferenceRequest
+from kinference.routing.apis import LOCAL_PATHS, sent_shape
+from kinference.routing.attempt import Attempt
+from kinference.routing.blocks import PrefixHasher
+from kinference.routing.decision import Decision, LocalChoice, Outcome
+from kinference.routing.learning import Learning
+from kinference.routing.plugins.base import PickContext
+from kinference.routing.plugins.cached import PRECISE, CachedTokenSources, PrefixQuery
+from kinference.routing.policy import RoutingPolicy
+from kinference.routing.prefix import PrefixIndex
+from kinference.routing.reasons import Reason
+from kinference.routing.table import IndexArray, WorkerTable
+
+
+class WorkerChoice:
+    """The local pick of a Pick (the state it reads is `Router`'s)."""
+
+    policy: RoutingPolicy
+    table: WorkerTable
+    prefix: PrefixIndex
+    hasher: PrefixHasher
+    learning: Learning
+    sources: CachedTokenSources
+    _precise: PreciseCachedTokens | None
+    _rng: random.Random
+
+    def _local(self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray) -> Decision:
+        request, policy, model = attempt.query.request, self.policy, group[0].model
+        ctx, note = self._context(attempt, group, slots)
+        if len(slots) > 1 or policy.predicts_ttft:
+            index = policy.pipeline.choose(ctx, self._rng)
+        else:
+            index = 0
+        slot = int(slots[index])
+        predicted, waits = ctx.predicted_ttft_ms, ctx.predicted_wait_ms
+        held, age = self.prefix.held(slot, ctx.hashes)
+        choice = LocalChoice(
+            self.table.endpoints[slot], slot, self.policy.catalog.pool_of(group, slot), model,
+            prompt_tokens=ctx.prompt_tokens, cached_tokens=float(ctx.cached_tokens[index]),
+            predicted_ttft_ms=None if predicted is None else float(predicted[index]),
+            predicted_wait_ms=0.0 if waits is None else float(waits[index]), hashes=ctx.hashes,
+            sequences=1.0 + (0.0 if ctx.sequences is None else float(ctx.sequences[index])),
+            held_blocks=held, held_age=age,
+            settled=not self.table.shared_pending(slot, ctx.hashes),
+            predicted_cached_tokens=(
+                int(ctx.cached_tokens[index]) if attempt.query.precise is not None
+                and self.policy.catalog.prefix_mode(ctx.pool) == PRECISE else None
+            ),
+            text_chars=request.prompt.text_chars if request.prompt.complete else 0,
+            fixed_tokens=request.prompt.fixed_tokens,
+        )  # fmt: skip
+        outcome, reason, code = _degraded(request, note)
+        shape = sent_shape(request.shape, target_api(group[0], None))
+        translated = shape if shape is not None and shape is not request.shape else None
+        return Decision(
+            outcome,
+            local=choice,
+            reason=reason,
+            code=code,
+            canonical_model=attempt.route.name,
+            max_tokens_field=group[0].max_tokens_field,
+            sent_shape=translated,
+            local_path=LOCAL_PATHS[translated] if translated is not None else "",
+        )
+
+    def _context(
+        self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray
+    ) -> tuple[PickContext, str | None]:
+        """The Pick's context: the prompt's blocks and each candidate's cached tokens; and
+        why a precise pool fell back to the approximate index, if it did."""
+        request, settings, model = attempt.query.request, self.policy.prefix, group[0].model
+        hashes = self.hasher.hashes(
+            model, request.prompt.segments,
+            block_bytes=settings.block_bytes, max_blocks=settings.max_blocks,
+        )  # fmt: skip
+        pool = group[0].pool or ""
+        precise = attempt.query.precise
+        counted = precise.prompt_tokens(pool) if precise is not None else None
+        chars_per_token = self.learning.text.chars_per_token(model)
+        prompt_tokens = (
+            request.prompt.tokens_at(chars_per_token, request.token_estimate)
+            if counted is None else float(counted)
+        )  # fmt: skip
+        query = PrefixQuery(
+            request, model, pool, hashes, settings.block_bytes, prompt_tokens,
+            truncated=len(hashes) >= settings.max_blocks, precise=attempt.query.precise,
+            chars_per_token=chars_per_token,
+        )  # fmt: skip
+        mode, note = self.policy.catalog.prefix_mode(pool), None
+        if mode == PRECISE and self._precise is not None:
+            cached, note = self._precise.match(query, slots)
+        else:
+            cached = self.sources.get(mode).cached_tokens(query, slots)
+        ctx = PickContext(
+            request, model, pool, self.table, attempt.signals, slots, prompt_tokens, cached,
+            hashes, footprint=self.prefix.footprint(slots),
+        )  # fmt: skip
+        return ctx, note
+
+
+def _degraded(request: InferenceRequest, precise_note: str | None) -> tuple[Outcome, str, Reason]:
+    """OK, or DEGRADED with why: part of the prompt unhashed, a precise pool's fallback."""
+    if not request.prompt.complete:
+        reason = f"no full prefix-cache signal: {request.prompt.reason}"
+        if precise_note:
+            reason = f"{reason}; {precise_note}"
+        return Outcome.DEGRADED, reason, Reason.PARTIAL_PROMPT
+    if precise_note:
+        return Outcome.DEGRADED, precise_note, Reason.PRECISE_FALLBACK
+    return Outcome.OK, "", Reason.NONE
