@@ -58,17 +58,27 @@ class Tokenization:
     def done(self) -> bool:
         return self._cutter.done
 
-    def advance(self, known: Known | None = None, budget_chars: int | None = None) -> None:
-        """Tokenize on until a block no worker holds (`known`), the end, or the budget."""
-        spent = 0
+    def advance(
+        self,
+        known: Known | None = None,
+        budget_chars: int | None = None,
+        walk_chars: int | None = None,
+    ) -> bool:
+        """Tokenize on until a block no worker holds (`known`: answers True, nothing after
+        it can match), the end, `budget_chars` of new text tokenized or `walk_chars` of the
+        text passed (known pieces included), whichever comes first."""
+        spent, start = 0, self._cutter.position
         while not self.done and (budget_chars is None or spent < budget_chars):
+            if walk_chars is not None and self._cutter.position - start >= walk_chars:
+                break
             before, count = self.encoded_chars, min(1 << self._steps, MAX_STEP_PIECES)
             if budget_chars is not None:  # a step is one batch: keep it within the budget
                 count = min(count, max(1, -(-(budget_chars - spent) // PIECE_CHARS)))
             self._step(count)
             spent += self.encoded_chars - before
             if known is not None and known(self.blocks) < len(self.blocks):
-                return
+                return True
+        return False
 
     def ids(self) -> Ids:
         """The tokens of the pieces done."""

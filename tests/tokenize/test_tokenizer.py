@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from kinference.kvcache.blocks import identities
+from kinference.kvcache.blocks import PromptBlocks, identities
 from kinference.tokenize.pieces import PIECE_CHARS
 from kinference.tokenize.reuse import PieceCache
 from kinference.tokenize.template import ChatTemplate, TemplateError
@@ -256,3 +256,22 @@ def test_a_conversation_of_too_many_messages_is_not_rendered(tokenizer: PromptTo
     messages = [{"role": "user", "content": "hi"}] * (MAX_MESSAGES + 1)
     with pytest.raises(Untokenizable, match="messages"):
         tokenizer.blocks(PromptText(messages=messages))
+
+
+def test_advance_says_whether_it_stopped_at_a_block_nobody_holds(
+    tokenizer: PromptTokenizer,
+) -> None:
+    """True: nothing further can match; False: the end, the budget or the walk limit (the
+    rest continues where it stopped: a Pick begun on the loop, finished on the thread)."""
+    rng = random.Random(4)
+    text = _words(rng, 6000)
+    full = identities(tokenizer.token_ids(PromptText(prompt=text)), 4)
+    begun = tokenizer.start(PromptText(prompt=text))  # every piece known now
+    assert not isinstance(begun, PromptBlocks)
+    assert begun.advance(len, walk_chars=2 * PIECE_CHARS) is False and not begun.done
+    assert 0 < len(begun.blocks) < len(full)  # it walked part of the way (pieces known)
+    assert begun.advance(len) is False and begun.done
+    assert begun.result().blocks == tuple(full)
+    cold = tokenizer.start(PromptText(prompt=text))
+    assert not isinstance(cold, PromptBlocks)
+    assert cold.advance(lambda blocks: 0) is True and not cold.done
