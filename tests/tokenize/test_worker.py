@@ -77,7 +77,12 @@ def test_work_runs_here_only_while_the_thread_is_idle() -> None:
     thread = TokenizerThread()
     assert thread.here(threading.get_ident) == (threading.get_ident(),)
     gate, started = threading.Event(), threading.Event()
-    blocker = thread.submit(lambda: started.set() or gate.wait())
+
+    def hold() -> bool:
+        started.set()
+        return gate.wait()
+
+    blocker = thread.submit(hold)
     assert started.wait(timeout=10)
     assert thread.here(lambda: 1) is None  # the thread is running work
     gate.set()
