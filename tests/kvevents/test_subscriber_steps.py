@@ -48,7 +48,8 @@ class QueuedContext:
 class Recording(EventSubscriber):
     def __init__(self, ticks: list[int], expected: int) -> None:
         super().__init__(lambda: 0.0)
-        self.ticks, self.seen = ticks, []  # the loop steps counted at each batch
+        self.ticks = ticks
+        self.seen: list[int] = []  # the loop steps counted at each batch
         self.expected, self.all_seen = expected, asyncio.Event()
 
     def receive(self, feed: Feed, parts: list[bytes]) -> None:
