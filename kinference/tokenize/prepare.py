@@ -110,7 +110,6 @@ class PromptPreparer:
         self._tickets = itertools.count(1)
         self._later_chars = 0  # text of unfinished background work (on the thread only)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._inline_after = 0.0  # no Pick begins on the loop before this (perf_counter)
 
     @property
     def active(self) -> bool:
@@ -157,15 +156,9 @@ class PromptPreparer:
     ) -> tuple[_Outcome] | None:
         """The prompt's first steps on the loop, if the thread is idle (None: it is not, or
         the body is too large to render here): `_Started` if its rest needs the thread."""
-        started = time.perf_counter()
-        if body.size > INLINE_BODY_BYTES or started < self._inline_after:
+        if body.size > INLINE_BODY_BYTES:
             return None
-        done = self._thread.here(lambda: self._run(plan, pools, request, body, None, inline=True))
-        ended = time.perf_counter()
-        # At most half the loop's time: Picks arriving together would otherwise run their
-        # first steps back to back in one loop turn (16 of them: a stall of ~16 x 3 ms).
-        self._inline_after = ended + (ended - started)
-        return done
+        return self._thread.here(lambda: self._run(plan, pools, request, body, None, inline=True))
 
     def _refusal(self, body: Body) -> str | None:
         """Why this prompt is not tokenized at all, if it is not."""
