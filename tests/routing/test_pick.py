@@ -6,17 +6,11 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 
 from kinference.bodies import Body
 from kinference.config import parse_policy
-from kinference.kvcache.blocks import PromptBlocks, identities
-from kinference.kvcache.precise import PoolCaches, PreciseCaches, PreciseQuery
-from kinference.kvevents.events import BlockStored
-from kinference.kvevents.trust import WorkerTrust
 from kinference.requests import parse_request
 from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate, WorkerTable
 from kinference.routing.decision import RouteQuery
@@ -111,45 +105,3 @@ def test_a_precise_pools_shared_header_is_no_holding_for_the_home_tie_break() ->
     assert len({_chosen(header, 256.0, seed) for seed in range(20)}) == 1
     assert len({_chosen(header, 0.0, seed) for seed in range(40)}) == 4  # no home: drawn
     assert home_tokens(64, 4.0) == HOME_BLOCKS * 16
-
-
-def precise_router(seed: int, tmp: Path) -> tuple[Router, PoolCaches]:
-    """A router over a precise pool whose 4 engines all hold one shared header block."""
-    endpoints = json.dumps(ENDPOINTS)
-    (tmp / "tokenizer.json").write_text("{}")
-    prefix = f"{{mode: precise, events: 'tcp://{{host}}:5557', tokenizer: {tmp}/tokenizer.json}}"
-    policy = parse_policy(
-        f"pools:\n  - {{name: p, endpoints: {endpoints}, models: [m], prefix: {prefix}}}\n"
-    )
-    table, caches = WorkerTable(), PreciseCaches(clock=lambda: 0.0)
-    pool = caches.pools["default/p"] = PoolCaches("default/p", 4)
-    for endpoint in ENDPOINTS:
-        slot = table.slot(endpoint)
-        pool.trust[slot], pool.endpoints[slot] = WorkerTrust(5.0, 10.0), endpoint
-        pool.trust[slot].on_batch(0, 0.0)
-        pool.index.apply(slot, [BlockStored((1,), None, HEADER, 4)])
-    router = Router(
-        policy, table=table, prefix=PrefixIndex(50_000),
-        health=ProviderHealth(cooldowns_of(policy)), tenants=TenantGate(),
-        rng=random.Random(seed), precise=caches,
-    )  # fmt: skip
-    return router, pool
-
-
-HEADER = (900, 901, 902, 903)  # the chat template's header: one block every prompt starts with
-
-
-def test_a_precise_pool_sends_a_cold_document_to_its_home_past_the_shared_header(
-    tmp_path: Path,
-) -> None:
-    for document in range(6):
-        chosen = set()
-        for seed in range(4):
-            router, _ = precise_router(seed, tmp_path)
-            query = question(document, seed)
-            tokens = HEADER + tuple(range(1000 * document, 1000 * document + 400))
-            prompt = PromptBlocks(len(tokens), 4, tuple(identities(list(tokens), 4)))
-            local = router.route(replace(query, precise=PreciseQuery({"default/p": prompt}))).local
-            assert local is not None and local.predicted_cached_tokens == 4  # the header
-            chosen.add(local.endpoint)
-        assert len(chosen) == 1
