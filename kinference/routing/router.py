@@ -49,7 +49,6 @@ from kinference.routing.plugins.cached import (
     CachedTokenSources,
     PrefixQuery,
 )
-from kinference.routing.plugins.pick import home_tokens
 from kinference.routing.plugins.pipeline import PluginCosts
 from kinference.routing.policy import RoutingPolicy, compile_policy
 from kinference.routing.prefix import PrefixHasher, PrefixIndex
@@ -410,15 +409,14 @@ class Router:
             truncated=len(hashes) >= settings.max_blocks, precise=attempt.query.precise,
             chars_per_token=chars_per_token,
         )  # fmt: skip
-        mode, note, floor = self.policy.catalog.prefix_mode(pool), None, 0.0
+        mode, note = self.policy.catalog.prefix_mode(pool), None
         if mode == PRECISE and self._precise is not None:
             cached, note = self._precise.match(query, slots)
-            floor = home_tokens(settings.block_bytes, chars_per_token)
         else:
             cached = self.sources.get(mode).cached_tokens(query, slots)
         ctx = PickContext(
             request, model, pool, self.table, attempt.signals, slots, prompt_tokens, cached,
-            hashes, held_floor=floor, footprint=self.prefix.footprint(slots),
+            hashes, footprint=self.prefix.footprint(slots),
         )  # fmt: skip
         return ctx, note
 

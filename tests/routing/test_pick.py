@@ -1,5 +1,4 @@
-"""The choice: near ties of a prefix nobody holds go to its rendezvous-hash home (in a
-precise pool, nobody holds more than the prompts' shared header)."""
+"""The choice: near ties of a prefix nobody holds go to its rendezvous-hash home."""
 
 from __future__ import annotations
 
@@ -14,10 +13,8 @@ from kinference.config import parse_policy
 from kinference.requests import parse_request
 from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate, WorkerTable
 from kinference.routing.decision import RouteQuery
-from kinference.routing.plugins.pick import HOME_BLOCKS, MaxScorePicker, home_key, home_tokens
-from kinference.routing.plugins.pipeline import Pipeline, PluginCosts
+from kinference.routing.plugins.pick import HOME_BLOCKS, MaxScorePicker, home_key
 from kinference.routing.policy import cooldowns_of
-from tests.routing.plugin_helpers import context
 
 ENDPOINTS = [f"10.0.0.{i}:8000" for i in range(4)]
 
@@ -88,20 +85,3 @@ def test_replicas_that_share_nothing_send_a_cold_document_to_the_same_engine() -
         assert len(chosen) == 1
     homes = {router(0).route(question(d, 0)).local.endpoint for d in range(8)}  # type: ignore[union-attr]
     assert len(homes) > 1  # different documents, different homes
-
-
-def _chosen(cached: list[float], held_floor: float, seed: int) -> int:
-    """The pipeline's choice among 4 idle candidates for one prompt (hashes fixed)."""
-    ctx = context(4, cached=cached)
-    ctx.hashes, ctx.held_floor = tuple(range(40)), held_floor
-    return Pipeline([], MaxScorePicker(), PluginCosts()).choose(ctx, random.Random(seed))
-
-
-def test_a_precise_pools_shared_header_is_no_holding_for_the_home_tie_break() -> None:
-    """Every engine of a precise pool holds the chat template's header once it has served
-    anything: cached that far, the prompt still goes to its home on every replica; past
-    the floor, someone holds it, and exact ties are drawn."""
-    header = [16.0, 16.0, 16.0, 16.0]
-    assert len({_chosen(header, 256.0, seed) for seed in range(20)}) == 1
-    assert len({_chosen(header, 0.0, seed) for seed in range(40)}) == 4  # no home: drawn
-    assert home_tokens(64, 4.0) == HOME_BLOCKS * 16

@@ -39,9 +39,6 @@ class PickContext:
     prompt_tokens: float
     cached_tokens: FloatArray
     hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
-    # Cached tokens up to which a candidate counts as holding none of the prefix, for the
-    # home tie-break (`plugins/pick.py`): 0, but a precise pool's shared template header.
-    held_floor: float = 0.0
     # Blocks the approximate prefix index holds per candidate (how full its cache is).
     footprint: list[float] | None = None
     # Written by the TTFT scorer when it runs: its prediction per candidate, milliseconds.

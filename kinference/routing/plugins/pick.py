@@ -78,15 +78,6 @@ def home_key(hashes: tuple[int, ...]) -> int | None:
     return hashes[min(len(hashes), HOME_BLOCKS) - 1] if hashes else None
 
 
-def home_tokens(block_bytes: int, chars_per_token: float) -> float:
-    """About the prompt tokens of the prefix a home key names (`HOME_BLOCKS` blocks of
-    `block_bytes`). In precise mode a candidate holding no more than that holds no more
-    than what every prompt begins with (the chat template's header, a block or two that
-    every engine holds after its first request), so the prefix still counts as held by
-    none: without this floor, no prompt of a precise pool would ever go to its home."""
-    return HOME_BLOCKS * block_bytes / max(chars_per_token, 0.1)
-
-
 def _mix(value: int) -> int:
     """splitmix64's finaliser: every bit of the key and the endpoint spreads."""
     value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9 & _MASK

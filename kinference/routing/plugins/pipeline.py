@@ -65,9 +65,8 @@ class Pipeline:
         if totals is None:  # nothing told the candidates apart: all tie
             totals = np.zeros(len(ctx.slots))
         started = clock()
-        # (a list's max: a numpy reduction costs more on a handful of candidates)
-        held = max(ctx.cached_tokens.tolist(), default=0.0) > ctx.held_floor
-        home = None if held else home_key(ctx.hashes)
+        # (a list's any: a numpy reduction costs more on a handful of candidates)
+        home = None if any(ctx.cached_tokens.tolist()) else home_key(ctx.hashes)
         if home is None:
             index = self.picker.pick(totals, rng)
         else:  # a prefix no candidate holds: near ties go to its home
