@@ -20,13 +20,14 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kinference.bodies import Body
 from kinference.config import Policy, Pool
 from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.precise import PreciseCaches, PreciseQuery
 from kinference.requests import InferenceRequest
+from kinference.tokenize.begun import Outcome, Profile, Started
 from kinference.tokenize.lazy import Known, Tokenization
 from kinference.tokenize.source import prompt_text
 from kinference.tokenize.template import TemplateError
@@ -35,7 +36,6 @@ from kinference.tokenize.worker import TokenizerThread
 
 log = logging.getLogger(__name__)
 
-Profile = tuple[str, str | None, int]  # tokenizer path, chat template path, block size
 DEFAULT_TIMEOUT_S = 2.0
 # Bodies above this are not tokenized (routed on the approximate index, DEGRADED): a 100 MiB
 # prompt would hold the tokenizer thread for minutes. 1 MiB prompts take ~1 s already.
@@ -53,32 +53,6 @@ INLINE_CHARS = 2 * 1024
 INLINE_WALK_CHARS = 96 * 1024
 LATER_SLICE_CHARS = 2 * 1024  # new text per slice of background work (~2 ms)
 MAX_LATER_CHARS = 32 * 1024 * 1024  # text held by unfinished background work, at most
-
-
-@dataclass(slots=True)
-class _Started:
-    """One Pick's prompt per profile, as far as it is tokenized: begun on the loop
-    (`TokenizerThread.here`), finished on the thread if the loop's share ran out."""
-
-    refs: dict[Profile, list[str]] = field(default_factory=dict)
-    work: dict[Profile, Tokenization | PromptBlocks] = field(default_factory=dict)
-    known: dict[Profile, Known | None] = field(default_factory=dict)
-    open: set[Profile] = field(default_factory=set)  # not at their stop yet
-    seconds: float = 0.0  # spent on it so far, wherever
-
-    def add(
-        self,
-        profile: Profile,
-        refs: list[str],
-        work: Tokenization | PromptBlocks,
-        known: Known | None,
-    ) -> None:
-        self.refs[profile], self.work[profile], self.known[profile] = refs, work, known
-        if isinstance(work, Tokenization):
-            self.open.add(profile)
-
-
-_Outcome = dict[Profile, PromptBlocks] | _Started | str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +108,8 @@ class PromptPreparer:
         try:
             here = self._here(plan, pools, request, body)
             done = None if here is None else here[0]
-            if here is None or isinstance(done, _Started):
-                begun = done if isinstance(done, _Started) else None
+            if here is None or isinstance(done, Started):
+                begun = done if isinstance(done, Started) else None
                 future = asyncio.wrap_future(
                     self._thread.submit(lambda: self._run(plan, pools, request, body, begun))
                 )
@@ -148,14 +122,14 @@ class PromptPreparer:
             loop.call_soon(self._thread.picked)
         if isinstance(done, str) or done is None:
             return None if done is None else PreciseQuery({}, done)
-        assert not isinstance(done, _Started)  # the thread takes a prompt to its stop
+        assert not isinstance(done, Started)  # the thread takes a prompt to its stop
         return PreciseQuery({ref: done[plan.profiles[ref]] for ref in pools})
 
     def _here(
         self, plan: _Plan, pools: tuple[str, ...], request: InferenceRequest, body: Body
-    ) -> tuple[_Outcome] | None:
+    ) -> tuple[Outcome] | None:
         """The prompt's first steps on the loop, if the thread is idle (None: it is not, or
-        the body is too large to render here): `_Started` if its rest needs the thread."""
+        the body is too large to render here): `Started` if its rest needs the thread."""
         if body.size > INLINE_BODY_BYTES:
             return None
         return self._thread.here(lambda: self._run(plan, pools, request, body, None, inline=True))
@@ -174,10 +148,10 @@ class PromptPreparer:
         pools: tuple[str, ...],
         request: InferenceRequest,
         body: Body,
-        begun: _Started | None,
+        begun: Started | None,
         *,
         inline: bool = False,
-    ) -> _Outcome:
+    ) -> Outcome:
         """Holding the thread's work (on it, or `here`): blocks per profile, a problem,
         None (shape not tokenized here), or, `inline`, what is left for the thread."""
         try:
@@ -193,9 +167,9 @@ class PromptPreparer:
             log.exception("tokenizing a prompt failed")
             return f"prompt not tokenized: {type(exc).__name__}"
 
-    def _start(self, plan: _Plan, pools: tuple[str, ...], text: PromptText) -> _Started:
+    def _start(self, plan: _Plan, pools: tuple[str, ...], text: PromptText) -> Started:
         started = time.perf_counter()
-        begun = _Started()
+        begun = Started()
         for profile in {plan.profiles[ref] for ref in pools}:
             refs = plan.refs(profile, pools)
             work = self._tokenizer(profile).start(text)
@@ -203,7 +177,7 @@ class PromptPreparer:
         begun.seconds = time.perf_counter() - started
         return begun
 
-    def _advance(self, begun: _Started, inline: bool) -> _Started | dict[Profile, PromptBlocks]:
+    def _advance(self, begun: Started, inline: bool) -> Started | dict[Profile, PromptBlocks]:
         """Tokenize each profile's prompt on to its stop (`lazy`): on the loop at most
         `INLINE_CHARS` new and `INLINE_WALK_CHARS` passed, else within `FOREGROUND_CHARS`."""
         started = time.perf_counter()
@@ -222,7 +196,7 @@ class PromptPreparer:
             return begun
         return {profile: self._blocks(profile, begun) for profile in begun.work}
 
-    def _blocks(self, profile: Profile, begun: _Started) -> PromptBlocks:
+    def _blocks(self, profile: Profile, begun: Started) -> PromptBlocks:
         """A profile's prompt at its stop: its blocks, its rest queued for the background."""
         work = begun.work[profile]
         if isinstance(work, PromptBlocks):
