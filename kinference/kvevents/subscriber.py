@@ -103,6 +103,10 @@ class EventSubscriber:
             while True:
                 parts = await socket.recv_multipart(copy=True)
                 self.receive(feed, parts)
+                # One batch per loop step: a backlog (an engine announcing a long prompt,
+                # or several engines at once) comes back from `recv` without yielding, and
+                # applied in one go it would hold Picks waiting for the loop behind it.
+                await asyncio.sleep(0)
         finally:
             socket.close(linger=0)
 

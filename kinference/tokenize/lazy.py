@@ -20,6 +20,7 @@ import numpy as np
 
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
 from kinference.tokenize.pieces import PIECE_CHARS, Cutter, Ids, Piece
+from kinference.tokenize.turns import Mark, TurnMarks
 
 # The prompt's blocks so far -> how many of the leading ones some worker holds or is about to
 # hold (`kvcache.reach.Reach`); asked again as blocks are added, from the tokenizer thread.
@@ -37,8 +38,16 @@ class PieceSource(Protocol):
 class Tokenization:
     """One prompt's tokens and engine blocks so far."""
 
-    def __init__(self, cutter: Cutter, source: PieceSource, block_size: int, special: bool):
+    def __init__(
+        self,
+        cutter: Cutter,
+        source: PieceSource,
+        block_size: int,
+        special: bool,
+        marks: TurnMarks | None = None,
+    ):
         self._cutter = cutter
+        self._marks = marks  # where a finished tokenization leaves its last cut (`turns`)
         self._source = source
         self._special = special  # special tokens on the first piece (completion prompts)
         self.block_size = block_size
@@ -49,6 +58,26 @@ class Tokenization:
         self._tail: Ids = np.zeros(0, dtype=np.uint32)  # tokens after the last full block
         self._parts: list[Ids] = []
         self._steps = 0
+        # The state at the last checked cut passed (where a next turn may resume: `turns`):
+        # (position, pieces made, tokens, full blocks, tail, parts).
+        self._cut: tuple[int, int, int, int, Ids, int] | None = None
+
+    def resume(self, mark: Mark) -> None:
+        """Start from a mark of an earlier tokenization of a text with the same start."""
+        self._cutter.resume(mark.position, mark.made)
+        self._steps, self.tokens, self._tail = mark.steps, mark.tokens, mark.tail
+        self.blocks, self._parts = list(mark.blocks), list(mark.parts)
+        self._cut = None
+
+    def mark(self) -> Mark | None:
+        """The state at the last checked cut passed, if any (for the next turn)."""
+        if self._cut is None:
+            return None
+        position, made, tokens, blocks, tail, parts = self._cut
+        return Mark(
+            position, made, self._steps, tokens, tuple(self.blocks[:blocks]), tail,
+            tuple(self._parts[:parts]),
+        )  # fmt: skip
 
     @property
     def chars(self) -> int:
@@ -58,17 +87,33 @@ class Tokenization:
     def done(self) -> bool:
         return self._cutter.done
 
-    def advance(self, known: Known | None = None, budget_chars: int | None = None) -> None:
-        """Tokenize on until a block no worker holds (`known`), the end, or the budget."""
-        spent = 0
+    def advance(
+        self,
+        known: Known | None = None,
+        budget_chars: int | None = None,
+        walk_chars: int | None = None,
+    ) -> bool:
+        """Tokenize on until a block no worker holds (`known`: answers True, nothing after
+        it can match), the end, `budget_chars` of new text tokenized or `walk_chars` of the
+        text passed (known pieces included), whichever comes first."""
+        spent, start = 0, self._cutter.position
         while not self.done and (budget_chars is None or spent < budget_chars):
+            if walk_chars is not None and self._cutter.position - start >= walk_chars:
+                break
             before, count = self.encoded_chars, min(1 << self._steps, MAX_STEP_PIECES)
             if budget_chars is not None:  # a step is one batch: keep it within the budget
                 count = min(count, max(1, -(-(budget_chars - spent) // PIECE_CHARS)))
             self._step(count)
             spent += self.encoded_chars - before
             if known is not None and known(self.blocks) < len(self.blocks):
-                return
+                return True
+        marks = self._marks
+        if self.done and marks is not None:
+            self._marks = None  # once
+            mark = self.mark()
+            if mark is not None:
+                marks.put(self._cutter.kind, self._cutter.text, mark)
+        return False
 
     def ids(self) -> Ids:
         """The tokens of the pieces done."""
@@ -94,6 +139,7 @@ class Tokenization:
         special = self._special and pieces[0].start == 0
         found, encoded = self._source.tokens(self._cutter.text, pieces, special)
         self.encoded_chars += encoded
+        before = (self.tokens, len(self.blocks), len(self._tail), len(self._parts))
         self._parts.extend(found)
         new = np.concatenate([self._tail, *found]) if found else self._tail
         self.tokens += len(new) - len(self._tail)
@@ -101,3 +147,23 @@ class Tokenization:
         parent = self.blocks[-1] if self.blocks else None
         self.blocks.extend(identities(new[:full], self.block_size, parent=parent))
         self._tail = new[full:]
+        self._note_cut(pieces, found, new, before)
+
+    def _note_cut(
+        self, pieces: list[Piece], found: list[Ids], new: Ids, before: tuple[int, int, int, int]
+    ) -> None:
+        """Remember the state at the step's last checked cut: the end of its last piece if
+        that is not the text's end, else the start of that piece (`turns`)."""
+        tokens, blocks, tail, parts = before
+        if pieces[-1].end < len(self._cutter.text):
+            last = 0  # the step ended at a checked cut
+        elif len(pieces) > 1 and len(found) == len(pieces):
+            last = 1  # its last piece ends the text: the cut before that piece
+        else:
+            return
+        upto = len(new) - sum(map(len, found[len(found) - last :]))  # of `new`
+        done = upto // self.block_size * self.block_size
+        self._cut = (
+            pieces[-1 - last].end, self._cutter.made - last, tokens + upto - tail,
+            blocks + done // self.block_size, new[done:upto], parts + len(found) - last,
+        )  # fmt: skip

@@ -102,6 +102,18 @@ class Cutter:
     def done(self) -> bool:
         return self.position >= len(self.text)
 
+    @property
+    def kind(self) -> bytes:
+        return self._kind
+
+    @property
+    def made(self) -> int:
+        return self._made
+
+    def resume(self, position: int, made: int) -> None:
+        """Go on from a checked cut of this text (`turns.Mark`), `made` pieces cut before."""
+        self.position, self._made = position, made
+
     def next_pieces(self, count: int) -> list[Piece]:
         """Up to `count` more pieces (fewer at the end of the text)."""
         pieces: list[Piece] = []

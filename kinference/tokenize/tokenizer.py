@@ -24,6 +24,7 @@ from kinference.tokenize.lazy import Known, Tokenization
 from kinference.tokenize.pieces import CutChecks, Cutter, Ids, Piece
 from kinference.tokenize.reuse import PieceCache
 from kinference.tokenize.template import ChatTemplate, TemplateError
+from kinference.tokenize.turns import TurnMarks
 
 _SAMPLE = "The quick brown fox jumps over the lazy dog.\nIt was 12:30, and nobody's there."
 _HOLD_GIL_CHARS = 1536  # texts this short are encoded holding the GIL (see _encode)
@@ -58,6 +59,7 @@ class PromptTokenizer:
         self._template = template
         self.block_size = block_size
         self.cache = cache or PieceCache()
+        self.marks = TurnMarks()  # where finished prompts' next turns may resume
         self._checks = CutChecks(self._plain)
         sample = tokenizer.encode_batch([_SAMPLE, _SAMPLE], add_special_tokens=False)[0].ids
         special = tokenizer.encode(_SAMPLE, add_special_tokens=True).ids
@@ -119,7 +121,13 @@ class PromptTokenizer:
     def _tokenization(self, text: str, special: bool) -> Tokenization:
         whole = special and not self._cut_special
         cutter = Cutter(text, b"special" if special else b"plain", self._checks, whole)
-        return Tokenization(cutter, self, self.block_size, special)
+        if whole:
+            return Tokenization(cutter, self, self.block_size, special)
+        work = Tokenization(cutter, self, self.block_size, special, self.marks)
+        mark = self.marks.find(cutter.kind, text)
+        if mark is not None:  # a conversation's next turn: its history is tokenized
+            work.resume(mark)
+        return work
 
     def tokens(self, text: str, pieces: list[Piece], special: bool) -> tuple[list[Ids], int]:
         """Each piece's ids (from the cache or tokenized in one batch) and the characters

@@ -8,6 +8,11 @@ waits behind more than one slice. Background slices also wait while a Pick is be
 Python steps hold the GIL the event loop needs then; but not for longer than
 `max_pause_s`, so that under a steady stream of Picks the next turns still find their
 pieces tokenized.
+
+Small Pick work runs on the caller's thread instead (`here`), when the thread is idle and
+no Pick waits: a hand-off there and back costs ~1 ms of GIL switches, more than a cold
+prompt's first piece. The thread holds `_busy` while it runs anything, so work done here
+never overlaps its own: its tokenizers and caches still need no locks.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class TokenizerThread:
         self._max_pause_s = max_pause_s
         self._clock = clock
         self._held_since: float | None = None  # background work held back by Picks since
+        self._busy = threading.Lock()  # held by whoever runs work (the thread, or `here`)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -62,6 +68,16 @@ class TokenizerThread:
 
         self._put(self._urgent, run)
         return future
+
+    def here(self, work: Callable[[], T]) -> tuple[T] | None:
+        """Run `work` now on the caller's thread, if the thread is idle and no Pick work
+        waits; None if not (then `submit` it). Exceptions reach the caller."""
+        if self._urgent or self._closed or not self._busy.acquire(blocking=False):
+            return None
+        try:
+            return (work(),)
+        finally:
+            self._busy.release()
 
     def later(self, work: Callable[[], None]) -> bool:
         """Queue background work; False if too much is queued already, or the thread is
@@ -104,7 +120,8 @@ class TokenizerThread:
                 if work is None:
                     return
             try:
-                work()
+                with self._busy:
+                    work()
             except Exception:  # background work has no waiter: log, keep the thread
                 log.exception("background tokenizer work failed")
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from kinference.kvcache.blocks import identities
+from kinference.kvcache.blocks import PromptBlocks, identities
 from kinference.tokenize.pieces import PIECE_CHARS
 from kinference.tokenize.reuse import PieceCache
 from kinference.tokenize.template import ChatTemplate, TemplateError
@@ -193,7 +193,7 @@ def test_turn_reuse_gives_the_tokens_of_a_full_tokenization(
         text = template.render(messages)
         expected = fresh.encode(text, add_special_tokens=False).ids
         assert reusing.token_ids(PromptText(messages=messages)).tolist() == expected
-    assert reusing.cache.hits > 0
+    assert reusing.marks.resumed > 0  # later turns start where the previous one passed
 
 
 def test_reuse_tokenizes_only_the_new_part(tokenizer: PromptTokenizer) -> None:
@@ -202,7 +202,7 @@ def test_reuse_tokenizes_only_the_new_part(tokenizer: PromptTokenizer) -> None:
     for messages in turns:
         tokenizer.token_ids(PromptText(messages=messages))
     cache = tokenizer.cache
-    assert cache.hits > 0
+    assert cache.hits + tokenizer.marks.resumed > 0  # pieces known, or whole turns
     last = len(tokenizer._template.render(turns[-1]))  # type: ignore[union-attr]
     assert cache.encoded_chars < last * 1.3  # about one full text, not three
 
@@ -256,3 +256,23 @@ def test_a_conversation_of_too_many_messages_is_not_rendered(tokenizer: PromptTo
     messages = [{"role": "user", "content": "hi"}] * (MAX_MESSAGES + 1)
     with pytest.raises(Untokenizable, match="messages"):
         tokenizer.blocks(PromptText(messages=messages))
+
+
+def test_advance_says_whether_it_stopped_at_a_block_nobody_holds(
+    tokenizer: PromptTokenizer,
+) -> None:
+    """True: nothing further can match; False: the end, the budget or the walk limit (the
+    rest continues where it stopped: a Pick begun on the loop, finished on the thread)."""
+    rng = random.Random(4)
+    text = _words(rng, 6000)
+    full = identities(tokenizer.token_ids(PromptText(prompt=text)), 4)
+    tokenizer = PromptTokenizer(tokenizer._tokenizer, None, 4, tokenizer.cache)  # no marks
+    begun = tokenizer.start(PromptText(prompt=text))  # every piece known now
+    assert not isinstance(begun, PromptBlocks)
+    assert begun.advance(len, walk_chars=2 * PIECE_CHARS) is False and not begun.done
+    assert 0 < len(begun.blocks) < len(full)  # it walked part of the way (pieces known)
+    assert begun.advance(len) is False and begun.done
+    assert begun.result().blocks == tuple(full)
+    cold = PromptTokenizer(tokenizer._tokenizer, None, 4).start(PromptText(prompt=text))
+    assert not isinstance(cold, PromptBlocks)
+    assert cold.advance(lambda blocks: 0) is True and not cold.done

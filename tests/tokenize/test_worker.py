@@ -4,10 +4,15 @@ work is bounded, and a closed thread takes no more."""
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
 from kinference.tokenize.worker import MAX_LATER, TokenizerThread
+
+T = TypeVar("T")
 
 
 def test_pick_work_runs_before_background_work() -> None:
@@ -64,3 +69,35 @@ def test_background_work_waits_while_a_pick_is_decided_but_not_forever() -> None
     thread.submit(lambda: None).result(timeout=10)  # wakes the thread: the pause is over
     assert ran.wait(timeout=10)
     thread.close()
+
+
+def test_work_runs_here_only_while_the_thread_is_idle() -> None:
+    """`here` runs on the caller's thread when nothing runs or waits on the tokenizer
+    thread (its caches are never touched by two threads at once), else answers None."""
+    thread = TokenizerThread()
+    assert thread.here(threading.get_ident) == (threading.get_ident(),)
+    gate, started = threading.Event(), threading.Event()
+
+    def hold() -> bool:
+        started.set()
+        return gate.wait()
+
+    blocker = thread.submit(hold)
+    assert started.wait(timeout=10)
+    assert thread.here(lambda: 1) is None  # the thread is running work
+    gate.set()
+    blocker.result(timeout=10)
+    # The thread lets go of its work just after answering the waiter: poll until it has.
+    assert _when_idle(thread, threading.get_ident) == (threading.get_ident(),)
+    with pytest.raises(ZeroDivisionError):
+        thread.here(lambda: 1 / 0)
+    assert thread.here(lambda: 2) == (2,)  # the error released it
+    thread.close()
+    assert thread.here(lambda: 3) is None
+
+
+def _when_idle(thread: TokenizerThread, work: Callable[[], T]) -> tuple[T] | None:
+    deadline = time.monotonic() + 10
+    while (done := thread.here(work)) is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return done

@@ -1,0 +1,87 @@
+"""A backlog of batches is applied one per event-loop step, so that Picks waiting for the
+loop run between them (a socket whose messages are already queued answers `recv` without
+yielding)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from kinference.kvcache.precise import PoolCaches
+from kinference.kvevents.subscriber import EventSubscriber, Feed
+from kinference.kvevents.trust import WorkerTrust
+from tests.kvevents import vllm_format as vllm
+
+
+class QueuedSocket:
+    """A SUB socket whose messages are all queued: `recv_multipart` is done at once."""
+
+    def __init__(self, messages: list[list[bytes]]) -> None:
+        self.messages = deque(messages)
+        self.idle: asyncio.Future[list[bytes]] = asyncio.get_running_loop().create_future()
+
+    def setsockopt(self, *args: Any) -> None: ...
+
+    def connect(self, address: str) -> None: ...
+
+    def close(self, linger: int = 0) -> None: ...
+
+    def recv_multipart(self, copy: bool = True) -> asyncio.Future[list[bytes]]:
+        if not self.messages:
+            return self.idle  # nothing more: waits (until cancelled)
+        done: asyncio.Future[list[bytes]] = asyncio.get_running_loop().create_future()
+        done.set_result(self.messages.popleft())
+        return done
+
+
+class QueuedContext:
+    def __init__(self, socket: QueuedSocket) -> None:
+        self._socket = socket
+
+    def socket(self, kind: int) -> QueuedSocket:
+        return self._socket
+
+    def destroy(self, linger: int = 0) -> None: ...
+
+
+class Recording(EventSubscriber):
+    def __init__(self, ticks: list[int], expected: int) -> None:
+        super().__init__(lambda: 0.0)
+        self.ticks = ticks
+        self.seen: list[int] = []  # the loop steps counted at each batch
+        self.expected, self.all_seen = expected, asyncio.Event()
+
+    def receive(self, feed: Feed, parts: list[bytes]) -> None:
+        self.seen.append(self.ticks[0])
+        super().receive(feed, parts)
+        if len(self.seen) == self.expected:
+            self.all_seen.set()
+
+
+async def test_a_backlog_is_applied_one_batch_per_loop_step() -> None:
+    batches = [
+        vllm.encode([vllm.stored([10 * n + 1], list(range(4 * n, 4 * n + 4)), block_size=4)])
+        for n in range(6)
+    ]
+    socket = QueuedSocket([[b"", vllm.seq_bytes(n), batch] for n, batch in enumerate(batches)])
+    ticks = [0]
+    subscriber = Recording(ticks, len(batches))
+    subscriber._context.destroy(linger=0)
+    subscriber._context = QueuedContext(socket)  # type: ignore[assignment]
+
+    async def ticker() -> None:
+        while True:
+            ticks[0] += 1
+            await asyncio.sleep(0)
+
+    counting = asyncio.get_running_loop().create_task(ticker())
+    pool = PoolCaches("p", 4)
+    pool.trust[0] = WorkerTrust(5.0, 10.0)
+    feed = Feed(pool, 0, "e0", "tcp://unused", None, b"", pool.trust[0])
+    subscriber.add(feed)
+    await asyncio.wait_for(subscriber.all_seen.wait(), timeout=30)
+    counting.cancel()
+    await subscriber.aclose()
+    assert feed.batches == len(batches) and pool.index.blocks(0) == len(batches)
+    assert all(b > a for a, b in zip(subscriber.seen, subscriber.seen[1:], strict=False))
