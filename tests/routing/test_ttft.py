@@ -69,8 +69,8 @@ def test_an_engine_seen_full_gives_its_batch_and_queue() -> None:
     table = WorkerTable()
     ctx = context(2, prompt_tokens=0, table=table)
     busy, idle = int(ctx.slots[0]), int(ctx.slots[1])
-    # A queue in two readings running: the batch is full.
-    table.set_engine(busy, waiting=3, running=4, kv_usage=0.5, scraped_at=0.0)
+    # A queue standing a second in the readings: the batch is full.
+    table.set_engine(busy, waiting=3, running=4, kv_usage=0.5, scraped_at=-1.0)
     table.set_engine(busy, waiting=3, running=4, kv_usage=0.5, scraped_at=0.0)
     table.set_engine(idle, waiting=0, running=30, kv_usage=0.1, scraped_at=0.0)
     ctx.signals = type(ctx.signals)(table.waiting.copy(), table.kv_usage.copy())
