@@ -111,11 +111,13 @@ class Rates:
         slope = self.learned(model, "prefill_ms_per_token", slot)
         return base + (0.0 if math.isnan(slope) else slope * uncached_tokens)
 
-    def busy_ms(self, model: str) -> float:
+    def busy_ms(self, model: str, prior: float | None = None) -> float:
         """Milliseconds one running sequence adds to a TTFT on the model's engines: learned,
-        else the prior."""
+        else `prior` (default: the policy's, `prior_busy_ms`)."""
         fitted = self._busy.get(model)
-        return self.prior_busy_ms if fitted is None else fitted[2]
+        if fitted is not None:
+            return fitted[2]
+        return self.prior_busy_ms if prior is None else prior
 
     def observe_busy(self, model: str, sequences: float, excess_ms: float) -> None:
         """One request's TTFT beyond its predicted queue and prefill (`excess_ms`, may be

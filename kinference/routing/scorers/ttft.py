@@ -134,7 +134,7 @@ class TtftScorer:
                                config.prior_prefill_base_ms)  # fmt: skip
         service = _small_peers_or(rates.peek(model, "service_ms"), slots,
                                   config.prior_service_ms)  # fmt: skip
-        busy = rates.busy_ms(model)
+        busy = rates.busy_ms(model, config.prior_busy_ms_per_sequence)
         pending, waiting = table.pending_prefill, ctx.signals.waiting
         full = config.decode_pressure_ms
         prompt, cached, hashes = ctx.prompt_tokens, ctx.cached_tokens.tolist(), ctx.hashes
@@ -166,7 +166,7 @@ class TtftScorer:
                          config.prior_prefill_base_ms)  # fmt: skip
         service = _peers_or(rates.values(model, "service_ms", slots, size),
                             config.prior_service_ms)  # fmt: skip
-        busy = rates.busy_ms(model)
+        busy = rates.busy_ms(model, config.prior_busy_ms_per_sequence)
         sequences, batch = table.occupancy(slots, waiting, config.prior_batch)
         ahead = np.maximum(sequences + 1.0 - batch, 0.0)
         wait = ahead * service / batch + table.pending_prefill[slots] * per_token
