@@ -114,10 +114,22 @@ class Learning:
         prefill_ms = float("nan")
         ttft = served.ttft_ms
         if ttft is not None and choice.predicted_wait_ms <= PREFILL_SAMPLE_WAIT_SHARE * ttft:
-            prefill_ms = max(ttft - choice.predicted_wait_ms, 0.0)
+            prefill_ms = self._unqueued(choice, uncached, ttft - choice.predicted_wait_ms)
         service_ms = float("nan") if served.service_ms is None else served.service_ms
         self.learn(slot, model, uncached, prefill_ms, service_ms)
         self.journal.served(choice.endpoint, model, uncached, prefill_ms, service_ms)
+
+    def _unqueued(self, choice: LocalChoice, uncached: float, unqueued_ms: float) -> float:
+        """A TTFT without its predicted queue: teaches what the sequences beside it added
+        (beyond the learned prefill), and is the prefill sample net of that."""
+        slot, model = choice.slot, choice.model
+        beside = max(choice.sequences - 1.0, 0.0)  # the sequences it joined, not itself
+        busy = self.rates.busy_ms(model) * beside
+        if beside >= 1.0:
+            prefill = self.rates.prefill_ms(slot, model, uncached)
+            if not isnan(prefill):
+                self.rates.observe_busy(model, beside, unqueued_ms - prefill)
+        return max(unqueued_ms - busy, 0.0)
 
     def _text_sample(self, choice: LocalChoice, prompt_tokens: int) -> None:
         """The reported prompt tokens against the text measured at Pick."""

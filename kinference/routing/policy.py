@@ -46,6 +46,7 @@ def compile_policy(
     rates = Rates(routing.ttft.learning_rate) if rates is None else rates
     rates.alpha = routing.ttft.learning_rate
     rates.prior_base_ms = routing.ttft.prior_prefill_base_ms
+    rates.prior_busy_ms = routing.ttft.prior_busy_ms_per_sequence
     scorers = build_scorers(routing, rates)
     ttft = next((s for s, _ in scorers if isinstance(s, TtftScorer)), None)
     return RoutingPolicy(

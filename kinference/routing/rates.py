@@ -7,7 +7,14 @@ Three quantities per (model, worker slot), NaN until learned:
   squares (each sample weighs `alpha`, older ones decay by `1 - alpha`); while the samples'
   lengths hardly differ, `base` is the prior's and the rest is taken as per-token cost;
 - `service_ms`: milliseconds from first token to final report (how long a request holds
-  a batch slot), an exponentially weighted mean.
+  a batch slot), an exponentially weighted mean;
+
+and per model (its engines alike), `busy_ms`: what each sequence running beside a request
+adds to its TTFT (an engine's step decodes every running sequence along with the new
+prompt's prefill, so steps, and the first token, take longer on a fuller batch): the TTFT
+beyond the predicted queue and prefill, against the sequences the request joined, fitted
+through the origin by the same exponentially weighted least squares (learned from this
+replica's reports; the prefill samples it shares are net of it).
 
 Samples come from this replica's reports and, in a cluster, from every other replica's
 (`Router.served` is called for both), so every replica learns the same rates.
@@ -27,6 +34,9 @@ MIN_SPREAD_TOKENS = 64.0  # below this spread of uncached tokens the slope is no
 MIN_TOKENS_FOR_SLOPE = 256.0
 MAX_MS_PER_TOKEN = 10.0  # 100 tokens/s: slower than any engine; a fit past it is noise
 MAX_BASE_MS = 10_000.0
+# What one running sequence can add to a TTFT, at most (ms): a larger fit is a queue the
+# model did not see, not the cost of sharing the engine's steps.
+MAX_BUSY_MS = 50.0
 
 # Exponentially weighted sums per slot: weight, x, y, x^2, x*y.
 _SUMS = ("w", "x", "y", "xx", "xy")
@@ -35,13 +45,21 @@ _SUMS = ("w", "x", "y", "xx", "xy")
 class Rates:
     """Learned rates per model, as arrays indexed by worker slot."""
 
-    def __init__(self, alpha: float = 0.1, prior_base_ms: float = 15.0) -> None:
+    def __init__(
+        self, alpha: float = 0.1, prior_base_ms: float = 15.0, prior_busy_ms: float = 0.0
+    ) -> None:
         self.alpha = alpha
         # The fixed cost assumed when every sample has the same prompt length (the fit
         # cannot tell fixed from per-token cost then); set from the policy's prior.
         self.prior_base_ms = prior_base_ms
+        # Milliseconds a running sequence adds to a TTFT until learned (the policy's prior).
+        self.prior_busy_ms = prior_busy_ms
         self._arrays: dict[tuple[str, str], FloatArray] = {}  # (model, quantity) -> per slot
         self._sums: dict[str, FloatArray] = {}  # model -> the fit's sums (rows) per slot
+        # model -> the busy fit: its weighted sums of sequences^2 and of sequences x excess,
+        # and the fitted milliseconds a sequence (one for the model's engines: a pool's
+        # engines share it, and each report teaches it, not only one worker's in four).
+        self._busy: dict[str, tuple[float, float, float]] = {}
 
     def values(self, model: str, quantity: str, slots: IndexArray, size: int) -> FloatArray:
         """`quantity` for the slots (NaN where not learned); `size` is the table's."""
@@ -86,6 +104,33 @@ class Rates:
             learned = slope.item(slot)
             per_token = 0.0 if math.isnan(learned) else learned
             base[slot] = min(max(mean_y - per_token * mean_x, 0.0), MAX_BASE_MS)
+
+    def prefill_ms(self, slot: int, model: str, uncached_tokens: float) -> float:
+        """The learned prefill of `uncached_tokens` on the worker (NaN: not learned)."""
+        base = self.learned(model, "prefill_base_ms", slot)
+        slope = self.learned(model, "prefill_ms_per_token", slot)
+        return base + (0.0 if math.isnan(slope) else slope * uncached_tokens)
+
+    def busy_ms(self, model: str, prior: float | None = None) -> float:
+        """Milliseconds one running sequence adds to a TTFT on the model's engines: learned,
+        else `prior` (default: the policy's, `prior_busy_ms`)."""
+        fitted = self._busy.get(model)
+        if fitted is not None:
+            return fitted[2]
+        return self.prior_busy_ms if prior is None else prior
+
+    def observe_busy(self, model: str, sequences: float, excess_ms: float) -> None:
+        """One request's TTFT beyond its predicted queue and prefill (`excess_ms`, may be
+        negative), against the `sequences` running beside it when it joined (>= 1)."""
+        if sequences < 1.0:
+            return
+        keep, a = 1.0 - self.alpha, self.alpha
+        squares, products, _ = self._busy.get(model, (0.0, 0.0, 0.0))
+        # A single sample counts at most MAX_BUSY_MS a sequence (a queue it did not see).
+        excess = min(excess_ms, MAX_BUSY_MS * sequences)
+        squares = squares * keep + a * sequences * sequences
+        products = products * keep + a * sequences * excess
+        self._busy[model] = (squares, products, min(max(products / squares, 0.0), MAX_BUSY_MS))
 
     def observe_service(self, slot: int, model: str, service_ms: float) -> None:
         """How long one request held its batch slot after its first token."""

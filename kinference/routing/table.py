@@ -23,6 +23,8 @@ BoolArray = npt.NDArray[np.bool_]
 IndexArray = npt.NDArray[np.intp]
 
 EWMA_ALPHA = 0.2  # weight of a new latency observation in the running estimate
+# Requests waiting in the readings for this long (seconds) show the batch full.
+FULL_AFTER_S = 1.0
 
 # Representative gap of each ITL layout-1 bucket, milliseconds.
 ITL_LAYOUT_1_MS = np.array(MIDPOINTS_MS, dtype=np.float64)
@@ -48,9 +50,11 @@ class WorkerTable(EngineReadings):
         # them the queue is carried forward between readings (`queue_now`).
         self.inflight_at_reading: FloatArray = np.full(capacity, np.nan)
         self.batch: FloatArray = np.full(capacity, np.nan)
-        # Whether the last reading had requests waiting (a queue in two readings running
-        # is a full batch; in one it may be a request caught before the scheduler's step).
-        self.waited: BoolArray = np.zeros(capacity, dtype=bool)
+        # Since when (monotonic s of the reading) the readings have shown requests waiting,
+        # NaN while none wait: a queue standing `FULL_AFTER_S` is a full batch; a shorter one
+        # may be a request caught before the scheduler's step, a long prompt's prefill, or
+        # the engine stalled a moment on a busy host.
+        self.waited_since: FloatArray = np.full(capacity, np.nan)
         # The most sequences the engine was ever seen running: a floor of its batch (the
         # running count while others wait dips when its KV cache is short).
         self.running_max: FloatArray = np.full(capacity, np.nan)
@@ -103,7 +107,7 @@ class WorkerTable(EngineReadings):
         self.scraped_at = grown(self.scraped_at, np.nan)  # type: ignore[assignment]
         self.inflight_at_reading = grown(self.inflight_at_reading, np.nan)  # type: ignore[assignment]
         self.batch = grown(self.batch, np.nan)  # type: ignore[assignment]
-        self.waited = grown(self.waited, False)  # type: ignore[assignment]
+        self.waited_since = grown(self.waited_since, np.nan)  # type: ignore[assignment]
         self.running_max = grown(self.running_max, np.nan)  # type: ignore[assignment]
         self.batch_floor = grown(self.batch_floor, np.nan)  # type: ignore[assignment]
         self.batch_ceiling = grown(self.batch_ceiling, np.nan)  # type: ignore[assignment]
@@ -191,15 +195,22 @@ class WorkerTable(EngineReadings):
             # than its maximum when KV cache is short); otherwise it can hold at least that.
             # Until it was seen full its batch is unknown: an idle engine running nothing
             # says nothing of how many it could run. Full is requests waiting in two
-            # readings running: a scheduler admits new requests at its next step, so one
-            # reading may catch one waiting behind an engine far from full (Dynamo's
-            # mockers showed 1 running, 1 waiting, with 8 slots: a batch of 1 learned).
+            # readings running at least `FULL_AFTER_S` apart: a scheduler admits new
+            # requests at its next step, so one reading may catch one waiting behind an
+            # engine far from full (Dynamo's mockers showed 1 running, 1 waiting, with 8
+            # slots: a batch of 1 learned), and two 0.2 s apart caught a long prefill or a
+            # stall of the engine's process on a busy host (a batch of 2 learned, 8 slots).
             queued = waiting is not None and waiting > 0
-            if queued and self.waited[slot]:
+            at = math.nan if scraped_at is None else scraped_at
+            since = self.waited_since.item(slot)
+            if queued and at - since >= FULL_AFTER_S:
                 self.batch[slot] = running
             elif not np.isnan(self.batch[slot]):
                 self.batch[slot] = max(self.batch[slot], running)
-            self.waited[slot] = queued
+            if not queued:
+                self.waited_since[slot] = np.nan
+            elif math.isnan(since):
+                self.waited_since[slot] = at
         for name in self.adapters[slot] - adapters:
             self._lora[name][slot] = False
         for name in adapters - self.adapters[slot]:

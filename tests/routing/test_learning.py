@@ -67,6 +67,25 @@ def test_a_final_report_teaches_prefill_and_service_rates() -> None:
     assert learn.quality.ttft_ms.summary().mean_abs_error == 30.0
 
 
+def test_a_first_token_beside_running_sequences_teaches_the_busy_cost() -> None:
+    """What the TTFT took beyond the learned prefill, over the sequences it joined, is the
+    model's busy cost; the prefill sample is net of it."""
+    learn = learning()
+    for tokens in (200, 1800, 600, 1400, 1000) * 4:  # alone: 20 ms + 0.05 ms a token
+        alone = choice(1, prompt_tokens=float(tokens), sequences=1.0)
+        learn.final(alone, served(prompt_tokens=tokens, cached_tokens=0,
+                                  ttft_ms=20.0 + 0.05 * tokens))  # fmt: skip
+    assert learn.rates.busy_ms(MODEL) == 0.0  # none ran beside them: the prior
+    for tokens in (200, 1800, 600, 1400, 1000) * 6:  # beside 4 running: 40 ms later
+        busy = choice(1, prompt_tokens=1000.0, sequences=5.0)
+        learn.final(busy, served(prompt_tokens=1000, cached_tokens=0, ttft_ms=110.0))
+        alone = choice(1, prompt_tokens=float(tokens), sequences=1.0)
+        learn.final(alone, served(prompt_tokens=tokens, cached_tokens=0,
+                                  ttft_ms=20.0 + 0.05 * tokens))  # fmt: skip
+    assert learn.rates.busy_ms(MODEL) == pytest.approx(10.0, rel=0.05)
+    assert learn.rates.prefill_ms(1, MODEL, 1000.0) == pytest.approx(70.0, rel=0.05)
+
+
 def test_a_request_that_queued_is_no_prefill_sample() -> None:
     learn = learning()
     picked = choice(1, prompt_tokens=1000.0, predicted_wait_ms=900.0)

@@ -1093,9 +1093,10 @@ def test_picks_since_the_last_reading_count_toward_saturation() -> None:
     env = make(NO_OVERFLOW)
     for endpoint in SMALL:
         slot = env.slot(endpoint)
-        # A queue in two readings running: the batch is full.
-        env.table.set_engine(slot, waiting=1, running=4, kv_usage=0.1, scraped_at=env.clock())
-        env.table.set_engine(slot, waiting=1, running=4, kv_usage=0.1, scraped_at=env.clock())
+        # A queue standing a second in the readings: the batch is full.
+        now = env.clock()
+        env.table.set_engine(slot, waiting=1, running=4, kv_usage=0.1, scraped_at=now - 1.0)
+        env.table.set_engine(slot, waiting=1, running=4, kv_usage=0.1, scraped_at=now)
         env.table.set_engine(slot, waiting=0, running=4, kv_usage=0.1, scraped_at=env.clock())
     assert env.route(chat(), qos=QoS.DEFERRABLE).outcome == Outcome.OK
     for endpoint in SMALL:

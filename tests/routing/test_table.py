@@ -202,9 +202,9 @@ def test_engine_signals_are_copies() -> None:
 def test_the_queue_is_carried_forward_by_picks_and_completions() -> None:
     table = WorkerTable()
     a = table.slot(A)
-    # A queue in two readings running: the batch is full.
+    # A queue standing a second in the readings: the batch is full.
+    table.set_engine(a, waiting=2, running=4, kv_usage=0.5, scraped_at=0.0)
     table.set_engine(a, waiting=2, running=4, kv_usage=0.5, scraped_at=1.0)  # full: batch 4
-    table.set_engine(a, waiting=2, running=4, kv_usage=0.5, scraped_at=1.0)
     assert table.batch[a] == 4
     waiting, _ = table.engine_signals(1.0, 1.0)
     assert table.queue_now(waiting)[a] == 2  # nothing happened since the reading
@@ -217,9 +217,9 @@ def test_the_queue_is_carried_forward_by_picks_and_completions() -> None:
 def test_a_free_engine_queues_once_picks_fill_its_batch() -> None:
     table = WorkerTable()
     a = table.slot(A)
-    # A queue in two readings running: the batch is full.
+    # A queue standing a second in the readings: the batch is full.
+    table.set_engine(a, waiting=1, running=4, kv_usage=0.5, scraped_at=0.0)
     table.set_engine(a, waiting=1, running=4, kv_usage=0.5, scraped_at=1.0)  # learns batch 4
-    table.set_engine(a, waiting=1, running=4, kv_usage=0.5, scraped_at=1.0)
     table.set_engine(a, waiting=0, running=1, kv_usage=0.1, scraped_at=2.0)  # 3 slots free
     assert table.batch[a] == 4  # a smaller running count while none wait: still 4
     waiting, _ = table.engine_signals(2.0, 1.0)
@@ -234,9 +234,9 @@ def test_the_batch_shrinks_when_requests_wait_with_fewer_running() -> None:
     table = WorkerTable()
     a = table.slot(A)
     table.set_engine(a, waiting=0, running=6, kv_usage=0.5, scraped_at=1.0)
-    # A queue in two readings running: the batch is full.
+    # A queue standing a second in the readings: the batch is full.
     table.set_engine(a, waiting=3, running=2, kv_usage=0.99, scraped_at=2.0)
-    table.set_engine(a, waiting=3, running=2, kv_usage=0.99, scraped_at=2.0)
+    table.set_engine(a, waiting=3, running=2, kv_usage=0.99, scraped_at=3.0)
     assert table.batch[a] == 2
 
 
@@ -400,8 +400,8 @@ def test_a_configured_batch_overrides_the_guess_but_not_a_full_reading() -> None
     a, b = table.slot("a:1"), table.slot("b:1")
     table.set_batch_limit(a, 64)
     table.set_batch_limit(b, 64)
-    # A queue in two readings running: the batch is full.
-    table.set_engine(b, waiting=3, running=10, kv_usage=0.99, scraped_at=1.0)  # KV short
+    # A queue standing a second in the readings: the batch is full.
+    table.set_engine(b, waiting=3, running=10, kv_usage=0.99, scraped_at=0.0)  # KV short
     table.set_engine(b, waiting=3, running=10, kv_usage=0.99, scraped_at=1.0)
     waiting = table.waiting.copy()
     _, batch = table.occupancy(np.array([a, b]), waiting, 8.0)
@@ -423,4 +423,21 @@ def test_one_reading_with_a_request_waiting_is_no_full_batch() -> None:
     table.set_engine(a, waiting=1, running=3, kv_usage=0.2, scraped_at=3.0)
     assert math.isnan(table.batch[a])  # waiting, then not: still nothing lasting
     table.set_engine(a, waiting=2, running=8, kv_usage=0.9, scraped_at=4.0)
-    assert table.batch[a] == 8  # a queue in two readings running: full at 8
+    assert table.batch[a] == 8  # a queue standing a second in the readings: full at 8
+
+
+def test_a_queue_seen_briefly_is_no_full_batch() -> None:
+    """Requests waiting in two readings 0.2 s apart (a long prompt's prefill, or the
+    engine's process stalled on a busy host) with 2 of 8 running: no batch of 2."""
+    table = WorkerTable()
+    a = table.slot(A)
+    table.set_engine(a, waiting=1, running=2, kv_usage=0.3, scraped_at=1.0)
+    table.set_engine(a, waiting=1, running=2, kv_usage=0.3, scraped_at=1.2)
+    table.set_engine(a, waiting=1, running=2, kv_usage=0.3, scraped_at=1.4)
+    assert math.isnan(table.batch[a])
+    table.set_engine(a, waiting=0, running=2, kv_usage=0.3, scraped_at=1.6)  # drained
+    table.set_engine(a, waiting=1, running=2, kv_usage=0.3, scraped_at=1.8)
+    table.set_engine(a, waiting=1, running=2, kv_usage=0.3, scraped_at=2.6)
+    assert math.isnan(table.batch[a])  # the streak began again at 1.8
+    table.set_engine(a, waiting=1, running=2, kv_usage=0.3, scraped_at=2.9)
+    assert table.batch[a] == 2  # standing a second: the engine holds 2 now

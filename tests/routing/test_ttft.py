@@ -69,8 +69,8 @@ def test_an_engine_seen_full_gives_its_batch_and_queue() -> None:
     table = WorkerTable()
     ctx = context(2, prompt_tokens=0, table=table)
     busy, idle = int(ctx.slots[0]), int(ctx.slots[1])
-    # A queue in two readings running: the batch is full.
-    table.set_engine(busy, waiting=3, running=4, kv_usage=0.5, scraped_at=0.0)
+    # A queue standing a second in the readings: the batch is full.
+    table.set_engine(busy, waiting=3, running=4, kv_usage=0.5, scraped_at=-1.0)
     table.set_engine(busy, waiting=3, running=4, kv_usage=0.5, scraped_at=0.0)
     table.set_engine(idle, waiting=0, running=30, kv_usage=0.1, scraped_at=0.0)
     ctx.signals = type(ctx.signals)(table.waiting.copy(), table.kv_usage.copy())
@@ -99,6 +99,45 @@ def test_at_equal_ttft_the_cache_wins() -> None:
     assert predicted[0] == pytest.approx(predicted[1])
     scores = scorer(decode_pressure_ms=0).score(ctx)
     assert scores[0] > scores[1]
+
+
+def test_each_running_sequence_adds_the_busy_cost_up_to_the_batch() -> None:
+    table = WorkerTable()
+    ctx = context(3, prompt_tokens=0, table=table)
+    table.add_inflight(int(ctx.slots[1]), 3)
+    table.add_inflight(int(ctx.slots[2]), 12)  # 8 run (the prior batch), 4 wait
+    predicted, wait = scorer(decode_pressure_ms=0, prior_busy_ms_per_sequence=10).predict(ctx)
+    base = PRIOR.prior_prefill_base_ms
+    assert predicted.tolist() == pytest.approx([base, base + 30, wait[2] + base + 80])
+
+
+def test_a_learned_busy_cost_sends_a_small_hit_to_an_idle_worker() -> None:
+    """A 400-token cache hit on a worker running 6 does not beat an idle worker once each
+    running sequence is known to add 10 ms to a first token; while unknown (0) it did."""
+    table = WorkerTable()
+    ctx = context(2, prompt_tokens=2000, cached=[400, 0], table=table)
+    table.add_inflight(int(ctx.slots[0]), 6)
+    rates = Rates()
+    assert scorer(rates, decode_pressure_ms=0).score(ctx).tolist()[0] == 1.0
+    for _ in range(20):
+        rates.observe_busy(MODEL, 6.0, 60.0)
+    assert rates.busy_ms(MODEL) == pytest.approx(10.0)
+    assert scorer(rates, decode_pressure_ms=0).score(ctx).tolist()[1] == 1.0
+
+
+def test_the_busy_fit_goes_through_the_origin_and_ignores_a_lone_request() -> None:
+    rates = Rates(alpha=0.2, prior_busy_ms=3.0)
+    assert rates.busy_ms(MODEL) == 3.0  # the prior until a sample
+    rates.observe_busy(MODEL, 0.0, 500.0)  # alone on its worker: says nothing
+    assert rates.busy_ms(MODEL) == 3.0
+    for beside in (1.0, 4.0, 2.0, 6.0) * 10:
+        rates.observe_busy(MODEL, beside, 8.0 * beside)
+    assert rates.busy_ms(MODEL) == pytest.approx(8.0)
+    rates.observe_busy(MODEL, 2.0, 5000.0)  # a queue it did not see: capped per sequence
+    assert rates.busy_ms(MODEL) <= 50.0
+    for _ in range(40):
+        rates.observe_busy(MODEL, 3.0, -30.0)  # faster than the prefill fit: never below 0
+    assert rates.busy_ms(MODEL) == 0.0
 
 
 def test_learned_rates_replace_the_priors_per_worker() -> None:

@@ -1,8 +1,9 @@
 """Estimated time to first token: one cost per candidate, in milliseconds.
 
-    ttft = wait + prefill + pressure
+    ttft = wait + prefill + busy + pressure
     wait     = ahead * service_ms / batch  +  (pending - shared_pending) * ms_per_token
     prefill  = base_ms + (prompt_tokens - cached_tokens) * ms_per_token
+    busy     = busy_ms_per_sequence * min(sequences, batch)
     pressure = decode_pressure_ms * min(sequences / batch, 1) ** 2
 
 `sequences` are what the worker runs and queues now: the engine's last reading (running +
@@ -13,8 +14,10 @@ occupancy`), `ahead` the sequences beyond it that the new request would queue be
 wait is a batch slot freed: `service_ms / batch` apart). `pending` are uncached prompt
 tokens picked to the worker and still without a first token, `shared_pending` those of
 them this prompt shares (a prefix being computed there is a cache hit in progress, not a
-queue: `routing.pending`). `ms_per_token`, `base_ms` and `service_ms` are learned per
-worker and model (`routing.rates`); a worker not learned yet takes its fellow candidates'
+queue: `routing.pending`). `busy` is what the running sequences add to the request's own
+first step (each step decodes them beside its prefill). `ms_per_token`, `base_ms`,
+and `service_ms` are learned per worker and model, `busy_ms_per_sequence` per model
+(`routing.rates`); a worker not learned yet takes its fellow candidates'
 mean, and the priors below apply while none is learned.
 
 The score is `best / cost` (the cheapest candidate scores 1), with
@@ -51,6 +54,9 @@ class TtftConfig(PluginConfig):
     # Sequences an engine runs at once until a reading shows it full (vLLM's max_num_seqs
     # is larger; 8 is cautious: it spreads load early rather than piling onto one worker).
     prior_batch: PositiveFloat = 8.0
+    # Milliseconds each running sequence adds to a TTFT until learned (`routing.rates`
+    # learns it from the reports within a few; 0: no effect assumed before it is seen).
+    prior_busy_ms_per_sequence: NonNegativeFloat = 0.0
     # Added at a full batch, growing with the square of its occupancy (little at light
     # load): a worker close to its batch limit is not taken for a gain smaller than this,
     # which would slow every sequence it decodes.
@@ -76,7 +82,7 @@ class Parts:
     wait: FloatArray  # counting all pending prefill (`_shared_pending` is per prompt)
     base: FloatArray
     per_token: FloatArray
-    pressure: FloatArray
+    pressure: FloatArray  # with the busy term (both depend on the occupancy alone)
     sequences: FloatArray  # what each runs and queues now
 
 
@@ -128,6 +134,7 @@ class TtftScorer:
                                config.prior_prefill_base_ms)  # fmt: skip
         service = _small_peers_or(rates.peek(model, "service_ms"), slots,
                                   config.prior_service_ms)  # fmt: skip
+        busy = rates.busy_ms(model, config.prior_busy_ms_per_sequence)
         pending, waiting = table.pending_prefill, ctx.signals.waiting
         full = config.decode_pressure_ms
         prompt, cached, hashes = ctx.prompt_tokens, ctx.cached_tokens.tolist(), ctx.hashes
@@ -140,7 +147,7 @@ class TtftScorer:
                 queued = max(queued - table.shared_pending(slot, hashes), 0.0)
             waited = ahead * service[i] / batch + queued * per_token[i]
             own = max(prompt - cached[i], 0.0) * per_token[i]
-            pressure = full * min(sequences / batch, 1.0) ** 2
+            pressure = full * min(sequences / batch, 1.0) ** 2 + busy * min(sequences, batch)
             predicted.append(waited + base[i] + own + pressure)
             wait.append(waited)
             prefill.append(own)
@@ -159,10 +166,12 @@ class TtftScorer:
                          config.prior_prefill_base_ms)  # fmt: skip
         service = _peers_or(rates.values(model, "service_ms", slots, size),
                             config.prior_service_ms)  # fmt: skip
+        busy = rates.busy_ms(model, config.prior_busy_ms_per_sequence)
         sequences, batch = table.occupancy(slots, waiting, config.prior_batch)
         ahead = np.maximum(sequences + 1.0 - batch, 0.0)
         wait = ahead * service / batch + table.pending_prefill[slots] * per_token
         pressure = config.decode_pressure_ms * np.minimum(sequences / batch, 1.0) ** 2
+        pressure = pressure + busy * np.minimum(sequences, batch)
         return Parts(wait, base, per_token, pressure, sequences)
 
     def score(self, ctx: PickContext) -> FloatArray:
