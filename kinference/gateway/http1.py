@@ -65,6 +65,11 @@ class _Conn(asyncio.Protocol):
         self.idle_since = 0.0
         self._can_write = asyncio.Event()
         self._can_write.set()
+        # The read deadline: one timer per connection, re-armed only when it fires early.
+        self._deadline = 0.0  # loop time by which the awaited head or bytes must arrive
+        self._awaited: asyncio.Future[None] | None = None  # what the deadline applies to
+        self._what = ""
+        self._timer: asyncio.TimerHandle | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -100,6 +105,7 @@ class _Conn(asyncio.Protocol):
         self.closed = True
         self._ended()
         self._can_write.set()
+        self._stop_timer()
 
     def pause_writing(self) -> None:
         self._can_write.clear()
@@ -159,11 +165,11 @@ class _Conn(asyncio.Protocol):
             if self.error is not None:
                 raise self.error
             waiter = self._wake = self.loop.create_future()
-            timer = self.loop.call_later(timeout_s, _expire, waiter, "the upstream went silent")
+            self.expect(waiter, timeout_s, "the upstream went silent")
             try:
-                await waiter  # raises ReadTimeout when the timer fires first
+                await waiter  # raises ReadTimeout when the deadline passes first
             finally:
-                timer.cancel()
+                self._awaited = None
                 self._wake = None
         # Everything already here goes out as one piece: one client write, not one per read.
         data = self.body.popleft() if len(self.body) == 1 else b"".join(self._drain())
@@ -206,15 +212,38 @@ class _Conn(asyncio.Protocol):
 
     def drop(self) -> None:
         self.closed = True
+        self._stop_timer()
         if self.transport is not None:
             self.transport.abort()
 
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
-def _expire(waiter: asyncio.Future[None], what: str) -> None:
-    """A read timeout: cheaper than asyncio.timeout (one timer, no task cancellation), as
-    the waiter is the connection's own future."""
-    if not waiter.done():
-        waiter.set_exception(ReadTimeout(what))
+    def expect(self, waiter: asyncio.Future[None], timeout_s: float, what: str) -> None:
+        """Fail `waiter` with ReadTimeout unless it is done within `timeout_s`.
+
+        Cheaper than a timer per wait (asyncio.timeout, or call_later and cancel: each
+        allocates a timer and moves it in the loop's heap, several times per response): the
+        connection keeps one timer, which only moves when it fires before the deadline.
+        """
+        self._awaited, self._what = waiter, what
+        self._deadline = self.loop.time() + timeout_s
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._deadline, self._check_deadline)
+
+    def _check_deadline(self) -> None:
+        self._timer = None
+        waiter = self._awaited
+        if waiter is None or waiter.done() or self.closed:
+            return  # nothing awaited now: the next wait arms a timer again
+        if self.loop.time() >= self._deadline:
+            self._awaited = None
+            waiter.set_exception(ReadTimeout(self._what))
+            waiter.exception()  # retrieved: a request that gave up must not warn
+        else:
+            self._timer = self.loop.call_at(self._deadline, self._check_deadline)
 
 
 def _framed(headers: list[tuple[str, str]]) -> bool:
@@ -299,13 +328,8 @@ class HttpClient:
                 await conn.write(head)
             # Awaited as it is (no shield): a cancelled wait drops the connection below, and
             # the task wakes in the loop turn the head arrives in, not one later.
-            timer = conn.loop.call_later(
-                self.read_timeout_s, _expire, conn.head, "no response head in time"
-            )
-            try:
-                await conn.head  # raises ReadTimeout when the timer fires first
-            finally:
-                timer.cancel()
+            conn.expect(conn.head, self.read_timeout_s, "no response head in time")
+            await conn.head  # raises ReadTimeout when the deadline passes first
         except BaseException:
             conn.drop()
             raise

@@ -11,6 +11,7 @@ from typing import Any
 
 import uvicorn
 
+from kinference.gateway.joined import HeadJoiningProtocol
 from kinference.heap import start_serving
 from kinference.settings import split_host_port
 
@@ -44,6 +45,7 @@ class GatewayServer:
         config = uvicorn.Config(
             app,
             lifespan="on",
+            http=HeadJoiningProtocol,  # uvicorn's httptools protocol, heads joined to bodies
             # The gateway's own date header only; no server header (neither ours nor the
             # upstream's: kinference.gateway.upstream drops the relayed ones).
             server_header=False,

@@ -214,3 +214,32 @@ async def test_an_upstream_silent_mid_body_times_out_and_is_dropped() -> None:
     finally:
         await http.aclose()
         server.close()
+
+
+async def test_a_reused_connection_still_times_out_a_silent_upstream() -> None:
+    """The read deadline is one timer per connection: after a first response on it (whose
+    timer is still pending), a second response that stalls mid-body still times out."""
+
+    async def second_stalls(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc")
+        await writer.drain()
+        await reader.read()
+
+    server, url = await serve(second_stalls)
+    http = client(read_timeout_s=0.2)
+    try:
+        first = await http.request("POST", url, [("content-length", "0")], body())
+        assert await first.read() == b"ok"
+        first.close()
+        second = await http.request("POST", url, [("content-length", "0")], body())
+        chunks = second.chunks()
+        assert await anext(chunks) == b"abc"
+        with pytest.raises(ReadTimeout, match="silent"):
+            await anext(chunks)
+        second.close()
+    finally:
+        await http.aclose()
+        server.close()

@@ -1,0 +1,75 @@
+"""uvicorn's HTTP/1.1 protocol with each response head sent in one write with its first bytes.
+
+uvicorn writes a response's head as soon as the app sends `http.response.start`, and its
+body in a write of its own: two system calls (and two segments the client wakes up for)
+where one does. Here the head is held back until the next write, which joins it, or until
+the current turn of the event loop ends, whichever comes first: a body that is already at
+hand (a whole response, the first events of a stream) leaves in the same write as its head,
+and a head whose body is not is not delayed past the loop turn it was sent in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+class HeadJoiningTransport:
+    """A connection's transport that holds the first write after a request's head arrived
+    (the response head) until the next write or the end of the loop turn."""
+
+    __slots__ = ("_held", "_hold", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._hold = False
+        self._held: bytes | None = None
+
+    def hold_next(self) -> None:
+        """Hold the next write (a request's head has arrived: a response head comes next)."""
+        self._hold = True
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + data)
+        elif self._hold:
+            self._hold = False
+            self._held = data
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        """Write what is held, if anything."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held = None
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)  # everything else as the transport has it
+
+
+class HeadJoiningProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol over a `HeadJoiningTransport` (`uvicorn.Config(http=...)`)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        joined = HeadJoiningTransport(transport, self.loop)
+        super().connection_made(cast(asyncio.Transport, joined))
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cast(HeadJoiningTransport, self.transport).hold_next()
