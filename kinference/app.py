@@ -221,6 +221,7 @@ class App:
         self._reaper = asyncio.create_task(self._reap_forever(), name="kinference-reaper")
         self.loop_lag.start()
         await self.scraper.start()
+        await self.service.offload.start()
         if self.precise_events is not None:
             await self.precise_events.start(self.policy)
         if self.preparer is not None:

@@ -114,10 +114,7 @@ class Offload:
         spans = shipped_spans(body)
         scanner = body.observer if isinstance(body.observer, JsonScanner) else None
         meta = (body.size, body.request_path, scanner, spans)
-        parsed, rss = await self._costed(budget, ("parse", meta), body, spans, abandoned)
-        if rss > self._recycle_rss_bytes:
-            await self._worker.aclose()  # its memory goes back to the system
-        return parsed  # type: ignore[no-any-return]
+        return await self._costed(budget, ("parse", meta), body, spans, abandoned)  # type: ignore[no-any-return]
 
     async def translate(
         self,
@@ -134,10 +131,7 @@ class Offload:
         what it raises, and when `abandoned()` runs)."""
         meta = (body.request_path, request.shape, sent)
         spans = [(0, body.size)]
-        translated, rss = await self._costed(budget, ("translate", meta), body, spans, abandoned)
-        if rss > self._recycle_rss_bytes:
-            await self._worker.aclose()
-        return translated  # type: ignore[no-any-return]
+        return await self._costed(budget, ("translate", meta), body, spans, abandoned)  # type: ignore[no-any-return]
 
     async def _costed(
         self,
@@ -146,9 +140,9 @@ class Offload:
         body: Body,
         spans: list[tuple[int, int]],
         abandoned: Callable[[], None],
-    ) -> tuple[Any, int]:
+    ) -> Any:
         shipped = sum(end - start for start, end in spans)
-        task: asyncio.Task[tuple[Any, int]] | None = None
+        task: asyncio.Task[Any] | None = None
         try:
             task = self._start(lambda: self._run(budget, job, body, spans, shipped), shipped)
             return await asyncio.shield(task)
@@ -158,6 +152,10 @@ class Offload:
             else:
                 abandoned()
             raise
+
+    async def start(self) -> None:
+        """Start the worker with the server, so that no request waits for its start."""
+        await self._worker.start()
 
     async def aclose(self) -> None:
         for job in list(self._jobs):
@@ -202,9 +200,9 @@ class Offload:
         body: Body,
         spans: list[tuple[int, int]],
         shipped: int,
-    ) -> tuple[Any, int]:
-        """Send the job and its bytes, reserve the cost it answers, let it run; its answer
-        and the worker's resident memory after it."""
+    ) -> Any:
+        """Send the job and its bytes, reserve the cost it answers, let it run; its answer.
+        A worker grown past the recycle bound by the job is replaced before the turn ends."""
         kind, meta = job
         _reserve(budget, shipped, _WHAT[kind][0])
         try:
@@ -217,11 +215,14 @@ class Offload:
                 raise
             try:
                 await self._worker.send("go", None)
-                return self._answer(await self._worker.receive(), _ANSWER[kind])  # type: ignore[no-any-return]
+                answer, rss = self._answer(await self._worker.receive(), _ANSWER[kind])
             finally:
                 budget.release(cost)
         finally:
             budget.release(shipped)
+        if rss > self._recycle_rss_bytes:  # in this job's turn: no other job uses the worker
+            await self._worker.replace()  # its memory goes back to the system
+        return answer
 
     def _answer(self, message: tuple[str, Any], expected: str) -> Any:
         kind, data = message

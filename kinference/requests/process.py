@@ -1,5 +1,6 @@
-"""The parse worker's process as the picker sees it: started at first use, restarted after
-it died or was stopped, closed at shutdown."""
+"""The parse worker's process as the picker sees it: started with the server (or at first
+use), replaced at once when recycled, restarted after it died or was stopped, closed at
+shutdown."""
 
 from __future__ import annotations
 
@@ -54,6 +55,18 @@ class WorkerProcess:
             return await frames.receive(running.reader)
         except asyncio.IncompleteReadError as exc:
             raise self._lost() from exc
+
+    async def start(self) -> None:
+        """Start the worker ahead of its first job: the interpreter's start and imports
+        (~0.2-0.4 s, in the child) then delay no request."""
+        await self._started()
+
+    async def replace(self) -> None:
+        """Start a fresh worker, then close this one (idle: it exits at once)."""
+        running, self._process = self._process, None
+        await self._started()
+        if running is not None:
+            await running.aclose()
 
     def kill(self) -> None:
         """Stop the worker at once (a job over its deadline); the next job starts another."""

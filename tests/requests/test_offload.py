@@ -156,3 +156,36 @@ async def test_a_worker_grown_past_its_bound_is_replaced_after_its_parse() -> No
     finally:
         await offload.aclose()
     assert budget.used == 0
+
+
+async def test_a_started_offload_has_its_worker_before_the_first_job() -> None:
+    offload, budget = Offload(), ByteBudget(256 * MiB)
+    try:
+        await offload.start()
+        started = offload.worker_pid
+        assert started is not None
+        parsed = await offload.parse(budget, uploaded_body(big_request()), abandoned=Released())
+        assert isinstance(parsed, InferenceRequest) and offload.worker_pid == started
+    finally:
+        await offload.aclose()
+
+
+async def test_recycling_replaces_the_worker_at_once_and_spares_concurrent_jobs() -> None:
+    # Every job grows the worker past the bound: each is replaced within its job's turn, so
+    # the jobs queued behind it run in the next worker instead of losing theirs mid-job.
+    offload, budget = Offload(recycle_rss_bytes=1), ByteBudget(256 * MiB)
+    try:
+        first = await offload.parse(budget, uploaded_body(big_request()), abandoned=Released())
+        replaced = offload.worker_pid
+        assert isinstance(first, InferenceRequest) and replaced is not None
+        results = await asyncio.gather(
+            *(
+                offload.parse(budget, uploaded_body(big_request()), abandoned=Released())
+                for _ in range(4)
+            )
+        )
+        assert all(isinstance(result, InferenceRequest) for result in results)
+        assert offload.worker_pid not in (None, replaced)
+    finally:
+        await offload.aclose()
+    assert budget.used == 0
