@@ -29,6 +29,7 @@ the round trip costs more than their whole work.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -43,6 +44,8 @@ from kinference.requests.scan import JsonScanner
 from kinference.requests.shapes import Shape
 from kinference.requests.shipping import payload, shipped_spans
 from kinference.requests.translation import Untranslatable
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -154,8 +157,18 @@ class Offload:
             raise
 
     async def start(self) -> None:
-        """Start the worker with the server, so that no request waits for its start."""
-        await self._worker.start()
+        """Start the worker with the server and wait until it answers (its interpreter
+        started and its imports done, ~0.2-0.4 s), so that no request waits for that. A
+        worker that cannot start is logged, not fatal: big bodies then fail UNAVAILABLE
+        while the rest is served, and each job tries again."""
+        try:
+            await self._job(self._ping, 0)
+        except Unavailable as exc:
+            log.warning("the parse worker did not start: %s", exc)
+
+    async def _ping(self) -> None:
+        await self._worker.send("ping", None)
+        self._answer(await self._worker.receive(), "pong")
 
     async def aclose(self) -> None:
         for job in list(self._jobs):

@@ -4,6 +4,8 @@
 
 It reads frames (`frames.py`) on stdin and answers on stdout, one job at a time:
 
+- `ping`: answers `pong` (the picker's startup waits for it: the worker is ready);
+
 - `scan` (a `JsonScanner` and, as payload, the rest of a chunk): feeds it, answers
   `scanned` with the scanner;
 - `parse` (the body's size, path, scanner and shipped spans; the bytes as payload):
@@ -62,7 +64,9 @@ def main() -> None:
 
 
 def _job(kind: str, data: Any, payload: bytes, inbox: IO[bytes], outbox: IO[bytes]) -> None:
-    if kind == "scan":
+    if kind == "ping":  # the picker waits for it once at startup: imports are done
+        frames.write(outbox, "pong", None)
+    elif kind == "scan":
         scanner: JsonScanner = data
         scanner.feed(payload)
         frames.write(outbox, "scanned", scanner)

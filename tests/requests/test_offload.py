@@ -161,7 +161,7 @@ async def test_a_worker_grown_past_its_bound_is_replaced_after_its_parse() -> No
 async def test_a_started_offload_has_its_worker_before_the_first_job() -> None:
     offload, budget = Offload(), ByteBudget(256 * MiB)
     try:
-        await offload.start()
+        await offload.start()  # returns once the worker answered: ready for jobs
         started = offload.worker_pid
         assert started is not None
         parsed = await offload.parse(budget, uploaded_body(big_request()), abandoned=Released())
@@ -189,3 +189,15 @@ async def test_recycling_replaces_the_worker_at_once_and_spares_concurrent_jobs(
     finally:
         await offload.aclose()
     assert budget.used == 0
+
+
+async def test_a_worker_that_cannot_start_is_logged_and_not_fatal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken = WorkerProcess((sys.executable, "-c", "raise SystemExit(3)"))
+    offload = Offload(broken)
+    try:
+        await offload.start()
+    finally:
+        await offload.aclose()
+    assert "the parse worker did not start" in caplog.text
