@@ -121,8 +121,9 @@ class PickerService:
         """`pick`, with the parse of a body over INLINE_PARSE_BYTES run in the parse worker,
         its translation too when one of its model's targets takes another API and it has
         large values (prepared before the decision, used if the decision translates), and,
-        when precise pools may serve it, the prompt tokenized in the tokenizer thread
-        (the decision itself, admission and reservation included, stays in one loop turn)."""
+        when precise pools may serve it, the prompt tokenized in the tokenizer thread, and
+        for a tenant whose cluster budget asked for a lease, its answer awaited (the
+        decision itself, admission and reservation included, stays in one loop turn)."""
         started = time.perf_counter()
         body = self.store.take(call.stream_id)
         if body.size <= INLINE_PARSE_BYTES:
@@ -135,12 +136,13 @@ class PickerService:
         preparer = self.preparer
         if not isinstance(parsed, str):
             translated = await self._translated(body, parsed)
-            if preparer is not None and preparer.active:
-                try:
+            try:
+                if preparer is not None and preparer.active:
                     precise = await preparer.prepare(parsed, body)
-                except BaseException:
-                    self.store.release(body)
-                    raise
+                await self.router.tenants.ready(self.router.policy.config, call.tenant)
+            except BaseException:
+                self.store.release(body)
+                raise
         return self._decided(body, call, started, parsed, precise=precise, translated=translated)
 
     async def _translated(

@@ -8,6 +8,9 @@ Guarantees, for tokens reported before the next pick (as with the local gate):
 - A replica admits while its balance (unexpired leases minus tokens spent from them) is
   positive, and then one request more until its next grant; whatever it spends beyond its
   leases is charged in Redis too. The cluster overshoots by at most one request per replica.
+  A Pick that finds the balance and the credit spent before the lease round that follows
+  has answered waits for that round (`answered`, at most LEASE_WAIT_S): a new tenant's
+  second request is not refused for want of a lease nobody has refused yet.
 - A lease is spendable for LEASE_LIFE_S and charged at the end of that life, so it stays in
   the window at least 60 s after any token spent from it; what is left unspent is handed back.
 - Tokens are reserved at admission and settled at the final report (`kinference.routing.
@@ -27,6 +30,7 @@ Guarantees, for tokens reported before the next pick (as with the local gate):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections import deque
@@ -45,6 +49,7 @@ IDLE_S = 10.0  # seconds: a tenant unseen this long is not leased for any more
 FORGET_S = 120.0  # seconds: an idle tenant's state (with no lease left) is dropped
 RECOVER_S = 2  # seconds without grants after a lost leases hash (every replica re-seeds)
 BUFFER_LIMIT = 10_000  # (tenant, second) entries of unpublished tokens kept while disconnected
+LEASE_WAIT_S = 0.5  # seconds a Pick waits for the lease round it asked for, then is answered
 
 # KEYS[1] leases hash. ARGV: now (epoch second), limit, want, charge second, TTL (s),
 # replica mark field, whether this replica charged tokens in the window (1/0), then
@@ -97,6 +102,7 @@ class _Tenant:
     # (charge second, tokens) this replica added to the leases hash, kept for a re-seed.
     charged: deque[tuple[int, int]] = field(default_factory=deque)
     reseed: list[tuple[int, int]] = field(default_factory=list)  # to send again (hash lost)
+    asked: int = 0  # the lease round that answers this tenant's spent credit (0: none asked)
 
     def charges_in_window(self, now: float) -> bool:
         while self.charged and self.charged[0][0] <= now - WINDOW_S:
@@ -182,6 +188,9 @@ class LeasedBudget:
         self.offline = False
         self.dropped = 0  # buffered entries lost to BUFFER_LIMIT (their tokens uncharged)
         self.wakeup = asyncio.Event()  # set when a tenant wants a lease now
+        self._rounds = 0  # lease rounds begun
+        self._answered = 0  # the newest round that ended, answered or failed
+        self._round_ended = asyncio.Event()  # set (and replaced) as each round ends
 
     def exhausted(self, tenant: str, limit: int) -> str | None:
         state = self._touch(tenant, limit)
@@ -189,8 +198,7 @@ class LeasedBudget:
             return None
         if not self.offline:
             if state.credit:  # this replica's one request beyond its leases
-                state.credit = False
-                self.wakeup.set()
+                self._spend_credit(state)
                 return None
             return (
                 f"used its budget: {limit} tokens per minute across replicas "
@@ -208,6 +216,26 @@ class LeasedBudget:
         if used < share:
             return None
         return f"used its share of the budget while Redis is away: {used} of {share:.0f} tokens"
+
+    async def answered(self, tenant: str) -> None:
+        """Wait, at most LEASE_WAIT_S, while `tenant` has nothing left to spend and the lease
+        round asked for since has not ended (with a grant, a refusal or a failure)."""
+        state = self._tenants.get(tenant)
+        if state is None or not self._waiting(tenant, state):
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LEASE_WAIT_S):
+                while self._waiting(tenant, state):
+                    await self._round_ended.wait()
+
+    def _waiting(self, tenant: str, state: _Tenant) -> bool:
+        unanswered = self._answered < state.asked and not self.offline
+        return unanswered and not state.credit and self._balance(tenant, state) <= 0
+
+    def _spend_credit(self, state: _Tenant) -> None:
+        """The one request beyond the leases is taken: the next round that begins leases."""
+        state.credit, state.asked = False, self._rounds + 1
+        self.wakeup.set()
 
     def frees_in(self, tenant: str, limit: int) -> float | None:
         """While Redis answers: when this replica's own charges leave the leases window far
@@ -272,7 +300,9 @@ class LeasedBudget:
         self._balance(tenant, state)
         beyond = state.spend(tokens)
         if beyond > 0:  # charged in Redis from the next second on: never leaves early
-            state.credit, state.overshot = False, True
+            if state.credit:
+                self._spend_credit(state)
+            state.overshot = True
             self.dropped += _add_bounded(self._owed, (tenant, int(now) + 1), beyond)
         self.dropped += _add_bounded(self._usage, (tenant, int(now // 60)), tokens)
         if self._want(state, now):
@@ -298,6 +328,8 @@ class LeasedBudget:
         it), then write usage for dashboards. Raises RedisError or OSError. While disconnected,
         a round with nothing to send PINGs, so the budget learns that Redis is back."""
         self.wakeup.clear()
+        self._rounds += 1
+        number = self._rounds
         try:
             sent = await self._lease_round()
             sent = await self._publish_usage() or sent
@@ -307,6 +339,10 @@ class LeasedBudget:
         except (RedisError, OSError):
             self.connected, self.offline = False, True
             raise
+        finally:
+            self._answered = max(self._answered, number)
+            ended, self._round_ended = self._round_ended, asyncio.Event()
+            ended.set()
         if sent:  # only a command that went through tells Redis answers
             self.connected, self.offline = True, False
             self._known_replicas = self._replicas()

@@ -6,7 +6,8 @@ each other's reservations: a budget is overshot by at most the one request admit
 
 `LocalBudget` counts this process's usage only (a standalone picker). A replica in a cluster
 uses `kinference.cluster.leases.LeasedBudget`, which enforces one budget across replicas.
-Every method here runs on the Pick path: none may wait on anything.
+Every method here runs on the Pick path: none but `answered` (awaited before the decision,
+and bounded) may wait on anything.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ class Budget(Protocol):
 
     def used(self, tenant: str) -> int:
         """Tokens `tenant` used or reserved in the last minute, as far as this instance knows."""
+
+    async def answered(self, tenant: str) -> None:
+        """Return once `exhausted` can answer for `tenant` from what it was told: at once for
+        a local budget; a cluster's waits, bounded, for a lease it asked for."""
 
     def frees_in(self, tenant: str, limit: int) -> float | None:
         """Seconds until `exhausted` admits `tenant` again as things stand (enough of its
@@ -114,6 +119,9 @@ class LocalBudget:
     def used(self, tenant: str) -> int:
         window = self._usage.get(tenant)
         return 0 if window is None else window.used(self._clock())
+
+    async def answered(self, tenant: str) -> None:
+        del tenant  # everything is known here
 
     def frees_in(self, tenant: str, limit: int) -> float | None:
         window = self._usage.get(tenant)

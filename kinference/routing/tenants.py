@@ -97,6 +97,13 @@ class TenantGate:
         retry = None if frees_in is None else max(math.ceil(frees_in), 1)
         return Rejection(Reason.TENANT_BUDGET, f"{who} {reason}", retry)
 
+    async def ready(self, policy: Policy, tenant: str) -> None:
+        """Wait, bounded, until the budget can answer `check` for `tenant` (a cluster budget
+        that asked for a lease and has not heard back); at once for a tenant without one."""
+        rule = policy.tenant_rule(tenant)
+        if rule is not None and rule.tokens_per_minute is not None:
+            await self.budget.answered(self.budget_name(tenant))
+
     def reserve(
         self, policy: Policy, tenant: str, prompt_tokens: int, max_output_tokens: int | None
     ) -> Reservation | None:

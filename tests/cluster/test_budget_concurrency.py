@@ -123,3 +123,32 @@ async def test_fail_closed_admits_no_budgeted_request_without_redis(start_replic
     await crowd.run_for(0.5)
     assert await crowd.stop() == 0
     assert crowd.rejected > 0
+
+
+async def test_a_new_tenant_is_not_refused_while_its_first_lease_is_on_the_way(
+    start_replicas, redis_server: RedisServer
+) -> None:
+    """A budget with room for thousands of requests: a new tenant's second request, picked
+    while the lease round its first one asked for is held up (Redis stopped a moment), waits
+    for that round instead of being refused with "0 leased"; then requests back to back and
+    16 at once are all admitted."""
+    roomy = POLICY.replace(f"tokens_per_minute: {LIMIT}", f"tokens_per_minute: {LIMIT * 500}")
+    replicas = await start_replicas(2, roomy)
+    client = replicas[0].client
+
+    async def pick() -> pb.PickResponse:
+        pushed = await client.push([BODY], declared_length=len(BODY))
+        return await client.pick(pushed.stream_id, tenant="team-a")
+
+    redis_server.pause()
+    try:
+        first = await pick()  # admitted on the replica's credit; its lease round hangs
+        second = asyncio.create_task(pick())
+        await asyncio.sleep(0.2)  # the round stays held up this long
+    finally:
+        redis_server.resume()
+    outcomes = [first.outcome, (await second).outcome]
+    outcomes += [(await pick()).outcome for _ in range(8)]
+    outcomes += [answer.outcome for answer in await asyncio.gather(*[pick() for _ in range(16)])]
+    dispatched = (pb.PickResponse.OK, pb.PickResponse.DEGRADED)
+    assert all(outcome in dispatched for outcome in outcomes), outcomes

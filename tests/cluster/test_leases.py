@@ -116,6 +116,56 @@ async def test_a_new_tenant_is_admitted_at_once_then_leased(
     assert await leased_sum(client) == 50 + 100  # the request spent unleased, and a slice
 
 
+async def test_a_pick_waits_for_the_lease_round_it_asked_for(
+    client: RedisClient, clocks: Clocks
+) -> None:
+    replica = budget(client, clocks)
+    await replica.answered(TENANT)  # a tenant never seen: nothing to wait for
+    assert replica.exhausted(TENANT, 1_200) is None  # its one request before any lease
+    replica.record(TENANT, 1_200, 50)
+    waiting = asyncio.create_task(replica.answered(TENANT))
+    await asyncio.sleep(0)
+    assert not waiting.done()  # no round has answered since the credit was spent
+    await replica.sync_once()
+    async with asyncio.timeout(DEADLINE_S):
+        await waiting
+    assert replica.exhausted(TENANT, 1_200) is None  # the lease came: admitted, not refused
+
+
+async def test_a_refused_lease_ends_the_wait_and_the_pick_is_rejected(
+    client: RedisClient, clocks: Clocks
+) -> None:
+    other, replica = budget(client, clocks), budget(client, clocks)
+    other.record(TENANT, 1_200, 1_200)  # the whole minute, charged by another replica
+    await other.sync_once()
+    assert replica.exhausted(TENANT, 1_200) is None
+    replica.record(TENANT, 1_200, 10)
+    waiting = asyncio.create_task(replica.answered(TENANT))
+    await replica.sync_once()
+    async with asyncio.timeout(DEADLINE_S):
+        await waiting
+    reason = replica.exhausted(TENANT, 1_200)
+    assert reason is not None and "1210 leased" in reason
+    await replica.answered(TENANT)  # refused: later Picks do not wait again
+    assert replica.exhausted(TENANT, 1_200) is not None
+
+
+async def test_the_wait_is_bounded_and_skipped_while_redis_is_away(
+    client: RedisClient, clocks: Clocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(leases, "LEASE_WAIT_S", 0.05)
+    replica = budget(client, clocks)
+    replica.exhausted(TENANT, 1_200)
+    replica.record(TENANT, 1_200, 10)
+    async with asyncio.timeout(DEADLINE_S):
+        await replica.answered(TENANT)  # no round runs: it gives up after LEASE_WAIT_S
+    assert replica.exhausted(TENANT, 1_200) is not None
+    replica.set_connected(False)
+    waiting = asyncio.create_task(replica.answered(TENANT))
+    await asyncio.sleep(0)
+    assert waiting.done()  # offline: the budget answers from its share at once
+
+
 async def test_through_the_tenant_gate(client: RedisClient, clocks: Clocks) -> None:
     policy = parse_policy('tenants:\n  - {tenant: "*", tokens_per_minute: 100}\n')
     shared = budget(client, clocks, replicas=1)

@@ -233,6 +233,9 @@ class FakeBudget:
     def used(self, tenant: str) -> int:
         return 42
 
+    async def answered(self, tenant: str) -> None:
+        self.calls.append(("answered", tenant, 0, 0))
+
     def frees_in(self, tenant: str, limit: int) -> float | None:
         return None  # cannot tell: the rejection carries no Retry-After
 
@@ -261,6 +264,16 @@ def test_the_gate_delegates_budgets_only(clock: Clock) -> None:
     gate.record(rules, "team-a", 0)
     assert fake.calls == [("exhausted", "team-a", 100, 0), ("reserve", "team-x", 50, 7)]
     assert gate.used("anyone") == 42
+
+
+async def test_the_gate_waits_on_the_budget_only_for_budgeted_tenants(clock: Clock) -> None:
+    fake = FakeBudget()
+    gate = TenantGate(clock, budget=fake)
+    rules = policy()
+    await gate.ready(rules, "team-b")  # no budget: the budget is not asked
+    await gate.ready(rules, "team-a")
+    assert fake.calls == [("answered", "team-a", 0, 0)]
+    await LocalBudget(clock).answered("team-a")  # a local budget knows at once
 
 
 def test_frees_in_is_when_enough_of_the_window_ages_out() -> None:
