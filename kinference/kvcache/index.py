@@ -142,6 +142,11 @@ class BlockIndex:
         thread; the copy is of the slots only)."""
         return {slot: worker.held for slot, worker in list(self._workers.items())}
 
+    def held(self, slot: int) -> Mapping[BlockId, object]:
+        """The blocks `slot` holds (live; empty if it holds none)."""
+        worker = self._workers.get(slot)
+        return worker.held if worker is not None else {}
+
     def holds(self, slot: int, identity: BlockId) -> bool:
         worker = self._workers.get(slot)
         return worker is not None and identity in worker.held

@@ -22,6 +22,7 @@ import numpy.typing as npt
 from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.index import BlockIndex
+from kinference.kvcache.pending import expect, expire, fresh
 from kinference.kvcache.reach import Reach
 from kinference.kvevents.events import Event
 from kinference.kvevents.trust import Distrust, WorkerTrust
@@ -29,11 +30,6 @@ from kinference.kvevents.trust import Distrust, WorkerTrust
 if TYPE_CHECKING:  # routing.decision imports this module
     from kinference.routing.decision import LocalChoice
 
-# Blocks of a request routed to a worker count as cached there until its events store or
-# remove them, or this many seconds pass: a request queued behind others has not stored its
-# prompt yet, but the next turn sent there will find it.
-PENDING_TTL_S = 30.0
-MAX_PENDING_BLOCKS = 200_000  # per worker
 MAX_TICKETS = 256  # lazily tokenized prompts whose remaining blocks are awaited, per pool
 
 
@@ -106,16 +102,17 @@ class PoolCaches:
         if ages is None or self.capacity is None or not self.predict_evictions:
             return depth
         room = self.capacity - self.index.blocks(slot)
-        coming = len(self.pending.get(slot, ())) + self.unnamed.get(slot, 0)
+        waiting = self.pending.get(slot)
+        if waiting:
+            expire(waiting, self.clock())
+        coming = len(waiting or ()) + self.unnamed.get(slot, 0)
         return ages.surviving(blocks, depth, coming - room)
 
     def expect(self, slot: int, blocks: Sequence[BlockId], now: float) -> None:
-        """`blocks` will be stored on `slot` (computed, or again if evicted meanwhile)."""
-        waiting = self.pending.setdefault(slot, {})
-        if len(waiting) + len(blocks) > MAX_PENDING_BLOCKS:  # drop the expired, else all
-            fresh = {k: t for k, t in waiting.items() if now - t <= PENDING_TTL_S}
-            waiting = self.pending[slot] = fresh if len(fresh) < MAX_PENDING_BLOCKS // 2 else {}
-        waiting.update(dict.fromkeys(blocks, now))  # C speed: a 1 MiB prompt is 16k blocks
+        """`blocks` will be stored on `slot`: the ones it does not hold now are pending
+        there (`kvcache.pending`)."""
+        waiting = self.pending.get(slot, {})
+        self.pending[slot] = expect(waiting, blocks, self.index.held(slot), now)
 
     def reach(self) -> Reach:
         """Follows how far some worker holds or will hold a prompt being tokenized (read
@@ -169,9 +166,7 @@ class PoolCaches:
         return lo
 
     def _has(self, slot: int, identity: BlockId, now: float) -> bool:
-        routed = self.pending.get(slot, {}).get(identity)
-        fresh = routed is not None and now - routed <= PENDING_TTL_S
-        return fresh or self.index.holds(slot, identity)
+        return fresh(self.pending.get(slot), identity, now) or self.index.holds(slot, identity)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import PromptBlocks, identities
+from kinference.kvcache.pending import PENDING_TTL_S, expect, expire
 from kinference.kvcache.precise import PoolCaches, PreciseCaches
 from kinference.kvevents.events import BlockRemoved, BlockStored
 from kinference.kvevents.trust import WorkerTrust
@@ -68,11 +69,11 @@ def test_pool_caches_learn_the_capacity_and_evict_for_the_pending_blocks() -> No
     pool.sent(0, prompt, 0, 0.0)
     assert len(pool.pending[0]) == 2
     assert pool.surviving(0, blocks, 4) == 2
-    # A request matching 3 of ours (the 4th predicted gone: pending again) uses them
-    # again: the 4th goes, then 2 from the tail of the 3.
+    # A request matching 3 of ours (the 4th predicted gone, but held: not pending, its
+    # event will not come again) uses them again: the 4th goes, then the 3's tail.
     pool.sent(0, PromptBlocks(17, 4, tuple(blocks)), 3, 0.0)
-    assert len(pool.pending[0]) == 3
-    assert pool.surviving(0, blocks, 3) == 1
+    assert len(pool.pending[0]) == 2
+    assert pool.surviving(0, blocks, 3) == 2
 
 
 def test_the_unnamed_rest_of_a_lazy_prompt_counts_until_it_is_named() -> None:
@@ -92,3 +93,65 @@ def test_the_unnamed_rest_of_a_lazy_prompt_counts_until_it_is_named() -> None:
     caches.completed("p", 7, tuple(identities(list(range(50, 66)), 4)[1:]))
     assert pool.unnamed[0] == 0 and len(pool.pending[0]) == 4
     assert pool.surviving(0, blocks, 4) == 0
+
+
+def _full_pool(now: list[float]) -> tuple[PreciseCaches, PoolCaches, list[int]]:
+    """A pool whose worker 0 holds one 4-block prompt and has learned it holds 4 at most."""
+    caches = PreciseCaches(clock=lambda: now[0])
+    pool = caches.pools["p"] = PoolCaches("p", 4, clock=lambda: now[0])
+    pool.trust[0] = WorkerTrust(5.0, 10.0)
+    tokens = list(range(16))
+    pool.apply(0, [BlockStored((1, 2, 3, 4), None, tuple(tokens), 4)])
+    pool.apply(0, [BlockRemoved((4,)), BlockStored((5,), 3, tuple(tokens[12:]), 4)])
+    return caches, pool, identities(tokens, 4)
+
+
+def test_a_lazy_prompts_rest_counts_only_its_blocks_the_worker_does_not_hold() -> None:
+    # Seen on Dynamo's mockers: a lazy prompt's rest names it from its first block, held
+    # there already; those blocks stayed pending forever (no event stores them again), so
+    # every later request there was predicted to evict blocks the engine then hit.
+    now = [0.0]
+    caches, pool, ours = _full_pool(now)
+    tokens = [*range(12), *range(60, 72)]  # 3 of the held blocks, then 3 new ones
+    blocks = identities(tokens, 4)
+    caches.routed("p", 0, 3, PromptBlocks(25, 4, tuple(blocks[:3]), exact=False, ticket=9))
+    assert pool.unnamed[0] == 3
+    caches.completed("p", 9, tuple(blocks))
+    assert set(pool.pending[0]) == set(blocks[3:])
+    pool.apply(0, [BlockRemoved((5,)), BlockStored((6, 7, 8), 3, tuple(tokens[12:]), 4)])
+    assert not pool.pending[0]  # stored: nothing more to come
+    assert pool.surviving(0, ours, 3) == 3  # nothing to compute, nothing evicted
+
+
+def test_a_rest_tokenized_after_its_blocks_were_stored_is_not_pending() -> None:
+    now = [0.0]
+    caches, pool, _ = _full_pool(now)
+    tokens = list(range(100, 116))
+    blocks = identities(tokens, 4)
+    caches.routed("p", 0, 0, PromptBlocks(17, 4, tuple(blocks[:1]), exact=False, ticket=3))
+    pool.apply(0, [BlockStored((9, 10, 11, 12), None, tuple(tokens), 4)])  # ran already
+    caches.completed("p", 3, tuple(blocks))
+    assert not pool.pending[0] and pool.unnamed[0] == 0
+
+
+def test_blocks_whose_events_never_come_stop_counting_after_the_ttl() -> None:
+    now = [0.0]
+    caches, pool, ours = _full_pool(now)
+    prompt = PromptBlocks(17, 4, tuple(identities(list(range(200, 216)), 4)))
+    caches.routed("p", 0, 0, prompt)  # its request fails: nothing is ever stored
+    assert pool.surviving(0, ours, 4) == 0
+    now[0] = 10.0
+    pool.expect(0, identities(list(range(300, 308)), 4), now[0])  # another, later
+    assert pool.surviving(0, ours, 4) == 0 and len(pool.pending[0]) == 6
+    now[0] = PENDING_TTL_S + 1.0  # the first request's blocks expired, not the second's
+    assert pool.surviving(0, ours, 4) == 2 and len(pool.pending[0]) == 2
+    now[0] = PENDING_TTL_S + 11.0
+    assert pool.surviving(0, ours, 4) == 4 and not pool.pending[0]
+
+
+def test_a_block_expected_again_is_pending_from_then_on() -> None:
+    waiting: dict[int, float] = {}
+    waiting = expect(waiting, [1, 2, 3], {}, 0.0)
+    waiting = expect(waiting, [1], {2: 1}, 20.0)  # 2 held: not expected again
+    expire(waiting, PENDING_TTL_S + 5.0)
+    assert waiting == {1: 20.0}

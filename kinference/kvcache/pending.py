@@ -1,0 +1,64 @@
+"""The blocks a worker is about to store: those of requests routed there, not stored yet.
+
+Such a block counts as cached there (the next turn of a conversation sent to the same
+worker finds it), and as work the worker must do before a request sent now runs (room it
+must make, `kvcache.ageing`). Its `BlockStored` or `BlockRemoved` event ends that.
+
+Only blocks the worker does not hold when they are expected are pending: a block it holds
+already will not be announced again (a hit is not a store), so it would stay pending
+forever, counted as work the worker never does. That covers a lazily tokenized prompt's
+rest, which names the prompt from its first block, and arrives after its leading blocks
+were stored. A block whose event never comes (its request failed, was aborted, or the
+block was named differently by the engine) is dropped after `PENDING_TTL_S`.
+
+One dict per worker, block -> when it was last expected, in that order (a block expected
+again moves to the end): the expired ones are at its front, taken off there. The tokenizer
+thread reads these dicts (`kvcache.reach`) one lookup at a time while the loop changes them.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from collections.abc import Mapping, Sequence
+
+from kinference.kvcache.blocks import BlockId
+
+# Seconds a block routed to a worker counts as about to be stored there: a request queued
+# behind others has not stored its prompt yet, but the next turn sent there will find it.
+PENDING_TTL_S = 30.0
+MAX_PENDING_BLOCKS = 200_000  # per worker
+
+
+def expect(
+    waiting: dict[BlockId, float],
+    blocks: Sequence[BlockId],
+    held: Mapping[BlockId, object],
+    now: float,
+) -> dict[BlockId, float]:
+    """`blocks` will be stored (computed, or again if evicted meanwhile): the ones not
+    held now are pending from `now` on. Answers the worker's dict (a new one if it had to
+    be cut to its bound)."""
+    new = dict.fromkeys(itertools.filterfalse(held.__contains__, blocks), now)  # in C
+    if len(waiting) + len(new) > MAX_PENDING_BLOCKS:  # drop the expired, else all
+        expire(waiting, now)
+        if len(waiting) + len(new) > MAX_PENDING_BLOCKS:
+            waiting = {}
+    collections.deque(map(waiting.pop, new, itertools.repeat(None)), maxlen=0)  # to the end
+    waiting.update(new)  # C speed: a 1 MiB prompt is 16k blocks
+    return waiting
+
+
+def expire(waiting: dict[BlockId, float], now: float) -> None:
+    """Drop the blocks expected longer than `PENDING_TTL_S` ago (the dict's front)."""
+    while waiting:
+        identity = next(iter(waiting))
+        if now - waiting[identity] <= PENDING_TTL_S:
+            return
+        del waiting[identity]
+
+
+def fresh(waiting: Mapping[BlockId, float] | None, identity: BlockId, now: float) -> bool:
+    """Whether `identity` is pending and not expired."""
+    since = waiting.get(identity) if waiting else None
+    return since is not None and now - since <= PENDING_TTL_S
