@@ -44,18 +44,18 @@ def expect(
         expire(waiting, now)
         if len(waiting) + len(new) > MAX_PENDING_BLOCKS:
             waiting = {}
-    collections.deque(map(waiting.pop, new, itertools.repeat(None)), maxlen=0)  # to the end
+    if waiting:  # the ones expected before go to the end
+        collections.deque(map(waiting.pop, new, itertools.repeat(None)), maxlen=0)
     waiting.update(new)  # C speed: a 1 MiB prompt is 16k blocks
     return waiting
 
 
 def expire(waiting: dict[BlockId, float], now: float) -> None:
-    """Drop the blocks expected longer than `PENDING_TTL_S` ago (the dict's front)."""
-    while waiting:
-        identity = next(iter(waiting))
-        if now - waiting[identity] <= PENDING_TTL_S:
-            return
-        del waiting[identity]
+    """Drop the blocks expected longer than `PENDING_TTL_S` ago (the dict's front; one
+    pass: a dict's front is found by skipping the slots of the keys popped since)."""
+    cutoff = now - PENDING_TTL_S
+    gone = [key for key, _ in itertools.takewhile(lambda item: item[1] < cutoff, waiting.items())]
+    collections.deque(map(waiting.pop, gone), maxlen=0)
 
 
 def fresh(waiting: Mapping[BlockId, float] | None, identity: BlockId, now: float) -> bool:
