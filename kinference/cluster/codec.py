@@ -38,6 +38,9 @@ SHORTFALL = "x"
 CONFIRMED = "k"  # [endpoint, age | null]: the engine had the predicted blocks cached
 # [endpoint, model, text characters, tokens]: a sample of the model's characters per token
 TEXT_SIZE = "c"
+# [endpoint, model, sequences beside, excess ms]: a sample of the model's busy cost, what
+# the sequences running beside a request added to its TTFT (`routing.rates`)
+BUSY = "u"
 
 Event = list[Any]
 

@@ -140,7 +140,8 @@ class Keys:
     def stats(self, minute: int) -> str:
         """Hash: `instance|endpoint|model|field` -> that instance's count for one epoch
         minute (EXPIRE STATS_TTL_S); fields ttft_ms_sum, ttft_count, itl_b0..itl_b14
-        (layout-1 bucket counts, which add up across instances)."""
+        (layout-1 bucket counts, which add up across instances) and the TTFT model's sample
+        sums: prefill_*, service_*, text_* and busy_* (`cluster.stats`)."""
         return f"{self.top}stats:{minute}"
 
     def leader(self, pool: str) -> str:

@@ -78,6 +78,9 @@ class Outbox:
     def text(self, endpoint: str, model: str, chars: float, tokens: float) -> None:
         self._add([codec.TEXT_SIZE, endpoint, model, chars, tokens])
 
+    def busy(self, endpoint: str, model: str, sequences: float, excess_ms: float) -> None:
+        self._add([codec.BUSY, endpoint, model, sequences, excess_ms])
+
     def engine(self, endpoint: str, reading: dict[str, Any]) -> None:
         self._add([codec.ENGINE, endpoint, reading])
 

@@ -19,6 +19,7 @@ from kinference.cluster import codec
 from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import STATS_TTL_S, Keys
 from kinference.itl_layout import BUCKETS as ITL_BUCKETS
+from kinference.routing.rates import busy_sample
 from kinference.routing.router import Router
 from kinference.routing.textsize import MIN_SAMPLES
 
@@ -57,6 +58,9 @@ class StatsBuffer:
                 self._bump(base + "chars_sum", float(event[3]))
                 self._bump(base + "tokens_sum", float(event[4]))
                 self._bump(base + "count", 1)
+            elif event[0] == codec.BUSY:
+                self._roll(minute)
+                self._busy(f"{self._instance}|{event[1]}|{event[2]}|busy_", event)
             elif event[0] == codec.ITL:
                 self._roll(minute)
                 base = f"{self._instance}|{event[1]}|{event[2]}|itl_b"
@@ -74,6 +78,16 @@ class StatsBuffer:
         if service_ms is not None:
             self._bump(base + "service_count", 1)
             self._bump(base + "service_ms_sum", float(service_ms))
+
+    def _busy(self, base: str, event: list[Any]) -> None:
+        """A busy sample as the fit takes it, in sums that compose across replicas:
+        count, sequences squared and sequences x excess ms (a fit through the origin)."""
+        sample = busy_sample(float(event[3]), float(event[4]))
+        if sample is not None:
+            sequences, excess = sample
+            self._bump(base + "count", 1)
+            self._bump(base + "sequences_sq_sum", sequences * sequences)
+            self._bump(base + "product_sum", sequences * excess)
 
     def _bump(self, field: str, value: float) -> None:
         self._counts[field] = self._counts.get(field, 0) + value
@@ -114,6 +128,7 @@ async def seed_estimates(redis: RedisClient, keys: Keys, router: Router, now: fl
     cluster's recent minutes (means: the live stream refines them from there)."""
     totals = await read_stats(redis, keys, now, SEED_MINUTES)
     itl: dict[tuple[str, str], np.ndarray[Any, Any]] = {}
+    busy: dict[str, tuple[str, float, float, float]] = {}  # model -> endpoint and sums
     for name, value in totals.items():
         endpoint, model, field = name.rsplit("|", 2)
         if field == "ttft_count" and value > 0:
@@ -126,8 +141,24 @@ async def seed_estimates(redis: RedisClient, keys: Keys, router: Router, now: fl
             _seed_rate(router, totals, f"{endpoint}|{model}|{field}", value)
         elif field == "text_count" and value > 0:
             _seed_text(router, totals, endpoint, model, value)
+        elif field == "busy_count" and value > 0:
+            _, count, squares, products = busy.get(model, (endpoint, 0.0, 0.0, 0.0))
+            base = f"{endpoint}|{model}|busy_"
+            busy[model] = (endpoint, count + value,
+                           squares + totals.get(base + "sequences_sq_sum", 0.0),
+                           products + totals.get(base + "product_sum", 0.0))  # fmt: skip
     for (endpoint, model), counts in itl.items():
         router.remote_itl(endpoint, model, tuple(int(c) for c in counts))
+    for model, (endpoint, count, squares, products) in busy.items():
+        _seed_busy(router, endpoint, model, squares / count, products / count)
+
+
+def _seed_busy(router: Router, endpoint: str, model: str, squares: float, products: float) -> None:
+    """The model's busy cost: one sample with the cluster's mean sums (sequences squared,
+    sequences x excess), so the fit through the origin starts at their ratio."""
+    if squares > 0.0:
+        sequences = squares**0.5
+        router.remote_busy(endpoint, model, sequences, products / sequences)
 
 
 def _seed_text(

@@ -109,6 +109,8 @@ class ClusterView:
                                  _measured(event[4]), _measured(event[5]))  # fmt: skip
         elif kind == codec.TEXT_SIZE:
             router.remote_text(endpoint, model, float(event[3]), float(event[4]))
+        elif kind == codec.BUSY:
+            router.remote_busy(endpoint, model, float(event[3]), float(event[4]))
 
     def _picked(self, instance: str, event: list[Any], *, with_load: bool) -> None:
         endpoint, hashes = str(event[1]), codec.unpack_hashes(event[3])
@@ -194,7 +196,9 @@ class ClusterView:
 
 
 _PREFIX_EVENTS = frozenset({codec.PREFILLING, codec.PREFILLED, codec.SHORTFALL, codec.CONFIRMED})
-_SAMPLE_EVENTS = frozenset({codec.FIRST_TOKEN, codec.ITL, codec.SERVED, codec.TEXT_SIZE})
+_SAMPLE_EVENTS = frozenset(
+    {codec.FIRST_TOKEN, codec.ITL, codec.SERVED, codec.TEXT_SIZE, codec.BUSY}
+)
 
 
 def _optional(value: Any) -> float | None:

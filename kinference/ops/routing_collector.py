@@ -4,6 +4,8 @@
   scorer's cost is measurable in production;
 - per worker and model: the TTFT model's terms, the rates it learned and the prefix
   index's capacity estimate (labels: pool endpoints and models, bounded by the policy);
+- per model: the rates learned of the model's engines together (the busy cost a running
+  sequence adds to a TTFT; models of the policy's pools only, never a caller's name);
 - prediction quality over the last window: TTFT (predicted vs reported) and cached tokens
   (predicted vs reported), as mean absolute error, bias and correlation.
 """
@@ -28,6 +30,7 @@ class RoutingCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         yield from self._plugins()
         yield from self._workers()
+        yield from self._models()
         yield from self._quality()
 
     def _plugins(self) -> Iterator[CounterMetricFamily]:
@@ -87,6 +90,19 @@ class RoutingCollector(Collector):
             bound = router.prefix.blocks_per_worker
             capacity.add_metric([endpoint], min(router.prefix.capacity.get(slot, bound), bound))
         yield from (wait, learned, pending, capacity)
+
+    def _models(self) -> Iterator[GaugeMetricFamily]:
+        router = self._router
+        family = GaugeMetricFamily(
+            "kinference_model_learned_rate",
+            "TTFT model rates learned per model, its engines together (NaN: prior in use).",
+            labels=["model", "rate"],
+        )
+        models = {model for pool in router.policy.catalog.pools for model in pool.models}
+        for model in sorted(models):
+            busy = router.learning.rates.learned_busy(model)
+            family.add_metric([model, "busy_ms_per_sequence"], busy)
+        yield family
 
     def _quality(self) -> Iterator[GaugeMetricFamily]:
         quality = self._router.learning.quality

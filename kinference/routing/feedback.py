@@ -102,3 +102,8 @@ class RouterFeedback:
         """Another replica's sample of `model`'s characters per token (`endpoint` served
         it; the ratio is the model's, whoever serves it)."""
         self.learning.text.observe(model, chars, tokens)
+
+    def remote_busy(self, endpoint: str, model: str, sequences: float, excess_ms: float) -> None:
+        """Another replica's sample of `model`'s busy cost (`endpoint` served it; the
+        cost is the model's engines', whichever served it)."""
+        self.learning.rates.observe_busy(model, sequences, excess_ms)

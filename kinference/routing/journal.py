@@ -52,6 +52,11 @@ class Journal(Protocol):
         """A sample of `model`'s characters per token: `chars` of prompt text were
         `tokens` tokens (`routing.textsize`)."""
 
+    def busy(self, endpoint: str, model: str, sequences: float, excess_ms: float) -> None:
+        """A sample of `model`'s busy cost (`routing.rates`): a request served on
+        `endpoint` beside `sequences` running ones took `excess_ms` beyond its predicted
+        queue and prefill."""
+
 
 class NullJournal:
     """Standalone: the instance's own state is the whole state."""
@@ -88,4 +93,7 @@ class NullJournal:
         pass
 
     def text(self, endpoint: str, model: str, chars: float, tokens: float) -> None:
+        pass
+
+    def busy(self, endpoint: str, model: str, sequences: float, excess_ms: float) -> None:
         pass

@@ -127,8 +127,9 @@ class Learning:
         busy = self.rates.busy_ms(model) * beside
         if beside >= 1.0:
             prefill = self.rates.prefill_ms(slot, model, uncached)
-            if not isnan(prefill):
-                self.rates.observe_busy(model, beside, unqueued_ms - prefill)
+            excess = unqueued_ms - prefill
+            if not isnan(prefill) and self.rates.observe_busy(model, beside, excess):
+                self.journal.busy(choice.endpoint, model, beside, excess)
         return max(unqueued_ms - busy, 0.0)
 
     def _text_sample(self, choice: LocalChoice, prompt_tokens: int) -> None:

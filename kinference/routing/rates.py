@@ -13,11 +13,12 @@ and per model (its engines alike), `busy_ms`: what each sequence running beside 
 adds to its TTFT (an engine's step decodes every running sequence along with the new
 prompt's prefill, so steps, and the first token, take longer on a fuller batch): the TTFT
 beyond the predicted queue and prefill, against the sequences the request joined, fitted
-through the origin by the same exponentially weighted least squares (learned from this
-replica's reports; the prefill samples it shares are net of it).
+through the origin by the same exponentially weighted least squares (the prefill samples
+are net of it).
 
 Samples come from this replica's reports and, in a cluster, from every other replica's
-(`Router.served` is called for both), so every replica learns the same rates.
+(`Router.remote_served` and `Router.remote_busy` fold theirs), so every replica learns the
+same rates.
 """
 
 from __future__ import annotations
@@ -37,6 +38,21 @@ MAX_BASE_MS = 10_000.0
 # What one running sequence can add to a TTFT, at most (ms): a larger fit is a queue the
 # model did not see, not the cost of sharing the engine's steps.
 MAX_BUSY_MS = 50.0
+# Sequences beside a request that a sample may claim: more than any engine runs (a larger
+# value, say from a corrupt stream entry, would overflow the fit's sums).
+MAX_BUSY_SEQUENCES = 100_000.0
+MAX_BUSY_MODELS = 1024  # models with a busy fit (names come from the policy; a bound anyway)
+
+
+def busy_sample(sequences: float, excess_ms: float) -> tuple[float, float] | None:
+    """A busy sample as the fit takes it: `excess_ms` within MAX_BUSY_MS a sequence either
+    way (more is a queue the model did not see; less, a prefill misread), or None when it
+    says nothing (under one sequence beside the request, more than any engine runs, NaN)."""
+    if not (1.0 <= sequences <= MAX_BUSY_SEQUENCES and math.isfinite(excess_ms)):
+        return None
+    bound = MAX_BUSY_MS * sequences
+    return sequences, min(max(excess_ms, -bound), bound)
+
 
 # Exponentially weighted sums per slot: weight, x, y, x^2, x*y.
 _SUMS = ("w", "x", "y", "xx", "xy")
@@ -119,18 +135,28 @@ class Rates:
             return fitted[2]
         return self.prior_busy_ms if prior is None else prior
 
-    def observe_busy(self, model: str, sequences: float, excess_ms: float) -> None:
+    def learned_busy(self, model: str) -> float:
+        """The learned busy milliseconds a sequence of `model` (NaN: the prior in use)."""
+        fitted = self._busy.get(model)
+        return float("nan") if fitted is None else fitted[2]
+
+    def observe_busy(self, model: str, sequences: float, excess_ms: float) -> bool:
         """One request's TTFT beyond its predicted queue and prefill (`excess_ms`, may be
-        negative), against the `sequences` running beside it when it joined (>= 1)."""
-        if sequences < 1.0:
-            return
+        negative), against the `sequences` running beside it when it joined (>= 1).
+        False when it teaches nothing (no sequence beside it, or not a number)."""
+        sample = busy_sample(sequences, excess_ms)
+        if sample is None:
+            return False
+        sequences, excess = sample
         keep, a = 1.0 - self.alpha, self.alpha
-        squares, products, _ = self._busy.get(model, (0.0, 0.0, 0.0))
-        # A single sample counts at most MAX_BUSY_MS a sequence (a queue it did not see).
-        excess = min(excess_ms, MAX_BUSY_MS * sequences)
+        fitted = self._busy.get(model)
+        if fitted is None and len(self._busy) >= MAX_BUSY_MODELS:  # forget the first learned
+            del self._busy[next(iter(self._busy))]
+        squares, products, _ = (0.0, 0.0, 0.0) if fitted is None else fitted
         squares = squares * keep + a * sequences * sequences
         products = products * keep + a * sequences * excess
         self._busy[model] = (squares, products, min(max(products / squares, 0.0), MAX_BUSY_MS))
+        return True
 
     def observe_service(self, slot: int, model: str, service_ms: float) -> None:
         """How long one request held its batch slot after its first token."""

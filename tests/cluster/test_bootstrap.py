@@ -20,6 +20,7 @@ from kinference.cluster.view import ClusterView
 from kinference.config import Policy
 from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate, WorkerTable
 from kinference.routing.policy import cooldowns_of
+from kinference.routing.rates import Rates
 from kinference.routing.textsize import MIN_SAMPLES
 from loadtest.redis_server import RedisServer
 
@@ -58,6 +59,9 @@ async def test_a_late_replica_loads_readings_statistics_and_prefixes(
     outbox.text(ENDPOINT, "m", 3200.0, 2000.0)  # 1.6 characters a token
     outbox.text(ENDPOINT, "m", 3400.0, 2000.0)
     outbox.text(ENDPOINT, "m", 3300.0, 2000.0)  # enough samples to replace the prior
+    outbox.busy(ENDPOINT, "m", 2.0, 30.0)  # 15 ms a sequence
+    outbox.busy("10.0.0.2:8000", "m", 4.0, 40.0)  # the model's, on another engine: 10
+    outbox.busy(ENDPOINT, "m", 0.0, 40.0)  # alone on its engine: no sample, not counted
     await publisher.flush()
     await stats.flush()
     await client.set(keys.heartbeat("early"), b"1")  # alive, as its heartbeat would say
@@ -81,6 +85,8 @@ async def test_a_late_replica_loads_readings_statistics_and_prefixes(
     assert math.isclose(base + 2000 * per_token, 115.0)
     # Characters per token: the cluster's mean sample (1.65), replacing the prior.
     assert math.isclose(view.router.learning.text.chars_per_token("m"), 1.65)
+    # The busy cost: the fit through the origin of both engines' samples, (60 + 160) / 20.
+    assert math.isclose(rates.learned_busy("m"), 11.0)
     await client.aclose()
 
 
@@ -159,3 +165,24 @@ def test_another_replicas_text_samples_teach_this_replicas_characters_per_token(
     view.apply(entry)
     assert view.router.learning.text.chars_per_token("m") == 1.6
     assert view.applied[codec.TEXT_SIZE] == MIN_SAMPLES + 1
+
+
+def test_another_replicas_busy_samples_teach_this_replicas_busy_cost() -> None:
+    view = view_of(WorkerTable(), PrefixIndex(1000))
+    events = [
+        [codec.BUSY, ENDPOINT, "m", 2.0, 30.0],
+        [codec.BUSY, "10.0.0.2:8000", "m", 4.0, 40.0],  # the model's, whichever engine
+        [codec.BUSY, ENDPOINT, "m", "not a number", 1.0],  # skipped
+        [codec.BUSY, ENDPOINT, "m", 2.0],  # too short: skipped
+        [codec.BUSY, ENDPOINT, "m", 1e308, 1e308],  # no engine runs that many: no sample
+    ]
+    fields = codec.encode("a", 1, events, None)
+    entry = codec.decode(b"1-0", {k.encode(): str(v).encode() for k, v in fields.items()})
+    assert entry is not None
+    view.apply(entry)
+    rates = view.router.learning.rates
+    expected = Rates()
+    expected.observe_busy("m", 2.0, 30.0)
+    expected.observe_busy("m", 4.0, 40.0)
+    assert rates.learned_busy("m") == expected.learned_busy("m")
+    assert view.applied[codec.BUSY] == 5

@@ -1,13 +1,22 @@
 """Replicas sharing through Redis what the TTFT model and the prefix index learn: the
 prefills in progress (a shared prefix being computed is a hit in progress on every
-replica) and the evictions learned from reported cached tokens."""
+replica), the evictions learned from reported cached tokens, characters per token and
+the busy cost of the model's running sequences."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
+import time
 
+from kinference.cluster.connection import RedisClient, connect
+from kinference.cluster.keys import Keys
+from kinference.cluster.stats import SEED_MINUTES, read_stats
+from kinference.routing.rates import MAX_BUSY_MS
 from kinference.routing.textsize import MIN_SAMPLES
-from tests.api.helpers import pick_ok, wait_until
+from loadtest.redis_server import RedisServer
+from tests.api.helpers import SETTLE_S, pick_ok, wait_until
 from tests.conftest import MODEL, RunningPicker
 
 DOCUMENT = "A long shared document about the tides and the moon. " * 80  # ~4 KiB
@@ -87,3 +96,64 @@ async def test_characters_per_token_learned_by_one_replica_are_learned_by_all(
         text = replica.app.router.learning.text
         await wait_until(lambda t=text: abs(t.chars_per_token(MODEL) - 1.6) < 0.01,
                          what="characters per token")  # fmt: skip
+
+
+TWO_WORKERS = f"""
+pools:
+  - namespace: default
+    name: chat
+    endpoints: ["10.0.0.1:8000", "10.0.0.2:8000"]
+    models: ["{MODEL}"]
+"""
+
+
+def cold(n: int) -> bytes:
+    """A prompt of ~1k tokens that no other shares (its own prefix, its own home)."""
+    text = f"document {n}: " + f"line {n} of a text nobody else asks about. " * 90
+    return json.dumps({"model": MODEL, "messages": [{"role": "user", "content": text}]}).encode()
+
+
+async def test_the_busy_cost_learned_by_one_replica_is_learned_by_all(
+    start_replicas, redis_server: RedisServer
+) -> None:
+    """A's requests beside others teach A the model's busy cost; B, which served nothing,
+    folds A's samples into the same fit, and C, started later, seeds it from the
+    statistics hash."""
+    a, b = await start_replicas(2, TWO_WORKERS)
+    rates_a, rates_b = a.app.router.learning.rates, b.app.router.learning.rates
+    table = a.app.router.table
+    slots = [table.slot(endpoint) for endpoint in ("10.0.0.1:8000", "10.0.0.2:8000")]
+    # 1. Alone on its worker, each request teaches that worker's prefill (no busy sample).
+    n = 0
+    while any(math.isnan(rates_a.learned(MODEL, "prefill_base_ms", s)) for s in slots):
+        assert n < 40, "the cold prompts never reached both workers"
+        picked = await pick_ok(a, cold(n))
+        await a.client.first_token(picked.response_id, ttft_ms=40)
+        await a.client.final_token(picked.response_id, prompt_tokens=1000, cached_tokens=0)
+        n += 1
+    assert math.isnan(rates_a.learned_busy(MODEL))  # none ran beside another yet
+    # 2. Four at once on two workers: the later ones join a worker running another.
+    held = [await pick_ok(a, cold(n + i)) for i in range(4)]
+    for picked in held:
+        await a.client.first_token(picked.response_id, ttft_ms=400)
+        await a.client.final_token(picked.response_id, prompt_tokens=1000, cached_tokens=0)
+    assert rates_a.learned_busy(MODEL) > 0.0
+    await wait_until(lambda: rates_b.learned_busy(MODEL) == rates_a.learned_busy(MODEL),
+                     what="B's busy cost")  # fmt: skip
+    # 3. A replica started now seeds it from the per-minute statistics A wrote.
+    client = connect(redis_server.url)
+    try:
+        deadline = time.monotonic() + SETTLE_S
+        while not await busy_counted(client):  # A writes them once a second
+            assert time.monotonic() < deadline, "no busy samples in the statistics"
+            await asyncio.sleep(0.05)
+    finally:
+        await client.aclose()
+    (c,) = await start_replicas(1, TWO_WORKERS)
+    seeded = c.app.router.learning.rates.learned_busy(MODEL)
+    assert 0.0 < seeded <= MAX_BUSY_MS
+
+
+async def busy_counted(client: RedisClient) -> bool:
+    totals = await read_stats(client, Keys(), time.time(), SEED_MINUTES)
+    return any(name.endswith("|busy_count") for name in totals)
