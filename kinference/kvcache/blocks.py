@@ -21,12 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from kinference.routing.blocks import mix64
+
 BlockId = int
 _MASK = (1 << 64) - 1
 _BASE = 0x9E3779B97F4A7C15  # odd: the chain is invertible
 _BASE_INVERSE = pow(_BASE, -1, 1 << 64)
-_MIX_1 = np.uint64(0xFF51AFD7ED558CCD)
-_MIX_2 = np.uint64(0xC4CEB9FE1A85EC53)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,20 +44,11 @@ class PromptBlocks:
     ticket: int = 0
 
 
-def _mix(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """MurmurHash3's fmix64 (uint64 arithmetic wraps modulo 2^64, as a hash wants)."""
-    values = values ^ (values >> np.uint64(33))
-    values = values * _MIX_1
-    values = values ^ (values >> np.uint64(33))
-    values = values * _MIX_2
-    return values ^ (values >> np.uint64(33))
-
-
 @functools.lru_cache(maxsize=64)
 def _lanes(block_size: int) -> npt.NDArray[np.uint64]:
     """One odd 64-bit constant per position in a block (splitmix64 of the position)."""
     positions = np.arange(1, block_size + 1, dtype=np.uint64) * np.uint64(_BASE)
-    return _mix(positions) | np.uint64(1)
+    return mix64(positions) | np.uint64(1)
 
 
 @functools.lru_cache(maxsize=256)
@@ -80,7 +71,7 @@ def _contents(
     array = np.asarray(tokens, dtype=np.uint64)
     count = len(array) // block_size
     grid = array[: count * block_size].reshape(count, block_size)
-    return _mix(_mix(grid * _lanes(block_size) + np.uint64(1)).sum(axis=1, dtype=np.uint64))
+    return mix64(mix64(grid * _lanes(block_size) + np.uint64(1)).sum(axis=1, dtype=np.uint64))
 
 
 def chain(parent: int, content_hashes: Sequence[int]) -> list[BlockId]:

@@ -65,11 +65,11 @@ def _hash_blocks(model: str, data: bytes, block_bytes: int, count: int) -> list[
     words = raw.view(np.uint64) if raw.flags.c_contiguous else raw.copy().view(np.uint64)
     lanes = _LANES if words.shape[1] == len(_LANES) else np.resize(_LANES, words.shape[1])
     # Array arithmetic on uint64 wraps modulo 2^64 silently, which is what a hash wants.
-    blocks = _mix((words * lanes).sum(axis=1, dtype=np.uint64))
+    blocks = mix64((words * lanes).sum(axis=1, dtype=np.uint64))
     blocks[0] ^= np.uint64(_seed(model))
     inverse, powers = _powers(count)
     chain = np.cumsum(blocks * inverse, dtype=np.uint64) * powers
-    hashes: list[int] = _mix(chain).tolist()
+    hashes: list[int] = mix64(chain).tolist()
     return hashes
 
 
@@ -102,8 +102,9 @@ class PrefixHasher:
         return hashes
 
 
-def _mix(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """A 64-bit finaliser (MurmurHash3's fmix64): every input bit moves every output bit."""
+def mix64(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """A 64-bit finaliser (MurmurHash3's fmix64): every input bit moves every output bit
+    (uint64 arithmetic wraps modulo 2^64, as a hash wants). Also `kvcache.blocks`'."""
     values = values ^ (values >> np.uint64(33))
     values = values * _MIX_1
     values = values ^ (values >> np.uint64(33))
