@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from kinference.bodies import Body
+from kinference.client import PickerClient
 from kinference.requests import RewritePlan, Shape, parse_request, rewrite
 from kinference.v1 import picker_pb2 as pb
 from tests.api.helpers import wait_nothing_held
@@ -39,21 +40,24 @@ def translated_on_the_loop(data: bytes) -> bytes:
     return b"".join(bytes(piece) for piece in rewritten.pieces)
 
 
+async def translated_round_trip(client: PickerClient, chunks: list[bytes], size: int) -> bytes:
+    """Push an Anthropic body, Pick it (translated to chat), pull it whole, abort it."""
+    pushed = await client.push(chunks, declared_length=size, request_path=ANTHROPIC_PATH)
+    pick, extras = await client.pick_with_extras(pushed.stream_id)
+    assert pick.outcome == pb.PickResponse.OK, pick.reason
+    assert extras.translated == (Shape.ANTHROPIC_MESSAGES, Shape.CHAT)
+    pulled = await client.pull_all(pick.response_id)
+    await client.abort(pick.response_id)
+    return pulled
+
+
 async def test_big_translations_never_hold_the_event_loop(start_picker: PickerFactory) -> None:
     picker = await start_picker(max_buffered_bytes=512 * MiB, max_body_bytes=16 * MiB)
     client = picker.client
     hostile = hostile_anthropic_body()
 
     async def hostile_caller() -> bytes:
-        pushed = await client.push(
-            chunks_of(hostile, MiB), declared_length=len(hostile), request_path=ANTHROPIC_PATH
-        )
-        pick, extras = await client.pick_with_extras(pushed.stream_id)
-        assert pick.outcome == pb.PickResponse.OK, pick.reason
-        assert extras.translated == (Shape.ANTHROPIC_MESSAGES, Shape.CHAT)
-        pulled = await client.pull_all(pick.response_id)
-        await client.abort(pick.response_id)
-        return pulled
+        return await translated_round_trip(client, chunks_of(hostile, MiB), len(hostile))
 
     outcome = await beside_polite(picker, hostile_caller, WORKER_CPU_MIN_S)
     served = outcome.polite_outcomes
@@ -81,15 +85,7 @@ async def test_a_big_translated_image_comes_back_without_holding_the_loop(
     chunks = chunks_of(hostile, MiB)  # cut once: the copy is the test's own loop work
 
     async def hostile_caller() -> bytes:
-        pushed = await client.push(
-            chunks, declared_length=len(hostile), request_path=ANTHROPIC_PATH
-        )
-        pick, extras = await client.pick_with_extras(pushed.stream_id)
-        assert pick.outcome == pb.PickResponse.OK, pick.reason
-        assert extras.translated == (Shape.ANTHROPIC_MESSAGES, Shape.CHAT)
-        pulled = await client.pull_all(pick.response_id)
-        await client.abort(pick.response_id)
-        return pulled
+        return await translated_round_trip(client, chunks, len(hostile))
 
     outcome = await beside_polite(picker, hostile_caller, 0.0)
     assert all(result == pb.PickResponse.OK for result in outcome.polite_outcomes)
