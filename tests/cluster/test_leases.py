@@ -10,10 +10,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from redis.exceptions import RedisError
 
-from kinference.cluster import leases
+from kinference.cluster import lease_state, leases
 from kinference.cluster.connection import RedisClient, connect
 from kinference.cluster.keys import Keys
-from kinference.cluster.leases import LEASE_LIFE_S, LeasedBudget
+from kinference.cluster.lease_state import LEASE_LIFE_S
+from kinference.cluster.leases import LeasedBudget
 from kinference.config import parse_policy
 from kinference.routing import TenantGate
 from loadtest.redis_server import RedisServer
@@ -281,7 +282,7 @@ async def test_a_paused_redis_blocks_no_pick(
 async def test_the_outage_buffer_is_bounded_and_only_the_window_is_republished(
     client: RedisClient, clocks: Clocks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(leases, "BUFFER_LIMIT", 70)
+    monkeypatch.setattr(lease_state, "BUFFER_LIMIT", 70)
     replica = budget(client, clocks, replicas=1)
     replica.set_connected(False)
     for _ in range(80):  # one entry per second, for 80 seconds
