@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import logging
 import random
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
@@ -32,14 +31,14 @@ from kinference.cluster.setup import (
     build_node,
     connect_clients,
     leased_budget,
-    scraped_pools,
 )
 from kinference.cluster.telemetry import ClusterCollector
 from kinference.config import Policy, PolicyWatcher
-from kinference.config.prefix import PRECISE_MODULES
 from kinference.discovery import build_discovery
+from kinference.engine_feed import EngineFeed
 from kinference.heap import start_serving
 from kinference.kvcache.precise import PreciseCaches
+from kinference.kvevents.optional import precise_parts
 from kinference.loop_lag import LoopLagMonitor
 from kinference.metrics import Metrics
 from kinference.ops.recorder import RequestRecorder
@@ -55,15 +54,9 @@ from kinference.routing import (
     TenantGate,
     WorkerTable,
 )
-from kinference.routing.features import EngineReading
 from kinference.routing.policy import cooldowns_of
 from kinference.service import PickerService
 from kinference.settings import Settings, format_host_port, split_host_port
-from kinference.workers import EngineScraper, EngineSnapshot, LeanPages
-
-if TYPE_CHECKING:  # the kv-events extra may be missing: imported when it is there
-    from kinference.kvevents.setup import PreciseEvents
-    from kinference.tokenize.prepare import PromptPreparer
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +85,7 @@ class App:
         self.table = WorkerTable()
         self.outbox = Outbox() if settings.redis_url else None
         self.precise = PreciseCaches()  # pools in precise prefix mode, fed by KV events
-        self.precise_events, self.preparer = _precise_parts(
+        self.precise_events, self.preparer = precise_parts(
             self.metrics.registry, self.precise, self.table, policy
         )
         self.cluster: ClusterNode | None = None
@@ -120,15 +113,11 @@ class App:
             journal=self.outbox,
             precise=self.precise,
         )
-        # One keep-alive connection per endpoint; scrapes never go through a proxy.
-        self._pages = LeanPages()
-        self.scraper = _engine_scraper(
-            policy, self._pages, self.metrics.registry, self._on_engine_update
-        )
+        self.engines = EngineFeed(policy, self.router, self.metrics.registry)
+        self.scraper = self.engines.scraper
         self.policy = policy
         if self.outbox is not None and clients is not None and sync_budgets is not None:
             self._build_cluster(self.outbox, clients, sync_budgets)
-        self.scraper.set_targets(self._engine_targets())
         # With discovery, the file's policy is merged with the discovered pools first.
         self.discovery = build_discovery(settings, policy, self.apply_policy, registry)
         on_policy_file = self.discovery.source.set_file_policy if self.discovery else None
@@ -180,8 +169,8 @@ class App:
             own_load=lambda: self.inflight.own,
             pools=lambda: self.policy.pools,  # read again each second: reloads open shards
         )
-        self.sharing = EngineSharing(self.cluster, self._retarget_scrapes)
-        self.sharing.pools = scraped_pools(self.policy.pools)
+        self.sharing = EngineSharing(self.cluster, self.engines.retarget)
+        self.engines.share(self.sharing)
         self.cluster.add_loop("leadership", self.sharing.claim, LEADERSHIP_S)
         self._providers = ProviderSharing(
             self.cluster, self.router.health, lambda: [p.ref for p in self.policy.providers]
@@ -195,20 +184,6 @@ class App:
         if self._providers is not None:
             self._providers.on_remote_cooled(provider)
 
-    def _retarget_scrapes(self) -> None:
-        self.scraper.set_targets(self._engine_targets())
-
-    def _engine_targets(self) -> dict[str, tuple[str, str | None]]:
-        """Endpoints whose engine metrics this replica scrapes: those of pools naming an
-        engine (in a cluster, only the pools it leads while Redis answers)."""
-        sharing = self.sharing
-        return {
-            endpoint: (pool.engine, pool.metrics_target(endpoint))
-            for pool in self.policy.pools
-            if pool.engine != "none" and (sharing is None or sharing.scrapes(pool.ref))
-            for endpoint in pool.endpoints
-        }
-
     async def start(self) -> None:
         """Bind, start serving and report SERVING; `port` is the bound gRPC port."""
         host, port = split_host_port(self.settings.listen)
@@ -220,7 +195,7 @@ class App:
         self._start_metrics()
         self._reaper = asyncio.create_task(self._reap_forever(), name="kinference-reaper")
         self.loop_lag.start()
-        await self.scraper.start()
+        await self.engines.start()
         await self.service.offload.start()
         if self.precise_events is not None:
             await self.precise_events.start(self.policy)
@@ -268,32 +243,12 @@ class App:
         """Switch to a reloaded policy; learned state (load, prefixes, health) carries over."""
         self.router.reload(policy)
         self.policy = policy
-        if self.sharing is not None:
-            self.sharing.pools = scraped_pools(policy.pools)
-        self.scraper.set_targets(self._engine_targets())
+        self.engines.apply_policy(policy)
         if self.precise_events is not None:
             self.precise_events.apply_policy(policy)
         if self.preparer is not None:
             self.preparer.apply_policy(policy)
         log.info("policy reloaded: %d pools, %d models", len(policy.pools), len(policy.models))
-
-    def _on_engine_update(self, endpoint: str, snapshot: EngineSnapshot | None) -> None:
-        # An endpoint no longer scraped (its pool dropped `engine`) is a static endpoint
-        # again: ready, with unknown metrics.
-        scraped = endpoint in self.scraper.endpoints
-        ready = self.scraper.ready(endpoint) if scraped else True
-        if self.sharing is not None and scraped:
-            self.sharing.publish(endpoint, snapshot, ready)
-        reading = None
-        if snapshot is not None:
-            reading = EngineReading(
-                waiting=snapshot.waiting,
-                running=snapshot.running,
-                kv_usage=snapshot.kv_usage,
-                adapters=snapshot.lora_adapters or frozenset(),
-                scraped_at=snapshot.scraped_at,
-            )
-        self.router.engine_reading(endpoint, ready, reading)
 
     async def close(self) -> None:
         """Stop background work and the metrics endpoint (idempotent)."""
@@ -303,12 +258,11 @@ class App:
             await self.discovery.aclose()
         if self.cluster is not None:
             await self._leave_cluster(self.cluster)
-        await self.scraper.aclose()
+        await self.engines.aclose()
         if self.precise_events is not None:
             await self.precise_events.aclose()
         if self.preparer is not None:
             self.preparer.close()
-        await self._pages.aclose()
         await self.loop_lag.aclose()
         await self.service.offload.aclose()
         if self._reaper is not None:
@@ -338,38 +292,3 @@ class App:
         await stop.wait()
         log.info("signal received: draining for up to %gs", self.settings.shutdown_grace_s)
         await self.drain_and_stop()
-
-
-def _engine_scraper(
-    policy: Policy,
-    client: LeanPages,
-    registry: CollectorRegistry,
-    on_update: Callable[[str, EngineSnapshot | None], None],
-) -> EngineScraper:
-    settings = policy.routing.engine_metrics
-    return EngineScraper(
-        client,
-        interval_s=settings.interval_s,
-        timeout_s=settings.timeout_s,
-        stale_after_s=settings.stale_after_s,
-        failures_before_unready=settings.failures_before_unready,
-        registry=registry,
-        on_update=on_update,
-    )
-
-
-def _precise_parts(
-    registry: CollectorRegistry, caches: PreciseCaches, table: WorkerTable, policy: Policy
-) -> tuple[PreciseEvents | None, PromptPreparer | None]:
-    """The event subscriptions and the prompt tokenizer of precise prefix mode, when the
-    kv-events extra is installed (without it, no pool can be in precise mode: validation
-    refuses it)."""
-    if any(importlib.util.find_spec(name) is None for name in PRECISE_MODULES):
-        return None, None
-    from kinference.kvevents.setup import PreciseEvents
-    from kinference.kvevents.telemetry import PreciseMetrics
-    from kinference.tokenize.prepare import PromptPreparer
-
-    metrics = PreciseMetrics(registry, caches)
-    preparer = PromptPreparer(policy, caches=caches, observe=metrics.tokenize_seconds.observe)
-    return PreciseEvents(caches, table, metrics), preparer

@@ -35,15 +35,19 @@ class EngineSharing:
         self._node = node
         self._leadership = ScrapeLeadership(node.redis, node.keys, node.instance)
         self._on_change = on_change  # the scrape targets must be recomputed
-        self.pools: frozenset[str] = frozenset()  # pools that have engines to scrape
+        self._pools: frozenset[str] = frozenset()  # pools that have engines to scrape
         self.led: frozenset[str] | None = None  # None: every pool (Redis unreachable)
+
+    def set_pools(self, pools: Collection[Any]) -> None:
+        """The policy's pools (at start and at each reload): those naming an engine are led."""
+        self._pools = scraped_pools(pools)
 
     def scrapes(self, pool: str) -> bool:
         return self.led is None or pool in self.led
 
     async def claim(self) -> None:
         try:
-            led = await self._leadership.claim(self.pools)
+            led = await self._leadership.claim(self._pools)
         except BaseException:
             self._set(None)  # we cannot know who else scrapes: scrape everything
             raise
