@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 
+import redis
+
 from kinference.cluster import codec
+from kinference.cluster.replication import load_counts
 from kinference.v1 import picker_pb2 as pb
 from loadtest.redis_server import RedisServer
 from tests.api.helpers import chat_body, pick_ok, push_and_pick, wait_until
@@ -105,23 +108,33 @@ async def test_a_trimmed_stream_is_recovered_from_the_load_hashes(
     start_replicas, redis_server: RedisServer
 ) -> None:
     a, b = await start_replicas(2)
-    assert b.app.cluster is not None
+    assert a.app.cluster is not None and b.app.cluster is not None
+    # b must know a before it stops reading: a replica it has never heard of would be read
+    # back from its load hash by the membership loop (another correct recovery, which
+    # would leave no gap for this test to see).
+    shard = b.app.cluster.shard(POOL)
+    instance = a.app.cluster.instance
+    await wait_until(lambda: instance in shard.view.seq, what="b applied an entry of a")
     await b.app.cluster.suspend("read")
     picks = [await pick_ok(a, chat_body(content=f"q{n}")) for n in range(5)]
     for pick in picks[:2]:
         await a.client.final_token(pick.response_id)
-    assert a.app.cluster is not None
-    publisher = a.app.cluster.shard(POOL).publisher
-    stream = POOL_STREAM
+    load_key = a.app.cluster.shard(POOL).keys.load(instance)
 
-    def published() -> bool:  # every batch of a is in the stream (not just out of its outbox)
-        newest = redis_server.cli("XREVRANGE", stream, "+", "-", "COUNT", "1")
-        return not len(publisher.outbox) and f"'s': '{publisher.seq}'" in newest
+    def published() -> bool:
+        """The flush with a's picks and reports is whole in Redis: its load hash (written
+        before its entry, in the same round trip) counts 3 in flight, and the stream's
+        newest entry is that flush's. (a's outbox and sequence number are not enough: a
+        flush taken from the outbox may still be on its way.)"""
+        with redis.Redis(port=redis_server.port, password=redis_server.password) as client:
+            counts, seq = load_counts(client.hgetall(load_key))
+        newest = redis_server.cli("XREVRANGE", POOL_STREAM, "+", "-", "COUNT", "1")
+        return sum(counts.values()) == 3 and f"'s': '{seq}'" in newest
 
     await wait_until(published, what="a's batches in the stream")
-    redis_server.cli("XTRIM", stream, "MAXLEN", "0")
+    redis_server.cli("XTRIM", POOL_STREAM, "MAXLEN", "0")
     await pick_ok(a, chat_body(content="after the trim"))
-    reader = b.app.cluster.shard(POOL).reader
+    reader = shard.reader
     reader.bootstrapped = False  # set again only if b bootstraps (after a read error)
     b.app.cluster.resume("read")
     await wait_until(lambda: total(b) == 4, what="b re-reads a's load after the gap")
@@ -130,8 +143,7 @@ async def test_a_trimmed_stream_is_recovered_from_the_load_hashes(
     # snapshot entry (a's publisher republishes its whole load after any failed write) or
     # a bootstrap (b's read failed), both of which replace a's load too.
     entries = [codec.decode(i, f) for i, f in await a.app.cluster.redis.xrange(POOL_STREAM)]
-    ours = a.app.cluster.instance
-    snapshot = any(e is not None and e.instance == ours and e.load is not None for e in entries)
+    snapshot = any(e is not None and e.instance == instance and e.load is not None for e in entries)
     assert reader.resyncs >= 1 or snapshot or reader.bootstrapped
 
 
