@@ -34,6 +34,21 @@ def total(replica: RunningPicker) -> int:
     return sum(load(replica).values())
 
 
+def flushed(redis_server: RedisServer, replica: RunningPicker) -> int | None:
+    """Requests in flight as Redis holds them for `replica` in the pool's shard, once its
+    last flush is whole there (a flush writes the load hash, then its entry, in one round
+    trip; None until the hash's flush has its entry in the stream)."""
+    cluster = replica.app.cluster
+    assert cluster is not None
+    key = cluster.shard(POOL).keys.load(cluster.instance)
+    with redis.Redis(port=redis_server.port, password=redis_server.password) as client:
+        counts, seq = load_counts(client.hgetall(key))
+        newest = [codec.decode(i, f) for i, f in client.xrevrange(POOL_STREAM, count=16)]
+    ours = [entry.seq for entry in newest if entry and entry.instance == cluster.instance]
+    whole = seq is not None and seq in ours
+    return sum(counts.values()) if whole else None
+
+
 def long_prompt(topic: str, turn: int = 0) -> bytes:
     system = f"You are an assistant for {topic}. " + "Follow the house rules carefully. " * 60
     messages = [{"role": "system", "content": system}]
@@ -89,14 +104,14 @@ async def test_a_stopped_replica_s_load_vanishes_from_the_others(start_replicas)
     await wait_until(lambda: total(b) == 0, within_s=6.0, what="dead replica's load gone")
 
 
-async def test_a_new_replica_bootstraps_load_and_prefixes(start_replicas) -> None:
+async def test_a_new_replica_bootstraps_load_and_prefixes(
+    start_replicas, redis_server: RedisServer
+) -> None:
     (a,) = await start_replicas(1)
     first = await pick_ok(a, long_prompt("astronomy"))
     for n in range(3):
         await pick_ok(a, chat_body(content=f"q{n}"))
-    await wait_until(
-        lambda: a.app.cluster is not None and a.app.cluster.shard(POOL).publisher.seq > 1
-    )
+    await wait_until(lambda: flushed(redis_server, a) == 4, what="a's picks in Redis")
     (b,) = await start_replicas(1)
     assert b.app.cluster is not None and b.app.cluster.bootstrapped
     assert load(b) == load(a)
@@ -119,17 +134,12 @@ async def test_a_trimmed_stream_is_recovered_from_the_load_hashes(
     picks = [await pick_ok(a, chat_body(content=f"q{n}")) for n in range(5)]
     for pick in picks[:2]:
         await a.client.final_token(pick.response_id)
-    load_key = a.app.cluster.shard(POOL).keys.load(instance)
 
     def published() -> bool:
-        """The flush with a's picks and reports is whole in Redis: its load hash (written
-        before its entry, in the same round trip) counts 3 in flight, and the stream's
-        newest entry is that flush's. (a's outbox and sequence number are not enough: a
-        flush taken from the outbox may still be on its way.)"""
-        with redis.Redis(port=redis_server.port, password=redis_server.password) as client:
-            counts, seq = load_counts(client.hgetall(load_key))
-        newest = redis_server.cli("XREVRANGE", POOL_STREAM, "+", "-", "COUNT", "1")
-        return sum(counts.values()) == 3 and f"'s': '{seq}'" in newest
+        """The flush with a's picks and reports is whole in Redis: its load hash counts 3
+        in flight and the newest entry is that flush's. (a's outbox and sequence number
+        are not enough: a flush taken from the outbox may still be on its way.)"""
+        return flushed(redis_server, a) == 3
 
     await wait_until(published, what="a's batches in the stream")
     redis_server.cli("XTRIM", POOL_STREAM, "MAXLEN", "0")
