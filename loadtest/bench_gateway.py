@@ -1,6 +1,7 @@
 """What a front door adds: kinference's gateway beside LiteLLM, vllm-router and sglang-router.
 
     python -m loadtest.bench_gateway [--rounds 3] [--quick] [--systems kinference,litellm,...]
+        [--prompt-bytes 49152]
 
 One simulated engine answering at once (`--time-scale 0`: what is measured is the serving
 path, not generation) and, in front of it, each system with its project's defaults:
@@ -43,8 +44,11 @@ ALL_SYSTEMS = ("kinference", "kinference-remote", "litellm", "vllm-router", "sgl
 ADDED_P50_MS, ADDED_P99_MS, CPU_MS, VS_LITELLM, VS_VLLM = 1.5, 4.0, 1.5, 5.0, 0.3
 
 
-def chat_body(stream: bool, max_tokens: int) -> bytes:
-    prompt = "Summarise the following notes. " + "lorem ipsum dolor sit amet " * 40
+def chat_body(stream: bool, max_tokens: int, prompt_bytes: int = 0) -> bytes:
+    """A chat request; its prompt ~1 KiB, or `prompt_bytes` of notes (a long document)."""
+    notes = "lorem ipsum dolor sit amet "
+    repeats = max(prompt_bytes // len(notes), 1) if prompt_bytes else 40
+    prompt = "Summarise the following notes. " + notes * repeats
     request = {
         "model": MODEL,
         "messages": [{"role": "user", "content": prompt}],
@@ -174,7 +178,10 @@ async def run(args: argparse.Namespace) -> dict[tuple[str, str, int], Slice]:
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
         async with started(args.systems, Path(tmp)) as up:
             client = HttpClient(connect_timeout_s=10, read_timeout_s=60)
-            bodies = {kind: chat_body(kind == "streamed", args.max_tokens) for kind in KINDS}
+            bodies = {
+                kind: chat_body(kind == "streamed", args.max_tokens, args.prompt_bytes)
+                for kind in KINDS
+            }
             for system in up:  # warm every path (connections, caches, JITs of the peers)
                 await measure(client, system, bodies["whole"], (64, 16), Slice())
             # The client's own collector stays out of every measurement (it would add its
@@ -291,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         "--block", type=int, default=20, help="1 in flight: requests per system before the next"
     )
     cli.add_argument("--max-tokens", type=int, default=16)
+    cli.add_argument("--prompt-bytes", type=int, default=0, help="a long prompt (default: ~1 KiB)")
     cli.add_argument("--systems", default=",".join(ALL_SYSTEMS), help="comma-separated")
     cli.add_argument("--quick", action="store_true", help="1 round, 60 / 240 requests")
     args = cli.parse_args(argv)
