@@ -159,8 +159,9 @@ def survivors(
     blocks: Sequence[BlockId],
     depth: int,
 ) -> int:
-    """How many of the first `depth` of `blocks` (held or about to be, on this worker) it
-    will still hold when a request sent now is scheduled there, behind `queue`."""
+    """How many leading `blocks` the worker will hold when a request sent now is scheduled
+    there, behind `queue`: of the first `depth` (held or pending there now) those not
+    evicted meanwhile, and past them those the requests ahead will have stored."""
     if depth == 0 or queue.work() <= room:
         return depth
     order = ages.order()
@@ -186,7 +187,7 @@ def survivors(
         missing = len(request.blocks) - int(replay.present(request.blocks, ranks, newer).sum())
         replay.use(request.blocks, ranks, newer, request.decode)
         replay.compute(missing + request.unnamed + request.decode, request.blocks)
-    prefix = blocks[:depth]
+    prefix = blocks[: depth + len(replay.newer)]  # and what the requests ahead store of it
     found = replay.present(prefix, order.ranks(prefix), replay.newer_of(prefix))
     gone = np.flatnonzero(~found)
     return int(gone[0]) if len(gone) else depth

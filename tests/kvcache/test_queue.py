@@ -93,3 +93,11 @@ def test_past_the_replay_bound_requests_ahead_count_as_computed_whole(
     assert _survivors(queue, ages, held, 0) == 4
     monkeypatch.setattr(queue_module, "MAX_REPLAYED_BLOCKS", 3)
     assert _survivors(queue, ages, held, 0) == 0  # 2 + 4 evicted, all named blocks ours first
+
+
+def test_blocks_the_requests_ahead_store_extend_the_match() -> None:
+    ages, held = _worker([1, 2], [10, 11])  # ours' first two only
+    queue = EngineQueue()
+    queue.add(1, Queued((1, 2, 3, 4, 5), 0, 0, 0.0))  # an earlier turn stores 3, 4 and 5
+    found = survivors(queue, ages, held=held, room=0, blocks=[1, 2, 3, 4, 9], depth=2)
+    assert found == 4
