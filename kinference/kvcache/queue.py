@@ -2,8 +2,9 @@
 
 What a request sent to a worker now finds cached there depends on what the engine does
 first: it runs the requests ahead one after another (as many at once as fit), and each,
-when it is scheduled, hits the leading blocks of its prompt still held, computes the rest
-and then its output (decode) blocks, evicting least recently used blocks that no running
+when it is scheduled, takes the blocks of its prompt still held (Dynamo's mocker any of
+them, vLLM those before the first missing one: the same, as tails go first), computes the
+rest and then its output (decode) blocks, evicting least recently used blocks that no running
 request uses; when it finishes, its blocks become evictable again, tail first, after
 every block used before (vLLM's free-block queue; Dynamo's mocker does the same). So the
 blocks a request ahead shares with this prompt are used again before this one runs (kept,
@@ -33,7 +34,7 @@ from kinference.kvcache.blocks import BlockId
 
 QUEUE_TTL_S = 600.0  # a request in flight longer than this no longer counts (lost report)
 MAX_QUEUED = 1024  # requests per worker
-# Blocks of waiting requests replayed by name per Pick and worker (~0.25 µs each); the ones
+# Blocks of waiting requests replayed by name per Pick and worker (~0.27 µs each); the ones
 # past it count as computed whole (they evict, and keep nothing of this prompt).
 MAX_REPLAYED_BLOCKS = 8192
 
