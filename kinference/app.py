@@ -102,7 +102,12 @@ class App:
             if clients is not None
             else (None, None)
         )
-        self.inflight = InFlight(self.table, settings.request_ttl_s, journal=self.outbox)
+        self.inflight = InFlight(
+            self.table,
+            settings.request_ttl_s,
+            journal=self.outbox,
+            released=self.precise.released,
+        )
         self.router = Router(
             policy,
             table=self.table,

@@ -198,7 +198,14 @@ class PickerService:
             blocks = precise.blocks.get(local.pool)
             if blocks is not None:
                 cached = (local.predicted_cached_tokens or 0) // blocks.block_size
-                self.router.precise.routed(local.pool, local.slot, cached, blocks)
+                self.router.precise.routed(
+                    local.pool,
+                    local.slot,
+                    cached,
+                    blocks,
+                    key=id(local),
+                    output_tokens=request.max_output_tokens or 0,
+                )
         if not decision.dispatches:
             return PickResult(
                 decision.outcome,
@@ -210,6 +217,8 @@ class PickerService:
         try:
             return self._dispatch(body, request, decision, call, translated)
         except Untranslatable as exc:
+            if local is not None and self.router.precise is not None:
+                self.router.precise.released(local)  # never sent: not in the engine's queue
             return PickResult(
                 Outcome.BAD_REQUEST,
                 reason=str(exc),

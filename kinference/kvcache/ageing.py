@@ -25,10 +25,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from kinference.kvcache.blocks import BlockId
 
 _NEWEST = np.iinfo(np.int64).max  # a block not held yet (about to be stored): used last
+UNKNOWN = _NEWEST  # the rank of a block not held
 _PLACE_BITS = 24  # a block's key: its touch's number, then its place from the touch's end
 _PLACE_MASK = (1 << _PLACE_BITS) - 1
 
@@ -73,26 +75,43 @@ class WorkerAges:
 
     def surviving(self, blocks: Sequence[BlockId], depth: int, evictions: int) -> int:
         """How many of the first `depth` blocks are still held after the worker evicts its
-        `evictions` least recently used blocks: a block goes if fewer than that many were
-        used before it (in earlier touches, or after it in its own touch, as far as that
-        touch still has blocks held)."""
+        `evictions` least recently used blocks."""
         if evictions <= 0 or depth == 0:
             return depth
-        order = np.fromiter(self.live.keys(), np.int64, len(self.live))  # ascending touches
-        counts = np.fromiter(self.live.values(), np.int64, len(self.live))
-        older = np.concatenate(([0], np.cumsum(counts)))
-        keys = np.fromiter(
-            (_NEWEST if k is None else k for k in map(self.touched.get, blocks[:depth])),
-            np.int64,
-            depth,
-        )
-        held = keys != _NEWEST  # the others are about to be stored: used last
-        at = np.searchsorted(order, keys >> _PLACE_BITS)
-        at = np.minimum(at, len(order) - 1) if len(order) else at
-        gone_before = np.fromiter(
-            map(self.evicted.get, order.tolist(), itertools.repeat(0)), np.int64
-        )
-        places = (keys & _PLACE_MASK) - (gone_before[at] if len(order) else 0)
-        behind = np.clip(places, 0, counts[at] - 1) if len(order) else 0
-        gone = np.flatnonzero(held & (older[at] + behind < evictions))
+        gone = np.flatnonzero(self.ranks(blocks[:depth]) < evictions)
         return int(gone[0]) if len(gone) else depth
+
+    def ranks(self, blocks: Sequence[BlockId]) -> npt.NDArray[np.int64]:
+        """Each block's place in the eviction order (0: evicted first): how many blocks were
+        used before it (in earlier touches, or after it in its own touch, as far as that
+        touch still has blocks held); `UNKNOWN` for a block not held (about to be stored:
+        used last)."""
+        return self.order().ranks(blocks)
+
+    def order(self) -> Order:
+        """The eviction order as it is now, to rank many blocks against."""
+        return Order(self)
+
+
+class Order:
+    """A snapshot of a worker's eviction order (`WorkerAges.ranks`): per live touch, in
+    ascending order, how many blocks were used before it and how many of it were evicted."""
+
+    def __init__(self, ages: WorkerAges) -> None:
+        self._touched = ages.touched
+        self._order = np.fromiter(ages.live.keys(), np.int64, len(ages.live))
+        self._counts = np.fromiter(ages.live.values(), np.int64, len(ages.live))
+        self._older = np.concatenate(([0], np.cumsum(self._counts)))
+        evicted = map(ages.evicted.get, self._order.tolist(), itertools.repeat(0))
+        self._gone_before = np.fromiter(evicted, np.int64, len(self._order))
+
+    def ranks(self, blocks: Sequence[BlockId]) -> npt.NDArray[np.int64]:
+        count = len(blocks)
+        found = map(self._touched.get, blocks, itertools.repeat(_NEWEST))
+        keys = np.fromiter(found, np.int64, count)
+        if not len(self._order):
+            return np.full(count, UNKNOWN, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self._order, keys >> _PLACE_BITS), len(self._order) - 1)
+        places = (keys & _PLACE_MASK) - self._gone_before[at]
+        behind = np.clip(places, 0, self._counts[at] - 1)
+        return np.where(keys != _NEWEST, self._older[at] + behind, UNKNOWN)

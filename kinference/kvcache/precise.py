@@ -23,6 +23,7 @@ from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.index import BlockIndex
 from kinference.kvcache.pending import expect, expire, fresh
+from kinference.kvcache.queue import EngineQueue, Queued, survivors
 from kinference.kvcache.reach import Reach
 from kinference.kvevents.events import Event
 from kinference.kvevents.trust import Distrust, WorkerTrust
@@ -31,6 +32,16 @@ if TYPE_CHECKING:  # routing.decision imports this module
     from kinference.routing.decision import LocalChoice
 
 MAX_TICKETS = 256  # lazily tokenized prompts whose remaining blocks are awaited, per pool
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A routed request as the engine queue model needs it: its key until it is released
+    (`id` of its `LocalChoice`), its output tokens at most (0: unknown) and when it went."""
+
+    key: int
+    output_tokens: int
+    now: float
 
 
 @dataclass
@@ -46,11 +57,11 @@ class PoolCaches:
     pending: dict[int, dict[BlockId, float]] = field(default_factory=dict)
     # Lazily tokenized prompts (`PromptBlocks.ticket`): the worker each went to, and the
     # blocks of the ones tokenized to the end before their routing was known.
-    claims: OrderedDict[int, tuple[int, int]] = field(default_factory=OrderedDict)  # -> slot,
-    # and its blocks not named yet, which count as pending there meanwhile (`unnamed`)
-    unnamed: dict[int, int] = field(default_factory=dict)
+    claims: OrderedDict[int, int] = field(default_factory=OrderedDict)  # -> slot
     rests: OrderedDict[int, tuple[BlockId, ...]] = field(default_factory=OrderedDict)
     ages: dict[int, WorkerAges] = field(default_factory=dict)
+    queues: dict[int, EngineQueue] = field(default_factory=dict)  # requests in flight
+    tickets: dict[int, tuple[int, int]] = field(default_factory=dict)  # -> slot, queue key
     clock: Callable[[], float] = time.monotonic
     predict_evictions: bool = True  # count blocks the ageing model expects gone as gone
     peaks: dict[int, int] = field(default_factory=dict)  # most blocks each worker held
@@ -83,35 +94,62 @@ class PoolCaches:
         self.pending.pop(slot, None)
         self.ages.pop(slot, None)
         self.peaks.pop(slot, None)
-        self.unnamed.pop(slot, None)
+        self.queues.pop(slot, None)
 
-    def sent(self, slot: int, prompt: PromptBlocks, cached_blocks: int, now: float) -> None:
+    def sent(self, slot: int, prompt: PromptBlocks, cached_blocks: int, request: Request) -> None:
         """A request went to `slot`: its matched blocks were just used; the ones it will
-        store are pending there."""
+        store are pending there; it joins the worker's queue (`kvcache.queue`)."""
         usable = max(prompt.tokens - 1, 0) // prompt.block_size
         self._ages(slot).touch(prompt.blocks[:cached_blocks])
         new = prompt.blocks[cached_blocks:usable]
         if new:
-            self.expect(slot, new, now)
+            self.expect(slot, new, request.now)
+        queue = self.queues.get(slot)
+        if queue is None:
+            queue = self.queues[slot] = EngineQueue()
+        queue.expire(request.now)
+        whole = prompt.tokens // prompt.block_size  # an engine caches its full blocks
+        unnamed = max(whole - len(prompt.blocks), 0) if not prompt.exact else 0
+        output = (prompt.tokens % prompt.block_size + request.output_tokens) // prompt.block_size
+        queue.add(request.key, Queued(prompt.blocks, unnamed, output, request.now))
+        if prompt.ticket and not prompt.exact:
+            self.tickets[prompt.ticket] = (slot, request.key)
+            if len(self.tickets) > MAX_TICKETS:
+                self.tickets.pop(next(iter(self.tickets)))
+
+    def started(self, slot: int, key: int) -> None:
+        """The engine runs the request `key` (its first token came)."""
+        queue = self.queues.get(slot)
+        if queue is not None:
+            queue.started(key)
+
+    def finished(self, slot: int, key: int) -> None:
+        """The request `key` ended: its blocks the worker holds were just used (freed now:
+        the last to be evicted, tail first)."""
+        queue = self.queues.get(slot)
+        done = queue.finish(key) if queue is not None else None
+        if done is not None:
+            held = self.index.held(slot)
+            self._ages(slot).touch(list(filter(held.__contains__, done.blocks)))
 
     def surviving(self, slot: int, blocks: Sequence[BlockId], depth: int) -> int:
         """How much of a match `slot` will still hold when a request sent now runs there:
-        what it must compute first (the pending blocks) past its capacity evicts as many
-        of its least recently used blocks (`kvcache.ageing`)."""
+        the requests ahead run first, in order (`kvcache.queue`); past the worker's
+        capacity, what they compute evicts its least recently used blocks
+        (`kvcache.ageing`)."""
         ages = self.ages.get(slot)
-        if ages is None or self.capacity is None or not self.predict_evictions:
+        queue = self.queues.get(slot)
+        if ages is None or queue is None or self.capacity is None or not self.predict_evictions:
             return depth
         room = self.capacity - self.index.blocks(slot)
-        waiting = self.pending.get(slot)
-        if waiting:
-            expire(waiting, self.clock())
-        coming = len(waiting or ()) + self.unnamed.get(slot, 0)
-        return ages.surviving(blocks, depth, coming - room)
+        held = self.index.held(slot)
+        return survivors(queue, ages, held=held, room=room, blocks=blocks, depth=depth)
 
     def expect(self, slot: int, blocks: Sequence[BlockId], now: float) -> None:
         """`blocks` will be stored on `slot`: the ones it does not hold now are pending
-        there (`kvcache.pending`)."""
+        there (`kvcache.pending`); the ones expected longer than the TTL ago no longer."""
         waiting = self.pending.get(slot, {})
+        expire(waiting, now)
         self.pending[slot] = expect(waiting, blocks, self.index.held(slot), now)
 
     def reach(self) -> Reach:
@@ -122,33 +160,34 @@ class PoolCaches:
         slots = dict.fromkeys([*held, *pending])
         return Reach((slot, held.get(slot, {}), pending.get(slot)) for slot in slots)
 
-    def claim(self, ticket: int, slot: int, now: float, unnamed: int = 0) -> None:
+    def claim(self, ticket: int, slot: int, now: float) -> None:
         """A lazily tokenized prompt went to `slot`: its remaining blocks are pending there
-        (`unnamed` of them, until they are named)."""
+        once they are named."""
         rest = self.rests.pop(ticket, None)
         if rest is not None:
+            self._named(ticket, rest)
             self.expect(slot, rest, now)
             return
-        self.claims[ticket] = (slot, unnamed)
-        self.unnamed[slot] = self.unnamed.get(slot, 0) + unnamed
+        self.claims[ticket] = slot
         if len(self.claims) > MAX_TICKETS:
-            self._unclaim(*self.claims.popitem(last=False)[1])
-
-    def _unclaim(self, slot: int, unnamed: int) -> None:
-        self.unnamed[slot] = max(self.unnamed.get(slot, 0) - unnamed, 0)
+            self.claims.popitem(last=False)
 
     def complete(self, ticket: int, blocks: tuple[BlockId, ...], now: float) -> None:
         """The rest of a lazily tokenized prompt: pending where it went (once it is known)."""
-        claimed = self.claims.pop(ticket, None)
-        if claimed is not None:
-            slot, unnamed = claimed
-            self._unclaim(slot, unnamed)
+        slot = self.claims.pop(ticket, None)
+        if slot is not None:
+            self._named(ticket, blocks)
             if slot in self.trust:
                 self.expect(slot, blocks, now)
             return
         self.rests[ticket] = blocks
         if len(self.rests) > MAX_TICKETS:
             self.rests.popitem(last=False)
+
+    def _named(self, ticket: int, blocks: tuple[BlockId, ...]) -> None:
+        queued = self.tickets.pop(ticket, None)
+        if queued is not None and (queue := self.queues.get(queued[0])) is not None:
+            queue.named(queued[1], blocks)
 
     def extend(self, slot: int, blocks: Sequence[BlockId], depth: int, now: float) -> int:
         """How far past `depth` the worker holds or is about to hold the prompt's blocks
@@ -239,18 +278,27 @@ class PreciseCaches:
         )
         return PreciseMatch(np.where(trusted, blocks, 0.0), trusted, tuple(distrusted))
 
-    def routed(self, ref: str, slot: int, cached_blocks: int, prompt: PromptBlocks) -> None:
+    def routed(
+        self,
+        ref: str,
+        slot: int,
+        cached_blocks: int,
+        prompt: PromptBlocks,
+        *,
+        key: int = 0,
+        output_tokens: int = 0,
+    ) -> None:
         """A request went to `slot`: its blocks are pending there until events name them
-        (for a lazily tokenized prompt, the rest once it is tokenized: `completed`)."""
+        (for a lazily tokenized prompt, the rest once it is tokenized: `completed`), and it
+        is in the worker's queue under `key` (`id` of its `LocalChoice`) until `released`,
+        with `output_tokens` at most to generate (0: unknown)."""
         caches = self.pools.get(ref)
         if caches is None or slot not in caches.trust:
             return
-        now = self.clock()
+        request = Request(key, output_tokens, self.clock())
+        caches.sent(slot, prompt, cached_blocks, request)
         if not prompt.exact and prompt.ticket:
-            named = max(len(prompt.blocks), cached_blocks)
-            unnamed = max((prompt.tokens - 1) // prompt.block_size - named, 0)  # estimated
-            caches.claim(prompt.ticket, slot, now, unnamed)
-        caches.sent(slot, prompt, cached_blocks, now)
+            caches.claim(prompt.ticket, slot, request.now)
 
     def completed(self, ref: str, ticket: int, blocks: tuple[BlockId, ...]) -> None:
         """The blocks of a lazily tokenized prompt, now tokenized to the end (on the loop)."""
@@ -267,10 +315,18 @@ class PreciseCaches:
         trust = caches.trust.get(choice.slot) if caches is not None else None
         if trust is None or caches is None:
             return
+        caches.started(choice.slot, id(choice))
         # New blocks are due unless the engine held all the prompt's full blocks already.
         cached = choice.predicted_cached_tokens or 0
         if cached + caches.block_size <= choice.prompt_tokens:
             trust.routed(self.clock())
+
+    def released(self, choice: LocalChoice) -> None:
+        """The request sent to `choice` ended (final report, Abort or TTL): its blocks are
+        free on the engine again, and it is no longer ahead of anything there."""
+        caches = self.pools.get(choice.pool)
+        if caches is not None:
+            caches.finished(choice.slot, id(choice))
 
     def precise_workers(self) -> dict[str, dict[str, bool]]:
         """Pool ref -> endpoint -> whether that worker is on precise matching now."""

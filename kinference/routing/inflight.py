@@ -52,8 +52,10 @@ class InFlight:
         recent_ttl_s: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
         journal: Journal | None = None,
+        released: Callable[[LocalChoice], None] | None = None,
     ) -> None:
         self.table = table
+        self._released = released  # told of every local request that stops counting
         self.journal: Journal = NullJournal() if journal is None else journal
         self.own: dict[str, int] = {}  # endpoint -> this instance's requests in flight
         self.ttl_s = ttl_s
@@ -122,6 +124,8 @@ class InFlight:
             else:
                 self.own.pop(local.endpoint, None)
             self.journal.released(local.endpoint)
+            if self._released is not None:
+                self._released(local)
         self._remember(response_id, assignment.destination)
         return assignment
 

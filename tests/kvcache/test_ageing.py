@@ -6,9 +6,10 @@ from __future__ import annotations
 from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import PromptBlocks, identities
 from kinference.kvcache.pending import PENDING_TTL_S, expect, expire
-from kinference.kvcache.precise import PoolCaches, PreciseCaches
+from kinference.kvcache.precise import PoolCaches, PreciseCaches, Request
 from kinference.kvevents.events import BlockRemoved, BlockStored
 from kinference.kvevents.trust import WorkerTrust
+from kinference.routing.decision import LocalChoice
 
 
 def test_nothing_to_evict_keeps_everything() -> None:
@@ -53,7 +54,7 @@ def test_a_touch_whose_head_was_used_again_keeps_its_tail_in_order() -> None:
     assert [ages.surviving(blocks, 5, n) for n in range(4)] == [5, 4, 3, 2]
 
 
-def test_pool_caches_learn_the_capacity_and_evict_for_the_pending_blocks() -> None:
+def test_pool_caches_learn_the_capacity_and_evict_for_the_requests_ahead() -> None:
     pool = PoolCaches("p", 4, clock=lambda: 0.0)
     pool.trust[0] = pool.trust[1] = WorkerTrust(5.0, 10.0)
     tokens, other = list(range(16)), list(range(100, 116))
@@ -66,13 +67,14 @@ def test_pool_caches_learn_the_capacity_and_evict_for_the_pending_blocks() -> No
     assert pool.surviving(0, blocks, 4) == 4  # worker 0 is full but computes nothing next
     # A request routed to worker 0 will compute 2 new blocks first: 2 of ours must go.
     prompt = PromptBlocks(9, 4, tuple(identities(list(range(50, 59)), 4)))
-    pool.sent(0, prompt, 0, 0.0)
+    pool.sent(0, prompt, 0, Request(1, 0, 0.0))
     assert len(pool.pending[0]) == 2
     assert pool.surviving(0, blocks, 4) == 2
-    # A request matching 3 of ours (the 4th predicted gone, but held: not pending, its
-    # event will not come again) uses them again: the 4th goes, then the 3's tail.
-    pool.sent(0, PromptBlocks(17, 4, tuple(blocks)), 3, 0.0)
-    assert len(pool.pending[0]) == 2
+    # A request matching 3 of ours, behind it, finds 2 of them and computes the other two
+    # again (evicting the first request's blocks): a request after both finds ours.
+    pool.sent(0, PromptBlocks(17, 4, tuple(blocks)), 3, Request(2, 0, 0.0))
+    assert pool.surviving(0, blocks, 3) == 3
+    pool.finished(0, 2)  # it ended (never ran, in this test): only the first is ahead
     assert pool.surviving(0, blocks, 3) == 2
 
 
@@ -87,11 +89,11 @@ def test_the_unnamed_rest_of_a_lazy_prompt_counts_until_it_is_named() -> None:
     assert pool.capacity == 4 and pool.surviving(0, blocks, 4) == 4
     # A long prompt tokenized only as far as its first block: ~3 more blocks to come.
     lazy = PromptBlocks(17, 4, tuple(identities(list(range(50, 54)), 4)), exact=False, ticket=7)
-    caches.routed("p", 0, 0, lazy)
-    assert pool.unnamed[0] == 3 and len(pool.pending[0]) == 1
+    caches.routed("p", 0, 0, lazy, key=1)
+    assert pool.queues[0].requests[1].unnamed == 3 and len(pool.pending[0]) == 1
     assert pool.surviving(0, blocks, 4) == 0  # 4 blocks to compute: all of ours go
-    caches.completed("p", 7, tuple(identities(list(range(50, 66)), 4)[1:]))
-    assert pool.unnamed[0] == 0 and len(pool.pending[0]) == 4
+    caches.completed("p", 7, tuple(identities(list(range(50, 66)), 4)))
+    assert pool.queues[0].requests[1].unnamed == 0 and len(pool.pending[0]) == 4
     assert pool.surviving(0, blocks, 4) == 0
 
 
@@ -111,16 +113,14 @@ def test_a_lazy_prompts_rest_counts_only_its_blocks_the_worker_does_not_hold() -
     # there already; those blocks stayed pending forever (no event stores them again), so
     # every later request there was predicted to evict blocks the engine then hit.
     now = [0.0]
-    caches, pool, ours = _full_pool(now)
+    caches, pool, _ = _full_pool(now)
     tokens = [*range(12), *range(60, 72)]  # 3 of the held blocks, then 3 new ones
     blocks = identities(tokens, 4)
     caches.routed("p", 0, 3, PromptBlocks(25, 4, tuple(blocks[:3]), exact=False, ticket=9))
-    assert pool.unnamed[0] == 3
     caches.completed("p", 9, tuple(blocks))
     assert set(pool.pending[0]) == set(blocks[3:])
     pool.apply(0, [BlockRemoved((5,)), BlockStored((6, 7, 8), 3, tuple(tokens[12:]), 4)])
     assert not pool.pending[0]  # stored: nothing more to come
-    assert pool.surviving(0, ours, 3) == 3  # nothing to compute, nothing evicted
 
 
 def test_a_rest_tokenized_after_its_blocks_were_stored_is_not_pending() -> None:
@@ -131,22 +131,22 @@ def test_a_rest_tokenized_after_its_blocks_were_stored_is_not_pending() -> None:
     caches.routed("p", 0, 0, PromptBlocks(17, 4, tuple(blocks[:1]), exact=False, ticket=3))
     pool.apply(0, [BlockStored((9, 10, 11, 12), None, tuple(tokens), 4)])  # ran already
     caches.completed("p", 3, tuple(blocks))
-    assert not pool.pending[0] and pool.unnamed[0] == 0
+    assert not pool.pending[0]
 
 
-def test_blocks_whose_events_never_come_stop_counting_after_the_ttl() -> None:
+def test_blocks_whose_events_never_come_stop_matching_after_the_ttl() -> None:
     now = [0.0]
-    caches, pool, ours = _full_pool(now)
-    prompt = PromptBlocks(17, 4, tuple(identities(list(range(200, 216)), 4)))
-    caches.routed("p", 0, 0, prompt)  # its request fails: nothing is ever stored
-    assert pool.surviving(0, ours, 4) == 0
+    caches, pool, _ = _full_pool(now)
+    blocks = identities(list(range(200, 216)), 4)
+    caches.routed("p", 0, 0, PromptBlocks(17, 4, tuple(blocks)), key=1)  # never stored
+    assert pool.extend(0, blocks, 0, now[0]) == 4
     now[0] = 10.0
     pool.expect(0, identities(list(range(300, 308)), 4), now[0])  # another, later
-    assert pool.surviving(0, ours, 4) == 0 and len(pool.pending[0]) == 6
+    assert len(pool.pending[0]) == 6
     now[0] = PENDING_TTL_S + 1.0  # the first request's blocks expired, not the second's
-    assert pool.surviving(0, ours, 4) == 2 and len(pool.pending[0]) == 2
-    now[0] = PENDING_TTL_S + 11.0
-    assert pool.surviving(0, ours, 4) == 4 and not pool.pending[0]
+    assert pool.extend(0, blocks, 0, now[0]) == 0
+    pool.expect(0, [], now[0])
+    assert len(pool.pending[0]) == 2
 
 
 def test_a_block_expected_again_is_pending_from_then_on() -> None:
@@ -155,3 +155,22 @@ def test_a_block_expected_again_is_pending_from_then_on() -> None:
     waiting = expect(waiting, [1], {2: 1}, 20.0)  # 2 held: not expected again
     expire(waiting, PENDING_TTL_S + 5.0)
     assert waiting == {1: 20.0}
+
+
+def test_a_request_runs_from_its_first_token_and_leaves_the_queue_when_released() -> None:
+    now = [0.0]
+    caches, pool, ours = _full_pool(now)
+    choice = LocalChoice("e", 0, "p", "m", prompt_tokens=17, predicted_cached_tokens=16)
+    caches.routed("p", 0, 4, PromptBlocks(17, 4, tuple(ours)), key=id(choice), output_tokens=8)
+    queued = pool.queues[0].requests[id(choice)]
+    assert (queued.decode, queued.running) == (2, False)  # (1 + 8) tokens: 2 full blocks
+    caches.served(choice)
+    assert queued.running
+    other = identities(list(range(500, 508)), 4)
+    pool.apply(0, [BlockRemoved((5, 3)), BlockStored((20, 21), None, tuple(range(500, 508)), 4)])
+    caches.released(choice)  # ours are freed after the other two were stored: used last
+    assert not pool.queues[0].requests
+    pool.sent(
+        0, PromptBlocks(9, 4, tuple(identities(list(range(600, 609)), 4))), 0, Request(1, 0, 0.0)
+    )
+    assert pool.surviving(0, other, 2) == 0 and pool.surviving(0, ours, 2) == 2

@@ -80,6 +80,22 @@ def test_release_once(table: WorkerTable, a: LocalChoice) -> None:
     assert len(inflight) == 0
 
 
+def test_the_release_listener_hears_every_local_request_once(
+    table: WorkerTable, a: LocalChoice, clock: Clock
+) -> None:
+    heard: list[LocalChoice] = []
+    inflight = InFlight(table, ttl_s=10, clock=clock, released=heard.append)
+    inflight.add(1, a, "")
+    inflight.add(2, PROVIDER, "")
+    inflight.add(3, a, "")
+    inflight.release(1)
+    inflight.release(1)
+    inflight.release(2)  # a provider: no engine queue to leave
+    clock.now += 11
+    inflight.expire()  # the TTL releases the third
+    assert heard == [a, a]
+
+
 def test_load_never_goes_negative(table: WorkerTable, a: LocalChoice) -> None:
     inflight = InFlight(table, ttl_s=10)
     inflight.add(1, a, "")
