@@ -158,11 +158,11 @@ class PickerClient:
         completion_tokens: int = 0,
         cached_tokens: int | None = None,
         itl_bucket_counts: Sequence[int] = (),
-        first_token: tuple[int, int] | None = None,
+        first_token: tuple[int, int, int] | None = None,
     ) -> pb.ReportFinalTokenResponse:
-        """ReportFinalToken; `first_token` (ttft ms, upstream status) folds the request's
-        ReportFirstToken into it (`kinference-first-token`: only for a picker that answered
-        a `push_and_pick` with its pick)."""
+        """ReportFinalToken; `first_token` (ttft ms, upstream status, ms since the first
+        token came) folds the request's ReportFirstToken into it (`kinference-first-token`:
+        only for a picker that answered a `push_and_pick` with its pick)."""
         request = pb.ReportFinalTokenRequest(
             response_id=response_id,
             model=model,
@@ -175,7 +175,7 @@ class PickerClient:
             request.cached_tokens = cached_tokens
         metadata = None
         if first_token is not None:
-            metadata = [(extensions.FIRST_TOKEN, f"{first_token[0]}:{first_token[1]}")]
+            metadata = [(extensions.FIRST_TOKEN, ":".join(map(str, first_token)))]
         response: pb.ReportFinalTokenResponse = await self.stub.ReportFinalToken(
             request, metadata=metadata
         )

@@ -21,10 +21,11 @@ fraction of a millisecond of CPU on each side; docs/operations.md):
     the body travels in the answer's trailing metadata (`kinference-body-bin`) and is
     released as if pulled: the caller makes no PullBody call (the spec lets it never call
     PullBody).
-  - `kinference-first-token`, on ReportFinalToken: `TTFT_MS:UPSTREAM_STATUS`, the
+  - `kinference-first-token`, on ReportFinalToken: `TTFT_MS:UPSTREAM_STATUS[:AGO_MS]`, the
     ReportFirstToken the caller did not send separately (the spec lets it never call it),
-    applied before the final report. Send it only to a picker that answered a
-    `kinference-pick-bin` PushBody (one that knows this key).
+    applied before the final report as if received AGO_MS milliseconds earlier (when the
+    first token came), so the time from first token to final stays right. Send it only to
+    a picker that answered a `kinference-pick-bin` PushBody (one that knows this key).
 
 Picker -> caller, in Pick's trailing metadata (only the keys that apply), and in the
 trailing metadata of a PushBody that picked:
@@ -92,7 +93,8 @@ class CallerAsks:
 
     pick: bytes | None = None  # a serialized PickRequest: pick at the half-close
     inline_body_max: int = 0  # 0: no body inline
-    first_token: tuple[int, int] | None = None  # (ttft ms, upstream status), final report
+    # (ttft ms, upstream status, ms since the first token came), on a final report
+    first_token: tuple[int, int, int] | None = None
 
 
 def caller_asks(metadata: Metadata | None) -> CallerAsks:
@@ -106,9 +108,10 @@ def caller_asks(metadata: Metadata | None) -> CallerAsks:
             inline = min(int(text), INLINE_BODY_LIMIT) if _count(text) else 0
         elif key == FIRST_TOKEN:
             text = value.decode("latin-1") if isinstance(value, bytes) else value
-            ttft, _, status = text.partition(":")
-            if _count(ttft) and _count(status):
-                first = (min(int(ttft), 2**32 - 1), min(int(status), 999))
+            ttft, _, rest = text.partition(":")
+            status, _, ago = rest.partition(":")
+            if _count(ttft) and _count(status) and (not ago or _count(ago)):
+                first = (min(int(ttft), 2**32 - 1), min(int(status), 999), int(ago or 0))
     return CallerAsks(pick, inline, first)
 
 

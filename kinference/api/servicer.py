@@ -149,7 +149,8 @@ class PickerServicer:
     ) -> pb.ReportFinalTokenResponse:
         first = extensions.caller_asks(context.invocation_metadata()).first_token
         if first is not None:  # the ReportFirstToken the caller folded into this one
-            self.service.first_token(request.response_id, *first)
+            ttft_ms, status, ago_ms = first
+            self.service.first_token(request.response_id, ttft_ms, status, ago_s=ago_ms / 1000)
         known = self.service.final_token(convert.final_report(request))
         return pb.ReportFinalTokenResponse(acknowledged=known)
 

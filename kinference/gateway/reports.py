@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
@@ -75,7 +76,8 @@ class RequestReports:
         self._response_id = response_id
         self._last: asyncio.Task[None] | None = None
         self._merge_first = merge_first
-        self._held: tuple[int, int] | None = None  # a first-token report waiting for the final
+        # A first-token report waiting for the final one: (ttft ms, status, when held).
+        self._held: tuple[int, int, float] | None = None
         self._hold: asyncio.TimerHandle | None = None
 
     @property
@@ -84,7 +86,8 @@ class RequestReports:
 
     def first_token(self, ttft_ms: int, upstream_status: int) -> None:
         if self._merge_first:
-            self._held = (ttft_ms, upstream_status)
+            self._take_held()  # a repeated report replaces the one held
+            self._held = (ttft_ms, upstream_status, time.monotonic())
             loop = asyncio.get_running_loop()
             self._hold = loop.call_later(FIRST_TOKEN_HOLD_S, self._send_held)
             return
@@ -98,9 +101,9 @@ class RequestReports:
         self._hold = None
         held = self._take_held()
         if held is not None:
-            self._send_first(*held)
+            self._send_first(held[0], held[1])
 
-    def _take_held(self) -> tuple[int, int] | None:
+    def _take_held(self) -> tuple[int, int, float] | None:
         if self._hold is not None:
             self._hold.cancel()
             self._hold = None
@@ -111,7 +114,11 @@ class RequestReports:
         client, response_id = self._reporter.client, self._response_id
         counts = clock.itl_bucket_counts
         assert not counts or itl_layout.LAYOUT == 1  # PickerClient.final_token sends layout 1
-        first = self._take_held()
+        held = self._take_held()
+        first = None
+        if held is not None:  # rides on the final report, dated when it came
+            ttft_ms, status, at = held
+            first = (ttft_ms, status, int((time.monotonic() - at) * 1000))
 
         async def send() -> None:
             await client.final_token(
@@ -129,7 +136,7 @@ class RequestReports:
     def abort(self, reason: AbortReason, detail: str) -> None:
         held = self._take_held()
         if held is not None:  # in order: the first token (an upstream's status), then Abort
-            self._send_first(*held)
+            self._send_first(held[0], held[1])
         client, response_id = self._reporter.client, self._response_id
         self._chain(lambda: client.abort(response_id, reason, detail[:500]), "abort")
 

@@ -94,7 +94,7 @@ async def test_the_final_report_carries_the_first_token(start_picker: PickerFact
     _, picked = await picker.client.push_and_pick([body], request, inline_body_max=4096)
     assert picked is not None
     response_id = picked[0].response_id
-    answer = await picker.client.final_token(response_id, model=MODEL, first_token=(12, 200))
+    answer = await picker.client.final_token(response_id, model=MODEL, first_token=(12, 200, 5))
     assert answer.acknowledged
     labels = {"kind": "first_token", "known": "true"}
     assert picker.metric("kinference_reports_total", labels) == 1.0
@@ -113,4 +113,7 @@ def test_caller_asks_ignores_hostile_values() -> None:
         [(extensions.INLINE_BODY_MAX, "99999999"), (extensions.FIRST_TOKEN, "7:503")]
     )
     assert asks.inline_body_max == extensions.INLINE_BODY_LIMIT
-    assert asks.first_token == (7, 503)
+    assert asks.first_token == (7, 503, 0)
+    asks = extensions.caller_asks([(extensions.FIRST_TOKEN, "7:200:15")])
+    assert asks.first_token == (7, 200, 15)
+    assert extensions.caller_asks([(extensions.FIRST_TOKEN, "7:200:x")]).first_token is None

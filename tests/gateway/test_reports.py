@@ -30,7 +30,8 @@ class RecordingClient:
         self._record("first", response_id, ttft_ms, upstream_status)
 
     async def final_token(self, response_id: int, **report: Any) -> None:
-        self._record("final", response_id, report["first_token"])
+        first = report["first_token"]  # (ttft, status, ms since held): the age is timing
+        self._record("final", response_id, first[:2] if first is not None else None)
 
     async def abort(self, response_id: int, reason: int, detail: str) -> None:
         self._record("abort", response_id, reason)
