@@ -288,15 +288,18 @@ class PickerService:
         """Drop a push that failed or was reset: nothing of it stays."""
         self.store.discard(upload)
 
-    def first_token(self, response_id: int, ttft_ms: int, upstream_status: int) -> bool:
-        """Record the first response byte; False when the id is not in flight."""
+    def first_token(
+        self, response_id: int, ttft_ms: int, upstream_status: int, *, ago_s: float = 0.0
+    ) -> bool:
+        """Record the first response byte (`ago_s` seconds ago: a report that came late,
+        riding on the final one); False when the id is not in flight."""
         assignment = self.inflight.get(response_id)
         self._reports["first_token", assignment is not None].inc()
         if assignment is None:
             return False
         first = assignment.first_token_at is None  # a repeated report counts once
         if first:
-            assignment.first_token_at = time.monotonic()
+            assignment.first_token_at = time.monotonic() - ago_s
         self._recorder.first_token(assignment, ttft_ms, upstream_status)
         destination = assignment.destination
         if isinstance(destination, LocalChoice):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from google.protobuf.message import DecodeError
+
 from kinference.api.extensions import PickExtras
 from kinference.config.tenants import MAX_TENANT_BYTES
 from kinference.errors import InvalidArgument
@@ -77,6 +79,16 @@ def pick_call(request: pb.PickRequest) -> PickCall:
         pool=pool,
         client_request_id=request.client_request_id,
     )
+
+
+def pick_on_push(serialized: bytes) -> PickCall:
+    """The PickCall of a `kinference-pick-bin` PushBody (its stream id set at the commit)."""
+    try:
+        request = pb.PickRequest.FromString(serialized)
+    except (DecodeError, ValueError, RecursionError):
+        raise InvalidArgument("kinference-pick-bin is not a PickRequest") from None
+    request.body_stream_id = 0
+    return pick_call(request)
 
 
 def pick_call_of(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,10 +15,11 @@ from kinference.api.status import grpc_errors
 from kinference.bodies import Piece, Upload
 from kinference.errors import IdleTimeout, InvalidArgument
 from kinference.metrics import Metrics
-from kinference.service import PickerService
+from kinference.service import PickCall, PickerService
 from kinference.v1 import picker_pb2 as pb
 
 Context = grpc.aio.ServicerContext[Any, Any]
+TrailingMetadata = list[tuple[str, str | bytes]]
 _EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
 
 
@@ -35,6 +37,9 @@ class PickerServicer:
     ) -> pb.PushBodyResponse:
         metadata = context.invocation_metadata()
         declared, request_id = convert.push_metadata(metadata)
+        asks = extensions.caller_asks(metadata)
+        # Pick on push (extension): checked before any byte is held, like a Pick would be.
+        call = convert.pick_on_push(asks.pick) if asks.pick is not None else None
         upload = self.service.begin_push(declared, request_id)
         try:
             await self._receive(upload, context)
@@ -47,6 +52,11 @@ class PickerServicer:
         except BaseException:
             self.service.discard_push(upload)
             raise
+        if call is not None:
+            call = dataclasses.replace(call, stream_id=stream_id)
+            picked, trailing = await self._picked(call, asks.inline_body_max)
+            trailing.append((extensions.PICK, picked.SerializeToString()))
+            context.set_trailing_metadata(trailing)
         return pb.PushBodyResponse(stream_id=stream_id, total_bytes=total)
 
     async def _receive(self, upload: Upload, context: Context) -> None:
@@ -71,11 +81,33 @@ class PickerServicer:
 
     @grpc_errors("Pick")
     async def Pick(self, request: pb.PickRequest, context: Context) -> pb.PickResponse:
-        result = await self.service.pick_off_loop(convert.pick_call(request))
+        inline = extensions.caller_asks(context.invocation_metadata()).inline_body_max
+        response, trailing = await self._picked(convert.pick_call(request), inline)
+        if trailing:  # kinference's extensions (reason code, translation, body inline, ...)
+            context.set_trailing_metadata(trailing)
+        return response
+
+    async def _picked(
+        self, call: PickCall, inline_body_max: int
+    ) -> tuple[pb.PickResponse, TrailingMetadata]:
+        """The pick of `call`, and the extensions its answer's trailing metadata carries;
+        a dispatched body of at most `inline_body_max` bytes among them, released here."""
+        result = await self.service.pick_off_loop(call)
         extras = convert.pick_extras(result)
-        if extras is not None:  # kinference's extensions (reason code, translation, ...)
-            context.set_trailing_metadata(extensions.pick_metadata(extras))
-        return convert.pick_response(result)
+        trailing: TrailingMetadata = []
+        if extras is not None:
+            trailing.extend(extensions.pick_metadata(extras))
+        if result.response_id and 0 < result.body_total_bytes <= inline_body_max:
+            trailing.append((extensions.BODY, self._inline_body(result.response_id)))
+        return convert.pick_response(result), trailing
+
+    def _inline_body(self, response_id: int) -> bytes:
+        """The parked body of `response_id`, whole, released as a completed PullBody is."""
+        pull = self.service.open_pull(response_id)
+        try:
+            return b"".join(pull.messages())
+        finally:
+            self.service.close_pull(pull, completed=True)
 
     @grpc_errors("PullBody")
     async def PullBody(self, request: pb.PullBodyRequest, context: Context) -> None:
@@ -115,6 +147,10 @@ class PickerServicer:
     async def ReportFinalToken(
         self, request: pb.ReportFinalTokenRequest, context: Context
     ) -> pb.ReportFinalTokenResponse:
+        first = extensions.caller_asks(context.invocation_metadata()).first_token
+        if first is not None:  # the ReportFirstToken the caller folded into this one
+            ttft_ms, status, ago_ms = first
+            self.service.first_token(request.response_id, ttft_ms, status, ago_s=ago_ms / 1000)
         known = self.service.final_token(convert.final_report(request))
         return pb.ReportFinalTokenResponse(acknowledged=known)
 

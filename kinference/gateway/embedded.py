@@ -20,7 +20,7 @@ from kinference.client import PickerClient
 from kinference.config import Policy
 from kinference.gateway.local import LocalPicker
 from kinference.gateway.port import PickerPort
-from kinference.gateway.remote import PolicyModels, RemotePicker
+from kinference.gateway.remote import CHANNEL_OPTIONS, PolicyModels, RemotePicker
 from kinference.gateway.settings import GatewaySettings
 from kinference.settings import Settings
 
@@ -50,7 +50,7 @@ async def remote_picker(
     """A channel to `settings.picker`; the policy file, when given, lists the models."""
     config = picker_settings.config if picker_settings is not None else None
     picker = RemotePicker(
-        PickerClient(settings.picker),
+        PickerClient(settings.picker, options=CHANNEL_OPTIONS),
         rpc_timeout_s=settings.rpc_timeout_s,
         models=PolicyModels(config) if config is not None else None,
     )

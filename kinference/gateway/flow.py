@@ -27,7 +27,7 @@ from kinference.gateway.http1 import (
     Response,
     UpstreamError,
 )
-from kinference.gateway.port import AbortReason, PickerPort, Reports
+from kinference.gateway.port import AbortReason, PickAsk, Picked, PickerPort, Reports
 from kinference.gateway.relay import FinishObserver, Relay
 from kinference.gateway.timing import TokenClock
 from kinference.gateway.upload import BodyTooLarge, Upload
@@ -64,6 +64,7 @@ class Pushed:
 
     stream_id: int
     asked_usage: bool
+    picked: Picked | None = None  # the picker picked at the half-close: no Pick call
 
 
 class PullMismatch(Exception):
@@ -114,35 +115,33 @@ class Flow:
             reports.abort(pb.AbortRequest.REASON_UNSPECIFIED, detail)
             raise
 
-    async def _push_and_pick(
-        self, incoming: Incoming, caller: Caller
-    ) -> tuple[Pushed, tuple[pb.PickResponse, PickExtras]]:
-        pushed = await self._push(incoming)
+    async def _push_and_pick(self, incoming: Incoming, caller: Caller) -> tuple[Pushed, Picked]:
+        ask = PickAsk(caller.tenant, caller.qos, self._pool, incoming.request_id)
+        pushed = await self._push(incoming, ask)
+        if pushed.picked is not None:
+            return pushed, pushed.picked
         try:
             async with asyncio.timeout(self._rpc_timeout_s):
                 return pushed, await self._picker.pick(
                     pushed.stream_id,
-                    tenant=caller.tenant,
-                    qos=caller.qos,
-                    pool=self._pool,
-                    client_request_id=incoming.request_id,
+                    tenant=ask.tenant,
+                    qos=ask.qos,
+                    pool=ask.pool,
+                    client_request_id=ask.client_request_id,
                 )
         except grpc.aio.AioRpcError as error:
             raise errors.rpc_error(error, "pick") from None
         except TimeoutError:
             raise GatewayError(504, "picker_timeout", "picker pick: no answer in time") from None
 
-    async def _push(self, incoming: Incoming) -> Pushed:
+    async def _push(self, incoming: Incoming, ask: PickAsk) -> Pushed:
         length = incoming.header_map.get("content-length", "")
         declared = int(length) if length.isdigit() else None
         upload = Upload(incoming.body, self._max_body_bytes)
         upload.check_declared(declared)
         try:
-            stream_id = await self._picker.push(
-                upload.chunks(),
-                declared_length=declared,
-                client_request_id=incoming.request_id,
-                request_path=incoming.path,
+            stream_id, picked = await self._picker.push_and_pick(
+                upload.chunks(), declared_length=declared, request_path=incoming.path, ask=ask
             )
         except grpc.aio.AioRpcError as error:
             raise upload.error() if upload.too_large else errors.rpc_error(error, "push") from None
@@ -152,7 +151,7 @@ class Flow:
             if upload.cut_short():  # our own reset of the stream, not a cancelled request
                 raise upload.error() from None
             raise
-        return Pushed(stream_id, upload.usage_ask.asked())
+        return Pushed(stream_id, upload.usage_ask.asked(), picked)
 
     async def _dispatch(
         self,
@@ -184,7 +183,7 @@ class Flow:
         if "x-request-id" not in incoming.header_map:  # one id in every log along the way
             headers.append(("x-request-id", incoming.request_id))
         clock = TokenClock()
-        response = await self._send(incoming.method, target.url, headers, pick, reports)
+        response = await self._send(incoming.method, target.url, headers, (pick, extras), reports)
         if target.provider is not None and response.status in _UNAUTHORIZED:
             response.close()
             detail = f"upstream answered {response.status}"
@@ -214,10 +213,11 @@ class Flow:
         method: str,
         url: str,
         headers: list[tuple[str, str]],
-        pick: pb.PickResponse,
+        picked: Picked,
         reports: Reports,
     ) -> Response:
-        body = self._pulled(pick.response_id, pick.body_total_bytes)
+        pick, extras = picked
+        body = self._pulled(pick.response_id, pick.body_total_bytes, extras.body)
         try:
             return await self._http.request(method, url, headers, body)
         except (grpc.aio.AioRpcError, PullMismatch) as exc:
@@ -228,8 +228,16 @@ class Flow:
             reason, error = _upstream_failure(exc)
             raise _aborted(reports, reason, f"upstream: {_describe(exc)}", error) from None
 
-    async def _pulled(self, response_id: int, expected: int) -> AsyncIterator[bytes | memoryview]:
-        """PullBody, checked to carry exactly `body_total_bytes` (spec: callers may enforce)."""
+    async def _pulled(
+        self, response_id: int, expected: int, inline: bytes | None
+    ) -> AsyncIterator[bytes | memoryview]:
+        """PullBody, or the body the pick carried inline, checked to be exactly
+        `body_total_bytes` long (spec: callers may enforce)."""
+        if inline is not None:
+            if len(inline) != expected:
+                raise PullMismatch(f"the pick carried {len(inline)} bytes, announced {expected}")
+            yield inline
+            return
         total = 0
         async for chunk in self._picker.pull(response_id):
             total += len(chunk)

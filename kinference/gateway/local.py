@@ -21,7 +21,7 @@ from kinference.api.extensions import PickExtras
 from kinference.api.status import status_code
 from kinference.bodies import Upload
 from kinference.errors import IdleTimeout, PickerError
-from kinference.gateway.port import AbortReason, QosClass
+from kinference.gateway.port import AbortReason, PickAsk, Picked, QosClass
 from kinference.gateway.timing import TokenClock
 from kinference.gateway.usage import Usage
 from kinference.service import FinalReport, PickerService
@@ -116,6 +116,23 @@ class LocalPicker:
             self.service.discard_push(upload)
             raise
         return stream_id
+
+    async def push_and_pick(
+        self,
+        chunks: AsyncIterator[bytes],
+        *,
+        declared_length: int | None,
+        request_path: str,
+        ask: PickAsk,
+    ) -> tuple[int, Picked | None]:
+        """`push`; the gateway then picks with plain calls (nothing to spare in-process)."""
+        stream_id = await self.push(
+            chunks,
+            declared_length=declared_length,
+            client_request_id=ask.client_request_id,
+            request_path=request_path,
+        )
+        return stream_id, None
 
     async def _receive(self, upload: Upload, chunks: AsyncIterator[bytes]) -> None:
         add, offload = upload.add, self.service.offload

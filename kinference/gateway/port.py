@@ -11,6 +11,7 @@ both report through `Reports`, whose calls never block the response path.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
 from kinference.api.extensions import PickExtras
@@ -20,6 +21,17 @@ from kinference.v1 import picker_pb2 as pb
 
 AbortReason: TypeAlias = pb.AbortRequest.Reason.ValueType
 QosClass: TypeAlias = pb.PickRequest.QosClass.ValueType
+Picked: TypeAlias = tuple[pb.PickResponse, PickExtras]
+
+
+@dataclass(frozen=True, slots=True)
+class PickAsk:
+    """What a Pick of the gateway's says besides the stream id."""
+
+    tenant: str
+    qos: QosClass
+    pool: tuple[str, str] | None
+    client_request_id: str
 
 
 class Reports(Protocol):
@@ -47,6 +59,18 @@ class PickerPort(Protocol):
         path (the `kinference-request-path` extension: Pick tells the shape from it)."""
         ...
 
+    async def push_and_pick(
+        self,
+        chunks: AsyncIterator[bytes],
+        *,
+        declared_length: int | None,
+        request_path: str,
+        ask: PickAsk,
+    ) -> tuple[int, Picked | None]:
+        """`push`, and the pick of the body when the picker makes it at the half-close (the
+        `kinference-pick-bin` extension: no Pick call); None: call `pick`."""
+        ...
+
     async def pick(
         self,
         stream_id: int,
@@ -55,7 +79,7 @@ class PickerPort(Protocol):
         qos: QosClass,
         pool: tuple[str, str] | None,
         client_request_id: str,
-    ) -> tuple[pb.PickResponse, PickExtras]:
+    ) -> Picked:
         """The pick, and the extensions it carries (reason code, translation, ...)."""
         ...
 

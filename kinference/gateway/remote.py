@@ -1,8 +1,13 @@
 """The picker across a gRPC channel (`kinference serve`, one long-lived channel per gateway).
 
-Reports and Aborts run as tracked background tasks (kinference.gateway.reports), so the
-response never waits on them; `/v1/models` reads the policy file the picker reads, when the
-gateway is given it (the spec has no RPC that lists models).
+Each gRPC call costs grpc.aio a fraction of a millisecond of CPU on each side, so a request
+makes as few as the spec and kinference's extensions (kinference.api.extensions) allow: one
+PushBody that also picks (`kinference-pick-bin`) and brings back a body of up to
+`INLINE_BODY_MAX` bytes (no PullBody), and one ReportFinalToken that carries the first
+token's report too (kinference.gateway.reports); a picker without the extensions gets the
+plain five calls. Reports and Aborts run as tracked background tasks, so the response never
+waits on them; `/v1/models` reads the policy file the picker reads, when the gateway is
+given it (the spec has no RPC that lists models).
 """
 
 from __future__ import annotations
@@ -14,15 +19,17 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from kinference.api.extensions import PickExtras
-from kinference.client import PickerClient
+from kinference.client import PickerClient, pick_request
 from kinference.config import PolicyError, load_policy
-from kinference.gateway.port import QosClass
+from kinference.gateway.port import PickAsk, Picked, QosClass
 from kinference.gateway.reports import Reporter, RequestReports
-from kinference.v1 import picker_pb2 as pb
 
 PICKER_SERVICE = "kinference.v1.Picker"
 _POLICY_CHECK_S = 1.0  # how often (seconds) the policy file's mtime is looked at, at most
+# Bodies up to this many bytes come back inline in the pick's metadata (base64 on the wire,
+# within the channel's metadata limit below); larger ones are pulled with PullBody.
+INLINE_BODY_MAX = 16 * 1024
+CHANNEL_OPTIONS: list[tuple[str, int]] = [("grpc.max_metadata_size", 64 * 1024)]
 
 
 class PolicyModels:
@@ -66,6 +73,9 @@ class RemotePicker:
         self._rpc_timeout_s = rpc_timeout_s
         self._models = models
         self._health = health_pb2_grpc.HealthStub(client.channel)
+        # Set once the picker has picked on a push: it knows kinference's extensions, so
+        # first-token reports may ride on the final ones.
+        self._extended = False
 
     async def push(
         self,
@@ -83,6 +93,27 @@ class RemotePicker:
         )
         return pushed.stream_id
 
+    async def push_and_pick(
+        self,
+        chunks: AsyncIterator[bytes],
+        *,
+        declared_length: int | None,
+        request_path: str,
+        ask: PickAsk,
+    ) -> tuple[int, Picked | None]:
+        request = pick_request(0, ask.tenant, ask.qos, ask.pool, ask.client_request_id)
+        pushed, picked = await self.client.push_and_pick(
+            chunks,
+            request,
+            declared_length=declared_length,
+            client_request_id=ask.client_request_id,
+            request_path=request_path,
+            inline_body_max=INLINE_BODY_MAX,
+        )
+        if picked is not None:
+            self._extended = True
+        return pushed.stream_id, picked
+
     async def pick(
         self,
         stream_id: int,
@@ -91,16 +122,21 @@ class RemotePicker:
         qos: QosClass,
         pool: tuple[str, str] | None,
         client_request_id: str,
-    ) -> tuple[pb.PickResponse, PickExtras]:
+    ) -> Picked:
         return await self.client.pick_with_extras(
-            stream_id, tenant=tenant, qos=qos, pool=pool, client_request_id=client_request_id
+            stream_id,
+            tenant=tenant,
+            qos=qos,
+            pool=pool,
+            client_request_id=client_request_id,
+            inline_body_max=INLINE_BODY_MAX,
         )
 
     def pull(self, response_id: int) -> AsyncIterator[bytes]:
         return self.client.pull(response_id)
 
     def reports(self, response_id: int) -> RequestReports:
-        return RequestReports(self.reporter, response_id)
+        return RequestReports(self.reporter, response_id, merge_first=self._extended)
 
     async def serving(self) -> bool:
         check = health_pb2.HealthCheckRequest(service=PICKER_SERVICE)

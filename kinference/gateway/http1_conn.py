@@ -1,0 +1,240 @@
+"""One upstream HTTP/1.1 connection: an asyncio protocol feeding httptools' parser (llhttp),
+and how an upstream exchange fails (`UpstreamError` and its kinds).
+
+`Conn` holds the transport, the response being received (head, buffered body, completion),
+the read deadline (one timer per connection) and the backpressure both ways: reading pauses
+above `READ_HIGH` buffered bytes, writing waits while the transport is paused. The client
+(kinference.gateway.http1) sends requests on it and pools it between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import socket
+import time
+from typing import cast
+
+import httptools
+
+READ_HIGH = 256 * 1024  # buffered response bytes at which the socket stops being read
+
+
+class UpstreamError(Exception):
+    """The upstream could not be used: connection, protocol or timeout."""
+
+
+class ConnectFailed(UpstreamError):
+    """No connection (refused, unreachable, TLS failure, DNS); nothing was sent."""
+
+
+class ConnectTimeout(ConnectFailed):
+    """The connection was not established in time."""
+
+
+class ReadTimeout(UpstreamError):
+    """The upstream went silent for longer than the read timeout."""
+
+
+class Broken(UpstreamError):
+    """The connection failed mid-exchange or the upstream did not speak HTTP/1.1."""
+
+
+Origin = tuple[str, str, int]  # scheme, host, port
+
+
+class Conn(asyncio.Protocol):
+    """One connection: its transport, parser and the response being received."""
+
+    def __init__(self, origin: Origin) -> None:
+        self.origin = origin
+        self.transport: asyncio.Transport | None = None
+        self.loop = asyncio.get_running_loop()
+        self.parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.idle_since = 0.0
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        # The read deadline: one timer per connection, re-armed only when it fires early.
+        self._deadline = 0.0  # loop time by which the awaited head or bytes must arrive
+        self._awaited: asyncio.Future[None] | None = None  # what the deadline applies to
+        self._what = ""
+        self._timer: asyncio.TimerHandle | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.head: asyncio.Future[None] = self.loop.create_future()
+        self.headers: list[tuple[str, str]] = []
+        self.body: collections.deque[bytes] = collections.deque()
+        self.buffered = 0
+        self.complete = False
+        self.keep_alive = False
+        self.error: UpstreamError | None = None
+        self._wake: asyncio.Future[None] | None = None
+        self._paused = False
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(Broken(f"not HTTP/1.1: {exc}"))
+            self.drop()
+
+    def eof_received(self) -> bool:
+        self._ended()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._ended()
+        self._can_write.set()
+        self._stop_timer()
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.decode("latin-1").lower(), value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        # Read here: llhttp forgets it once the message is complete.
+        self.keep_alive = self.parser.should_keep_alive()
+        if not self.head.done():
+            self.head.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+        self.buffered += len(body)
+        if self.buffered > READ_HIGH and self.transport is not None and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
+        self._notify()
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self._notify()
+
+    # the exchange
+    def _ended(self) -> None:
+        if self.complete:
+            return
+        if self.head.done() and not framed(self.headers):
+            self.complete = True  # a close-delimited body ends with the connection
+        else:
+            self._fail(Broken("the upstream closed the connection mid-response"))
+        self._notify()
+
+    def _fail(self, error: UpstreamError) -> None:
+        if self.error is None:
+            self.error = error
+        if not self.head.done():
+            self.head.set_exception(error)
+            self.head.exception()  # retrieved: a request that gave up must not warn
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    async def next_body(self, timeout_s: float) -> bytes | None:
+        """The next body bytes, or None at the end; raises `UpstreamError`."""
+        while not self.body:
+            if self.complete:
+                return None
+            if self.error is not None:
+                raise self.error
+            waiter = self._wake = self.loop.create_future()
+            self.expect(waiter, timeout_s, "the upstream went silent")
+            try:
+                await waiter  # raises ReadTimeout when the deadline passes first
+            finally:
+                self._awaited = None
+                self._wake = None
+        # Everything already here goes out as one piece: one client write, not one per read.
+        data = self.body.popleft() if len(self.body) == 1 else b"".join(self._drain())
+        self.buffered -= len(data)
+        if self._paused and self.buffered <= READ_HIGH // 2 and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return data
+
+    def _drain(self) -> list[bytes]:
+        pieces = list(self.body)
+        self.body.clear()
+        return pieces
+
+    @property
+    def drained(self) -> bool:
+        """The whole response has arrived and been handed out."""
+        return self.complete and not self.body
+
+    async def write(self, data: bytes | memoryview) -> None:
+        if self.closed or self.transport is None:
+            raise Broken("the upstream closed the connection")
+        self.transport.write(data)
+        if not self._can_write.is_set():
+            await self._can_write.wait()
+
+    def reusable(self) -> bool:
+        return (
+            self.complete
+            and self.error is None
+            and not self.closed
+            and not self.body
+            and self.keep_alive
+        )
+
+    def recycle(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self._reset()
+        self.idle_since = time.monotonic()
+
+    def drop(self) -> None:
+        self.closed = True
+        self._stop_timer()
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def expect(self, waiter: asyncio.Future[None], timeout_s: float, what: str) -> None:
+        """Fail `waiter` with ReadTimeout unless it is done within `timeout_s`.
+
+        Cheaper than a timer per wait (asyncio.timeout, or call_later and cancel: each
+        allocates a timer and moves it in the loop's heap, several times per response): the
+        connection keeps one timer, which only moves when it fires before the deadline.
+        """
+        self._awaited, self._what = waiter, what
+        self._deadline = self.loop.time() + timeout_s
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._deadline, self._check_deadline)
+
+    def _check_deadline(self) -> None:
+        self._timer = None
+        waiter = self._awaited
+        if waiter is None or waiter.done() or self.closed:
+            return  # nothing awaited now: the next wait arms a timer again
+        if self.loop.time() >= self._deadline:
+            self._awaited = None
+            waiter.set_exception(ReadTimeout(self._what))
+            waiter.exception()  # retrieved: a request that gave up must not warn
+        else:
+            self._timer = self.loop.call_at(self._deadline, self._check_deadline)
+
+
+def framed(headers: list[tuple[str, str]]) -> bool:
+    return any(name in ("content-length", "transfer-encoding") for name, _ in headers)
