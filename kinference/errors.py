@@ -10,6 +10,8 @@ from __future__ import annotations
 class PickerError(Exception):
     """Base of every failure the picker reports to a caller as a status."""
 
+    code = ""  # a `kinference-error-code` for what the status alone does not tell ("": none)
+
 
 class NotFound(PickerError):
     """Unknown, expired or already-released body or response id."""
@@ -25,6 +27,13 @@ class InvalidArgument(PickerError):
 
 class ResourceExhausted(PickerError):
     """A per-request or server-wide byte budget, or the per-chunk limit, was exceeded."""
+
+
+class ServerBusy(ResourceExhausted):
+    """The server-wide body budget (every body held together) was exceeded: unlike a body
+    over the per-request limits, this one may fit once others are gone."""
+
+    code = "server_busy"  # the `kinference-error-code` a caller sees (api/extensions.py)
 
 
 class IdleTimeout(PickerError):

@@ -45,6 +45,11 @@ trailing metadata of a PushBody that picked:
   - `kinference-pick-bin` (a PushBody that picked only): the serialized PickResponse.
   - `kinference-body-bin`: the body to dispatch (`body_total_bytes` long), when the caller
     asked for it inline and it fits; PullBody on its response id is then NOT_FOUND.
+
+Picker -> caller, in the trailing metadata of a failed call:
+  - `kinference-error-code`: what the status alone does not tell, as a code:
+    `server_busy` on RESOURCE_EXHAUSTED when the server-wide body budget was full (retry
+    later, or elsewhere); absent when this body is over a per-request limit (never retry).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kinference.errors import PickerError
 from kinference.requests.shapes import MAX_PATH_CHARS, Shape
 from kinference.routing.reasons import Reason
 
@@ -65,6 +71,7 @@ PICK = "kinference-pick-bin"
 INLINE_BODY_MAX = "kinference-inline-body-max"
 BODY = "kinference-body-bin"
 FIRST_TOKEN = "kinference-first-token"
+ERROR_CODE = "kinference-error-code"
 # The largest body sent inline, whatever the caller asks: binary metadata travels base64'd
 # in one HTTP/2 header block, and gRPC's default limit for a received one is 8 KiB, so a
 # caller asking for more than ~5 KiB raises its channel's `grpc.max_metadata_size`.
@@ -172,3 +179,16 @@ def read_pick_metadata(metadata: Metadata | None) -> PickExtras:
         elif key == USAGE_ASKED:
             usage = text == "true"
     return PickExtras(code, retry_after, translated, path, usage, body)
+
+
+def error_metadata(error: PickerError) -> list[tuple[str, str]]:
+    """The trailing metadata of a call failed with `error` (its code, when it has one)."""
+    return [(ERROR_CODE, error.code)] if error.code else []
+
+
+def error_code(metadata: Metadata | None) -> str:
+    """The `kinference-error-code` of a failed call's trailing metadata, or ""."""
+    for key, value in metadata or ():
+        if key == ERROR_CODE:
+            return value.decode("latin-1") if isinstance(value, bytes) else value
+    return ""

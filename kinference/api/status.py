@@ -9,6 +9,7 @@ from typing import Any, TypeVar, cast
 
 import grpc
 
+from kinference.api.extensions import error_metadata
 from kinference.errors import (
     AlreadyConsumed,
     IdleTimeout,
@@ -60,7 +61,7 @@ def grpc_errors(method: str) -> Callable[[H], H]:
             except PickerError as error:
                 code = status_code(error)
                 metrics.rpc_errors.labels(method, code.name).inc()
-                await context.abort(code, str(error))
+                await context.abort(code, str(error), tuple(error_metadata(error)))
             except asyncio.CancelledError:
                 metrics.rpc_errors.labels(method, "CANCELLED").inc()
                 raise

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kinference.errors import ResourceExhausted
+from kinference.errors import ServerBusy
 
 
 class ByteBudget:
@@ -18,7 +18,7 @@ class ByteBudget:
 
     def reserve(self, nbytes: int) -> None:
         if self.used + nbytes > self.limit:
-            raise ResourceExhausted(
+            raise ServerBusy(
                 f"server-wide body budget exhausted ({self.used} of {self.limit} bytes held)"
             )
         self.used += nbytes

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import cast
 
 import grpc
 
-from kinference.api.extensions import PickExtras
+from kinference.api.extensions import PickExtras, error_code
+from kinference.errors import ServerBusy
 from kinference.routing.reasons import Reason
 from kinference.v1 import picker_pb2 as pb
 
@@ -134,7 +136,7 @@ def rpc_error(error: grpc.aio.AioRpcError, stage: str) -> GatewayError:
     code, details = error.code(), error.details() or ""
     message = f"picker {stage}: {details or code.name}"
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        if "server-wide" in details:  # every body held together, not this one: retry later
+        if _error_code(error) == ServerBusy.code:  # every body held together: retry later
             return GatewayError(503, "picker_busy", message)
         return GatewayError(413, "request_too_large", message)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -160,3 +162,9 @@ def upstream_failed(detail: str) -> GatewayError:
 
 def upstream_timeout(detail: str) -> GatewayError:
     return GatewayError(504, "upstream_timeout", detail)
+
+
+def _error_code(error: grpc.aio.AioRpcError) -> str:
+    # grpc.aio's error holds a grpc.aio.Metadata (its stub says otherwise).
+    trailing = cast(grpc.aio.Metadata, error.trailing_metadata())
+    return error_code(trailing)

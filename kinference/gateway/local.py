@@ -32,9 +32,8 @@ log = logging.getLogger(__name__)
 
 def rpc_error(error: PickerError) -> grpc.aio.AioRpcError:
     """The error a gRPC caller would have seen for `error`."""
-    return grpc.aio.AioRpcError(
-        status_code(error), grpc.aio.Metadata(), grpc.aio.Metadata(), str(error), None
-    )
+    trailing = grpc.aio.Metadata(*extensions.error_metadata(error))
+    return grpc.aio.AioRpcError(status_code(error), grpc.aio.Metadata(), trailing, str(error), None)
 
 
 class LocalReports:

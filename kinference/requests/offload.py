@@ -36,7 +36,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from kinference.bodies import Body, ByteBudget, Observation
-from kinference.errors import ResourceExhausted, Unavailable
+from kinference.errors import ResourceExhausted, ServerBusy, Unavailable
 from kinference.requests.parse import InferenceRequest
 from kinference.requests.process import WorkerLost, WorkerProcess
 from kinference.requests.rewrite import Translation
@@ -250,8 +250,8 @@ class Offload:
 def _reserve(budget: ByteBudget, nbytes: int, what: str) -> None:
     try:
         budget.reserve(nbytes)
-    except ResourceExhausted:
-        raise ResourceExhausted(
+    except ServerBusy:
+        raise ServerBusy(
             f"{what} needs ~{nbytes} bytes of the server-wide body budget, "
             f"which holds {budget.used} of {budget.limit}"
         ) from None

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator, Sequence
+from typing import cast
 
 import grpc
 import pytest
 
+from kinference.api.extensions import error_code
 from kinference.client import PickerClient
 from kinference.v1 import picker_pb2 as pb
 from tests.api.helpers import (
@@ -168,6 +170,7 @@ async def test_per_request_budget(start_picker: PickerFactory) -> None:
     over = sized_chat_body(limit + 1)
     error = await push_error(picker, chunked(over, 60 * KiB))
     assert_code(error, Code.RESOURCE_EXHAUSTED)
+    assert not said_code(error)  # this body will never fit: no `server_busy`
 
     # A declared length over the limit is refused before any byte is sent.
     error = await push_error(picker, [], push_metadata(limit + 1))
@@ -209,8 +212,10 @@ async def test_server_wide_budget_counts_every_held_body(
     # Declared or not, with the excess in a later chunk, the second body does not fit.
     error = await push_error(picker, chunked(second, 40 * KiB), push_metadata(len(second)))
     assert_code(error, Code.RESOURCE_EXHAUSTED)
+    assert said_code(error) == "server_busy"  # it may fit later: callers may retry
     error = await push_error(picker, chunked(second, 40 * KiB))
     assert_code(error, Code.RESOURCE_EXHAUSTED)
+    assert said_code(error) == "server_busy"
     await wait_until(lambda: store.budget.used == len(first), what="the rejected bytes released")
 
     # Release the first body the way its stage allows; the budget is then free again.
@@ -403,3 +408,9 @@ async def test_a_message_that_is_not_a_body_chunk_is_invalid_argument(
     upload = raw_push(picker, [pb.BodyChunk(chunk=b"{").SerializeToString(), message], hold=True)
     assert_code(await upload.error(), Code.INVALID_ARGUMENT)
     await wait_until(lambda: bodies_held(picker), what="the rejected upload to be dropped")
+
+
+def said_code(error: grpc.aio.AioRpcError) -> str:
+    """The `kinference-error-code` of a failed call (grpc.aio's error holds a
+    grpc.aio.Metadata, whatever its stub says)."""
+    return error_code(cast(grpc.aio.Metadata, error.trailing_metadata()))

@@ -7,7 +7,7 @@ import json
 import grpc
 import pytest
 
-from kinference.api.extensions import PickExtras
+from kinference.api.extensions import ERROR_CODE, PickExtras
 from kinference.gateway.errors import GatewayError, outcome_error, rpc_error
 from kinference.routing.reasons import Reason
 from kinference.v1 import picker_pb2 as pb
@@ -57,15 +57,19 @@ def test_retry_after_from_the_picker_wins() -> None:
 
 
 class FakeRpcError(grpc.aio.AioRpcError):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+    def __init__(self, code: grpc.StatusCode, details: str, error_code: str = "") -> None:
+        trailing = grpc.aio.Metadata(*([(ERROR_CODE, error_code)] if error_code else []))
+        super().__init__(code, grpc.aio.Metadata(), trailing, details)
 
 
 @pytest.mark.parametrize(
     ("code", "details", "stage", "status", "name"),
     [
         (Code.RESOURCE_EXHAUSTED, "body over the limit", "push", 413, "request_too_large"),
-        (Code.RESOURCE_EXHAUSTED, "server-wide body budget exhausted", "push", 503, "picker_busy"),
+        # Told by the error code, not the text: a body over its limit may mention anything.
+        (Code.RESOURCE_EXHAUSTED, "server-wide body budget exhausted", "push", 413,
+         "request_too_large"),
+        (Code.RESOURCE_EXHAUSTED, "server_busy", "push", 503, "picker_busy"),
         (Code.INVALID_ARGUMENT, "declared length disagrees", "push", 400, "invalid_body"),
         (Code.DEADLINE_EXCEEDED, "no body bytes for 30 s", "push", 408, "request_timeout"),
         (Code.DEADLINE_EXCEEDED, "", "pick", 504, "picker_timeout"),
@@ -77,7 +81,8 @@ class FakeRpcError(grpc.aio.AioRpcError):
     ],
 )  # fmt: skip
 def test_rpc_statuses(code: Code, details: str, stage: str, status: int, name: str) -> None:
-    error = rpc_error(FakeRpcError(code, details), stage)
+    error_code = "server_busy" if details == "server_busy" else ""
+    error = rpc_error(FakeRpcError(code, details, error_code), stage)
     assert (error.status, error.code) == (status, name)
     assert error.message.startswith(f"picker {stage}: ")
 
