@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from kinference.bodies import Body, BodyStore, Pull, Upload, new_id
-from kinference.errors import InvalidArgument, NotFound
+from kinference.errors import InvalidArgument, NotFound, ResourceExhausted
 from kinference.itl_layout import BUCKETS as ITL_LAYOUT_1_BUCKETS
 from kinference.kvcache.precise import PreciseQuery
 from kinference.metrics import Metrics
@@ -26,6 +26,7 @@ from kinference.requests import (
     parse_request,
     rewrite,
 )
+from kinference.requests.loop_cost import parse_cost
 from kinference.requests.offload import INLINE_PARSE_BYTES, Offload
 from kinference.requests.rewrite import Translation, heavy_translation
 from kinference.requests.translation import Untranslatable
@@ -118,32 +119,57 @@ class PickerService:
         return self._decided(body, call, started, _parsed(body))
 
     async def pick_off_loop(self, call: PickCall) -> PickResult:
-        """`pick`, with the parse of a body over INLINE_PARSE_BYTES run in the parse worker,
-        its translation too when one of its model's targets takes another API and it has
-        large values (prepared before the decision, used if the decision translates), and,
-        when precise pools may serve it, the prompt tokenized in the tokenizer thread, and
-        for a tenant whose cluster budget asked for a lease, its answer awaited (the
-        decision itself, admission and reservation included, stays in one loop turn)."""
+        """`pick`, with the parse of a body over INLINE_PARSE_BYTES run in the parse worker
+        unless its upload's scan says it is cheap (`loop_cost`: an ordinary chat body of
+        hundreds of KiB parses in a millisecond or two, where the pipe's round trip costs
+        about as much), its translation too when one of its model's targets takes another
+        API and it has large values (prepared before the decision, used if the decision
+        translates), and, when precise pools may serve it, the prompt tokenized in the
+        tokenizer thread, and for a tenant whose cluster budget asked for a lease, its
+        answer awaited (the decision itself, admission and reservation included, stays in
+        one loop turn)."""
         started = time.perf_counter()
         body = self.store.take(call.stream_id)
-        if body.size <= INLINE_PARSE_BYTES:
-            parsed = _parsed(body)
-        else:  # the parse's memory is charged to the body budget while it runs
-            parsed = await self.offload.parse(
-                self.store.budget, body, abandoned=lambda: self.store.release(body)
+        held = self._loop_parse(body)
+        try:
+            if held is not None:
+                parsed = _parsed(body)
+            else:  # the parse's memory is charged to the body budget while it runs
+                parsed = await self.offload.parse(
+                    self.store.budget, body, abandoned=lambda: self.store.release(body)
+                )
+            precise = translated = None
+            preparer = self.preparer
+            if not isinstance(parsed, str):
+                translated = await self._translated(body, parsed)
+                try:
+                    if preparer is not None and preparer.active:
+                        precise = await preparer.prepare(parsed, body)
+                    await self.router.tenants.ready(self.router.policy.config, call.tenant)
+                except BaseException:
+                    self.store.release(body)
+                    raise
+            return self._decided(
+                body, call, started, parsed, precise=precise, translated=translated
             )
-        precise = translated = None
-        preparer = self.preparer
-        if not isinstance(parsed, str):
-            translated = await self._translated(body, parsed)
-            try:
-                if preparer is not None and preparer.active:
-                    precise = await preparer.prepare(parsed, body)
-                await self.router.tenants.ready(self.router.policy.config, call.tenant)
-            except BaseException:
-                self.store.release(body)
-                raise
-        return self._decided(body, call, started, parsed, precise=precise, translated=translated)
+        finally:
+            if held:
+                self.store.budget.release(held)
+
+    def _loop_parse(self, body: Body) -> int | None:
+        """None when `body` goes to the parse worker; else it is parsed on the loop, and
+        this is what its parsed request may hold, reserved from the body budget until the
+        Pick ends (0 for a small body: not counted)."""
+        if body.size <= INLINE_PARSE_BYTES:
+            return 0
+        cost = parse_cost(body)
+        if cost is None or not cost.on_loop:
+            return None
+        try:
+            self.store.budget.reserve(cost.memory_bytes)
+        except ResourceExhausted:
+            return None  # the worker's path reserves what it needs, or says why it cannot
+        return cost.memory_bytes
 
     async def _translated(
         self, body: Body, request: InferenceRequest
