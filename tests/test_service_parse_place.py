@@ -11,8 +11,8 @@ import pytest
 
 from kinference.bodies import Body, ByteBudget
 from kinference.errors import ResourceExhausted
-from kinference.routing import Outcome
 from kinference.requests.offload import Offload
+from kinference.routing import Outcome
 from kinference.service import PickCall
 from tests.test_service import (
     MODEL,
