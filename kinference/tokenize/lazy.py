@@ -13,6 +13,7 @@ Used from one thread only.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -91,15 +92,16 @@ class Tokenization:
         self,
         known: Known | None = None,
         budget_chars: int | None = None,
-        walk_chars: int | None = None,
+        until: float | None = None,
     ) -> bool:
         """Tokenize on until a block no worker holds (`known`: answers True, nothing after
-        it can match), the end, `budget_chars` of new text tokenized or `walk_chars` of the
-        text passed (known pieces included), whichever comes first."""
-        spent, start = 0, self._cutter.position
+        it can match), the end, `budget_chars` of new text tokenized or `time.perf_counter()`
+        passing `until` (checked between steps: one step at least), whichever comes first."""
+        spent, first = 0, True
         while not self.done and (budget_chars is None or spent < budget_chars):
-            if walk_chars is not None and self._cutter.position - start >= walk_chars:
+            if until is not None and not first and time.perf_counter() >= until:
                 break
+            first = False
             before, count = self.encoded_chars, min(1 << self._steps, MAX_STEP_PIECES)
             if budget_chars is not None:  # a step is one batch: keep it within the budget
                 count = min(count, max(1, -(-(budget_chars - spent) // PIECE_CHARS)))

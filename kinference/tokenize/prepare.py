@@ -46,11 +46,12 @@ MAX_QUEUED = 64  # prompts waiting for the tokenizer thread; more are not tokeni
 FOREGROUND_CHARS = 128 * 1024
 # A Pick's first steps run on the event loop when the tokenizer thread is idle (no hand-off:
 # ~1 ms of GIL switches saved): bodies up to INLINE_BODY_BYTES, at most INLINE_CHARS of new
-# text tokenized (~1-2 ms) and INLINE_WALK_CHARS of the prompt passed (known pieces, ~3 ms);
+# text tokenized (~1-2 ms) and steps begun within INLINE_S (a step of known pieces is
+# ~0.1-0.5 ms; a char bound on the walk, 96 KiB, held the loop up to 19 ms under load);
 # what is left then goes to the thread.
 INLINE_BODY_BYTES = 256 * 1024
 INLINE_CHARS = 2 * 1024
-INLINE_WALK_CHARS = 96 * 1024
+INLINE_S = 0.002
 LATER_SLICE_CHARS = 1024  # new text per slice of background work (~0.5 ms; `here` waits for one)
 MAX_LATER_CHARS = 32 * 1024 * 1024  # text held by unfinished background work, at most
 
@@ -179,14 +180,15 @@ class PromptPreparer:
 
     def _advance(self, begun: Started, inline: bool) -> Started | dict[Profile, PromptBlocks]:
         """Tokenize each profile's prompt on to its stop (`lazy`): on the loop at most
-        `INLINE_CHARS` new and `INLINE_WALK_CHARS` passed, else within `FOREGROUND_CHARS`."""
+        `INLINE_CHARS` new and steps begun within `INLINE_S`, else within
+        `FOREGROUND_CHARS`."""
         started = time.perf_counter()
         for profile in list(begun.open):
             work = begun.work[profile]
             assert isinstance(work, Tokenization)
             known = begun.known[profile]
             if inline:
-                stopped = work.advance(known, INLINE_CHARS, INLINE_WALK_CHARS)
+                stopped = work.advance(known, INLINE_CHARS, started + INLINE_S)
             else:  # the rest of the Pick's share, the loop's included
                 stopped = work.advance(known, max(FOREGROUND_CHARS - work.encoded_chars, 0))
             if stopped or work.done or not inline:
