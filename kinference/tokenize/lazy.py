@@ -48,7 +48,7 @@ class Tokenization:
         marks: TurnMarks | None = None,
     ):
         self._cutter = cutter
-        self._marks = marks  # where a finished tokenization leaves its last cut (`turns`)
+        self._marks = marks  # where each stop leaves its last checked cut (`turns`)
         self._source = source
         self._special = special  # special tokens on the first piece (completion prompts)
         self.block_size = block_size
@@ -62,13 +62,14 @@ class Tokenization:
         # The state at the last checked cut passed (where a next turn may resume: `turns`):
         # (position, pieces made, tokens, full blocks, tail, parts).
         self._cut: tuple[int, int, int, int, Ids, int] | None = None
+        self._marked = 0  # the position of the last mark left (`_leave_mark`)
 
     def resume(self, mark: Mark) -> None:
         """Start from a mark of an earlier tokenization of a text with the same start."""
         self._cutter.resume(mark.position, mark.made)
         self._steps, self.tokens, self._tail = mark.steps, mark.tokens, mark.tail
         self.blocks, self._parts = list(mark.blocks), list(mark.parts)
-        self._cut = None
+        self._cut, self._marked = None, mark.position
 
     def mark(self) -> Mark | None:
         """The state at the last checked cut passed, if any (for the next turn)."""
@@ -108,14 +109,23 @@ class Tokenization:
             self._step(count)
             spent += self.encoded_chars - before
             if known is not None and known(self.blocks) < len(self.blocks):
+                self._leave_mark()
                 return True
-        marks = self._marks
-        if self.done and marks is not None:
-            self._marks = None  # once
-            mark = self.mark()
-            if mark is not None:
-                marks.put(self._cutter.kind, self._cutter.text, mark)
+        self._leave_mark()
         return False
+
+    def _leave_mark(self) -> None:
+        """Leave the state at the last checked cut passed for a next turn (`turns`), at
+        every stop, not only at the end: a Pick's tokenization stops where no worker holds
+        the prompt, and its rest, left to the background, may not be done by the next turn
+        (Picks come first), which would then walk the whole history again."""
+        marks, cut = self._marks, self._cut
+        if marks is None or cut is None or cut[0] <= self._marked:
+            return
+        mark = self.mark()
+        if mark is not None:
+            self._marked = cut[0]
+            marks.put(self._cutter.kind, self._cutter.text, mark)
 
     def ids(self) -> Ids:
         """The tokens of the pieces done."""
