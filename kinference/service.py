@@ -7,13 +7,15 @@ gRPC servicer calls it and converts; nothing here knows about gRPC.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
 from kinference.bodies import Body, BodyStore, Pull, Upload, new_id
+from kinference.early import EarlyStarts, Prepared
 from kinference.errors import InvalidArgument, NotFound, ResourceExhausted
 from kinference.itl_layout import BUCKETS as ITL_LAYOUT_1_BUCKETS
 from kinference.kvcache.precise import PreciseQuery
@@ -51,6 +53,7 @@ from kinference.service_types import FinalReport, PickCall, PickResult
 __all__ = ["FinalReport", "PickCall", "PickResult", "PickerService"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Abort reasons that tell the picker something about a provider it cannot see itself.
 _LEARNED_LIMIT = 10_000  # aborted ids remembered so repeats do not count twice
@@ -101,6 +104,7 @@ class PickerService:
         self._learned: OrderedDict[int, None] = OrderedDict()  # response ids already counted
         # Tenant budget reservations of requests in flight, settled or handed back with them.
         self._reservations: dict[int, Reservation] = {}
+        self._early = EarlyStarts(store.budget)  # parses and tokenizations begun at push
 
     def begin_push(self, declared_length: int | None, client_request_id: str) -> Upload:
         return self.store.begin(declared_length, client_request_id)
@@ -110,12 +114,14 @@ class PickerService:
         `request_path` is the client's path when the caller sent it: a shape hint."""
         stream_id, body = self.store.commit(upload)
         body.request_path = request_path
+        self._begin_early(stream_id, body)
         return stream_id, body.size
 
     def pick(self, call: PickCall) -> PickResult:
         """Decide where the body of `call.stream_id` goes; raises for protocol errors."""
         started = time.perf_counter()
         body = self.store.take(call.stream_id)
+        self._early.cancel(call.stream_id)
         return self._decided(body, call, started, _parsed(body))
 
     async def pick_off_loop(self, call: PickCall) -> PickResult:
@@ -125,36 +131,64 @@ class PickerService:
         about as much), its translation too when one of its model's targets takes another
         API and it has large values (prepared before the decision, used if the decision
         translates), and, when precise pools may serve it, the prompt tokenized in the
-        tokenizer thread, and for a tenant whose cluster budget asked for a lease, its
-        answer awaited (the decision itself, admission and reservation included, stays in
-        one loop turn)."""
+        tokenizer thread (begun at push when it could be: `early`), and for a tenant whose
+        cluster budget asked for a lease, its answer awaited (the decision itself,
+        admission and reservation included, stays in one loop turn)."""
         started = time.perf_counter()
         body = self.store.take(call.stream_id)
-        held = self._loop_parse(body)
+        early = self._early.take(call.stream_id)
+        held = early.held if early is not None else self._loop_parse(body)
         try:
-            if held is not None:
+            precise = translated = None
+            if early is not None:
+                parsed, precise = await self._guarded(body, asyncio.shield(early.task))
+            elif held is not None:
                 parsed = _parsed(body)
             else:  # the parse's memory is charged to the body budget while it runs
                 parsed = await self.offload.parse(
                     self.store.budget, body, abandoned=lambda: self.store.release(body)
                 )
-            precise = translated = None
-            preparer = self.preparer
             if not isinstance(parsed, str):
                 translated = await self._translated(body, parsed)
-                try:
-                    if preparer is not None and preparer.active:
-                        precise = await preparer.prepare(parsed, body)
-                    await self.router.tenants.ready(self.router.policy.config, call.tenant)
-                except BaseException:
-                    self.store.release(body)
-                    raise
+                preparer = self.preparer
+                if early is None and preparer is not None and preparer.active:
+                    precise = await self._guarded(body, preparer.prepare(parsed, body))
+                tenants = self.router.tenants
+                await self._guarded(body, tenants.ready(self.router.policy.config, call.tenant))
             return self._decided(
                 body, call, started, parsed, precise=precise, translated=translated
             )
         finally:
             if held:
                 self.store.budget.release(held)
+
+    async def _guarded(self, body: Body, step: Awaitable[T]) -> T:
+        """`step`'s result; the body released if it raises or is cancelled."""
+        try:
+            return await step
+        except BaseException:
+            self.store.release(body)
+            raise
+
+    async def _prepared(self, body: Body) -> Prepared:
+        """A body's parse and tokenization, begun at push (`early`)."""
+        parsed = _parsed(body)
+        preparer = self.preparer
+        if isinstance(parsed, str) or preparer is None or not preparer.active:
+            return parsed, None
+        return parsed, await preparer.prepare(parsed, body)
+
+    def _begin_early(self, stream_id: int, body: Body) -> None:
+        """Start what the Pick of a complete body will wait for, when precise pools may
+        need its prompt tokenized and its parse runs on the loop."""
+        preparer = self.preparer
+        if preparer is None or not preparer.active:
+            return
+        held = self._loop_parse(body)
+        if held is None:
+            return
+        if not self._early.begin(stream_id, held, lambda: self._prepared(body)) and held:
+            self.store.budget.release(held)
 
     def _loop_parse(self, body: Body) -> int | None:
         """None when `body` goes to the parse worker; else it is parsed on the loop, and
@@ -389,6 +423,7 @@ class PickerService:
             self._metrics.bodies_reclaimed.labels("ttl_unpulled").inc()
         for _ in range(self.store.reap_expired_pending()):
             self._metrics.bodies_reclaimed.labels("ttl_unpicked").inc()
+        self._early.drop(lambda stream_id: not self.store.is_pending(stream_id))
         for response_id in self.inflight.expire():
             self._hand_back(response_id)
 
