@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_LATER = 256  # background slices queued; more are dropped (only later Picks lose)
 MAX_PAUSE_S = 0.05  # background work waits for Picks being decided at most this long
-HERE_WAIT_S = 0.001  # `here` waits this long at most for a background slice to end
+HERE_WAIT_S = 0.002  # `here` waits this long at most for a background slice to end
 
 
 class TokenizerThread:
