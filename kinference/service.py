@@ -68,6 +68,8 @@ class Preparer(Protocol):
 
     async def prepare(self, request: InferenceRequest, body: Body) -> PreciseQuery | None: ...
 
+    def deciding(self) -> None: ...
+
 
 class PickerService:
     """One instance's request flow; every path releases what it holds exactly once."""
@@ -140,7 +142,10 @@ class PickerService:
         held = early.held if early is not None else self._loop_parse(body)
         try:
             precise = translated = None
+            preparer = self.preparer
             if early is not None:
+                if preparer is not None and early.task.done():
+                    preparer.deciding()  # the rest of this Pick is one loop step
                 parsed, precise = await self._guarded(body, asyncio.shield(early.task))
             elif held is not None:
                 parsed = _parsed(body)
@@ -150,7 +155,6 @@ class PickerService:
                 )
             if not isinstance(parsed, str):
                 translated = await self._translated(body, parsed)
-                preparer = self.preparer
                 if early is None and preparer is not None and preparer.active:
                     precise = await self._guarded(body, preparer.prepare(parsed, body))
                 tenants = self.router.tenants

@@ -28,6 +28,7 @@ class CountingPreparer:
 
     def __init__(self) -> None:
         self.prepared: list[str] = []
+        self.decided = 0  # Picks decided on a prompt tokenized at push
         self.gate = asyncio.Event()
         self.gate.set()
 
@@ -35,6 +36,9 @@ class CountingPreparer:
         self.prepared.append(request.model)
         await self.gate.wait()
         return None
+
+    def deciding(self) -> None:
+        self.decided += 1
 
 
 async def test_a_pick_finds_the_work_begun_at_push(env: Env) -> None:  # noqa: F811
@@ -47,6 +51,8 @@ async def test_a_pick_finds_the_work_begun_at_push(env: Env) -> None:  # noqa: F
         result = await env.service.pick_off_loop(PickCall(stream_id))
         assert result.outcome == Outcome.OK
         assert len(preparer.prepared) == 1  # not again
+        assert preparer.decided == 1  # background work held back while it was decided
+        preparer.decided = 0
         assert env.pull(result.response_id) == data
         assert env.store.budget.used == used  # the big body's parse reservation returned
         preparer.prepared.clear()

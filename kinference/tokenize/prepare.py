@@ -126,6 +126,12 @@ class PromptPreparer:
         assert not isinstance(done, Started)  # the thread takes a prompt to its stop
         return PreciseQuery({ref: done[plan.profiles[ref]] for ref in pools})
 
+    def deciding(self) -> None:
+        """A Pick whose prompt was tokenized earlier (at push) is being decided: background
+        work waits until the loop's current step ends, as while `prepare` runs."""
+        self._thread.picking()
+        asyncio.get_running_loop().call_soon(self._thread.picked)
+
     def _here(
         self, plan: _Plan, pools: tuple[str, ...], request: InferenceRequest, body: Body
     ) -> tuple[Outcome] | None:
