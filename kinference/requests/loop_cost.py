@@ -14,11 +14,11 @@ addition per event, the strings, their bytes and the brackets; the rest of the b
 Both rates are above the worst measured on this project's 2-core machine (uvloop, Python
 3.11): strings of escaped quotes decode at ~4.7 ns a byte (plain prose ~1.6), nested
 arrays cost ~0.65 us per value, `tools` of empty objects ~0.47 us, messages of one word
-~0.9 us per message (five values). The estimate was 2-20 times the parse's time for every
-shape measured (docs/benchmarks.md, precise mode's sixth round; the unit tests check the
-counts and the decisions, not times), so a body parsed on the loop holds it under
-~`LOOP_PARSE_S` whatever it holds; an ordinary chat body of up to ~750 KiB goes there,
-one of more than ~4,000 values does not.
+~0.9 us per message (five values). The estimate was 1.1-20 times the parse's time for
+every shape measured but in one disturbed run (docs/benchmarks.md, precise mode's sixth
+round; the unit tests check the counts and the decisions, not times), so a body parsed on
+the loop holds it under ~`LOOP_PARSE_S` whatever it holds; an ordinary chat body of up to
+~750 KiB goes there, one of more than ~4,000 values does not.
 
 Long strings the parse never decodes (those a huge member's skeleton replaces by markers,
 `large.py`) are not counted as decoded bytes. A body whose scan failed or did not finish is
