@@ -45,7 +45,7 @@ from kinference.ops.recorder import RequestRecorder
 from kinference.ops.routing_collector import RoutingCollector
 from kinference.ops.tenants import TenantLabels
 from kinference.requests import JsonScanner
-from kinference.requests.offload import INLINE_SCAN_BYTES, Offload
+from kinference.requests.offload import INLINE_PARSE_BYTES, INLINE_SCAN_BYTES, Offload
 from kinference.routing import (
     InFlight,
     PrefixIndex,
@@ -60,9 +60,11 @@ from kinference.settings import Settings, format_host_port, split_host_port
 
 log = logging.getLogger(__name__)
 
-# Bodies above this many bytes are scanned while they arrive; smaller ones are parsed whole
-# at Pick, which is faster for them (see kinference.requests.fields).
-SCAN_FROM_BYTES = 256 * 1024
+# Bodies above this many bytes are scanned while they arrive: the scan's counts decide
+# whether their parse runs on the loop or in the parse worker (`requests/loop_cost.py`).
+# Smaller ones are parsed whole on the loop at Pick, which is faster for them
+# (see kinference.requests.fields).
+SCAN_FROM_BYTES = INLINE_PARSE_BYTES
 _DRAIN_POLL_S = 0.02  # how often a draining instance checks whether its bodies are gone
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 

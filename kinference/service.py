@@ -7,14 +7,16 @@ gRPC servicer calls it and converts; nothing here knows about gRPC.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
 from kinference.bodies import Body, BodyStore, Pull, Upload, new_id
-from kinference.errors import InvalidArgument, NotFound
+from kinference.early import EarlyStarts, Prepared
+from kinference.errors import InvalidArgument, NotFound, ResourceExhausted
 from kinference.itl_layout import BUCKETS as ITL_LAYOUT_1_BUCKETS
 from kinference.kvcache.precise import PreciseQuery
 from kinference.metrics import Metrics
@@ -26,6 +28,7 @@ from kinference.requests import (
     parse_request,
     rewrite,
 )
+from kinference.requests.loop_cost import parse_cost
 from kinference.requests.offload import INLINE_PARSE_BYTES, Offload
 from kinference.requests.rewrite import Translation, heavy_translation
 from kinference.requests.translation import Untranslatable
@@ -50,6 +53,7 @@ from kinference.service_types import FinalReport, PickCall, PickResult
 __all__ = ["FinalReport", "PickCall", "PickResult", "PickerService"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Abort reasons that tell the picker something about a provider it cannot see itself.
 _LEARNED_LIMIT = 10_000  # aborted ids remembered so repeats do not count twice
@@ -63,6 +67,8 @@ class Preparer(Protocol):
     def active(self) -> bool: ...
 
     async def prepare(self, request: InferenceRequest, body: Body) -> PreciseQuery | None: ...
+
+    def deciding(self) -> None: ...
 
 
 class PickerService:
@@ -100,6 +106,7 @@ class PickerService:
         self._learned: OrderedDict[int, None] = OrderedDict()  # response ids already counted
         # Tenant budget reservations of requests in flight, settled or handed back with them.
         self._reservations: dict[int, Reservation] = {}
+        self._early = EarlyStarts(store.budget)  # parses and tokenizations begun at push
 
     def begin_push(self, declared_length: int | None, client_request_id: str) -> Upload:
         return self.store.begin(declared_length, client_request_id)
@@ -109,41 +116,98 @@ class PickerService:
         `request_path` is the client's path when the caller sent it: a shape hint."""
         stream_id, body = self.store.commit(upload)
         body.request_path = request_path
+        self._begin_early(stream_id, body)
         return stream_id, body.size
 
     def pick(self, call: PickCall) -> PickResult:
         """Decide where the body of `call.stream_id` goes; raises for protocol errors."""
         started = time.perf_counter()
         body = self.store.take(call.stream_id)
+        self._early.cancel(call.stream_id)
         return self._decided(body, call, started, _parsed(body))
 
     async def pick_off_loop(self, call: PickCall) -> PickResult:
-        """`pick`, with the parse of a body over INLINE_PARSE_BYTES run in the parse worker,
-        its translation too when one of its model's targets takes another API and it has
-        large values (prepared before the decision, used if the decision translates), and,
-        when precise pools may serve it, the prompt tokenized in the tokenizer thread, and
-        for a tenant whose cluster budget asked for a lease, its answer awaited (the
-        decision itself, admission and reservation included, stays in one loop turn)."""
+        """`pick`, with the parse of a body over INLINE_PARSE_BYTES run in the parse worker
+        unless its upload's scan says it is cheap (`loop_cost`: an ordinary chat body of
+        hundreds of KiB parses in a millisecond or two, where the pipe's round trip costs
+        about as much), its translation too when one of its model's targets takes another
+        API and it has large values (prepared before the decision, used if the decision
+        translates), and, when precise pools may serve it, the prompt tokenized in the
+        tokenizer thread (begun at push when it could be: `early`), and for a tenant whose
+        cluster budget asked for a lease, its answer awaited (the decision itself,
+        admission and reservation included, stays in one loop turn)."""
         started = time.perf_counter()
         body = self.store.take(call.stream_id)
-        if body.size <= INLINE_PARSE_BYTES:
-            parsed = _parsed(body)
-        else:  # the parse's memory is charged to the body budget while it runs
-            parsed = await self.offload.parse(
-                self.store.budget, body, abandoned=lambda: self.store.release(body)
+        early = self._early.take(call.stream_id)
+        held = early.held if early is not None else self._loop_parse(body)
+        try:
+            precise = translated = None
+            preparer = self.preparer
+            if early is not None:
+                if preparer is not None and early.task.done():
+                    preparer.deciding()  # the rest of this Pick is one loop step
+                parsed, precise = await self._guarded(body, asyncio.shield(early.task))
+            elif held is not None:
+                parsed = _parsed(body)
+            else:  # the parse's memory is charged to the body budget while it runs
+                parsed = await self.offload.parse(
+                    self.store.budget, body, abandoned=lambda: self.store.release(body)
+                )
+            if not isinstance(parsed, str):
+                translated = await self._translated(body, parsed)
+                if early is None and preparer is not None and preparer.active:
+                    precise = await self._guarded(body, preparer.prepare(parsed, body))
+                tenants = self.router.tenants
+                await self._guarded(body, tenants.ready(self.router.policy.config, call.tenant))
+            return self._decided(
+                body, call, started, parsed, precise=precise, translated=translated
             )
-        precise = translated = None
+        finally:
+            if held:
+                self.store.budget.release(held)
+
+    async def _guarded(self, body: Body, step: Awaitable[T]) -> T:
+        """`step`'s result; the body released if it raises or is cancelled."""
+        try:
+            return await step
+        except BaseException:
+            self.store.release(body)
+            raise
+
+    async def _prepared(self, body: Body) -> Prepared:
+        """A body's parse and tokenization, begun at push (`early`)."""
+        parsed = _parsed(body)
         preparer = self.preparer
-        if not isinstance(parsed, str):
-            translated = await self._translated(body, parsed)
-            try:
-                if preparer is not None and preparer.active:
-                    precise = await preparer.prepare(parsed, body)
-                await self.router.tenants.ready(self.router.policy.config, call.tenant)
-            except BaseException:
-                self.store.release(body)
-                raise
-        return self._decided(body, call, started, parsed, precise=precise, translated=translated)
+        if isinstance(parsed, str) or preparer is None or not preparer.active:
+            return parsed, None
+        return parsed, await preparer.prepare(parsed, body)
+
+    def _begin_early(self, stream_id: int, body: Body) -> None:
+        """Start what the Pick of a complete body will wait for, when precise pools may
+        need its prompt tokenized and its parse runs on the loop."""
+        preparer = self.preparer
+        if preparer is None or not preparer.active:
+            return
+        held = self._loop_parse(body)
+        if held is None:
+            return
+        if not self._early.begin(stream_id, held, lambda: self._prepared(body)) and held:
+            self.store.budget.release(held)
+
+    def _loop_parse(self, body: Body) -> int | None:
+        """None when `body` goes to the parse worker; else it is parsed on the loop, and
+        this is what its parsed request may hold, reserved from the body budget until the
+        Pick ends (0 for a small body: not counted)."""
+        if body.size <= INLINE_PARSE_BYTES:
+            return 0
+        cost = parse_cost(body)
+        if cost is None or not cost.on_loop:
+            return None
+        try:
+            self.store.budget.reserve(cost.memory_bytes)
+        except ResourceExhausted:
+            return None  # the worker's path reserves what it needs, or says why it cannot
+        return cost.memory_bytes
 
     async def _translated(
         self, body: Body, request: InferenceRequest
@@ -375,6 +439,7 @@ class PickerService:
             self._metrics.bodies_reclaimed.labels("ttl_unpulled").inc()
         for _ in range(self.store.reap_expired_pending()):
             self._metrics.bodies_reclaimed.labels("ttl_unpicked").inc()
+        self._early.drop(lambda stream_id: not self.store.is_pending(stream_id))
         for response_id in self.inflight.expire():
             self._hand_back(response_id)
 

@@ -17,6 +17,7 @@ from kinference.config import parse_policy
 from kinference.errors import AlreadyConsumed, InvalidArgument, NotFound, Unavailable
 from kinference.metrics import Metrics
 from kinference.requests import JsonScanner
+from kinference.requests.offload import INLINE_PARSE_BYTES
 from kinference.routing import (
     InFlight,
     LocalChoice,
@@ -128,7 +129,7 @@ def env() -> Iterator[Env]:
         max_body_bytes=16 << 20,
         ttl_s=BODY_TTL,
         observer_factory=JsonScanner,
-        observe_from_bytes=256 * 1024,
+        observe_from_bytes=INLINE_PARSE_BYTES,  # as the server: scanned from 32 KiB
         clock=clock,
     )
     table = WorkerTable()

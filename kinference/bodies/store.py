@@ -85,6 +85,10 @@ class BodyStore:
     def is_parked(self, response_id: int) -> bool:
         return response_id in self._parked
 
+    def is_pending(self, stream_id: int) -> bool:
+        """A body waits for the Pick of `stream_id`."""
+        return stream_id in self._pending
+
     @property
     def idle(self) -> bool:
         """Nothing is being pushed and no body is held: a draining instance may stop."""

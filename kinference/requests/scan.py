@@ -9,6 +9,10 @@ byte: a 1 MiB base64 string is skipped in one search.
 Values are checked for structure here (balanced brackets, closed strings, one object, nothing
 after it); `kinference.requests.fields` parses the values that are small enough strictly.
 
+The scan also counts what a parse of the body will cost (`strings`, `string_bytes`,
+`brackets`: `requests/loop_cost.py` decides from them where the body is parsed); a counter
+costs an addition per event, nothing per byte.
+
 Strings longer than `LONG_STRING_BYTES` (base64 images, pasted documents) are recorded with
 their span and whether they hold an escape, so the prompt of a huge body can be extracted at
 Pick without reading them (`kinference.requests.large`). The escape check is one more `find`
@@ -74,6 +78,9 @@ class JsonScanner:
         self.error: str | None = None
         self.open_at = -1  # offset of the top-level '{'
         self.close_at = -1  # offset of the top-level '}'
+        self.strings = 0  # strings opened, keys included
+        self.string_bytes = 0  # bytes of the closed strings, their quotes included
+        self.brackets = 0  # '{' and '[' opened, the top-level '{' included
         self._offset = 0  # absolute offset of the chunk being scanned
         self._state = _BEFORE
         self._stack = bytearray()  # open brackets below the top-level object
@@ -165,6 +172,7 @@ class JsonScanner:
             return self._fail("the body is not a JSON object", at)
         self.open_at = self._offset + at
         self._state = _EXPECT_KEY
+        self.brackets += 1
         return at + 1
 
     def _structural(self, char: int, at: int) -> int:
@@ -182,6 +190,7 @@ class JsonScanner:
             if len(self.members) >= MAX_MEMBERS:
                 return self._fail(f"more than {MAX_MEMBERS} top-level fields", at)
             self.members.append(Member(self._offset + at, -1))
+        self.strings += 1
         self._in_string, self._string_began_here, self._backslash_carry = True, True, 0
         self._string_start, self._string_escaped = self._offset + at, False
         return at + 1
@@ -195,6 +204,7 @@ class JsonScanner:
         if len(self._stack) >= MAX_DEPTH:
             return self._fail(f"nesting deeper than {MAX_DEPTH}", at)
         self._stack.append(char)
+        self.brackets += 1
         return at + 1
 
     def _top_level(self, char: int, at: int) -> int:
@@ -204,6 +214,7 @@ class JsonScanner:
             self._state = _IN_VALUE
         elif state == _IN_VALUE and char in (ord("{"), ord("[")):
             self._stack.append(char)
+            self.brackets += 1
         elif state == _IN_VALUE and char in (ord(","), ord("}")):
             self.members[-1].value_end = absolute
             self._state = _EXPECT_KEY if char == ord(",") else self._close(absolute)
@@ -255,6 +266,7 @@ class JsonScanner:
     def _close_string(self, data: Piece, pos: int, at: int) -> int:
         self._in_string = False
         end = self._offset + at + 1
+        self.string_bytes += end - self._string_start
         if end - self._string_start - 2 > LONG_STRING_BYTES:  # rare: only these pay the find
             self._note_escapes(data, pos, at)
             self.long_strings.append(LongString(self._string_start, end, self._string_escaped))

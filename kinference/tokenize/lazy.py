@@ -13,6 +13,7 @@ Used from one thread only.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -47,7 +48,7 @@ class Tokenization:
         marks: TurnMarks | None = None,
     ):
         self._cutter = cutter
-        self._marks = marks  # where a finished tokenization leaves its last cut (`turns`)
+        self._marks = marks  # where each stop leaves its last checked cut (`turns`)
         self._source = source
         self._special = special  # special tokens on the first piece (completion prompts)
         self.block_size = block_size
@@ -61,13 +62,14 @@ class Tokenization:
         # The state at the last checked cut passed (where a next turn may resume: `turns`):
         # (position, pieces made, tokens, full blocks, tail, parts).
         self._cut: tuple[int, int, int, int, Ids, int] | None = None
+        self._marked = 0  # the position of the last mark left (`_leave_mark`)
 
     def resume(self, mark: Mark) -> None:
         """Start from a mark of an earlier tokenization of a text with the same start."""
         self._cutter.resume(mark.position, mark.made)
         self._steps, self.tokens, self._tail = mark.steps, mark.tokens, mark.tail
         self.blocks, self._parts = list(mark.blocks), list(mark.parts)
-        self._cut = None
+        self._cut, self._marked = None, mark.position
 
     def mark(self) -> Mark | None:
         """The state at the last checked cut passed, if any (for the next turn)."""
@@ -91,29 +93,39 @@ class Tokenization:
         self,
         known: Known | None = None,
         budget_chars: int | None = None,
-        walk_chars: int | None = None,
+        until: float | None = None,
     ) -> bool:
         """Tokenize on until a block no worker holds (`known`: answers True, nothing after
-        it can match), the end, `budget_chars` of new text tokenized or `walk_chars` of the
-        text passed (known pieces included), whichever comes first."""
-        spent, start = 0, self._cutter.position
+        it can match), the end, `budget_chars` of new text tokenized or `time.perf_counter()`
+        passing `until` (checked between steps: one step at least), whichever comes first."""
+        spent, first = 0, True
         while not self.done and (budget_chars is None or spent < budget_chars):
-            if walk_chars is not None and self._cutter.position - start >= walk_chars:
+            if until is not None and not first and time.perf_counter() >= until:
                 break
+            first = False
             before, count = self.encoded_chars, min(1 << self._steps, MAX_STEP_PIECES)
             if budget_chars is not None:  # a step is one batch: keep it within the budget
                 count = min(count, max(1, -(-(budget_chars - spent) // PIECE_CHARS)))
             self._step(count)
             spent += self.encoded_chars - before
             if known is not None and known(self.blocks) < len(self.blocks):
+                self._leave_mark()
                 return True
-        marks = self._marks
-        if self.done and marks is not None:
-            self._marks = None  # once
-            mark = self.mark()
-            if mark is not None:
-                marks.put(self._cutter.kind, self._cutter.text, mark)
+        self._leave_mark()
         return False
+
+    def _leave_mark(self) -> None:
+        """Leave the state at the last checked cut passed for a next turn (`turns`), at
+        every stop, not only at the end: a Pick's tokenization stops where no worker holds
+        the prompt, and its rest, left to the background, may not be done by the next turn
+        (Picks come first), which would then walk the whole history again."""
+        marks, cut = self._marks, self._cut
+        if marks is None or cut is None or cut[0] <= self._marked:
+            return
+        mark = self.mark()
+        if mark is not None:
+            self._marked = cut[0]
+            marks.put(self._cutter.kind, self._cutter.text, mark)
 
     def ids(self) -> Ids:
         """The tokens of the pieces done."""

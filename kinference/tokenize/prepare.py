@@ -46,12 +46,13 @@ MAX_QUEUED = 64  # prompts waiting for the tokenizer thread; more are not tokeni
 FOREGROUND_CHARS = 128 * 1024
 # A Pick's first steps run on the event loop when the tokenizer thread is idle (no hand-off:
 # ~1 ms of GIL switches saved): bodies up to INLINE_BODY_BYTES, at most INLINE_CHARS of new
-# text tokenized (~1-2 ms) and INLINE_WALK_CHARS of the prompt passed (known pieces, ~3 ms);
+# text tokenized (~1-2 ms) and steps begun within INLINE_S (a step of known pieces is
+# ~0.1-0.5 ms; a char bound on the walk, 96 KiB, held the loop up to 19 ms under load);
 # what is left then goes to the thread.
 INLINE_BODY_BYTES = 256 * 1024
 INLINE_CHARS = 2 * 1024
-INLINE_WALK_CHARS = 96 * 1024
-LATER_SLICE_CHARS = 2 * 1024  # new text per slice of background work (~2 ms)
+INLINE_S = 0.002
+LATER_SLICE_CHARS = 2048  # new text per slice of background work (~1 ms; `here` waits for one)
 MAX_LATER_CHARS = 32 * 1024 * 1024  # text held by unfinished background work, at most
 
 
@@ -125,6 +126,12 @@ class PromptPreparer:
         assert not isinstance(done, Started)  # the thread takes a prompt to its stop
         return PreciseQuery({ref: done[plan.profiles[ref]] for ref in pools})
 
+    def deciding(self) -> None:
+        """A Pick whose prompt was tokenized earlier (at push) is being decided: background
+        work waits until the loop's current step ends, as while `prepare` runs."""
+        self._thread.picking()
+        asyncio.get_running_loop().call_soon(self._thread.picked)
+
     def _here(
         self, plan: _Plan, pools: tuple[str, ...], request: InferenceRequest, body: Body
     ) -> tuple[Outcome] | None:
@@ -179,14 +186,15 @@ class PromptPreparer:
 
     def _advance(self, begun: Started, inline: bool) -> Started | dict[Profile, PromptBlocks]:
         """Tokenize each profile's prompt on to its stop (`lazy`): on the loop at most
-        `INLINE_CHARS` new and `INLINE_WALK_CHARS` passed, else within `FOREGROUND_CHARS`."""
+        `INLINE_CHARS` new and steps begun within `INLINE_S`, else within
+        `FOREGROUND_CHARS`."""
         started = time.perf_counter()
         for profile in list(begun.open):
             work = begun.work[profile]
             assert isinstance(work, Tokenization)
             known = begun.known[profile]
             if inline:
-                stopped = work.advance(known, INLINE_CHARS, INLINE_WALK_CHARS)
+                stopped = work.advance(known, INLINE_CHARS, started + INLINE_S)
             else:  # the rest of the Pick's share, the loop's included
                 stopped = work.advance(known, max(FOREGROUND_CHARS - work.encoded_chars, 0))
             if stopped or work.done or not inline:

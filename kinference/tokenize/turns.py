@@ -3,8 +3,9 @@
 Every turn resends the history, so its rendered text begins with the previous turn's text
 up to near that one's end. Its pieces are known (`reuse.PieceCache`), but walking them again
 (finding each cut, naming and looking up each piece) costs tens of microseconds a piece in
-Python: ~3 ms per 64 KiB turn. Instead, a finished tokenization leaves a `Mark` at its last
-checked cut P before the end of its text (its tokens, blocks and pieces up to P), and a
+Python: ~3 ms per 64 KiB turn. Instead, a tokenization leaves a `Mark` at its last
+checked cut P at each stop (where its Pick found no worker holding the prompt further, and
+at the end of its text: its tokens, blocks and pieces up to P), and a
 prompt whose text up to P + `CHECK_CHARS` is the same starts from there: the pieces before
 P, their tokens and the check of the cut at P depend on nothing after P + `CHECK_CHARS`.
 

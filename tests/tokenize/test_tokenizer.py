@@ -261,7 +261,7 @@ def test_a_conversation_of_too_many_messages_is_not_rendered(tokenizer: PromptTo
 def test_advance_says_whether_it_stopped_at_a_block_nobody_holds(
     tokenizer: PromptTokenizer,
 ) -> None:
-    """True: nothing further can match; False: the end, the budget or the walk limit (the
+    """True: nothing further can match; False: the end, the budget or the time limit (the
     rest continues where it stopped: a Pick begun on the loop, finished on the thread)."""
     rng = random.Random(4)
     text = _words(rng, 6000)
@@ -269,7 +269,7 @@ def test_advance_says_whether_it_stopped_at_a_block_nobody_holds(
     tokenizer = PromptTokenizer(tokenizer._tokenizer, None, 4, tokenizer.cache)  # no marks
     begun = tokenizer.start(PromptText(prompt=text))  # every piece known now
     assert not isinstance(begun, PromptBlocks)
-    assert begun.advance(len, walk_chars=2 * PIECE_CHARS) is False and not begun.done
+    assert begun.advance(len, until=0.0) is False and not begun.done  # past: one step
     assert 0 < len(begun.blocks) < len(full)  # it walked part of the way (pieces known)
     assert begun.advance(len) is False and begun.done
     assert begun.result().blocks == tuple(full)

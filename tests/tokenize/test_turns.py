@@ -1,5 +1,6 @@
-"""A conversation's next turn resumes at the previous turn's last checked cut: the same
-tokens and blocks as a tokenization from scratch, only the new part walked; a text that
+"""A conversation's next turn resumes at the previous turn's last checked cut (at its end
+or where its Pick stopped): the same tokens and blocks as a tokenization from scratch,
+only the new part walked; a text that
 differs before a mark does not resume from it; marks are bounded."""
 
 from __future__ import annotations
@@ -50,6 +51,36 @@ def test_turns_resume_with_the_tokens_and_blocks_of_a_fresh_tokenization(
         history = [*history, {"role": "assistant", "content": _words(rng, 80)}]
     assert tokenizer.marks.resumed == 4
     assert max(walked[1:]) < walked[0] / 4  # the later turns passed their history at once
+
+
+def test_a_turn_stopped_partway_leaves_a_mark_the_next_turn_resumes_from(
+    files: tuple[Path, Path],
+) -> None:
+    """A Pick's tokenization stops where no worker holds the prompt; its rest may never be
+    tokenized before the next turn (Picks come first), so the stop leaves a mark too."""
+    rng = random.Random(9)
+    tokenizer = PromptTokenizer.from_files(str(files[0]), str(files[1]), 4)
+    whole = Tokenizer.from_file(str(files[0]))
+    template = ChatTemplate.from_file(str(files[1]))
+    history = [
+        {"role": "system", "content": _words(rng, 4000)},
+        {"role": "user", "content": _words(rng, 60)},
+    ]
+    first = tokenizer.start(PromptText(messages=history))
+    assert not isinstance(first, PromptBlocks)
+    assert first.advance(lambda blocks: min(len(blocks), 200)) is True  # none held further
+    assert not first.done and len(tokenizer.marks) == 1
+    history = [*history, {"role": "assistant", "content": _words(rng, 80)}]
+    history = [*history, {"role": "user", "content": _words(rng, 60)}]
+    expected = whole.encode(template.render(history), add_special_tokens=False).ids
+    blocks = tuple(identities(np.asarray(expected), 4))
+    second = tokenizer.start(PromptText(messages=history))
+    assert not isinstance(second, PromptBlocks)
+    # Resumed past the first one's stop (its last step's cut), not at the end.
+    assert tokenizer.marks.resumed == 1 and 200 < len(second.blocks) < len(blocks) / 2
+    second.advance()
+    assert second.ids().tolist() == expected
+    assert second.result().blocks == blocks
 
 
 def test_a_text_that_differs_before_a_mark_does_not_resume_from_it(

@@ -101,3 +101,38 @@ def _when_idle(thread: TokenizerThread, work: Callable[[], T]) -> tuple[T] | Non
     while (done := thread.here(work)) is None and time.monotonic() < deadline:
         time.sleep(0.001)
     return done
+
+
+def test_here_waits_for_a_background_slice_to_end_not_for_pick_work() -> None:
+    """A background slice under way is waited for (up to `here_wait_s`), so that a Pick
+    arriving while an earlier prompt is finished does not pay the hand-off; Pick work on
+    the thread is not waited for (the Pick's own hand-off is then the shorter way)."""
+    thread = TokenizerThread(here_wait_s=60.0)
+    gate, started = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        started.set()
+        gate.wait()
+
+    assert thread.later(hold)
+    assert started.wait(timeout=10)
+    releaser = threading.Timer(0.01, gate.set)
+    releaser.start()
+    assert thread.here(threading.get_ident) == (threading.get_ident(),)
+    releaser.join()
+    gate.clear()
+    started.clear()
+    blocker = thread.submit(hold)
+    assert started.wait(timeout=10)
+    assert thread.here(lambda: 1) is None  # Pick work under way: not waited for
+    gate.set()
+    blocker.result(timeout=10)
+    thread.close()
+    impatient = TokenizerThread(here_wait_s=0.0)
+    gate.clear()
+    started.clear()
+    assert impatient.later(hold)
+    assert started.wait(timeout=10)
+    assert impatient.here(lambda: 1) is None  # no wait allowed
+    gate.set()
+    impatient.close()
