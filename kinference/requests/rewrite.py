@@ -27,9 +27,7 @@ edited, and removal or renaming removes every occurrence.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from itertools import groupby
+from dataclasses import dataclass
 from typing import Literal
 
 from kinference.bodies import Body
@@ -39,9 +37,9 @@ from kinference.requests.members import ascii_members
 from kinference.requests.parse import HINT_FIELD, InferenceRequest
 from kinference.requests.scan import Member
 from kinference.requests.shapes import Shape
+from kinference.requests.splice import Changes, addition, edits
 from kinference.requests.translation import Untranslatable, translate
 
-Edit = tuple[int, int, bytes]  # (start, end, replacement) in body offsets
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
 
 _INCLUDE_USAGE = b'{"include_usage":true}'
@@ -59,24 +57,6 @@ class RewritePlan:
     include_usage: bool = False
     max_tokens_field: MaxTokensField | None = None
     sent_shape: Shape | None = None  # the API the destination speaks, when not the body's
-
-
-@dataclass(slots=True)
-class _Changes:
-    """Member-level changes, by key."""
-
-    values: dict[str, bytes] = field(default_factory=dict)  # new value of the last occurrence
-    renames: dict[str, str] = field(default_factory=dict)  # new key of the last occurrence
-    dropped: set[str] = field(default_factory=set)  # every occurrence removed
-    repeats_dropped: set[str] = field(default_factory=set)  # all but the last removed
-    added: list[tuple[str, bytes]] = field(default_factory=list)  # new members at the end
-
-    def __bool__(self) -> bool:
-        return bool(self.values or self.renames or self.dropped or self.added)
-
-    def only_added(self) -> bool:
-        """Only new members: no existing one is touched."""
-        return not (self.values or self.renames or self.dropped or self.repeats_dropped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +97,9 @@ def rewrite(
     if changes.only_added():  # the usual stream: a member appended, no span needed
         end = _closing_brace(body, request)
         if end is not None:
-            return body.spliced([_addition(changes.added, bool(request.fields.values), end)])
+            return body.spliced([addition(changes.added, bool(request.fields.values), end)])
     members, close_at = _members(body, request)
-    return body.spliced(_edits(changes, members, close_at))
+    return body.spliced(edits(changes, members, close_at))
 
 
 def _closing_brace(body: Body, request: InferenceRequest) -> int | None:
@@ -154,13 +134,13 @@ def translation(body: Body, request: InferenceRequest, sent: Shape) -> Translati
     )
 
 
-def _translated(request: InferenceRequest, translated: Translation, model: str | None) -> _Changes:
+def _translated(request: InferenceRequest, translated: Translation, model: str | None) -> Changes:
     values = request.fields.values
     members = dict(translated.members)
     if model is not None:  # set as the translation's last step: in place, or added last
         written = values.get("model", _ABSENT)
         members["model"] = None if _same(model, written) else _dumps(model)
-    changes = _Changes()
+    changes = Changes()
     for key in values:
         if key not in members:
             changes.dropped.add(key)
@@ -177,9 +157,9 @@ def _same(value: object, written: object) -> bool:
     return value is written or value == written
 
 
-def _changes(request: InferenceRequest, plan: RewritePlan) -> _Changes:
+def _changes(request: InferenceRequest, plan: RewritePlan) -> Changes:
     values = request.fields.values
-    changes = _Changes()
+    changes = Changes()
     if HINT_FIELD in values:
         changes.dropped.add(HINT_FIELD)
     if plan.model is not None and plan.model != request.model:
@@ -211,7 +191,7 @@ def _dumps(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-def _include_usage(values: dict[str, object], changes: _Changes) -> None:
+def _include_usage(values: dict[str, object], changes: Changes) -> None:
     options = values.get("stream_options")
     if isinstance(options, dict):  # parse_request allows only an object or null
         if options.get("include_usage") is not True:
@@ -223,7 +203,7 @@ def _include_usage(values: dict[str, object], changes: _Changes) -> None:
         changes.added.append(("stream_options", _INCLUDE_USAGE))
 
 
-def _rename_max_tokens(values: dict[str, object], target: str, changes: _Changes) -> None:
+def _rename_max_tokens(values: dict[str, object], target: str, changes: Changes) -> None:
     source = "max_tokens" if target == "max_completion_tokens" else "max_completion_tokens"
     if source not in values:
         return
@@ -247,60 +227,3 @@ def _members(body: Body, request: InferenceRequest) -> tuple[list[tuple[str, Mem
             return found
     members, scanner = member_keys(body)  # else scan it now (small by construction)
     return members, scanner.close_at
-
-
-def _edits(changes: _Changes, members: list[tuple[str, Member]], close_at: int) -> list[Edit]:
-    last = {key: index for index, (key, _) in enumerate(members)}
-    removed = [
-        key in changes.dropped or (key in changes.repeats_dropped and index != last[key])
-        for index, (key, _) in enumerate(members)
-    ]
-    edits: list[Edit] = []
-    for index, (key, member) in enumerate(members):
-        if removed[index] or last[key] != index:
-            continue
-        if key in changes.renames:
-            edits.append(
-                (member.key_start, member.key_end, json.dumps(changes.renames[key]).encode())
-            )
-        if key in changes.values:
-            edits.append((member.value_start, member.value_end, changes.values[key]))
-    spans = [member for _, member in members]
-    edits.extend(_removals(spans, removed))
-    if changes.added:
-        edits.append(_addition(changes.added, not all(removed), close_at))
-    # Body.spliced sorts by start, stably: an insertion must come before an edit that starts
-    # where it does, so order by (start, end) here.
-    return sorted(edits, key=lambda edit: (edit[0], edit[1]))
-
-
-def _removals(spans: list[Member], removed: list[bool]) -> Iterator[Edit]:
-    """One edit per run of removed members, taking exactly one comma with it.
-
-    A run followed by a member goes from its first key to that member's key (its commas
-    included); a run at the end goes from the comma after the member before it up to the
-    closing brace; a run of every member leaves `{}`.
-    """
-    for first, last in _runs(removed):
-        if last + 1 < len(spans):
-            yield spans[first].key_start, spans[last + 1].key_start, b""
-        elif first > 0:
-            yield spans[first - 1].value_end, spans[last].value_end, b""
-        else:
-            yield spans[first].key_start, spans[last].value_end, b""
-
-
-def _runs(flags: list[bool]) -> Iterator[tuple[int, int]]:
-    """(first, last) index of every run of True in `flags`."""
-    index = 0
-    for flag, group in groupby(flags):
-        length = sum(1 for _ in group)
-        if flag:
-            yield index, index + length - 1
-        index += length
-
-
-def _addition(added: list[tuple[str, bytes]], after_members: bool, close_at: int) -> Edit:
-    """New members inserted before the closing brace."""
-    text = b",".join(json.dumps(key).encode() + b":" + value for key, value in added)
-    return close_at, close_at, (b"," + text) if after_members else text

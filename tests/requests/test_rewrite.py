@@ -18,7 +18,8 @@ from kinference.requests import (
     parse_request,
     rewrite,
 )
-from kinference.requests.rewrite import _changes, _edits, _members
+from kinference.requests.rewrite import _changes, _members
+from kinference.requests.splice import edits
 from tests.requests import pieces_of, scanned_body, uploaded_body, whole_body
 from tests.requests.samples import SAMPLES
 
@@ -320,5 +321,5 @@ def test_appended_member_spliced_as_the_member_walk_does(rng: random.Random) -> 
         return
     changes = _changes(request, USAGE)
     assert changes.only_added()
-    walked = body.spliced(_edits(changes, *_members(body, request)))
+    walked = body.spliced(edits(changes, *_members(body, request)))
     assert b"".join(bytes(p) for p in result.pieces) == b"".join(bytes(p) for p in walked.pieces)
