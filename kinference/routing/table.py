@@ -148,17 +148,19 @@ class WorkerTable(EngineReadings):
         """The configured batch of the worker's engine (None: learned)."""
         self.batch_limit[slot] = np.nan if limit is None else limit
 
-    def observed_batch(self, slot: int, sequences: float, *, queued: bool) -> None:
+    def observed_batch(
+        self, slot: int, sequences: float, *, queued: bool, floor: bool = True
+    ) -> None:
         """A request joined `sequences` (itself included) and queued or not (from its
-        observed TTFT): no queue raises the floor (and drops a ceiling below it), a queue
-        past the floor sets a ceiling under it."""
-        floor, ceiling = self.batch_floor.item(slot), self.batch_ceiling.item(slot)
+        observed TTFT): no queue raises the floor (unless `floor` is False: readings give
+        it) and drops a ceiling below it, a queue past the floor sets a ceiling under it."""
+        low, ceiling = self.batch_floor.item(slot), self.batch_ceiling.item(slot)
         if not queued:
-            if not floor >= sequences:  # NaN floor: none yet
+            if floor and not low >= sequences:  # NaN floor: none yet
                 self.batch_floor[slot] = sequences
             if ceiling < sequences:
                 self.batch_ceiling[slot] = np.nan
-        elif not floor >= sequences:  # NaN floor: no evidence against
+        elif not low >= sequences:  # NaN floor: no evidence against
             below = max(sequences - 1.0, 1.0)
             self.batch_ceiling[slot] = below if math.isnan(ceiling) else min(ceiling, below)
 
@@ -191,6 +193,8 @@ class WorkerTable(EngineReadings):
         self.inflight_at_reading[slot] = self.inflight[slot]
         if running is not None:
             self.running_max[slot] = np.fmax(self.running_max[slot], running)
+            if self.batch_ceiling.item(slot) < running:  # it runs more than a queue said
+                self.batch_ceiling[slot] = np.nan
             # While requests wait, what runs is the batch the engine can hold now (fewer
             # than its maximum when KV cache is short); otherwise it can hold at least that.
             # Until it was seen full its batch is unknown: an idle engine running nothing

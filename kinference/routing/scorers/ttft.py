@@ -139,8 +139,9 @@ class TtftScorer:
         full = config.decode_pressure_ms
         prompt, cached, hashes = ctx.prompt_tokens, ctx.cached_tokens.tolist(), ctx.hashes
         predicted, wait, prefill, occupied = [], [], [], []
+        peer, prior = table.peer_batch_of(slots), config.prior_batch
         for i, slot in enumerate(slots):
-            sequences, batch = table.occupancy_of(slot, waiting.item(slot), config.prior_batch)
+            sequences, batch = table.occupancy_of(slot, waiting.item(slot), prior, peer)
             ahead = max(sequences + 1.0 - batch, 0.0)
             queued = pending.item(slot)
             if queued > 0.0 and cached[i] > 0.0:
