@@ -117,10 +117,11 @@ class EngineReadings:
         """`peer_batch` on Python floats, for a handful of candidates."""
         total, count = 0.0, 0
         for slot in slots:
-            seen, ceiling = self.batch.item(slot), self.batch_ceiling.item(slot)
-            if seen == seen or ceiling == ceiling:  # not both NaN
-                most = self.running_max.item(slot)
-                total += _fmax(seen if seen == seen else ceiling, most)
+            known = _fmax(self.batch.item(slot), self.batch_ceiling.item(slot))
+            if not math.isnan(known):  # a full reading (it wins), else a ceiling
+                seen = self.batch.item(slot)
+                known = known if math.isnan(seen) else seen
+                total += _fmax(known, self.running_max.item(slot))
                 count += 1
         return total / count if count else math.nan
 

@@ -192,34 +192,40 @@ class WorkerTable(EngineReadings):
             self.any_reading = not np.isnan(self.scraped_at).all()
         self.inflight_at_reading[slot] = self.inflight[slot]
         if running is not None:
-            self.running_max[slot] = np.fmax(self.running_max[slot], running)
-            if self.batch_ceiling.item(slot) < running:  # it runs more than a queue said
-                self.batch_ceiling[slot] = np.nan
-            # While requests wait, what runs is the batch the engine can hold now (fewer
-            # than its maximum when KV cache is short); otherwise it can hold at least that.
-            # Until it was seen full its batch is unknown: an idle engine running nothing
-            # says nothing of how many it could run. Full is requests waiting in two
-            # readings running at least `FULL_AFTER_S` apart: a scheduler admits new
-            # requests at its next step, so one reading may catch one waiting behind an
-            # engine far from full (Dynamo's mockers showed 1 running, 1 waiting, with 8
-            # slots: a batch of 1 learned), and two 0.2 s apart caught a long prefill or a
-            # stall of the engine's process on a busy host (a batch of 2 learned, 8 slots).
-            queued = waiting is not None and waiting > 0
-            at = math.nan if scraped_at is None else scraped_at
-            since = self.waited_since.item(slot)
-            if queued and at - since >= FULL_AFTER_S:
-                self.batch[slot] = running
-            elif not np.isnan(self.batch[slot]):
-                self.batch[slot] = max(self.batch[slot], running)
-            if not queued:
-                self.waited_since[slot] = np.nan
-            elif math.isnan(since):
-                self.waited_since[slot] = at
+            self._seen_running(slot, running, waiting, scraped_at)
         for name in self.adapters[slot] - adapters:
             self._lora[name][slot] = False
         for name in adapters - self.adapters[slot]:
             self._lora.setdefault(name, np.zeros(len(self.inflight), dtype=bool))[slot] = True
         self.adapters[slot] = adapters
+
+    def _seen_running(
+        self, slot: int, running: float, waiting: float | None, scraped_at: float | None
+    ) -> None:
+        """What a reading's running count tells of the batch."""
+        self.running_max[slot] = np.fmax(self.running_max[slot], running)
+        if self.batch_ceiling.item(slot) < running:  # it runs more than a queue said
+            self.batch_ceiling[slot] = np.nan
+        # While requests wait, what runs is the batch the engine can hold now (fewer
+        # than its maximum when KV cache is short); otherwise it can hold at least that.
+        # Until it was seen full its batch is unknown: an idle engine running nothing
+        # says nothing of how many it could run. Full is requests waiting in two
+        # readings running at least `FULL_AFTER_S` apart: a scheduler admits new
+        # requests at its next step, so one reading may catch one waiting behind an
+        # engine far from full (Dynamo's mockers showed 1 running, 1 waiting, with 8
+        # slots: a batch of 1 learned), and two 0.2 s apart caught a long prefill or a
+        # stall of the engine's process on a busy host (a batch of 2 learned, 8 slots).
+        queued = waiting is not None and waiting > 0
+        at = math.nan if scraped_at is None else scraped_at
+        since = self.waited_since.item(slot)
+        if queued and at - since >= FULL_AFTER_S:
+            self.batch[slot] = running
+        elif not np.isnan(self.batch[slot]):
+            self.batch[slot] = max(self.batch[slot], running)
+        if not queued:
+            self.waited_since[slot] = np.nan
+        elif math.isnan(since):
+            self.waited_since[slot] = at
 
     def lora_mask(self, adapter: str) -> BoolArray | None:
         """Slots whose engine has `adapter` loaded (running or waiting), if any ever had."""
