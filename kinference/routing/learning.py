@@ -77,20 +77,32 @@ class Learning:
         self.journal.first_token(choice.endpoint, choice.model, ttft_ms)
         if choice.predicted_ttft_ms is not None:
             self.quality.ttft_ms.add(choice.predicted_ttft_ms, ttft_ms)
-            self._batch_evidence(choice, choice.predicted_ttft_ms, ttft_ms)
+            self._batch_evidence(choice, ttft_ms, missed=choice.cached_tokens)
 
-    def _batch_evidence(self, choice: LocalChoice, predicted_ms: float, ttft_ms: float) -> None:
-        """Without engine readings (which say it directly), whether the request queued at
-        the occupancy it joined tells the worker's batch: the floor or a ceiling."""
-        slot = choice.slot
-        if choice.sequences < 1.0 or not isnan(self.table.scraped_at.item(slot)):
-            return
-        unqueued = max(predicted_ms - choice.predicted_wait_ms, 0.0)
+    def _batch_evidence(self, choice: LocalChoice, ttft_ms: float, missed: float) -> bool:
+        """Whether the request queued at the occupancy it joined (True: it did) tells the
+        worker's batch: a ceiling one below, or without readings the floor. A first token
+        late by no more than the prefill of `missed` tokens (of those predicted cached, the
+        ones the engine may not have had: at the first token all, at the final report those
+        it reported missing) is no queue. With readings the running count is the floor,
+        and they show a full batch only after a standing queue (`table.FULL_AFTER_S`): on
+        engines of 4 slots a queue drains sooner, a batch of 8 was assumed, and picks
+        queued there for a second while the model predicted none (few-slots, 18 req/s)."""
+        slot, predicted = choice.slot, choice.predicted_ttft_ms
+        if predicted is None or choice.sequences < 1.0:
+            return False
+        readings = not isnan(self.table.scraped_at.item(slot))
+        unqueued = max(predicted - choice.predicted_wait_ms, 0.0)
         if ttft_ms <= unqueued * (1.0 + NO_QUEUE_SHARE) + NO_QUEUE_SLACK_MS:
-            self.table.observed_batch(slot, choice.sequences, queued=False)
-        elif choice.sequences >= 2.0 and ttft_ms > predicted_ms + max(unqueued, QUEUED_SLACK_MS):
-            # (alone on the worker it queued behind nothing: a slow engine, not a queue)
+            self.table.observed_batch(slot, choice.sequences, queued=False, floor=not readings)
+            return False
+        unqueued += max(missed, 0.0) * self.rates.ms_per_token(slot, choice.model)
+        if choice.sequences >= 2.0 and ttft_ms > unqueued + choice.predicted_wait_ms + max(
+            unqueued, QUEUED_SLACK_MS
+        ):  # (alone on the worker it queued behind nothing: a slow engine, not a queue)
             self.table.observed_batch(slot, choice.sequences, queued=True)
+            return True
+        return False
 
     def released_before_first_token(self, choice: LocalChoice) -> None:
         self.prefill_over(choice)
@@ -113,11 +125,23 @@ class Learning:
             self._cached_feedback(choice, served.prompt_tokens, cached)
         prefill_ms = float("nan")
         ttft = served.ttft_ms
-        if ttft is not None and choice.predicted_wait_ms <= PREFILL_SAMPLE_WAIT_SHARE * ttft:
+        if (
+            ttft is not None
+            and not self._queued(choice, ttft, served)
+            and choice.predicted_wait_ms <= PREFILL_SAMPLE_WAIT_SHARE * ttft
+        ):
             prefill_ms = self._unqueued(choice, uncached, ttft - choice.predicted_wait_ms)
         service_ms = float("nan") if served.service_ms is None else served.service_ms
         self.learn(slot, model, uncached, prefill_ms, service_ms)
         self.journal.served(choice.endpoint, model, uncached, prefill_ms, service_ms)
+
+    def _queued(self, choice: LocalChoice, ttft_ms: float, served: Served) -> bool:
+        """`_batch_evidence` again, knowing what the engine reported cached: a request
+        found to have queued is no prefill sample either."""
+        missed = choice.cached_tokens
+        if served.cached_tokens is not None:
+            missed -= min(served.cached_tokens, served.prompt_tokens)
+        return self._batch_evidence(choice, ttft_ms, missed)
 
     def _unqueued(self, choice: LocalChoice, uncached: float, unqueued_ms: float) -> float:
         """A TTFT without its predicted queue: teaches what the sequences beside it added

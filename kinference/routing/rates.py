@@ -70,6 +70,8 @@ class Rates:
         self.prior_base_ms = prior_base_ms
         # Milliseconds a running sequence adds to a TTFT until learned (the policy's prior).
         self.prior_busy_ms = prior_busy_ms
+        # Milliseconds a prompt token takes to prefill until learned (the policy's prior).
+        self.prior_ms_per_token = 0.1
         self._arrays: dict[tuple[str, str], FloatArray] = {}  # (model, quantity) -> per slot
         self._sums: dict[str, FloatArray] = {}  # model -> the fit's sums (rows) per slot
         # model -> the busy fit: its weighted sums of sequences^2 and of sequences x excess,
@@ -126,6 +128,11 @@ class Rates:
         base = self.learned(model, "prefill_base_ms", slot)
         slope = self.learned(model, "prefill_ms_per_token", slot)
         return base + (0.0 if math.isnan(slope) else slope * uncached_tokens)
+
+    def ms_per_token(self, slot: int, model: str) -> float:
+        """The worker's learned prefill milliseconds a token, else the prior."""
+        learned = self.learned(model, "prefill_ms_per_token", slot)
+        return self.prior_ms_per_token if math.isnan(learned) else learned
 
     def busy_ms(self, model: str, prior: float | None = None) -> float:
         """Milliseconds one running sequence adds to a TTFT on the model's engines: learned,

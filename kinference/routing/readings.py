@@ -74,7 +74,11 @@ class EngineReadings:
         ever seen running (while others wait the running count dips when KV cache is
         short); before, `BATCH_HEADROOM` times the most it was seen running or joined
         without queueing, at least `prior_batch`, under a ceiling where a queue was
-        observed, and with a fresh reading and nothing waiting more than what runs.
+        observed, and with a fresh reading and nothing waiting more than what runs (up
+        to that ceiling). A candidate with neither a full reading nor a ceiling takes
+        its fellow candidates' (`peer_batch`) as its ceiling unless it ran more: a pool's
+        engines are alike, and each learning its batch by a request queueing there for a
+        second cost a queue per engine (few-slots, 18 req/s).
         """
         inflight, fresh_waiting = self.inflight[slots], waiting[slots]
         running = self.running[slots]
@@ -87,17 +91,45 @@ class EngineReadings:
         floor = np.fmax(most, self.batch_floor[slots])
         guess = np.fmax(BATCH_HEADROOM * floor, prior_batch)  # NaN floor: the prior
         ceiling = self.batch_ceiling[slots]
+        peer = self.peer_batch(slots)  # for those it does not contradict
+        ceiling = np.where(np.isnan(ceiling) & ~(floor > peer), peer, ceiling)
         ceiling = np.where(np.isnan(ceiling), np.nan, np.fmax(ceiling, floor))  # >= floor
         guess = np.fmin(guess, ceiling)  # NaN ceiling: no cap
         took_all = np.where(fresh_waiting > 0, running, running + 1.0)  # NaN: no reading
+        took_all = np.fmin(took_all, ceiling)  # a queue was seen past the ceiling
         guess = np.fmax(np.where(fresh, took_all, np.nan), guess)
         batch = np.where(np.isnan(full), guess, full)
         limit = self.batch_limit[slots]
         batch = np.where(np.isnan(limit), batch, np.fmin(limit, full))
         return sequences, np.maximum(batch, 1.0)
 
-    def occupancy_of(self, slot: int, waiting: float, prior_batch: float) -> tuple[float, float]:
-        """`occupancy` of one slot on Python floats (`waiting`: its fresh reading or NaN)."""
+    def peer_batch(self, slots: _IndexArray) -> float:
+        """The mean batch the candidates were seen to run (a full reading) or queue past
+        (a ceiling), NaN when none was."""
+        seen, most = self.batch[slots], self.running_max[slots]
+        full = np.where(np.isnan(seen), np.nan, np.fmax(seen, most))
+        ceiling = self.batch_ceiling[slots]
+        known = np.where(np.isnan(full), np.fmax(ceiling, most), full)
+        known = known[~np.isnan(ceiling) | ~np.isnan(full)]
+        return float(known.mean()) if len(known) else math.nan
+
+    def peer_batch_of(self, slots: list[int]) -> float:
+        """`peer_batch` on Python floats, for a handful of candidates."""
+        total, count = 0.0, 0
+        for slot in slots:
+            known = _fmax(self.batch.item(slot), self.batch_ceiling.item(slot))
+            if not math.isnan(known):  # a full reading (it wins), else a ceiling
+                seen = self.batch.item(slot)
+                known = known if math.isnan(seen) else seen
+                total += _fmax(known, self.running_max.item(slot))
+                count += 1
+        return total / count if count else math.nan
+
+    def occupancy_of(
+        self, slot: int, waiting: float, prior_batch: float, peer: float = math.nan
+    ) -> tuple[float, float]:
+        """`occupancy` of one slot on Python floats (`waiting`: its fresh reading or NaN;
+        `peer`: the candidates' `peer_batch`)."""
         inflight, running = self.inflight.item(slot), self.running.item(slot)
         held = running + waiting + inflight - self.inflight_at_reading.item(slot)
         fresh = not math.isnan(held)
@@ -112,10 +144,14 @@ class EngineReadings:
         floor = _fmax(most, self.batch_floor.item(slot))
         guess = prior_batch if math.isnan(floor) else max(BATCH_HEADROOM * floor, prior_batch)
         ceiling = self.batch_ceiling.item(slot)
+        if math.isnan(ceiling) and not floor > peer:  # what it ran contradicts no peer
+            ceiling = peer
         if not math.isnan(ceiling):
-            guess = min(guess, _fmax(ceiling, floor))
+            ceiling = _fmax(ceiling, floor)
+            guess = min(guess, ceiling)
         if fresh:
-            guess = max(running if waiting > 0 else running + 1.0, guess)
+            took_all = running if waiting > 0 else running + 1.0
+            guess = max(took_all if math.isnan(ceiling) else min(took_all, ceiling), guess)
         return sequences, max(guess, 1.0)
 
     def has_readings(self) -> bool:

@@ -148,17 +148,19 @@ class WorkerTable(EngineReadings):
         """The configured batch of the worker's engine (None: learned)."""
         self.batch_limit[slot] = np.nan if limit is None else limit
 
-    def observed_batch(self, slot: int, sequences: float, *, queued: bool) -> None:
+    def observed_batch(
+        self, slot: int, sequences: float, *, queued: bool, floor: bool = True
+    ) -> None:
         """A request joined `sequences` (itself included) and queued or not (from its
-        observed TTFT): no queue raises the floor (and drops a ceiling below it), a queue
-        past the floor sets a ceiling under it."""
-        floor, ceiling = self.batch_floor.item(slot), self.batch_ceiling.item(slot)
+        observed TTFT): no queue raises the floor (unless `floor` is False: readings give
+        it) and drops a ceiling below it, a queue past the floor sets a ceiling under it."""
+        low, ceiling = self.batch_floor.item(slot), self.batch_ceiling.item(slot)
         if not queued:
-            if not floor >= sequences:  # NaN floor: none yet
+            if floor and not low >= sequences:  # NaN floor: none yet
                 self.batch_floor[slot] = sequences
             if ceiling < sequences:
                 self.batch_ceiling[slot] = np.nan
-        elif not floor >= sequences:  # NaN floor: no evidence against
+        elif not low >= sequences:  # NaN floor: no evidence against
             below = max(sequences - 1.0, 1.0)
             self.batch_ceiling[slot] = below if math.isnan(ceiling) else min(ceiling, below)
 
@@ -190,32 +192,40 @@ class WorkerTable(EngineReadings):
             self.any_reading = not np.isnan(self.scraped_at).all()
         self.inflight_at_reading[slot] = self.inflight[slot]
         if running is not None:
-            self.running_max[slot] = np.fmax(self.running_max[slot], running)
-            # While requests wait, what runs is the batch the engine can hold now (fewer
-            # than its maximum when KV cache is short); otherwise it can hold at least that.
-            # Until it was seen full its batch is unknown: an idle engine running nothing
-            # says nothing of how many it could run. Full is requests waiting in two
-            # readings running at least `FULL_AFTER_S` apart: a scheduler admits new
-            # requests at its next step, so one reading may catch one waiting behind an
-            # engine far from full (Dynamo's mockers showed 1 running, 1 waiting, with 8
-            # slots: a batch of 1 learned), and two 0.2 s apart caught a long prefill or a
-            # stall of the engine's process on a busy host (a batch of 2 learned, 8 slots).
-            queued = waiting is not None and waiting > 0
-            at = math.nan if scraped_at is None else scraped_at
-            since = self.waited_since.item(slot)
-            if queued and at - since >= FULL_AFTER_S:
-                self.batch[slot] = running
-            elif not np.isnan(self.batch[slot]):
-                self.batch[slot] = max(self.batch[slot], running)
-            if not queued:
-                self.waited_since[slot] = np.nan
-            elif math.isnan(since):
-                self.waited_since[slot] = at
+            self._seen_running(slot, running, waiting, scraped_at)
         for name in self.adapters[slot] - adapters:
             self._lora[name][slot] = False
         for name in adapters - self.adapters[slot]:
             self._lora.setdefault(name, np.zeros(len(self.inflight), dtype=bool))[slot] = True
         self.adapters[slot] = adapters
+
+    def _seen_running(
+        self, slot: int, running: float, waiting: float | None, scraped_at: float | None
+    ) -> None:
+        """What a reading's running count tells of the batch."""
+        self.running_max[slot] = np.fmax(self.running_max[slot], running)
+        if self.batch_ceiling.item(slot) < running:  # it runs more than a queue said
+            self.batch_ceiling[slot] = np.nan
+        # While requests wait, what runs is the batch the engine can hold now (fewer
+        # than its maximum when KV cache is short); otherwise it can hold at least that.
+        # Until it was seen full its batch is unknown: an idle engine running nothing
+        # says nothing of how many it could run. Full is requests waiting in two
+        # readings running at least `FULL_AFTER_S` apart: a scheduler admits new
+        # requests at its next step, so one reading may catch one waiting behind an
+        # engine far from full (Dynamo's mockers showed 1 running, 1 waiting, with 8
+        # slots: a batch of 1 learned), and two 0.2 s apart caught a long prefill or a
+        # stall of the engine's process on a busy host (a batch of 2 learned, 8 slots).
+        queued = waiting is not None and waiting > 0
+        at = math.nan if scraped_at is None else scraped_at
+        since = self.waited_since.item(slot)
+        if queued and at - since >= FULL_AFTER_S:
+            self.batch[slot] = running
+        elif not np.isnan(self.batch[slot]):
+            self.batch[slot] = max(self.batch[slot], running)
+        if not queued:
+            self.waited_since[slot] = np.nan
+        elif math.isnan(since):
+            self.waited_since[slot] = at
 
     def lora_mask(self, adapter: str) -> BoolArray | None:
         """Slots whose engine has `adapter` loaded (running or waiting), if any ever had."""

@@ -132,10 +132,11 @@ async def test_the_busy_cost_learned_by_one_replica_is_learned_by_all(
         await a.client.final_token(picked.response_id, prompt_tokens=1000, cached_tokens=0)
         n += 1
     assert math.isnan(rates_a.learned_busy(MODEL))  # none ran beside another yet
-    # 2. Four at once on two workers: the later ones join a worker running another.
+    # 2. Four at once on two workers: the later ones join a worker running another (and
+    # come later than alone, though not so late as to have queued for a batch slot).
     held = [await pick_ok(a, cold(n + i)) for i in range(4)]
     for picked in held:
-        await a.client.first_token(picked.response_id, ttft_ms=400)
+        await a.client.first_token(picked.response_id, ttft_ms=150)
         await a.client.final_token(picked.response_id, prompt_tokens=1000, cached_tokens=0)
     assert rates_a.learned_busy(MODEL) > 0.0
     await wait_until(lambda: rates_b.learned_busy(MODEL) == rates_a.learned_busy(MODEL),

@@ -191,26 +191,58 @@ def test_the_error_window_reports_mae_bias_and_correlation() -> None:
     assert math.isnan(ErrorWindow().summary().correlation)
 
 
+def report(learn: Learning, picked: LocalChoice, ttft_ms: float, cached: int = 0) -> None:
+    """First token after `ttft_ms`, then the final report (`cached` tokens reported)."""
+    learn.picked(picked)
+    learn.first_token(picked, ttft_ms)
+    tokens = int(picked.prompt_tokens)
+    learn.final(picked, served(prompt_tokens=tokens, cached_tokens=cached, ttft_ms=ttft_ms))
+
+
 def test_without_readings_a_first_token_without_queue_raises_the_batch_floor() -> None:
     learn = learning()
     picked = choice(2, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=11.0)
-    learn.picked(picked)
-    learn.first_token(picked, 70.0)  # about as predicted: no queue at 11 sequences
+    report(learn, picked, 70.0)  # about as predicted: no queue at 11 sequences
     assert learn.table.batch_floor[2] == 11.0
     late = choice(2, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=15.0)
-    learn.picked(late)
-    learn.first_token(late, 900.0)  # waited for a slot at 15
+    report(learn, late, 900.0)  # waited for a slot at 15
     assert learn.table.batch_ceiling[2] == 14.0
 
 
-def test_with_engine_readings_the_ttft_teaches_nothing_of_the_batch() -> None:
+def test_with_engine_readings_a_late_first_token_caps_the_batch_below_it() -> None:
+    """Readings show a full batch only after a standing queue; on engines of few slots a
+    queue drains sooner, and the late first tokens are what says the batch is smaller."""
     learn = learning()
     learn.table.slots(f"10.0.0.{i}:8000" for i in range(3))
-    learn.table.set_engine(2, waiting=0, running=3, kv_usage=0.1, scraped_at=1.0)
-    picked = choice(2, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=4.0)
-    learn.picked(picked)
-    learn.first_token(picked, 900.0)
+    learn.table.set_engine(2, waiting=0, running=4, kv_usage=0.1, scraped_at=1.0)
+    waiting = np.array([np.nan, np.nan, 0.0])
+    assert learn.table.occupancy_of(2, 0.0, 8.0) == (4.0, 8.0)  # twice what it ran
+    on_time = choice(2, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=5.0)
+    report(learn, on_time, 900.0, cached=0)
+    assert learn.table.batch_ceiling[2] == 4.0
+    assert learn.table.occupancy_of(2, 0.0, 8.0) == (4.0, 4.0)  # a 5th would queue
+    assert learn.table.occupancy(np.array([2]), waiting, 8.0)[1].tolist() == [4.0]
+    learn.table.set_engine(2, waiting=0, running=6, kv_usage=0.1, scraped_at=2.0)
+    assert learn.table.occupancy_of(2, 0.0, 8.0) == (6.0, 12.0)  # it ran more: no cap
+    assert np.isnan(learn.table.batch_floor[2])  # the readings give the floor
+
+
+def test_a_first_token_late_for_a_cache_miss_is_no_queue() -> None:
+    """Predicted cached, reported not: its own prefill made it late, not a batch slot."""
+    learn = learning()
+    picked = choice(2, prompt_tokens=12_000.0, cached_tokens=11_900.0,
+                    predicted_ttft_ms=30.0, sequences=3.0)  # fmt: skip
+    report(learn, picked, 600.0, cached=0)
     assert np.isnan(learn.table.batch_ceiling[2])
+
+
+def test_a_request_found_queued_is_no_prefill_sample() -> None:
+    learn = learning()
+    learn.table.slots(f"10.0.0.{i}:8000" for i in range(2))
+    learn.table.set_engine(1, waiting=0, running=4, kv_usage=0.1, scraped_at=1.0)
+    picked = choice(1, prompt_tokens=500.0, predicted_ttft_ms=40.0, sequences=5.0)
+    report(learn, picked, 1000.0)  # a second behind the batch, not a slow prefill
+    assert math.isnan(learn.rates.learned(MODEL, "prefill_base_ms", 1))
 
 
 def test_a_prefill_sharing_another_in_progress_is_settled_by_its_end() -> None:

@@ -80,6 +80,30 @@ def test_an_engine_seen_full_gives_its_batch_and_queue() -> None:
     assert wait.tolist() == pytest.approx([4 * PRIOR.prior_service_ms / 4, 0.0])
 
 
+def test_behind_a_full_batch_the_wait_passed_on_counts_too() -> None:
+    """Its cached prefix sits on a full engine: its own TTFT is lower there (a slot's wait
+    against a cold prefill), but the slot it then holds is waited for by the requests
+    after it; on the free engine it delays no one. The free engine wins."""
+    table = WorkerTable()
+    ctx = context(2, prompt_tokens=6000, cached=[6000, 0], table=table)
+    holder = int(ctx.slots[0])
+    table.set_batch_limit(holder, 4.0)
+    table.add_inflight(holder, 4)
+    predicted, wait = scorer().predict(ctx)
+    assert wait.tolist() == pytest.approx([PRIOR.prior_service_ms / 4, 0.0])
+    assert predicted[0] < predicted[1]
+    assert scorer(queue_weight=0.0).score(ctx).tolist()[0] == 1.0  # the TTFT alone
+    for candidates in (ttft_module.SMALL_CANDIDATES, 0):  # both forms
+        ttft_module.SMALL_CANDIDATES, kept = candidates, ttft_module.SMALL_CANDIDATES
+        try:
+            scores = scorer().score(ctx)
+        finally:
+            ttft_module.SMALL_CANDIDATES = kept
+        assert scores[1] == 1.0
+        cost = predicted[0] + PRIOR.queue_weight * wait[0]
+        assert scores[0] == pytest.approx((predicted[1] + 0.5 * 6000 * PER_TOKEN) / cost)
+
+
 def test_the_score_is_best_over_cost_the_cost_counting_a_share_of_the_prefill() -> None:
     ctx = context(2, prompt_tokens=2000, cached=[2000, 0])
     scores = scorer(compute_weight=0.5).score(ctx)
@@ -209,7 +233,7 @@ def test_pending_prefill_of_a_shared_prefix_is_no_wait() -> None:
     table.add_pending_prefill(holder, 500.0)  # another prompt's prefill: a wait
     model = scorer()
     for form in (model._predict_small, model._predict_vector):
-        _, wait, _ = form(ctx)
+        _, wait, _, _ = form(ctx)
         assert wait.tolist() == pytest.approx([500 * PER_TOKEN, 0.0])
 
 

@@ -21,11 +21,13 @@ and `service_ms` are learned per worker and model, `busy_ms_per_sequence` per mo
 mean, and the priors below apply while none is learned.
 
 The score is `best / cost` (the cheapest candidate scores 1), with
-`cost = ttft + (compute_weight + cache_space_weight * fullness) * prefill`: a share of the
-compute the request takes from those after it, so that at equal TTFT a cache hit wins; and
-the cache space its new blocks take, dearer where the cache is fuller (`fullness`: blocks
-the prefix index holds there over the most any candidate holds), since they evict what
-others would reuse: cold prompts spread over the caches.
+`cost = ttft + (compute_weight + cache_space_weight * fullness) * prefill
++ queue_weight * ahead * service_ms / batch`: a share of the compute the request takes
+from those after it, so that at equal TTFT a cache hit wins; the cache space its new
+blocks take, dearer where the cache is fuller (`fullness`: blocks the prefix index holds
+there over the most any candidate holds), since they evict what others would reuse: cold
+prompts spread over the caches; and behind a full batch, the slot it then holds, which the
+requests coming after it there wait for (none where a slot is free).
 """
 
 from __future__ import annotations
@@ -71,6 +73,13 @@ class TtftConfig(PluginConfig):
     # to one that learned rates favour by some per cent (sglang-router sends unmatched
     # prompts to its smallest tree).
     cache_space_weight: NonNegativeFloat = 1.0
+    # Share of the request's predicted wait for a batch slot added to its cost: queued
+    # behind a full batch, it then holds a slot that the requests coming after it there
+    # wait for in turn (as many, at a standing queue, as it waited behind). A worker
+    # with a free slot delays none of them: past saturation the cost of a cache hit
+    # behind a queue is about twice its wait, and a miss on a free slot often wins
+    # (least-in-flight's throughput and p90 beat a cache-only view there).
+    queue_weight: NonNegativeFloat = 1.0
     # Weight of a new sample in the learned rates (exponential forgetting).
     learning_rate: float = Field(default=0.1, gt=0.0, le=1.0)
 
@@ -80,11 +89,15 @@ class Parts:
     """The prompt-independent terms per slot, milliseconds (and ms per uncached token)."""
 
     wait: FloatArray  # counting all pending prefill (`_shared_pending` is per prompt)
+    slot_wait: FloatArray  # of it, for a batch slot
     base: FloatArray
     per_token: FloatArray
     pressure: FloatArray  # with the busy term (both depend on the occupancy alone)
     sequences: FloatArray  # what each runs and queues now
 
+
+# (predicted TTFT, its wait, the request's own prefill, the wait's part for a batch slot)
+Terms = tuple[FloatArray, FloatArray, FloatArray, FloatArray]
 
 # Up to this many candidates the terms are computed on Python floats (`small_parts`).
 SMALL_CANDIDATES = 16
@@ -100,31 +113,34 @@ class TtftScorer:
 
     def predict(self, ctx: PickContext) -> tuple[FloatArray, FloatArray]:
         """(predicted milliseconds to first token, of which waiting) on each candidate."""
-        predicted, wait, _ = self._predict(ctx)
+        predicted, wait, _, _ = self._predict(ctx)
         return predicted, wait
 
-    def _predict(self, ctx: PickContext) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """(predicted TTFT, its wait, the request's own prefill) per candidate, ms."""
+    def _predict(self, ctx: PickContext) -> Terms:
+        """(predicted TTFT, its wait, the request's own prefill, the wait's part for a
+        batch slot) per candidate, ms."""
         if len(ctx.slots) <= SMALL_CANDIDATES:
             return self._predict_small(ctx)
         return self._predict_vector(ctx)
 
-    def _predict_vector(self, ctx: PickContext) -> tuple[FloatArray, FloatArray, FloatArray]:
+    def _predict_vector(self, ctx: PickContext) -> Terms:
         parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting)
         uncached = np.maximum(ctx.prompt_tokens - ctx.cached_tokens, 0.0)
         prefill = uncached * parts.per_token
         wait = parts.wait - _shared_pending(ctx) * parts.per_token
         predicted: FloatArray = wait + parts.base + prefill + parts.pressure
         ctx.sequences = parts.sequences
-        return predicted, wait, prefill
+        return predicted, wait, prefill, parts.slot_wait
 
-    def _predict_small(self, ctx: PickContext) -> tuple[FloatArray, FloatArray, FloatArray]:
+    def _predict_small(self, ctx: PickContext) -> Terms:
         """`_predict` on Python floats, for a handful of candidates (numpy's fixed cost per
         call is then the larger one); the same formulas, so the same values."""
-        predicted, wait, prefill = self._small_terms(ctx)
-        return np.array(predicted), np.array(wait), np.array(prefill)
+        predicted, wait, prefill, slot_wait = self._small_terms(ctx)
+        return np.array(predicted), np.array(wait), np.array(prefill), np.array(slot_wait)
 
-    def _small_terms(self, ctx: PickContext) -> tuple[list[float], list[float], list[float]]:
+    def _small_terms(
+        self, ctx: PickContext
+    ) -> tuple[list[float], list[float], list[float], list[float]]:
         """`_predict_small`'s values as lists (what `score` computes on)."""
         config, rates, table, model = self.config, self.rates, ctx.table, ctx.model
         slots = ctx.slots.tolist()
@@ -138,22 +154,25 @@ class TtftScorer:
         pending, waiting = table.pending_prefill, ctx.signals.waiting
         full = config.decode_pressure_ms
         prompt, cached, hashes = ctx.prompt_tokens, ctx.cached_tokens.tolist(), ctx.hashes
-        predicted, wait, prefill, occupied = [], [], [], []
+        predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
+        peer, prior = table.peer_batch_of(slots), config.prior_batch
         for i, slot in enumerate(slots):
-            sequences, batch = table.occupancy_of(slot, waiting.item(slot), config.prior_batch)
+            sequences, batch = table.occupancy_of(slot, waiting.item(slot), prior, peer)
             ahead = max(sequences + 1.0 - batch, 0.0)
             queued = pending.item(slot)
             if queued > 0.0 and cached[i] > 0.0:
                 queued = max(queued - table.shared_pending(slot, hashes), 0.0)
-            waited = ahead * service[i] / batch + queued * per_token[i]
+            for_slot = ahead * service[i] / batch
+            waited = for_slot + queued * per_token[i]
             own = max(prompt - cached[i], 0.0) * per_token[i]
             pressure = full * min(sequences / batch, 1.0) ** 2 + busy * min(sequences, batch)
             predicted.append(waited + base[i] + own + pressure)
             wait.append(waited)
             prefill.append(own)
             occupied.append(sequences)
+            slot_wait.append(for_slot)
         ctx.sequences = np.array(occupied)
-        return predicted, wait, prefill
+        return predicted, wait, prefill, slot_wait
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray
@@ -169,18 +188,19 @@ class TtftScorer:
         busy = rates.busy_ms(model, config.prior_busy_ms_per_sequence)
         sequences, batch = table.occupancy(slots, waiting, config.prior_batch)
         ahead = np.maximum(sequences + 1.0 - batch, 0.0)
-        wait = ahead * service / batch + table.pending_prefill[slots] * per_token
+        slot_wait = ahead * service / batch
+        wait = slot_wait + table.pending_prefill[slots] * per_token
         pressure = config.decode_pressure_ms * np.minimum(sequences / batch, 1.0) ** 2
         pressure = pressure + busy * np.minimum(sequences, batch)
-        return Parts(wait, base, per_token, pressure, sequences)
+        return Parts(wait, slot_wait, base, per_token, pressure, sequences)
 
     def score(self, ctx: PickContext) -> FloatArray:
         """`best / cost`, the cost being the predicted TTFT plus `compute_weight` (and
-        `cache_space_weight` times the cache's fullness) of the request's own prefill
-        (milliseconds both)."""
+        `cache_space_weight` times the cache's fullness) of the request's own prefill and
+        `queue_weight` of its wait for a batch slot (milliseconds all)."""
         if len(ctx.slots) <= SMALL_CANDIDATES:  # Python floats: a few numpy calls fewer
             return self._score_small(ctx)
-        predicted, ctx.predicted_wait_ms, prefill = self._predict_vector(ctx)
+        predicted, ctx.predicted_wait_ms, prefill, slot_wait = self._predict_vector(ctx)
         ctx.predicted_ttft_ms = predicted
         weight, space, footprint = (
             self.config.compute_weight,
@@ -190,11 +210,12 @@ class TtftScorer:
         share: FloatArray | float = weight
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             share = weight + space * np.asarray(footprint) / most
-        cost = np.maximum(predicted + share * prefill, 1.0)
+        queued = self.config.queue_weight * slot_wait
+        cost = np.maximum(predicted + share * prefill + queued, 1.0)
         return float(cost.min()) / cost
 
     def _score_small(self, ctx: PickContext) -> FloatArray:
-        predicted, wait, owns = self._small_terms(ctx)
+        predicted, wait, owns, slot_wait = self._small_terms(ctx)
         ctx.predicted_ttft_ms, ctx.predicted_wait_ms = np.array(predicted), np.array(wait)
         weight, space, footprint = (
             self.config.compute_weight,
@@ -204,8 +225,10 @@ class TtftScorer:
         shares = [weight] * len(owns)
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             shares = [weight + space * blocks / most for blocks in footprint]
-        triples = zip(predicted, owns, shares, strict=True)
-        costs = [max(ttft + share * own, 1.0) for ttft, own, share in triples]
+        queued = self.config.queue_weight
+        terms = zip(predicted, owns, shares, slot_wait, strict=True)
+        costs = [max(ttft + share * own + queued * slot, 1.0)
+                 for ttft, own, share, slot in terms]  # fmt: skip
         best = min(costs)
         return np.array([best / cost for cost in costs])
 
