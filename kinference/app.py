@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 
 from kinference.api.server import build_server
 from kinference.api.servicer import PickerServicer
+from kinference.api.session import SessionServicer
 from kinference.api.tls import bind, listener_files
 from kinference.bodies import BodyStore, ByteBudget
 from kinference.cluster.node import ClusterNode
@@ -150,8 +151,12 @@ class App:
         )
         self.health = HealthServicer()
         servicer = PickerServicer(self.service, self.metrics, settings.body_idle_timeout_s)
+        self.session = SessionServicer(self.service, self.metrics, settings.body_idle_timeout_s)
         self.server = build_server(
-            servicer, self.health, max_concurrent_streams=settings.max_concurrent_streams
+            servicer,
+            self.health,
+            max_concurrent_streams=settings.max_concurrent_streams,
+            session=self.session,
         )
         self.metrics.buffered_limit_bytes.set(settings.max_buffered_bytes)
         self.metrics.watch_buffers(lambda: budget.used, lambda: self.store.held_bodies)
@@ -242,7 +247,9 @@ class App:
         # 3. Wait for pushes, picks and pulls under way to finish, within the grace.
         while not self.store.idle and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(_DRAIN_POLL_S)
-        # 4. Stop the server; whatever is still running after the grace is cancelled.
+        # 4. End the PickerSession streams (each answers what it has under way first).
+        self.session.close()
+        # 5. Stop the server; whatever is still running after the grace is cancelled.
         await self.server.stop(max(deadline - time.monotonic(), 0.0))
         await self.close()
 

@@ -4,6 +4,11 @@ The spec keeps per-request data in metadata (BodyChunk may not grow fields), so 
 travel there and the wire messages stay the spec's. A caller that sends none and ignores
 the rest gets the plain protocol.
 
+One extension is a service of its own instead: kinference.v1.PickerSession
+(proto/kinference/v1/session.proto, kinference.api.session), many requests over one
+stream; its answers carry the Pick keys below in a map, and its failures the same statuses
+and `kinference-error-code`.
+
 Caller -> picker, on PushBody:
   - `kinference-request-path`: the client's request path (with or without its query). Pick
     tells the request's API shape from it when it names one (`.../chat/completions`,

@@ -1,4 +1,5 @@
-"""The grpc.aio server: Picker with raw body framing, health and reflection."""
+"""The grpc.aio server: Picker with raw body framing, PickerSession (kinference's own
+extension), health and reflection."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from grpc_reflection.v1alpha import reflection
 
 from kinference.api.framing import decode_chunk, encode_chunk
 from kinference.api.servicer import PickerServicer
+from kinference.api.session import SessionServicer
 from kinference.bodies import MAX_CHUNK_BYTES
 from kinference.v1 import picker_pb2 as pb
+from kinference.v1 import session_pb2 as spb
 
 SERVICE_NAME = "kinference.v1.Picker"
+SESSION_SERVICE_NAME = "kinference.v1.PickerSession"
 
 _Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
@@ -104,11 +108,28 @@ def picker_handlers(servicer: PickerServicer) -> dict[str, grpc.RpcMethodHandler
     return handlers
 
 
+def session_handlers(servicer: SessionServicer) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+    """The method handler of kinference.v1.PickerSession (a malformed batch decodes to a
+    `MalformedMessage`, which ends the stream with INVALID_ARGUMENT)."""
+    return {
+        "Session": grpc.stream_stream_rpc_method_handler(
+            servicer.Session,
+            request_deserializer=_lenient(spb.ClientBatch.FromString),
+            response_serializer=spb.ServerBatch.SerializeToString,
+        )
+    }
+
+
 def build_server(
-    servicer: PickerServicer, health_servicer: HealthServicer, *, max_concurrent_streams: int = 0
+    servicer: PickerServicer,
+    health_servicer: HealthServicer,
+    *,
+    max_concurrent_streams: int = 0,
+    session: SessionServicer | None = None,
 ) -> grpc.aio.Server:
     """A server with the Picker, grpc.health.v1 and reflection; responses are never
-    compressed, so callers that accept only `identity` are always served.
+    compressed, so callers that accept only `identity` are always served; with `session`,
+    kinference.v1.PickerSession too.
     `max_concurrent_streams` caps the RPCs open at once on one connection (0: gRPC's
     default, no cap); further calls wait in the client until one ends."""
     options = list(SERVER_OPTIONS)
@@ -120,10 +141,18 @@ def build_server(
     # Registered methods are matched by the gRPC core itself, sparing every call the
     # generic-handler lookup in Python (as generated servicers do).
     server.add_registered_method_handlers(SERVICE_NAME, handlers)  # type: ignore[attr-defined]
+    names = [SERVICE_NAME]
+    if session is not None:
+        streams = session_handlers(session)
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SESSION_SERVICE_NAME, streams),)
+        )
+        server.add_registered_method_handlers(SESSION_SERVICE_NAME, streams)  # type: ignore[attr-defined]
+        names.append(SESSION_SERVICE_NAME)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (
-            SERVICE_NAME,
+            *names,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ),

@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from kinference.api import convert, extensions
+from kinference.api import convert, extensions, picking
 from kinference.api.framing import MalformedChunk
 from kinference.api.status import grpc_errors
 from kinference.bodies import Piece, Upload
@@ -92,22 +92,11 @@ class PickerServicer:
     ) -> tuple[pb.PickResponse, TrailingMetadata]:
         """The pick of `call`, and the extensions its answer's trailing metadata carries;
         a dispatched body of at most `inline_body_max` bytes among them, released here."""
-        result = await self.service.pick_off_loop(call)
-        extras = convert.pick_extras(result)
-        trailing: TrailingMetadata = []
-        if extras is not None:
-            trailing.extend(extensions.pick_metadata(extras))
-        if result.response_id and 0 < result.body_total_bytes <= inline_body_max:
-            trailing.append((extensions.BODY, self._inline_body(result.response_id)))
-        return convert.pick_response(result), trailing
-
-    def _inline_body(self, response_id: int) -> bytes:
-        """The parked body of `response_id`, whole, released as a completed PullBody is."""
-        pull = self.service.open_pull(response_id)
-        try:
-            return b"".join(pull.messages())
-        finally:
-            self.service.close_pull(pull, completed=True)
+        answer = await picking.answer(self.service, call, inline_body_max)
+        trailing: TrailingMetadata = list(answer.metadata)
+        if answer.body is not None:
+            trailing.append((extensions.BODY, answer.body))
+        return answer.response, trailing
 
     @grpc_errors("PullBody")
     async def PullBody(self, request: pb.PullBodyRequest, context: Context) -> None:

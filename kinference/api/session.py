@@ -1,0 +1,186 @@
+"""The kinference.v1.PickerSession servicer: many requests over one long-lived stream.
+
+A thin adapter over the same `PickerService` calls the Picker servicer makes
+(kinference.api.servicer): `begin_push`, `Upload.add`, `commit_push`, the shared pick
+(kinference.api.picking) and the reports. A request's failure is a frame carrying the status
+the PushBody would have ended with (kinference.api.status, the one mapping), and its
+`kinference-error-code`. The stream's frames are read in order by one loop (`_Stream.run`);
+picks run as tasks of their own, so a slow pick holds up no other request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import grpc
+
+from kinference.api import convert, picking
+from kinference.api.session_outbox import Outbox
+from kinference.api.session_requests import Open, Requests, StreamFault
+from kinference.api.status import status_code
+from kinference.errors import PickerError
+from kinference.metrics import Metrics
+from kinference.service import PickerService
+from kinference.v1 import session_pb2 as spb
+
+log = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+_EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
+METHOD = "Session"
+
+
+class SessionServicer:
+    """Serves each PickerSession stream with a `_Stream` of its own."""
+
+    def __init__(self, service: PickerService, metrics: Metrics, idle_timeout_s: float) -> None:
+        self.service = service
+        self.metrics = metrics
+        self.idle_timeout_s = idle_timeout_s
+        self._streams: set[_Stream] = set()
+        self._closing = False
+
+    async def Session(self, requests: Any, context: Context) -> None:
+        if self._closing:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "instance is draining")
+        await context.send_initial_metadata(())  # the caller knows at once it is served
+        stream = _Stream(self, context)
+        self._streams.add(stream)
+        try:
+            await stream.run()
+        except StreamFault as fault:
+            self.metrics.rpc_errors.labels(METHOD, "INVALID_ARGUMENT").inc()
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(fault))
+        except asyncio.CancelledError:
+            self.metrics.rpc_errors.labels(METHOD, "CANCELLED").inc()
+            raise
+        finally:
+            self._streams.discard(stream)
+
+    def close(self) -> None:
+        """Draining: every stream stops reading, answers the picks under way and ends
+        (OK); new streams are refused (UNAVAILABLE). Call once no body is held."""
+        self._closing = True
+        for stream in self._streams:
+            stream.stop()
+
+
+class _Stream:
+    """One stream: its open requests, its outbox, the frames read in order."""
+
+    def __init__(self, servicer: SessionServicer, context: Context) -> None:
+        self.service = servicer.service
+        self.metrics = servicer.metrics
+        self.context = context
+        self.outbox = Outbox(context.write)
+        self.requests = Requests(self.service, servicer.idle_timeout_s, self._failed)
+        self._picks: set[asyncio.Task[None]] = set()
+        self._reading: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        writer = asyncio.create_task(self.outbox.run(), name="kinference-session-writer")
+        self._reading = asyncio.create_task(self._read(), name="kinference-session-reader")
+        try:
+            try:
+                await self._reading
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the stream itself is cancelled (the caller went away)
+            # The caller half-closed (or the picker drains): answer the picks under way,
+            # then end the stream.
+            self.requests.end_uploads()
+            while self._picks:
+                await asyncio.gather(*self._picks, return_exceptions=True)
+            self.outbox.close()
+            await writer
+        finally:
+            self._release(writer)
+
+    def stop(self) -> None:
+        """Read no more frames; `run` ends the stream once its picks are answered."""
+        if self._reading is not None:
+            self._reading.cancel()
+
+    async def _read(self) -> None:
+        context, observe = self.context, self.service.offload.observe
+        while (batch := await context.read()) is not _EOF:
+            if not isinstance(batch, spb.ClientBatch):
+                raise StreamFault("a PickerSession message is not a ClientBatch")
+            for frame in batch.frames:
+                if frame.id:
+                    observation = self.requests.frame(frame)
+                    if observation is not None:  # a big chunk: scanned off the loop
+                        await observe(observation)
+                    if frame.end:
+                        self._ended(frame.id)
+                else:
+                    self._report(frame)
+            await self.outbox.room()
+
+    def _ended(self, request_id: int) -> None:
+        opened = self.requests.committed(request_id)
+        if opened is not None:
+            task = asyncio.create_task(self._pick(opened), name="kinference-session-pick")
+            opened.task = task
+            self._picks.add(task)
+            task.add_done_callback(self._picks.discard)
+
+    async def _pick(self, opened: Open) -> None:
+        try:
+            answer = await picking.answer(self.service, opened.call, opened.inline_body_max)
+        except PickerError as error:
+            self._failed(opened.id, error)
+            return
+        finally:
+            self.requests.closed(opened.id)
+        frame = spb.ServerFrame(id=opened.id, pick=answer.response, metadata=dict(answer.metadata))
+        if answer.body is not None:
+            frame.body = answer.body
+        self.outbox.put(frame)
+
+    def _failed(self, request_id: int, error: PickerError) -> None:
+        code = status_code(error)
+        self.metrics.rpc_errors.labels(METHOD, code.name).inc()
+        status = spb.Status(code=code.value[0], message=str(error), error_code=error.code)
+        self.outbox.put(spb.ServerFrame(id=request_id, error=status))
+
+    def _report(self, frame: spb.ClientFrame) -> None:
+        """A report or Abort: applied, never answered (a failure is counted)."""
+        service, kind = self.service, frame.WhichOneof("report")
+        try:
+            if kind == "first_token":
+                first = frame.first_token
+                service.first_token(
+                    first.response_id,
+                    first.observed_ttft_ms,
+                    first.upstream_status,
+                    ago_s=frame.first_token_ago_ms / 1000,
+                )
+            elif kind == "final_token":
+                service.final_token(convert.final_report(frame.final_token))
+            elif kind == "abort":
+                abort = frame.abort
+                service.abort(abort.response_id, convert.abort_reason(abort), abort.detail)
+            else:
+                raise StreamFault("a frame with neither a request id nor a report")
+        except PickerError as error:
+            self.metrics.rpc_errors.labels(f"{METHOD}.{kind}", status_code(error).name).inc()
+
+    def _release(self, writer: asyncio.Task[None]) -> None:
+        """The stream ended (or broke): nothing of its unanswered requests stays held."""
+        writer.cancel()
+        if self._reading is not None:
+            self._reading.cancel()
+        for task in list(self._picks):
+            task.cancel()  # the pick's own cleanup releases its body
+        self.requests.discard_all()
+        for frame in self.outbox.unwritten():  # picked, but the caller never heard of it
+            response_id = frame.pick.response_id
+            if response_id:
+                with contextlib.suppress(PickerError):  # released already (TTL)
+                    detail = "the session ended before the answer"
+                    self.service.abort(response_id, "NOT_DISPATCHED", detail)

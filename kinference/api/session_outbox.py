@@ -1,0 +1,64 @@
+"""The picker's side of a PickerSession stream going out: frames batched into messages.
+
+One writer task per stream writes every frame that is ready in one ServerBatch, so answers
+made in the same loop turn share a message, and one alone goes out at once. A caller that
+stops reading fills its queue; the stream's reader waits for room (`room`) before it reads
+on, so what the picker holds for one stream is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from kinference.v1 import session_pb2 as spb
+
+# Frames queued for one stream before its reader stops reading (the caller is not reading).
+MAX_QUEUED_FRAMES = 4096
+
+
+class Outbox:
+    """Frames for one stream, written in batches by `run` until `close`."""
+
+    def __init__(self, write: Callable[[spb.ServerBatch], Awaitable[None]]) -> None:
+        self._write = write
+        self._frames: list[spb.ServerFrame] = []
+        self._writing: list[spb.ServerFrame] = []
+        self._wake = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._closing = False
+
+    def put(self, frame: spb.ServerFrame) -> None:
+        self._frames.append(frame)
+        self._wake.set()
+        if len(self._frames) >= MAX_QUEUED_FRAMES:
+            self._room.clear()
+
+    async def room(self) -> None:
+        """Return once the queue is below its bound."""
+        if not self._room.is_set():
+            await self._room.wait()
+
+    def close(self) -> None:
+        """Write what is queued, then end `run`."""
+        self._closing = True
+        self._wake.set()
+
+    def unwritten(self) -> list[spb.ServerFrame]:
+        """Frames not known to be written (after `run` failed or was cancelled)."""
+        return [*self._writing, *self._frames]
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._frames:
+                if self._closing:
+                    return
+                continue
+            self._writing, self._frames = self._frames, []
+            await self._write(spb.ServerBatch(frames=self._writing))
+            self._writing = []
+            if len(self._frames) < MAX_QUEUED_FRAMES:
+                self._room.set()

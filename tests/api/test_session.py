@@ -1,0 +1,141 @@
+"""kinference.v1.PickerSession over a real server: many requests on one stream, each
+answered with its own pick, its reports applied, and a picker without it told apart."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from kinference.session_client import SessionClient
+from kinference.v1 import picker_pb2 as pb
+from kinference.v1 import session_pb2 as spb
+from tests.api.helpers import nothing_held, wait_until
+from tests.api.session_helpers import (
+    body_of,
+    chunks_of,
+    opened,
+    released,
+    start,
+    uploads,
+)
+from tests.conftest import MODEL, RunningPicker
+
+
+async def test_a_request_is_picked_with_its_body_inline_and_reported(picker: RunningPicker) -> None:
+    session = await opened(picker)
+    body = body_of()
+    pick, extras = await session.push_and_pick(chunks_of(body[:10], body[10:]), start(body))
+    assert pick.outcome == pb.PickResponse.OK and pick.response_id
+    assert extras.body == body and picker.app.store.held_bodies == 0
+    assert len(picker.app.inflight) == 1
+    first = pb.ReportFirstTokenRequest(response_id=pick.response_id, observed_ttft_ms=5)
+    session.report(spb.ClientFrame(first_token=first), first_token_at=0.0)
+    final = pb.ReportFinalTokenRequest(response_id=pick.response_id, model=MODEL)
+    session.report(spb.ClientFrame(final_token=final))
+    await released(picker)
+    for kind in ("first_token", "final_token"):
+        assert picker.metric("kinference_reports_total", {"kind": kind, "known": "true"}) == 1
+    await session.aclose(5)
+
+
+async def test_a_body_over_the_inline_limit_is_pulled(picker: RunningPicker) -> None:
+    session = await opened(picker)
+    body = body_of()
+    pick, extras = await session.push_and_pick(chunks_of(body), start(body, inline=10))
+    assert extras.body is None
+    assert await picker.client.pull_all(pick.response_id) == body
+    await session.aclose(5)
+
+
+async def test_outcomes_carry_their_reason_codes(picker: RunningPicker) -> None:
+    session = await opened(picker)
+    body = body_of(model="no-such-model")
+    pick, extras = await session.push_and_pick(chunks_of(body), start(body))
+    assert pick.outcome == pb.PickResponse.NO_WORKERS and extras.code.value == "unknown_model"
+    junk = b"not json"
+    pick, extras = await session.push_and_pick(chunks_of(junk), start(junk))
+    assert pick.outcome == pb.PickResponse.BAD_REQUEST and extras.code.value == "malformed"
+    await released(picker)
+    await session.aclose(5)
+
+
+@pytest.mark.parametrize("concurrency", [16, 64])
+async def test_requests_in_flight_together_each_get_their_own_answer(
+    picker: RunningPicker, concurrency: int
+) -> None:
+    session = await opened(picker)
+    gate = asyncio.Event()
+
+    async def one(index: int) -> None:
+        body = body_of(f"request number {index}")
+
+        async def slowly() -> AsyncIterator[bytes]:
+            yield body[: index % 7 + 1]
+            await gate.wait()  # every request is open before any ends
+            yield body[index % 7 + 1 :]
+
+        pick, extras = await session.push_and_pick(slowly(), start(body))
+        assert extras.body == body  # its own body, not another request's
+        final = pb.ReportFinalTokenRequest(response_id=pick.response_id, model=MODEL)
+        session.report(spb.ClientFrame(final_token=final))
+
+    tasks = [asyncio.create_task(one(index)) for index in range(concurrency)]
+    await wait_until(lambda: uploads(picker) >= concurrency)
+    gate.set()
+    await asyncio.gather(*tasks)
+    await released(picker)
+    await session.aclose(5)
+
+
+async def test_a_picker_without_the_service_answers_unimplemented() -> None:
+    server = grpc.aio.server()
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            assert await SessionClient.open(channel, lambda frames: None) is None
+    finally:
+        await server.stop(None)
+
+
+async def test_a_caller_that_does_not_read_stops_the_reading(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kinference.api import session_outbox
+
+    monkeypatch.setattr(session_outbox, "MAX_QUEUED_FRAMES", 3)
+    written: list[spb.ServerBatch] = []
+    blocked = asyncio.Event()
+
+    async def write(batch: spb.ServerBatch) -> None:
+        written.append(batch)
+        await blocked.wait()  # the caller's window is full
+
+    outbox = session_outbox.Outbox(write)
+    writer = asyncio.create_task(outbox.run())
+    outbox.put(spb.ServerFrame(id=1))
+    await wait_until(lambda: len(written) == 1)
+    for request_id in (2, 3, 4):
+        outbox.put(spb.ServerFrame(id=request_id))
+    room = asyncio.create_task(outbox.room())
+    await asyncio.sleep(0)
+    assert not room.done()  # the reader waits here
+    blocked.set()
+    await asyncio.wait_for(room, 5)
+    outbox.close()
+    await asyncio.wait_for(writer, 5)
+    assert [[f.id for f in batch.frames] for batch in written] == [[1], [2, 3, 4]]
+
+
+async def test_closing_sends_the_reports_still_held(picker: RunningPicker) -> None:
+    session = await opened(picker)
+    body = body_of()
+    pick, _ = await session.push_and_pick(chunks_of(body), start(body))
+    final = pb.ReportFinalTokenRequest(response_id=pick.response_id, model=MODEL)
+    session.report(spb.ClientFrame(final_token=final))  # held for company
+    await session.aclose(5)  # flushed, half-closed, the picker's end awaited
+    assert picker.metric("kinference_reports_total", {"kind": "final_token", "known": "true"}) == 1
+    assert nothing_held(picker)
