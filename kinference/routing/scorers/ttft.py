@@ -1,7 +1,8 @@
 """Estimated time to first token: one cost per candidate, in milliseconds.
 
     ttft = wait + prefill + busy + pressure
-    wait     = ahead * service_ms / batch  +  (pending - shared_pending) * ms_per_token
+    wait     = max(ahead * service_ms / batch,  memory_ahead * service_ms / memory_batch)
+               + (pending - shared_pending) * ms_per_token
     prefill  = base_ms + (prompt_tokens - cached_tokens) * ms_per_token
     busy     = busy_ms_per_sequence * min(sequences, batch)
     pressure = decode_pressure_ms * min(sequences / batch, 1) ** 2
@@ -15,10 +16,13 @@ wait is a batch slot freed: `service_ms / batch` apart). `pending` are uncached 
 tokens picked to the worker and still without a first token, `shared_pending` those of
 them this prompt shares (a prefix being computed there is a cache hit in progress, not a
 queue: `routing.pending`). `busy` is what the running sequences add to the request's own
-first step (each step decodes them beside its prefill). `ms_per_token`, `base_ms`,
-and `service_ms` are learned per worker and model, `busy_ms_per_sequence` per model
-(`routing.rates`); a worker not learned yet takes its fellow candidates'
-mean, and the priors below apply while none is learned.
+first step (each step decodes them beside its prefill). In precise pools whose cache size
+is known, `memory_ahead` are the requests ahead that must end before this one fits in the
+worker's KV cache and `memory_batch` how many then run at once (`kvcache.memory`): with
+long prompts on small caches the engine's memory, not its batch limit, makes requests wait.
+`ms_per_token`, `base_ms`, and `service_ms` are learned per worker and model,
+`busy_ms_per_sequence` per model (`routing.rates`); a worker not learned yet takes its
+fellow candidates' mean, and the priors below apply while none is learned.
 
 The score is `best / cost` (the cheapest candidate scores 1), with
 `cost = ttft + (compute_weight + cache_space_weight * fullness) * prefill`: a share of the
@@ -84,6 +88,8 @@ class Parts:
     per_token: FloatArray
     pressure: FloatArray  # with the busy term (both depend on the occupancy alone)
     sequences: FloatArray  # what each runs and queues now
+    service: FloatArray  # ms a request holds a batch slot after its first token
+    slot_wait: FloatArray  # the part of `wait` spent for a batch slot
 
 
 # Up to this many candidates the terms are computed on Python floats (`small_parts`).
@@ -114,6 +120,9 @@ class TtftScorer:
         uncached = np.maximum(ctx.prompt_tokens - ctx.cached_tokens, 0.0)
         prefill = uncached * parts.per_token
         wait = parts.wait - _shared_pending(ctx) * parts.per_token
+        if ctx.memory_ahead is not None and ctx.memory_batch is not None:
+            memory = np.asarray(ctx.memory_ahead) * parts.service / np.asarray(ctx.memory_batch)
+            wait = wait + np.maximum(memory - parts.slot_wait, 0.0)
         predicted: FloatArray = wait + parts.base + prefill + parts.pressure
         ctx.sequences = parts.sequences
         return predicted, wait, prefill
@@ -138,6 +147,7 @@ class TtftScorer:
         pending, waiting = table.pending_prefill, ctx.signals.waiting
         full = config.decode_pressure_ms
         prompt, cached, hashes = ctx.prompt_tokens, ctx.cached_tokens.tolist(), ctx.hashes
+        memory, fits = ctx.memory_ahead, ctx.memory_batch
         predicted, wait, prefill, occupied = [], [], [], []
         for i, slot in enumerate(slots):
             sequences, batch = table.occupancy_of(slot, waiting.item(slot), config.prior_batch)
@@ -145,7 +155,10 @@ class TtftScorer:
             queued = pending.item(slot)
             if queued > 0.0 and cached[i] > 0.0:
                 queued = max(queued - table.shared_pending(slot, hashes), 0.0)
-            waited = ahead * service[i] / batch + queued * per_token[i]
+            waited = ahead * service[i] / batch
+            if memory is not None and fits is not None:
+                waited = max(waited, memory[i] * service[i] / fits[i])
+            waited += queued * per_token[i]
             own = max(prompt - cached[i], 0.0) * per_token[i]
             pressure = full * min(sequences / batch, 1.0) ** 2 + busy * min(sequences, batch)
             predicted.append(waited + base[i] + own + pressure)
@@ -169,10 +182,11 @@ class TtftScorer:
         busy = rates.busy_ms(model, config.prior_busy_ms_per_sequence)
         sequences, batch = table.occupancy(slots, waiting, config.prior_batch)
         ahead = np.maximum(sequences + 1.0 - batch, 0.0)
-        wait = ahead * service / batch + table.pending_prefill[slots] * per_token
+        slot_wait = ahead * service / batch
+        wait = slot_wait + table.pending_prefill[slots] * per_token
         pressure = config.decode_pressure_ms * np.minimum(sequences / batch, 1.0) ** 2
         pressure = pressure + busy * np.minimum(sequences, batch)
-        return Parts(wait, base, per_token, pressure, sequences)
+        return Parts(wait, base, per_token, pressure, sequences, service, slot_wait)
 
     def score(self, ctx: PickContext) -> FloatArray:
         """`best / cost`, the cost being the predicted TTFT plus `compute_weight` (and
