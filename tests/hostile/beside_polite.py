@@ -69,7 +69,7 @@ class BodyWork:
             (_REWRITE, "translation", _REWRITE.translation),
             (scan.JsonScanner, "feed_until", scan.JsonScanner.feed_until),
         ]
-        preparation.parsed_body = self._sized(  # type: ignore[assignment]
+        preparation.parsed_body = self._sized(
             "parse values", preparation.parsed_body, _values_over_inline
         )
         _REWRITE.translation = self._sized("translate", _REWRITE.translation, lambda a: a[0].size)
