@@ -4,6 +4,7 @@ run in order, one per iteration, with the loop's other callbacks between them.""
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 from kinference.loop_turns import LoopTurns
 
@@ -23,7 +24,7 @@ async def test_steps_that_arrive_together_take_one_iteration_each() -> None:
     await asyncio.gather(step("a"), step("b"), step("c"), probe())
     steps = [i for i, entry in enumerate(log) if entry != "probe"]
     assert [log[i] for i in steps] == ["a", "b", "c"]  # in order
-    assert all(b - a > 1 for a, b in zip(steps, steps[1:], strict=False))  # never adjacent
+    assert all(b - a > 1 for a, b in itertools.pairwise(steps))  # never adjacent
     assert turns.waiting == 0
 
 
