@@ -3,9 +3,7 @@
 The body's parse (on the loop when its upload's scan says it is cheap: `loop_cost`, else in
 the parse worker), its translation when a target takes another API and it has large values
 (the parse worker), and, when precise pools may serve it, its prompt tokenized
-(`kinference.tokenize`; begun at push when the parse runs on the loop: `early`). Every step
-that holds the loop for milliseconds first takes a loop turn (`loop_turns`), so that
-Picks arriving together do not stall the loop for all of their steps at once.
+(`kinference.tokenize`; begun at push when the parse runs on the loop: `early`).
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ from kinference.config import Policy
 from kinference.early import EarlyStarts, Prepared
 from kinference.errors import ResourceExhausted
 from kinference.kvcache.precise import PreciseQuery
-from kinference.loop_turns import LoopTurns
 from kinference.requests import InferenceRequest, MalformedRequest, parse_request
 from kinference.requests.loop_cost import parse_cost
 from kinference.requests.offload import INLINE_PARSE_BYTES, Offload
@@ -65,13 +62,11 @@ class PickPreparation:
         *,
         offload: Offload | None = None,
         preparer: Preparer | None = None,
-        turns: LoopTurns | None = None,
     ) -> None:
         """`policy`: the policy in force (which APIs the model's targets take)."""
         self.store = store
         self.offload = offload or Offload()  # the worker process heavy bodies go to
         self.preparer = preparer  # tokenizes prompts for precise pools (None: none)
-        self.turns = turns or LoopTurns()
         self._policy = policy
         self._early = EarlyStarts(store.budget)  # parses and tokenizations begun at push
 
@@ -119,7 +114,6 @@ class PickPreparation:
             parsed, precise = await self._guarded(body, asyncio.shield(early))
             return Ready(parsed, precise, await self._translated(body, parsed), held, True)
         elif held is not None:
-            await self.turns.turn()
             parsed = parsed_body(body)
         else:  # the parse's memory is charged to the body budget while it runs
             parsed = await self.offload.parse(
@@ -132,11 +126,10 @@ class PickPreparation:
             precise = await self._guarded(body, preparer.prepare(parsed, body))
         return Ready(parsed, precise, translated, held)
 
-    async def decision_turn(self, ready: Ready) -> None:
-        """The decision's loop turn; once it has it, background tokenization waits until
-        the decision's step ends (as while `prepare` runs: a prompt tokenized at push had
-        its `prepare` end before)."""
-        await self.turns.turn()
+    def deciding(self, ready: Ready) -> None:
+        """The decision of `ready` runs in this loop step: background tokenization waits
+        until it ends (as while `prepare` runs: a prompt tokenized at push had its
+        `prepare` end before)."""
         if ready.begun and self.preparer is not None:
             self.preparer.deciding()
 
@@ -149,9 +142,7 @@ class PickPreparation:
             raise
 
     async def _prepared(self, body: Body) -> Prepared:
-        """A body's parse and tokenization, begun at push (`early`), in a loop turn of its
-        own (the tokenization's start on the loop runs in the same step)."""
-        await self.turns.turn()
+        """A body's parse and tokenization, begun at push (`early`)."""
         parsed = parsed_body(body)
         preparer = self.preparer
         if isinstance(parsed, str) or preparer is None or not preparer.active:

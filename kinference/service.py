@@ -134,7 +134,7 @@ class PickerService:
             if not isinstance(ready.parsed, str):
                 tenants = self.router.tenants
                 await self._guarded(body, tenants.ready(self.router.policy.config, call.tenant))
-            await self.preparation.decision_turn(ready)  # one loop step of its own
+            self.preparation.deciding(ready)  # the rest of this Pick is one loop step
             return self._decided(
                 body,
                 call,
