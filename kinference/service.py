@@ -7,30 +7,26 @@ gRPC servicer calls it and converts; nothing here knows about gRPC.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from kinference.bodies import Body, BodyStore, Pull, Upload, new_id
-from kinference.early import EarlyStarts, Prepared
-from kinference.errors import InvalidArgument, NotFound, ResourceExhausted
+from kinference.errors import InvalidArgument, NotFound
 from kinference.itl_layout import BUCKETS as ITL_LAYOUT_1_BUCKETS
 from kinference.kvcache.precise import PreciseQuery
 from kinference.metrics import Metrics
 from kinference.ops.recorder import RequestRecorder
+from kinference.preparation import PickPreparation, Preparer
 from kinference.requests import (
     InferenceRequest,
-    MalformedRequest,
     RewritePlan,
-    parse_request,
     rewrite,
 )
-from kinference.requests.loop_cost import parse_cost
-from kinference.requests.offload import INLINE_PARSE_BYTES, Offload
-from kinference.requests.rewrite import Translation, heavy_translation
+from kinference.requests.offload import Offload
+from kinference.requests.rewrite import Translation
 from kinference.requests.translation import Untranslatable
 from kinference.routing import (
     Assignment,
@@ -44,7 +40,6 @@ from kinference.routing import (
     RouteQuery,
     Router,
 )
-from kinference.routing.apis import translated_shape
 from kinference.routing.health import UNAUTHORIZED, UNRESOLVED
 from kinference.routing.learning import Served
 from kinference.routing.tenants import Reservation
@@ -58,17 +53,6 @@ T = TypeVar("T")
 # Abort reasons that tell the picker something about a provider it cannot see itself.
 _LEARNED_LIMIT = 10_000  # aborted ids remembered so repeats do not count twice
 _ABORT_HEALTH = {"BACKEND_UNRESOLVED": UNRESOLVED, "BACKEND_UNAUTHORIZED": UNAUTHORIZED}
-
-
-class Preparer(Protocol):
-    """Tokenizes a prompt for the precise pools that may serve it (kinference.tokenize)."""
-
-    @property
-    def active(self) -> bool: ...
-
-    async def prepare(self, request: InferenceRequest, body: Body) -> PreciseQuery | None: ...
-
-    def deciding(self) -> None: ...
 
 
 class PickerService:
@@ -85,13 +69,16 @@ class PickerService:
         recorder: RequestRecorder | None = None,
         offload: Offload | None = None,
         preparer: Preparer | None = None,
+        preparation: PickPreparation | None = None,
     ) -> None:
         """`shared_gap` says why the cluster-wide view is incomplete now (Redis down or
         lagging, still bootstrapping), or None; such Picks answer DEGRADED. `recorder`
-        counts and logs each request's steps (one on `metrics` by default)."""
+        counts and logs each request's steps (one on `metrics` by default). What a Pick
+        waits for is `preparation`'s (else one over `offload` and `preparer`)."""
         self.store = store
-        self.offload = offload or Offload()  # the worker process heavy bodies go to
-        self.preparer = preparer  # tokenizes prompts for precise pools (None: none)
+        self.preparation = preparation or PickPreparation(
+            store, lambda: router.policy.config, offload=offload, preparer=preparer
+        )
         self.shared_gap = shared_gap
         self.router = router
         self.inflight = inflight
@@ -106,7 +93,11 @@ class PickerService:
         self._learned: OrderedDict[int, None] = OrderedDict()  # response ids already counted
         # Tenant budget reservations of requests in flight, settled or handed back with them.
         self._reservations: dict[int, Reservation] = {}
-        self._early = EarlyStarts(store.budget)  # parses and tokenizations begun at push
+
+    @property
+    def offload(self) -> Offload:
+        """The parse worker (started and stopped by the composition root)."""
+        return self.preparation.offload
 
     def begin_push(self, declared_length: int | None, client_request_id: str) -> Upload:
         return self.store.begin(declared_length, client_request_id)
@@ -116,15 +107,15 @@ class PickerService:
         `request_path` is the client's path when the caller sent it: a shape hint."""
         stream_id, body = self.store.commit(upload)
         body.request_path = request_path
-        self._begin_early(stream_id, body)
+        self.preparation.begin(stream_id, body)
         return stream_id, body.size
 
     def pick(self, call: PickCall) -> PickResult:
         """Decide where the body of `call.stream_id` goes; raises for protocol errors."""
         started = time.perf_counter()
         body = self.store.take(call.stream_id)
-        self._early.cancel(call.stream_id)
-        return self._decided(body, call, started, _parsed(body))
+        self.preparation.cancel(call.stream_id)
+        return self._decided(body, call, started, self.preparation.parse(body))
 
     async def pick_off_loop(self, call: PickCall) -> PickResult:
         """`pick`, with the parse of a body over INLINE_PARSE_BYTES run in the parse worker
@@ -138,33 +129,23 @@ class PickerService:
         admission and reservation included, stays in one loop turn)."""
         started = time.perf_counter()
         body = self.store.take(call.stream_id)
-        early = self._early.take(call.stream_id)
-        held = early.held if early is not None else self._loop_parse(body)
+        ready = await self.preparation.ready(call.stream_id, body)
         try:
-            precise = translated = None
-            preparer = self.preparer
-            if early is not None:
-                if preparer is not None and early.task.done():
-                    preparer.deciding()  # the rest of this Pick is one loop step
-                parsed, precise = await self._guarded(body, asyncio.shield(early.task))
-            elif held is not None:
-                parsed = _parsed(body)
-            else:  # the parse's memory is charged to the body budget while it runs
-                parsed = await self.offload.parse(
-                    self.store.budget, body, abandoned=lambda: self.store.release(body)
-                )
-            if not isinstance(parsed, str):
-                translated = await self._translated(body, parsed)
-                if early is None and preparer is not None and preparer.active:
-                    precise = await self._guarded(body, preparer.prepare(parsed, body))
+            if not isinstance(ready.parsed, str):
                 tenants = self.router.tenants
                 await self._guarded(body, tenants.ready(self.router.policy.config, call.tenant))
+            self.preparation.deciding(ready)  # the rest of this Pick is one loop step
             return self._decided(
-                body, call, started, parsed, precise=precise, translated=translated
+                body,
+                call,
+                started,
+                ready.parsed,
+                precise=ready.precise,
+                translated=ready.translated,
             )
         finally:
-            if held:
-                self.store.budget.release(held)
+            if ready.held:
+                self.store.budget.release(ready.held)
 
     async def _guarded(self, body: Body, step: Awaitable[T]) -> T:
         """`step`'s result; the body released if it raises or is cancelled."""
@@ -173,55 +154,6 @@ class PickerService:
         except BaseException:
             self.store.release(body)
             raise
-
-    async def _prepared(self, body: Body) -> Prepared:
-        """A body's parse and tokenization, begun at push (`early`)."""
-        parsed = _parsed(body)
-        preparer = self.preparer
-        if isinstance(parsed, str) or preparer is None or not preparer.active:
-            return parsed, None
-        return parsed, await preparer.prepare(parsed, body)
-
-    def _begin_early(self, stream_id: int, body: Body) -> None:
-        """Start what the Pick of a complete body will wait for, when precise pools may
-        need its prompt tokenized and its parse runs on the loop."""
-        preparer = self.preparer
-        if preparer is None or not preparer.active:
-            return
-        held = self._loop_parse(body)
-        if held is None:
-            return
-        if not self._early.begin(stream_id, held, lambda: self._prepared(body)) and held:
-            self.store.budget.release(held)
-
-    def _loop_parse(self, body: Body) -> int | None:
-        """None when `body` goes to the parse worker; else it is parsed on the loop, and
-        this is what its parsed request may hold, reserved from the body budget until the
-        Pick ends (0 for a small body: not counted)."""
-        if body.size <= INLINE_PARSE_BYTES:
-            return 0
-        cost = parse_cost(body)
-        if cost is None or not cost.on_loop:
-            return None
-        try:
-            self.store.budget.reserve(cost.memory_bytes)
-        except ResourceExhausted:
-            return None  # the worker's path reserves what it needs, or says why it cannot
-        return cost.memory_bytes
-
-    async def _translated(
-        self, body: Body, request: InferenceRequest
-    ) -> Translation | Untranslatable | None:
-        """The translation of a body with large values, done in the parse worker, when a
-        target of its model may take it in another API; None when there is none to do."""
-        if body.size <= INLINE_PARSE_BYTES or not heavy_translation(body, request):
-            return None
-        sent = translated_shape(self.router.policy.config, request.shape, request.model)
-        if sent is None:
-            return None
-        return await self.offload.translate(
-            self.store.budget, body, request, sent, abandoned=lambda: self.store.release(body)
-        )
 
     def _decided(
         self,
@@ -439,21 +371,13 @@ class PickerService:
             self._metrics.bodies_reclaimed.labels("ttl_unpulled").inc()
         for _ in range(self.store.reap_expired_pending()):
             self._metrics.bodies_reclaimed.labels("ttl_unpicked").inc()
-        self._early.drop(lambda stream_id: not self.store.is_pending(stream_id))
+        self.preparation.drop(lambda stream_id: not self.store.is_pending(stream_id))
         for response_id in self.inflight.expire():
             self._hand_back(response_id)
 
     def _hand_back(self, response_id: int) -> None:
         """Return the budget reserved for a request that will not report its tokens."""
         self.router.tenants.cancel(self._reservations.pop(response_id, None))
-
-
-def _parsed(body: Body) -> InferenceRequest | str:
-    """The request in `body`, or why it is none (MalformedRequest's message)."""
-    try:
-        return parse_request(body, path=body.request_path)
-    except MalformedRequest as exc:
-        return str(exc)
 
 
 def _usage_asked(request: InferenceRequest) -> bool:

@@ -42,7 +42,8 @@ class CountingPreparer:
 
 
 async def test_a_pick_finds_the_work_begun_at_push(env: Env) -> None:  # noqa: F811
-    preparer = env.service.preparer = CountingPreparer()
+    preparer = CountingPreparer()
+    env.prepared_by(preparer)
     used = env.store.budget.used
     for data in (chat(), chat(content="a question, with words. " * (64 * KiB // 24))):
         stream_id = env.push(data, chunk=64 * KiB)
@@ -59,7 +60,8 @@ async def test_a_pick_finds_the_work_begun_at_push(env: Env) -> None:  # noqa: F
 
 
 async def test_work_of_a_body_that_expires_unpicked_is_cancelled(env: Env) -> None:  # noqa: F811
-    preparer = env.service.preparer = CountingPreparer()
+    preparer = CountingPreparer()
+    env.prepared_by(preparer)
     preparer.gate.clear()  # the tokenization never ends
     used = env.store.budget.used
     env.push(chat(content="a question, with words. " * (64 * KiB // 24)), chunk=64 * KiB)
@@ -74,7 +76,8 @@ async def test_work_of_a_body_that_expires_unpicked_is_cancelled(env: Env) -> No
 
 
 def test_without_a_running_loop_the_pick_does_the_work(env: Env) -> None:  # noqa: F811
-    preparer = env.service.preparer = CountingPreparer()
+    preparer = CountingPreparer()
+    env.prepared_by(preparer)
     stream_id = env.push(chat())
     assert preparer.prepared == []
 

@@ -16,8 +16,9 @@ from kinference.bodies import Body, BodyStore, ByteBudget, Pull
 from kinference.config import parse_policy
 from kinference.errors import AlreadyConsumed, InvalidArgument, NotFound, Unavailable
 from kinference.metrics import Metrics
+from kinference.preparation import Preparer
 from kinference.requests import JsonScanner
-from kinference.requests.offload import INLINE_PARSE_BYTES
+from kinference.requests.offload import INLINE_PARSE_BYTES, Offload
 from kinference.routing import (
     InFlight,
     LocalChoice,
@@ -99,6 +100,14 @@ class Env:
     @property
     def health(self) -> ProviderHealth:
         return self.router.health
+
+    def prepared_by(self, preparer: Preparer | None = None, offload: Offload | None = None) -> None:
+        """A service like this one's whose Picks' bodies `preparer` tokenizes and whose
+        heavy parses go to `offload` (the state they share with the old one is the same)."""
+        self.service = PickerService(
+            self.store, self.router, self.inflight, self.metrics,
+            offload=offload, preparer=preparer,
+        )  # fmt: skip
 
     def metric(self, name: str, **labels: str) -> float:
         return self.metrics.registry.get_sample_value(name, labels) or 0.0

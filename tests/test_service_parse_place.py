@@ -39,7 +39,7 @@ class CountedOffload(Offload):
 @pytest.fixture
 async def offload(env: Env) -> AsyncIterator[CountedOffload]:  # noqa: F811
     counted = CountedOffload()
-    env.service.offload = counted
+    env.prepared_by(offload=counted)
     yield counted
     await counted.aclose()
 

@@ -1,211 +1,29 @@
 """Precise prefix-cache state of the pools in `prefix: {mode: precise}`, as routing reads it.
 
-Per pool: one `BlockIndex` fed by the engines' events and one `WorkerTrust` per worker. A
-Pick asks `match` for its candidates: each trusted worker's longest cached prefix of the
-prompt's engine blocks, and which candidates are not trusted now (they fall back to the
-approximate index). Pure state: the event subscriber writes it, the router reads it; no I/O.
+Per pool one `PoolCaches` (`kvcache.pool`). A Pick asks `match` for its candidates: each
+trusted worker's longest cached prefix of the prompt's engine blocks (as it will survive
+until the request runs), whether the request fits in the worker's cache beside the
+requests ahead (`kvcache.memory`), and which candidates are not trusted now (they fall back
+to the approximate index). The service tells it where requests went and when they ended.
 """
 
 from __future__ import annotations
 
-import collections
-import itertools
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import BlockId, PromptBlocks
-from kinference.kvcache.index import BlockIndex
-from kinference.kvcache.pending import expect, expire, fresh
-from kinference.kvcache.queue import EngineQueue, Queued, survivors
-from kinference.kvcache.reach import Reach
-from kinference.kvevents.events import Event
-from kinference.kvevents.trust import Distrust, WorkerTrust
+from kinference.kvcache.memory import FITS, Room
+from kinference.kvcache.pool import PoolCaches, Request
+from kinference.kvevents.trust import Distrust
 
 if TYPE_CHECKING:  # routing.decision imports this module
     from kinference.routing.decision import LocalChoice
-
-MAX_TICKETS = 256  # lazily tokenized prompts whose remaining blocks are awaited, per pool
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """A routed request as the engine queue model needs it: its key until it is released
-    (`id` of its `LocalChoice`), its output tokens at most (0: unknown) and when it went."""
-
-    key: int
-    output_tokens: int
-    now: float
-
-
-@dataclass
-class PoolCaches:
-    """One precise pool: its block size, index and each worker's trust, by slot; and the
-    blocks of requests routed there that its events have not stored yet (`pending`)."""
-
-    ref: str
-    block_size: int
-    index: BlockIndex = field(default_factory=BlockIndex)
-    trust: dict[int, WorkerTrust] = field(default_factory=dict)
-    endpoints: dict[int, str] = field(default_factory=dict)
-    pending: dict[int, dict[BlockId, float]] = field(default_factory=dict)
-    # Lazily tokenized prompts (`PromptBlocks.ticket`): the worker each went to, and the
-    # blocks of the ones tokenized to the end before their routing was known.
-    claims: OrderedDict[int, int] = field(default_factory=OrderedDict)  # -> slot
-    rests: OrderedDict[int, tuple[BlockId, ...]] = field(default_factory=OrderedDict)
-    ages: dict[int, WorkerAges] = field(default_factory=dict)
-    queues: dict[int, EngineQueue] = field(default_factory=dict)  # requests in flight
-    tickets: dict[int, tuple[int, int]] = field(default_factory=dict)  # -> slot, queue key
-    clock: Callable[[], float] = time.monotonic
-    predict_evictions: bool = True  # count blocks the ageing model expects gone as gone
-    peaks: dict[int, int] = field(default_factory=dict)  # most blocks each worker held
-    # Blocks a worker holds at most (its KV cache), learned from the workers that evicted.
-    capacity: int | None = None
-
-    def apply(self, slot: int, events: Iterable[Event]) -> None:
-        """A batch from `slot`'s engine: into the index; what it names is no longer pending;
-        what it stores was just used; that it removes any says its cache is full."""
-        stored, removed = self.index.apply(slot, events)
-        waiting = self.pending.get(slot)
-        if waiting:  # in C: a long prompt's step names hundreds of blocks
-            collections.deque(map(waiting.pop, stored, itertools.repeat(None)), maxlen=0)
-            collections.deque(map(waiting.pop, removed, itertools.repeat(None)), maxlen=0)
-        ages = self._ages(slot)
-        ages.touch(stored)
-        ages.removed(removed)
-        peak = self.peaks[slot] = max(self.peaks.get(slot, 0), self.index.blocks(slot))
-        if removed:
-            self.capacity = max(self.capacity or 0, peak)
-
-    def _ages(self, slot: int) -> WorkerAges:
-        found = self.ages.get(slot)
-        if found is None:
-            found = self.ages[slot] = WorkerAges()
-        return found
-
-    def forget(self, slot: int) -> None:
-        self.index.forget(slot)
-        self.pending.pop(slot, None)
-        self.ages.pop(slot, None)
-        self.peaks.pop(slot, None)
-        self.queues.pop(slot, None)
-
-    def sent(self, slot: int, prompt: PromptBlocks, cached_blocks: int, request: Request) -> None:
-        """A request went to `slot`: its matched blocks were just used; the ones it will
-        store are pending there; it joins the worker's queue (`kvcache.queue`)."""
-        usable = max(prompt.tokens - 1, 0) // prompt.block_size
-        self._ages(slot).touch(prompt.blocks[:cached_blocks])
-        new = prompt.blocks[cached_blocks:usable]
-        if new:
-            self.expect(slot, new, request.now)
-        queue = self.queues.get(slot)
-        if queue is None:
-            queue = self.queues[slot] = EngineQueue()
-        queue.expire(request.now)
-        whole = prompt.tokens // prompt.block_size  # an engine caches its full blocks
-        unnamed = max(whole - len(prompt.blocks), 0) if not prompt.exact else 0
-        output = (prompt.tokens % prompt.block_size + request.output_tokens) // prompt.block_size
-        queue.add(request.key, Queued(prompt.blocks, unnamed, output, request.now))
-        if prompt.ticket and not prompt.exact:
-            self.tickets[prompt.ticket] = (slot, request.key)
-            if len(self.tickets) > MAX_TICKETS:
-                self.tickets.pop(next(iter(self.tickets)))
-
-    def started(self, slot: int, key: int) -> None:
-        """The engine runs the request `key` (its first token came)."""
-        queue = self.queues.get(slot)
-        if queue is not None:
-            queue.started(key)
-
-    def finished(self, slot: int, key: int) -> None:
-        """The request `key` ended: its blocks the worker holds were just used (freed now:
-        the last to be evicted, tail first)."""
-        queue = self.queues.get(slot)
-        done = queue.finish(key) if queue is not None else None
-        if done is not None:
-            held = self.index.held(slot)
-            self._ages(slot).touch(list(filter(held.__contains__, done.blocks)))
-
-    def surviving(self, slot: int, blocks: Sequence[BlockId], depth: int) -> int:
-        """How much of a match `slot` will still hold when a request sent now runs there:
-        the requests ahead run first, in order (`kvcache.queue`); past the worker's
-        capacity, what they compute evicts its least recently used blocks
-        (`kvcache.ageing`)."""
-        ages = self.ages.get(slot)
-        queue = self.queues.get(slot)
-        if ages is None or queue is None or self.capacity is None or not self.predict_evictions:
-            return depth
-        room = self.capacity - self.index.blocks(slot)
-        held = self.index.held(slot)
-        return survivors(queue, ages, held=held, room=room, blocks=blocks, depth=depth)
-
-    def expect(self, slot: int, blocks: Sequence[BlockId], now: float) -> None:
-        """`blocks` will be stored on `slot`: the ones it does not hold now are pending
-        there (`kvcache.pending`); the ones expected longer than the TTL ago no longer."""
-        waiting = self.pending.get(slot, {})
-        expire(waiting, now)
-        self.pending[slot] = expect(waiting, blocks, self.index.held(slot), now)
-
-    def reach(self) -> Reach:
-        """Follows how far some worker holds or will hold a prompt being tokenized (read
-        from the tokenizer thread: see `kvcache.reach`)."""
-        pending = dict(self.pending)
-        held = self.index.holdings()
-        slots = dict.fromkeys([*held, *pending])
-        return Reach((slot, held.get(slot, {}), pending.get(slot)) for slot in slots)
-
-    def claim(self, ticket: int, slot: int, now: float) -> None:
-        """A lazily tokenized prompt went to `slot`: its remaining blocks are pending there
-        once they are named."""
-        rest = self.rests.pop(ticket, None)
-        if rest is not None:
-            self._named(ticket, rest)
-            self.expect(slot, rest, now)
-            return
-        self.claims[ticket] = slot
-        if len(self.claims) > MAX_TICKETS:
-            self.claims.popitem(last=False)
-
-    def complete(self, ticket: int, blocks: tuple[BlockId, ...], now: float) -> None:
-        """The rest of a lazily tokenized prompt: pending where it went (once it is known)."""
-        slot = self.claims.pop(ticket, None)
-        if slot is not None:
-            self._named(ticket, blocks)
-            if slot in self.trust:
-                self.expect(slot, blocks, now)
-            return
-        self.rests[ticket] = blocks
-        if len(self.rests) > MAX_TICKETS:
-            self.rests.popitem(last=False)
-
-    def _named(self, ticket: int, blocks: tuple[BlockId, ...]) -> None:
-        queued = self.tickets.pop(ticket, None)
-        if queued is not None and (queue := self.queues.get(queued[0])) is not None:
-            queue.named(queued[1], blocks)
-
-    def extend(self, slot: int, blocks: Sequence[BlockId], depth: int, now: float) -> int:
-        """How far past `depth` the worker holds or is about to hold the prompt's blocks
-        (a binary search: a routed prompt's blocks are pending all together)."""
-        waiting = self.pending.get(slot)
-        if not waiting or depth >= len(blocks) or not self._has(slot, blocks[depth], now):
-            return depth
-        lo, hi = depth + 1, len(blocks)  # blocks[:lo] held or pending
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self._has(slot, blocks[mid - 1], now):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
-
-    def _has(self, slot: int, identity: BlockId, now: float) -> bool:
-        return fresh(self.pending.get(slot), identity, now) or self.index.holds(slot, identity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +48,8 @@ class PreciseMatch:
     blocks: npt.NDArray[np.float64]  # leading prompt blocks cached (0 where not trusted)
     trusted: npt.NDArray[np.bool_]
     distrusted: tuple[tuple[str, Distrust], ...]  # (endpoint, why) of the untrusted ones
+    # Per candidate, whether the request fits in its cache (`kvcache.memory`; trusted only).
+    rooms: tuple[Room, ...] = ()
 
     def degraded(self) -> str | None:
         """Why this Pick's cache view is degraded, or None (a worker that has published
@@ -252,7 +72,10 @@ class PreciseCaches:
     def pool(self, ref: str) -> PoolCaches | None:
         return self.pools.get(ref)
 
-    def match(self, ref: str, prompt: PromptBlocks, slots: Iterable[int]) -> PreciseMatch | None:
+    def match(
+        self, ref: str, prompt: PromptBlocks, slots: Iterable[int], output_tokens: int = 0
+    ) -> PreciseMatch | None:
+        """`output_tokens`: the request's at most (0: unknown), for whether it fits."""
         caches = self.pools.get(ref)
         if caches is None or prompt.block_size != caches.block_size:
             return None
@@ -276,7 +99,11 @@ class PreciseCaches:
                 for s, d in ((s, longest.get(s, 0)) for s in slot_list)
             ]
         )
-        return PreciseMatch(np.where(trusted, blocks, 0.0), trusted, tuple(distrusted))
+        rooms = tuple(
+            caches.room(s, prompt, output_tokens) if t else FITS
+            for s, t in zip(slot_list, trusted.tolist(), strict=True)
+        )
+        return PreciseMatch(np.where(trusted, blocks, 0.0), trusted, tuple(distrusted), rooms)
 
     def routed(
         self,

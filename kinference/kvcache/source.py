@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from kinference.kvcache.memory import Room
 from kinference.kvcache.precise import PreciseCaches, PreciseQuery
 
 FloatArray = np.ndarray  # the seam's FloatArray (float64), one value per slot
@@ -23,6 +24,9 @@ class _Query(Protocol):
 
     @property
     def precise(self) -> PreciseQuery | None: ...
+
+    @property
+    def output_tokens(self) -> int: ...
 
 
 class _Source(Protocol):
@@ -41,20 +45,23 @@ class PreciseCachedTokens:
     def cached_tokens(self, query: _Query, slots: np.ndarray) -> FloatArray:
         return self.match(query, slots)[0]
 
-    def match(self, query: _Query, slots: np.ndarray) -> tuple[FloatArray, str | None]:
-        """Cached tokens per slot, and why the Pick is DEGRADED (a candidate's events are not
-        trustworthy now, or the prompt could not be tokenized), if it is."""
+    def match(
+        self, query: _Query, slots: np.ndarray
+    ) -> tuple[FloatArray, str | None, tuple[Room, ...]]:
+        """Cached tokens per slot; why the Pick is DEGRADED (a candidate's events are not
+        trustworthy now, or the prompt could not be tokenized), if it is; and per slot
+        whether the request fits in the worker's cache (empty: not known anywhere)."""
         fallback = self.approximate.cached_tokens(query, slots)
         precise = query.precise
         if precise is None:
-            return fallback, None
+            return fallback, None, ()
         prompt = precise.blocks.get(query.pool)
         if prompt is None or not prompt.blocks:
-            return fallback, precise.problem
-        match = self.caches.match(query.pool, prompt, slots.tolist())
+            return fallback, precise.problem, ()
+        match = self.caches.match(query.pool, prompt, slots.tolist(), query.output_tokens)
         if match is None:
-            return fallback, precise.problem
+            return fallback, precise.problem, ()
         usable = (prompt.tokens - 1) // prompt.block_size
         tokens = np.minimum(match.blocks, usable) * prompt.block_size
         result: FloatArray = np.where(match.trusted, tokens, fallback)
-        return result, match.degraded() or precise.problem
+        return result, match.degraded() or precise.problem, match.rooms

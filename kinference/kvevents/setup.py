@@ -9,7 +9,8 @@ stopped and its blocks forgotten.
 from __future__ import annotations
 
 from kinference.config import Policy, Pool, address_for
-from kinference.kvcache.precise import PoolCaches, PreciseCaches
+from kinference.kvcache.pool import PoolCaches
+from kinference.kvcache.precise import PreciseCaches
 from kinference.kvevents.subscriber import EventSubscriber, Feed
 from kinference.kvevents.telemetry import PreciseMetrics
 from kinference.kvevents.trust import WorkerTrust

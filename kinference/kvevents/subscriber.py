@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import zmq
 import zmq.asyncio
 
-from kinference.kvcache.precise import PoolCaches
+from kinference.kvcache.pool import PoolCaches
 from kinference.kvevents.events import EventBatch
 from kinference.kvevents.trust import Step, WorkerTrust
 from kinference.kvevents.wire import (

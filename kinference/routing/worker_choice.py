@@ -99,13 +99,19 @@ class WorkerChoice:
             chars_per_token=chars_per_token,
         )  # fmt: skip
         mode, note = self.policy.catalog.prefix_mode(pool), None
+        ahead: list[float] | None = None
+        batch: list[float] | None = None
         if mode == PRECISE and self._precise is not None:
-            cached, note = self._precise.match(query, slots)
+            cached, note, rooms = self._precise.match(query, slots)
+            if any(room.ahead for room in rooms):
+                ahead = [float(room.ahead) for room in rooms]
+                batch = [float(room.batch) for room in rooms]
         else:
             cached = self.sources.get(mode).cached_tokens(query, slots)
         ctx = PickContext(
             request, model, pool, self.table, attempt.signals, slots, prompt_tokens, cached,
-            hashes, footprint=self.prefix.footprint(slots),
+            hashes, footprint=self.prefix.footprint(slots), memory_ahead=ahead,
+            memory_batch=batch,
         )  # fmt: skip
         return ctx, note
 

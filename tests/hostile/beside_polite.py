@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from kinference import service
+from kinference import preparation
 from kinference.bodies import Body
 from kinference.heap import freeze_startup_heap
 from kinference.requests import scan
@@ -55,7 +55,7 @@ _REWRITE = importlib.import_module("kinference.requests.rewrite")
 class BodyWork:
     """While it runs, the most JSON values (',' '[' '{' counted in the bytes, whatever the
     scan said) of a body over INLINE_PARSE_BYTES the loop's thread parsed
-    (`service._parsed`), the largest body it translated (`rewrite.translation`), and the
+    (`preparation.parsed_body`), the largest body it translated (`rewrite.translation`), and the
     largest piece it scanned without a deadline (`JsonScanner.feed_until` with none): a
     hostile body's must all be the parse worker's, so the values stay within what the
     loop's parse budget admits (`LOOP_PARSE_VALUES`) and the bytes at most
@@ -65,11 +65,13 @@ class BodyWork:
         self.largest = {"parse values": 0, "translate": 0, "unbounded scan": 0}
         self._thread = threading.get_ident()
         self._unwrapped = [
-            (service, "_parsed", service._parsed),
+            (preparation, "parsed_body", preparation.parsed_body),
             (_REWRITE, "translation", _REWRITE.translation),
             (scan.JsonScanner, "feed_until", scan.JsonScanner.feed_until),
         ]
-        service._parsed = self._sized("parse values", service._parsed, _values_over_inline)  # type: ignore[assignment]
+        preparation.parsed_body = self._sized(
+            "parse values", preparation.parsed_body, _values_over_inline
+        )
         _REWRITE.translation = self._sized("translate", _REWRITE.translation, lambda a: a[0].size)
         feed_until = scan.JsonScanner.feed_until
         scan.JsonScanner.feed_until = self._sized(  # type: ignore[method-assign]

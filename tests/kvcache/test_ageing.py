@@ -6,7 +6,8 @@ from __future__ import annotations
 from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import PromptBlocks, identities
 from kinference.kvcache.pending import PENDING_TTL_S, expect, expire
-from kinference.kvcache.precise import PoolCaches, PreciseCaches, Request
+from kinference.kvcache.pool import PoolCaches, Request
+from kinference.kvcache.precise import PreciseCaches
 from kinference.kvevents.events import BlockRemoved, BlockStored
 from kinference.kvevents.trust import WorkerTrust
 from kinference.routing.decision import LocalChoice

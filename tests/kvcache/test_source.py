@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from kinference.kvcache.blocks import PromptBlocks, identities
-from kinference.kvcache.precise import PoolCaches, PreciseCaches, PreciseQuery
+from kinference.kvcache.pool import PoolCaches
+from kinference.kvcache.precise import PreciseCaches, PreciseQuery
 from kinference.kvcache.source import PreciseCachedTokens
 from kinference.kvevents.events import BlockRemoved, BlockStored
 from kinference.kvevents.trust import WorkerTrust
@@ -18,6 +19,7 @@ from kinference.kvevents.trust import WorkerTrust
 class Query:
     pool: str
     precise: PreciseQuery | None
+    output_tokens: int = 0
 
 
 class Approximate:

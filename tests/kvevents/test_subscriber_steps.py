@@ -8,7 +8,7 @@ import asyncio
 from collections import deque
 from typing import Any
 
-from kinference.kvcache.precise import PoolCaches
+from kinference.kvcache.pool import PoolCaches
 from kinference.kvevents.subscriber import EventSubscriber, Feed
 from kinference.kvevents.trust import WorkerTrust
 from tests.kvevents import vllm_format as vllm

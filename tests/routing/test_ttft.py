@@ -316,3 +316,21 @@ def test_the_small_form_gives_the_vector_forms_predictions(  # noqa: PLR0917
     finally:
         ttft_module.SMALL_CANDIDATES = kept
     assert small_scores.tolist() == pytest.approx(vector_scores.tolist(), rel=1e-9, abs=1e-9)
+
+
+def test_a_request_that_does_not_fit_in_the_cache_waits_for_the_ones_ahead() -> None:
+    table = WorkerTable()
+    ctx = context(3, prompt_tokens=100, cached=[100, 0, 0], table=table)
+    for slot in ctx.slots.tolist()[:2]:
+        table.add_inflight(slot, 1)
+    # the cached worker: 2 requests ahead must end first, then 1 runs beside this one;
+    # the second: it fits; the third: 1 must end, which waits less than the batch slots
+    ctx.memory_ahead, ctx.memory_batch = [2.0, 0.0, 1.0], [2.0, 3.0, 16.0]
+    for _ in range(8):
+        table.add_inflight(int(ctx.slots[2]), 1)
+    model = scorer()
+    for form in (model._predict_small, model._predict_vector):
+        _, wait, _, _ = form(ctx)
+        drain = PRIOR.prior_service_ms / PRIOR.prior_batch
+        assert wait.tolist() == pytest.approx([PRIOR.prior_service_ms, 0.0, drain])
+    assert model.score(ctx).argmax() == 1  # the hit does not buy seconds of waiting

@@ -41,6 +41,11 @@ class PickContext:
     hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
     # Blocks the approximate prefix index holds per candidate (how full its cache is).
     footprint: list[float] | None = None
+    # Per candidate, in precise pools whose cache size is known (`kvcache.memory`): the
+    # requests ahead that must end before this one fits in its KV cache, and how many then
+    # run at once (this one included). None: not known (the batch limit alone bounds).
+    memory_ahead: list[float] | None = None
+    memory_batch: list[float] | None = None
     # Written by the TTFT scorer when it runs: its prediction per candidate, milliseconds.
     predicted_ttft_ms: FloatArray | None = None
     predicted_wait_ms: FloatArray | None = None  # the part of it spent behind others

@@ -40,6 +40,11 @@ class PrefixQuery:
     precise: PreciseQuery | None = None  # the prompt in precise pools' engine blocks
     chars_per_token: float = CHARS_PER_TOKEN  # the model's, learned (`routing.textsize`)
 
+    @property
+    def output_tokens(self) -> int:
+        """The request's output tokens at most (0: not given)."""
+        return self.request.max_output_tokens or 0
+
 
 class CachedTokenSource(Protocol):
     """Predicted cached prompt tokens per candidate slot."""

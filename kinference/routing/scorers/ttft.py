@@ -1,7 +1,8 @@
 """Estimated time to first token: one cost per candidate, in milliseconds.
 
     ttft = wait + prefill + busy + pressure
-    wait     = ahead * service_ms / batch  +  (pending - shared_pending) * ms_per_token
+    wait     = max(ahead * service_ms / batch,  memory_ahead * service_ms / memory_batch)
+               + (pending - shared_pending) * ms_per_token
     prefill  = base_ms + (prompt_tokens - cached_tokens) * ms_per_token
     busy     = busy_ms_per_sequence * min(sequences, batch)
     pressure = decode_pressure_ms * min(sequences / batch, 1) ** 2
@@ -15,14 +16,18 @@ wait is a batch slot freed: `service_ms / batch` apart). `pending` are uncached 
 tokens picked to the worker and still without a first token, `shared_pending` those of
 them this prompt shares (a prefix being computed there is a cache hit in progress, not a
 queue: `routing.pending`). `busy` is what the running sequences add to the request's own
-first step (each step decodes them beside its prefill). `ms_per_token`, `base_ms`,
-and `service_ms` are learned per worker and model, `busy_ms_per_sequence` per model
-(`routing.rates`); a worker not learned yet takes its fellow candidates'
-mean, and the priors below apply while none is learned.
+first step (each step decodes them beside its prefill). In precise pools whose cache size
+is known, `memory_ahead` are the requests ahead that must end before this one fits in the
+worker's KV cache and `memory_batch` how many then run at once (`kvcache.memory`): with
+long prompts on small caches the engine's memory, not its batch limit, makes requests wait.
+`ms_per_token`, `base_ms`, and `service_ms` are learned per worker and model,
+`busy_ms_per_sequence` per model (`routing.rates`); a worker not learned yet takes its
+fellow candidates' mean, and the priors below apply while none is learned.
 
 The score is `best / cost` (the cheapest candidate scores 1), with
 `cost = ttft + (compute_weight + cache_space_weight * fullness) * prefill
-+ queue_weight * ahead * service_ms / batch`: a share of the compute the request takes
++ queue_weight * slot_wait` (`slot_wait = ahead * service_ms / batch`, or the wait for
+memory where that is longer): a share of the compute the request takes
 from those after it, so that at equal TTFT a cache hit wins; the cache space its new
 blocks take, dearer where the cache is fuller (`fullness`: blocks the prefix index holds
 there over the most any candidate holds), since they evict what others would reuse: cold
@@ -89,11 +94,12 @@ class Parts:
     """The prompt-independent terms per slot, milliseconds (and ms per uncached token)."""
 
     wait: FloatArray  # counting all pending prefill (`_shared_pending` is per prompt)
-    slot_wait: FloatArray  # of it, for a batch slot
+    slot_wait: FloatArray  # of it, for a batch slot (before any wait for memory)
     base: FloatArray
     per_token: FloatArray
     pressure: FloatArray  # with the busy term (both depend on the occupancy alone)
     sequences: FloatArray  # what each runs and queues now
+    service: FloatArray  # ms a request holds a batch slot after its first token
 
 
 # (predicted TTFT, its wait, the request's own prefill, the wait's part for a batch slot)
@@ -128,9 +134,14 @@ class TtftScorer:
         uncached = np.maximum(ctx.prompt_tokens - ctx.cached_tokens, 0.0)
         prefill = uncached * parts.per_token
         wait = parts.wait - _shared_pending(ctx) * parts.per_token
+        slot_wait = parts.slot_wait
+        if ctx.memory_ahead is not None and ctx.memory_batch is not None:
+            memory = np.asarray(ctx.memory_ahead) * parts.service / np.asarray(ctx.memory_batch)
+            wait = wait + np.maximum(memory - slot_wait, 0.0)
+            slot_wait = np.maximum(slot_wait, memory)  # the wait for a place to run
         predicted: FloatArray = wait + parts.base + prefill + parts.pressure
         ctx.sequences = parts.sequences
-        return predicted, wait, prefill, parts.slot_wait
+        return predicted, wait, prefill, slot_wait
 
     def _predict_small(self, ctx: PickContext) -> Terms:
         """`_predict` on Python floats, for a handful of candidates (numpy's fixed cost per
@@ -154,6 +165,7 @@ class TtftScorer:
         pending, waiting = table.pending_prefill, ctx.signals.waiting
         full = config.decode_pressure_ms
         prompt, cached, hashes = ctx.prompt_tokens, ctx.cached_tokens.tolist(), ctx.hashes
+        memory, fits = ctx.memory_ahead, ctx.memory_batch
         predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
         peer, prior = table.peer_batch_of(slots), config.prior_batch
         for i, slot in enumerate(slots):
@@ -163,6 +175,8 @@ class TtftScorer:
             if queued > 0.0 and cached[i] > 0.0:
                 queued = max(queued - table.shared_pending(slot, hashes), 0.0)
             for_slot = ahead * service[i] / batch
+            if memory is not None and fits is not None:  # a place to run: slot and memory
+                for_slot = max(for_slot, memory[i] * service[i] / fits[i])
             waited = for_slot + queued * per_token[i]
             own = max(prompt - cached[i], 0.0) * per_token[i]
             pressure = full * min(sequences / batch, 1.0) ** 2 + busy * min(sequences, batch)
@@ -192,7 +206,7 @@ class TtftScorer:
         wait = slot_wait + table.pending_prefill[slots] * per_token
         pressure = config.decode_pressure_ms * np.minimum(sequences / batch, 1.0) ** 2
         pressure = pressure + busy * np.minimum(sequences, batch)
-        return Parts(wait, slot_wait, base, per_token, pressure, sequences)
+        return Parts(wait, slot_wait, base, per_token, pressure, sequences, service)
 
     def score(self, ctx: PickContext) -> FloatArray:
         """`best / cost`, the cost being the predicted TTFT plus `compute_weight` (and
