@@ -111,7 +111,7 @@ class PickPreparation:
     ) -> Ready:
         preparer, precise = self.preparer, None
         if early is not None:
-            parsed, precise = await self._guarded(body, asyncio.shield(early))
+            parsed, precise = await self.guarded(body, asyncio.shield(early))
             return Ready(parsed, precise, await self._translated(body, parsed), held, True)
         elif held is not None:
             parsed = parsed_body(body)
@@ -123,7 +123,7 @@ class PickPreparation:
             return Ready(parsed, held=held)
         translated = await self._translated(body, parsed)
         if preparer is not None and preparer.active:
-            precise = await self._guarded(body, preparer.prepare(parsed, body))
+            precise = await self.guarded(body, preparer.prepare(parsed, body))
         return Ready(parsed, precise, translated, held)
 
     def deciding(self, ready: Ready) -> None:
@@ -133,7 +133,7 @@ class PickPreparation:
         if ready.begun and self.preparer is not None:
             self.preparer.deciding()
 
-    async def _guarded(self, body: Body, step: Awaitable[T]) -> T:
+    async def guarded(self, body: Body, step: Awaitable[T]) -> T:
         """`step`'s result; the body released if it raises or is cancelled."""
         try:
             return await step

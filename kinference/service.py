@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Callable
 
 from kinference.bodies import Body, BodyStore, Pull, Upload, new_id
-from kinference.errors import InvalidArgument, NotFound
-from kinference.itl_layout import BUCKETS as ITL_LAYOUT_1_BUCKETS
 from kinference.kvcache.precise import PreciseQuery
 from kinference.metrics import Metrics
 from kinference.ops.recorder import RequestRecorder
 from kinference.preparation import PickPreparation, Preparer
+from kinference.reports import Reports
 from kinference.requests import (
     InferenceRequest,
     RewritePlan,
@@ -29,30 +26,19 @@ from kinference.requests.offload import Offload
 from kinference.requests.rewrite import Translation
 from kinference.requests.translation import Untranslatable
 from kinference.routing import (
-    Assignment,
     Decision,
     Destination,
     InFlight,
-    LocalChoice,
     Outcome,
-    ProviderChoice,
     Reason,
     RouteQuery,
     Router,
 )
-from kinference.routing.health import UNAUTHORIZED, UNRESOLVED
-from kinference.routing.learning import Served
-from kinference.routing.tenants import Reservation
 from kinference.service_types import FinalReport, PickCall, PickResult
 
 __all__ = ["FinalReport", "PickCall", "PickResult", "PickerService"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-# Abort reasons that tell the picker something about a provider it cannot see itself.
-_LEARNED_LIMIT = 10_000  # aborted ids remembered so repeats do not count twice
-_ABORT_HEALTH = {"BACKEND_UNRESOLVED": UNRESOLVED, "BACKEND_UNAUTHORIZED": UNAUTHORIZED}
 
 
 class PickerService:
@@ -84,15 +70,7 @@ class PickerService:
         self.inflight = inflight
         self._metrics = metrics
         self._recorder = recorder or RequestRecorder(metrics)
-        # Label lookups cost microseconds on every request: bind the children once.
-        self._reports = {
-            (kind, known): metrics.reports.labels(kind, str(known).lower())
-            for kind in ("first_token", "final_token")
-            for known in (True, False)
-        }
-        self._learned: OrderedDict[int, None] = OrderedDict()  # response ids already counted
-        # Tenant budget reservations of requests in flight, settled or handed back with them.
-        self._reservations: dict[int, Reservation] = {}
+        self.reports = Reports(store, router, inflight, metrics, self._recorder)
 
     @property
     def offload(self) -> Offload:
@@ -133,7 +111,9 @@ class PickerService:
         try:
             if not isinstance(ready.parsed, str):
                 tenants = self.router.tenants
-                await self._guarded(body, tenants.ready(self.router.policy.config, call.tenant))
+                await self.preparation.guarded(
+                    body, tenants.ready(self.router.policy.config, call.tenant)
+                )
             self.preparation.deciding(ready)  # the rest of this Pick is one loop step
             return self._decided(
                 body,
@@ -146,14 +126,6 @@ class PickerService:
         finally:
             if ready.held:
                 self.store.budget.release(ready.held)
-
-    async def _guarded(self, body: Body, step: Awaitable[T]) -> T:
-        """`step`'s result; the body released if it raises or is cancelled."""
-        try:
-            return await step
-        except BaseException:
-            self.store.release(body)
-            raise
 
     def _decided(
         self,
@@ -248,7 +220,7 @@ class PickerService:
             request.max_output_tokens,
         )  # fmt: skip
         if reservation is not None:
-            self._reservations[response_id] = reservation
+            self.reports.hold(response_id, reservation)
         if decision.local is not None:
             self.router.picked(decision.local)
         self.store.park(response_id, rewritten)
@@ -289,123 +261,32 @@ class PickerService:
     ) -> bool:
         """Record the first response byte (`ago_s` seconds ago: a report that came late,
         riding on the final one); False when the id is not in flight."""
-        assignment = self.inflight.get(response_id)
-        self._reports["first_token", assignment is not None].inc()
-        if assignment is None:
-            return False
-        first = assignment.first_token_at is None  # a repeated report counts once
-        if first:
-            assignment.first_token_at = time.monotonic() - ago_s
-        self._recorder.first_token(assignment, ttft_ms, upstream_status)
-        destination = assignment.destination
-        if isinstance(destination, LocalChoice):
-            if upstream_status < 400 and first:
-                assignment.ttft_ms = float(ttft_ms)
-                self.router.first_token(destination, float(ttft_ms))
-                if self.router.precise is not None:  # the engine ran it: events are due
-                    self.router.precise.served(destination)
-            elif first:  # no token came: its prefill is no longer pending either
-                self.router.first_token_failed(destination)
-        elif upstream_status >= 400:
-            self.router.health.upstream_status(destination.ref, upstream_status)
-        return True
+        return self.reports.first_token(response_id, ttft_ms, upstream_status, ago_s=ago_s)
 
     def final_token(self, report: FinalReport) -> bool:
         """Record a finished response, count its tokens, stop counting it as load."""
-        _check_itl(report)
-        assignment = self.inflight.release(report.response_id)
-        self._reports["final_token", assignment is not None].inc()
-        if assignment is None:
-            return False
-        self._recorder.final_token(report, assignment)
-        self.router.tenants.settle(
-            self._reservations.pop(report.response_id, None),
-            report.prompt_tokens,
-            report.completion_tokens,
-        )
-        local = assignment.local
-        if local is not None:
-            self.router.final(local, _served(report, assignment))
-        if self.store.drop_parked(report.response_id):  # finished without pulling: odd
-            self._metrics.bodies_reclaimed.labels("final_report").inc()
-        return True
+        return self.reports.final_token(report)
 
     def abort(self, response_id: int, reason: str, detail: str) -> None:
-        """Release the body and the in-flight slot; NotFound when nothing was held.
-
-        A provider the caller could not resolve or was refused by cools down even when the
-        Abort comes after the request was released: the caller knows what we cannot see.
-        """
-        self._learn_from_abort(response_id, reason, detail)
-        dropped_body = self.store.drop_parked(response_id)
-        assignment = self.inflight.release(response_id)
-        self._hand_back(response_id)
-        if not dropped_body and assignment is None:
-            raise NotFound(f"response {response_id} is unknown or already released")
-        if dropped_body:
-            self._metrics.bodies_reclaimed.labels("abort").inc()
-        self._recorder.aborted(response_id, reason, detail, assignment)
-
-    def _learn_from_abort(self, response_id: int, reason: str, detail: str) -> None:
-        health_reason = _ABORT_HEALTH.get(reason)
-        if health_reason is None or response_id in self._learned:
-            return  # one failed request counts once, however often it is aborted
-        self._learned[response_id] = None
-        if len(self._learned) > _LEARNED_LIMIT:
-            self._learned.popitem(last=False)
-        destination = self.inflight.recent(response_id)
-        if isinstance(destination, ProviderChoice):
-            cooldown = self.router.health.report(destination.ref, health_reason, detail)
-            log.warning(
-                "provider %s cooling down: %s (%d reports)",
-                destination.ref,
-                health_reason,
-                cooldown.count,
-            )
+        """Release the body and the in-flight slot; NotFound when nothing was held."""
+        self.reports.abort(response_id, reason, detail)
 
     def reap(self) -> None:
         """Reclaim expired bodies and in-flight entries (run periodically)."""
         for response_id in self.store.reap_expired_parked():
             self.inflight.release(response_id)
-            self._hand_back(response_id)
+            self.reports.hand_back(response_id)
             self._metrics.bodies_reclaimed.labels("ttl_unpulled").inc()
         for _ in range(self.store.reap_expired_pending()):
             self._metrics.bodies_reclaimed.labels("ttl_unpicked").inc()
         self.preparation.drop(lambda stream_id: not self.store.is_pending(stream_id))
         for response_id in self.inflight.expire():
-            self._hand_back(response_id)
-
-    def _hand_back(self, response_id: int) -> None:
-        """Return the budget reserved for a request that will not report its tokens."""
-        self.router.tenants.cancel(self._reservations.pop(response_id, None))
+            self.reports.hand_back(response_id)
 
 
 def _usage_asked(request: InferenceRequest) -> bool:
     options = request.fields.values.get("stream_options")
     return request.stream and isinstance(options, dict) and options.get("include_usage") is True
-
-
-def _served(report: FinalReport, assignment: Assignment) -> Served:
-    started = assignment.first_token_at
-    return Served(
-        prompt_tokens=report.prompt_tokens,
-        cached_tokens=report.cached_tokens,
-        itl_bucket_counts=report.itl_bucket_counts,
-        ttft_ms=assignment.ttft_ms,
-        service_ms=None if started is None else (time.monotonic() - started) * 1000.0,
-    )
-
-
-def _check_itl(report: FinalReport) -> None:
-    counts, layout = report.itl_bucket_counts, report.itl_bucket_layout
-    if not counts:
-        return
-    if layout != 1:
-        raise InvalidArgument(f"unknown itl_bucket_layout {layout}; this server knows layout 1")
-    if len(counts) != ITL_LAYOUT_1_BUCKETS:
-        raise InvalidArgument(
-            f"itl_bucket_counts has {len(counts)} entries; layout 1 has {ITL_LAYOUT_1_BUCKETS}"
-        )
 
 
 class _ResponseIdsInUse:

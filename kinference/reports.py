@@ -1,0 +1,167 @@
+"""What the caller reports after a Pick: the first token, the final token, an Abort.
+
+Each report releases what its request holds exactly once (the in-flight slot, a parked
+body, the tenant's budget reservation) and teaches the routing core what it saw: TTFT and
+service time for the worker's rates, tokens for the tenant's usage, a provider's refusal
+for its health. `PickerService` holds one and answers the reports through it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+
+from kinference.bodies import BodyStore
+from kinference.errors import InvalidArgument, NotFound
+from kinference.itl_layout import BUCKETS as ITL_LAYOUT_1_BUCKETS
+from kinference.metrics import Metrics
+from kinference.ops.recorder import RequestRecorder
+from kinference.routing import Assignment, InFlight, LocalChoice, ProviderChoice, Router
+from kinference.routing.health import UNAUTHORIZED, UNRESOLVED
+from kinference.routing.learning import Served
+from kinference.routing.tenants import Reservation
+from kinference.service_types import FinalReport
+
+log = logging.getLogger(__name__)
+
+# Abort reasons that tell the picker something about a provider it cannot see itself.
+_ABORT_HEALTH = {"BACKEND_UNRESOLVED": UNRESOLVED, "BACKEND_UNAUTHORIZED": UNAUTHORIZED}
+_LEARNED_LIMIT = 10_000  # aborted ids remembered so repeats do not count twice
+
+
+class Reports:
+    """The reports of one instance's requests, and the budget reservations they settle."""
+
+    def __init__(
+        self,
+        store: BodyStore,
+        router: Router,
+        inflight: InFlight,
+        metrics: Metrics,
+        recorder: RequestRecorder,
+    ) -> None:
+        self._store = store
+        self._router = router
+        self._inflight = inflight
+        self._metrics = metrics
+        self._recorder = recorder
+        # Label lookups cost microseconds on every request: bind the children once.
+        self._reports = {
+            (kind, known): metrics.reports.labels(kind, str(known).lower())
+            for kind in ("first_token", "final_token")
+            for known in (True, False)
+        }
+        self._learned: OrderedDict[int, None] = OrderedDict()  # response ids already counted
+        # Tenant budget reservations of requests in flight, settled or handed back with them.
+        self._reservations: dict[int, Reservation] = {}
+
+    def hold(self, response_id: int, reservation: Reservation) -> None:
+        """Keep a picked request's budget reservation until its final report or release."""
+        self._reservations[response_id] = reservation
+
+    def first_token(
+        self, response_id: int, ttft_ms: int, upstream_status: int, *, ago_s: float = 0.0
+    ) -> bool:
+        """Record the first response byte (`ago_s` seconds ago: a report that came late,
+        riding on the final one); False when the id is not in flight."""
+        assignment = self._inflight.get(response_id)
+        self._reports["first_token", assignment is not None].inc()
+        if assignment is None:
+            return False
+        first = assignment.first_token_at is None  # a repeated report counts once
+        if first:
+            assignment.first_token_at = time.monotonic() - ago_s
+        self._recorder.first_token(assignment, ttft_ms, upstream_status)
+        destination = assignment.destination
+        if isinstance(destination, LocalChoice):
+            if upstream_status < 400 and first:
+                assignment.ttft_ms = float(ttft_ms)
+                self._router.first_token(destination, float(ttft_ms))
+                if self._router.precise is not None:  # the engine ran it: events are due
+                    self._router.precise.served(destination)
+            elif first:  # no token came: its prefill is no longer pending either
+                self._router.first_token_failed(destination)
+        elif upstream_status >= 400:
+            self._router.health.upstream_status(destination.ref, upstream_status)
+        return True
+
+    def final_token(self, report: FinalReport) -> bool:
+        """Record a finished response, count its tokens, stop counting it as load."""
+        _check_itl(report)
+        assignment = self._inflight.release(report.response_id)
+        self._reports["final_token", assignment is not None].inc()
+        if assignment is None:
+            return False
+        self._recorder.final_token(report, assignment)
+        self._router.tenants.settle(
+            self._reservations.pop(report.response_id, None),
+            report.prompt_tokens,
+            report.completion_tokens,
+        )
+        local = assignment.local
+        if local is not None:
+            self._router.final(local, _served(report, assignment))
+        if self._store.drop_parked(report.response_id):  # finished without pulling: odd
+            self._metrics.bodies_reclaimed.labels("final_report").inc()
+        return True
+
+    def abort(self, response_id: int, reason: str, detail: str) -> None:
+        """Release the body and the in-flight slot; NotFound when nothing was held.
+
+        A provider the caller could not resolve or was refused by cools down even when the
+        Abort comes after the request was released: the caller knows what we cannot see.
+        """
+        self._learn_from_abort(response_id, reason, detail)
+        dropped_body = self._store.drop_parked(response_id)
+        assignment = self._inflight.release(response_id)
+        self.hand_back(response_id)
+        if not dropped_body and assignment is None:
+            raise NotFound(f"response {response_id} is unknown or already released")
+        if dropped_body:
+            self._metrics.bodies_reclaimed.labels("abort").inc()
+        self._recorder.aborted(response_id, reason, detail, assignment)
+
+    def _learn_from_abort(self, response_id: int, reason: str, detail: str) -> None:
+        health_reason = _ABORT_HEALTH.get(reason)
+        if health_reason is None or response_id in self._learned:
+            return  # one failed request counts once, however often it is aborted
+        self._learned[response_id] = None
+        if len(self._learned) > _LEARNED_LIMIT:
+            self._learned.popitem(last=False)
+        destination = self._inflight.recent(response_id)
+        if isinstance(destination, ProviderChoice):
+            cooldown = self._router.health.report(destination.ref, health_reason, detail)
+            log.warning(
+                "provider %s cooling down: %s (%d reports)",
+                destination.ref,
+                health_reason,
+                cooldown.count,
+            )
+
+    def hand_back(self, response_id: int) -> None:
+        """Return the budget reserved for a request that will not report its tokens."""
+        self._router.tenants.cancel(self._reservations.pop(response_id, None))
+
+
+def _served(report: FinalReport, assignment: Assignment) -> Served:
+    started = assignment.first_token_at
+    return Served(
+        prompt_tokens=report.prompt_tokens,
+        cached_tokens=report.cached_tokens,
+        itl_bucket_counts=report.itl_bucket_counts,
+        ttft_ms=assignment.ttft_ms,
+        service_ms=None if started is None else (time.monotonic() - started) * 1000.0,
+    )
+
+
+def _check_itl(report: FinalReport) -> None:
+    counts, layout = report.itl_bucket_counts, report.itl_bucket_layout
+    if not counts:
+        return
+    if layout != 1:
+        raise InvalidArgument(f"unknown itl_bucket_layout {layout}; this server knows layout 1")
+    if len(counts) != ITL_LAYOUT_1_BUCKETS:
+        raise InvalidArgument(
+            f"itl_bucket_counts has {len(counts)} entries; layout 1 has {ITL_LAYOUT_1_BUCKETS}"
+        )
