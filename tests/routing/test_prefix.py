@@ -247,4 +247,4 @@ def test_indexed_blocks_leave_the_collector_nothing_to_walk() -> None:
     index.shortfall(0, list(range(5000)), 2000, None)
     gc.collect()
     assert len(index) == 7000
-    assert len(gc.get_objects()) - before < 100
+    assert len(gc.get_objects()) - before < 1000  # a set per block would add 7,000
