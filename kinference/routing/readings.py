@@ -19,6 +19,9 @@ _IndexArray = npt.NDArray[np.intp]
 # times N until it is seen full (or observed queueing): tried, a queue shows within a few
 # picks; assumed exactly N, every pick past N would look like a queue it may not have.
 BATCH_HEADROOM = 2.0
+# An expected wait beyond the most seen running (`unseen_wait`) needs this many seen at
+# once: an engine seen running one at a time says no more of its batch than an idle one.
+MOST_SEEN_FOR_DOUBT = 2.0
 
 
 class EngineReadings:
@@ -154,9 +157,68 @@ class EngineReadings:
             guess = max(took_all if math.isnan(ceiling) else min(took_all, ceiling), guess)
         return sequences, max(guess, 1.0)
 
+    def unsure(self, slots: _IndexArray, peer: float) -> _FloatArray:
+        """Per candidate, the most sequences any candidate was seen running (or joined
+        unqueued) where its own batch is not known (no full reading, no configured batch,
+        no ceiling of its own or its peers'), else NaN: the batch is somewhere from there
+        to the guess. The pool's most, not the worker's own: engines of a pool are alike,
+        and one seen running 1 may well run 8 (Dynamo's mockers, 1-3 of 8 at 3 req/s)."""
+        seen, limit = self.batch[slots], self.batch_limit[slots]
+        floor = np.fmax(self.running_max[slots], self.batch_floor[slots])
+        known = ~np.isnan(seen) | ~np.isnan(limit) | ~np.isnan(self.batch_ceiling[slots])
+        if not math.isnan(peer):
+            known = known | ~(floor > peer)  # the peers' batch is its ceiling
+        pool = float(np.nanmax(floor)) if not np.isnan(floor).all() else math.nan
+        return np.where(known, np.nan, np.fmax(floor, pool))
+
+    def unsure_of(self, slot: int, peer: float, pool: float) -> float:
+        """`unsure` of one slot on Python floats (`pool`: `most_seen_of` the candidates)."""
+        floor = _fmax(self.running_max.item(slot), self.batch_floor.item(slot))
+        known = _fmax(self.batch.item(slot), self.batch_limit.item(slot))
+        known = _fmax(known, self.batch_ceiling.item(slot))
+        if not math.isnan(known) or (not math.isnan(peer) and not floor > peer):
+            return math.nan
+        return _fmax(floor, pool)
+
+    def most_seen_of(self, slots: list[int]) -> float:
+        """The most sequences any of the slots was seen running or joined unqueued."""
+        most = math.nan
+        for slot in slots:
+            most = _fmax(most, _fmax(self.running_max.item(slot), self.batch_floor.item(slot)))
+        return most
+
     def has_readings(self) -> bool:
         """Whether any engine reading was ever taken (else every engine signal is unknown)."""
         return self.any_reading
+
+
+def unseen_wait(joined: float, most: float, batch: float, service_ms: float) -> float:
+    """The expected wait of the `joined`-th sequence on a worker seen running `most` at
+    most, whose batch is guessed `batch`: the batch taken as any of `most`..`batch`,
+    equally likely, each sequence beyond a batch b waiting `service_ms / b` (0 when `most`
+    is NaN: the batch is known, or nothing was seen; or below `MOST_SEEN_FOR_DOUBT`)."""
+    if not most >= MOST_SEEN_FOR_DOUBT or joined <= most:
+        return 0.0
+    total, size = 0.0, batch - most + 1.0
+    candidate = most
+    while candidate < joined and candidate <= batch:
+        total += (joined - candidate) / candidate
+        candidate += 1.0
+    return service_ms * total / max(size, 1.0)
+
+
+def unseen_waits(
+    joined: _FloatArray, most: _FloatArray, batch: _FloatArray, service_ms: _FloatArray
+) -> _FloatArray:
+    """`unseen_wait` per candidate."""
+    known = ~(most >= MOST_SEEN_FOR_DOUBT) | (joined <= most)
+    if known.all():
+        return np.zeros(len(joined))
+    return np.array([
+        unseen_wait(j, m, b, s)
+        for j, m, b, s in zip(joined.tolist(), most.tolist(), batch.tolist(),
+                              service_ms.tolist(), strict=True)
+    ])  # fmt: skip
 
 
 def _fmax(a: float, b: float) -> float:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from kinference.routing.pending import PendingPrefix
 from kinference.routing.rates import MIN_TOKENS_FOR_SLOPE, Rates
+from kinference.routing.readings import unseen_wait
 from kinference.routing.scorers import ttft as ttft_module
 from kinference.routing.scorers.ttft import TtftConfig, TtftScorer
 from kinference.routing.table import WorkerTable
@@ -233,7 +234,7 @@ def test_pending_prefill_of_a_shared_prefix_is_no_wait() -> None:
     table.add_pending_prefill(holder, 500.0)  # another prompt's prefill: a wait
     model = scorer()
     for form in (model._predict_small, model._predict_vector):
-        _, wait, _, _ = form(ctx)
+        _, wait, *_ = form(ctx)
         assert wait.tolist() == pytest.approx([500 * PER_TOKEN, 0.0])
 
 
@@ -330,7 +331,72 @@ def test_a_request_that_does_not_fit_in_the_cache_waits_for_the_ones_ahead() -> 
         table.add_inflight(int(ctx.slots[2]), 1)
     model = scorer()
     for form in (model._predict_small, model._predict_vector):
-        _, wait, _, _ = form(ctx)
+        _, wait, *_ = form(ctx)
         drain = PRIOR.prior_service_ms / PRIOR.prior_batch
         assert wait.tolist() == pytest.approx([PRIOR.prior_service_ms, 0.0, drain])
     assert model.score(ctx).argmax() == 1  # the hit does not buy seconds of waiting
+
+
+def _seen_running(table: WorkerTable, slot: int, *counts: int) -> None:
+    """Fresh readings of `counts` running, nothing waiting (the last stays)."""
+    for running in counts:
+        table.set_engine(slot, waiting=0, running=running, kv_usage=0.1, scraped_at=0.0)
+
+
+def test_joining_beyond_the_most_seen_running_costs_an_expected_wait() -> None:
+    """Few-slots, 6 req/s (engines of 4 slots, no queue seen yet in the pool): a chat turn
+    whose prefix is cached on an engine seen running 3 at most, with 4 on it now, would be
+    its 5th; the batch guessed 8 predicted no wait, and it waited ~480 ms. Taken as any of
+    3..8, equally likely, the expected wait sends it to a free engine instead. An engine
+    seen running as many as the request makes (Dynamo's mockers run 1-3 of 8) keeps it."""
+    table = WorkerTable()
+    slots = table.slots(f"10.0.0.{i}:8000" for i in range(2)).tolist()
+    _seen_running(table, slots[0], 3)
+    _seen_running(table, slots[1], 0)
+    table.add_inflight(slots[0], 1)  # picked since the reading: 4 on it
+    ctx = context(2, prompt_tokens=1600, cached=[1500, 0], table=table)
+    predicted, wait = scorer().predict(ctx)
+    assert wait.tolist() == [0.0, 0.0] and predicted[0] < predicted[1]  # no certain wait
+    expected = (2 / 3 + 1 / 4) / 6 * PRIOR.prior_service_ms  # batch 3, 4 (of 3..8)
+    assert unseen_wait(5.0, 3.0, 8.0, PRIOR.prior_service_ms) == expected
+    for candidates in (ttft_module.SMALL_CANDIDATES, 0):  # both forms
+        ttft_module.SMALL_CANDIDATES, kept = candidates, ttft_module.SMALL_CANDIDATES
+        try:
+            assert scorer().score(ctx).argmax() == 1
+            assert scorer(unsure_batch_weight=0.0).score(ctx).argmax() == 0
+        finally:
+            ttft_module.SMALL_CANDIDATES = kept
+    _seen_running(table, slots[0], 5, 2)  # seen running 5: a 3rd is no doubt
+    ctx = context(2, prompt_tokens=1600, cached=[1500, 0], table=table)
+    assert scorer().score(ctx).argmax() == 0
+
+
+def test_the_most_seen_is_the_pools() -> None:
+    """Dynamo's mockers at 3 req/s run 1-3 of 8: a hit joining an engine seen running 1
+    as its 2nd sequence, another engine seen running 3, is no doubt (by its own most, the
+    batch taken as any of 1..8 cost it a slot's service / 8 twice, and such hits went
+    to cold engines: p90 132 ms against Dynamo's 86)."""
+    table = WorkerTable()
+    slots = table.slots(f"10.0.0.{i}:8000" for i in range(2)).tolist()
+    _seen_running(table, slots[0], 1)
+    _seen_running(table, slots[1], 3, 0)
+    ctx = context(2, prompt_tokens=1600, cached=[1500, 0], table=table)
+    assert table.most_seen_of(slots) == 3.0
+    assert unseen_wait(3.0, 1.0, 8.0, 2000.0) == 0.0  # 1 at a time: no evidence of a batch
+    assert table.unsure_of(slots[0], math.nan, 3.0) == 3.0
+    scores = scorer().score(ctx)
+    assert scores[0] == 1.0
+    assert scorer().score(ctx).tolist() == scorer(unsure_batch_weight=0.0).score(ctx).tolist()
+
+
+def test_a_known_batch_leaves_no_doubt() -> None:
+    """With the batch known (a ceiling here, or a peer's), only the certain wait counts."""
+    table = WorkerTable()
+    slots = table.slots(f"10.0.0.{i}:8000" for i in range(2)).tolist()
+    _seen_running(table, slots[0], 3)
+    assert table.unsure_of(slots[0], math.nan, 3.0) == 3.0
+    assert math.isnan(table.unsure_of(slots[0], 6.0, 3.0))  # the peers' batch: a ceiling
+    assert table.unsure_of(slots[0], 2.0, 3.0) == 3.0  # it ran more than the peers' batch
+    table.observed_batch(slots[0], 6.0, queued=True)
+    assert math.isnan(table.unsure_of(slots[0], math.nan, 3.0))
+    assert np.isnan(table.unsure(np.array(slots[:1]), math.nan)).all()

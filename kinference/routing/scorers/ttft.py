@@ -27,12 +27,12 @@ fellow candidates' mean, and the priors below apply while none is learned.
 The score is `best / cost` (the cheapest candidate scores 1), with
 `cost = ttft + (compute_weight + cache_space_weight * fullness) * prefill
 + queue_weight * slot_wait` (`slot_wait = ahead * service_ms / batch`, or the wait for
-memory where that is longer): a share of the compute the request takes
-from those after it, so that at equal TTFT a cache hit wins; the cache space its new
-blocks take, dearer where the cache is fuller (`fullness`: blocks the prefix index holds
-there over the most any candidate holds), since they evict what others would reuse: cold
-prompts spread over the caches; and behind a full batch, the slot it then holds, which the
-requests coming after it there wait for (none where a slot is free).
+memory where that is longer): a share of the compute the request takes from those after
+it, so that at equal TTFT a cache hit wins; the cache space its new blocks take, dearer
+where the cache is fuller (`fullness`: blocks the prefix index holds there over the most
+any candidate holds), since they evict what others would reuse; behind a full batch, the
+slot it then holds, which the requests after it there wait for (none where one is free);
+and where the batch is not known, the expected such wait (`readings.unseen_wait`).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.rates import Rates
+from kinference.routing.readings import unseen_wait, unseen_waits
 from kinference.routing.table import FloatArray, IndexArray, WorkerTable
 
 
@@ -85,6 +86,9 @@ class TtftConfig(PluginConfig):
     # behind a queue is about twice its wait, and a miss on a free slot often wins
     # (least-in-flight's throughput and p90 beat a cache-only view there).
     queue_weight: NonNegativeFloat = 1.0
+    # Share of the expected wait beyond the most seen running while a worker's batch is
+    # not known (`readings.unseen_wait`), in the cost as a slot wait (1 + queue_weight).
+    unsure_batch_weight: NonNegativeFloat = 1.0
     # Weight of a new sample in the learned rates (exponential forgetting).
     learning_rate: float = Field(default=0.1, gt=0.0, le=1.0)
 
@@ -100,10 +104,11 @@ class Parts:
     pressure: FloatArray  # with the busy term (both depend on the occupancy alone)
     sequences: FloatArray  # what each runs and queues now
     service: FloatArray  # ms a request holds a batch slot after its first token
+    unsure: FloatArray  # the expected wait where the batch is not known (`unseen_wait`)
 
 
-# (predicted TTFT, its wait, the request's own prefill, the wait's part for a batch slot)
-Terms = tuple[FloatArray, FloatArray, FloatArray, FloatArray]
+# (predicted TTFT, its wait, own prefill, its slot wait, the unknown batch's expected wait)
+Terms = tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]
 
 # Up to this many candidates the terms are computed on Python floats (`small_parts`).
 SMALL_CANDIDATES = 16
@@ -119,7 +124,7 @@ class TtftScorer:
 
     def predict(self, ctx: PickContext) -> tuple[FloatArray, FloatArray]:
         """(predicted milliseconds to first token, of which waiting) on each candidate."""
-        predicted, wait, _, _ = self._predict(ctx)
+        predicted, wait, _, _, _ = self._predict(ctx)
         return predicted, wait
 
     def _predict(self, ctx: PickContext) -> Terms:
@@ -141,17 +146,18 @@ class TtftScorer:
             slot_wait = np.maximum(slot_wait, memory)  # the wait for a place to run
         predicted: FloatArray = wait + parts.base + prefill + parts.pressure
         ctx.sequences = parts.sequences
-        return predicted, wait, prefill, slot_wait
+        return predicted, wait, prefill, slot_wait, parts.unsure
 
     def _predict_small(self, ctx: PickContext) -> Terms:
         """`_predict` on Python floats, for a handful of candidates (numpy's fixed cost per
         call is then the larger one); the same formulas, so the same values."""
-        predicted, wait, prefill, slot_wait = self._small_terms(ctx)
-        return np.array(predicted), np.array(wait), np.array(prefill), np.array(slot_wait)
+        terms = self._small_terms(ctx)
+        predicted, wait, prefill, slot_wait, unsure = (np.array(term) for term in terms)
+        return predicted, wait, prefill, slot_wait, unsure
 
     def _small_terms(
         self, ctx: PickContext
-    ) -> tuple[list[float], list[float], list[float], list[float]]:
+    ) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
         """`_predict_small`'s values as lists (what `score` computes on)."""
         config, rates, table, model = self.config, self.rates, ctx.table, ctx.model
         slots = ctx.slots.tolist()
@@ -167,6 +173,8 @@ class TtftScorer:
         prompt, cached, hashes = ctx.prompt_tokens, ctx.cached_tokens.tolist(), ctx.hashes
         memory, fits = ctx.memory_ahead, ctx.memory_batch
         predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
+        unsure: list[float] = []
+        pool = table.most_seen_of(slots)
         peer, prior = table.peer_batch_of(slots), config.prior_batch
         for i, slot in enumerate(slots):
             sequences, batch = table.occupancy_of(slot, waiting.item(slot), prior, peer)
@@ -185,8 +193,10 @@ class TtftScorer:
             prefill.append(own)
             occupied.append(sequences)
             slot_wait.append(for_slot)
+            most = table.unsure_of(slot, peer, pool) if ahead == 0.0 else math.nan
+            unsure.append(unseen_wait(sequences + 1.0, most, batch, service[i]))
         ctx.sequences = np.array(occupied)
-        return predicted, wait, prefill, slot_wait
+        return predicted, wait, prefill, slot_wait, unsure
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray
@@ -206,7 +216,9 @@ class TtftScorer:
         wait = slot_wait + table.pending_prefill[slots] * per_token
         pressure = config.decode_pressure_ms * np.minimum(sequences / batch, 1.0) ** 2
         pressure = pressure + busy * np.minimum(sequences, batch)
-        return Parts(wait, slot_wait, base, per_token, pressure, sequences, service)
+        most = np.where(ahead > 0.0, np.nan, table.unsure(slots, table.peer_batch(slots)))
+        unsure = unseen_waits(sequences + 1.0, most, batch, service)
+        return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure)
 
     def score(self, ctx: PickContext) -> FloatArray:
         """`best / cost`, the cost being the predicted TTFT plus `compute_weight` (and
@@ -214,7 +226,7 @@ class TtftScorer:
         `queue_weight` of its wait for a batch slot (milliseconds all)."""
         if len(ctx.slots) <= SMALL_CANDIDATES:  # Python floats: a few numpy calls fewer
             return self._score_small(ctx)
-        predicted, ctx.predicted_wait_ms, prefill, slot_wait = self._predict_vector(ctx)
+        predicted, ctx.predicted_wait_ms, prefill, slot_wait, unsure = self._predict_vector(ctx)
         ctx.predicted_ttft_ms = predicted
         weight, space, footprint = (
             self.config.compute_weight,
@@ -224,12 +236,12 @@ class TtftScorer:
         share: FloatArray | float = weight
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             share = weight + space * np.asarray(footprint) / most
-        queued = self.config.queue_weight * slot_wait
+        queued = self.config.queue_weight * slot_wait + self._unsure_share() * unsure
         cost = np.maximum(predicted + share * prefill + queued, 1.0)
         return float(cost.min()) / cost
 
     def _score_small(self, ctx: PickContext) -> FloatArray:
-        predicted, wait, owns, slot_wait = self._small_terms(ctx)
+        predicted, wait, owns, slot_wait, unsure = self._small_terms(ctx)
         ctx.predicted_ttft_ms, ctx.predicted_wait_ms = np.array(predicted), np.array(wait)
         weight, space, footprint = (
             self.config.compute_weight,
@@ -239,12 +251,16 @@ class TtftScorer:
         shares = [weight] * len(owns)
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             shares = [weight + space * blocks / most for blocks in footprint]
-        queued = self.config.queue_weight
-        terms = zip(predicted, owns, shares, slot_wait, strict=True)
-        costs = [max(ttft + share * own + queued * slot, 1.0)
-                 for ttft, own, share, slot in terms]  # fmt: skip
+        queued, doubt = self.config.queue_weight, self._unsure_share()
+        terms = zip(predicted, owns, shares, slot_wait, unsure, strict=True)
+        costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms, 1.0)
+                 for ttft, own, share, slot, unsure_ms in terms]  # fmt: skip
         best = min(costs)
         return np.array([best / cost for cost in costs])
+
+    def _unsure_share(self) -> float:
+        """Cost per ms of an unknown batch's expected wait: its own and the slot it holds."""
+        return self.config.unsure_batch_weight * (1.0 + self.config.queue_weight)
 
 
 def _shared_pending(ctx: PickContext) -> FloatArray:
