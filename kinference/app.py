@@ -13,12 +13,13 @@ from typing import Any
 
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from redis.exceptions import RedisError
 
 from kinference.api.server import build_server
 from kinference.api.servicer import PickerServicer
 from kinference.api.session import SessionServicer
+from kinference.api.session_requests import Limits as SessionLimits
 from kinference.api.tls import bind, listener_files
 from kinference.bodies import BodyStore, ByteBudget
 from kinference.cluster.node import ClusterNode
@@ -41,7 +42,7 @@ from kinference.heap import start_serving
 from kinference.kvcache.precise import PreciseCaches
 from kinference.kvevents.optional import precise_parts
 from kinference.loop_lag import LoopLagMonitor
-from kinference.metrics import Metrics
+from kinference.metrics import Metrics, serve_metrics
 from kinference.ops.recorder import RequestRecorder
 from kinference.ops.routing_collector import RoutingCollector
 from kinference.ops.tenants import TenantLabels
@@ -61,11 +62,6 @@ from kinference.settings import Settings, format_host_port, split_host_port
 
 log = logging.getLogger(__name__)
 
-# Bodies above this many bytes are scanned while they arrive: the scan's counts decide
-# whether their parse runs on the loop or in the parse worker (`requests/loop_cost.py`).
-# Smaller ones are parsed whole on the loop at Pick, which is faster for them
-# (see kinference.requests.fields).
-SCAN_FROM_BYTES = INLINE_PARSE_BYTES
 _DRAIN_POLL_S = 0.02  # how often a draining instance checks whether its bodies are gone
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 
@@ -82,7 +78,9 @@ class App:
             max_body_bytes=settings.max_body_bytes,
             ttl_s=settings.body_ttl_s,
             observer_factory=JsonScanner,
-            observe_from_bytes=SCAN_FROM_BYTES,
+            # Larger bodies are scanned while they arrive: the counts decide whether their
+            # parse runs on the loop or in the parse worker (`requests/loop_cost.py`).
+            observe_from_bytes=INLINE_PARSE_BYTES,
             defer_observing_from=INLINE_SCAN_BYTES,
         )
         self.table = WorkerTable()
@@ -151,7 +149,7 @@ class App:
         )
         self.health = HealthServicer()
         servicer = PickerServicer(self.service, self.metrics, settings.body_idle_timeout_s)
-        self.session = SessionServicer(self.service, self.metrics, settings.body_idle_timeout_s)
+        self.session = SessionServicer(self.service, self.metrics, SessionLimits.of(settings))
         self.server = build_server(
             servicer,
             self.health,
@@ -160,6 +158,9 @@ class App:
         )
         self.metrics.buffered_limit_bytes.set(settings.max_buffered_bytes)
         self.metrics.watch_buffers(lambda: budget.used, lambda: self.store.held_bodies)
+        self.metrics.watch_sessions(
+            lambda: self.session.streams, lambda: self.session.open_requests
+        )
         self.metrics.watch_inflight(self.inflight.per_endpoint, lambda: self.inflight.own)
         self.metrics.watch_providers(self.router.health.active, self.router.health.now)
         self.metrics.registry.register(RoutingCollector(self.router))
@@ -204,7 +205,8 @@ class App:
         if self.port == 0:
             raise OSError(f"cannot listen on {self.settings.listen}")
         await self.server.start()
-        self._start_metrics()
+        self._metrics_server = serve_metrics(self.settings.metrics_listen, self.metrics.registry)
+        self.metrics_port = self._metrics_server.server_port if self._metrics_server else 0
         self._reaper = asyncio.create_task(self._reap_forever(), name="kinference-reaper")
         self.loop_lag.start()
         await self.engines.start()
@@ -222,14 +224,6 @@ class App:
         await self.health.set("", _SERVING)
         await self.health.set("kinference.v1.Picker", _SERVING)
         log.info("kinference listening on %s (gRPC port %d)", self.settings.listen, self.port)
-
-    def _start_metrics(self) -> None:
-        if not self.settings.metrics_listen:
-            return
-        host, port = split_host_port(self.settings.metrics_listen)
-        server, _thread = start_http_server(port, host, registry=self.metrics.registry)
-        self._metrics_server = server
-        self.metrics_port = server.server_port
 
     async def _reap_forever(self) -> None:
         interval = min(1.0, self.settings.body_ttl_s / 4)  # seconds

@@ -6,10 +6,11 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from kinference.hostport import split_host_port
 from kinference.itl_layout import EDGES_MS as ITL_LAYOUT_1_EDGES_MS
 
 # Pick latency, seconds: the decision itself is sub-millisecond; the tail shows GC or a
@@ -40,6 +41,16 @@ class Metrics:
         self.buffered_limit_bytes = Gauge(
             "kinference_buffered_limit_bytes",
             "Server-wide body budget (KINFERENCE_MAX_BUFFERED_BYTES).",
+            registry=registry,
+        )
+        self.session_streams = Gauge(
+            "kinference_session_streams",
+            "PickerSession streams open now (one per remote-mode gateway process).",
+            registry=registry,
+        )
+        self.session_requests = Gauge(
+            "kinference_session_requests",
+            "Requests open now on PickerSession streams, from their start to their answer.",
             registry=registry,
         )
         self.pick_seconds = Histogram(
@@ -132,6 +143,11 @@ class Metrics:
         self.buffered_bytes.set_function(used)
         self.bodies_held.set_function(held)
 
+    def watch_sessions(self, streams: Callable[[], float], requests: Callable[[], float]) -> None:
+        """PickerSession gauges, read at scrape time."""
+        self.session_streams.set_function(streams)
+        self.session_requests.set_function(requests)
+
     def watch_providers(
         self, active: Callable[[], Mapping[str, Any]], now: Callable[[], float]
     ) -> None:
@@ -144,6 +160,16 @@ class Metrics:
         """Export in-flight requests per endpoint (cluster-wide and this instance's), read
         at scrape time."""
         self.registry.register(_InflightCollector(per_endpoint, own))
+
+
+def serve_metrics(listen: str, registry: CollectorRegistry) -> Any:
+    """Serve `registry` as Prometheus text on `listen` ("host:port"; empty: not served).
+    Returns the HTTP server (`server_port`, `shutdown`), or None."""
+    if not listen:
+        return None
+    host, port = split_host_port(listen)
+    server, _thread = start_http_server(port, host, registry=registry)
+    return server
 
 
 class _InflightCollector(Collector):

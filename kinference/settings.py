@@ -95,6 +95,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=64 * MiB, gt=0)  # one request body
     max_buffered_bytes: int = Field(default=1 * GiB, gt=0)  # all bodies held at once
     body_idle_timeout_s: float = Field(default=30.0, gt=0)  # max gap between PushBody chunks
+    # Per PickerSession stream (docs/gateway.md): requests open at once (a `start` beyond
+    # fails with `server_busy`), and answers queued unwritten before the picker stops
+    # reading the stream (its caller is not reading).
+    session_max_open_requests: int = Field(default=1024, ge=1)
+    session_max_queued_frames: int = Field(default=4096, ge=1)
     body_ttl_s: float = Field(default=60.0, gt=0)  # unpicked or unpulled bodies are dropped
     request_ttl_s: float = Field(default=900.0, gt=0)  # a pick counts as load at most this long
     shutdown_grace_s: float = Field(default=30.0, ge=0)  # drain time after SIGTERM

@@ -19,7 +19,7 @@ import grpc
 
 from kinference.api import convert, picking
 from kinference.api.session_outbox import Outbox
-from kinference.api.session_requests import Open, Requests, StreamFault
+from kinference.api.session_requests import Limits, Open, Requests, StreamFault
 from kinference.api.status import status_code
 from kinference.errors import PickerError
 from kinference.metrics import Metrics
@@ -36,10 +36,10 @@ METHOD = "Session"
 class SessionServicer:
     """Serves each PickerSession stream with a `_Stream` of its own."""
 
-    def __init__(self, service: PickerService, metrics: Metrics, idle_timeout_s: float) -> None:
+    def __init__(self, service: PickerService, metrics: Metrics, limits: Limits) -> None:
         self.service = service
         self.metrics = metrics
-        self.idle_timeout_s = idle_timeout_s
+        self.limits = limits
         self._streams: set[_Stream] = set()
         self._closing = False
 
@@ -60,6 +60,16 @@ class SessionServicer:
         finally:
             self._streams.discard(stream)
 
+    @property
+    def streams(self) -> int:
+        """Streams open now."""
+        return len(self._streams)
+
+    @property
+    def open_requests(self) -> int:
+        """Requests open now on every stream, from their `start` to their answer."""
+        return sum(len(stream.requests) for stream in self._streams)
+
     def close(self) -> None:
         """Draining: every stream stops reading, answers the picks under way and ends
         (OK); new streams are refused (UNAVAILABLE). Call once no body is held."""
@@ -75,8 +85,8 @@ class _Stream:
         self.service = servicer.service
         self.metrics = servicer.metrics
         self.context = context
-        self.outbox = Outbox(context.write)
-        self.requests = Requests(self.service, servicer.idle_timeout_s, self._failed)
+        self.outbox = Outbox(context.write, servicer.limits.max_queued_frames)
+        self.requests = Requests(self.service, servicer.limits, self._failed)
         self._picks: set[asyncio.Task[None]] = set()
         self._reading: asyncio.Task[None] | None = None
 

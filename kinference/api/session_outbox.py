@@ -13,15 +13,16 @@ from collections.abc import Awaitable, Callable
 
 from kinference.v1 import session_pb2 as spb
 
-# Frames queued for one stream before its reader stops reading (the caller is not reading).
-MAX_QUEUED_FRAMES = 4096
-
 
 class Outbox:
-    """Frames for one stream, written in batches by `run` until `close`."""
+    """Frames for one stream, written in batches by `run` until `close`; at `max_queued`
+    frames unwritten, `room` waits (KINFERENCE_SESSION_MAX_QUEUED_FRAMES)."""
 
-    def __init__(self, write: Callable[[spb.ServerBatch], Awaitable[None]]) -> None:
+    def __init__(
+        self, write: Callable[[spb.ServerBatch], Awaitable[None]], max_queued: int
+    ) -> None:
         self._write = write
+        self._max_queued = max_queued
         self._frames: list[spb.ServerFrame] = []
         self._writing: list[spb.ServerFrame] = []
         self._wake = asyncio.Event()
@@ -32,7 +33,7 @@ class Outbox:
     def put(self, frame: spb.ServerFrame) -> None:
         self._frames.append(frame)
         self._wake.set()
-        if len(self._frames) >= MAX_QUEUED_FRAMES:
+        if len(self._frames) >= self._max_queued:
             self._room.clear()
 
     async def room(self) -> None:
@@ -60,5 +61,5 @@ class Outbox:
             self._writing, self._frames = self._frames, []
             await self._write(spb.ServerBatch(frames=self._writing))
             self._writing = []
-            if len(self._frames) < MAX_QUEUED_FRAMES:
+            if len(self._frames) < self._max_queued:
                 self._room.set()

@@ -17,11 +17,9 @@ from kinference.api import convert, extensions
 from kinference.bodies import Observation, Upload
 from kinference.errors import IdleTimeout, PickerError, ServerBusy
 from kinference.service import PickCall, PickerService
+from kinference.settings import Settings
 from kinference.v1 import session_pb2 as spb
 
-# Requests open at once on one stream; a `start` beyond fails with RESOURCE_EXHAUSTED and
-# `server_busy` (retry later), as a PushBody over the server-wide budget would.
-MAX_OPEN_REQUESTS = 1024
 # The largest body sent back inline on a stream, whatever the caller asks (it shares the
 # stream with every other request: a larger one is pulled with PullBody).
 INLINE_BODY_LIMIT = 1 << 20
@@ -47,12 +45,32 @@ class Open:
 Failed = Callable[[int, PickerError], None]
 
 
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one stream may hold (settings `body_idle_timeout_s`, `session_max_*`)."""
+
+    idle_timeout_s: float  # the longest gap between two chunks of one body
+    # Requests open at once; a `start` beyond fails with RESOURCE_EXHAUSTED and
+    # `server_busy` (retry later), as a PushBody over the server-wide budget would.
+    max_open_requests: int
+    max_queued_frames: int  # answers unwritten before the stream's reading stops
+
+    @classmethod
+    def of(cls, settings: Settings) -> Limits:
+        return cls(
+            settings.body_idle_timeout_s,
+            settings.session_max_open_requests,
+            settings.session_max_queued_frames,
+        )
+
+
 class Requests:
     """The stream's open requests by id; ids only ever grow."""
 
-    def __init__(self, service: PickerService, idle_timeout_s: float, failed: Failed) -> None:
+    def __init__(self, service: PickerService, limits: Limits, failed: Failed) -> None:
         self._service = service
-        self._idle_s = idle_timeout_s
+        self._idle_s = limits.idle_timeout_s
+        self._max_open = limits.max_open_requests
         self._failed = failed
         self._open: dict[int, Open] = {}
         self._last = 0
@@ -93,8 +111,8 @@ class Requests:
         return observation
 
     def _start(self, request_id: int, start: spb.Start) -> None:
-        if len(self._open) >= MAX_OPEN_REQUESTS:
-            raise ServerBusy(f"{MAX_OPEN_REQUESTS} requests open on this session")
+        if len(self._open) >= self._max_open:
+            raise ServerBusy(f"{self._max_open} requests open on this session")
         call = convert.pick_call(start.pick)  # checked before any byte is held
         call = dataclasses.replace(call, stream_id=0)
         declared = start.declared_length if start.HasField("declared_length") else None

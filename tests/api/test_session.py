@@ -101,12 +101,9 @@ async def test_a_picker_without_the_service_answers_unimplemented() -> None:
         await server.stop(None)
 
 
-async def test_a_caller_that_does_not_read_stops_the_reading(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_a_caller_that_does_not_read_stops_the_reading() -> None:
     from kinference.api import session_outbox
 
-    monkeypatch.setattr(session_outbox, "MAX_QUEUED_FRAMES", 3)
     written: list[spb.ServerBatch] = []
     blocked = asyncio.Event()
 
@@ -114,7 +111,7 @@ async def test_a_caller_that_does_not_read_stops_the_reading(
         written.append(batch)
         await blocked.wait()  # the caller's window is full
 
-    outbox = session_outbox.Outbox(write)
+    outbox = session_outbox.Outbox(write, max_queued=3)
     writer = asyncio.create_task(outbox.run())
     outbox.put(spb.ServerFrame(id=1))
     await wait_until(lambda: len(written) == 1)

@@ -10,7 +10,6 @@ import grpc
 import pytest
 
 from kinference import session_client
-from kinference.api import session_requests
 from kinference.errors import ServerBusy
 from kinference.v1 import picker_pb2 as pb
 from kinference.v1 import session_pb2 as spb
@@ -73,10 +72,8 @@ async def test_an_idle_upload_times_out(start_picker: PickerFactory) -> None:
     await session.aclose(5)
 
 
-async def test_too_many_open_requests_are_refused_as_busy(
-    picker: RunningPicker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(session_requests, "MAX_OPEN_REQUESTS", 3)
+async def test_too_many_open_requests_are_refused_as_busy(start_picker: PickerFactory) -> None:
+    picker = await start_picker(session_max_open_requests=3)
     session = await opened(picker)
     never = asyncio.Event()
 
@@ -90,11 +87,19 @@ async def test_too_many_open_requests_are_refused_as_busy(
     await wait_until(lambda: uploads(picker) >= 3)
     error = await expect_error(session, chunks_of(b"{}"), start(None))
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and error_code(error) == "server_busy"
+    assert gauge(picker, "kinference_session_streams") == 1
+    assert gauge(picker, "kinference_session_requests") == 3
     for task in open_ones:
         task.cancel()
     await asyncio.gather(*open_ones, return_exceptions=True)
     await released(picker)
+    await wait_until(lambda: gauge(picker, "kinference_session_requests") == 0)
     await session.aclose(5)
+    await wait_until(lambda: gauge(picker, "kinference_session_streams") == 0)
+
+
+def gauge(picker: RunningPicker, name: str) -> float | None:
+    return picker.app.metrics.registry.get_sample_value(name)
 
 
 async def test_a_broken_stream_fails_its_requests_and_the_picker_lets_go(
