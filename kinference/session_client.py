@@ -73,13 +73,16 @@ class SessionClient:
         request_id = self._last_id
         answer: asyncio.Future[spb.ServerFrame] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = answer
-        put = self._writer.put
+        writer = self._writer
+        put = writer.put
         put(spb.ClientFrame(id=request_id, start=start))
         upload = _Interruptible(answer)
         try:
             async for data in chunks:
                 for at in range(0, len(data), FRAME_CHUNK_BYTES):
                     put(spb.ClientFrame(id=request_id, chunk=data[at : at + FRAME_CHUNK_BYTES]))
+                if writer.full:  # the stream is slower than the bodies coming in
+                    await writer.room()
             upload.done()
             put(spb.ClientFrame(id=request_id, end=True))
             frame = await answer

@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 HOLD_S = 0.005  # longest a report waits for company (seconds)
 MAX_BATCH_BYTES = (1 << 20) - 4096  # under the picker's per-message decode limit
+# Body bytes queued and not yet written before `room` makes uploads wait: the stream's
+# flow control then reaches the clients sending the bodies (bytes; 16 full messages).
+MAX_PENDING_BYTES = 16 << 20
 
 Broken = Callable[[str], None]  # told why the stream broke
 Unsent = Callable[[list[spb.ClientFrame]], None]
@@ -34,12 +37,20 @@ class Writer:
     `unsent` gets the reports still queued when the stream stops."""
 
     def __init__(
-        self, write: Callable[[spb.ClientBatch], Awaitable[Any]], broken: Broken, unsent: Unsent
+        self,
+        write: Callable[[spb.ClientBatch], Awaitable[Any]],
+        broken: Broken,
+        unsent: Unsent,
+        max_pending_bytes: int = MAX_PENDING_BYTES,
     ) -> None:
         self._write = write
+        self._max_pending = max_pending_bytes
         self._broken = broken
         self._unsent = unsent
         self._pending: list[tuple[spb.ClientFrame, float | None]] = []
+        self._pending_bytes = 0  # of the body chunks in `_pending`
+        self._room = asyncio.Event()
+        self._room.set()
         self._wake = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
@@ -53,10 +64,24 @@ class Writer:
         """Queue `frame`; a lazy one (a report) waits up to HOLD_S for company.
         `first_token_at` (monotonic): when the first token reported came."""
         self._pending.append((frame, first_token_at))
+        if frame.chunk:
+            self._pending_bytes += len(frame.chunk)
+            if self._pending_bytes >= self._max_pending:
+                self._room.clear()
         if not lazy:
             self._wake.set()
         elif self._timer is None and not self._wake.is_set():
             self._timer = self._loop.call_later(HOLD_S, self._wake.set)
+
+    @property
+    def full(self) -> bool:
+        """True while `max_pending_bytes` of body chunks wait to be written."""
+        return not self._room.is_set()
+
+    async def room(self) -> None:
+        """Return once the body chunks queued are under `max_pending_bytes` (or the
+        stream stopped)."""
+        await self._room.wait()
 
     async def flush_and_close(self, done_writing: Callable[[], Awaitable[Any]]) -> None:
         """Write everything queued, then half-close the stream."""
@@ -76,6 +101,8 @@ class Writer:
             self._timer.cancel()
         reports = [frame for frame, _ in self._pending if frame.WhichOneof("report")]
         self._pending = []
+        self._pending_bytes = 0
+        self._room.set()  # uploads waiting for room learn of the end from their answer
         if reports:
             self._unsent(reports)
 
@@ -108,5 +135,8 @@ class Writer:
             frames.append(frame)
             size += nbytes
             taken += 1
+            self._pending_bytes -= len(frame.chunk)
         del self._pending[:taken]
+        if self._pending_bytes < self._max_pending:
+            self._room.set()
         return batch
