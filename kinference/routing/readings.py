@@ -38,7 +38,6 @@ class EngineReadings:
     batch_floor: _FloatArray
     batch_ceiling: _FloatArray
     batch_limit: _FloatArray
-    joined_unqueued: _FloatArray
     any_reading: bool  # some slot's `scraped_at` is a time (kept by `set_engine`)
 
     def engine_signals(self, now: float, max_age_s: float) -> tuple[_FloatArray, _FloatArray]:
@@ -169,8 +168,7 @@ class EngineReadings:
         known = ~np.isnan(seen) | ~np.isnan(limit) | ~np.isnan(self.batch_ceiling[slots])
         if not math.isnan(peer):
             known = known | ~(floor > peer)  # the peers' batch is its ceiling
-        seen_or_joined = np.fmax(floor, self.joined_unqueued[slots])
-        pool = float(np.nanmax(seen_or_joined)) if not np.isnan(seen_or_joined).all() else math.nan
+        pool = float(np.nanmax(floor)) if not np.isnan(floor).all() else math.nan
         return np.where(known, np.nan, np.fmax(floor, pool))
 
     def unsure_of(self, slot: int, peer: float, pool: float) -> float:
@@ -183,12 +181,10 @@ class EngineReadings:
         return _fmax(floor, pool)
 
     def most_seen_of(self, slots: list[int]) -> float:
-        """The most sequences any of the slots was seen running or joined unqueued (the
-        latter from first tokens, with readings too)."""
+        """The most sequences any of the slots was seen running or joined unqueued."""
         most = math.nan
         for slot in slots:
             most = _fmax(most, _fmax(self.running_max.item(slot), self.batch_floor.item(slot)))
-            most = _fmax(most, self.joined_unqueued.item(slot))
         return most
 
     def has_readings(self) -> bool:

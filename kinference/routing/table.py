@@ -65,9 +65,6 @@ class WorkerTable(EngineReadings):
         # fewest it was seen queueing behind (a ceiling); NaN until observed.
         self.batch_floor: FloatArray = np.full(capacity, np.nan)
         self.batch_ceiling: FloatArray = np.full(capacity, np.nan)
-        # The most sequences a request joined without queueing, readings or not: no doubt
-        # of the batch up to there (`readings.unsure`), even where readings keep the floor.
-        self.joined_unqueued: FloatArray = np.full(capacity, np.nan)
         # The pool's `max_batch` (its engines' max_num_seqs), NaN when not configured.
         self.batch_limit: FloatArray = np.full(capacity, np.nan)
         # Uncached prompt tokens picked to each worker that have no first token yet, and
@@ -122,7 +119,6 @@ class WorkerTable(EngineReadings):
         self.running_max = grown(self.running_max, np.nan)  # type: ignore[assignment]
         self.batch_floor = grown(self.batch_floor, np.nan)  # type: ignore[assignment]
         self.batch_ceiling = grown(self.batch_ceiling, np.nan)  # type: ignore[assignment]
-        self.joined_unqueued = grown(self.joined_unqueued, np.nan)  # type: ignore[assignment]
         self.batch_limit = grown(self.batch_limit, np.nan)  # type: ignore[assignment]
         self.pending_prefill = grown(self.pending_prefill, 0.0)  # type: ignore[assignment]
         self.prefill_since = grown(self.prefill_since, np.nan)  # type: ignore[assignment]
@@ -191,7 +187,6 @@ class WorkerTable(EngineReadings):
         it) and drops a ceiling below it, a queue past the floor sets a ceiling under it."""
         low, ceiling = self.batch_floor.item(slot), self.batch_ceiling.item(slot)
         if not queued:
-            self.joined_unqueued[slot] = np.fmax(self.joined_unqueued[slot], sequences)
             if floor and not low >= sequences:  # NaN floor: none yet
                 self.batch_floor[slot] = sequences
             if ceiling < sequences:
@@ -203,7 +198,6 @@ class WorkerTable(EngineReadings):
     def forget_batch(self, slot: int) -> None:
         """A worker left: what was learned of its batch no longer applies to its slot."""
         self.batch_floor[slot] = self.batch_ceiling[slot] = np.nan
-        self.joined_unqueued[slot] = np.nan
 
     def set_ready(self, slot: int, ready: bool) -> None:
         self.ready[slot] = ready

@@ -447,35 +447,6 @@ def test_the_most_seen_is_the_pools() -> None:
     assert scorer().score(ctx).tolist() == scorer(unsure_batch_weight=0.0).score(ctx).tolist()
 
 
-def test_a_request_that_joined_unqueued_ends_the_doubt_up_to_there() -> None:
-    """vllm-64, 12 req/s (64 slots, readings every second): the readings had caught at
-    most 3 running, so a chat turn cached on an engine running 3 paid the doubt of a 4th
-    and went cold (90 ms against a 21 ms hit), though requests had already joined 4 and
-    5 there without queueing. A first token on time after joining 5 (readings or not)
-    shows the pool takes 5: joining as the 4th or 5th is no doubt, a 6th still is."""
-    table = WorkerTable(clock=frozen)
-    slots = table.slots(f"10.0.0.{i}:8000" for i in range(2)).tolist()
-    _seen_running(table, slots[0], 3)
-    _seen_running(table, slots[1], 0)
-    ctx = context(2, prompt_tokens=1600, cached=[1500, 0], table=table)
-    table.add_inflight(slots[0], 1)  # 4 on it: the hit would be its 5th
-    assert scorer().score(ctx).argmax() == 1
-    table.observed_batch(slots[1], 5.0, queued=False, floor=False)  # with readings
-    assert math.isnan(table.batch_floor[slots[1]])  # the readings keep the floor ...
-    assert table.most_seen_of(slots) == 5.0  # ... the doubt starts past 5
-    assert table.unsure(np.array(slots), math.nan).tolist() == [5.0, 5.0]
-    for candidates in (ttft_module.SMALL_CANDIDATES, 0):  # both forms
-        ttft_module.SMALL_CANDIDATES, kept = candidates, ttft_module.SMALL_CANDIDATES
-        try:
-            assert scorer().score(ctx).argmax() == 0
-        finally:
-            ttft_module.SMALL_CANDIDATES = kept
-    table.add_inflight(slots[0], 1)  # the 6th: past what any request joined unqueued
-    assert unseen_wait(6.0, 5.0, 8.0, PRIOR.prior_service_ms) > 0.0
-    table.forget_batch(slots[1])
-    assert table.most_seen_of(slots) == 3.0
-
-
 def test_a_known_batch_leaves_no_doubt() -> None:
     """With the batch known (a ceiling here, or a peer's), only the certain wait counts."""
     table = WorkerTable(clock=frozen)
