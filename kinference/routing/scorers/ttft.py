@@ -220,7 +220,7 @@ class TtftScorer:
         sequences, batch = table.occupancy(slots, waiting, config.prior_batch)
         ahead = np.maximum(sequences + 1.0 - batch, 0.0)
         slot_wait = ahead * service / batch
-        wait = slot_wait + table.pending_prefill[slots] * per_token  # less `_done` below
+        wait = slot_wait + table.pending_prefill[slots] * per_token  # less `unwaited_prefill`
         pressure = config.decode_pressure_ms * np.minimum(sequences / batch, 1.0) ** 2
         pressure = pressure + busy * np.minimum(sequences, batch)
         most = np.where(ahead > 0.0, np.nan, table.unsure(slots, table.peer_batch(slots)))
