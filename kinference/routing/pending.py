@@ -6,9 +6,16 @@ it finds its prefix being computed (a cache hit in progress; the index already c
 those blocks as cached there). Only pending prefill the new request does not share is a
 wait. Entries are keyed by whatever identifies one pick (the local choice object, another
 replica's pick id) and leave at the first token, an upstream error or the release.
+What of the pending prefill a new request waits for (`waited_prefill`): not what it
+shares, nor what the engine has computed since the worker's pending prefill began.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 from kinference.records import record
 
@@ -69,3 +76,53 @@ class PendingPrefixes:
     def forget(self, slot: int) -> list[PendingPrefix]:
         """Drop a worker's entries (it left); answers them."""
         return list(self._by_slot.pop(slot, {}).values())
+
+
+class _Draining(Protocol):
+    """What `waited_prefill` reads of the worker table."""
+
+    pending_prefill: npt.NDArray[np.float64]
+
+    def prefill_done(self, slot: int, ms_per_token: float) -> float: ...
+    def shared_pending(self, slot: int, hashes: tuple[int, ...]) -> float: ...
+
+
+def waited_prefill(
+    table: _Draining,
+    slot: int,
+    pending: float,
+    *,
+    per_token: float,
+    cached: float,
+    hashes: tuple[int, ...],
+) -> float:
+    """Of `pending` prefill tokens on the worker, those a new request waits for. vLLM's
+    scheduler (v1, chunked prefill) runs a prompt being prefilled first, a chunk per step
+    as large as the step's token budget leaves, and starts a new prompt only in what
+    budget remains: the new one waits for the rest of what is pending, less what the
+    engine has computed since it began (`WorkerTable.prefill_done`), or less what this
+    prompt shares (a cache hit in progress), whichever leaves fewer (they may overlap)."""
+    left = pending - table.prefill_done(slot, per_token)
+    if cached > 0.0 and hashes:
+        left = min(left, pending - table.shared_pending(slot, hashes))
+    return max(left, 0.0)
+
+
+def unwaited_prefill(
+    table: _Draining,
+    slots: npt.NDArray[np.intp],
+    cached: npt.NDArray[np.float64],
+    hashes: tuple[int, ...],
+    per_token: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64]:
+    """Per candidate, the pending prefill tokens a request does not wait for
+    (`waited_prefill`'s complement); 0 where none is pending."""
+    pending = table.pending_prefill[slots]
+    gone = np.zeros(len(slots))
+    for i in np.flatnonzero(pending > 0.0):
+        queued = pending.item(i)
+        gone[i] = queued - waited_prefill(
+            table, int(slots[i]), queued, per_token=per_token.item(i),
+            cached=cached.item(i), hashes=hashes,
+        )  # fmt: skip
+    return gone

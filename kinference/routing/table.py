@@ -9,7 +9,8 @@ carried forward, occupancy against the batch) is read by `kinference.routing.rea
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +34,8 @@ ITL_LAYOUT_1_MS = np.array(MIDPOINTS_MS, dtype=np.float64)
 class WorkerTable(EngineReadings):
     """In-flight load, engine metrics, readiness and latency estimates per worker slot."""
 
-    def __init__(self, capacity: int = 64) -> None:
+    def __init__(self, capacity: int = 64, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock  # monotonic seconds: how long pending prefill has drained
         self._slots: dict[str, int] = {}
         self.endpoints: list[str] = []
         self.inflight: FloatArray = np.zeros(capacity)
@@ -69,6 +71,12 @@ class WorkerTable(EngineReadings):
         # (for those with prefix blocks) which blocks they compute.
         self.pending_prefill: FloatArray = np.zeros(capacity)
         self.pending = PendingPrefixes()
+        # Since when (monotonic s) each worker has had pending prefill without a break, and
+        # of the tokens pending then or added since, those whose first token came: the
+        # engine has computed about (now - since) / ms_per_token tokens since, so that many
+        # less the ended ones of what is pending now (`prefill_done`).
+        self.prefill_since: FloatArray = np.full(capacity, np.nan)
+        self.prefill_ended: FloatArray = np.zeros(capacity)
         self.adapters: list[frozenset[str]] = []
         self._lora: dict[str, BoolArray] = {}  # adapter name -> which slots have it loaded
         self._ttft: dict[str, FloatArray] = {}  # per model, milliseconds (EWMA)
@@ -113,6 +121,8 @@ class WorkerTable(EngineReadings):
         self.batch_ceiling = grown(self.batch_ceiling, np.nan)  # type: ignore[assignment]
         self.batch_limit = grown(self.batch_limit, np.nan)  # type: ignore[assignment]
         self.pending_prefill = grown(self.pending_prefill, 0.0)  # type: ignore[assignment]
+        self.prefill_since = grown(self.prefill_since, np.nan)  # type: ignore[assignment]
+        self.prefill_ended = grown(self.prefill_ended, 0.0)  # type: ignore[assignment]
         for name, mask in self._lora.items():
             self._lora[name] = grown(mask, False)  # type: ignore[assignment]
         for estimates in (self._ttft, self._itl):
@@ -125,7 +135,28 @@ class WorkerTable(EngineReadings):
 
     def add_pending_prefill(self, slot: int, tokens: float) -> None:
         """Uncached prompt tokens awaiting their first token change by `tokens`."""
-        self.pending_prefill[slot] = max(self.pending_prefill.item(slot) + tokens, 0.0)
+        before = self.pending_prefill.item(slot)
+        after = max(before + tokens, 0.0)
+        self.pending_prefill[slot] = after
+        if after <= 0.0:  # drained: the next prefill starts a new stretch
+            self.prefill_since[slot] = np.nan
+            self.prefill_ended[slot] = 0.0
+        elif before <= 0.0:
+            self.prefill_since[slot] = self._clock()
+        elif tokens < 0.0:
+            self.prefill_ended[slot] = self.prefill_ended.item(slot) - tokens
+
+    def prefill_done(self, slot: int, ms_per_token: float) -> float:
+        """Of the worker's pending prefill, the tokens its engine has computed by now at
+        `ms_per_token`, if it prefills them one after the other from when the stretch
+        began (as vLLM's scheduler does: a prompt being prefilled runs first, in chunks of
+        the step's token budget, and a new one waits for the budget it leaves)."""
+        since = self.prefill_since.item(slot)
+        if math.isnan(since) or ms_per_token <= 0.0:
+            return 0.0
+        computed = (self._clock() - since) * 1000.0 / ms_per_token
+        done = computed - self.prefill_ended.item(slot)
+        return min(max(done, 0.0), self.pending_prefill.item(slot))
 
     def start_prefill(self, slot: int, key: object, entry: PendingPrefix) -> None:
         """A pick's prefill, by its prefix blocks, pending on `slot` until `end_prefill`."""

@@ -21,6 +21,11 @@ PRIOR = TtftConfig()
 PER_TOKEN = 1000.0 / PRIOR.prior_prefill_tokens_per_s  # ms per uncached token
 
 
+def frozen() -> float:
+    """A clock that stands still: pending prefill does not drain between two lines."""
+    return 100.0
+
+
 def scorer(rates: Rates | None = None, **config: float) -> TtftScorer:
     return TtftScorer(TtftConfig(**config), rates or Rates())  # type: ignore[arg-type]
 
@@ -38,7 +43,7 @@ def test_cached_tokens_are_not_prefilled_again() -> None:
 
 
 def test_a_full_batch_queues_the_request_for_a_slot() -> None:
-    table = WorkerTable()
+    table = WorkerTable(clock=frozen)
     ctx = context(2, prompt_tokens=100, cached=[100, 0], table=table)
     for _ in range(8):  # the prior batch: the cached worker is full, one more waits
         table.add_inflight(int(ctx.slots[0]), 1)
@@ -49,15 +54,68 @@ def test_a_full_batch_queues_the_request_for_a_slot() -> None:
 
 
 def test_pending_prefill_is_waited_for_at_the_learned_rate() -> None:
-    table = WorkerTable()
+    table = WorkerTable(clock=frozen)
     ctx = context(2, prompt_tokens=100, table=table)
     table.add_pending_prefill(int(ctx.slots[0]), 3000)
     _, wait = scorer().predict(ctx)
     assert wait.tolist() == pytest.approx([3000 * PER_TOKEN, 0.0])
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_pending_prefill_drains_while_it_is_computed() -> None:
+    """A 3000-token document picked 120 ms ago at 0.1 ms a token is 1200 tokens in: the
+    request waits for the 1800 left; once another prefill ends, its tokens count as done
+    (the engine computed those first), and a new stretch starts from nothing done."""
+    clock = Clock()
+    table = WorkerTable(clock=clock)
+    ctx = context(2, prompt_tokens=100, table=table)
+    slot = int(ctx.slots[0])
+    table.add_pending_prefill(slot, 3000)
+    clock.now += 0.120
+    model = scorer()
+    for form in (model._predict_small, model._predict_vector):
+        _, wait, *_ = form(ctx)
+        assert wait.tolist() == pytest.approx([1800 * PER_TOKEN, 0.0])
+    table.add_pending_prefill(slot, 500)  # a second prompt, queued behind the rest
+    table.add_pending_prefill(slot, -3000)  # the document's first token
+    assert table.prefill_done(slot, PER_TOKEN) == pytest.approx(0.0)  # 1200 < 3000 ended
+    clock.now += 0.200  # 2000 more computed: 200 of them the second prompt's
+    assert table.prefill_done(slot, PER_TOKEN) == pytest.approx(200.0)
+    clock.now += 10.0  # long overdue: all of it done, never more than is pending
+    assert table.prefill_done(slot, PER_TOKEN) == pytest.approx(500.0)
+    _, wait = model.predict(ctx)
+    assert wait.tolist() == pytest.approx([0.0, 0.0])
+    table.add_pending_prefill(slot, -500)
+    table.add_pending_prefill(slot, 700)  # a new stretch: nothing of it done yet
+    _, wait = model.predict(ctx)
+    assert wait.tolist() == pytest.approx([700 * PER_TOKEN, 0.0])
+
+
+def test_a_hit_behind_a_document_almost_prefilled_stays_on_its_cache() -> None:
+    """The worker holding the prompt is prefilling a 12k-token document: just picked, the
+    hit would wait 1.2 s and a cold prefill elsewhere wins; 1.15 s on, 500 tokens are left
+    and the hit wins again (the document is computed, not waiting to start)."""
+    clock = Clock()
+    table = WorkerTable(clock=clock)
+    ctx = context(2, prompt_tokens=1600, cached=[1500, 0], table=table)
+    table.add_pending_prefill(int(ctx.slots[0]), 12_000)
+    model = scorer()
+    assert int(np.argmax(model.score(ctx))) == 1
+    clock.now += 1.150
+    _, wait = model.predict(ctx)
+    assert wait[0] == pytest.approx(500 * PER_TOKEN)
+    assert int(np.argmax(model.score(ctx))) == 0
+
+
 def test_decode_pressure_grows_with_the_square_of_occupancy() -> None:
-    table = WorkerTable()
+    table = WorkerTable(clock=frozen)
     ctx = context(3, prompt_tokens=0, table=table)
     table.add_inflight(int(ctx.slots[1]), 4)
     table.add_inflight(int(ctx.slots[2]), 7)
@@ -67,7 +125,7 @@ def test_decode_pressure_grows_with_the_square_of_occupancy() -> None:
 
 
 def test_an_engine_seen_full_gives_its_batch_and_queue() -> None:
-    table = WorkerTable()
+    table = WorkerTable(clock=frozen)
     ctx = context(2, prompt_tokens=0, table=table)
     busy, idle = int(ctx.slots[0]), int(ctx.slots[1])
     # A queue standing a second in the readings: the batch is full.
@@ -85,7 +143,7 @@ def test_behind_a_full_batch_the_wait_passed_on_counts_too() -> None:
     """Its cached prefix sits on a full engine: its own TTFT is lower there (a slot's wait
     against a cold prefill), but the slot it then holds is waited for by the requests
     after it; on the free engine it delays no one. The free engine wins."""
-    table = WorkerTable()
+    table = WorkerTable(clock=frozen)
     ctx = context(2, prompt_tokens=6000, cached=[6000, 0], table=table)
     holder = int(ctx.slots[0])
     table.set_batch_limit(holder, 4.0)
@@ -117,7 +175,7 @@ def test_the_score_is_best_over_cost_the_cost_counting_a_share_of_the_prefill() 
 def test_at_equal_ttft_the_cache_wins() -> None:
     """The cached worker is busy prefilling what the request shares: both promise the same
     TTFT, but only the other would compute the prompt again."""
-    table = WorkerTable()
+    table = WorkerTable(clock=frozen)
     ctx = context(2, prompt_tokens=1000, cached=[1000, 0], table=table)
     table.add_pending_prefill(int(ctx.slots[0]), 1000)
     predicted, _ = scorer(decode_pressure_ms=0).predict(ctx)
@@ -127,7 +185,7 @@ def test_at_equal_ttft_the_cache_wins() -> None:
 
 
 def test_each_running_sequence_adds_the_busy_cost_up_to_the_batch() -> None:
-    table = WorkerTable()
+    table = WorkerTable(clock=frozen)
     ctx = context(3, prompt_tokens=0, table=table)
     table.add_inflight(int(ctx.slots[1]), 3)
     table.add_inflight(int(ctx.slots[2]), 12)  # 8 run (the prior batch), 4 wait
@@ -139,7 +197,7 @@ def test_each_running_sequence_adds_the_busy_cost_up_to_the_batch() -> None:
 def test_a_learned_busy_cost_sends_a_small_hit_to_an_idle_worker() -> None:
     """A 400-token cache hit on a worker running 6 does not beat an idle worker once each
     running sequence is known to add 10 ms to a first token; while unknown (0) it did."""
-    table = WorkerTable()
+    table = WorkerTable(clock=frozen)
     ctx = context(2, prompt_tokens=2000, cached=[400, 0], table=table)
     table.add_inflight(int(ctx.slots[0]), 6)
     rates = Rates()
@@ -225,7 +283,7 @@ def test_service_time_is_a_moving_mean_and_forgotten_with_the_worker() -> None:
 def test_pending_prefill_of_a_shared_prefix_is_no_wait() -> None:
     """A concurrent request still prefilling the document this one asks about: the blocks
     are a cache hit in progress there, not a queue; other pending prefill still waits."""
-    table = WorkerTable()
+    table = WorkerTable(clock=frozen)
     doc = tuple(range(1, 201))  # 200 blocks of 16 tokens
     ctx = context(2, prompt_tokens=3300, cached=[3200, 0], table=table)
     ctx.hashes = (*doc, 999)
@@ -279,7 +337,7 @@ def test_the_small_form_gives_the_vector_forms_predictions(  # noqa: PLR0917
     batches: list[tuple[str, int]],
     shared: list[int],
 ) -> None:
-    table, rates = WorkerTable(), Rates()
+    table, rates = WorkerTable(clock=frozen), Rates()
     n = len(inflight)
     ctx = context(n, prompt_tokens=3000, cached=cached[:n], table=table)
     hashes = tuple(range(1, 41))
@@ -320,7 +378,7 @@ def test_the_small_form_gives_the_vector_forms_predictions(  # noqa: PLR0917
 
 
 def test_a_request_that_does_not_fit_in_the_cache_waits_for_the_ones_ahead() -> None:
-    table = WorkerTable()
+    table = WorkerTable(clock=frozen)
     ctx = context(3, prompt_tokens=100, cached=[100, 0, 0], table=table)
     for slot in ctx.slots.tolist()[:2]:
         table.add_inflight(slot, 1)
@@ -349,7 +407,7 @@ def test_joining_beyond_the_most_seen_running_costs_an_expected_wait() -> None:
     its 5th; the batch guessed 8 predicted no wait, and it waited ~480 ms. Taken as any of
     3..8, equally likely, the expected wait sends it to a free engine instead. An engine
     seen running as many as the request makes (Dynamo's mockers run 1-3 of 8) keeps it."""
-    table = WorkerTable()
+    table = WorkerTable(clock=frozen)
     slots = table.slots(f"10.0.0.{i}:8000" for i in range(2)).tolist()
     _seen_running(table, slots[0], 3)
     _seen_running(table, slots[1], 0)
@@ -376,7 +434,7 @@ def test_the_most_seen_is_the_pools() -> None:
     as its 2nd sequence, another engine seen running 3, is no doubt (by its own most, the
     batch taken as any of 1..8 cost it a slot's service / 8 twice, and such hits went
     to cold engines: p90 132 ms against Dynamo's 86)."""
-    table = WorkerTable()
+    table = WorkerTable(clock=frozen)
     slots = table.slots(f"10.0.0.{i}:8000" for i in range(2)).tolist()
     _seen_running(table, slots[0], 1)
     _seen_running(table, slots[1], 3, 0)
@@ -391,7 +449,7 @@ def test_the_most_seen_is_the_pools() -> None:
 
 def test_a_known_batch_leaves_no_doubt() -> None:
     """With the batch known (a ceiling here, or a peer's), only the certain wait counts."""
-    table = WorkerTable()
+    table = WorkerTable(clock=frozen)
     slots = table.slots(f"10.0.0.{i}:8000" for i in range(2)).tolist()
     _seen_running(table, slots[0], 3)
     assert table.unsure_of(slots[0], math.nan, 3.0) == 3.0

@@ -2,7 +2,7 @@
 
     ttft = wait + prefill + busy + pressure
     wait     = max(ahead * service_ms / batch,  memory_ahead * service_ms / memory_batch)
-               + (pending - shared_pending) * ms_per_token
+               + max(pending - max(done, shared_pending), 0) * ms_per_token
     prefill  = base_ms + (prompt_tokens - cached_tokens) * ms_per_token
     busy     = busy_ms_per_sequence * min(sequences, batch)
     pressure = decode_pressure_ms * min(sequences / batch, 1) ** 2
@@ -15,11 +15,13 @@ occupancy`), `ahead` the sequences beyond it that the new request would queue be
 wait is a batch slot freed: `service_ms / batch` apart). `pending` are uncached prompt
 tokens picked to the worker and still without a first token, `shared_pending` those of
 them this prompt shares (a prefix being computed there is a cache hit in progress, not a
-queue: `routing.pending`). `busy` is what the running sequences add to the request's own
-first step (each step decodes them beside its prefill). In precise pools whose cache size
-is known, `memory_ahead` are the requests ahead that must end before this one fits in the
-worker's KV cache and `memory_batch` how many then run at once (`kvcache.memory`): with
-long prompts on small caches the engine's memory, not its batch limit, makes requests wait.
+queue: `routing.pending`), `done` those of them the engine has computed by now if it
+prefills them one after another from when its pending prefill began (`routing.pending`).
+`busy` is what the running sequences add to the request's own first step (each step
+decodes them beside its prefill). In precise pools whose cache size is known,
+`memory_ahead` are the requests ahead that must end before this one fits in the worker's
+KV cache and `memory_batch` how many then run at once (`kvcache.memory`): with long
+prompts on small caches the engine's memory, not its batch limit, makes requests wait.
 `ms_per_token`, `base_ms`, and `service_ms` are learned per worker and model,
 `busy_ms_per_sequence` per model (`routing.rates`); a worker not learned yet takes its
 fellow candidates' mean, and the priors below apply while none is learned.
@@ -44,6 +46,7 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat
 
+from kinference.routing.pending import unwaited_prefill, waited_prefill
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.rates import Rates
@@ -97,7 +100,7 @@ class TtftConfig(PluginConfig):
 class Parts:
     """The prompt-independent terms per slot, milliseconds (and ms per uncached token)."""
 
-    wait: FloatArray  # counting all pending prefill (`_shared_pending` is per prompt)
+    wait: FloatArray  # counting all pending prefill (`unwaited_prefill`: per prompt)
     slot_wait: FloatArray  # of it, for a batch slot (before any wait for memory)
     base: FloatArray
     per_token: FloatArray
@@ -138,7 +141,10 @@ class TtftScorer:
         parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting)
         uncached = np.maximum(ctx.prompt_tokens - ctx.cached_tokens, 0.0)
         prefill = uncached * parts.per_token
-        wait = parts.wait - _shared_pending(ctx) * parts.per_token
+        gone = unwaited_prefill(
+            ctx.table, ctx.slots, ctx.cached_tokens, ctx.hashes, parts.per_token
+        )
+        wait = parts.wait - gone * parts.per_token
         slot_wait = parts.slot_wait
         if ctx.memory_ahead is not None and ctx.memory_batch is not None:
             memory = np.asarray(ctx.memory_ahead) * parts.service / np.asarray(ctx.memory_batch)
@@ -180,8 +186,9 @@ class TtftScorer:
             sequences, batch = table.occupancy_of(slot, waiting.item(slot), prior, peer)
             ahead = max(sequences + 1.0 - batch, 0.0)
             queued = pending.item(slot)
-            if queued > 0.0 and cached[i] > 0.0:
-                queued = max(queued - table.shared_pending(slot, hashes), 0.0)
+            if queued > 0.0:
+                queued = waited_prefill(table, slot, queued, per_token=per_token[i],
+                                        cached=cached[i], hashes=hashes)  # fmt: skip
             for_slot = ahead * service[i] / batch
             if memory is not None and fits is not None:  # a place to run: slot and memory
                 for_slot = max(for_slot, memory[i] * service[i] / fits[i])
@@ -213,7 +220,7 @@ class TtftScorer:
         sequences, batch = table.occupancy(slots, waiting, config.prior_batch)
         ahead = np.maximum(sequences + 1.0 - batch, 0.0)
         slot_wait = ahead * service / batch
-        wait = slot_wait + table.pending_prefill[slots] * per_token
+        wait = slot_wait + table.pending_prefill[slots] * per_token  # less `unwaited_prefill`
         pressure = config.decode_pressure_ms * np.minimum(sequences / batch, 1.0) ** 2
         pressure = pressure + busy * np.minimum(sequences, batch)
         most = np.where(ahead > 0.0, np.nan, table.unsure(slots, table.peer_batch(slots)))
@@ -261,19 +268,6 @@ class TtftScorer:
     def _unsure_share(self) -> float:
         """Cost per ms of an unknown batch's expected wait: its own and the slot it holds."""
         return self.config.unsure_batch_weight * (1.0 + self.config.queue_weight)
-
-
-def _shared_pending(ctx: PickContext) -> FloatArray:
-    """Per candidate, the pending prefill tokens this prompt shares (cached candidates
-    with pending prefill only: elsewhere it is 0)."""
-    table, slots = ctx.table, ctx.slots
-    shared = np.zeros(len(slots))
-    if not ctx.hashes:
-        return shared
-    for i in np.flatnonzero((table.pending_prefill[slots] > 0.0) & (ctx.cached_tokens > 0.0)):
-        slot = int(slots[i])
-        shared[i] = min(table.shared_pending(slot, ctx.hashes), table.pending_prefill.item(slot))
-    return shared
 
 
 def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
