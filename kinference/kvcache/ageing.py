@@ -19,7 +19,6 @@ A match keeps its leading blocks until the first that falls among the evicted on
 
 from __future__ import annotations
 
-import collections
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ _NEWEST = np.iinfo(np.int64).max  # a block not held yet (about to be stored): u
 UNKNOWN = _NEWEST  # the rank of a block not held
 _PLACE_BITS = 24  # a block's key: its touch's number, then its place from the touch's end
 _PLACE_MASK = (1 << _PLACE_BITS) - 1
+_NONE = -1  # the key of a block no touch names (keys are never negative)
 
 
 @dataclass
@@ -50,7 +50,7 @@ class WorkerAges:
         named = dict.fromkeys(blocks)
         if not named:
             return
-        self._release(map(self.touched.get, named))
+        self._release(map(self.touched.get, named, itertools.repeat(_NONE)), len(named))
         self.touches += 1
         base = self.touches << _PLACE_BITS
         places = range(base + len(named) - 1, base - 1, -1)
@@ -59,16 +59,20 @@ class WorkerAges:
 
     def removed(self, blocks: Sequence[BlockId]) -> None:
         """Evicted: from the end of their touch (engines evict tails first)."""
-        self._release(map(self.touched.pop, blocks, itertools.repeat(None)), evicted=True)
+        self._release(map(self.touched.pop, blocks, itertools.repeat(_NONE)), len(blocks), True)
 
-    def _release(self, keys: Iterable[int | None], evicted: bool = False) -> None:
-        touches = (key >> _PLACE_BITS for key in keys if key is not None)
-        for touch, count in collections.Counter(touches).items():
-            left = self.live.get(touch, 0) - count
+    def _release(self, keys: Iterable[int], count: int, evicted: bool = False) -> None:
+        """The blocks of `keys` (`_NONE`: not held) leave their touches. In numpy: a 1 MiB
+        prompt names 16k blocks, and a Python loop over them held the event loop ~3 ms
+        per touch (a Pick touches its match when routed and when it ends)."""
+        found = np.fromiter(keys, np.int64, count)
+        touches, counts = np.unique(found[found != _NONE] >> _PLACE_BITS, return_counts=True)
+        for touch, leaving in zip(touches.tolist(), counts.tolist(), strict=True):
+            left = self.live.get(touch, 0) - leaving
             if left > 0:
                 self.live[touch] = left
                 if evicted:
-                    self.evicted[touch] = self.evicted.get(touch, 0) + count
+                    self.evicted[touch] = self.evicted.get(touch, 0) + leaving
             else:
                 self.live.pop(touch, None)
                 self.evicted.pop(touch, None)

@@ -27,6 +27,8 @@ from kinference.tokenize.turns import Mark, TurnMarks
 # hold (`kvcache.reach.Reach`); asked again as blocks are added, from the tokenizer thread.
 Known = Callable[[Sequence[BlockId]], int]
 MAX_STEP_PIECES = 16
+# The state at a checked cut: (position, pieces made, tokens, full blocks, tail, parts).
+_Cut = tuple[int, int, int, int, Ids, int]
 
 
 class PieceSource(Protocol):
@@ -61,7 +63,8 @@ class Tokenization:
         self._steps = 0
         # The state at the last checked cut passed (where a next turn may resume: `turns`):
         # (position, pieces made, tokens, full blocks, tail, parts).
-        self._cut: tuple[int, int, int, int, Ids, int] | None = None
+        self._cut: _Cut | None = None
+        self._step_cut: _Cut | None = None  # the cut `_cut` was at the previous step's end
         self._marked = 0  # the position of the last mark left (`_leave_mark`)
 
     def resume(self, mark: Mark) -> None:
@@ -69,13 +72,15 @@ class Tokenization:
         self._cutter.resume(mark.position, mark.made)
         self._steps, self.tokens, self._tail = mark.steps, mark.tokens, mark.tail
         self.blocks, self._parts = list(mark.blocks), list(mark.parts)
-        self._cut, self._marked = None, mark.position
+        self._cut, self._step_cut, self._marked = None, None, mark.position
 
-    def mark(self) -> Mark | None:
-        """The state at the last checked cut passed, if any (for the next turn)."""
-        if self._cut is None:
+    def mark(self, cut: _Cut | None = None) -> Mark | None:
+        """The state at the last checked cut passed (or at `cut`), if any (for the next
+        turn)."""
+        cut = cut or self._cut
+        if cut is None:
             return None
-        position, made, tokens, blocks, tail, parts = self._cut
+        position, made, tokens, blocks, tail, parts = cut
         return Mark(
             position, made, self._steps, tokens, tuple(self.blocks[:blocks]), tail,
             tuple(self._parts[:parts]),
@@ -122,10 +127,14 @@ class Tokenization:
         marks, cut = self._marks, self._cut
         if marks is None or cut is None or cut[0] <= self._marked:
             return
-        mark = self.mark()
-        if mark is not None:
-            self._marked = cut[0]
-            marks.put(self._cutter.kind, self._cutter.text, mark)
+        # The previous step's cut too (up to a step, 16 KiB, before): texts that share all
+        # but their last part (conversations on one long system prompt, each with its own
+        # first message) resume there, where the last cut, in the part they do not share,
+        # fits only this text's next turn.
+        for at in (self._step_cut, cut):
+            if at is not None and at[0] > self._marked and (mark := self.mark(at)) is not None:
+                self._marked = at[0]
+                marks.put(self._cutter.kind, self._cutter.text, mark)
 
     def ids(self) -> Ids:
         """The tokens of the pieces done."""
@@ -175,6 +184,7 @@ class Tokenization:
             return
         upto = len(new) - sum(map(len, found[len(found) - last :]))  # of `new`
         done = upto // self.block_size * self.block_size
+        self._step_cut = self._cut
         self._cut = (
             pieces[-1 - last].end, self._cutter.made - last, tokens + upto - tail,
             blocks + done // self.block_size, new[done:upto], parts + len(found) - last,

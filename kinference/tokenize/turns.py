@@ -91,9 +91,14 @@ class TurnMarks:
         if len(lineage) > MAX_PER_LINEAGE:
             self._drop(lineage.pop(next(iter(lineage))))
         while self._count > self.max_marks or self._tokens > self.max_tokens:
-            _, oldest = self._lineages.popitem(last=False)
-            for old in oldest.values():
-                self._drop(old)
+            # The oldest mark of the least recently used lineage, not its whole lineage: at
+            # 1 MiB a mark holds ~250k tokens, and dropping the lineage that just went over
+            # the bound (the only one, under one long shared system prompt) dropped every
+            # mark, so each next turn walked its whole history again.
+            lead, oldest = next(iter(self._lineages.items()))
+            self._drop(oldest.pop(next(iter(oldest))))
+            if not oldest:
+                del self._lineages[lead]
 
     def _drop(self, mark: Mark) -> None:
         self._count, self._tokens = self._count - 1, self._tokens - mark.tokens

@@ -3,6 +3,11 @@ its capacity, evict as many of its least recently used blocks, tail first."""
 
 from __future__ import annotations
 
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import PromptBlocks, identities
 from kinference.kvcache.pending import PENDING_TTL_S, expect, expire
@@ -175,3 +180,58 @@ def test_a_request_runs_from_its_first_token_and_leaves_the_queue_when_released(
         0, PromptBlocks(9, 4, tuple(identities(list(range(600, 609)), 4))), 0, Request(1, 0, 0.0)
     )
     assert pool.surviving(0, other, 2) == 0 and pool.surviving(0, ours, 2) == 2
+
+
+class _CountedAges:
+    """The bookkeeping of `WorkerAges` as it was written first (a Counter over a generator):
+    the reference its numpy form must match."""
+
+    def __init__(self) -> None:
+        self.touched: dict[int, int] = {}
+        self.live: dict[int, int] = {}
+        self.evicted: dict[int, int] = {}
+        self.touches = 0
+
+    def touch(self, blocks: list[int]) -> None:
+        named = dict.fromkeys(blocks)
+        if not named:
+            return
+        self._release([self.touched.get(b) for b in named])
+        self.touches += 1
+        base = self.touches << 24
+        self.touched.update(zip(named, range(base + len(named) - 1, base - 1, -1), strict=True))
+        self.live[self.touches] = len(named)
+
+    def removed(self, blocks: list[int]) -> None:
+        self._release([self.touched.pop(b, None) for b in blocks], evicted=True)
+
+    def _release(self, keys: list[int | None], evicted: bool = False) -> None:
+        for touch, count in Counter(k >> 24 for k in keys if k is not None).items():
+            left = self.live.get(touch, 0) - count
+            if left > 0:
+                self.live[touch] = left
+                if evicted:
+                    self.evicted[touch] = self.evicted.get(touch, 0) + count
+            else:
+                self.live.pop(touch, None)
+                self.evicted.pop(touch, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 40), max_size=30)), max_size=30))
+def test_touches_and_removals_count_as_the_reference_does(
+    steps: list[tuple[bool, list[int]]],
+) -> None:
+    ages, reference = WorkerAges(), _CountedAges()
+    for remove, blocks in steps:
+        if remove:
+            ages.removed(blocks)
+            reference.removed(blocks)
+        else:
+            ages.touch(blocks)
+            reference.touch(blocks)
+        assert (ages.touched, ages.live, ages.evicted) == (
+            reference.touched,
+            reference.live,
+            reference.evicted,
+        )

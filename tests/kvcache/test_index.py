@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinference.kvcache.blocks import chain, contents, identities, seed
-from kinference.kvcache.index import EXACT_BLOCKS, BlockIndex
+from kinference.kvcache.index import EXACT_BLOCKS, MAX_WINDOW, BlockIndex, leading
 from kinference.kvevents.events import AllBlocksCleared, BlockRemoved, BlockStored
 
 BS = 4
@@ -145,3 +145,18 @@ def test_past_the_exact_walk_a_binary_search() -> None:
     prompt = identities(tokens, BS)
     assert index.longest(prompt, [0, 1, 2]) == {0: EXACT_BLOCKS + 100, 1: 1, 2: 0}
     assert index.longest(prompt[:EXACT_BLOCKS], [0]) == {0: EXACT_BLOCKS}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 3 * MAX_WINDOW),
+    st.sets(st.integers(0, 3 * MAX_WINDOW)),
+    st.integers(0, 3 * MAX_WINDOW),
+)
+def test_leading_in_bounded_windows_finds_the_first_block_not_held(
+    length: int, missing: set[int], start: int
+) -> None:
+    blocks = list(range(length))
+    held = dict.fromkeys(b for b in blocks if b not in missing)
+    expected = next((i for i in range(start, length) if blocks[i] not in held), max(start, length))
+    assert leading(held, blocks, start) == expected

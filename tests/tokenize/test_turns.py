@@ -69,7 +69,7 @@ def test_a_turn_stopped_partway_leaves_a_mark_the_next_turn_resumes_from(
     first = tokenizer.start(PromptText(messages=history))
     assert not isinstance(first, PromptBlocks)
     assert first.advance(lambda blocks: min(len(blocks), 200)) is True  # none held further
-    assert not first.done and len(tokenizer.marks) == 1
+    assert not first.done and len(tokenizer.marks) == 2  # its last step's cut and the one before
     history = [*history, {"role": "assistant", "content": _words(rng, 80)}]
     history = [*history, {"role": "user", "content": _words(rng, 60)}]
     expected = whole.encode(template.render(history), add_special_tokens=False).ids
@@ -83,6 +83,27 @@ def test_a_turn_stopped_partway_leaves_a_mark_the_next_turn_resumes_from(
     assert second.result().blocks == blocks
 
 
+def test_conversations_on_one_long_system_prompt_resume_within_it(
+    files: tuple[Path, Path],
+) -> None:
+    """Each conversation's first turn differs from the others' after the shared system
+    prompt: it resumes from a mark a step before another's end, not from the start."""
+    rng = random.Random(10)
+    tokenizer = PromptTokenizer.from_files(str(files[0]), str(files[1]), 4)
+    whole = Tokenizer.from_file(str(files[0]))
+    template = ChatTemplate.from_file(str(files[1]))
+    system = {"role": "system", "content": _words(rng, 8000)}
+    walked = []
+    for _ in range(3):
+        history = [system, {"role": "user", "content": _words(rng, 300)}]
+        before = tokenizer.cache.hits + tokenizer.cache.encoded_chars
+        ids = tokenizer.token_ids(PromptText(messages=history))
+        walked.append(tokenizer.cache.hits + tokenizer.cache.encoded_chars - before)
+        assert ids.tolist() == whole.encode(template.render(history), add_special_tokens=False).ids
+    assert tokenizer.marks.resumed == 2
+    assert max(walked[1:]) < walked[0] / 2
+
+
 def test_a_text_that_differs_before_a_mark_does_not_resume_from_it(
     files: tuple[Path, Path],
 ) -> None:
@@ -91,7 +112,7 @@ def test_a_text_that_differs_before_a_mark_does_not_resume_from_it(
     whole = Tokenizer.from_file(str(files[0]))
     first = _words(rng, 3000)
     tokenizer.token_ids(PromptText(prompt=first))
-    assert len(tokenizer.marks) == 1
+    assert len(tokenizer.marks) == 2  # at its last cut and at the previous step's
     changed = first[:2000] + "zebra" + first[2005:] + " more"  # same start, edited middle
     ids = tokenizer.token_ids(PromptText(prompt=changed))
     assert ids.tolist() == whole.encode(changed).ids
@@ -118,6 +139,19 @@ def test_marks_are_bounded_per_lineage_and_in_all() -> None:
             marks.put(b"plain", other, mark(position))
     assert len(marks) <= 3 * MAX_PER_LINEAGE
     assert marks.find(b"plain", text) is None  # the least recently used lineage went
+
+
+def test_a_lineage_over_the_token_bound_keeps_its_newest_marks() -> None:
+    """One long shared system prompt: its one lineage goes over the bound mark by mark; its
+    oldest marks go, not all of them."""
+    marks = TurnMarks(max_tokens=10_000)
+    empty = np.zeros(0, dtype=np.uint32)
+    text = "e" * 300 + "f" * 8000
+    for position in range(1000, 6000, 1000):
+        marks.put(b"plain", text, Mark(position, 1, 1, 3000, (), empty, ()))
+    assert len(marks) == 3
+    found = marks.find(b"plain", text)
+    assert found is not None and found.position == 5000
 
 
 def test_marks_are_bounded_in_the_tokens_they_hold() -> None:
