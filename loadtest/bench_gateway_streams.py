@@ -1,0 +1,240 @@
+"""The gateway's hop under the routing benchmark's load: Poisson arrivals, long streams.
+
+    python -m loadtest.bench_gateway_streams [--systems kinference,sglang-router]
+        [--rates 6,12,18] [--duration 10] [--rounds 2] [--max-tokens 100]
+
+`loadtest.bench_gateway` measures what a system adds to one short request at a time (or
+16 in a closed loop, no generation time). The routing benchmark's vllm-64 regime sees
+something else: requests arriving at random (6-18 req/s) while dozens of earlier ones
+stream their replies (a chunk every 0.1 s each), so a new request's head, Pick and first
+byte compete with every stream's chunks on the gateway's one event loop. This benchmark
+reproduces that load on one simulated engine at real speed (64+ batch slots, the routing
+benchmark's stream step), every prompt a shared prefix the engine has cached plus a
+question of its own (the engine's TTFT is short and alike for every system), and measures
+for each system and rate the time to the response head and to the first content chunk
+(TTFT), against the engine asked directly, and the CPU of the system's processes per
+request. Systems run one after another for `--duration` s of arrivals each (then their
+streams drain), in rounds that rotate their order, so the shared machine's noise lands on
+all of them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import random
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kinference.gateway.http1 import HttpClient, UpstreamError
+from loadtest import gateway_systems as systems
+from loadtest.gateway_systems import MODEL, System, cpu_seconds
+from loadtest.servers import ServerSpec
+
+DEFAULT_SYSTEMS = ("kinference", "sglang-router")
+_CONTENT = b'"content":"'
+
+
+@dataclass
+class Slice:
+    """One system at one rate, over all rounds: seconds from each request's start."""
+
+    heads: list[float] = field(default_factory=list)
+    ttfts: list[float] = field(default_factory=list)
+    cpu_s: float = 0.0
+    failed: int = 0
+
+    def pct(self, values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return ordered[min(int(len(ordered) * q), len(ordered) - 1)] * 1000 if ordered else 0.0
+
+    @property
+    def cpu_ms(self) -> float:
+        return self.cpu_s * 1000 / len(self.ttfts) if self.ttfts else 0.0
+
+
+def prompt_body(shared: str, index: int, max_tokens: int) -> bytes:
+    """A streamed chat: the shared prefix (cached) and a question of its own."""
+    question = f"Question {index}: what does note {index * 7919 % 10007} say? " * 4
+    request = {
+        "model": MODEL,
+        "messages": [
+            {"role": "system", "content": shared},
+            {"role": "user", "content": question},
+        ],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    return json.dumps(request).encode()
+
+
+def _has_content(chunk: bytes) -> bool:
+    at = chunk.find(_CONTENT)
+    while at >= 0:
+        if chunk[at + len(_CONTENT) : at + len(_CONTENT) + 1] not in (b'"', b""):
+            return True
+        at = chunk.find(_CONTENT, at + 1)
+    return False
+
+
+async def one_stream(client: HttpClient, url: str, body: bytes, into: Slice) -> None:
+    headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
+    started = time.perf_counter()
+    try:
+        response = await client.request("POST", url, headers, _single(body))
+    except UpstreamError:  # counted, the run goes on
+        into.failed += 1
+        return
+    head = time.perf_counter() - started
+    ttft = 0.0
+    try:
+        async for chunk in response.chunks():
+            if not ttft and _has_content(chunk):
+                ttft = time.perf_counter() - started
+    except UpstreamError:
+        ttft = 0.0
+    finally:
+        response.close()
+    if response.status != 200 or not ttft:
+        into.failed += 1
+        return
+    into.heads.append(head)
+    into.ttfts.append(ttft)
+
+
+async def _single(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
+async def poisson(client: HttpClient, system: System, rate: float, args: argparse.Namespace,
+                  into: Slice) -> None:  # fmt: skip
+    """`rate` requests/s for `args.duration` s, each stream read to its end."""
+    rng = random.Random(args.seed)
+    url = f"{system.url}/v1/chat/completions"
+    tasks: list[asyncio.Task[None]] = []
+    cpu_before = sum(cpu_seconds(pid) for pid in system.pids)
+    start = time.perf_counter()
+    due = 0.0
+    while due < args.duration:
+        wait = start + due - time.perf_counter()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        args.sent += 1  # every question new to the engine: the same prefill for every system
+        body = prompt_body(args.shared, args.seed * 1_000_000 + args.sent, args.max_tokens)
+        tasks.append(asyncio.create_task(one_stream(client, url, body, into)))
+        due += rng.expovariate(rate)
+    await asyncio.gather(*tasks)
+    into.cpu_s += sum(cpu_seconds(pid) for pid in system.pids) - cpu_before
+
+
+@contextlib.asynccontextmanager
+async def started(names: list[str], log_dir: Path, seqs: int) -> AsyncIterator[list[System]]:
+    """The engine (first) and every system named that can run here."""
+
+    def engine_argv(listen: str) -> list[str]:
+        port = listen.rpartition(":")[2]
+        return [sys.executable, "-m", "loadtest.sim_engine", "--port", port, "--time-scale",
+                "1", "--max-num-seqs", str(seqs), "--stream-step-s", "0.1"]  # fmt: skip
+
+    async with contextlib.AsyncExitStack() as stack:
+        spec = ServerSpec("sim-engine", engine_argv)
+        engine = await stack.enter_async_context(systems.http_process(spec, log_dir, "/health"))
+        address = engine.address
+        up = [System("engine (direct)", f"http://{address}", [engine.pid], baseline=True)]
+        present = systems.peers_installed()
+        probe = prompt_body("ready?", 0, 1)
+        openers = {
+            "kinference": lambda: systems.kinference_in_process(log_dir, address),
+            "vllm-router": lambda: systems.peer(systems.VLLM_ROUTER, log_dir, address, probe),
+            "sglang-router": lambda: systems.peer(systems.SGLANG_ROUTER, log_dir, address, probe),
+        }
+        for name in names:
+            if not present.get(name, True):
+                print(f"skipped {name}: not installed", file=sys.stderr)
+                continue
+            up.append(await stack.enter_async_context(openers[name]()))
+        yield up
+
+
+async def run(args: argparse.Namespace) -> dict[tuple[str, float], Slice]:
+    results: dict[tuple[str, float], Slice] = defaultdict(Slice)
+    with tempfile.TemporaryDirectory(prefix="bench-streams-") as tmp:
+        async with started(args.systems, Path(tmp), args.max_num_seqs) as up:
+            client = HttpClient(connect_timeout_s=10, read_timeout_s=60)
+            for system in up:  # warm every path; the engine caches the shared prefix
+                await poisson(client, system, 10.0, _warm(args), Slice())
+            gc.collect()
+            gc.freeze()
+            for round_no in range(args.rounds):
+                for rate in args.rates:
+                    for system in up[round_no % len(up) :] + up[: round_no % len(up)]:
+                        await poisson(client, system, rate, args, results[system.name, rate])
+                print(f"round {round_no + 1}/{args.rounds} done", file=sys.stderr)
+            await client.aclose()
+    return results
+
+
+def _warm(args: argparse.Namespace) -> argparse.Namespace:
+    warm = argparse.Namespace(**{**vars(args), "duration": 1.0})
+    args.sent += 100
+    return warm
+
+
+def table(results: dict[tuple[str, float], Slice]) -> list[str]:
+    names = list(dict.fromkeys(key[0] for key in results))
+    rates = sorted({key[1] for key in results})
+    lines = [
+        "| system | req/s | TTFT p50 | p90 | p99 | added p50 | p90 | p99 | head p50 | p99 | "
+        "CPU ms/req | requests (failed) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for rate in rates:
+        direct = results[names[0], rate]
+        for name in names:
+            one = results[name, rate]
+            cells = [f"{one.pct(one.ttfts, q):.1f}" for q in (0.5, 0.9, 0.99)]
+            added = [
+                "" if name == names[0] else
+                f"{one.pct(one.ttfts, q) - direct.pct(direct.ttfts, q):.1f}"
+                for q in (0.5, 0.9, 0.99)
+            ]  # fmt: skip
+            heads = [f"{one.pct(one.heads, q):.1f}" for q in (0.5, 0.99)]
+            lines.append(
+                f"| {name} | {rate:g} | {' | '.join(cells)} | {' | '.join(added)} | "
+                f"{' | '.join(heads)} | {one.cpu_ms:.2f} | {len(one.ttfts)} ({one.failed}) |"
+            )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help="comma-separated")
+    cli.add_argument("--rates", default="6,12,18", help="requests/s, comma-separated")
+    cli.add_argument("--duration", type=float, default=10.0, help="s of arrivals per slice")
+    cli.add_argument("--rounds", type=int, default=2)
+    cli.add_argument("--max-tokens", type=int, default=100, help="reply length, tokens")
+    cli.add_argument("--prompt-bytes", type=int, default=6000, help="the shared prefix")
+    cli.add_argument("--max-num-seqs", type=int, default=128, help="the engine's batch slots")
+    cli.add_argument("--seed", type=int, default=1)
+    args = cli.parse_args(argv)
+    args.systems = [name for name in args.systems.split(",") if name]
+    args.sent = 0
+    args.rates = [float(rate) for rate in args.rates.split(",") if rate]
+    notes = "You answer questions about these notes. lorem ipsum dolor sit amet "
+    args.shared = (notes * (args.prompt_bytes // len(notes) + 1))[: args.prompt_bytes]
+    results = asyncio.run(run(args))
+    print("\n".join(table(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
