@@ -164,7 +164,10 @@ def _leading_bytes(segments: Sequence[str], wanted: int) -> bytes:
         if index:
             parts.append(_SEPARATOR_BYTES)
             total += len(_SEPARATOR_BYTES)
-        text = _expand_references(segment, wanted - total) if "<text:" in segment else segment
+        # "<" first: a one-character search runs at memchr's speed; "<text:" through 48 KB
+        # of prose took ~20 µs of the Pick (its letters keep the substring search stepping).
+        referenced = "<" in segment and "<text:" in segment
+        text = _expand_references(segment, wanted - total) if referenced else segment
         # A character is at most 4 bytes: `wanted` characters always cover `wanted` bytes.
         encoded = text[: wanted - total].encode("utf-8", "surrogatepass")
         parts.append(encoded)
