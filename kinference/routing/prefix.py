@@ -98,9 +98,9 @@ class PrefixIndex:
         self._last[slot] = hashes
         self._version += 1
         lru = self._lru.setdefault(slot, OrderedDict())
-        touch = self._touches.get(slot, 0)
+        touch = before = self._touches.get(slot, 0)
         holders, refresh = self._holders, lru.move_to_end  # ~750 steps at 48 KB: no lookups
-        for touch, block in enumerate(reversed(hashes), touch + 1):
+        for touch, block in enumerate(reversed(hashes), before + 1):
             if block in lru:
                 refresh(block)
             else:
