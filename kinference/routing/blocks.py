@@ -24,6 +24,7 @@ _BASE = 0x9E3779B97F4A7C15
 _BASE_INVERSE = pow(_BASE, -1, 1 << 64)
 _MIX_1 = np.uint64(0xFF51AFD7ED558CCD)
 _MIX_2 = np.uint64(0xC4CEB9FE1A85EC53)
+_SHIFT = np.uint64(33)
 _LANES = np.array(
     [
         0x87C37B91114253D5,
@@ -65,11 +66,15 @@ def _hash_blocks(model: str, data: bytes, block_bytes: int, count: int) -> list[
     words = raw.view(np.uint64) if raw.flags.c_contiguous else raw.copy().view(np.uint64)
     lanes = _LANES if words.shape[1] == len(_LANES) else np.resize(_LANES, words.shape[1])
     # Array arithmetic on uint64 wraps modulo 2^64 silently, which is what a hash wants.
-    blocks = mix64((words * lanes).sum(axis=1, dtype=np.uint64))
+    # In place on fresh arrays, the lanes as one product: ~1/3 less of a Pick's hashing,
+    # most of which is numpy's overhead per call (~100 blocks at 6 KB).
+    blocks = _mix64_into(words @ lanes)
     blocks[0] ^= np.uint64(_seed(model))
     inverse, powers = _powers(count)
-    chain = np.cumsum(blocks * inverse, dtype=np.uint64) * powers
-    hashes: list[int] = mix64(chain).tolist()
+    blocks *= inverse
+    chain = np.cumsum(blocks, dtype=np.uint64)
+    chain *= powers
+    hashes: list[int] = _mix64_into(chain).tolist()
     return hashes
 
 
@@ -112,6 +117,20 @@ def mix64(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return values ^ (values >> np.uint64(33))
 
 
+def _mix64_into(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """`mix64` overwriting `values` (an array of the caller's own): the same bits, two
+    allocations fewer per step."""
+    shifted = values >> _SHIFT
+    values ^= shifted
+    values *= _MIX_1
+    np.right_shift(values, _SHIFT, out=shifted)
+    values ^= shifted
+    values *= _MIX_2
+    np.right_shift(values, _SHIFT, out=shifted)
+    values ^= shifted
+    return values
+
+
 def _powers(count: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
     """(B^-j, B^j) for j < count, mod 2^64: slices of the precomputed tables when they
     reach, computed for a longer prompt."""
@@ -145,7 +164,10 @@ def _leading_bytes(segments: Sequence[str], wanted: int) -> bytes:
         if index:
             parts.append(_SEPARATOR_BYTES)
             total += len(_SEPARATOR_BYTES)
-        text = _expand_references(segment, wanted - total) if "<text:" in segment else segment
+        # "<" first: a one-character search runs at memchr's speed; "<text:" through 48 KB
+        # of prose took ~20 µs of the Pick (its letters keep the substring search stepping).
+        referenced = "<" in segment and "<text:" in segment
+        text = _expand_references(segment, wanted - total) if referenced else segment
         # A character is at most 4 bytes: `wanted` characters always cover `wanted` bytes.
         encoded = text[: wanted - total].encode("utf-8", "surrogatepass")
         parts.append(encoded)

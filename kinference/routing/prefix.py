@@ -98,13 +98,13 @@ class PrefixIndex:
         self._last[slot] = hashes
         self._version += 1
         lru = self._lru.setdefault(slot, OrderedDict())
-        touch = self._touches.get(slot, 0)
-        for block in reversed(hashes):
-            touch += 1
+        touch = before = self._touches.get(slot, 0)
+        holders, refresh = self._holders, lru.move_to_end  # ~750 steps at 48 KB: no lookups
+        for touch, block in enumerate(reversed(hashes), before + 1):
             if block in lru:
-                lru.move_to_end(block)
+                refresh(block)
             else:
-                self._holders[block] = (*self._holders.get(block, ()), slot)
+                holders[block] = (*holders.get(block, ()), slot)
             lru[block] = touch
         self._touches[slot] = touch
         self._trim(slot, lru)

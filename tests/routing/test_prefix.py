@@ -85,6 +85,20 @@ def test_block_size_is_in_utf8_bytes() -> None:
     assert len(hashes("\ud800" * 64)) == 3
 
 
+def test_hash_values_are_stable() -> None:
+    # Replicas and versions share these values (Redis): a faster computation must give the
+    # same bits. Whole 8-byte words (64-byte blocks) and padded ones (12-byte blocks).
+    notes = ("hello world, these are the notes; " * 4, "and a question")
+    assert block_hashes("m", notes, block_bytes=64, max_blocks=8) == [
+        1650670280505774128,
+        1297896106310086555,
+    ]
+    assert block_hashes("m", ("abcdefghijklmnopqrstuvwxyz",), block_bytes=12, max_blocks=8) == [
+        11341213421026634288,
+        15070223166800512834,
+    ]
+
+
 # --- PrefixIndex -------------------------------------------------------------------------
 
 
