@@ -7,8 +7,9 @@ does) on 127.0.0.1:0 and prints its gRPC port on stdout. A 2 ms probe task on th
 picker's loop records how late it wakes; each line `lag` on stdin answers one JSON line
 `{"worst_ms": ..., "over_10ms": ...}` for the time since the previous one (and starts
 over). End of stdin stops the picker. So a benchmark's load generator and stand-in engines,
-in the parent process, share nothing with the loop they measure. `--trace-stalls` runs the
-loop in debug mode and logs (on stderr) each callback that held it over 10 ms.
+in the parent process, share nothing with the loop they measure. `--trace-stalls` samples,
+from a thread, the loop thread's stack every millisecond while the probe is over 10 ms late,
+and prints (on stderr, at the end) the innermost picker frames those samples were in.
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ import contextlib
 import json
 import logging
 import sys
+import threading
 import time
-from dataclasses import dataclass
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvloop
@@ -38,14 +42,23 @@ STALL_S = 0.010  # the issue's bound on a stall
 class LagProbe:
     worst_s: float = 0.0
     over: int = 0  # wake-ups later than STALL_S
+    asked: float = field(default_factory=time.perf_counter)  # when the probe slept last
+    # Each stall over STALL_S: how late (ms), the loop thread's CPU time meanwhile and the
+    # whole process's (ms): the loop's close to the lateness, the loop was working; far
+    # below, it waited (for the GIL while another thread here ran, or for a core).
+    stalls: list[tuple[float, float, float]] = field(default_factory=list)
 
     async def run(self) -> None:
         while True:
-            asked = time.perf_counter()
+            self.asked = asked = time.perf_counter()
+            cpu, process = time.thread_time(), time.process_time()
             await asyncio.sleep(PROBE_S)
             late = time.perf_counter() - asked - PROBE_S
             self.worst_s = max(self.worst_s, late)
-            self.over += late > STALL_S
+            if late > STALL_S:
+                self.over += 1
+                loop_ms = (time.thread_time() - cpu) * 1000
+                self.stalls.append((late * 1000, loop_ms, (time.process_time() - process) * 1000))
 
     def take(self) -> dict[str, float]:
         """The figures since the previous take, and start over."""
@@ -54,16 +67,51 @@ class LagProbe:
         return taken
 
 
+class StallSampler:
+    """Samples the loop thread's stack while the probe is over STALL_S late."""
+
+    def __init__(self, probe: LagProbe) -> None:
+        self.probe = probe
+        self.loop_thread = threading.get_ident()
+        self.samples: Counter[str] = Counter()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self.stopped.wait(0.001):
+            if time.perf_counter() - self.probe.asked < PROBE_S + STALL_S:
+                continue
+            frame = sys._current_frames().get(self.loop_thread)
+            if frame is not None:
+                self.samples[_where(traceback.extract_stack(frame))] += 1
+
+    def report(self) -> None:
+        self.stopped.set()
+        stalls = ", ".join(f"{a:.0f}/{b:.0f}/{c:.0f}" for a, b, c in self.probe.stalls)
+        print(f"stalls over 10 ms, late/loop CPU/process CPU (ms): {stalls}", file=sys.stderr)
+        print(f"stall samples (1 ms each): {self.samples.total()}", file=sys.stderr)
+        for where, count in self.samples.most_common(25):
+            print(f"{count:6d}  {where}", file=sys.stderr)
+
+
+def _where(stack: traceback.StackSummary) -> str:
+    """The innermost three frames in kinference, and the innermost frame at all."""
+    ours = [f for f in stack if "/kinference/" in f.filename]
+    named = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in ours[-3:]]
+    last = stack[-1]
+    return " < ".join(reversed(named)) + f" | {Path(last.filename).name}:{last.name}"
+
+
 async def serve(policy_file: Path, trace: bool) -> None:
     loop = asyncio.get_running_loop()
-    if trace:
-        loop.set_debug(True)
-        loop.slow_callback_duration = STALL_S
     settings = Settings(listen="127.0.0.1:0", metrics_listen="")
     app = App(settings, load_policy(policy_file), CollectorRegistry())
     await app.start()
     probe = LagProbe()
     task = asyncio.create_task(probe.run())
+    sampler = StallSampler(probe) if trace else None
+    if sampler is not None:
+        sampler.thread.start()
     stdin = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
     print(app.port, flush=True)
@@ -77,6 +125,8 @@ async def serve(policy_file: Path, trace: bool) -> None:
             await task
         await app.server.stop(None)
         await app.close()
+        if sampler is not None:
+            sampler.report()
 
 
 class PickerProcess:
