@@ -2,8 +2,8 @@
 
     python -m loadtest.picker_process POLICY_FILE [--trace-stalls]
 
-Runs the real server (`App` with the shipped settings, on uvloop, as `kinference serve`
-does) on 127.0.0.1:0 and prints its gRPC port on stdout. A 2 ms probe task on the
+Runs the real server (`App` with the shipped settings, on uvloop, started as `kinference
+serve` starts it) on 127.0.0.1:0 and prints its gRPC port on stdout. A 2 ms probe task on the
 picker's loop records how late it wakes; each line `lag` on stdin answers one JSON line
 `{"worst_ms": ..., "over_10ms": ...}` for the time since the previous one (and starts
 over). End of stdin stops the picker. So a benchmark's load generator and stand-in engines,
@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from kinference.app import App
 from kinference.config import load_policy
+from kinference.heap import start_serving
 from kinference.settings import Settings
 
 PROBE_S = 0.002  # the probe's sleep: short, so that a stall of a few ms shows
@@ -106,7 +107,7 @@ async def serve(policy_file: Path, trace: bool) -> None:
     loop = asyncio.get_running_loop()
     settings = Settings(listen="127.0.0.1:0", metrics_listen="")
     app = App(settings, load_policy(policy_file), CollectorRegistry())
-    await app.start()
+    await start_serving(app.start)  # as `App.serve` does: the startup heap frozen
     probe = LagProbe()
     task = asyncio.create_task(probe.run())
     sampler = StallSampler(probe) if trace else None
@@ -120,6 +121,8 @@ async def serve(policy_file: Path, trace: bool) -> None:
             if line.strip() == b"lag":
                 print(json.dumps(probe.take()), flush=True)
     finally:
+        if sampler is not None:
+            sampler.stopped.set()  # before the probe stops: its last wake-up goes stale
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
