@@ -48,11 +48,16 @@ class LagProbe:
     # whole process's (ms): the loop's close to the lateness, the loop was working; far
     # below, it waited (for the GIL while another thread here ran, or for a core).
     stalls: list[tuple[float, float, float]] = field(default_factory=list)
+    # With `threads` (tracing): per stall, each thread's time on a core and waiting for
+    # one (ms, from /proc/thread-self schedstat), the busiest first.
+    threads: bool = False
+    scheds: list[str] = field(default_factory=list)
 
     async def run(self) -> None:
         while True:
             self.asked = asked = time.perf_counter()
             cpu, process = time.thread_time(), time.process_time()
+            before = _schedstats() if self.threads else {}
             await asyncio.sleep(PROBE_S)
             late = time.perf_counter() - asked - PROBE_S
             self.worst_s = max(self.worst_s, late)
@@ -60,12 +65,38 @@ class LagProbe:
                 self.over += 1
                 loop_ms = (time.thread_time() - cpu) * 1000
                 self.stalls.append((late * 1000, loop_ms, (time.process_time() - process) * 1000))
+                if self.threads:
+                    self.scheds.append(_sched_delta(before, _schedstats(), late))
 
     def take(self) -> dict[str, float]:
         """The figures since the previous take, and start over."""
         taken = {"worst_ms": round(self.worst_s * 1000, 2), "over_10ms": self.over}
         self.worst_s, self.over = 0.0, 0
         return taken
+
+
+def _schedstats() -> dict[str, tuple[int, int]]:
+    """Thread `name/tid` -> (ns on a core, ns waiting for one)."""
+    found, named = {}, {str(t.native_id): t.name for t in threading.enumerate()}
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            name = named.get(task.name) or (task / "comm").read_text().strip()
+            run, wait, _ = (task / "schedstat").read_text().split()
+            found[f"{name}/{task.name}"] = (int(run), int(wait))
+    return found
+
+
+def _sched_delta(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], late: float
+) -> str:
+    spent = {
+        name: ((run - before[name][0]) / 1e6, (wait - before[name][1]) / 1e6)
+        for name, (run, wait) in after.items()
+        if name in before
+    }
+    busiest = sorted(spent.items(), key=lambda kv: -kv[1][0])[:3]
+    parts = " ".join(f"{n} {r:.0f}+{w:.0f}" for n, (r, w) in busiest)
+    return f"{late * 1000:.0f} ms: {parts}"
 
 
 class StallSampler:
@@ -90,6 +121,9 @@ class StallSampler:
         self.stopped.set()
         stalls = ", ".join(f"{a:.0f}/{b:.0f}/{c:.0f}" for a, b, c in self.probe.stalls)
         print(f"stalls over 10 ms, late/loop CPU/process CPU (ms): {stalls}", file=sys.stderr)
+        print("per stall, threads' ms on a core + waiting for one:", file=sys.stderr)
+        for line in self.probe.scheds:
+            print(f"  {line}", file=sys.stderr)
         print(f"stall samples (1 ms each): {self.samples.total()}", file=sys.stderr)
         for where, count in self.samples.most_common(25):
             print(f"{count:6d}  {where}", file=sys.stderr)
@@ -108,7 +142,7 @@ async def serve(policy_file: Path, trace: bool) -> None:
     settings = Settings(listen="127.0.0.1:0", metrics_listen="")
     app = App(settings, load_policy(policy_file), CollectorRegistry())
     await start_serving(app.start)  # as `App.serve` does: the startup heap frozen
-    probe = LagProbe()
+    probe = LagProbe(threads=trace)
     task = asyncio.create_task(probe.run())
     sampler = StallSampler(probe) if trace else None
     if sampler is not None:
