@@ -4,10 +4,11 @@ prompts, and the event loop's worst stall while those Picks run.
     python -m loadtest.bench_precise_pick [--quick] [--sizes 4096,65536,1048576]
         [--turn-gap-ms 100]
 
-One in-process picker (uvloop) with a pool of 4 endpoints whose "engines" are ZMQ publishers
-in this process: after each Pick, the chosen engine publishes `BlockStored` for the prompt's
-blocks (vLLM's encoding), as a real engine would once it has run the prompt, so precise
-Picks walk real matches. Each stand-in engine remembers what it stored (it never evicts)
+One picker (the real server on uvloop) in its own process (`loadtest.picker_process`),
+with a pool of 4 endpoints whose "engines" are ZMQ publishers in this one, the client's:
+after each Pick, the chosen engine publishes `BlockStored` for the prompt's blocks (vLLM's
+encoding), as a real engine would once it has run the prompt, so precise Picks walk real
+matches. Each stand-in engine remembers what it stored (it never evicts)
 and announces only the blocks it did not hold, as an engine does: a conversation's next
 turn on the same engine stores only its new blocks. The tokenizer is a byte-level BPE
 trained on a few words (`loadtest.tiny_model`, like the one Dynamo's mocker runs with): no
@@ -20,7 +21,8 @@ Workloads per prompt size S, each run in approximate mode (the baseline) and pre
   turn comes `--turn-gap-ms` after the previous one's Pick (the engine runs the prompt and
   generates the reply the next turn resends: 100 ms is a short reply on a fast engine).
 Reported: client-side Pick RPC p50 / p99 (ms), the ratio precise / approximate, the
-largest lag of a 2 ms probe task on the picker's loop during the workload (ms), and the
+largest lag of a 2 ms probe task on the picker process's loop during the workload (ms) and
+how many of its wake-ups came over 10 ms late, and the
 PushBody + Pick p50 / p99 (ms): work the picker begins at push (a body's parse and
 tokenization, `kinference/early.py`) leaves the Pick's figure but not that one.
 """
@@ -40,31 +42,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvloop
-from prometheus_client import CollectorRegistry
 
-from kinference.app import App
 from kinference.client import PickerClient, split_chunks
-from kinference.config import parse_policy
-from kinference.settings import Settings
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer
 from loadtest.kv_publisher import EngineBlocks, HeldBlocks, KvPublisher
+from loadtest.picker_process import PickerProcess
 from loadtest.tiny_model import WORDS, write_model
 
 MODEL = "tiny"
 BLOCK = 16
 KIB = 1024
-
-
-@dataclass
-class Lag:
-    worst_s: float = 0.0
-    task: asyncio.Task[None] | None = None
-
-    async def probe(self) -> None:
-        while True:
-            asked = time.perf_counter()
-            await asyncio.sleep(0.002)
-            self.worst_s = max(self.worst_s, time.perf_counter() - asked - 0.002)
 
 
 @dataclass
@@ -75,7 +62,8 @@ class Row:
     mode: str
     samples: list[float] = field(default_factory=list)
     with_push: list[float] = field(default_factory=list)  # PushBody + Pick
-    lag_s: float = 0.0
+    lag_s: float = 0.0  # the picker loop's worst stall
+    stalls: int = 0  # its stalls over 10 ms
 
     def pct(self, q: float, push: bool = False) -> float:
         ordered = sorted(self.with_push if push else self.samples)
@@ -92,8 +80,15 @@ def words(rng: random.Random, chars: int) -> str:
 
 
 class Bench:
-    def __init__(self, mode: str, files: tuple[Path, Path], publishers: list[KvPublisher]):
+    def __init__(
+        self,
+        mode: str,
+        files: tuple[Path, Path],
+        publishers: list[KvPublisher],
+        trace_stalls: bool = False,
+    ):
         self.mode = mode
+        self.trace_stalls = trace_stalls
         self.publishers = publishers
         self.endpoints = [f"127.0.0.1:{p.port}" for p in publishers]
         endpoints = ", ".join(f'"{e}"' for e in self.endpoints)
@@ -103,28 +98,26 @@ class Bench:
             if mode == "precise"
             else "{mode: approximate}"
         )
-        self.policy = parse_policy(
+        self.policy_file = files[0].parent / f"policy-{mode}.yaml"
+        self.policy_file.write_text(
             f"pools:\n  - name: p\n    endpoints: [{endpoints}]\n    models: [{MODEL}]\n"
             f"    prefix: {prefix}\n"
         )
-        self.app: App | None = None
+        self.picker: PickerProcess | None = None
         self.client: PickerClient | None = None
         self.held = [HeldBlocks() for _ in publishers]
 
     async def __aenter__(self) -> Bench:
-        settings = Settings(listen="127.0.0.1:0", metrics_listen="")
-        self.app = App(settings, self.policy, CollectorRegistry())
-        await self.app.start()
-        self.client = PickerClient(f"127.0.0.1:{self.app.port}")
+        self.picker = await PickerProcess.start(self.policy_file, self.trace_stalls)
+        self.client = PickerClient(f"127.0.0.1:{self.picker.port}")
         if self.mode == "precise":
             await asyncio.gather(*(p.subscribed() for p in self.publishers))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        assert self.app is not None and self.client is not None
+        assert self.client is not None and self.picker is not None
         await self.client.close()
-        await self.app.server.stop(None)
-        await self.app.close()
+        await self.picker.aclose()
 
     async def pick(self, prompt: Prompt) -> tuple[float, float]:
         """The Pick's time and the PushBody's and Pick's together (s)."""
@@ -219,7 +212,7 @@ async def measure(args: argparse.Namespace, files: tuple[Path, Path]) -> list[Ro
                 continue
             for mode in args.modes.split(","):
                 row = Row(size, workload, inflight, mode)
-                await run_row(files, row, conversations, args.turn_gap_ms / 1000)
+                await run_row(files, row, conversations, args.turn_gap_ms / 1000, args.trace_stalls)
                 rows.append(row)
                 print(_line(row), file=sys.stderr, flush=True)
         gc.unfreeze()
@@ -227,16 +220,19 @@ async def measure(args: argparse.Namespace, files: tuple[Path, Path]) -> list[Ro
 
 
 async def run_row(
-    files: tuple[Path, Path], row: Row, conversations: list[list[Prompt]], gap_s: float
+    files: tuple[Path, Path],
+    row: Row,
+    conversations: list[list[Prompt]],
+    gap_s: float,
+    trace_stalls: bool = False,
 ) -> None:
     publishers = [KvPublisher() for _ in range(4)]
     try:
-        async with Bench(row.mode, files, publishers) as bench:
-            lag = Lag()
-            lag.task = asyncio.create_task(lag.probe())
+        async with Bench(row.mode, files, publishers, trace_stalls) as bench:
+            assert bench.picker is not None
+            await bench.picker.lag()  # from here: the picker's startup is not the workload's
             await replay(bench, row, conversations, gap_s)
-            lag.task.cancel()
-            row.lag_s = lag.worst_s
+            row.lag_s, row.stalls = await bench.picker.lag()
     finally:
         for publisher in publishers:
             publisher.close()
@@ -246,6 +242,7 @@ def _line(row: Row) -> str:
     return (
         f"{row.size // KIB} KiB {row.workload} x{row.inflight} {row.mode}: "
         f"p50 {row.pct(0.5):.2f} ms p99 {row.pct(0.99):.2f} ms lag {row.lag_s * 1000:.1f} ms"
+        f" ({row.stalls} over 10 ms)"
         f" push+pick p50 {row.pct(0.5, True):.2f} ms p99 {row.pct(0.99, True):.2f} ms"
         f" ({len(row.samples)} picks)"
     )
@@ -254,7 +251,8 @@ def _line(row: Row) -> str:
 def table(rows: list[Row]) -> str:
     lines = [
         "| prompt | workload | in flight | picks | approximate p50 / p99 (ms) | "
-        "precise p50 / p99 (ms) | precise / approximate p99 | worst loop lag, precise (ms) | "
+        "precise p50 / p99 (ms) | precise / approximate p99 | "
+        "worst picker loop lag, precise (ms) (stalls over 10 ms) | "
         "push + Pick p50 / p99, approximate; precise (ms) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -267,7 +265,8 @@ def table(rows: list[Row]) -> str:
             f"| {size // KIB} KiB | {workload} | {inflight} | {len(row.samples)} | "
             f"{base.pct(0.5):.2f} / {base.pct(0.99):.2f} | {row.pct(0.5):.2f} / "
             f"{row.pct(0.99):.2f} | {row.pct(0.99) / base.pct(0.99):.1f}x | "
-            f"{row.lag_s * 1000:.1f} | {base.pct(0.5, True):.2f} / {base.pct(0.99, True):.2f}; "
+            f"{row.lag_s * 1000:.1f} ({row.stalls}) | "
+            f"{base.pct(0.5, True):.2f} / {base.pct(0.99, True):.2f}; "
             f"{row.pct(0.5, True):.2f} / {row.pct(0.99, True):.2f} |"
         )
     return "\n".join(lines)
@@ -280,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--turn-gap-ms", type=float, default=100.0)
     cli.add_argument("--modes", default="approximate,precise", help="for profiling one")
     cli.add_argument("--workloads", default="", help="e.g. coldx1,chatx16 (default: all)")
+    cli.add_argument(
+        "--trace-stalls", action="store_true", help="the picker logs callbacks over 10 ms"
+    )
     args = cli.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-precise-") as work:
         files = write_model(Path(work))

@@ -40,7 +40,12 @@ def test_mocker_policy_validates(tmp_path: Path) -> None:
 async def test_pick_latency_run_on_small_prompts(tmp_path: Path) -> None:
     files = write_model(tmp_path)
     args = argparse.Namespace(
-        quick=True, sizes="4096", turn_gap_ms=0.0, modes="approximate,precise", workloads=""
+        quick=True,
+        sizes="4096",
+        turn_gap_ms=0.0,
+        modes="approximate,precise",
+        workloads="",
+        trace_stalls=False,
     )
     rows = await bench_precise_pick.measure(args, files)
     assert {(r.workload, r.inflight, r.mode) for r in rows} == {
