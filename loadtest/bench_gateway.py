@@ -118,29 +118,13 @@ async def measure(
     into.latencies.extend(latencies)
 
 
-@contextlib.asynccontextmanager
-async def started(names: list[str], log_dir: Path) -> AsyncIterator[list[System]]:
+def started(
+    names: list[str], log_dir: Path
+) -> contextlib.AbstractAsyncContextManager[list[System]]:
     """The engine (first) and every system named that can run here."""
-    async with contextlib.AsyncExitStack() as stack:
-        spec = ServerSpec("sim-engine", _engine_argv)
-        engine = await stack.enter_async_context(systems.http_process(spec, log_dir, "/health"))
-        address = engine.address
-        up = [System("engine (direct)", f"http://{address}", [engine.pid], baseline=True)]
-        present = systems.peers_installed()
-        probe = chat_body(False, 1)
-        openers = {
-            "kinference": lambda: systems.kinference_in_process(log_dir, address),
-            "kinference-remote": lambda: systems.kinference_remote(log_dir, address),
-            "litellm": lambda: systems.litellm(log_dir, address),
-            "vllm-router": lambda: systems.peer(systems.VLLM_ROUTER, log_dir, address, probe),
-            "sglang-router": lambda: systems.peer(systems.SGLANG_ROUTER, log_dir, address, probe),
-        }
-        for name in names:
-            if not present.get(name, True):
-                print(f"skipped {name}: not installed", file=sys.stderr)
-                continue
-            up.append(await stack.enter_async_context(openers[name]()))
-        yield up
+    return systems.started(
+        ServerSpec("sim-engine", _engine_argv), names, log_dir, chat_body(False, 1)
+    )
 
 
 async def _one_in_flight(

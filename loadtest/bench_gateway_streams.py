@@ -136,8 +136,9 @@ async def poisson(client: HttpClient, system: System, rate: float, args: argpars
     into.cpu_s += sum(cpu_seconds(pid) for pid in system.pids) - cpu_before
 
 
-@contextlib.asynccontextmanager
-async def started(names: list[str], log_dir: Path, seqs: int) -> AsyncIterator[list[System]]:
+def started(
+    names: list[str], log_dir: Path, seqs: int
+) -> contextlib.AbstractAsyncContextManager[list[System]]:
     """The engine (first) and every system named that can run here."""
 
     def engine_argv(listen: str) -> list[str]:
@@ -145,24 +146,8 @@ async def started(names: list[str], log_dir: Path, seqs: int) -> AsyncIterator[l
         return [sys.executable, "-m", "loadtest.sim_engine", "--port", port, "--time-scale",
                 "1", "--max-num-seqs", str(seqs), "--stream-step-s", "0.1"]  # fmt: skip
 
-    async with contextlib.AsyncExitStack() as stack:
-        spec = ServerSpec("sim-engine", engine_argv)
-        engine = await stack.enter_async_context(systems.http_process(spec, log_dir, "/health"))
-        address = engine.address
-        up = [System("engine (direct)", f"http://{address}", [engine.pid], baseline=True)]
-        present = systems.peers_installed()
-        probe = prompt_body("ready?", 0, 1)
-        openers = {
-            "kinference": lambda: systems.kinference_in_process(log_dir, address),
-            "vllm-router": lambda: systems.peer(systems.VLLM_ROUTER, log_dir, address, probe),
-            "sglang-router": lambda: systems.peer(systems.SGLANG_ROUTER, log_dir, address, probe),
-        }
-        for name in names:
-            if not present.get(name, True):
-                print(f"skipped {name}: not installed", file=sys.stderr)
-                continue
-            up.append(await stack.enter_async_context(openers[name]()))
-        yield up
+    spec = ServerSpec("sim-engine", engine_argv)
+    return systems.started(spec, names, log_dir, prompt_body("ready?", 0, 1))
 
 
 async def run(args: argparse.Namespace) -> dict[tuple[str, float], Slice]:

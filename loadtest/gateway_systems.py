@@ -13,7 +13,8 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,6 +133,41 @@ async def litellm(log_dir: Path, engine: str) -> AsyncIterator[System]:
 async def peer(peer: Peer, log_dir: Path, engine: str, probe: bytes) -> AsyncIterator[System]:
     async with peer_running(peer, [f"http://{engine}"], probe, log_dir) as router:
         yield System(peer.name, router.url, [router.process.pid])
+
+
+Opener = Callable[[], AbstractAsyncContextManager[System]]
+
+
+def openers(log_dir: Path, engine: str, probe: bytes) -> dict[str, Opener]:
+    """Every system the gateway benchmarks know, by name, in front of `engine`; `probe` is
+    a body the peers are asked with until they answer."""
+    return {
+        "kinference": lambda: kinference_in_process(log_dir, engine),
+        "kinference-remote": lambda: kinference_remote(log_dir, engine),
+        "litellm": lambda: litellm(log_dir, engine),
+        "vllm-router": lambda: peer(VLLM_ROUTER, log_dir, engine, probe),
+        "sglang-router": lambda: peer(SGLANG_ROUTER, log_dir, engine, probe),
+    }
+
+
+@contextlib.asynccontextmanager
+async def started(
+    engine_spec: ServerSpec, names: list[str], log_dir: Path, probe: bytes
+) -> AsyncIterator[list[System]]:
+    """The engine (first: the baseline, asked directly) and every system named that can
+    run here, in front of it."""
+    async with contextlib.AsyncExitStack() as stack:
+        engine = await stack.enter_async_context(http_process(engine_spec, log_dir, "/health"))
+        address = engine.address
+        up = [System("engine (direct)", f"http://{address}", [engine.pid], baseline=True)]
+        present = peers_installed()
+        known = openers(log_dir, address, probe)
+        for name in names:
+            if not present.get(name, True):
+                print(f"skipped {name}: not installed", file=sys.stderr)
+                continue
+            up.append(await stack.enter_async_context(known[name]()))
+        yield up
 
 
 def peers_installed() -> dict[str, bool]:
