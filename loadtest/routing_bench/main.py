@@ -1,7 +1,7 @@
 """Routing quality in front of the same engines, at rising request rates.
 
     python -m loadtest.bench_routing [--quick] [--regime R] [--out docs/benchmarks.md]
-        [--json run.json]
+        [--json run.json] [--requests requests.jsonl]
 
 Routers: kinference as deployed (`kinference gateway` with its in-process picker, 1 replica;
 4 gateways sharing Redis), the shipped routing defaults; round-robin and least-in-flight
@@ -11,7 +11,9 @@ kinference in precise prefix mode. Each (router, rate) run gets fresh engines (c
 caches) and replays the same conversations (`workload.py`: shared system prompts,
 multi-turn chats, long-document QA; Poisson arrivals; one seed). Writes a Markdown section
 into `--out` (between markers, the rest of the file kept), a PNG chart beside it, and the
-figures as JSON (`--json`) for `python -m loadtest.routing_bench.ranges`.
+figures as JSON (`--json`) for `python -m loadtest.routing_bench.ranges`, and each request
+(`--requests`: router, rate, conversation and turn, TTFT, prompt and cached tokens), so
+two routers' placements and times compare request by request.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class Options:
     out: Path | None
     chart: Path | None
     json: Path | None
+    requests: Path | None
     label: str
     regime: str
     tuning: dict[str, Any]
@@ -91,6 +94,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cli.add_argument("--out", type=Path, default=None, help="Markdown file for the section")
     cli.add_argument("--chart", type=Path, default=None, help="PNG (default: beside --out)")
     cli.add_argument("--json", type=Path, default=None, help="the figures, for `ranges`")
+    cli.add_argument("--requests", type=Path, default=None, help="per request, JSON lines")
     cli.add_argument("--routers", default="", help=f"comma-separated of {', '.join(ROUTERS)}")
     cli.add_argument("--rates", default="", help="requests/s, comma-separated")
     cli.add_argument("--duration", type=float, default=0.0, help="seconds of arrivals per run")
@@ -178,6 +182,7 @@ def options_from(args: argparse.Namespace, argv: list[str] | None = None) -> Opt
         out=args.out,
         chart=chart,
         json=args.json,
+        requests=args.requests,
         label=("quick" if args.quick else "full") + f", regime {args.regime}",
         regime=args.regime,
         tuning=yaml.safe_load(args.tuning) if args.tuning else {},
@@ -210,7 +215,7 @@ async def run_all(options: Options) -> list[RunStats]:
             plan_conversations = conversations(options.spec, requests, rate, options.seed)
             for router in options.routers:
                 window = None if options.drain else options.duration_s
-                plan = RunPlan(router, rate, plan_conversations, window)
+                plan = RunPlan(router, rate, plan_conversations, window, options.requests)
                 results.append(await run(plan, options.fleet, bench))
     return results
 

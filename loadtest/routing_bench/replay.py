@@ -11,6 +11,7 @@ window plus the longest request, not until the last multi-turn chat has ended.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -35,6 +36,13 @@ class Sample:
     engine: str  # "" when the driver cannot know
     error: str = ""
     route_s: float = 0.0  # Push + Pick + Pull (kinference), part of the TTFT
+    conversation: int = -1  # the conversation's index and the turn's number in it: the
+    turn: int = -1  # same request under every router (the workload is seeded)
+
+    def line(self, router: str, rate: float) -> str:
+        """One JSON line of `--requests`: this request as `router` served it at `rate`."""
+        fields = {"router": router, "rate": rate, **dataclasses.asdict(self)}
+        return json.dumps(fields, separators=(",", ":"))
 
 
 def turn_messages(turn: Turn, replies: list[str]) -> list[dict[str, str]]:
@@ -88,10 +96,10 @@ class Replay:
     async def _conversation(self, conversation: Conversation) -> None:
         await self._sleep_until(conversation.arrival_s)
         replies: list[str] = []
-        for number, turn in enumerate(conversation.turns):
+        for number in range(len(conversation.turns)):
             if not await self._pause(conversation.think_s[number - 1] if number else 0.0):
                 return
-            sample, reply = await self._request(conversation.kind, turn, replies)
+            sample, reply = await self._request(conversation, number, replies)
             self.samples.append(sample)
             if self._on_done is not None:
                 self._on_done(sample)
@@ -99,14 +107,18 @@ class Replay:
                 return
             replies.append(reply)
 
-    async def _request(self, kind: str, turn: Turn, replies: list[str]) -> tuple[Sample, str]:
+    async def _request(
+        self, conversation: Conversation, number: int, replies: list[str]
+    ) -> tuple[Sample, str]:
+        kind, turn = conversation.kind, conversation.turns[number]
         arrival = time.perf_counter() - self._start
         try:
             outcome = await self.driver.send(request_body(turn, replies))
         except Exception as error:  # recorded, counted and shown in the report
             failed = Sample(
-                kind, arrival, 0.0, 0.0, 0, 0, 0, "", f"{type(error).__name__}: {error}"
-            )
+                kind, arrival, 0.0, 0.0, 0, 0, 0, "", f"{type(error).__name__}: {error}",
+                conversation=conversation.index, turn=number,
+            )  # fmt: skip
             return failed, ""
         result = outcome.stream
         sample = Sample(
@@ -119,6 +131,8 @@ class Replay:
             result.completion_tokens,
             outcome.engine,
             route_s=outcome.pick_s,
+            conversation=conversation.index,
+            turn=number,
         )
         return sample, result.text
 

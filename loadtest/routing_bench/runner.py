@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 from tqdm import tqdm
@@ -34,6 +35,7 @@ class RunPlan:
     rate: float
     conversations: list[Conversation]
     window_s: float | None = None  # no request sent after it (None: every turn)
+    requests_out: Path | None = None  # each request's figures appended here, a JSON line each
 
     @property
     def requests(self) -> int:
@@ -93,6 +95,9 @@ async def run(plan: RunPlan, fleet: Fleet, bench: Bench) -> RunStats:
     stats = summarise(
         plan.router.label, plan.rate, replay.samples, counter_deltas(before, after), seconds
     )
+    if plan.requests_out is not None:
+        with plan.requests_out.open("a") as out:
+            out.writelines(s.line(plan.router.key, plan.rate) + "\n" for s in replay.samples)
     # The 1-minute load average as the run ends: about the run, on a shared machine.
     stats = dataclasses.replace(stats, key=plan.router.key, load=os.getloadavg()[0])
     log(

@@ -273,6 +273,24 @@ async def test_with_a_window_no_turn_is_sent_after_it() -> None:
     assert len(everything.samples) == len(quick.turns)
 
 
+async def test_each_request_is_named_by_its_conversation_and_turn() -> None:
+    """`--requests`: the same request is found under every router by (conversation, turn)."""
+    chats = [c for c in conversations(SPEC, 40, 10.0, 1) if len(c.turns) >= 2][:2]
+    quick = [
+        dataclasses.replace(c, arrival_s=0.0, think_s=tuple(0.0 for _ in c.think_s)) for c in chats
+    ]
+    replay = Replay(_Instant())
+    await replay.run(quick)
+    named = {(s.conversation, s.turn) for s in replay.samples}
+    assert named == {(c.index, n) for c in quick for n in range(len(c.turns))}
+    line = json.loads(replay.samples[0].line("kinference", 6.0))
+    assert line["router"] == "kinference" and line["rate"] == 6.0
+    assert (line["conversation"], line["turn"]) == (
+        replay.samples[0].conversation,
+        replay.samples[0].turn,
+    )
+
+
 def test_section_is_replaced_between_markers_and_the_rest_kept(tmp_path: Path) -> None:
     path = tmp_path / "benchmarks.md"
     path.write_text("# Benchmarks\n\n## Other section\n\nkeep me\n")
