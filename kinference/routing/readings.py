@@ -22,10 +22,6 @@ BATCH_HEADROOM = 2.0
 # An expected wait beyond the most seen running (`unseen_wait`) needs this many seen at
 # once: an engine seen running one at a time says no more of its batch than an idle one.
 MOST_SEEN_FOR_DOUBT = 2.0
-# The largest batch an engine whose batch is not known may run (`unseen_wait`): vLLM's
-# default `max_num_seqs` is 256, 1024 on the largest GPUs. The doubt depends on it only
-# through a logarithm (1024 against 256: the doubt 1.3 times larger).
-LARGEST_BATCH = 1024.0
 
 
 class EngineReadings:
@@ -198,29 +194,17 @@ class EngineReadings:
 
 def unseen_wait(joined: float, most: float, batch: float, service_ms: float) -> float:
     """The expected wait of the `joined`-th sequence on a worker seen running `most` at
-    most, whose batch is not known (`batch`, the guess, puts no wait on it): each sequence
-    beyond a batch b waits `service_ms / b`, and the batch is any b from `most` up to
-    `LARGEST_BATCH` (or the guess, if larger), with a probability in proportion to 1 / b
-    (a scale nothing is known of: every doubling of it as likely as the next). 0 when
-    `most` is NaN (the batch is known, or nothing was seen), below `MOST_SEEN_FOR_DOUBT`,
-    or when the request joins no more than `most`.
-
-    Not the guess as the largest batch: the guess is low on purpose (it spreads load
-    early), and doubting up to it only made the doubt as cautious again. Taken as any of
-    `most`..guess, equally likely, a cache hit joining an engine seen running 4 as its
-    5th cost a fifth of `service_ms / 4` (~65 ms, twice in the cost), and on engines of
-    64 slots such hits were sent cold (vllm-64, 12 and 18 req/s: ~90 ms where
-    sglang-router's hits took 15-18)."""
+    most, whose batch is guessed `batch`: the batch taken as any of `most`..`batch`,
+    equally likely, each sequence beyond a batch b waiting `service_ms / b` (0 when `most`
+    is NaN: the batch is known, or nothing was seen; or below `MOST_SEEN_FOR_DOUBT`)."""
     if not most >= MOST_SEEN_FOR_DOUBT or joined <= most:
         return 0.0
-    largest = max(batch, LARGEST_BATCH, most)
-    # sum of 1/b over most..largest, by the harmonic numbers' logarithm (within 0.3 %)
-    total_weight = math.log((largest + 0.5) / (most - 0.5))
-    total, candidate = 0.0, most
-    while candidate < joined:
-        total += (joined - candidate) / (candidate * candidate)
+    total, size = 0.0, batch - most + 1.0
+    candidate = most
+    while candidate < joined and candidate <= batch:
+        total += (joined - candidate) / candidate
         candidate += 1.0
-    return service_ms * total / total_weight
+    return service_ms * total / max(size, 1.0)
 
 
 def unseen_waits(
