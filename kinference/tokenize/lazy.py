@@ -99,19 +99,14 @@ class Tokenization:
         known: Known | None = None,
         budget_chars: int | None = None,
         until: float | None = None,
-        pause: Callable[[], None] | None = None,
     ) -> bool:
         """Tokenize on until a block no worker holds (`known`: answers True, nothing after
         it can match), the end, `budget_chars` of new text tokenized or `time.perf_counter()`
-        passing `until` (checked between steps: one step at least), whichever comes first.
-        `pause` is called between steps (the tokenizer thread lets the event loop have the
-        GIL there, if it waits for it)."""
+        passing `until` (checked between steps: one step at least), whichever comes first."""
         spent, first = 0, True
         while not self.done and (budget_chars is None or spent < budget_chars):
             if until is not None and not first and time.perf_counter() >= until:
                 break
-            if pause is not None and not first:
-                pause()
             first = False
             before, count = self.encoded_chars, min(1 << self._steps, MAX_STEP_PIECES)
             if budget_chars is not None:  # a step is one batch: keep it within the budget

@@ -196,8 +196,7 @@ class PromptPreparer:
             if inline:
                 stopped = work.advance(known, INLINE_CHARS, started + INLINE_S)
             else:  # the rest of the Pick's share, the loop's included
-                budget = max(FOREGROUND_CHARS - work.encoded_chars, 0)
-                stopped = work.advance(known, budget, pause=_yield_gil)
+                stopped = work.advance(known, max(FOREGROUND_CHARS - work.encoded_chars, 0))
             if stopped or work.done or not inline:
                 begun.open.discard(profile)
         begun.seconds += time.perf_counter() - started
@@ -237,7 +236,7 @@ class PromptPreparer:
 
     def _finish(self, begun: Tokenization, refs: list[str], ticket: int) -> None:
         """Background: tokenize a slice more of a prompt; when done, hand its blocks over."""
-        begun.advance(None, LATER_SLICE_CHARS, pause=_yield_gil)
+        begun.advance(None, LATER_SLICE_CHARS)
         time.sleep(0)  # hand the GIL to the event loop between slices, if it waits
         if not begun.done and self._thread.later(lambda: self._finish(begun, refs, ticket)):
             return
@@ -271,13 +270,6 @@ class PromptPreparer:
 
     def close(self) -> None:
         self._thread.close()
-
-
-def _yield_gil() -> None:
-    """Hand the GIL to a thread waiting for it (the event loop), if one is: without this,
-    the loop waits for the switch interval (5 ms) each time it wants the GIL back while the
-    tokenizer thread walks a long prompt's pieces in Python."""
-    time.sleep(0)
 
 
 def _plan(policy: Policy) -> _Plan:
