@@ -16,10 +16,7 @@ never overlaps its own: its tokenizers and caches still need no locks. A backgro
 under way is waited for, up to `here_wait_s` (the caller's thread lets go of the GIL
 while it waits, so the slice runs at full speed): under a steady stream of Picks the thread
 is nearly always finishing an earlier prompt, and without the wait every Pick paid the
-hand-off. But at most `HERE_SHARE` of the caller's time on average, in bursts of
-`here_burst_s`: several Picks resumed in one turn of a busy event loop each ran here in
-turn (~2-4 ms each at 64 KiB), holding the loop 10-20 ms; past the burst, they go to the
-thread, where the loop only waits.
+hand-off.
 """
 
 from __future__ import annotations
@@ -37,8 +34,6 @@ T = TypeVar("T")
 MAX_LATER = 256  # background slices queued; more are dropped (only later Picks lose)
 MAX_PAUSE_S = 0.05  # background work waits for Picks being decided at most this long
 HERE_WAIT_S = 0.002  # `here` waits this long at most for a background slice to end
-HERE_BURST_S = 0.003  # `here` runs while its recent time (draining at HERE_SHARE) is under this
-HERE_SHARE = 0.25  # of the caller's time spent `here`, on average, at most
 
 
 class TokenizerThread:
@@ -48,7 +43,6 @@ class TokenizerThread:
         max_pause_s: float = MAX_PAUSE_S,
         clock: Callable[[], float] = time.monotonic,
         here_wait_s: float = HERE_WAIT_S,
-        here_burst_s: float = HERE_BURST_S,
     ) -> None:
         self._urgent: collections.deque[Callable[[], None]] = collections.deque()
         self._later: collections.deque[Callable[[], None]] = collections.deque()
@@ -61,9 +55,6 @@ class TokenizerThread:
         self._busy = threading.Lock()  # held by whoever runs work (the thread, or `here`)
         self._background = False  # what the thread runs (or ran last) is background work
         self._here_wait_s = here_wait_s
-        self._here_burst_s = here_burst_s
-        self._here_spent = 0.0  # seconds spent `here` lately (draining at HERE_SHARE)
-        self._here_at = clock()  # when `_here_spent` was last brought up to date
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -88,30 +79,18 @@ class TokenizerThread:
 
     def here(self, work: Callable[[], T]) -> tuple[T] | None:
         """Run `work` now on the caller's thread, if the thread is idle (or ends its
-        background slice within `here_wait_s`) and no Pick work waits, and the time spent
-        here lately is within `here_burst_s`; None if not (then `submit` it). Exceptions
-        reach the caller."""
-        if self._urgent or self._closed or self._recent_here(self._clock()) >= self._here_burst_s:
+        background slice within `here_wait_s`) and no Pick work waits; None if not (then
+        `submit` it). Exceptions reach the caller."""
+        if self._urgent or self._closed:
             return None
-        started = self._clock()
+        if not self._busy.acquire(blocking=False) and not (
+            self._background and self._busy.acquire(timeout=self._here_wait_s)
+        ):
+            return None
         try:
-            if not self._busy.acquire(blocking=False) and not (
-                self._background and self._busy.acquire(timeout=self._here_wait_s)
-            ):
-                return None
-            try:
-                return (work(),)
-            finally:
-                self._busy.release()
+            return (work(),)
         finally:
-            now = self._clock()
-            self._here_spent = self._recent_here(now) + (now - started)
-
-    def _recent_here(self, now: float) -> float:
-        """Time spent `here` lately: drained at `HERE_SHARE` of the time since."""
-        spent = max(self._here_spent - (now - self._here_at) * HERE_SHARE, 0.0)
-        self._here_spent, self._here_at = spent, now
-        return spent
+            self._busy.release()
 
     def later(self, work: Callable[[], None]) -> bool:
         """Queue background work; False if too much is queued already, or the thread is

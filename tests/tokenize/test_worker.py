@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import pytest
 
-from kinference.tokenize.worker import HERE_SHARE, MAX_LATER, TokenizerThread
+from kinference.tokenize.worker import MAX_LATER, TokenizerThread
 
 T = TypeVar("T")
 
@@ -136,25 +136,3 @@ def test_here_waits_for_a_background_slice_to_end_not_for_pick_work() -> None:
     assert impatient.here(lambda: 1) is None  # no wait allowed
     gate.set()
     impatient.close()
-
-
-def test_here_runs_within_its_burst_then_leaves_work_to_the_thread() -> None:
-    """Several Picks resumed in one turn of the event loop would each run `here` in turn:
-    past `here_burst_s` of recent time spent here, work goes to the thread, until that time
-    has drained (at `HERE_SHARE` of the time since)."""
-    now = [0.0]
-    thread = TokenizerThread(clock=lambda: now[0], here_burst_s=0.003)
-
-    def work(seconds: float) -> Callable[[], float]:
-        def run() -> float:
-            now[0] += seconds
-            return seconds
-
-        return run
-
-    assert thread.here(work(0.002)) == (0.002,)
-    assert thread.here(work(0.002)) == (0.002,)  # 2 ms spent: still within the burst
-    assert thread.here(work(0.002)) is None  # 4 ms: past it
-    now[0] += 0.002 / HERE_SHARE  # drained by 2 ms: 1.5 ms
-    assert thread.here(work(0.0)) == (0.0,)
-    thread.close()
