@@ -42,7 +42,12 @@ async def test_replicas_share_load_blacklist_and_budget(
 ) -> None:
     policy = parse_policy(POLICY)
     a, b = [await start_picker(policy, redis_url=deployment.url) for _ in range(2)]
-    assert a.app.cluster is not None and a.app.cluster.gap() is None
+    # The start waits for the first load only so long; on a busy host the cluster's first
+    # reads can time out and be retried, so wait for both replicas to be current.
+    await wait_until(
+        lambda: all(r.app.cluster is not None and r.app.cluster.gap() is None for r in (a, b)),
+        what="shared state loaded on both replicas",
+    )
 
     for n in range(3):
         await pick_ok(a, chat_body(content=f"q{n}"))
