@@ -34,6 +34,7 @@ from kinference.routing import (
 )
 from kinference.routing.health import SERVER_ERROR, UNAUTHORIZED, UNRESOLVED
 from kinference.service import FinalReport, PickCall, PickerService
+from tests.clock import FakeClock
 
 MODEL = "llama"
 BODY_TTL = 60.0
@@ -76,21 +77,13 @@ class CheckedBudget(ByteBudget):
         super().release(nbytes)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @dataclass
 class Env:
     service: PickerService
     store: BodyStore
     inflight: InFlight
     metrics: Metrics
-    clock: Clock
+    clock: FakeClock
     router: Router
 
     @property
@@ -132,7 +125,7 @@ class Env:
 
 @pytest.fixture
 def env() -> Iterator[Env]:
-    clock = Clock()
+    clock = FakeClock(100.0)
     store = BodyStore(
         CheckedBudget(64 << 20),
         max_body_bytes=16 << 20,

@@ -15,30 +15,18 @@ from kinference.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from tests.clock import FakeClock
 
 TTL = 60.0
 
 
-class Clock:
-    """A monotonic clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def store(clock: Clock) -> BodyStore:
+def store(clock: FakeClock) -> BodyStore:
     return BodyStore(ByteBudget(1 << 30), max_body_bytes=64 << 20, ttl_s=TTL, clock=clock)
 
 
@@ -106,7 +94,7 @@ def test_new_stream_id_avoids_pending_and_consumed(
     assert push(store, b"c")[0] == 33
 
 
-def test_take_rules(store: BodyStore, clock: Clock) -> None:
+def test_take_rules(store: BodyStore, clock: FakeClock) -> None:
     with pytest.raises(InvalidArgument):
         store.take(0)
     with pytest.raises(NotFound):
@@ -156,7 +144,7 @@ def test_failed_commit_then_discard(store: BodyStore) -> None:
     assert store.budget.used == 0
 
 
-def test_unpicked_body_expires_after_ttl(store: BodyStore, clock: Clock) -> None:
+def test_unpicked_body_expires_after_ttl(store: BodyStore, clock: FakeClock) -> None:
     stream_id, body = push(store, b"x" * 10)
     clock.advance(TTL - 0.001)
     assert store.reap_expired_pending() == 0
@@ -170,7 +158,7 @@ def test_unpicked_body_expires_after_ttl(store: BodyStore, clock: Clock) -> None
         store.take(stream_id)
 
 
-def test_ttl_counts_from_commit(store: BodyStore, clock: Clock) -> None:
+def test_ttl_counts_from_commit(store: BodyStore, clock: FakeClock) -> None:
     old, _ = push(store, b"a")
     clock.advance(30)
     young, _ = push(store, b"b")
@@ -181,7 +169,7 @@ def test_ttl_counts_from_commit(store: BodyStore, clock: Clock) -> None:
         store.take(old)
 
 
-def test_unpulled_body_expires_after_ttl(store: BodyStore, clock: Clock) -> None:
+def test_unpulled_body_expires_after_ttl(store: BodyStore, clock: FakeClock) -> None:
     stream_id, _ = push(store, b"x" * 10)
     clock.advance(59)  # a Pick late in the window
     store.park(5, store.take(stream_id))
@@ -194,7 +182,7 @@ def test_unpulled_body_expires_after_ttl(store: BodyStore, clock: Clock) -> None
         store.open_pull(5)
 
 
-def test_body_being_pulled_is_not_reaped(store: BodyStore, clock: Clock) -> None:
+def test_body_being_pulled_is_not_reaped(store: BodyStore, clock: FakeClock) -> None:
     stream_id, _ = push(store, b"abc", b"def")
     store.park(9, store.take(stream_id))
     pull = store.open_pull(9)
@@ -358,7 +346,7 @@ def test_random_piece_sizes_pull_back_exactly(store: BodyStore) -> None:
         assert store.budget.used == 0
 
 
-def test_reaping_many_bodies_at_staggered_times(store: BodyStore, clock: Clock) -> None:
+def test_reaping_many_bodies_at_staggered_times(store: BodyStore, clock: FakeClock) -> None:
     pending: list[tuple[float, int]] = []
     parked: list[tuple[float, int]] = []
     for step in range(40):

@@ -6,6 +6,7 @@ import pytest
 
 from kinference import itl_layout
 from kinference.gateway.timing import TokenClock
+from tests.clock import FakeClock
 
 
 @pytest.mark.parametrize(
@@ -21,16 +22,8 @@ def test_layout_1_has_15_buckets() -> None:
     assert itl_layout.bucket(10**9) == 14
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_first_token_sets_ttft_and_later_ones_fill_gaps() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     tokens = TokenClock(clock)
     clock.now += 0.250
     assert tokens.token() is True
@@ -47,7 +40,7 @@ def test_first_token_sets_ttft_and_later_ones_fill_gaps() -> None:
 
 
 def test_first_byte_counts_once() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     tokens = TokenClock(clock)
     clock.now += 0.010
     tokens.first_byte()

@@ -17,31 +17,24 @@ from kinference.routing.health import (
     reason_for_status,
 )
 from kinference.routing.table import WorkerTable
+from tests.clock import FakeClock
 
 P = "ai/openai"
 Q = "ai/azure"
 
 
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(500.0)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock(500.0)
+def wall() -> FakeClock:
+    return FakeClock(1_700_000_000.0)
 
 
 @pytest.fixture
-def wall() -> Clock:
-    return Clock(1_700_000_000.0)
-
-
-@pytest.fixture
-def health(clock: Clock, wall: Clock) -> ProviderHealth:
+def health(clock: FakeClock, wall: FakeClock) -> ProviderHealth:
     return ProviderHealth(CooldownPolicy(), clock=clock, wall=wall)
 
 
@@ -86,7 +79,7 @@ provider_health:
     ],
 )
 def test_cooldown_per_reason(
-    health: ProviderHealth, clock: Clock, reason: str, seconds: float
+    health: ProviderHealth, clock: FakeClock, reason: str, seconds: float
 ) -> None:
     assert health.cooled(P) is None
     cooldown = health.report(P, reason, "why")
@@ -101,11 +94,11 @@ def test_cooldown_per_reason(
     assert health.active() == {}
 
 
-def test_unknown_reason_gets_a_minute(health: ProviderHealth, clock: Clock) -> None:
+def test_unknown_reason_gets_a_minute(health: ProviderHealth, clock: FakeClock) -> None:
     assert health.report(P, "something_else").until == clock.now + 60
 
 
-def test_repeat_extends(health: ProviderHealth, clock: Clock, wall: Clock) -> None:
+def test_repeat_extends(health: ProviderHealth, clock: FakeClock, wall: FakeClock) -> None:
     first = health.report(P, UNRESOLVED, "dns")
     clock.now += 50
     wall.now += 50
@@ -117,7 +110,7 @@ def test_repeat_extends(health: ProviderHealth, clock: Clock, wall: Clock) -> No
     assert again.detail == "dns again"
 
 
-def test_repeat_never_shortens(health: ProviderHealth, clock: Clock, wall: Clock) -> None:
+def test_repeat_never_shortens(health: ProviderHealth, clock: FakeClock, wall: FakeClock) -> None:
     health.report(P, UNAUTHORIZED, "401 from upstream")
     until = clock.now + 300
     clock.now += 1
@@ -133,7 +126,7 @@ def test_repeat_never_shortens(health: ProviderHealth, clock: Clock, wall: Clock
     assert health.cooled(P) is cooldown
 
 
-def test_a_longer_repeat_takes_over_the_reason(health: ProviderHealth, clock: Clock) -> None:
+def test_a_longer_repeat_takes_over_the_reason(health: ProviderHealth, clock: FakeClock) -> None:
     health.report(P, RATE_LIMITED, "429")
     clock.now += 1
     cooldown = health.report(P, UNAUTHORIZED, "401")
@@ -144,7 +137,7 @@ def test_a_longer_repeat_takes_over_the_reason(health: ProviderHealth, clock: Cl
 
 
 def test_a_repeat_ending_at_the_same_time_takes_over_the_reason(
-    health: ProviderHealth, clock: Clock
+    health: ProviderHealth, clock: FakeClock
 ) -> None:
     health.report(P, UNRESOLVED, "dns")  # 60 s
     cooldown = health.report(P, NOT_FOUND, "404")  # 60 s, at the same instant
@@ -152,13 +145,13 @@ def test_a_repeat_ending_at_the_same_time_takes_over_the_reason(
     assert (cooldown.reason, cooldown.detail, cooldown.count) == (NOT_FOUND, "404", 2)
 
 
-def test_capped_at_max(clock: Clock) -> None:
+def test_capped_at_max(clock: FakeClock) -> None:
     policy = CooldownPolicy(seconds={UNAUTHORIZED: 5000.0}, max_cooldown_s=100.0)
     health = ProviderHealth(policy, clock=clock)
     assert health.report(P, UNAUTHORIZED).until == clock.now + 100
 
 
-def test_lowering_the_cap_never_shortens_a_running_cooldown(clock: Clock) -> None:
+def test_lowering_the_cap_never_shortens_a_running_cooldown(clock: FakeClock) -> None:
     health = ProviderHealth(CooldownPolicy(), clock=clock)
     until = health.report(P, UNAUTHORIZED, "401").until  # 300 s
     # A reload: App.apply_policy replaces the policy in place.
@@ -182,7 +175,7 @@ def test_detail_is_bounded(health: ProviderHealth) -> None:
     assert len(health.report(P, UNAUTHORIZED, "x" * 10_000).detail) == 200
 
 
-def test_an_expired_cooldown_starts_afresh(health: ProviderHealth, clock: Clock) -> None:
+def test_an_expired_cooldown_starts_afresh(health: ProviderHealth, clock: FakeClock) -> None:
     health.report(P, RATE_LIMITED)
     clock.now += 11
     fresh = health.report(P, RATE_LIMITED)
@@ -223,7 +216,7 @@ def test_status_to_reason(status: int, reason: str | None) -> None:
     ],
 )
 def test_client_errors_cool_at_once(
-    health: ProviderHealth, clock: Clock, status: int, reason: str, seconds: float
+    health: ProviderHealth, clock: FakeClock, status: int, reason: str, seconds: float
 ) -> None:
     cooldown = health.upstream_status(P, status)
     assert cooldown is not None
@@ -238,7 +231,7 @@ def test_other_statuses_are_ignored(health: ProviderHealth, status: int) -> None
     assert health.cooled(P) is None
 
 
-def test_server_errors_cool_past_the_threshold(health: ProviderHealth, clock: Clock) -> None:
+def test_server_errors_cool_past_the_threshold(health: ProviderHealth, clock: FakeClock) -> None:
     assert health.upstream_status(P, 500) is None
     clock.now += 10
     assert health.upstream_status(P, 502) is None
@@ -253,7 +246,7 @@ def test_server_errors_cool_past_the_threshold(health: ProviderHealth, clock: Cl
 
 
 def test_server_errors_outside_the_window_do_not_count(
-    health: ProviderHealth, clock: Clock
+    health: ProviderHealth, clock: FakeClock
 ) -> None:
     for _ in range(2):
         assert health.upstream_status(P, 500) is None
@@ -264,12 +257,12 @@ def test_server_errors_outside_the_window_do_not_count(
     assert health.upstream_status(P, 500) is not None  # three within 30 s
 
 
-def test_server_error_threshold_of_one(clock: Clock) -> None:
+def test_server_error_threshold_of_one(clock: FakeClock) -> None:
     health = ProviderHealth(CooldownPolicy(server_error_threshold=1), clock=clock)
     assert health.upstream_status(P, 500) is not None
 
 
-def test_clear(health: ProviderHealth, clock: Clock) -> None:
+def test_clear(health: ProviderHealth, clock: FakeClock) -> None:
     health.report(P, UNAUTHORIZED)
     health.report(Q, RATE_LIMITED)
     assert set(health.active()) == {P, Q}
@@ -284,7 +277,7 @@ def test_clear(health: ProviderHealth, clock: Clock) -> None:
     assert health.upstream_status(Q, 500) is None
 
 
-def test_active_lists_only_running_cooldowns(health: ProviderHealth, clock: Clock) -> None:
+def test_active_lists_only_running_cooldowns(health: ProviderHealth, clock: FakeClock) -> None:
     health.report(P, RATE_LIMITED)
     health.report(Q, UNAUTHORIZED)
     clock.now += 10
@@ -295,7 +288,7 @@ def test_active_lists_only_running_cooldowns(health: ProviderHealth, clock: Cloc
 # --- The hooks the cluster layer (kinference.cluster.blacklist) shares cool-downs through.
 
 
-def test_listener_hears_every_report(health: ProviderHealth, clock: Clock) -> None:
+def test_listener_hears_every_report(health: ProviderHealth, clock: FakeClock) -> None:
     heard: list[tuple[str, int, bool]] = []
     health.listener = lambda provider, c: heard.append((provider, c.count, c.published))
     first = health.report(P, UNAUTHORIZED, "401")
@@ -308,13 +301,15 @@ def test_listener_hears_every_report(health: ProviderHealth, clock: Clock) -> No
     assert not first.published  # Redis does not hold the repeat yet
 
 
-def test_no_listener_by_default(clock: Clock) -> None:
+def test_no_listener_by_default(clock: FakeClock) -> None:
     health = ProviderHealth(CooldownPolicy(), clock=clock)
     assert health.listener is None
     health.report(P, UNAUTHORIZED)  # nothing to call
 
 
-def adopt(health: ProviderHealth, wall: Clock, remaining_s: float, **fields: object) -> Cooldown:
+def adopt(
+    health: ProviderHealth, wall: FakeClock, remaining_s: float, **fields: object
+) -> Cooldown:
     values: dict[str, object] = {
         "reason": UNAUTHORIZED,
         "detail": "401 elsewhere",
@@ -333,7 +328,7 @@ def adopt(health: ProviderHealth, wall: Clock, remaining_s: float, **fields: obj
     )
 
 
-def test_adopt_a_new_cooldown(health: ProviderHealth, clock: Clock, wall: Clock) -> None:
+def test_adopt_a_new_cooldown(health: ProviderHealth, clock: FakeClock, wall: FakeClock) -> None:
     heard: list[str] = []
     health.listener = lambda provider, _c: heard.append(provider)
     cooldown = adopt(health, wall, 120.0)
@@ -345,7 +340,9 @@ def test_adopt_a_new_cooldown(health: ProviderHealth, clock: Clock, wall: Clock)
     assert heard == []  # not written back
 
 
-def test_adopt_extends_never_shortens(health: ProviderHealth, clock: Clock, wall: Clock) -> None:
+def test_adopt_extends_never_shortens(
+    health: ProviderHealth, clock: FakeClock, wall: FakeClock
+) -> None:
     local = health.report(P, RATE_LIMITED, "429")  # 10 s, count 1, unpublished
     cooldown = adopt(health, wall, 5.0, count=1, first_seen=wall.now + 1, last_seen=wall.now)
     assert cooldown is local
@@ -362,7 +359,7 @@ def test_adopt_extends_never_shortens(health: ProviderHealth, clock: Clock, wall
     assert len(adopt(health, wall, 500.0, detail="x" * 1000).detail) == 200
 
 
-def test_clear_published_keeps_unpublished(health: ProviderHealth, wall: Clock) -> None:
+def test_clear_published_keeps_unpublished(health: ProviderHealth, wall: FakeClock) -> None:
     cooldown = health.report(P, UNAUTHORIZED)
     assert not health.clear_published(P)  # never written: a missing key says nothing
     assert health.cooled(P) is cooldown
@@ -375,7 +372,9 @@ def test_clear_published_keeps_unpublished(health: ProviderHealth, wall: Clock) 
     assert health.clear_published(P)  # adopted from a key that is gone now
 
 
-def test_mark_published_ignores_a_replaced_cooldown(health: ProviderHealth, clock: Clock) -> None:
+def test_mark_published_ignores_a_replaced_cooldown(
+    health: ProviderHealth, clock: FakeClock
+) -> None:
     old = health.report(P, RATE_LIMITED)
     clock.now += 11  # expired
     new = health.report(P, RATE_LIMITED)
@@ -385,7 +384,7 @@ def test_mark_published_ignores_a_replaced_cooldown(health: ProviderHealth, cloc
     assert not new.published
 
 
-def test_unpublish_all(health: ProviderHealth, clock: Clock, wall: Clock) -> None:
+def test_unpublish_all(health: ProviderHealth, clock: FakeClock, wall: FakeClock) -> None:
     adopt(health, wall, 30.0)
     health.report(Q, RATE_LIMITED)
     assert sorted(health.unpublish_all()) == sorted([P, Q])

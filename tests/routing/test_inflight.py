@@ -7,18 +7,11 @@ import pytest
 
 from kinference.routing import InFlight, LocalChoice, ProviderChoice, WorkerTable
 from kinference.routing import inflight as inflight_module
+from tests.clock import FakeClock
 
 POOL = "default/chat"
 ENDPOINT_A, ENDPOINT_B = "10.0.0.5:8000", "10.0.0.6:8000"
 PROVIDER = ProviderChoice("ai/openai", "/v1/chat/completions", "gpt-4o-mini")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 50.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -37,8 +30,8 @@ def b(table: WorkerTable) -> LocalChoice:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(50.0)
 
 
 def test_counts_per_endpoint(table: WorkerTable, a: LocalChoice, b: LocalChoice) -> None:
@@ -81,7 +74,7 @@ def test_release_once(table: WorkerTable, a: LocalChoice) -> None:
 
 
 def test_the_release_listener_hears_every_local_request_once(
-    table: WorkerTable, a: LocalChoice, clock: Clock
+    table: WorkerTable, a: LocalChoice, clock: FakeClock
 ) -> None:
     heard: list[LocalChoice] = []
     inflight = InFlight(table, ttl_s=10, clock=clock, released=heard.append)
@@ -104,7 +97,7 @@ def test_load_never_goes_negative(table: WorkerTable, a: LocalChoice) -> None:
     assert table.inflight[a.slot] == 0
 
 
-def test_get_and_times(table: WorkerTable, a: LocalChoice, clock: Clock) -> None:
+def test_get_and_times(table: WorkerTable, a: LocalChoice, clock: FakeClock) -> None:
     inflight = InFlight(table, ttl_s=10, clock=clock)
     inflight.add(1, a, "")
     assignment = inflight.get(1)
@@ -114,7 +107,9 @@ def test_get_and_times(table: WorkerTable, a: LocalChoice, clock: Clock) -> None
     assert inflight.get(2) is None
 
 
-def test_expire_after_ttl(table: WorkerTable, a: LocalChoice, b: LocalChoice, clock: Clock) -> None:
+def test_expire_after_ttl(
+    table: WorkerTable, a: LocalChoice, b: LocalChoice, clock: FakeClock
+) -> None:
     inflight = InFlight(table, ttl_s=10, clock=clock)
     inflight.add(1, a, "")
     clock.now += 5
@@ -131,7 +126,7 @@ def test_expire_after_ttl(table: WorkerTable, a: LocalChoice, b: LocalChoice, cl
     assert inflight.per_endpoint() == {}
 
 
-def test_expire_skips_released(table: WorkerTable, a: LocalChoice, clock: Clock) -> None:
+def test_expire_skips_released(table: WorkerTable, a: LocalChoice, clock: FakeClock) -> None:
     inflight = InFlight(table, ttl_s=1, clock=clock)
     inflight.add(1, a, "")
     inflight.add(2, a, "")
@@ -142,7 +137,7 @@ def test_expire_skips_released(table: WorkerTable, a: LocalChoice, clock: Clock)
 
 
 def test_recent_remembers_released_providers_only(
-    table: WorkerTable, a: LocalChoice, clock: Clock
+    table: WorkerTable, a: LocalChoice, clock: FakeClock
 ) -> None:
     inflight = InFlight(table, ttl_s=100, recent_ttl_s=30, clock=clock)
     inflight.add(1, PROVIDER, "")
@@ -166,7 +161,7 @@ def test_recent_remembers_released_providers_only(
     assert inflight.recent(4) is None
 
 
-def test_expired_requests_are_remembered_too(table: WorkerTable, clock: Clock) -> None:
+def test_expired_requests_are_remembered_too(table: WorkerTable, clock: FakeClock) -> None:
     inflight = InFlight(table, ttl_s=5, recent_ttl_s=30, clock=clock)
     inflight.add(1, PROVIDER, "")
     clock.now += 5
@@ -175,7 +170,7 @@ def test_expired_requests_are_remembered_too(table: WorkerTable, clock: Clock) -
 
 
 def test_recent_is_bounded(
-    table: WorkerTable, clock: Clock, monkeypatch: pytest.MonkeyPatch
+    table: WorkerTable, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(inflight_module, "RECENT_LIMIT", 3)
     inflight = InFlight(table, ttl_s=5, clock=clock)

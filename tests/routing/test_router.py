@@ -29,6 +29,7 @@ from kinference.routing import (
     compile_policy,
 )
 from kinference.routing.health import RATE_LIMITED, UNAUTHORIZED
+from tests.clock import FakeClock
 
 # Two pools serving `llama` (implicit: one candidate set), one more model on `big`.
 IMPLICIT = """
@@ -92,14 +93,6 @@ SMALL = ("10.0.0.5:8000", "10.0.0.6:8000")
 LARGE = "10.0.0.9:8000"
 
 
-class Clock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @dataclass
 class Env:
     router: Router
@@ -107,7 +100,7 @@ class Env:
     inflight: InFlight
     health: ProviderHealth
     tenants: TenantGate
-    clock: Clock
+    clock: FakeClock
 
     def route(
         self,
@@ -147,7 +140,7 @@ class Env:
 def make(policy_text: str, seed: int = 0) -> Env:
     policy = parse_policy(policy_text)
     table = WorkerTable()
-    clock = Clock()
+    clock = FakeClock()
     compiled = compile_policy(policy, table)
     health = ProviderHealth(compiled.cooldowns, clock=clock)
     tenants = TenantGate(clock)

@@ -10,6 +10,7 @@ from kinference.routing import TenantGate
 from kinference.routing.budget import Budget, LocalBudget
 from kinference.routing.reasons import Reason
 from kinference.routing.tenants import WINDOW_S, Rejection, TokenWindow
+from tests.clock import FakeClock
 
 POOLS = """\
 pools:
@@ -30,25 +31,17 @@ QWEN = ("qwen", "qwen")
 POOL_LLAMA = ("llama-8b-instruct", "llama-8b-instruct")
 
 
-class Clock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def policy(rules: str = RULES, default: str = "allow") -> Policy:
     return parse_policy(POOLS + rules + f"default_tenant_action: {default}\n")
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 @pytest.fixture
-def gate(clock: Clock) -> TenantGate:
+def gate(clock: FakeClock) -> TenantGate:
     return TenantGate(clock)
 
 
@@ -118,7 +111,7 @@ def test_empty_models_list_allows_none(gate: TenantGate) -> None:
     assert gate.check(policy(rules), "team-a", LLAMA, "BATCH") is not None
 
 
-def test_tokens_per_minute(gate: TenantGate, clock: Clock) -> None:
+def test_tokens_per_minute(gate: TenantGate, clock: FakeClock) -> None:
     rules = policy()
     gate.record(rules, "team-a", 60)
     assert gate.used("team-a") == 60
@@ -206,7 +199,7 @@ def test_window_over_many_seconds() -> None:
         assert window.used(second + 0.65) == min(second + 1, 60)
 
 
-def test_the_default_budget_is_local(clock: Clock) -> None:
+def test_the_default_budget_is_local(clock: FakeClock) -> None:
     gate = TenantGate(clock)
     assert isinstance(gate.budget, LocalBudget)
     budget = LocalBudget(clock)
@@ -250,7 +243,7 @@ class FakeBudget:
         self.calls.append(("forget_idle", "", 0, 0))
 
 
-def test_the_gate_delegates_budgets_only(clock: Clock) -> None:
+def test_the_gate_delegates_budgets_only(clock: FakeClock) -> None:
     fake = FakeBudget("used its share")
     budget: Budget = fake
     gate = TenantGate(clock, budget=budget)
@@ -266,7 +259,7 @@ def test_the_gate_delegates_budgets_only(clock: Clock) -> None:
     assert gate.used("anyone") == 42
 
 
-async def test_the_gate_waits_on_the_budget_only_for_budgeted_tenants(clock: Clock) -> None:
+async def test_the_gate_waits_on_the_budget_only_for_budgeted_tenants(clock: FakeClock) -> None:
     fake = FakeBudget()
     gate = TenantGate(clock, budget=fake)
     rules = policy()
@@ -297,7 +290,7 @@ def test_frees_in_counts_adjustments() -> None:
     assert window.frees_in(115.0, 51) == 0.0
 
 
-def test_a_budget_rejection_says_when_to_retry(gate: TenantGate, clock: Clock) -> None:
+def test_a_budget_rejection_says_when_to_retry(gate: TenantGate, clock: FakeClock) -> None:
     rules = policy()
     gate.record(rules, "team-a", 100)
     clock.now += 20.03

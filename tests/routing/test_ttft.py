@@ -15,6 +15,7 @@ from kinference.routing.readings import unseen_wait
 from kinference.routing.scorers import ttft as ttft_module
 from kinference.routing.scorers.ttft import TtftConfig, TtftScorer
 from kinference.routing.table import WorkerTable
+from tests.clock import FakeClock
 from tests.routing.plugin_helpers import MODEL, context
 
 PRIOR = TtftConfig()
@@ -61,19 +62,11 @@ def test_pending_prefill_is_waited_for_at_the_learned_rate() -> None:
     assert wait.tolist() == pytest.approx([3000 * PER_TOKEN, 0.0])
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_pending_prefill_drains_while_it_is_computed() -> None:
     """A 3000-token document picked 120 ms ago at 0.1 ms a token is 1200 tokens in: the
     request waits for the 1800 left; once another prefill ends, its tokens count as done
     (the engine computed those first), and a new stretch starts from nothing done."""
-    clock = Clock()
+    clock = FakeClock(100.0)
     table = WorkerTable(clock=clock)
     ctx = context(2, prompt_tokens=100, table=table)
     slot = int(ctx.slots[0])
@@ -102,7 +95,7 @@ def test_a_hit_behind_a_document_almost_prefilled_stays_on_its_cache() -> None:
     """The worker holding the prompt is prefilling a 12k-token document: just picked, the
     hit would wait 1.2 s and a cold prefill elsewhere wins; 1.15 s on, 500 tokens are left
     and the hit wins again (the document is computed, not waiting to start)."""
-    clock = Clock()
+    clock = FakeClock(100.0)
     table = WorkerTable(clock=clock)
     ctx = context(2, prompt_tokens=1600, cached=[1500, 0], table=table)
     table.add_pending_prefill(int(ctx.slots[0]), 12_000)

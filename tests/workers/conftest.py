@@ -31,19 +31,6 @@ async def eventually(condition: Callable[[], bool], what: str, within_s: float =
 
 
 @dataclass
-class FakeClock:
-    """A monotonic clock the test moves by hand (seconds)."""
-
-    now: float = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@dataclass
 class Harness:
     """A scraper, its registry, and every on_update call it made, in order."""
 

@@ -9,7 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kinference.workers import EngineScraper, EngineSnapshot
-from tests.workers.conftest import EngineFactory, FakeClock, HarnessFactory, eventually
+from tests.clock import FakeClock
+from tests.workers.conftest import EngineFactory, HarnessFactory, eventually
 from tests.workers.fake_engine import Mode
 from tests.workers.pages import sglang_text, triton_text, trtllm_text, vllm_page, vllm_text
 
