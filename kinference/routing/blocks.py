@@ -90,6 +90,11 @@ class PrefixHasher:
             return ()
         family = (model, block_bytes, max_blocks, segments[0][:block_bytes])
         known = self._known.get(family)
+        if known is not None and _repeated(segments, known, block_bytes * max_blocks):
+            self._known.move_to_end(family)  # the same prompt again (a retry, a benchmark)
+            return self._interned(
+                (model, block_bytes, len(known.hashes), known.hashes[-1]), known.hashes
+            )
         data, ends, equal = _encoded(segments, block_bytes * max_blocks, known)
         count = min(len(data) // block_bytes, max_blocks)
         if count == 0:
@@ -115,6 +120,13 @@ class PrefixHasher:
         if len(self._cache) > self.capacity:
             self._cache.popitem(last=False)
         return hashes
+
+
+def _repeated(segments: Sequence[str], known: _Known, wanted: int) -> bool:
+    """Whether `segments` encode to `known`'s bytes as far as they are hashed."""
+    encoded = len(known.ends)
+    whole = encoded == len(segments) or known.ends[-1] >= wanted
+    return whole and segments[:encoded] == known.segments
 
 
 def _continued(
