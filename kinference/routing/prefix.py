@@ -22,7 +22,7 @@ class PrefixIndexConfig(PluginConfig):
 
     block_bytes: PositiveInt = 64  # bytes of UTF-8 prompt text per block (GIE: 64)
     # Blocks hashed per request: 64 KiB of leading text, past long shared documents; the
-    # hashing is vectorised (~0.1 µs a block) and cached per distinct beginning.
+    # hashing is vectorised (~0.1 µs a block) and continued from a known beginning.
     max_blocks: PositiveInt = 1024
     lru_blocks_per_worker: PositiveInt = 50_000  # block hashes remembered per worker
 
