@@ -25,6 +25,9 @@ __all__ = ["SEPARATOR", "PrefixHasher", "block_hashes", "mix64"]
 SEPARATOR = "\x1e"  # between prompt segments, so ("ab", "c") and ("a", "bc") differ
 _SEPARATOR_BYTES = SEPARATOR.encode()
 _TEXT_REFERENCE = re.compile(r"<text:(\d+):([0-9a-f]+)>")  # see kinference.requests.prompt
+# Segments a family keeps of its last prompt at most (a chat of more is hashed afresh each
+# time: a body of many tiny messages must not pin a list this long in each of 128 families).
+MAX_KNOWN_SEGMENTS = 1024
 
 
 def block_hashes(
@@ -103,11 +106,19 @@ class PrefixHasher:
             hashes = tuple(_hash_blocks(model, data, block_bytes, count))
         else:
             hashes = _continued(model, data, block_bytes, count, known, equal=equal // block_bytes)
-        self._known[family] = _Known(segments[: len(ends)], data, ends, hashes)
+        kept = _bounded(segments, len(ends), block_bytes * max_blocks)
+        self._remember(family, None if kept is None else _Known(kept, data, ends, hashes))
+        return self._interned((model, block_bytes, count, hashes[-1]), hashes)
+
+    def _remember(self, family: tuple[str, int, int, str], known: _Known | None) -> None:
+        """Keep `known` as its family's last prompt (None: forget the family's)."""
+        if known is None:
+            self._known.pop(family, None)
+            return
+        self._known[family] = known
         self._known.move_to_end(family)
         if len(self._known) > max(self.capacity // 4, 1):
             self._known.popitem(last=False)
-        return self._interned((model, block_bytes, count, hashes[-1]), hashes)
 
     def _interned(self, key: tuple[str, int, int, int], hashes: tuple[int, ...]) -> tuple[int, ...]:
         """The one tuple handed out for these hashes (chained: equal last hashes at equal
@@ -120,6 +131,16 @@ class PrefixHasher:
         if len(self._cache) > self.capacity:
             self._cache.popitem(last=False)
         return hashes
+
+
+def _bounded(segments: Sequence[str], count: int, wanted: int) -> Sequence[str] | None:
+    """The first `count` segments as a family keeps them, so that what it pins stays within
+    about twice `wanted` characters and `MAX_KNOWN_SEGMENTS` strings whatever the request
+    (a segment cut at `wanted` is kept cut: it then never equals the whole one, which is
+    encoded again, up to `wanted` bytes), or None past that many segments (not kept)."""
+    if count > MAX_KNOWN_SEGMENTS:
+        return None
+    return tuple(s if len(s) <= wanted else s[:wanted] for s in segments[:count])
 
 
 def _repeated(segments: Sequence[str], known: _Known, wanted: int) -> bool:

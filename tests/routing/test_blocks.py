@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 
-from kinference.routing.blocks import SEPARATOR, PrefixHasher, block_hashes
+from kinference.routing.blocks import MAX_KNOWN_SEGMENTS, SEPARATOR, PrefixHasher, block_hashes
 from kinference.routing.chain import mix, seed
 
 MASK = (1 << 64) - 1
@@ -85,3 +86,23 @@ def test_one_tuple_per_prefix_and_shared_leading_hashes() -> None:
     # by identity before comparing values.
     shared = len(document.encode()) // 64
     assert all(a is b for a, b in zip(first[:shared], other[:shared], strict=True))
+
+
+def test_a_family_pins_no_more_of_a_request_than_it_hashes() -> None:
+    """A long segment is kept cut at the hashed length and a prompt of very many segments
+    not at all: the request's own strings are not held past its Pick (refcounts)."""
+    hasher = PrefixHasher()
+    huge = "x" + "long text " * 200_000  # 2 MB, hashed as far as 64 KiB
+    before = sys.getrefcount(huge)
+    cut = hasher.hashes("m", (huge,), block_bytes=64, max_blocks=1024)
+    assert sys.getrefcount(huge) == before
+    assert hasher.hashes("m", (huge,), block_bytes=64, max_blocks=1024) == cut
+    many = tuple(f"message {i}" for i in range(MAX_KNOWN_SEGMENTS + 1))
+    counts = [sys.getrefcount(s) for s in many]
+    expected = block_hashes("m", many, block_bytes=64, max_blocks=1024)
+    assert list(hasher.hashes("m", many, block_bytes=64, max_blocks=1024)) == expected
+    assert [sys.getrefcount(s) for s in many] == counts
+    short = ("a system prompt", "user: hi")
+    counts = [sys.getrefcount(s) for s in short]
+    hasher.hashes("m", short, block_bytes=4, max_blocks=1024)
+    assert [sys.getrefcount(s) for s in short] == [c + 1 for c in counts]  # kept as is
