@@ -7,6 +7,7 @@ gRPC servicer calls it and converts; nothing here knows about gRPC.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -104,7 +105,8 @@ class PickerService:
         translates), and, when precise pools may serve it, the prompt tokenized in the
         tokenizer thread (begun at push when it could be: `early`), and for a tenant whose
         cluster budget asked for a lease, its answer awaited (the decision itself,
-        admission and reservation included, stays in one loop turn)."""
+        admission and reservation included, stays in one loop turn; the prefix index's
+        record of it, in the next, once the request is on its way: `record_later`)."""
         started = time.perf_counter()
         body = self.store.take(call.stream_id)
         ready = await self.preparation.ready(call.stream_id, body)
@@ -115,6 +117,7 @@ class PickerService:
                     body, tenants.ready(self.router.policy.config, call.tenant)
                 )
             self.preparation.deciding(ready)  # the rest of this Pick is one loop step
+            asyncio.get_running_loop().call_soon(self.router.prefix.flush)
             return self._decided(
                 body,
                 call,

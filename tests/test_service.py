@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from collections.abc import Iterator
@@ -908,3 +909,14 @@ def test_mixed_interleaving_releases_everything_once(env: Env, resident: int) ->
     assert len(env.inflight) == 0
     assert env.store.held_bodies == 1
     assert env.inflight.per_endpoint() == {}
+
+
+async def test_the_prefix_index_records_the_pick_once_its_answer_is_out(env: Env) -> None:
+    prompt = " ".join(f"token{i}" for i in range(300))
+    result = await env.service.pick_off_loop(PickCall(env.push(chat(content=prompt))))
+    assert isinstance(result.destination, LocalChoice)
+    waiting = env.router.prefix._later  # applied in the loop's next step, not in the Pick's
+    assert [hashes for _, hashes in waiting] == [result.destination.hashes]
+    await asyncio.sleep(0)
+    assert not env.router.prefix._later
+    assert len(env.router.prefix) == result.destination.prefix_total

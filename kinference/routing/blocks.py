@@ -7,38 +7,27 @@ Gateway API Inference Extension does with 64-character blocks.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
 
-import numpy as np
-import numpy.typing as npt
+from kinference.routing.chain import (
+    PYTHON_BLOCKS,
+    chain_values,
+    hashes_python,
+    mix64,
+    mix64_into,
+    unmix,
+)
+
+__all__ = ["SEPARATOR", "PrefixHasher", "block_hashes", "mix64"]
 
 SEPARATOR = "\x1e"  # between prompt segments, so ("ab", "c") and ("a", "bc") differ
 _SEPARATOR_BYTES = SEPARATOR.encode()
-# Odd 64-bit constants: the chain's base and its inverse mod 2^64, fmix64's multipliers, and
-# one multiplier per 8-byte word of a block (cycled for blocks over 64 bytes).
-_BASE = 0x9E3779B97F4A7C15
-_BASE_INVERSE = pow(_BASE, -1, 1 << 64)
-_MIX_1 = np.uint64(0xFF51AFD7ED558CCD)
-_MIX_2 = np.uint64(0xC4CEB9FE1A85EC53)
-_SHIFT = np.uint64(33)
-_LANES = np.array(
-    [
-        0x87C37B91114253D5,
-        0x4CF5AD432745937F,
-        0x52DCE729DA3ED7B5,
-        0x38495AB5D6E6E2AB,
-        0xA0761D6478BD642F,
-        0xE7037ED1A0B428DB,
-        0x8EBC6AF09C88C6E3,
-        0x589965CC75374CC3,
-    ],
-    dtype=np.uint64,
-)
 _TEXT_REFERENCE = re.compile(r"<text:(\d+):([0-9a-f]+)>")  # see kinference.requests.prompt
+# Segments a family keeps of its last prompt at most (a chat of more is hashed afresh each
+# time: a body of many tiny messages must not pin a list this long in each of 128 families).
+MAX_KNOWN_SEGMENTS = 1024
 
 
 def block_hashes(
@@ -60,110 +49,177 @@ def block_hashes(
 def _hash_blocks(model: str, data: bytes, block_bytes: int, count: int) -> list[int]:
     if count == 0:
         return []
-    raw = np.frombuffer(data, dtype=np.uint8, count=count * block_bytes).reshape(count, -1)
-    if block_bytes % 8:
-        raw = np.pad(raw, ((0, 0), (0, -block_bytes % 8)))
-    words = raw.view(np.uint64) if raw.flags.c_contiguous else raw.copy().view(np.uint64)
-    lanes = _LANES if words.shape[1] == len(_LANES) else np.resize(_LANES, words.shape[1])
-    # Array arithmetic on uint64 wraps modulo 2^64 silently, which is what a hash wants.
-    # In place on fresh arrays, the lanes as one product: ~1/3 less of a Pick's hashing,
-    # most of which is numpy's overhead per call (~100 blocks at 6 KB).
-    blocks = _mix64_into(words @ lanes)
-    blocks[0] ^= np.uint64(_seed(model))
-    inverse, powers = _powers(count)
-    blocks *= inverse
-    chain = np.cumsum(blocks, dtype=np.uint64)
-    chain *= powers
-    hashes: list[int] = _mix64_into(chain).tolist()
+    hashes: list[int] = mix64_into(chain_values(model, data, block_bytes, count)).tolist()
     return hashes
 
 
-class PrefixHasher:
-    """`block_hashes` remembered for the most recent distinct prompt beginnings.
+class _Known:
+    """A prompt hashed last in its family: its segments as far as encoded, their UTF-8
+    (`ends`: the length after each) and its hashes."""
 
-    Prompts that share their first `max_blocks` blocks (a long shared system prompt, an
-    agent's fixed preamble, retries) have the same hashes: they are looked up by those exact
-    bytes instead of recomputed. Keys are at most `max_blocks` x `block_bytes` bytes each.
+    __slots__ = ("data", "ends", "hashes", "segments")
+
+    def __init__(
+        self, segments: Sequence[str], data: bytes, ends: list[int], hashes: tuple[int, ...]
+    ) -> None:
+        self.segments, self.data, self.ends, self.hashes = segments, data, ends, hashes
+
+
+class PrefixHasher:
+    """`block_hashes`, continued from the last prompt that began alike, one tuple a prefix.
+
+    Prompts come in families sharing a beginning: a chat's turns, the questions about one
+    document, the users of one system prompt. The last prompt hashed per family (the model,
+    the block size and cap, the first segment's first `block_bytes` characters; the last
+    `capacity // 4` families) keeps its segments, their UTF-8 and its hashes: a prompt
+    encodes only the segments that differ from that one's and hashes only from the first
+    block where the bytes part, its chain continued from the hash before (a new question
+    about a 48 KB document: its own few blocks, not ~750, and its leading hashes are the
+    same int objects, which the prefix index then finds by identity). The hashes of the
+    last `capacity` distinct prefixes are handed out as one tuple each (`_cache`, keyed by
+    the count and the last chained hash): the prefix index knows a prompt recorded twice
+    in a row by that tuple's identity.
     """
 
     def __init__(self, capacity: int = 512) -> None:
         self.capacity = capacity
-        self._cache: OrderedDict[tuple[str, int, bytes], tuple[int, ...]] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, int, int, int], tuple[int, ...]] = OrderedDict()
+        self._known: OrderedDict[tuple[str, int, int, str], _Known] = OrderedDict()
 
     def hashes(
         self, model: str, segments: Sequence[str], *, block_bytes: int, max_blocks: int
     ) -> tuple[int, ...]:
-        data = _leading_bytes(segments, block_bytes * max_blocks)
+        if not segments:
+            return ()
+        family = (model, block_bytes, max_blocks, segments[0][:block_bytes])
+        known = self._known.get(family)
+        if known is not None and _repeated(segments, known, block_bytes * max_blocks):
+            self._known.move_to_end(family)  # the same prompt again (a retry, a benchmark)
+            return self._interned(
+                (model, block_bytes, len(known.hashes), known.hashes[-1]), known.hashes
+            )
+        data, ends, equal = _encoded(segments, block_bytes * max_blocks, known)
         count = min(len(data) // block_bytes, max_blocks)
-        key = (model, block_bytes, data[: count * block_bytes])
+        if count == 0:
+            return ()
+        if known is None:
+            hashes = tuple(_hash_blocks(model, data, block_bytes, count))
+        else:
+            hashes = _continued(model, data, block_bytes, count, known, equal=equal // block_bytes)
+        kept = _bounded(segments, len(ends), block_bytes * max_blocks)
+        self._remember(family, None if kept is None else _Known(kept, data, ends, hashes))
+        return self._interned((model, block_bytes, count, hashes[-1]), hashes)
+
+    def _remember(self, family: tuple[str, int, int, str], known: _Known | None) -> None:
+        """Keep `known` as its family's last prompt (None: forget the family's)."""
+        if known is None:
+            self._known.pop(family, None)
+            return
+        self._known[family] = known
+        self._known.move_to_end(family)
+        if len(self._known) > max(self.capacity // 4, 1):
+            self._known.popitem(last=False)
+
+    def _interned(self, key: tuple[str, int, int, int], hashes: tuple[int, ...]) -> tuple[int, ...]:
+        """The one tuple handed out for these hashes (chained: equal last hashes at equal
+        counts are equal prefixes, as everywhere in the prefix index)."""
         found = self._cache.get(key)
         if found is not None:
             self._cache.move_to_end(key)
             return found
-        hashes = tuple(_hash_blocks(model, data, block_bytes, count))
         self._cache[key] = hashes
         if len(self._cache) > self.capacity:
             self._cache.popitem(last=False)
         return hashes
 
 
-def mix64(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """A 64-bit finaliser (MurmurHash3's fmix64): every input bit moves every output bit
-    (uint64 arithmetic wraps modulo 2^64, as a hash wants). Also `kvcache.blocks`'."""
-    values = values ^ (values >> np.uint64(33))
-    values = values * _MIX_1
-    values = values ^ (values >> np.uint64(33))
-    values = values * _MIX_2
-    return values ^ (values >> np.uint64(33))
+def _bounded(segments: Sequence[str], count: int, wanted: int) -> Sequence[str] | None:
+    """The first `count` segments as a family keeps them, so that what it pins stays within
+    about twice `wanted` characters and `MAX_KNOWN_SEGMENTS` strings whatever the request
+    (a segment cut at `wanted` is kept cut: it then never equals the whole one, which is
+    encoded again, up to `wanted` bytes), or None past that many segments (not kept)."""
+    if count > MAX_KNOWN_SEGMENTS:
+        return None
+    return tuple(s if len(s) <= wanted else s[:wanted] for s in segments[:count])
 
 
-def _mix64_into(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """`mix64` overwriting `values` (an array of the caller's own): the same bits, two
-    allocations fewer per step."""
-    shifted = values >> _SHIFT
-    values ^= shifted
-    values *= _MIX_1
-    np.right_shift(values, _SHIFT, out=shifted)
-    values ^= shifted
-    values *= _MIX_2
-    np.right_shift(values, _SHIFT, out=shifted)
-    values ^= shifted
-    return values
+def _repeated(segments: Sequence[str], known: _Known, wanted: int) -> bool:
+    """Whether `segments` encode to `known`'s bytes as far as they are hashed."""
+    encoded = len(known.ends)
+    whole = encoded == len(segments) or known.ends[-1] >= wanted
+    return whole and segments[:encoded] == known.segments
 
 
-def _powers(count: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
-    """(B^-j, B^j) for j < count, mod 2^64: slices of the precomputed tables when they
-    reach, computed for a longer prompt."""
-    if count <= len(_POWERS):
-        return _INVERSE_POWERS[:count], _POWERS[:count]
-    return _power_table(_BASE_INVERSE, count), _power_table(_BASE, count)
+def _continued(
+    model: str, data: bytes, block_bytes: int, count: int, known: _Known, *, equal: int
+) -> tuple[int, ...]:
+    """The hashes of `count` blocks of `data`, whose first `equal` are `known`'s: `known`'s
+    as far as the bytes agree, the rest chained on from there."""
+    same = _same_blocks(data, known, block_bytes, count, equal)
+    if same == len(known.hashes) == count:
+        return known.hashes
+    if same == count:
+        return known.hashes[:count]
+    if same == 0:
+        return tuple(_hash_blocks(model, data, block_bytes, count))
+    before = unmix(known.hashes[same - 1])
+    if block_bytes == 64 and count - same <= PYTHON_BLOCKS:
+        tail = hashes_python(data, same, count, before)
+    else:
+        tail = mix64_into(
+            chain_values(model, data, block_bytes, count, start=same, before=before)
+        ).tolist()
+    return known.hashes[:same] + tuple(tail)
 
 
-def _power_table(base: int, count: int) -> npt.NDArray[np.uint64]:
-    factors = np.full(count, base, dtype=np.uint64)
-    factors[0] = 1
-    return np.cumprod(factors, dtype=np.uint64)
-
-
-# Powers of the chain's base, computed once: enough for max_blocks up to 4096.
-_POWERS = _power_table(_BASE, 4096)
-_INVERSE_POWERS = _power_table(_BASE_INVERSE, 4096)
-
-
-@functools.lru_cache(maxsize=1024)
-def _seed(model: str) -> int:
-    return int.from_bytes(hashlib.blake2b(model.encode(), digest_size=8).digest(), "little")
+def _same_blocks(data: bytes, known: _Known, block_bytes: int, count: int, equal: int) -> int:
+    """How many of the first `count` blocks of `data` equal `known`'s, the first `equal`
+    known to: compares in C, all the rest at once, then by halves."""
+    blocks = min(count, len(known.hashes))
+    lo, theirs = min(equal, blocks), memoryview(known.data)
+    if data.startswith(theirs[lo * block_bytes : blocks * block_bytes], lo * block_bytes):
+        return blocks
+    hi = blocks - 1  # blocks [0, lo) are equal and one in [lo, hi] differs
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if data.startswith(theirs[lo * block_bytes : (mid + 1) * block_bytes], lo * block_bytes):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _leading_bytes(segments: Sequence[str], wanted: int) -> bytes:
     """The UTF-8 of the joined segments, stopping once `wanted` bytes are there: a 1 MiB
     prompt is not encoded whole to hash its first 16 KiB."""
-    parts: list[bytes] = []
-    total = 0
-    for index, segment in enumerate(segments):
+    return _encoded(segments, wanted, None)[0]
+
+
+def _encoded(
+    segments: Sequence[str], wanted: int, known: _Known | None
+) -> tuple[bytes, list[int], int]:
+    """`_leading_bytes`, the length after each segment encoded, and how many leading bytes
+    are `known`'s: those of the leading segments equal to `known`'s, taken from it (the
+    same text after the same bytes encodes the same; a 48 KB document with one non-ASCII
+    letter takes ~19 µs to encode, ~2 to compare)."""
+    parts: list[bytes | memoryview] = []
+    ends: list[int] = []
+    total = reused = equal = 0
+    if known is not None:
+        limit = min(len(segments), len(known.ends))
+        while reused < limit and segments[reused] == known.segments[reused]:
+            reused += 1
+        if reused:
+            total = equal = known.ends[reused - 1]
+            parts.append(memoryview(known.data)[:total])
+            ends.extend(known.ends[:reused])
+    for index in range(reused, len(segments)):
+        if total >= wanted:
+            break
         if index:
             parts.append(_SEPARATOR_BYTES)
             total += len(_SEPARATOR_BYTES)
+        segment = segments[index]
         # "<" first: a one-character search runs at memchr's speed; "<text:" through 48 KB
         # of prose took ~20 µs of the Pick (its letters keep the substring search stepping).
         referenced = "<" in segment and "<text:" in segment
@@ -172,9 +228,8 @@ def _leading_bytes(segments: Sequence[str], wanted: int) -> bytes:
         encoded = text[: wanted - total].encode("utf-8", "surrogatepass")
         parts.append(encoded)
         total += len(encoded)
-        if total >= wanted:
-            break
-    return b"".join(parts)
+        ends.append(total)
+    return b"".join(parts), ends, equal
 
 
 def _expand_references(segment: str, wanted: int) -> str:

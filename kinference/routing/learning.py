@@ -61,8 +61,8 @@ class Learning:
         self._remote: dict[tuple[str, int], tuple[int, float]] = {}
 
     def picked(self, choice: LocalChoice) -> None:
-        if choice.hashes:
-            self.prefix.record(choice.slot, choice.hashes)
+        if choice.hashes:  # applied once the answer is on its way (`PrefixIndex.flush`)
+            self.prefix.record_later(choice.slot, choice.hashes)
         entry = PendingPrefix(
             choice.hashes, choice.held_blocks, choice.uncached_tokens,
             self._tokens_per_block(choice, choice.prompt_tokens),

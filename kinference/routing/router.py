@@ -104,6 +104,7 @@ class Router(RouterFeedback, WorkerChoice):
     def reload(self, policy: Policy) -> None:
         """Switch to a reloaded policy; learned state (load, prefixes, rates, health) carries
         over, except for endpoints that left every pool (their cache is not ours to count)."""
+        self.prefix.flush()  # a waiting record trims to the bound it was made under
         routing = compile_policy(policy, self.table, self.learning.rates, self.costs)
         for gone in self.policy.catalog.endpoints() - routing.catalog.endpoints():
             self.learning.forget(self.table.slot(gone))

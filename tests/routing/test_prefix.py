@@ -7,6 +7,7 @@ import random
 from collections import OrderedDict
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 
 from kinference.routing import PrefixIndex
@@ -262,3 +263,41 @@ def test_indexed_blocks_leave_the_collector_nothing_to_walk() -> None:
     gc.collect()
     assert len(index) == 7000
     assert len(gc.get_objects()) - before < 1000  # a set per block would add 7,000
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_records_applied_later_leave_every_reader_what_eager_ones_would(seed: int) -> None:
+    rng = random.Random(seed)
+    capacity = rng.choice([3, 5, 8, 20])
+    eager, later = PrefixIndex(capacity), PrefixIndex(capacity)
+    stems = ["".join(rng.choice("ab") for _ in range(rng.randint(0, 6))) for _ in range(12)]
+    prompts = [tuple(hashes("".join(c * BLOCK for c in stem))) for stem in stems]
+    for _ in range(300):
+        slot, prompt, probe = rng.randrange(4), rng.choice(prompts), rng.choice(prompts)
+        step = rng.random()
+        if step < 0.5:  # a Pick's own record, applied later or at the next read
+            eager.record(slot, prompt)
+            later.record_later(slot, prompt)
+            if rng.random() < 0.3:
+                later.flush()
+        elif step < 0.6:  # another replica's, applied at once
+            eager.record(slot, prompt)
+            later.record(slot, prompt)
+        elif step < 0.8:
+            kept, age = rng.randint(0, len(prompt)), rng.choice([None, 1, 4, 30])
+            eager.shortfall(slot, prompt, kept, age)
+            later.shortfall(slot, prompt, kept, age)
+        elif step < 0.9:
+            age = rng.choice([None, 3, 50])
+            eager.confirmed(slot, age)
+            later.confirmed(slot, age)
+        elif step < 0.95:
+            eager.forget(slot)
+            later.forget(slot)
+        if rng.random() < 0.5:  # else records pile up until a later read or change
+            continue
+        assert later.match(probe) == eager.match(probe)
+        assert later.held(slot, probe) == eager.held(slot, probe)
+        slots = np.arange(4)
+        assert later.footprint(slots) == eager.footprint(slots)
+        assert len(later) == len(eager) and later.capacity == eager.capacity

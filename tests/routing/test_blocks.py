@@ -1,0 +1,108 @@
+"""`PrefixHasher` continues a family's chain: the same hashes as hashing from scratch."""
+
+from __future__ import annotations
+
+import random
+import sys
+
+import pytest
+
+from kinference.routing.blocks import MAX_KNOWN_SEGMENTS, SEPARATOR, PrefixHasher, block_hashes
+from kinference.routing.chain import mix, seed
+
+MASK = (1 << 64) - 1
+LANES = (
+    0x87C37B91114253D5, 0x4CF5AD432745937F, 0x52DCE729DA3ED7B5, 0x38495AB5D6E6E2AB,
+    0xA0761D6478BD642F, 0xE7037ED1A0B428DB, 0x8EBC6AF09C88C6E3, 0x589965CC75374CC3,
+)  # fmt: skip
+
+
+def reference(
+    model: str, segments: tuple[str, ...], block_bytes: int, max_blocks: int
+) -> list[int]:
+    """The chain spelled out block by block (no `<text:` references in `segments`)."""
+    data = SEPARATOR.join(segments).encode("utf-8", "surrogatepass")[: block_bytes * max_blocks]
+    chained, hashes = 0, []
+    for index in range(min(len(data) // block_bytes, max_blocks)):
+        block = data[index * block_bytes : (index + 1) * block_bytes]
+        block += bytes(-len(block) % 8)
+        words = [int.from_bytes(block[i : i + 8], "little") for i in range(0, len(block), 8)]
+        value = mix(sum(w * LANES[i % 8] for i, w in enumerate(words)) & MASK)
+        value = value ^ seed(model) if index == 0 else value
+        chained = (chained * 0x9E3779B97F4A7C15 + value) & MASK
+        hashes.append(mix(chained))
+    return hashes
+
+
+def prompts(rng: random.Random, count: int) -> list[tuple[str, ...]]:
+    """Families of prompts: extended, cut short, their last segments replaced."""
+    letters = rng.choice(["ab", "abé", "a\x1eb", "aé\U0001f600"])
+    pool = ["".join(rng.choice(letters) for _ in range(rng.randint(0, 300))) for _ in range(6)]
+    pool.append("a" * 130)
+    made: list[tuple[str, ...]] = []
+    for _ in range(count):
+        if made and rng.random() < 0.7:
+            base = list(rng.choice(made[-5:]))
+            kept = base[: rng.randint(0, len(base))]
+            grown = [rng.choice(pool) + "q" * rng.randint(0, 90) for _ in range(rng.randint(0, 2))]
+            made.append((*kept, *grown))
+        else:
+            made.append(tuple(rng.choice(pool) for _ in range(rng.randint(0, 4))))
+    return made
+
+
+@pytest.mark.parametrize("seed_value", range(40))
+def test_continued_hashes_equal_hashes_from_scratch(seed_value: int) -> None:
+    rng = random.Random(seed_value)
+    hasher = PrefixHasher(capacity=rng.choice([1, 4, 16, 512]))
+    block_bytes, max_blocks = rng.choice([8, 13, 64, 64]), rng.choice([2, 7, 40, 1024])
+    for segments in prompts(rng, 150):
+        model = rng.choice(["m", "m", "n"])
+        got = hasher.hashes(model, segments, block_bytes=block_bytes, max_blocks=max_blocks)
+        assert list(got) == reference(model, segments, block_bytes, max_blocks)
+        assert list(got) == block_hashes(
+            model, segments, block_bytes=block_bytes, max_blocks=max_blocks
+        )
+
+
+def test_text_references_expand_alike_when_continued() -> None:
+    hasher = PrefixHasher()
+    document = "<text:9000:0123abcd> and then some words " * 3
+    for question in ("one", "two, longer" * 20, "three"):
+        segments = (document, f"user: {question}")
+        expected = block_hashes("m", segments, block_bytes=64, max_blocks=1024)
+        assert list(hasher.hashes("m", segments, block_bytes=64, max_blocks=1024)) == expected
+
+
+def test_one_tuple_per_prefix_and_shared_leading_hashes() -> None:
+    hasher = PrefixHasher()
+    document = "système: " + "a long shared document. " * 400
+    first = hasher.hashes("m", (document, "user: what? " * 20), block_bytes=64, max_blocks=1024)
+    other = hasher.hashes("m", (document, "user: and why? " * 20), block_bytes=64, max_blocks=1024)
+    again = hasher.hashes("m", (document, "user: what? " * 20), block_bytes=64, max_blocks=1024)
+    assert again is first  # the prefix index skips a prompt recorded again by identity
+    assert other != first
+    # The document's blocks are the same int objects: dict lookups in the index find them
+    # by identity before comparing values.
+    shared = len(document.encode()) // 64
+    assert all(a is b for a, b in zip(first[:shared], other[:shared], strict=True))
+
+
+def test_a_family_pins_no_more_of_a_request_than_it_hashes() -> None:
+    """A long segment is kept cut at the hashed length and a prompt of very many segments
+    not at all: the request's own strings are not held past its Pick (refcounts)."""
+    hasher = PrefixHasher()
+    huge = "x" + "long text " * 200_000  # 2 MB, hashed as far as 64 KiB
+    before = sys.getrefcount(huge)
+    cut = hasher.hashes("m", (huge,), block_bytes=64, max_blocks=1024)
+    assert sys.getrefcount(huge) == before
+    assert hasher.hashes("m", (huge,), block_bytes=64, max_blocks=1024) == cut
+    many = tuple(f"message {i}" for i in range(MAX_KNOWN_SEGMENTS + 1))
+    counts = [sys.getrefcount(s) for s in many]
+    expected = block_hashes("m", many, block_bytes=64, max_blocks=1024)
+    assert list(hasher.hashes("m", many, block_bytes=64, max_blocks=1024)) == expected
+    assert [sys.getrefcount(s) for s in many] == counts
+    short = ("a system prompt", "user: hi")
+    counts = [sys.getrefcount(s) for s in short]
+    hasher.hashes("m", short, block_bytes=4, max_blocks=1024)
+    assert [sys.getrefcount(s) for s in short] == [c + 1 for c in counts]  # kept as is
