@@ -21,7 +21,7 @@ import numpy as np
 
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
 from kinference.tokenize.pieces import PIECE_CHARS, Cutter, Ids, Piece
-from kinference.tokenize.turns import Mark, TurnMarks
+from kinference.tokenize.turns import Leading, Mark, PrefixDigest, TurnMarks
 
 # The prompt's blocks so far -> how many of the leading ones some worker holds or is about to
 # hold (`kvcache.reach.Reach`); asked again as blocks are added, from the tokenizer thread.
@@ -48,9 +48,13 @@ class Tokenization:
         block_size: int,
         special: bool,
         marks: TurnMarks | None = None,
+        *,
+        prefix: PrefixDigest | None = None,
     ):
         self._cutter = cutter
         self._marks = marks  # where each stop leaves its last checked cut (`turns`)
+        # The text's digests for those marks, each going on from the last (`turns`).
+        self._prefix = prefix or PrefixDigest(cutter.kind, cutter.text)
         self._source = source
         self._special = special  # special tokens on the first piece (completion prompts)
         self.block_size = block_size
@@ -82,8 +86,8 @@ class Tokenization:
             return None
         position, made, tokens, blocks, tail, parts = cut
         return Mark(
-            position, made, self._steps, tokens, tuple(self.blocks[:blocks]), tail,
-            tuple(self._parts[:parts]),
+            position, made, self._steps, tokens, Leading(self.blocks, blocks), tail,
+            Leading(self._parts, parts),
         )  # fmt: skip
 
     @property
@@ -134,7 +138,7 @@ class Tokenization:
         for at in (self._step_cut, cut):
             if at is not None and at[0] > self._marked and (mark := self.mark(at)) is not None:
                 self._marked = at[0]
-                marks.put(self._cutter.kind, self._cutter.text, mark)
+                marks.put(self._cutter.kind, self._cutter.text, mark, self._prefix)
 
     def ids(self) -> Ids:
         """The tokens of the pieces done."""

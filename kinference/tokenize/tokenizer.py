@@ -24,7 +24,7 @@ from kinference.tokenize.lazy import Known, Tokenization
 from kinference.tokenize.pieces import CutChecks, Cutter, Ids, Piece
 from kinference.tokenize.reuse import PieceCache
 from kinference.tokenize.template import ChatTemplate, TemplateError
-from kinference.tokenize.turns import TurnMarks
+from kinference.tokenize.turns import PrefixDigest, TurnMarks
 
 _SAMPLE = "The quick brown fox jumps over the lazy dog.\nIt was 12:30, and nobody's there."
 _HOLD_GIL_CHARS = 1536  # texts this short are encoded holding the GIL (see _encode)
@@ -123,8 +123,9 @@ class PromptTokenizer:
         cutter = Cutter(text, b"special" if special else b"plain", self._checks, whole)
         if whole:
             return Tokenization(cutter, self, self.block_size, special)
-        work = Tokenization(cutter, self, self.block_size, special, self.marks)
-        mark = self.marks.find(cutter.kind, text)
+        prefix = PrefixDigest(cutter.kind, text)  # `find` leaves it at the mark it found
+        work = Tokenization(cutter, self, self.block_size, special, self.marks, prefix=prefix)
+        mark = self.marks.find(cutter.kind, text, prefix)
         if mark is not None:  # a conversation's next turn: its history is tokenized
             work.resume(mark)
         return work

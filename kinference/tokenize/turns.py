@@ -12,14 +12,21 @@ P, their tokens and the check of the cut at P depend on nothing after P + `CHECK
 Marks are found by a digest of the text's kind and first `LEAD_CHARS` (the lineage: a
 system prompt or a conversation's start), then, among that lineage's few marks, by the
 digest of the text up to each one's P + `CHECK_CHARS` (one incremental pass over the text).
+A tokenization leaves its marks at growing positions of one text, so it hands its
+`PrefixDigest` over (the one `find` used): each mark's digest goes on from the previous
+one's instead of hashing the text from its start again (at every background slice of a
+long prompt that was quadratic: a 1 MiB prompt hashed ~256 MiB).
 Bounded in marks; used from the tokenizer's one thread (or with its work lock held).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar, overload
 
 from kinference.kvcache.blocks import BlockId
 from kinference.tokenize.pieces import CHECK_CHARS, Ids
@@ -28,6 +35,7 @@ LEAD_CHARS = 256  # the text's start naming its lineage
 MAX_MARKS = 512  # marks kept in all, least recently used lineages dropped
 MAX_TOKENS = 4_000_000  # tokens the kept marks hold (their ids and blocks), at most
 MAX_PER_LINEAGE = 64  # marks per lineage (conversations on one system prompt), oldest dropped
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +46,9 @@ class Mark:
     made: int  # pieces cut before it
     steps: int  # steps taken (the next step's size grows with them)
     tokens: int
-    blocks: tuple[BlockId, ...]  # full blocks before it
+    blocks: Sequence[BlockId]  # full blocks before it
     tail: Ids  # tokens after the last full block
-    parts: tuple[Ids, ...]  # each piece's ids before it
+    parts: Sequence[Ids]  # each piece's ids before it
 
 
 class TurnMarks:
@@ -56,33 +64,35 @@ class TurnMarks:
     def __len__(self) -> int:
         return self._count
 
-    def find(self, kind: bytes, text: str) -> Mark | None:
-        """The mark furthest into `text` whose text up to it is this text's, if any."""
-        lineage = self._lineages.get(_lead(kind, text))
+    def find(self, kind: bytes, text: str, prefix: PrefixDigest | None = None) -> Mark | None:
+        """The mark furthest into `text` whose text up to it is this text's, if any.
+        `prefix` (of `kind` and `text`): left at the mark found, for the caller's `put`s."""
+        prefix = prefix or PrefixDigest(kind, text)
+        lineage = self._lineages.get(prefix.lead)
         if not lineage:
             return None
         positions = sorted({p for p, _ in lineage if p + CHECK_CHARS <= len(text)})
-        best, digest, done = None, hashlib.blake2b(kind, digest_size=16), 0
+        best, at = None, prefix.checkpoint()
         for position in positions:
-            end = position + CHECK_CHARS
-            digest.update(text[done:end].encode("utf-8", "surrogatepass"))
-            done = end
-            best = lineage.get((position, digest.copy().digest()), best)
+            found = lineage.get((position, prefix.at(position + CHECK_CHARS)))
+            if found is not None:
+                best, at = found, prefix.checkpoint()
+        prefix.restore(at)
         if best is not None:
             self.resumed += 1
-            self._lineages.move_to_end(_lead(kind, text))
+            self._lineages.move_to_end(prefix.lead)
         return best
 
-    def put(self, kind: bytes, text: str, mark: Mark) -> None:
+    def put(self, kind: bytes, text: str, mark: Mark, prefix: PrefixDigest | None = None) -> None:
+        """`prefix` (of `kind` and `text`): cheapest when marks come at growing positions."""
         end = mark.position + CHECK_CHARS
         if mark.position <= 0 or end > len(text):
             return
-        digest = hashlib.blake2b(kind, digest_size=16)
-        digest.update(text[:end].encode("utf-8", "surrogatepass"))
-        lead = _lead(kind, text)
+        prefix = prefix or PrefixDigest(kind, text)
+        lead = prefix.lead
         lineage = self._lineages.setdefault(lead, {})
         self._lineages.move_to_end(lead)
-        key = (mark.position, digest.digest())
+        key = (mark.position, prefix.at(end))
         replaced = lineage.pop(key, None)
         if replaced is not None:
             self._drop(replaced)
@@ -102,6 +112,62 @@ class TurnMarks:
 
     def _drop(self, mark: Mark) -> None:
         self._count, self._tokens = self._count - 1, self._tokens - mark.tokens
+
+
+class Leading(Sequence[T]):
+    """The first `count` items of a list that is only ever appended to, not copied: a
+    mark's blocks and parts (a long prompt leaves a mark per background slice, hundreds,
+    and copying each one's blocks was quadratic too)."""
+
+    __slots__ = ("_count", "_items")
+
+    def __init__(self, items: list[T], count: int) -> None:
+        self._items, self._count = items, min(count, len(items))
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[T]: ...
+    def __getitem__(self, index: int | slice) -> T | Sequence[T]:
+        if isinstance(index, slice):
+            return self._items[: self._count][index]
+        return self._items[range(self._count)[index]]
+
+    def __iter__(self) -> Iterator[T]:
+        return itertools.islice(self._items, self._count)
+
+
+class PrefixDigest:
+    """Digests of `kind` and the UTF-8 of `text[:end]` for growing ends, each going on
+    from the previous one (a smaller end starts over from the text's start)."""
+
+    def __init__(self, kind: bytes, text: str) -> None:
+        self._kind, self._text = kind, text
+        self._digest, self._done = hashlib.blake2b(kind, digest_size=16), 0
+        self._lead: bytes | None = None
+
+    @property
+    def lead(self) -> bytes:
+        """The lineage: the digest of the kind and the text's first `LEAD_CHARS`."""
+        if self._lead is None:
+            self._lead = _lead(self._kind, self._text)
+        return self._lead
+
+    def at(self, end: int) -> bytes:
+        if end < self._done:
+            self.restore((0, hashlib.blake2b(self._kind, digest_size=16)))
+        self._digest.update(self._text[self._done : end].encode("utf-8", "surrogatepass"))
+        self._done = end
+        return self._digest.copy().digest()
+
+    def checkpoint(self) -> tuple[int, hashlib.blake2b]:
+        return self._done, self._digest.copy()
+
+    def restore(self, checkpoint: tuple[int, hashlib.blake2b]) -> None:
+        self._done, self._digest = checkpoint[0], checkpoint[1].copy()
 
 
 def _lead(kind: bytes, text: str) -> bytes:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinference.kvcache.ageing import WorkerAges
+from kinference.kvcache.ageing import WorkerAges, _by_touch
 from kinference.kvcache.blocks import PromptBlocks, identities
 from kinference.kvcache.pending import PENDING_TTL_S, expect, expire
 from kinference.kvcache.pool import PoolCaches, Request
@@ -235,3 +236,14 @@ def test_touches_and_removals_count_as_the_reference_does(
             reference.live,
             reference.evicted,
         )
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 90), st.integers(1, 40)), max_size=120))
+def test_blocks_leaving_are_counted_by_touch_as_a_counter_does(
+    runs: list[tuple[int, int]],
+) -> None:
+    """Counted run by run (a touch's blocks come in runs), or sorted past `_MAX_RUNS` runs
+    (up to 120 here): the same counts either way."""
+    touches = np.array([touch for touch, length in runs for _ in range(length)], dtype=np.int64)
+    assert dict(_by_touch(touches)) == Counter(touches.tolist())

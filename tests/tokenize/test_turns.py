@@ -5,6 +5,7 @@ differs before a mark does not resume from it; marks are bounded."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from tokenizers import Tokenizer
 from kinference.kvcache.blocks import PromptBlocks, identities
 from kinference.tokenize.template import ChatTemplate
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer
-from kinference.tokenize.turns import MAX_PER_LINEAGE, Mark, TurnMarks
+from kinference.tokenize.turns import MAX_PER_LINEAGE, Leading, Mark, PrefixDigest, TurnMarks
 from tests.tokenize.files import WORDS, write_model
 
 
@@ -161,3 +162,49 @@ def test_marks_are_bounded_in_the_tokens_they_hold() -> None:
         text = f"{lineage}" * 300 + "d" * 4000
         marks.put(b"plain", text, Mark(1000, 1, 1, 3000, (), empty, ()))
     assert len(marks) == 3  # 9000 tokens held; a fourth lineage dropped the oldest
+
+
+def _digest(kind: bytes, text: str) -> bytes:
+    return hashlib.blake2b(kind + text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def test_a_prefix_digest_goes_on_from_its_last_end_as_a_digest_from_the_start() -> None:
+    text = "abc é 日本 \ud800 " * 300  # multi-byte characters and a lone surrogate
+    prefix = PrefixDigest(b"plain", text)
+    for end in (10, 500, 501, 2000, 40, 3000, len(text)):  # 40: smaller, starts over
+        assert prefix.at(end) == _digest(b"plain", text[:end])
+    at = prefix.checkpoint()
+    prefix.at(len(text))
+    prefix.restore(at)
+    assert prefix.at(len(text)) == _digest(b"plain", text)
+
+
+def test_marks_put_through_the_prefix_find_left_are_found_as_marks_put_alone() -> None:
+    """`find` leaves the prefix at the mark it found; a tokenization's later marks go on
+    from there: they are the marks a fresh `put` leaves."""
+    empty = np.zeros(0, dtype=np.uint32)
+    text = "g" * 300 + "h" * 6000
+    alone, shared = TurnMarks(), TurnMarks()
+    for marks in (alone, shared):
+        marks.put(b"plain", text, Mark(1000, 1, 1, 10, (), empty, ()))
+        marks.put(b"plain", text + "i", Mark(3000, 1, 1, 10, (), empty, ()))  # further on
+    prefix = PrefixDigest(b"plain", text)
+    found = shared.find(b"plain", text, prefix)
+    assert found is not None and found.position == 3000  # a text up to there the same
+    for position in (4000, 5000):
+        alone.put(b"plain", text, Mark(position, 1, 1, 10, (), empty, ()))
+        shared.put(b"plain", text, Mark(position, 1, 1, 10, (), empty, ()), prefix)
+    for marks in (alone, shared):
+        found = marks.find(b"plain", text + "j")
+        assert found is not None and found.position == 5000
+    assert len(alone) == len(shared) == 4
+
+
+def test_a_marks_leading_items_stay_as_they_were_while_its_list_grows() -> None:
+    items = list(range(10))
+    leading = Leading(items, 6)
+    items.extend(range(10, 20))
+    assert list(leading) == [0, 1, 2, 3, 4, 5] and len(leading) == 6
+    assert leading[-1] == 5 and leading[2:4] == [2, 3] and leading[:] == items[:6]
+    with pytest.raises(IndexError):
+        leading[6]

@@ -1,0 +1,157 @@
+"""The CPU a precise Pick's parts cost, in process: thread CPU time per part, not latency.
+
+    python -m loadtest.bench_precise_cpu [--size 65536] [--rounds 5] [--workloads cold,chat]
+        [--profile tottime]
+
+The Pick bench's prompts (`bench_precise_pick`: cold prompts, conversations on one shared
+system prompt) and its stand-in engines' payloads, replayed one Pick at a time through the
+precise parts alone: one `PromptTokenizer`, one `PoolCaches` of 4 workers, no server. Per
+Pick: the tokenization as the Pick runs it (`start`, `advance` to its stop), the match,
+`sent` and `finished` (the ageing touches of Pick and Abort), the rest tokenized in 2 KiB
+slices as the background does, and the engine's events decoded and applied. Each part is
+timed with `time.thread_time` (the Rust encoder's own threads are not counted); reported
+per Pick, the lowest of `--rounds` rounds (each on fresh state): CPU time, which a busy
+machine's noise hides far less than latency. `--profile` prints cProfile's view of the
+last round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import json
+import pstats
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kinference.kvcache.pool import PoolCaches, Request
+from kinference.kvevents.wire import decode_batch
+from kinference.tokenize.prepare import FOREGROUND_CHARS, LATER_SLICE_CHARS
+from kinference.tokenize.tokenizer import PromptText, PromptTokenizer
+from loadtest import bench_precise_pick as pick
+from loadtest.kv_publisher import HeldBlocks
+from loadtest.tiny_model import write_model
+
+SLOTS = 4
+Workload = tuple[str, list[list[pick.Prompt]]]
+
+
+class Parts:
+    """Thread CPU time per part, summed."""
+
+    def __init__(self) -> None:
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+
+    def __call__(self, part: str, work: Callable[..., Any], *args: Any) -> Any:
+        started = time.thread_time()
+        try:
+            return work(*args)
+        finally:
+            self.seconds[part] += time.thread_time() - started
+
+
+class Replay:
+    """The precise state one round replays its Picks on."""
+
+    def __init__(self, files: tuple[Path, Path], parts: Parts) -> None:
+        self.tokenizer = PromptTokenizer.from_files(str(files[0]), str(files[1]), pick.BLOCK)
+        self.tokenizer.warm()
+        self.caches = PoolCaches("p", pick.BLOCK)
+        self.engines = [HeldBlocks() for _ in range(SLOTS)]
+        self.parts = parts
+        self.picks = 0
+
+    def run(self, workloads: list[Workload]) -> None:
+        for name, conversations in workloads:
+            for turns in conversations:
+                for prompt in turns:
+                    self.pick(name, prompt)
+
+    def pick(self, name: str, prompt: pick.Prompt) -> None:
+        parts, caches, key = self.parts, self.caches, self.picks
+        self.picks += 1
+        text = PromptText(messages=json.loads(prompt.body)["messages"])
+        work = parts(f"{name}: tokenization at Pick", self.tokenizer.start, text)
+        reach = parts(f"{name}: tokenization at Pick", caches.reach)
+        parts(f"{name}: tokenization at Pick", work.advance, reach, FOREGROUND_CHARS)
+        blocks = work.result(key + 1)
+        longest = parts(f"{name}: match", caches.index.longest, blocks.blocks, range(SLOTS))
+        # The longest match; among equals, this Pick's turn (cold prompts spread).
+        slot = max(range(SLOTS), key=lambda s: (longest.get(s, 0), s == key % SLOTS))
+        request = Request(key, 8, time.monotonic())
+        routed = f"{name}: routed and released"
+        parts(routed, caches.sent, slot, blocks, longest.get(slot, 0), request)
+        parts(routed, caches.finished, slot, key)
+        while not work.done:
+            parts(f"{name}: the rest in the background", work.advance, None, LATER_SLICE_CHARS)
+        if not blocks.exact:
+            rest = tuple(work.blocks[: max(work.tokens - 1, 0) // work.block_size])
+            parts(f"{name}: the rest in the background", caches.complete, key + 1, rest, 0.0)
+        for payload in self.engines[slot].run(prompt.blocks):
+            batch = parts(f"{name}: events decoded", decode_batch, payload)
+            parts(f"{name}: events applied", caches.apply, slot, batch.events)
+
+
+def workloads(tokenizer: PromptTokenizer, size: int, names: list[str]) -> list[Workload]:
+    """As `bench_precise_pick` sizes them (its one-in-flight conversations)."""
+    count = max(4 if size > 64 * pick.KIB else 32, 256 * pick.KIB // max(size, 4 * pick.KIB))
+    turns = 6 if size <= 256 * pick.KIB else 2
+    made = {
+        "cold": lambda: pick.cold_prompts(tokenizer, size, count),
+        "chat": lambda: pick.chat_prompts(tokenizer, size, max(count // 4, 2), turns),
+    }
+    return [(name, made[name]()) for name in names]
+
+
+def measure(args: argparse.Namespace, files: tuple[Path, Path]) -> dict[str, float]:
+    """Per part, µs per Pick: the lowest of the rounds."""
+    tokenizer = PromptTokenizer.from_files(str(files[0]), str(files[1]), pick.BLOCK)
+    loads = workloads(tokenizer, args.size, args.workloads.split(","))
+    picks = {name: sum(map(len, conversations)) for name, conversations in loads}
+    gc.collect()
+    gc.freeze()  # the prepared prompts are the bench's, not the parts'
+    best: dict[str, float] = {}
+    for round_ in range(args.rounds):
+        parts = Parts()
+        profile = cProfile.Profile() if args.profile and round_ == args.rounds - 1 else None
+        if profile is not None:
+            profile.enable()
+        Replay(files, parts).run(loads)
+        if profile is not None:
+            profile.disable()
+            pstats.Stats(profile, stream=sys.stderr).sort_stats(args.profile).print_stats(40)
+        for part, seconds in parts.seconds.items():
+            per_pick = seconds * 1e6 / picks[part.split(":")[0]]
+            best[part] = min(best.get(part, per_pick), per_pick)
+    gc.unfreeze()
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("--size", type=int, default=64 * pick.KIB)
+    cli.add_argument("--rounds", type=int, default=5)
+    cli.add_argument("--workloads", default="cold,chat")
+    cli.add_argument("--profile", default="", help="a cProfile sort key, e.g. tottime")
+    args = cli.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-precise-cpu-") as work:
+        best = measure(args, write_model(Path(work)))
+    print(f"| part ({args.size // pick.KIB} KiB) | µs per Pick, lowest of {args.rounds} |")
+    print("|---|---|")
+    totals: defaultdict[str, float] = defaultdict(float)
+    for part in sorted(best):
+        totals[part.split(":")[0]] += best[part]
+        print(f"| {part} | {best[part]:.1f} |")
+    for name, total in totals.items():
+        print(f"| **{name}, all parts** | **{total:.1f}** |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
