@@ -68,6 +68,8 @@ class Learning:
             self._tokens_per_block(choice, choice.prompt_tokens),
         )  # fmt: skip
         self.table.start_prefill(choice.slot, id(choice), entry)
+        if choice.probe:
+            self.table.start_probe(choice.slot, id(choice))
         self.journal.prefilling(choice.endpoint, id(choice), choice.held_blocks,
                                 entry.tokens, entry.block_tokens)  # fmt: skip
 
@@ -87,14 +89,17 @@ class Learning:
         it reported missing) is no queue. With readings the running count is the floor,
         and they show a full batch only after a standing queue (`table.FULL_AFTER_S`): on
         engines of 4 slots a queue drains sooner, a batch of 8 was assumed, and picks
-        queued there for a second while the model predicted none (few-slots, 18 req/s)."""
+        queued there for a second while the model predicted none (few-slots, 18 req/s).
+        A probe's (`routing.probes`) raises the floor with readings too: it was sent to
+        find out, and nothing else shows the batch past what the load put there."""
         slot, predicted = choice.slot, choice.predicted_ttft_ms
         if predicted is None or choice.sequences < 1.0:
             return False
         readings = not isnan(self.table.scraped_at.item(slot))
         unqueued = max(predicted - choice.predicted_wait_ms, 0.0)
         if ttft_ms <= unqueued * (1.0 + NO_QUEUE_SHARE) + NO_QUEUE_SLACK_MS:
-            self.table.observed_batch(slot, choice.sequences, queued=False, floor=not readings)
+            floor = choice.probe or not readings
+            self.table.observed_batch(slot, choice.sequences, queued=False, floor=floor)
             return False
         unqueued += max(missed, 0.0) * self.rates.ms_per_token(slot, choice.model)
         if choice.sequences >= 2.0 and ttft_ms > unqueued + choice.predicted_wait_ms + max(
