@@ -281,3 +281,38 @@ def test_a_slow_first_token_alone_on_its_worker_is_no_queue() -> None:
     learn.picked(alone)
     learn.first_token(alone, 900.0)  # slower than the prior, but behind nothing
     assert np.isnan(learn.table.batch_ceiling[2])
+
+
+def test_a_probes_fast_first_token_raises_the_floor_with_readings_too() -> None:
+    """vllm-64 (engines of 64 slots, seen running 4 at most): a request sent as a 5th on
+    purpose, to find out (`routing.probes`), came back without queueing; the pool's
+    frontier moves to 5. Another request's fast first token leaves the readings' floor."""
+    learn = learning()
+    learn.table.slots(f"10.0.0.{i}:8000" for i in range(3))
+    learn.table.set_engine(2, waiting=0, running=4, kv_usage=0.1, scraped_at=1.0)
+    plain = choice(2, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=5.0)
+    report(learn, plain, 40.0)
+    assert np.isnan(learn.table.batch_floor[2])
+    probe = choice(2, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=5.0, probe=True)
+    learn.picked(probe)
+    assert learn.table.probes.any_of(np.array([0, 2]))
+    learn.first_token(probe, 40.0)
+    assert not learn.table.probes.any_of(np.array([0, 2]))  # answered
+    assert learn.table.batch_floor[2] == 5.0
+    assert learn.table.most_seen_of([0, 1, 2]) == 5.0
+
+
+def test_a_probe_ends_with_an_error_or_its_release_and_a_late_one_caps_the_batch() -> None:
+    learn = learning()
+    learn.table.slots(f"10.0.0.{i}:8000" for i in range(2))
+    learn.table.set_engine(1, waiting=0, running=4, kv_usage=0.1, scraped_at=1.0)
+    probe = choice(1, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=5.0, probe=True)
+    learn.picked(probe)
+    learn.released_before_first_token(probe)
+    assert not learn.table.probes.any_of(np.array([1]))
+    learn.table.end_prefill(1, id(probe))  # again: a no-op
+    late = choice(1, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=5.0, probe=True)
+    learn.picked(late)
+    learn.first_token(late, 900.0)  # queued: the batch is 4
+    assert not learn.table.probes.any_of(np.array([1]))
+    assert learn.table.batch_ceiling[1] == 4.0 and np.isnan(learn.table.batch_floor[1])
