@@ -62,10 +62,8 @@ class Sim:
 
 def cluster(engines: int, slots: int = SLOTS, routing: str = "") -> tuple[Sim, Router, InFlight]:
     names = [f"10.0.0.{i}:8000" for i in range(1, engines + 1)]
-    policy = parse_policy(
-        "pools:\n  - {name: p, engine: vllm, endpoints: " + json.dumps(names) + ", models: [m]}\n"
-        + routing
-    )
+    pool = "{name: p, engine: vllm, endpoints: " + json.dumps(names) + ", models: [m]}"
+    policy = parse_policy(f"pools:\n  - {pool}\n{routing}")
     sim = Sim({name: Engine() for name in names}, slots)
     router = Router(
         policy, table=WorkerTable(), prefix=PrefixIndex(50_000),
