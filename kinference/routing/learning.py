@@ -74,14 +74,17 @@ class Learning:
                                 entry.tokens, entry.block_tokens)  # fmt: skip
 
     def first_token(self, choice: LocalChoice, ttft_ms: float) -> None:
+        held = self.table.probes.held(choice.slot, id(choice))  # before its prefill ends it
         self.prefill_over(choice)
         self.table.observe_ttft(choice.slot, choice.model, ttft_ms)
         self.journal.first_token(choice.endpoint, choice.model, ttft_ms)
         if choice.predicted_ttft_ms is not None:
             self.quality.ttft_ms.add(choice.predicted_ttft_ms, ttft_ms)
-            self._batch_evidence(choice, ttft_ms, missed=choice.cached_tokens)
+            self._batch_evidence(choice, ttft_ms, missed=choice.cached_tokens, held=held)
 
-    def _batch_evidence(self, choice: LocalChoice, ttft_ms: float, missed: float) -> bool:
+    def _batch_evidence(
+        self, choice: LocalChoice, ttft_ms: float, missed: float, held: bool | None = None
+    ) -> bool:
         """Whether the request queued at the occupancy it joined (True: it did) tells the
         worker's batch: a ceiling one below, or without readings the floor. A first token
         late by no more than the prefill of `missed` tokens (of those predicted cached, the
@@ -90,18 +93,24 @@ class Learning:
         and they show a full batch only after a standing queue (`table.FULL_AFTER_S`): on
         engines of 4 slots a queue drains sooner, a batch of 8 was assumed, and picks
         queued there for a second while the model predicted none (few-slots, 18 req/s).
-        A probe's (`routing.probes`) raises the floor with readings too: it was sent to
-        find out, and nothing else shows the batch past what the load put there."""
+        A probe's (`routing.probes`, `held`: no request ended on the worker since its
+        pick; None: no probe) raises the floor with readings too when it ran beside all
+        it joined: nothing else shows the batch past what the load put there; late
+        after one ended, it queued."""
         slot, predicted = choice.slot, choice.predicted_ttft_ms
         if predicted is None or choice.sequences < 1.0:
             return False
         readings = not isnan(self.table.scraped_at.item(slot))
         unqueued = max(predicted - choice.predicted_wait_ms, 0.0)
         if ttft_ms <= unqueued * (1.0 + NO_QUEUE_SHARE) + NO_QUEUE_SLACK_MS:
-            floor = choice.probe or not readings
+            floor = held is True or not readings
             self.table.observed_batch(slot, choice.sequences, queued=False, floor=floor)
             return False
         unqueued += max(missed, 0.0) * self.rates.ms_per_token(slot, choice.model)
+        late = ttft_ms > unqueued * (1.0 + NO_QUEUE_SHARE) + NO_QUEUE_SLACK_MS
+        if held is False and late and choice.sequences >= 2.0:
+            self.table.observed_batch(slot, choice.sequences, queued=True)
+            return True
         if choice.sequences >= 2.0 and ttft_ms > unqueued + choice.predicted_wait_ms + max(
             unqueued, QUEUED_SLACK_MS
         ):  # (alone on the worker it queued behind nothing: a slow engine, not a queue)

@@ -4,9 +4,13 @@ While a worker's batch is not known (no full reading, no configured batch, no ce
 nothing tells a batch of exactly the most seen running from a larger one until a request
 joins more: the readings show what the load put there. A request that would be the first
 past that frontier pays a small share of the unknown batch's doubt (`ttft.
-probe_batch_weight`) and goes as a probe; its first token answers: fast, and the worker's
-floor rises to what it joined (`Learning._batch_evidence`), so the next probe may go one
-further; late, and a ceiling is set under it. While a probe on any of a Pick's candidates
+probe_batch_weight`) and goes as a probe; its first token answers. Fast, with no request
+ended on the worker since its pick (it ran beside all it joined), and the worker's floor
+rises to what it joined (`Learning._batch_evidence`), so the next probe may go further;
+late after one ended there (a queued request waits for one to end), and a ceiling is set
+under it. A fast first token after one ended proves nothing: a slot may have freed just
+in time (few-slots: a 5th on an engine of 4 slots, 56 ms, raised the floor to 5 and
+queued the hits after it for 0.5-0.7 s). While a probe on any of a Pick's candidates
 has no first token, every other request past the frontier there pays the full doubt: on
 a pool of like engines they bet on the same unknown (few-slots, h33: four hits sent to
 one 4-slot engine within 0.4 s, before the first one's late first token, all queued).
@@ -29,20 +33,36 @@ class Probes:
 
     def __init__(self, capacity: int) -> None:
         self.flags: npt.NDArray[np.bool_] = np.zeros(capacity, dtype=bool)
-        self._keys: dict[int, object] = {}
+        self.ended: npt.NDArray[np.float64] = np.zeros(capacity)  # requests ended per slot
+        self._keys: dict[int, tuple[object, float]] = {}  # slot -> (key, ended at start)
 
     def grow(self, capacity: int) -> None:
-        bigger = np.zeros(capacity, dtype=bool)
-        bigger[: len(self.flags)] = self.flags
-        self.flags = bigger
+        flags, ended = np.zeros(capacity, dtype=bool), np.zeros(capacity)
+        flags[: len(self.flags)], ended[: len(self.ended)] = self.flags, self.ended
+        self.flags, self.ended = flags, ended
+
+    def ended_on(self, slot: int, count: float) -> None:
+        """`count` requests on the worker ended (its in-flight count fell)."""
+        self.ended[slot] = self.ended.item(slot) + count
 
     def start(self, slot: int, key: object) -> None:
-        self._keys[slot] = key
+        self._keys[slot] = (key, self.ended.item(slot))
         self.flags[slot] = True
+
+    def held(self, slot: int, key: object) -> bool | None:
+        """Whether no request ended on the worker since `key`'s probe was picked there
+        (None: it is no probe under way). Then it ran beside all it joined: a fast first
+        token shows the batch holds them; a queued probe waits for one to end, and a
+        probe that is late after one ended likely queued."""
+        found = self._keys.get(slot)
+        if found is None or found[0] != key:
+            return None
+        return self.ended.item(slot) <= found[1]
 
     def end(self, slot: int, key: object) -> bool:
         """`key`'s probe on `slot` is answered or abandoned (False: it was none)."""
-        if slot not in self._keys or self._keys[slot] != key:
+        found = self._keys.get(slot)
+        if found is None or found[0] != key:
             return False
         del self._keys[slot]
         self.flags[slot] = False

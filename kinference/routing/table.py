@@ -135,6 +135,8 @@ class WorkerTable(EngineReadings):
     def add_inflight(self, slot: int, delta: float) -> None:
         """Requests in flight on a worker change by `delta` (never below zero)."""
         self.inflight[slot] = max(self.inflight.item(slot) + delta, 0.0)  # Python floats
+        if delta < 0.0:  # one ended: a probe under way there may have had its slot
+            self.probes.ended_on(slot, -delta)
 
     def add_pending_prefill(self, slot: int, tokens: float) -> None:
         """Uncached prompt tokens awaiting their first token change by `tokens`."""
@@ -171,8 +173,8 @@ class WorkerTable(EngineReadings):
         self.probes.start(slot, key)
 
     def end_prefill(self, slot: int, key: object) -> bool:
-        """That pick's prefill is over (first token, error, release), and its probe if it
-        was one; again is a no-op (answers False)."""
+        """That pick's prefill (and probe) is over (first token, error, release); again is
+        a no-op (answers False)."""
         self.probes.end(slot, key)
         entry = self.pending.pop(slot, key)
         if entry is not None:

@@ -316,3 +316,28 @@ def test_a_probe_ends_with_an_error_or_its_release_and_a_late_one_caps_the_batch
     learn.first_token(late, 900.0)  # queued: the batch is 4
     assert not learn.table.probes.any_of(np.array([1]))
     assert learn.table.batch_ceiling[1] == 4.0 and np.isnan(learn.table.batch_floor[1])
+
+
+def test_a_probe_beside_a_request_that_ended_raises_no_floor_and_late_it_queued() -> None:
+    """Few-slots (engines of 4 slots, seen running 4): a 5th sent as a probe came back in
+    56 ms because a slot freed just then, and the floor of 5 it raised queued the hits
+    after it for 0.5-0.7 s. A probe proves the batch only if nothing ended on its worker
+    meanwhile; one late after a request ended there waited for that slot."""
+    learn = learning()
+    learn.table.slots(f"10.0.0.{i}:8000" for i in range(2))
+    learn.table.set_engine(1, waiting=0, running=4, kv_usage=0.1, scraped_at=1.0)
+    learn.table.add_inflight(1, 4)
+    lucky = choice(1, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=5.0, probe=True)
+    learn.picked(lucky)
+    learn.table.add_inflight(1, -1)  # one of the 4 ended
+    learn.first_token(lucky, 56.0)
+    assert np.isnan(learn.table.batch_floor[1]) and np.isnan(learn.table.batch_ceiling[1])
+    slow = choice(1, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=5.0, probe=True)
+    learn.picked(slow)
+    learn.table.add_inflight(1, -1)
+    learn.first_token(slow, 150.0)  # too late for no queue, too soon for a plain request
+    assert learn.table.batch_ceiling[1] == 4.0
+    plain = choice(1, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=5.0)
+    learn.table.observed_batch(1, 6.0, queued=False, floor=False)  # (clears the ceiling)
+    report(learn, plain, 150.0)
+    assert np.isnan(learn.table.batch_ceiling[1])  # a plain request's 150 ms says nothing
