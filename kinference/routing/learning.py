@@ -96,7 +96,8 @@ class Learning:
         A probe's (`routing.probes`, `held`: no request ended on the worker since its
         pick; None: no probe) raises the floor with readings too when it ran beside all
         it joined: nothing else shows the batch past what the load put there; late
-        after one ended, it queued."""
+        after one ended (even by what a cache miss would explain: few-slots, a 5th at
+        258 ms, predicted 75, left the next probe to queue 376 ms), it queued."""
         slot, predicted = choice.slot, choice.predicted_ttft_ms
         if predicted is None or choice.sequences < 1.0:
             return False
@@ -106,11 +107,10 @@ class Learning:
             floor = held is True or not readings
             self.table.observed_batch(slot, choice.sequences, queued=False, floor=floor)
             return False
-        unqueued += max(missed, 0.0) * self.rates.ms_per_token(slot, choice.model)
-        late = ttft_ms > unqueued * (1.0 + NO_QUEUE_SHARE) + NO_QUEUE_SLACK_MS
-        if held is False and late and choice.sequences >= 2.0:
+        if held is False and choice.sequences >= 2.0:  # a probe, late after one ended
             self.table.observed_batch(slot, choice.sequences, queued=True)
             return True
+        unqueued += max(missed, 0.0) * self.rates.ms_per_token(slot, choice.model)
         if choice.sequences >= 2.0 and ttft_ms > unqueued + choice.predicted_wait_ms + max(
             unqueued, QUEUED_SLACK_MS
         ):  # (alone on the worker it queued behind nothing: a slow engine, not a queue)
