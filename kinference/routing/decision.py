@@ -52,9 +52,6 @@ class LocalChoice:
     predicted_wait_ms: float = 0.0  # the part of it spent behind other requests
     # Sequences it joined on the worker (itself included), as the TTFT model saw them.
     sequences: float = 0.0
-    # Sent past the most sequences its pool was seen running, its batch not known: its
-    # first token tells whether the batch is larger (`routing.probes`).
-    probe: bool = False
     hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
     # Leading blocks the approximate index held on this worker at the pick, and how many
     # blocks had been recorded on it since the deepest of them (its age): eviction learning.

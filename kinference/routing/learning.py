@@ -68,23 +68,18 @@ class Learning:
             self._tokens_per_block(choice, choice.prompt_tokens),
         )  # fmt: skip
         self.table.start_prefill(choice.slot, id(choice), entry)
-        if choice.probe:
-            self.table.start_probe(choice.slot, id(choice))
         self.journal.prefilling(choice.endpoint, id(choice), choice.held_blocks,
                                 entry.tokens, entry.block_tokens)  # fmt: skip
 
     def first_token(self, choice: LocalChoice, ttft_ms: float) -> None:
-        held = self.table.probes.held(choice.slot, id(choice))  # before its prefill ends it
         self.prefill_over(choice)
         self.table.observe_ttft(choice.slot, choice.model, ttft_ms)
         self.journal.first_token(choice.endpoint, choice.model, ttft_ms)
         if choice.predicted_ttft_ms is not None:
             self.quality.ttft_ms.add(choice.predicted_ttft_ms, ttft_ms)
-            self._batch_evidence(choice, ttft_ms, missed=choice.cached_tokens, held=held)
+            self._batch_evidence(choice, ttft_ms, missed=choice.cached_tokens)
 
-    def _batch_evidence(
-        self, choice: LocalChoice, ttft_ms: float, missed: float, held: bool | None = None
-    ) -> bool:
+    def _batch_evidence(self, choice: LocalChoice, ttft_ms: float, missed: float) -> bool:
         """Whether the request queued at the occupancy it joined (True: it did) tells the
         worker's batch: a ceiling one below, or without readings the floor. A first token
         late by no more than the prefill of `missed` tokens (of those predicted cached, the
@@ -92,24 +87,15 @@ class Learning:
         it reported missing) is no queue. With readings the running count is the floor,
         and they show a full batch only after a standing queue (`table.FULL_AFTER_S`): on
         engines of 4 slots a queue drains sooner, a batch of 8 was assumed, and picks
-        queued there for a second while the model predicted none (few-slots, 18 req/s).
-        A probe's (`routing.probes`, `held`: no request ended on the worker since its
-        pick; None: no probe) raises the floor with readings too when it ran beside all
-        it joined: nothing else shows the batch past what the load put there; late
-        after one ended (even by what a cache miss would explain: few-slots, a 5th at
-        258 ms, predicted 75, left the next probe to queue 376 ms), it queued."""
+        queued there for a second while the model predicted none (few-slots, 18 req/s)."""
         slot, predicted = choice.slot, choice.predicted_ttft_ms
         if predicted is None or choice.sequences < 1.0:
             return False
         readings = not isnan(self.table.scraped_at.item(slot))
         unqueued = max(predicted - choice.predicted_wait_ms, 0.0)
         if ttft_ms <= unqueued * (1.0 + NO_QUEUE_SHARE) + NO_QUEUE_SLACK_MS:
-            floor = held is True or not readings
-            self.table.observed_batch(slot, choice.sequences, queued=False, floor=floor)
+            self.table.observed_batch(slot, choice.sequences, queued=False, floor=not readings)
             return False
-        if held is False and choice.sequences >= 2.0:  # a probe, late after one ended
-            self.table.observed_batch(slot, choice.sequences, queued=True)
-            return True
         unqueued += max(missed, 0.0) * self.rates.ms_per_token(slot, choice.model)
         if choice.sequences >= 2.0 and ttft_ms > unqueued + choice.predicted_wait_ms + max(
             unqueued, QUEUED_SLACK_MS

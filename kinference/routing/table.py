@@ -17,7 +17,6 @@ import numpy.typing as npt
 
 from kinference.itl_layout import MIDPOINTS_MS
 from kinference.routing.pending import PendingPrefix, PendingPrefixes
-from kinference.routing.probes import Probes
 from kinference.routing.readings import EngineReadings
 
 FloatArray = npt.NDArray[np.float64]
@@ -78,7 +77,6 @@ class WorkerTable(EngineReadings):
         # less the ended ones of what is pending now (`prefill_done`).
         self.prefill_since: FloatArray = np.full(capacity, np.nan)
         self.prefill_ended: FloatArray = np.zeros(capacity)
-        self.probes = Probes(capacity)  # picks sent past the seen batch (`routing.probes`)
         self.adapters: list[frozenset[str]] = []
         self._lora: dict[str, BoolArray] = {}  # adapter name -> which slots have it loaded
         self._ttft: dict[str, FloatArray] = {}  # per model, milliseconds (EWMA)
@@ -125,7 +123,6 @@ class WorkerTable(EngineReadings):
         self.pending_prefill = grown(self.pending_prefill, 0.0)  # type: ignore[assignment]
         self.prefill_since = grown(self.prefill_since, np.nan)  # type: ignore[assignment]
         self.prefill_ended = grown(self.prefill_ended, 0.0)  # type: ignore[assignment]
-        self.probes.grow(capacity)
         for name, mask in self._lora.items():
             self._lora[name] = grown(mask, False)  # type: ignore[assignment]
         for estimates in (self._ttft, self._itl):
@@ -135,8 +132,6 @@ class WorkerTable(EngineReadings):
     def add_inflight(self, slot: int, delta: float) -> None:
         """Requests in flight on a worker change by `delta` (never below zero)."""
         self.inflight[slot] = max(self.inflight.item(slot) + delta, 0.0)  # Python floats
-        if delta < 0.0:  # one ended: a probe under way there may have had its slot
-            self.probes.ended_on(slot, -delta)
 
     def add_pending_prefill(self, slot: int, tokens: float) -> None:
         """Uncached prompt tokens awaiting their first token change by `tokens`."""
@@ -168,14 +163,9 @@ class WorkerTable(EngineReadings):
         self.pending.add(slot, key, entry)
         self.add_pending_prefill(slot, entry.tokens)
 
-    def start_probe(self, slot: int, key: object) -> None:
-        """The pick under `key` went past the most its pool was seen running (`probes`)."""
-        self.probes.start(slot, key)
-
     def end_prefill(self, slot: int, key: object) -> bool:
-        """That pick's prefill (and probe) is over (first token, error, release); again is
-        a no-op (answers False)."""
-        self.probes.end(slot, key)
+        """That pick's prefill is over (first token, error, release); again is a no-op
+        (answers False)."""
         entry = self.pending.pop(slot, key)
         if entry is not None:
             self.add_pending_prefill(slot, -entry.tokens)
@@ -208,7 +198,6 @@ class WorkerTable(EngineReadings):
     def forget_batch(self, slot: int) -> None:
         """A worker left: what was learned of its batch no longer applies to its slot."""
         self.batch_floor[slot] = self.batch_ceiling[slot] = np.nan
-        self.probes.forget(slot)
 
     def set_ready(self, slot: int, ready: bool) -> None:
         self.ready[slot] = ready

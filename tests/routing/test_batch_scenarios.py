@@ -43,7 +43,6 @@ class Engine:
 @dataclass
 class Sim:
     engines: dict[str, Engine]
-    slots: int = SLOTS  # each engine's batch
     now: float = 0.0  # ms
     events: list[tuple[float, int, str, int]] = field(default_factory=list)
     seq: int = 0
@@ -52,19 +51,18 @@ class Sim:
     ttft: dict[int, float] = field(default_factory=dict)
     # Requests that waited for a slot while another engine had one free, by arrival.
     needless: list[float] = field(default_factory=list)
-    # Requests sent to an engine without their prefix while another had it, by arrival.
-    cold: list[float] = field(default_factory=list)
 
     def push(self, at: float, kind: str, rid: int = 0) -> None:
         self.seq += 1
         heapq.heappush(self.events, (at, self.seq, kind, rid))
 
 
-def cluster(engines: int, slots: int = SLOTS, routing: str = "") -> tuple[Sim, Router, InFlight]:
+def cluster(engines: int) -> tuple[Sim, Router, InFlight]:
     names = [f"10.0.0.{i}:8000" for i in range(1, engines + 1)]
-    pool = "{name: p, engine: vllm, endpoints: " + json.dumps(names) + ", models: [m]}"
-    policy = parse_policy(f"pools:\n  - {pool}\n{routing}")
-    sim = Sim({name: Engine() for name in names}, slots)
+    policy = parse_policy(
+        "pools:\n  - {name: p, engine: vllm, endpoints: " + json.dumps(names) + ", models: [m]}\n"
+    )
+    sim = Sim({name: Engine() for name in names})
     router = Router(
         policy, table=WorkerTable(), prefix=PrefixIndex(50_000),
         health=ProviderHealth(cooldowns_of(policy)), tenants=TenantGate(),
@@ -81,10 +79,8 @@ def query(system: int, rid: int) -> RouteQuery:
     return RouteQuery(parse_request(Body([raw], reserved=len(raw))))
 
 
-def run(
-    rate_per_s: float, seconds: float, seed: int = 3, slots: int = SLOTS, routing: str = ""
-) -> Sim:
-    sim, router, inflight = cluster(4, slots, routing)
+def run(rate_per_s: float, seconds: float, seed: int = 3) -> Sim:
+    sim, router, inflight = cluster(4)
     rng = random.Random(seed)
     at, rid, systems = 0.0, 0, {}
     while at < seconds * 1000.0:
@@ -112,8 +108,6 @@ def run(
             router.picked(local)
             sim.arrivals[rid], sim.tokens[rid] = sim.now, int(local.prompt_tokens)
             hit = cached.get((local.endpoint, systems[rid]), False)
-            if not hit and any(cached.get((name, systems[rid])) for name in sim.engines):
-                sim.cold.append(sim.now)
             cached[(local.endpoint, systems[rid])] = True
             uncached = 30 if hit else sim.tokens[rid]
             _admit(sim, local.endpoint, rid, uncached)
@@ -139,9 +133,9 @@ def run(
 
 def _admit(sim: Sim, endpoint: str, rid: int, uncached: int) -> None:
     engine = sim.engines[endpoint]
-    if engine.running >= sim.slots:
+    if engine.running >= SLOTS:
         engine.queue.append(rid * 100_000 + uncached)
-        if any(other.running < sim.slots for other in sim.engines.values()):
+        if any(other.running < SLOTS for other in sim.engines.values()):
             sim.needless.append(sim.now)
         return
     engine.running += 1
@@ -175,17 +169,3 @@ def test_one_engine_seen_queueing_caps_its_peers_batch() -> None:
     assert batch.tolist() == [4.0, 4.0, 12.0]
     alone = [table.occupancy_of(s, 0.0, 8.0, table.peer_batch_of(slots))[1] for s in slots]
     assert alone == batch.tolist()
-
-
-def test_on_engines_of_many_slots_probes_keep_hits_on_their_cache() -> None:
-    """vllm-64's case at light load (4 engines of 64 slots, 5.5 requests/s of 2 s each,
-    a few running on each): a request whose prefix is cached on an engine running more
-    than any was seen running paid the unknown batch's doubt and went cold, again and
-    again, since no reading shows a batch larger than what the load put there. One at a
-    time, such requests go as probes (`routing.probes`), and their fast first tokens
-    move the frontier: 1 prefix sent cold instead of 8 (seed 5)."""
-    full_doubt = "routing:\n  ttft: {probe_batch_weight: 1.0}\n"
-    assert len(run(rate_per_s=5.5, seconds=30.0, seed=5, slots=64, routing=full_doubt).cold) >= 6
-    sim = run(rate_per_s=5.5, seconds=30.0, seed=5, slots=64)
-    assert len(sim.cold) <= 2, sim.cold
-    assert not sim.needless

@@ -328,7 +328,6 @@ def test_a_cold_prompt_goes_to_the_emptier_cache() -> None:
         max_size=12,
     ),
     shared=st.lists(st.integers(0, 40), min_size=12, max_size=12),
-    probe=st.one_of(st.none(), st.integers(0, 11)),
 )
 def test_the_small_form_gives_the_vector_forms_predictions(  # noqa: PLR0917
     inflight: list[int],
@@ -337,7 +336,6 @@ def test_the_small_form_gives_the_vector_forms_predictions(  # noqa: PLR0917
     cached: list[float],
     batches: list[tuple[str, int]],
     shared: list[int],
-    probe: int | None,
 ) -> None:
     table, rates = WorkerTable(clock=frozen), Rates()
     n = len(inflight)
@@ -363,8 +361,6 @@ def test_the_small_form_gives_the_vector_forms_predictions(  # noqa: PLR0917
         if learned[i] is not None:
             rates.observe_prefill(slot, MODEL, 500 + 100 * i, 20 + learned[i] * (500 + 100 * i))
             rates.observe_service(slot, MODEL, 1000 * learned[i])
-    if probe is not None and probe < n:
-        table.start_probe(int(ctx.slots[probe]), "a probe")
     ctx.signals = type(ctx.signals)(table.waiting.copy(), table.kv_usage.copy())
     model = scorer(rates)
     small = model._predict_small(ctx)
@@ -373,14 +369,12 @@ def test_the_small_form_gives_the_vector_forms_predictions(  # noqa: PLR0917
         assert got.tolist() == pytest.approx(want.tolist(), rel=1e-9, abs=1e-9)
     ctx.footprint = [float(37 * i % 11) for i in range(n)]
     small_scores = model.score(ctx)
-    small_probes = None if ctx.probes is None else ctx.probes.tolist()
     ttft_module.SMALL_CANDIDATES, kept = 0, ttft_module.SMALL_CANDIDATES  # the vector form
     try:
         vector_scores = model.score(ctx)
     finally:
         ttft_module.SMALL_CANDIDATES = kept
     assert small_scores.tolist() == pytest.approx(vector_scores.tolist(), rel=1e-9, abs=1e-9)
-    assert small_probes == (None if ctx.probes is None else ctx.probes.tolist())
 
 
 def test_a_request_that_does_not_fit_in_the_cache_waits_for_the_ones_ahead() -> None:
@@ -411,15 +405,13 @@ def test_joining_beyond_the_most_seen_running_costs_an_expected_wait() -> None:
     """Few-slots, 6 req/s (engines of 4 slots, no queue seen yet in the pool): a chat turn
     whose prefix is cached on an engine seen running 3 at most, with 4 on it now, would be
     its 5th; the batch guessed 8 predicted no wait, and it waited ~480 ms. Taken as any of
-    3..8, equally likely, the expected wait sends it to a free engine instead (while a
-    probe is under way on the candidates: `routing.probes`). An engine seen running as
-    many as the request makes (Dynamo's mockers run 1-3 of 8) keeps it."""
+    3..8, equally likely, the expected wait sends it to a free engine instead. An engine
+    seen running as many as the request makes (Dynamo's mockers run 1-3 of 8) keeps it."""
     table = WorkerTable(clock=frozen)
-    slots = table.slots(f"10.0.0.{i}:8000" for i in range(3)).tolist()[:2]
+    slots = table.slots(f"10.0.0.{i}:8000" for i in range(2)).tolist()
     _seen_running(table, slots[0], 3)
     _seen_running(table, slots[1], 0)
     table.add_inflight(slots[0], 1)  # picked since the reading: 4 on it
-    table.start_probe(slots[1], "an earlier probe, no first token yet")
     ctx = context(2, prompt_tokens=1600, cached=[1500, 0], table=table)
     predicted, wait = scorer().predict(ctx)
     assert wait.tolist() == [0.0, 0.0] and predicted[0] < predicted[1]  # no certain wait
@@ -466,29 +458,3 @@ def test_a_known_batch_leaves_no_doubt() -> None:
     table.observed_batch(slots[0], 6.0, queued=True)
     assert math.isnan(table.unsure_of(slots[0], math.nan, 3.0))
     assert np.isnan(table.unsure(np.array(slots[:1]), math.nan)).all()
-
-
-def test_the_first_request_past_the_most_seen_goes_as_a_probe_the_next_do_not() -> None:
-    """vllm-64, 12 req/s (engines of 64 slots, seen running 3 at most): a chat turn
-    cached on an engine running 3, predicted 21 ms there against ~90 cold, was sent cold
-    by the doubt of a 4th sequence (h33). With no probe under way it pays a quarter of
-    that doubt and goes there as a probe; while that probe has no first token, the next
-    one past the frontier pays the full doubt (both forms alike)."""
-    table = WorkerTable(clock=frozen)
-    slots = table.slots(f"10.0.0.{i}:8000" for i in range(3)).tolist()
-    _seen_running(table, slots[0], 3)
-    _seen_running(table, slots[1], 0)
-    _seen_running(table, slots[2], 0)
-    ctx = context(3, prompt_tokens=1600, cached=[1500, 0, 0], table=table)
-    for candidates in (ttft_module.SMALL_CANDIDATES, 0):  # both forms
-        ttft_module.SMALL_CANDIDATES, kept = candidates, ttft_module.SMALL_CANDIDATES
-        try:
-            assert scorer().score(ctx).argmax() == 0
-            assert ctx.probes is not None and ctx.probes.tolist() == [True, False, False]
-            assert scorer(probe_batch_weight=1.0).score(ctx).argmax() == 1
-            table.start_probe(slots[2], "the probe")
-            assert scorer().score(ctx).argmax() == 1 and ctx.probes is None
-            table.end_prefill(slots[2], "the probe")  # its first token
-            assert scorer().score(ctx).argmax() == 0
-        finally:
-            ttft_module.SMALL_CANDIDATES = kept

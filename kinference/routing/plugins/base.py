@@ -18,7 +18,7 @@ from typing import ClassVar, Protocol
 from kinference.requests import InferenceRequest
 from kinference.routing.features import Signals
 from kinference.routing.reasons import Reason
-from kinference.routing.table import BoolArray, FloatArray, IndexArray, WorkerTable
+from kinference.routing.table import FloatArray, IndexArray, WorkerTable
 
 
 @dataclass(slots=True)
@@ -50,8 +50,6 @@ class PickContext:
     predicted_ttft_ms: FloatArray | None = None
     predicted_wait_ms: FloatArray | None = None  # the part of it spent behind others
     sequences: FloatArray | None = None  # what each runs and queues, as the model sees it
-    # Which candidates would go as a probe, having paid its share of the doubt (None: none).
-    probes: BoolArray | None = None
 
 
 @dataclass(frozen=True, slots=True)

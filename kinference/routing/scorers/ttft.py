@@ -34,9 +34,7 @@ it, so that at equal TTFT a cache hit wins; the cache space its new blocks take,
 where the cache is fuller (`fullness`: blocks the prefix index holds there over the most
 any candidate holds), since they evict what others would reuse; behind a full batch, the
 slot it then holds, which the requests after it there wait for (none where one is free);
-and where the batch is not known, the expected such wait (`readings.unseen_wait`), of
-which a probe, the first request past the most seen running while none is under way on the
-candidates, pays `probe_batch_weight` (`routing.probes`).
+and where the batch is not known, the expected such wait (`readings.unseen_wait`).
 """
 
 from __future__ import annotations
@@ -53,7 +51,6 @@ from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.rates import Rates
 from kinference.routing.readings import unseen_wait, unseen_waits
-from kinference.routing.scorers.common import peers_or, small_peers_or
 from kinference.routing.table import FloatArray, IndexArray, WorkerTable
 
 
@@ -95,10 +92,6 @@ class TtftConfig(PluginConfig):
     # Share of the expected wait beyond the most seen running while a worker's batch is
     # not known (`readings.unseen_wait`), in the cost as a slot wait (1 + queue_weight).
     unsure_batch_weight: NonNegativeFloat = 1.0
-    # Share of that doubt paid by a probe: a request past the most seen while no probe on
-    # the candidates awaits its first token (`routing.probes`; those after it, until that
-    # first token, pay it all). Its first token tells the rest: fast, the floor rises.
-    probe_batch_weight: NonNegativeFloat = 0.25
     # Weight of a new sample in the learned rates (exponential forgetting).
     learning_rate: float = Field(default=0.1, gt=0.0, le=1.0)
 
@@ -174,12 +167,12 @@ class TtftScorer:
         """`_predict_small`'s values as lists (what `score` computes on)."""
         config, rates, table, model = self.config, self.rates, ctx.table, ctx.model
         slots = ctx.slots.tolist()
-        per_token = small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots,
-                                   self._ms_per_token)  # fmt: skip
-        base = small_peers_or(rates.peek(model, "prefill_base_ms"), slots,
-                              config.prior_prefill_base_ms)  # fmt: skip
-        service = small_peers_or(rates.peek(model, "service_ms"), slots,
-                                 config.prior_service_ms)  # fmt: skip
+        per_token = _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots,
+                                    self._ms_per_token)  # fmt: skip
+        base = _small_peers_or(rates.peek(model, "prefill_base_ms"), slots,
+                               config.prior_prefill_base_ms)  # fmt: skip
+        service = _small_peers_or(rates.peek(model, "service_ms"), slots,
+                                  config.prior_service_ms)  # fmt: skip
         busy = rates.busy_ms(model, config.prior_busy_ms_per_sequence)
         pending, waiting = table.pending_prefill, ctx.signals.waiting
         full = config.decode_pressure_ms
@@ -217,12 +210,12 @@ class TtftScorer:
     ) -> Parts:
         """The terms of the model that do not depend on the prompt, per slot."""
         config, rates, size = self.config, self.rates, len(table.inflight)
-        per_token = peers_or(rates.values(model, "prefill_ms_per_token", slots, size),
-                             self._ms_per_token)  # fmt: skip
-        base = peers_or(rates.values(model, "prefill_base_ms", slots, size),
-                        config.prior_prefill_base_ms)  # fmt: skip
-        service = peers_or(rates.values(model, "service_ms", slots, size),
-                           config.prior_service_ms)  # fmt: skip
+        per_token = _peers_or(rates.values(model, "prefill_ms_per_token", slots, size),
+                              self._ms_per_token)  # fmt: skip
+        base = _peers_or(rates.values(model, "prefill_base_ms", slots, size),
+                         config.prior_prefill_base_ms)  # fmt: skip
+        service = _peers_or(rates.values(model, "service_ms", slots, size),
+                            config.prior_service_ms)  # fmt: skip
         busy = rates.busy_ms(model, config.prior_busy_ms_per_sequence)
         sequences, batch = table.occupancy(slots, waiting, config.prior_batch)
         ahead = np.maximum(sequences + 1.0 - batch, 0.0)
@@ -250,11 +243,8 @@ class TtftScorer:
         share: FloatArray | float = weight
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             share = weight + space * np.asarray(footprint) / most
-        probing = not ctx.table.probes.any_of(ctx.slots)
-        ctx.probes = unsure > 0.0 if probing else None
-        doubt = self._unsure_share(probing) * unsure
-        cost = np.maximum(predicted + share * prefill + self.config.queue_weight * slot_wait
-                          + doubt, 1.0)  # fmt: skip
+        queued = self.config.queue_weight * slot_wait + self._unsure_share() * unsure
+        cost = np.maximum(predicted + share * prefill + queued, 1.0)
         return float(cost.min()) / cost
 
     def _score_small(self, ctx: PickContext) -> FloatArray:
@@ -268,18 +258,38 @@ class TtftScorer:
         shares = [weight] * len(owns)
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             shares = [weight + space * blocks / most for blocks in footprint]
-        probing = not ctx.table.probes.any_of(ctx.slots)
-        ctx.probes = np.array([ms > 0.0 for ms in unsure]) if probing else None
-        queued, doubt = self.config.queue_weight, self._unsure_share(probing)
+        queued, doubt = self.config.queue_weight, self._unsure_share()
         terms = zip(predicted, owns, shares, slot_wait, unsure, strict=True)
         costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms, 1.0)
                  for ttft, own, share, slot, unsure_ms in terms]  # fmt: skip
         best = min(costs)
         return np.array([best / cost for cost in costs])
 
-    def _unsure_share(self, probing: bool) -> float:
-        """Cost per ms of an unknown batch's expected wait: its own and the slot it holds
-        (a probe's share of it while `probing`: no probe on the candidates is under way)."""
-        config = self.config
-        share = config.unsure_batch_weight * (1.0 + config.queue_weight)
-        return share * config.probe_batch_weight if probing else share
+    def _unsure_share(self) -> float:
+        """Cost per ms of an unknown batch's expected wait: its own and the slot it holds."""
+        return self.config.unsure_batch_weight * (1.0 + self.config.queue_weight)
+
+
+def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
+    """`_peers_or` over the slots' values of `array` (None: nothing learned yet)."""
+    if array is None:
+        return [prior] * len(slots)
+    size = len(array)
+    values = [array.item(slot) if slot < size else math.nan for slot in slots]
+    known = [value for value in values if not math.isnan(value)]
+    if len(known) == len(values):
+        return values
+    fill = sum(known) / len(known) if known else prior
+    return [fill if math.isnan(value) else value for value in values]
+
+
+def _peers_or(values: FloatArray, prior: float) -> FloatArray:
+    """Unlearned values as the candidates' learned mean, or the prior when none is learned:
+    a worker not tried yet is taken to be like its peers, neither shunned (a pessimistic
+    prior would never let it be tried) nor favoured."""
+    unknown = np.isnan(values)
+    if not unknown.any():
+        return values
+    if unknown.all():
+        return np.full(len(values), prior)
+    return np.where(unknown, float(values[~unknown].mean()), values)
