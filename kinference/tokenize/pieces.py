@@ -8,7 +8,10 @@ a single space between two ASCII letters (` ?\\p{L}+` keeps the space with the n
 after a newline followed by an ASCII letter (a newline run ends there). Each candidate is
 checked with the model's own tokenizer before it is used: the `CHECK_CHARS` either side of it
 must tokenize as the two halves do (which also catches normalizers or prefix spaces added at
-a text's start); a cut that fails is not used and the piece grows to the next one.
+a text's start); a cut that fails is not used and the piece grows to the next one. Where
+the tokenizer's pre-tokenizer is known to keep a cut (`sure`: GPT-2's, Llama 3's and Qwen 2's
+regexes, with no added token near it) the check's answer is known without encoding, so the
+cuts are the same ones.
 
 A piece is named by a digest of its text and the `CHECK_CHARS` around both of its cuts, so
 equal names mean equal tokens wherever the piece sits in a prompt (`reuse.PieceCache`).
@@ -36,14 +39,18 @@ _TRIES = 4  # candidates checked per cut before the piece grows by another PIECE
 
 Ids = npt.NDArray[np.uint32]
 BatchEncoder = Callable[[Sequence[str]], list[Ids]]  # texts -> ids, no special tokens added
+Sure = Callable[[str, int], bool]  # (window, cut in it) -> known to tokenize as its halves
 
 
 class CutChecks:
     """Whether the text around a cut tokenizes as its two halves, by that text: remembered,
     so that a prompt's known pieces are cut again without tokenizing anything."""
 
-    def __init__(self, encode: BatchEncoder, max_entries: int = 200_000) -> None:
+    def __init__(
+        self, encode: BatchEncoder, sure: Sure | None = None, max_entries: int = 200_000
+    ) -> None:
         self._encode = encode
+        self._sure = sure  # (window, cut in it) -> known good without encoding (`sure`)
         self._known: OrderedDict[str, bool] = OrderedDict()
         self.max_entries = max_entries
 
@@ -52,12 +59,19 @@ class CutChecks:
         first is checked alone (it is nearly always good), the others together if not."""
         windows = [text[cut - CHECK_CHARS : cut + CHECK_CHARS] for cut in cuts]
         for group in (range(min(1, len(cuts))), range(1, len(cuts))):
-            self._check(text, cuts, windows, [i for i in group if windows[i] not in self._known])
-            for i in group:
+            sure = next((i for i in group if self._is_sure(windows[i])), None)
+            ahead = [i for i in group if sure is None or i < sure]  # checked by encoding
+            self._check(text, cuts, windows, [i for i in ahead if windows[i] not in self._known])
+            for i in ahead:
                 if self._known.get(windows[i]):
                     self._known.move_to_end(windows[i])
                     return cuts[i]
+            if sure is not None:
+                return cuts[sure]
         return None
+
+    def _is_sure(self, window: str) -> bool:
+        return self._sure is not None and self._sure(window, CHECK_CHARS)
 
     def _check(self, text: str, cuts: list[int], windows: list[str], unknown: list[int]) -> None:
         if not unknown:

@@ -23,6 +23,7 @@ from kinference.kvcache.blocks import PromptBlocks, identities
 from kinference.tokenize.lazy import Known, Tokenization
 from kinference.tokenize.pieces import CutChecks, Cutter, Ids, Piece
 from kinference.tokenize.reuse import PieceCache
+from kinference.tokenize.sure import SureCuts
 from kinference.tokenize.template import ChatTemplate, TemplateError
 from kinference.tokenize.turns import PrefixDigest, TurnMarks
 
@@ -60,7 +61,8 @@ class PromptTokenizer:
         self.block_size = block_size
         self.cache = cache or PieceCache()
         self.marks = TurnMarks()  # where finished prompts' next turns may resume
-        self._checks = CutChecks(self._plain)
+        sure = SureCuts.of(tokenizer)  # cuts known good without encoding, if any
+        self._checks = CutChecks(self._plain, sure.sure if sure else None)
         sample = tokenizer.encode_batch([_SAMPLE, _SAMPLE], add_special_tokens=False)[0].ids
         special = tokenizer.encode(_SAMPLE, add_special_tokens=True).ids
         # Completion prompts are cut too if special tokens only lead (BOS), never trail.

@@ -1,0 +1,118 @@
+"""Cuts a tokenizer's pre-tokenizer is known to keep, so that they need no check.
+
+A cut is checked by tokenizing the text around it whole and as its two halves (`pieces`):
+three encodes. For the pre-tokenizers of GPT-2 and of Llama 3 / Qwen 2 (a regex split, then
+byte-level), with nothing that rewrites the text first, the answer is known beforehand for
+most candidates, and is always yes:
+
+- The model (BPE, WordPiece, Unigram, ...) tokenizes each pre-token on its own, so equal
+  pre-tokens give equal tokens. With no normalizer (or a Unicode normal form, on ASCII text),
+  no padding or truncation, no added token in the text around the cut and no BPE dropout, the
+  three encodes see the text as it is, in one piece each.
+- Before a space between two ASCII letters: every alternative of both regexes that matches a
+  letter stops before a space (` ?\\p{L}+`, `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+`, the contractions),
+  so the pre-token holding the letter ends at the cut, and the next one starts there; the
+  only character past the cut any alternative reads is the space, which fails where the end
+  of the left half fails. The right half is the whole text from the cut (no lookbehind).
+- After a newline before an ASCII letter: Llama 3's `\\s*[\\r\\n]+` ends a whitespace run at
+  its last newline, and the punctuation alternative's `[\\r\\n]*` stops at the letter as at
+  the end; for GPT-2, whose `\\s+(?!\\S)` keeps a run of two or more whitespace characters
+  whole at a text's end but not before a letter, only when the character before the newline
+  is printable ASCII, not whitespace.
+
+Anything else is checked by encoding as before, so the cuts are the same ones.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from typing import Any
+
+from tokenizers import Tokenizer
+
+_LLAMA3_TAIL = r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_LLAMA3_HEAD = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+"
+SPLITS = (  # Llama 3's, Qwen 2's (digits one at a time)
+    _LLAMA3_HEAD + r"|\p{N}{1,3}" + _LLAMA3_TAIL,
+    _LLAMA3_HEAD + r"|\p{N}" + _LLAMA3_TAIL,
+)
+_NORMAL_FORMS = {"NFC", "NFD", "NFKC", "NFKD"}  # none of them changes ASCII text
+_LETTERS = frozenset(string.ascii_letters)
+_PRINTABLE = frozenset(chr(c) for c in range(0x21, 0x7F))  # ASCII, not whitespace
+
+
+class SureCuts:
+    """Says of a candidate cut that it tokenizes as its two halves, when that is known
+    without encoding (see the module docstring); a cut it is not sure of is checked."""
+
+    def __init__(self, added: list[str], newline_any: bool, ascii_only: bool) -> None:
+        contents = sorted(set(added), key=len, reverse=True)
+        self._added = re.compile("|".join(map(re.escape, contents))) if contents else None
+        self._newline_any = newline_any  # a newline cut needs no printable character before
+        self._ascii_only = ascii_only  # the normalizer leaves only ASCII text as it is
+
+    @classmethod
+    def of(cls, tokenizer: Tokenizer) -> SureCuts | None:
+        """For this tokenizer, or None if none of its cuts is known without encoding."""
+        if tokenizer.padding is not None or tokenizer.truncation is not None:
+            return None
+        if getattr(tokenizer.model, "dropout", None) is not None:
+            return None
+        normal = _state(tokenizer.normalizer)
+        if normal is not None and normal.get("type") not in _NORMAL_FORMS:
+            return None
+        pre = _state(tokenizer.pre_tokenizer)
+        if _byte_level(pre, use_regex=True):
+            newline_any = False  # GPT-2's regex
+        elif _split_then_bytes(pre):
+            newline_any = True
+        else:
+            return None
+        added = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
+        return cls(added, newline_any, ascii_only=normal is not None)
+
+    def sure(self, window: str, at: int) -> bool:
+        """Whether `window`, cut at `at`, is known to tokenize as its two halves."""
+        if at < 2 or at + 1 >= len(window):
+            return False
+        if self._ascii_only and not window.isascii():
+            return False
+        if window[at] == " ":
+            good = window[at - 1] in _LETTERS and window[at + 1] in _LETTERS
+        elif window[at - 1] == "\n":
+            good = window[at] in _LETTERS and (self._newline_any or window[at - 2] in _PRINTABLE)
+        else:
+            return False
+        return good and (self._added is None or self._added.search(window) is None)
+
+
+def _state(part: Any) -> dict[str, Any] | None:
+    if part is None:
+        return None
+    state: dict[str, Any] = json.loads(part.__getstate__())
+    return state
+
+
+def _byte_level(state: dict[str, Any] | None, use_regex: bool) -> bool:
+    return (
+        state is not None
+        and state.get("type") == "ByteLevel"
+        and state.get("add_prefix_space") is False
+        and state.get("use_regex") is use_regex
+    )
+
+
+def _split_then_bytes(state: dict[str, Any] | None) -> bool:
+    parts = state.get("pretokenizers") if state and state.get("type") == "Sequence" else None
+    if not parts or len(parts) != 2:
+        return False
+    split, bytes_ = parts
+    return (
+        split.get("type") == "Split"
+        and (split.get("pattern") or {}).get("Regex") in SPLITS
+        and split.get("behavior") == "Isolated"
+        and split.get("invert") is False
+        and _byte_level(bytes_, use_regex=False)
+    )
