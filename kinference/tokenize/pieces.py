@@ -59,19 +59,23 @@ class CutChecks:
         first is checked alone (it is nearly always good), the others together if not."""
         windows = [text[cut - CHECK_CHARS : cut + CHECK_CHARS] for cut in cuts]
         for group in (range(min(1, len(cuts))), range(1, len(cuts))):
-            sure = next((i for i in group if self._is_sure(windows[i])), None)
-            ahead = [i for i in group if sure is None or i < sure]  # checked by encoding
-            self._check(text, cuts, windows, [i for i in ahead if windows[i] not in self._known])
-            for i in ahead:
+            self._learn(text, cuts, windows, [i for i in group if windows[i] not in self._known])
+            for i in group:
                 if self._known.get(windows[i]):
                     self._known.move_to_end(windows[i])
                     return cuts[i]
-            if sure is not None:
-                return cuts[sure]
         return None
 
-    def _is_sure(self, window: str) -> bool:
-        return self._sure is not None and self._sure(window, CHECK_CHARS)
+    def _learn(self, text: str, cuts: list[int], windows: list[str], unknown: list[int]) -> None:
+        """Of the `unknown` cuts, in order: a sure one is good (the ones past it are not
+        needed), the ones before it are checked by encoding."""
+        if self._sure is not None:
+            for n, i in enumerate(unknown):
+                if self._sure(windows[i], CHECK_CHARS):
+                    self._remember(windows[i], True)
+                    unknown = unknown[:n]
+                    break
+        self._check(text, cuts, windows, unknown)
 
     def _check(self, text: str, cuts: list[int], windows: list[str], unknown: list[int]) -> None:
         if not unknown:
