@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from math import floor, isnan
 
 from kinference.routing.decision import LocalChoice
-from kinference.routing.first_prefill import FirstPrefill, FirstSample
 from kinference.routing.journal import Journal
 from kinference.routing.pending import PendingPrefix
 from kinference.routing.prefix import PrefixIndex
@@ -55,7 +54,6 @@ class Learning:
         self.journal = journal
         self.rates = Rates()
         self.text = TextSize()  # characters per token per model
-        self.first = FirstPrefill(self.rates, self.text)  # provisional prefill rates
         self.quality = PredictionQuality.empty()
         self.block_bytes = 64  # of the policy in force (set by the router on reload)
         # Other replicas' prefills in progress: (instance, pick) -> (slot, deadline), in
@@ -79,19 +77,7 @@ class Learning:
         self.journal.first_token(choice.endpoint, choice.model, ttft_ms)
         if choice.predicted_ttft_ms is not None:
             self.quality.ttft_ms.add(choice.predicted_ttft_ms, ttft_ms)
-            queued = self._batch_evidence(choice, ttft_ms, missed=choice.cached_tokens)
-            if not queued and choice.cached_tokens <= 0.0:
-                self._first_sample(choice, ttft_ms)
-
-    def _first_sample(self, choice: LocalChoice, ttft_ms: float) -> None:
-        """A first token of a prompt prefilled whole (none predicted cached) that found no
-        queue (the final report's test): a provisional sample of the worker's prefill."""
-        if choice.predicted_wait_ms > PREFILL_SAMPLE_WAIT_SHARE * ttft_ms:
-            return
-        net = self._net_of_busy(choice, ttft_ms - choice.predicted_wait_ms)
-        text = float(choice.text_chars)  # 0: not countable, the estimate is all of it
-        other = float(choice.fixed_tokens) if text > 0.0 else choice.prompt_tokens
-        self.first.observe(choice.slot, choice.model, FirstSample(text, other, net))
+            self._batch_evidence(choice, ttft_ms, missed=choice.cached_tokens)
 
     def _batch_evidence(self, choice: LocalChoice, ttft_ms: float, missed: float) -> bool:
         """Whether the request queued at the occupancy it joined (True: it did) tells the
@@ -162,36 +148,21 @@ class Learning:
         (beyond the learned prefill), and is the prefill sample net of that."""
         slot, model = choice.slot, choice.model
         beside = max(choice.sequences - 1.0, 0.0)  # the sequences it joined, not itself
-        net = self._net_of_busy(choice, unqueued_ms)
+        busy = self.rates.busy_ms(model) * beside
         if beside >= 1.0:
             prefill = self.rates.prefill_ms(slot, model, uncached)
             excess = unqueued_ms - prefill
             if not isnan(prefill) and self.rates.observe_busy(model, beside, excess):
                 self.journal.busy(choice.endpoint, model, beside, excess)
-        return net
-
-    def _net_of_busy(self, choice: LocalChoice, unqueued_ms: float) -> float:
-        """A TTFT without its queue, less what the sequences it joined added (learned)."""
-        beside = max(choice.sequences - 1.0, 0.0)
-        return max(unqueued_ms - self.rates.busy_ms(choice.model) * beside, 0.0)
+        return max(unqueued_ms - busy, 0.0)
 
     def _text_sample(self, choice: LocalChoice, prompt_tokens: int) -> None:
         """The reported prompt tokens against the text measured at Pick."""
         tokens = prompt_tokens - choice.fixed_tokens
         if not choice.text_chars or tokens < TEXT_SHARE_FOR_SAMPLE * prompt_tokens:
             return
-        if self.observe_text(choice.model, choice.text_chars, tokens):
+        if self.text.observe(choice.model, choice.text_chars, tokens):
             self.journal.text(choice.endpoint, choice.model, choice.text_chars, tokens)
-
-    def observe_text(self, model: str, chars: float, tokens: float) -> bool:
-        """A sample of the model's characters per token (this replica's or another's);
-        a new ratio counts the provisional prefill samples' tokens again."""
-        ratio = self.text.chars_per_token(model)
-        if not self.text.observe(model, chars, tokens):
-            return False
-        if self.text.chars_per_token(model) != ratio:
-            self.first.recount(model)
-        return True
 
     def learn(
         self, slot: int, model: str, uncached: float, prefill_ms: float, service_ms: float
@@ -252,5 +223,4 @@ class Learning:
     def forget(self, slot: int) -> None:
         self.prefix.forget(slot)
         self.rates.forget(slot)
-        self.first.forget(slot)
         self.table.forget_batch(slot)

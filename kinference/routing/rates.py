@@ -9,13 +9,6 @@ Three quantities per (model, worker slot), NaN until learned:
 - `service_ms`: milliseconds from first token to final report (how long a request holds
   a batch slot), an exponentially weighted mean;
 
-until final reports can set a worker's slope (long or varied prompts; the first comes
-seconds into its life), a provisional prefill fit: its first tokens' samples
-(`routing.first_prefill`) folded into the fit beside its final reports' (a readiness
-probe's short report gives the fixed cost), its slope never above the prior's (a first
-token is the earliest sign of a queue or a busy host the model did not see); the final
-reports' own fit replaces it as soon as it sets the slope;
-
 and per model (its engines alike), `busy_ms`: what each sequence running beside a request
 adds to its TTFT (an engine's step decodes every running sequence along with the new
 prompt's prefill, so steps, and the first token, take longer on a fuller batch): the TTFT
@@ -81,8 +74,6 @@ class Rates:
         self.prior_ms_per_token = 0.1
         self._arrays: dict[tuple[str, str], FloatArray] = {}  # (model, quantity) -> per slot
         self._sums: dict[str, FloatArray] = {}  # model -> the fit's sums (rows) per slot
-        # model -> the provisional samples' sums per slot (all 0 where none is in force)
-        self._first: dict[str, FloatArray] = {}
         # model -> the busy fit: its weighted sums of sequences^2 and of sequences x excess,
         # and the fitted milliseconds a sequence (one for the model's engines: a pool's
         # engines share it, and each report teaches it, not only one worker's in four).
@@ -106,75 +97,27 @@ class Rates:
     ) -> None:
         """One request's TTFT without queueing ahead, against its uncached prompt tokens."""
         size = slot + 1
-        keep = 1.0 - self.alpha
+        keep, a = 1.0 - self.alpha, self.alpha
+        x, y = max(uncached_tokens, 0.0), max(ttft_ms, 0.0)
         sums = self._sums_of(model, size)
         # On Python floats (numpy's fixed cost per call dominates five numbers): the same
         # two roundings per sum as the in-place array operations, so the same values.
-        added = self._sample(uncached_tokens, ttft_ms)
+        added = (a, a * x, a * y, a * x * x, a * x * y)
         row = [old * keep + more for old, more in zip(sums[:, slot].tolist(), added, strict=True)]
         sums[:, slot] = row
-        first = self._first.get(model)
-        if first is not None and slot < first.shape[1] and first.item(0, slot) > 0.0:
-            if not _sets_slope(row):  # the provisional fit stays, with this sample in it
-                self._fit(
-                    slot,
-                    model,
-                    [f + r for f, r in zip(first[:, slot].tolist(), row, strict=True)],
-                    provisional=True,
-                )
-                return
-            first[:, slot] = 0.0  # the final reports' fit replaces it from now on
-        self._fit(slot, model, row)
-
-    def observe_first(self, slot: int, model: str, samples: list[tuple[float, float]]) -> bool:
-        """The worker's provisional samples (uncached tokens, net TTFT), oldest first, in
-        place of those given before; False (nothing changed) once its final reports set
-        the slope, or while these (with its final ones) cannot set it."""
-        final = self._sums_of(model, slot + 1)[:, slot].tolist()
-        if _sets_slope(final) or not samples:
-            return False
-        keep, row = 1.0 - self.alpha, [0.0] * len(_SUMS)
-        for tokens, ttft_ms in samples:
-            added = self._sample(tokens, ttft_ms)
-            row = [old * keep + more for old, more in zip(row, added, strict=True)]
-        combined = [f + r for f, r in zip(final, row, strict=True)]
-        if not _sets_slope(combined):
-            return False
-        first = self._first.get(model)
-        if first is None or first.shape[1] <= slot:
-            first = self._first[model] = _grown(first, slot + 1)
-        first[:, slot] = row
-        self._fit(slot, model, combined, provisional=True)
-        return True
-
-    def final_slope(self, slot: int, model: str) -> bool:
-        """Whether the worker's final reports set its slope (no provisional fit then)."""
-        sums = self._sums.get(model)
-        return sums is not None and slot < sums.shape[1] and _sets_slope(sums[:, slot].tolist())
-
-    def _sample(self, uncached_tokens: float, ttft_ms: float) -> tuple[float, ...]:
-        """One sample's weighted terms of the sums (`_SUMS`)."""
-        a, x, y = self.alpha, max(uncached_tokens, 0.0), max(ttft_ms, 0.0)
-        return (a, a * x, a * y, a * x * x, a * x * y)
-
-    def _fit(self, slot: int, model: str, row: list[float], provisional: bool = False) -> None:
-        """Set the worker's slope and fixed cost from the fit's sums `row`; a provisional
-        fit's slope is at most the prior's."""
-        size = slot + 1
         w, sx, sy, sxx, sxy = row
         mean_x, mean_y = sx / w, sy / w
         var = sxx / w - mean_x * mean_x
         slope = self._array(model, "prefill_ms_per_token", size)
         base = self._array(model, "prefill_base_ms", size)
-        most = self.prior_ms_per_token if provisional else MAX_MS_PER_TOKEN
         if var >= MIN_SPREAD_TOKENS**2:  # prompts of different lengths: fit both
-            fitted = min(max((sxy / w - mean_x * mean_y) / var, 0.0), most)
+            fitted = min(max((sxy / w - mean_x * mean_y) / var, 0.0), MAX_MS_PER_TOKEN)
             slope[slot] = fitted
             base[slot] = min(max(mean_y - fitted * mean_x, 0.0), MAX_BASE_MS)
         elif mean_x >= MIN_TOKENS_FOR_SLOPE:  # all alike and long: fixed cost as the prior's
             fixed = min(self.prior_base_ms, mean_y)
             base[slot] = fixed
-            slope[slot] = min((mean_y - fixed) / mean_x, most)
+            slope[slot] = min((mean_y - fixed) / mean_x, MAX_MS_PER_TOKEN)
         else:  # short prompts say nothing of the per-token cost: it is all fixed cost
             learned = slope.item(slot)
             per_token = 0.0 if math.isnan(learned) else learned
@@ -234,7 +177,7 @@ class Rates:
         for array in self._arrays.values():
             if slot < len(array):
                 array[slot] = np.nan
-        for sums in (*self._sums.values(), *self._first.values()):
+        for sums in self._sums.values():
             if slot < sums.shape[1]:
                 sums[:, slot] = 0.0
 
@@ -242,7 +185,11 @@ class Rates:
         """The fit's weighted sums of `model`, one row per name of `_SUMS`, a column per slot."""
         sums = self._sums.get(model)
         if sums is None or sums.shape[1] < size:
-            sums = self._sums[model] = _grown(sums, size)
+            width = max(size, 64, 2 * (0 if sums is None else sums.shape[1]))
+            grown = np.zeros((len(_SUMS), width))
+            if sums is not None:
+                grown[:, : sums.shape[1]] = sums
+            sums = self._sums[model] = grown
         return sums
 
     def _array(self, model: str, quantity: str, size: int, fill: float = np.nan) -> FloatArray:
@@ -254,22 +201,3 @@ class Rates:
                 grown[: len(array)] = array
             array = self._arrays[key] = grown
         return array
-
-
-def _grown(sums: FloatArray | None, size: int) -> FloatArray:
-    """`sums` (rows `_SUMS`, a column per slot) widened to at least `size` slots."""
-    width = max(size, 64, 2 * (0 if sums is None else sums.shape[1]))
-    grown = np.zeros((len(_SUMS), width))
-    if sums is not None:
-        grown[:, : sums.shape[1]] = sums
-    return grown
-
-
-def _sets_slope(row: list[float]) -> bool:
-    """Whether a fit's sums set the per-token cost: prompts of different lengths, or
-    alike and long (`Rates._fit`); none (weight 0) does not."""
-    w, sx, _, sxx, _ = row
-    if w <= 0.0:
-        return False
-    mean_x = sx / w
-    return sxx / w - mean_x * mean_x >= MIN_SPREAD_TOKENS**2 or mean_x >= MIN_TOKENS_FOR_SLOPE
