@@ -117,7 +117,7 @@ class PickerService:
                     body, tenants.ready(self.router.policy.config, call.tenant)
                 )
             self.preparation.deciding(ready)  # the rest of this Pick is one loop step
-            asyncio.get_running_loop().call_soon(self.router.prefix.flush)
+            asyncio.get_running_loop().call_soon(self.router.flush_prefix_records)
             return self._decided(
                 body,
                 call,

@@ -113,6 +113,11 @@ class Router(RouterFeedback, WorkerChoice):
         self.health.policy = routing.cooldowns
         self.prefix.blocks_per_worker = policy.routing.prefix.lru_blocks_per_worker
 
+    def flush_prefix_records(self) -> None:
+        """Apply what the last decisions left for after their answer (their prefix
+        records: `PrefixIndex.record_later`); the picker calls it in the loop's next step."""
+        self.prefix.flush()
+
     def now(self) -> float:
         """The router's monotonic clock (engine readings are aged against it)."""
         return self._clock()
