@@ -35,21 +35,15 @@ from kinference.routing.features import EngineReading
 from kinference.service_types import FinalReport
 from kinference.settings import Settings
 from kinference.v1 import picker_pb2 as pb
+from loadtest.routing_bench.fleets import Engines
 from loadtest.routing_bench.replay import request_body
+from loadtest.routing_bench.replicas import policy_yaml
 from loadtest.routing_bench.workload import MODEL, BenchSpec, conversations
 
 ENDPOINTS = tuple(f"127.0.0.1:{9101 + index}" for index in range(8))
 IN_FLIGHT = 4  # requests whose reports come later
 READINGS_EVERY = 4  # Picks between two rounds of engine readings
 CHUNK_BYTES = 16384
-
-
-def policy_yaml() -> str:
-    """One pool of the 8 endpoints, as `routing_bench.replicas.policy_yaml` writes it."""
-    return (
-        "pools:\n- namespace: default\n  name: sim\n"
-        f"  endpoints: [{', '.join(ENDPOINTS)}]\n  models: [{MODEL!r}]\n  engine: vllm\n"
-    )
 
 
 def bodies(requests: int, seed: int) -> list[bytes]:
@@ -76,7 +70,11 @@ async def _chunks(body: bytes) -> AsyncIterator[bytes]:
 async def replay(all_bodies: list[bytes], warm: int) -> tuple[list[float], list[float]]:
     """One round over a fresh App: each timed Pick's thread CPU, and that of the loop step
     right after it (work the Pick left for later), µs."""
-    app = App(Settings(), parse_policy(policy_yaml()), CollectorRegistry())
+    app = App(
+        Settings(),
+        parse_policy(policy_yaml(Engines([f"http://{e}" for e in ENDPOINTS], [], {}), {})),
+        CollectorRegistry(),
+    )
     picker = LocalPicker(
         app.service, idle_timeout_s=30.0, model_names=lambda: (MODEL,), serving=lambda: True
     )
