@@ -129,7 +129,7 @@ class Tokenization:
         the prompt, and its rest, left to the background, may not be done by the next turn
         (Picks come first), which would then walk the whole history again."""
         marks, cut = self._marks, self._cut
-        if marks is None or cut is None or cut[0] <= self._marked:
+        if marks is None:
             return
         # The previous step's cut too (up to a step, 16 KiB, before): texts that share all
         # but their last part (conversations on one long system prompt, each with its own
@@ -139,6 +139,19 @@ class Tokenization:
             if at is not None and at[0] > self._marked and (mark := self.mark(at)) is not None:
                 self._marked = at[0]
                 marks.put(self._cutter.kind, self._cutter.text, mark, self._prefix)
+        end = len(self._cutter.text)
+        if self.done and end > self._marked:  # the text's end: the next turn goes on there
+            self._marked = end
+            marks.put(self._cutter.kind, self._cutter.text, self._end_mark(), self._prefix)
+
+    def _end_mark(self) -> Mark:
+        """The state at the text's end (`turns`: taken where the next text's cut there is
+        good)."""
+        return Mark(
+            len(self._cutter.text), self._cutter.made, self._steps, self.tokens,
+            Leading(self.blocks, len(self.blocks)), self._tail,
+            Leading(self._parts, len(self._parts)), ends=True,
+        )  # fmt: skip
 
     def ids(self) -> Ids:
         """The tokens of the pieces done."""

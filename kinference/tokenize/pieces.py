@@ -132,6 +132,16 @@ class Cutter:
         """Go on from a checked cut of this text (`turns.Mark`), `made` pieces cut before."""
         self.position, self._made = position, made
 
+    def can_cut_at(self, position: int) -> bool:
+        """Whether `position` is a candidate cut (as `next_pieces` looks for) that checks
+        good: a piece may end there (`turns`: a mark at an earlier, shorter text's end)."""
+        text = self.text
+        if self._whole or not CHECK_CHARS <= position <= len(text) - CHECK_CHARS:
+            return False
+        if _CANDIDATE.match(text, position - 1) is None:
+            return False
+        return self._checks.first_good(text, [position]) == position
+
     def next_pieces(self, count: int) -> list[Piece]:
         """Up to `count` more pieces (fewer at the end of the text)."""
         pieces: list[Piece] = []

@@ -127,7 +127,7 @@ class PromptTokenizer:
             return Tokenization(cutter, self, self.block_size, special)
         prefix = PrefixDigest(cutter.kind, text)  # `find` leaves it at the mark it found
         work = Tokenization(cutter, self, self.block_size, special, self.marks, prefix=prefix)
-        mark = self.marks.find(cutter.kind, text, prefix)
+        mark = self.marks.find(cutter.kind, text, prefix, cutter.can_cut_at)
         if mark is not None:  # a conversation's next turn: its history is tokenized
             work.resume(mark)
         return work

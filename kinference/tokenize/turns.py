@@ -9,6 +9,14 @@ at the end of its text: its tokens, blocks and pieces up to P), and a
 prompt whose text up to P + `CHECK_CHARS` is the same starts from there: the pieces before
 P, their tokens and the check of the cut at P depend on nothing after P + `CHECK_CHARS`.
 
+A tokenization that reaches its text's end also leaves a mark there (`Mark.ends`: all its
+tokens). The next turn's text goes on past that end, and the cut there was never checked
+(what follows was not known), so such a mark is taken only where the next text's cut at it
+is a candidate and checks good (`find`'s `cut_ok`, `pieces.Cutter.can_cut_at`): then the
+turn tokenizes only its new text, not the previous turn's last piece again with it (that
+piece ended at the text's end, so its tokens are those of its text alone, as a piece's
+between two checked cuts are).
+
 Marks are found by a digest of the text's kind and first `LEAD_CHARS` (the lineage: a
 system prompt or a conversation's start), then, among that lineage's few marks, by the
 digest of the text up to each one's P + `CHECK_CHARS` (one incremental pass over the text).
@@ -24,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar, overload
 
@@ -49,14 +57,22 @@ class Mark:
     blocks: Sequence[BlockId]  # full blocks before it
     tail: Ids  # tokens after the last full block
     parts: Sequence[Ids]  # each piece's ids before it
+    ends: bool = False  # at its text's end: its cut is checked on the text resuming there
+
+    @property
+    def through(self) -> int:
+        """The end of the text its key holds (and a text resuming there must share)."""
+        return self.position if self.ends else self.position + CHECK_CHARS
 
 
 class TurnMarks:
-    """Marks by lineage, then by (position, digest of the text to position + CHECK_CHARS)."""
+    """Marks by lineage, then by (position, at a text's end, digest of the text to
+    `Mark.through`)."""
 
     def __init__(self, max_marks: int = MAX_MARKS, max_tokens: int = MAX_TOKENS) -> None:
         self.max_marks, self.max_tokens = max_marks, max_tokens
-        self._lineages: OrderedDict[bytes, dict[tuple[int, bytes], Mark]] = OrderedDict()
+        # lineage -> (position, at a text's end, digest of the text to `Mark.through`) -> mark
+        self._lineages: OrderedDict[bytes, dict[tuple[int, bool, bytes], Mark]] = OrderedDict()
         self._count = 0
         self._tokens = 0  # held by the kept marks
         self.resumed = 0  # prompts that started from a mark
@@ -64,35 +80,60 @@ class TurnMarks:
     def __len__(self) -> int:
         return self._count
 
-    def find(self, kind: bytes, text: str, prefix: PrefixDigest | None = None) -> Mark | None:
-        """The mark furthest into `text` whose text up to it is this text's, if any.
-        `prefix` (of `kind` and `text`): left at the mark found, for the caller's `put`s."""
+    def find(
+        self,
+        kind: bytes,
+        text: str,
+        prefix: PrefixDigest | None = None,
+        cut_ok: Callable[[int], bool] | None = None,
+    ) -> Mark | None:
+        """The mark furthest into `text` whose text up to it is this text's, if any; a mark
+        at an earlier text's end only if `cut_ok(its position)` (the cut there is good in
+        `text`). `prefix` (of `kind` and `text`): left at the mark found, for the caller's
+        `put`s."""
         prefix = prefix or PrefixDigest(kind, text)
         lineage = self._lineages.get(prefix.lead)
         if not lineage:
             return None
-        positions = sorted({p for p, _ in lineage if p + CHECK_CHARS <= len(text)})
-        best, at = None, prefix.checkpoint()
-        for position in positions:
-            found = lineage.get((position, prefix.at(position + CHECK_CHARS)))
-            if found is not None:
-                best, at = found, prefix.checkpoint()
-        prefix.restore(at)
-        if best is not None:
-            self.resumed += 1
-            self._lineages.move_to_end(prefix.lead)
-        return best
+        size = len(text)
+        ends = sorted(
+            {
+                (p + (0 if e else CHECK_CHARS), p, e)
+                for p, e, _ in lineage
+                if p + CHECK_CHARS <= size
+            }
+        )
+        found: list[tuple[Mark, tuple[int, hashlib.blake2b]]] = []
+        start = prefix.checkpoint()
+        for end, position, at_end in ends:
+            mark = lineage.get((position, at_end, prefix.at(end)))
+            if mark is not None:
+                found.append((mark, prefix.checkpoint()))
+        best = next(
+            (
+                (mark, at)
+                for mark, at in sorted(found, key=lambda f: (-f[0].position, f[0].ends))
+                if not mark.ends or (cut_ok is not None and cut_ok(mark.position))
+            ),
+            None,
+        )
+        prefix.restore(start if best is None else best[1])
+        if best is None:
+            return None
+        self.resumed += 1
+        self._lineages.move_to_end(prefix.lead)
+        return best[0]
 
     def put(self, kind: bytes, text: str, mark: Mark, prefix: PrefixDigest | None = None) -> None:
         """`prefix` (of `kind` and `text`): cheapest when marks come at growing positions."""
-        end = mark.position + CHECK_CHARS
+        end = mark.through
         if mark.position <= 0 or end > len(text):
             return
         prefix = prefix or PrefixDigest(kind, text)
         lead = prefix.lead
         lineage = self._lineages.setdefault(lead, {})
         self._lineages.move_to_end(lead)
-        key = (mark.position, prefix.at(end))
+        key = (mark.position, mark.ends, prefix.at(end))
         replaced = lineage.pop(key, None)
         if replaced is not None:
             self._drop(replaced)

@@ -113,7 +113,7 @@ def test_a_text_that_differs_before_a_mark_does_not_resume_from_it(
     whole = Tokenizer.from_file(str(files[0]))
     first = _words(rng, 3000)
     tokenizer.token_ids(PromptText(prompt=first))
-    assert len(tokenizer.marks) == 2  # at its last cut and at the previous step's
+    assert len(tokenizer.marks) == 3  # at its last cut, the previous step's and its end
     changed = first[:2000] + "zebra" + first[2005:] + " more"  # same start, edited middle
     ids = tokenizer.token_ids(PromptText(prompt=changed))
     assert ids.tolist() == whole.encode(changed).ids
