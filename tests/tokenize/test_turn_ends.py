@@ -17,7 +17,7 @@ from kinference.kvcache.blocks import PromptBlocks, identities
 from kinference.tokenize.pieces import CHECK_CHARS
 from kinference.tokenize.template import ChatTemplate
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer
-from kinference.tokenize.turns import Mark, TurnMarks
+from kinference.tokenize.turns import LEAD_CHARS, Mark, TurnMarks
 from tests.tokenize.files import WORDS, write_model, zoo
 
 _ODD = ["  ", "\n\n", " \n", "\t", "42", "1234", "don't", "é", "日本", "<|im_start|>", "\u0301"]
@@ -105,3 +105,42 @@ def test_a_mark_at_a_texts_end_is_taken_only_where_the_cut_there_is_good() -> No
     changed = text[:-1] + "x" + " m" * 40  # differs before the end: that mark is not its
     found = marks.find(b"plain", changed, cut_ok=lambda position: True)
     assert found is not None and found.position == 2000
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31))
+def test_the_mark_found_is_the_furthest_whose_text_is_the_same_up_to_it(seed: int) -> None:
+    """Marks left on texts that share their start and part ways anywhere (an edited
+    message, another conversation), found by comparing texts: the furthest mark whose text
+    up to its `through` is the asked text's (the newest of equal ones), as from scratch."""
+    rng = random.Random(seed)
+    marks, left = TurnMarks(), []
+    empty = np.zeros(0, dtype=np.uint32)
+    base = "n" * 300 + "".join(rng.choice("ab \n") for _ in range(600))
+    texts = [base]
+    for _ in range(12):
+        parent = rng.choice(texts)
+        cut = rng.randint(250, len(parent))
+        texts.append(parent[:cut] + "".join(rng.choice("ab \n") for _ in range(200)))
+    for _ in range(40):
+        text = rng.choice(texts)
+        ends = rng.random() < 0.3
+        position = len(text) if ends else rng.randint(1, len(text) - CHECK_CHARS)
+        mark = Mark(position, 1, 1, 1, (), empty, (), ends=ends)
+        marks.put(b"plain", text, mark)
+        left.append((mark, text))
+    for asked in [*texts, *(t + " ab" * 20 for t in texts)]:
+        good = rng.random() < 0.5
+        fitting = [m for m, t in reversed(left) if _fits(m, t, asked, good)]
+        expected = max(fitting, key=lambda m: (m.position, not m.ends), default=None)
+        found = marks.find(b"plain", asked, cut_ok=(lambda position: True) if good else None)
+        assert found is expected
+
+
+def _fits(mark: Mark, text: str, asked: str, good: bool) -> bool:
+    """From scratch: `asked` may resume at `mark`, left on `text` (of its lineage)."""
+    if mark.position + CHECK_CHARS > len(asked) or asked[: mark.through] != text[: mark.through]:
+        return False
+    if asked[:LEAD_CHARS] != text[:LEAD_CHARS]:
+        return False
+    return not mark.ends or good
