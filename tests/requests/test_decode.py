@@ -85,6 +85,17 @@ def test_strict_loads_of_any_bytes_is_json_loads_or_refused(raw: bytes) -> None:
     _same_as_json_loads(raw)
 
 
+JSON_NUMBER = r"\A-?(0|[1-9][0-9]{0,40})(\.[0-9]{1,40})?([eE][+-]?[0-9]{1,3})?\Z"
+
+
+@settings(deadline=None, max_examples=500)
+@given(st.from_regex(JSON_NUMBER))
+def test_strict_loads_reads_numbers_as_json_loads_does(text: str) -> None:
+    """Long mantissas, exponents past the float range either way: the same float or int
+    (correctly rounded), or a refusal."""
+    _same_as_json_loads(text.encode())
+
+
 def test_strict_loads_refuses_what_only_json_loads_takes() -> None:
     for text in (b"NaN", b"[Infinity]", b"1e400", b'"\\ud800"', b"[" * 5000 + b"]" * 5000):
         try:
