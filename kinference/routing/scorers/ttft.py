@@ -46,17 +46,12 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat
 
+from kinference.routing import readings
 from kinference.routing.pending import unwaited_prefill, waited_prefill
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.rates import Rates
-from kinference.routing.readings import (
-    most_seen_of_rows,
-    peer_batch_of_rows,
-    unseen_wait,
-    unseen_waits,
-    unsure_of_row,
-)
+from kinference.routing.readings import unseen_wait, unseen_waits
 from kinference.routing.table import FloatArray, IndexArray, WorkerTable
 
 
@@ -187,7 +182,8 @@ class TtftScorer:
         predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
         unsure: list[float] = []
         rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
-        pool, peer, prior = most_seen_of_rows(rows), peer_batch_of_rows(rows), config.prior_batch
+        pool, peer = readings.most_seen_of_rows(rows), readings.peer_batch_of_rows(rows)
+        prior = config.prior_batch
         for i, slot in enumerate(slots):
             row = rows[i]
             sequences, batch = table.occupancy_of_row(slot, row, waiting.item(slot), prior, peer)
@@ -207,7 +203,7 @@ class TtftScorer:
             prefill.append(own)
             occupied.append(sequences)
             slot_wait.append(for_slot)
-            most = unsure_of_row(row, peer, pool) if ahead == 0.0 else math.nan
+            most = readings.unsure_of_row(row, peer, pool) if ahead == 0.0 else math.nan
             unsure.append(unseen_wait(sequences + 1.0, most, batch, service[i]))
         ctx.sequences = np.array(occupied)
         return predicted, wait, prefill, slot_wait, unsure
