@@ -19,7 +19,7 @@ from kinference.cluster import codec
 from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import STATS_TTL_S, Keys
 from kinference.itl_layout import BUCKETS as ITL_BUCKETS
-from kinference.routing.busy import busy_sample
+from kinference.routing.rates import busy_sample
 from kinference.routing.router import Router
 from kinference.routing.textsize import MIN_SAMPLES
 
@@ -81,13 +81,11 @@ class StatsBuffer:
 
     def _busy(self, base: str, event: list[Any]) -> None:
         """A busy sample as the fit takes it, in sums that compose across replicas:
-        count, sequences, excess ms, sequences squared and sequences x excess ms."""
+        count, sequences squared and sequences x excess ms (a fit through the origin)."""
         sample = busy_sample(float(event[3]), float(event[4]))
         if sample is not None:
             sequences, excess = sample
             self._bump(base + "count", 1)
-            self._bump(base + "sequences_sum", sequences)
-            self._bump(base + "excess_sum", excess)
             self._bump(base + "sequences_sq_sum", sequences * sequences)
             self._bump(base + "product_sum", sequences * excess)
 
@@ -125,16 +123,12 @@ async def read_stats(redis: RedisClient, keys: Keys, now: float, minutes: int) -
     return totals
 
 
-# The busy fit's per-minute sums (`Rates.seed_busy`), each field `busy_<name>`.
-BUSY_SUMS = ("sequences_sum", "excess_sum", "sequences_sq_sum", "product_sum")
-
-
 async def seed_estimates(redis: RedisClient, keys: Keys, router: Router, now: float) -> None:
     """Start a new replica's TTFT and ITL estimates and the TTFT model's rates from the
     cluster's recent minutes (means: the live stream refines them from there)."""
     totals = await read_stats(redis, keys, now, SEED_MINUTES)
     itl: dict[tuple[str, str], np.ndarray[Any, Any]] = {}
-    busy: dict[str, list[float]] = {}  # model -> count and the busy fit's sums
+    busy: dict[str, tuple[str, float, float, float]] = {}  # model -> endpoint and sums
     for name, value in totals.items():
         endpoint, model, field = name.rsplit("|", 2)
         if field == "ttft_count" and value > 0:
@@ -148,17 +142,23 @@ async def seed_estimates(redis: RedisClient, keys: Keys, router: Router, now: fl
         elif field == "text_count" and value > 0:
             _seed_text(router, totals, endpoint, model, value)
         elif field == "busy_count" and value > 0:
-            sums = busy.setdefault(model, [0.0] * (1 + len(BUSY_SUMS)))
-            sums[0] += value
-            for i, field_name in enumerate(BUSY_SUMS, 1):
-                sums[i] += totals.get(f"{endpoint}|{model}|busy_{field_name}", 0.0)
+            _, count, squares, products = busy.get(model, (endpoint, 0.0, 0.0, 0.0))
+            base = f"{endpoint}|{model}|busy_"
+            busy[model] = (endpoint, count + value,
+                           squares + totals.get(base + "sequences_sq_sum", 0.0),
+                           products + totals.get(base + "product_sum", 0.0))  # fmt: skip
     for (endpoint, model), counts in itl.items():
         router.remote_itl(endpoint, model, tuple(int(c) for c in counts))
-    for model, (count, *sums) in busy.items():
-        # The model's busy fit starts from the cluster's mean sums, as one sample's weight
-        # (minutes written before the sequences and excess sums count those as 0).
-        x, y, xx, xy = (total / count for total in sums)
-        router.learning.rates.seed_busy(model, (x, y, xx, xy))
+    for model, (endpoint, count, squares, products) in busy.items():
+        _seed_busy(router, endpoint, model, squares / count, products / count)
+
+
+def _seed_busy(router: Router, endpoint: str, model: str, squares: float, products: float) -> None:
+    """The model's busy cost: one sample with the cluster's mean sums (sequences squared,
+    sequences x excess), so the fit through the origin starts at their ratio."""
+    if squares > 0.0:
+        sequences = squares**0.5
+        router.remote_busy(endpoint, model, sequences, products / sequences)
 
 
 def _seed_text(

@@ -149,10 +149,11 @@ class Learning:
         slot, model = choice.slot, choice.model
         beside = max(choice.sequences - 1.0, 0.0)  # the sequences it joined, not itself
         busy = self.rates.busy_ms(model) * beside
-        prefill = self.rates.prefill_ms(slot, model, uncached)
-        excess = unqueued_ms - prefill  # alone (0 beside) too: the busy fit's offset
-        if not isnan(prefill) and self.rates.observe_busy(model, beside, excess):
-            self.journal.busy(choice.endpoint, model, beside, excess)
+        if beside >= 1.0:
+            prefill = self.rates.prefill_ms(slot, model, uncached)
+            excess = unqueued_ms - prefill
+            if not isnan(prefill) and self.rates.observe_busy(model, beside, excess):
+                self.journal.busy(choice.endpoint, model, beside, excess)
         return max(unqueued_ms - busy, 0.0)
 
     def _text_sample(self, choice: LocalChoice, prompt_tokens: int) -> None:

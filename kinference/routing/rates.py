@@ -13,9 +13,8 @@ and per model (its engines alike), `busy_ms`: what each sequence running beside 
 adds to its TTFT (an engine's step decodes every running sequence along with the new
 prompt's prefill, so steps, and the first token, take longer on a fuller batch): the TTFT
 beyond the predicted queue and prefill, against the sequences the request joined, fitted
-as a line by the same exponentially weighted least squares whose slope alone is used
-(`routing.busy`: the offset is the prefill fit's error; the prefill samples are net of
-the slope's cost).
+through the origin by the same exponentially weighted least squares (the prefill samples
+are net of it).
 
 Samples come from this replica's reports and, in a cluster, from every other replica's
 (`Router.remote_served` and `Router.remote_busy` fold theirs), so every replica learns the
@@ -28,7 +27,6 @@ import math
 
 import numpy as np
 
-from kinference.routing.busy import BusyFit, busy_sample
 from kinference.routing.table import FloatArray, IndexArray
 
 MIN_SPREAD_TOKENS = 64.0  # below this spread of uncached tokens the slope is not refitted
@@ -37,7 +35,23 @@ MIN_SPREAD_TOKENS = 64.0  # below this spread of uncached tokens the slope is no
 MIN_TOKENS_FOR_SLOPE = 256.0
 MAX_MS_PER_TOKEN = 10.0  # 100 tokens/s: slower than any engine; a fit past it is noise
 MAX_BASE_MS = 10_000.0
+# What one running sequence can add to a TTFT, at most (ms): a larger fit is a queue the
+# model did not see, not the cost of sharing the engine's steps.
+MAX_BUSY_MS = 50.0
+# Sequences beside a request that a sample may claim: more than any engine runs (a larger
+# value, say from a corrupt stream entry, would overflow the fit's sums).
+MAX_BUSY_SEQUENCES = 100_000.0
 MAX_BUSY_MODELS = 1024  # models with a busy fit (names come from the policy; a bound anyway)
+
+
+def busy_sample(sequences: float, excess_ms: float) -> tuple[float, float] | None:
+    """A busy sample as the fit takes it: `excess_ms` within MAX_BUSY_MS a sequence either
+    way (more is a queue the model did not see; less, a prefill misread), or None when it
+    says nothing (under one sequence beside the request, more than any engine runs, NaN)."""
+    if not (1.0 <= sequences <= MAX_BUSY_SEQUENCES and math.isfinite(excess_ms)):
+        return None
+    bound = MAX_BUSY_MS * sequences
+    return sequences, min(max(excess_ms, -bound), bound)
 
 
 # Exponentially weighted sums per slot: weight, x, y, x^2, x*y.
@@ -60,9 +74,10 @@ class Rates:
         self.prior_ms_per_token = 0.1
         self._arrays: dict[tuple[str, str], FloatArray] = {}  # (model, quantity) -> per slot
         self._sums: dict[str, FloatArray] = {}  # model -> the fit's sums (rows) per slot
-        # model -> the busy fit (`routing.busy`; one for the model's engines: a pool's
+        # model -> the busy fit: its weighted sums of sequences^2 and of sequences x excess,
+        # and the fitted milliseconds a sequence (one for the model's engines: a pool's
         # engines share it, and each report teaches it, not only one worker's in four).
-        self._busy: dict[str, BusyFit] = {}
+        self._busy: dict[str, tuple[float, float, float]] = {}
 
     def values(self, model: str, quantity: str, slots: IndexArray, size: int) -> FloatArray:
         """`quantity` for the slots (NaN where not learned); `size` is the table's."""
@@ -123,37 +138,32 @@ class Rates:
         """Milliseconds one running sequence adds to a TTFT on the model's engines: learned,
         else `prior` (default: the policy's, `prior_busy_ms`)."""
         fitted = self._busy.get(model)
-        if fitted is not None and not math.isnan(fitted.slope):
-            return fitted.slope
+        if fitted is not None:
+            return fitted[2]
         return self.prior_busy_ms if prior is None else prior
 
     def learned_busy(self, model: str) -> float:
         """The learned busy milliseconds a sequence of `model` (NaN: the prior in use)."""
         fitted = self._busy.get(model)
-        return math.nan if fitted is None else fitted.slope
+        return float("nan") if fitted is None else fitted[2]
 
     def observe_busy(self, model: str, sequences: float, excess_ms: float) -> bool:
         """One request's TTFT beyond its predicted queue and prefill (`excess_ms`, may be
-        negative), against the `sequences` running beside it when it joined (>= 0).
-        False when it teaches nothing (not a number, more sequences than engines run)."""
+        negative), against the `sequences` running beside it when it joined (>= 1).
+        False when it teaches nothing (no sequence beside it, or not a number)."""
         sample = busy_sample(sequences, excess_ms)
         if sample is None:
             return False
-        self._fit_of(model).add(self.alpha, *sample)
-        return True
-
-    def seed_busy(self, model: str, means: tuple[float, float, float, float]) -> None:
-        """Start the busy fit from the cluster's mean sample sums (sequences, excess,
-        sequences squared, sequences x excess: `cluster.stats`), as one sample's weight."""
-        self._fit_of(model).seed(1.0, *means)
-
-    def _fit_of(self, model: str) -> BusyFit:
+        sequences, excess = sample
+        keep, a = 1.0 - self.alpha, self.alpha
         fitted = self._busy.get(model)
-        if fitted is None:
-            if len(self._busy) >= MAX_BUSY_MODELS:  # forget the first learned
-                del self._busy[next(iter(self._busy))]
-            fitted = self._busy[model] = BusyFit()
-        return fitted
+        if fitted is None and len(self._busy) >= MAX_BUSY_MODELS:  # forget the first learned
+            del self._busy[next(iter(self._busy))]
+        squares, products, _ = (0.0, 0.0, 0.0) if fitted is None else fitted
+        squares = squares * keep + a * sequences * sequences
+        products = products * keep + a * sequences * excess
+        self._busy[model] = (squares, products, min(max(products / squares, 0.0), MAX_BUSY_MS))
+        return True
 
     def observe_service(self, slot: int, model: str, service_ms: float) -> None:
         """How long one request held its batch slot after its first token."""

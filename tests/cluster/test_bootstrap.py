@@ -59,9 +59,9 @@ async def test_a_late_replica_loads_readings_statistics_and_prefixes(
     outbox.text(ENDPOINT, "m", 3200.0, 2000.0)  # 1.6 characters a token
     outbox.text(ENDPOINT, "m", 3400.0, 2000.0)
     outbox.text(ENDPOINT, "m", 3300.0, 2000.0)  # enough samples to replace the prior
-    outbox.busy(ENDPOINT, "m", 2.0, 40.0)
-    outbox.busy("10.0.0.2:8000", "m", 4.0, 60.0)  # the model's, on another engine
-    outbox.busy(ENDPOINT, "m", 0.0, 20.0)  # alone on its engine: the line's offset
+    outbox.busy(ENDPOINT, "m", 2.0, 30.0)  # 15 ms a sequence
+    outbox.busy("10.0.0.2:8000", "m", 4.0, 40.0)  # the model's, on another engine: 10
+    outbox.busy(ENDPOINT, "m", 0.0, 40.0)  # alone on its engine: no sample, not counted
     await publisher.flush()
     await stats.flush()
     await client.set(keys.heartbeat("early"), b"1")  # alive, as its heartbeat would say
@@ -85,9 +85,8 @@ async def test_a_late_replica_loads_readings_statistics_and_prefixes(
     assert math.isclose(base + 2000 * per_token, 115.0)
     # Characters per token: the cluster's mean sample (1.65), replacing the prior.
     assert math.isclose(view.router.learning.text.chars_per_token("m"), 1.65)
-    # The busy cost: the slope of the line through both engines' samples, 20 ms + 10 a
-    # sequence (its offset is the prefill fit's error, not a sequence's cost).
-    assert math.isclose(rates.learned_busy("m"), 10.0)
+    # The busy cost: the fit through the origin of both engines' samples, (60 + 160) / 20.
+    assert math.isclose(rates.learned_busy("m"), 11.0)
     await client.aclose()
 
 

@@ -13,7 +13,7 @@ import time
 from kinference.cluster.connection import RedisClient, connect
 from kinference.cluster.keys import Keys
 from kinference.cluster.stats import SEED_MINUTES, read_stats
-from kinference.routing.busy import MAX_BUSY_MS
+from kinference.routing.rates import MAX_BUSY_MS
 from kinference.routing.textsize import MIN_SAMPLES
 from loadtest.redis_server import RedisServer
 from tests.api.helpers import SETTLE_S, pick_ok, wait_until
@@ -123,8 +123,7 @@ async def test_the_busy_cost_learned_by_one_replica_is_learned_by_all(
     rates_a, rates_b = a.app.router.learning.rates, b.app.router.learning.rates
     table = a.app.router.table
     slots = [table.slot(endpoint) for endpoint in ("10.0.0.1:8000", "10.0.0.2:8000")]
-    # 1. Alone on its worker, each request teaches that worker's prefill (and the busy
-    # fit's offset: no slope while no request ran beside another).
+    # 1. Alone on its worker, each request teaches that worker's prefill (no busy sample).
     n = 0
     while any(math.isnan(rates_a.learned(MODEL, "prefill_base_ms", s)) for s in slots):
         assert n < 40, "the cold prompts never reached both workers"
@@ -133,12 +132,11 @@ async def test_the_busy_cost_learned_by_one_replica_is_learned_by_all(
         await a.client.final_token(picked.response_id, prompt_tokens=1000, cached_tokens=0)
         n += 1
     assert math.isnan(rates_a.learned_busy(MODEL))  # none ran beside another yet
-    # 2. Six at once on two workers: the first two alone (as fast as alone), the later
-    # ones join a worker running one or two others (and come later than alone, though not
-    # so late as to have queued for a batch slot): the busy fit's line has a slope.
-    held = [await pick_ok(a, cold(n + i)) for i in range(6)]
-    for i, picked in enumerate(held):
-        await a.client.first_token(picked.response_id, ttft_ms=40 if i < 2 else 150)
+    # 2. Four at once on two workers: the later ones join a worker running another (and
+    # come later than alone, though not so late as to have queued for a batch slot).
+    held = [await pick_ok(a, cold(n + i)) for i in range(4)]
+    for picked in held:
+        await a.client.first_token(picked.response_id, ttft_ms=150)
         await a.client.final_token(picked.response_id, prompt_tokens=1000, cached_tokens=0)
     assert rates_a.learned_busy(MODEL) > 0.0
     await wait_until(lambda: rates_b.learned_busy(MODEL) == rates_a.learned_busy(MODEL),
