@@ -15,7 +15,6 @@ from kinference.config.fields import ItemError, PolicyModel
 from kinference.routing.filters.saturation import SaturationConfig
 from kinference.routing.prefix import PrefixIndexConfig
 from kinference.routing.scorers.prefix import BalanceConfig
-from kinference.routing.scorers.regroup import RegroupConfig
 from kinference.routing.scorers.ttft import TtftConfig
 
 
@@ -59,7 +58,6 @@ class RoutingSettings(PolicyModel):
 
     weights: Weights = Field(default_factory=Weights)
     ttft: TtftConfig = Field(default_factory=TtftConfig)
-    regroup: RegroupConfig = Field(default_factory=RegroupConfig)
     prefix: PrefixIndexConfig = Field(default_factory=PrefixIndexConfig)
     balance: BalanceConfig = Field(default_factory=BalanceConfig)
     saturation: SaturationConfig = Field(default_factory=SaturationConfig)

@@ -23,8 +23,6 @@ def test_defaults() -> None:
     ttft = routing.ttft
     assert (ttft.prior_prefill_tokens_per_s, ttft.prior_prefill_base_ms) == (10_000, 15)
     assert (ttft.prior_service_ms, ttft.prior_batch, ttft.decode_pressure_ms) == (2000, 8, 30)
-    regroup = routing.regroup
-    assert (regroup.horizon_s, regroup.speed_margin, regroup.max_prefixes) == (30, 0.5, 4096)
     assert (routing.prefix.block_bytes, routing.prefix.max_blocks) == (64, 1024)
     assert routing.prefix.lru_blocks_per_worker == 50_000
     assert (routing.balance.abs_threshold, routing.balance.rel_threshold) == (16, 1.5)

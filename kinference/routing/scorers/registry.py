@@ -12,15 +12,12 @@ from kinference.routing.scorers.latency import LatencyScorer
 from kinference.routing.scorers.lora import LoraScorer
 from kinference.routing.scorers.prefix import PrefixScorer
 from kinference.routing.scorers.queue import QueueScorer
-from kinference.routing.scorers.regroup import Regroup
 from kinference.routing.scorers.ttft import TtftScorer
 
 Factory = Callable[[RoutingSettings, Rates], Scorer]
 
 FACTORIES: dict[str, Factory] = {
-    TtftScorer.name: lambda settings, rates: TtftScorer(
-        settings.ttft, rates, Regroup(settings.regroup, rates)
-    ),
+    TtftScorer.name: lambda settings, rates: TtftScorer(settings.ttft, rates),
     PrefixScorer.name: lambda settings, rates: PrefixScorer(settings.balance),
     QueueScorer.name: lambda settings, rates: QueueScorer(),
     KvCacheScorer.name: lambda settings, rates: KvCacheScorer(),

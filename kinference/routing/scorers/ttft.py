@@ -34,9 +34,7 @@ it, so that at equal TTFT a cache hit wins; the cache space its new blocks take,
 where the cache is fuller (`fullness`: blocks the prefix index holds there over the most
 any candidate holds), since they evict what others would reuse; behind a full batch, the
 slot it then holds, which the requests after it there wait for (none where one is free);
-and where the batch is not known, the expected such wait (`readings.unseen_wait`). An
-idle candidate learned faster than the holder of a busy prefix group may instead cost its
-TTFT less the group's faster hits to come there (`scorers.regroup`).
+and where the batch is not known, the expected such wait (`readings.unseen_wait`).
 """
 
 from __future__ import annotations
@@ -53,7 +51,6 @@ from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.rates import Rates
 from kinference.routing.readings import unseen_wait, unseen_waits
-from kinference.routing.scorers.regroup import Regroup
 from kinference.routing.table import FloatArray, IndexArray, WorkerTable
 
 
@@ -123,10 +120,9 @@ SMALL_CANDIDATES = 16
 class TtftScorer:
     name: ClassVar[str] = "ttft"
 
-    def __init__(self, config: TtftConfig, rates: Rates, regroup: Regroup | None = None) -> None:
+    def __init__(self, config: TtftConfig, rates: Rates) -> None:
         self.config = config
         self.rates = rates
-        self.regroup = regroup  # credits a move of a prefix group to a faster engine
         self._ms_per_token = 1000.0 / config.prior_prefill_tokens_per_s
 
     def predict(self, ctx: PickContext) -> tuple[FloatArray, FloatArray]:
@@ -248,10 +244,7 @@ class TtftScorer:
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             share = weight + space * np.asarray(footprint) / most
         queued = self.config.queue_weight * slot_wait + self._unsure_share() * unsure
-        cost = predicted + share * prefill + queued
-        if self.regroup is not None:  # a faster engine credited for a group's later hits
-            cost = np.array(self.regroup.costs(ctx, cost.tolist(), predicted.tolist()))
-        cost = np.maximum(cost, 1.0)
+        cost = np.maximum(predicted + share * prefill + queued, 1.0)
         return float(cost.min()) / cost
 
     def _score_small(self, ctx: PickContext) -> FloatArray:
@@ -267,11 +260,8 @@ class TtftScorer:
             shares = [weight + space * blocks / most for blocks in footprint]
         queued, doubt = self.config.queue_weight, self._unsure_share()
         terms = zip(predicted, owns, shares, slot_wait, unsure, strict=True)
-        costs = [ttft + share * own + queued * slot + doubt * unsure_ms
+        costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms, 1.0)
                  for ttft, own, share, slot, unsure_ms in terms]  # fmt: skip
-        if self.regroup is not None:  # a faster engine credited for a group's later hits
-            costs = self.regroup.costs(ctx, costs, predicted)
-        costs = [max(cost, 1.0) for cost in costs]
         best = min(costs)
         return np.array([best / cost for cost in costs])
 
