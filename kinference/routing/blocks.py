@@ -8,6 +8,7 @@ Gateway API Inference Extension does with 64-character blocks.
 from __future__ import annotations
 
 import re
+import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -28,6 +29,11 @@ _TEXT_REFERENCE = re.compile(r"<text:(\d+):([0-9a-f]+)>")  # see kinference.requ
 # Segments a family keeps of its last prompt at most (a chat of more is hashed afresh each
 # time: a body of many tiny messages must not pin a list this long in each of 128 families).
 MAX_KNOWN_SEGMENTS = 1024
+# Bytes the families keep at most, all together (`_Known.cost`): without it 128 families of
+# 64 KiB prompts pin ~25 MB of text, ~90 MB in 4-byte characters, outside any budget. Past
+# it the families used longest ago are forgotten (their next prompt is hashed afresh).
+MAX_KNOWN_BYTES = 16 << 20
+_HASH_BYTES = 40  # a tuple's pointer and an int object per hash (the index shares most)
 
 
 def block_hashes(
@@ -57,12 +63,16 @@ class _Known:
     """A prompt hashed last in its family: its segments as far as encoded, their UTF-8
     (`ends`: the length after each) and its hashes."""
 
-    __slots__ = ("data", "ends", "hashes", "segments")
+    __slots__ = ("cost", "data", "ends", "hashes", "segments")
 
     def __init__(
         self, segments: Sequence[str], data: bytes, ends: list[int], hashes: tuple[int, ...]
     ) -> None:
         self.segments, self.data, self.ends, self.hashes = segments, data, ends, hashes
+        # What keeping it pins, about: its strings as CPython sizes them, their UTF-8, the
+        # lengths and the hashes.
+        text = sum(map(sys.getsizeof, segments))
+        self.cost = text + len(data) + 8 * len(ends) + _HASH_BYTES * len(hashes)
 
 
 class PrefixHasher:
@@ -81,10 +91,17 @@ class PrefixHasher:
     in a row by that tuple's identity.
     """
 
-    def __init__(self, capacity: int = 512) -> None:
+    def __init__(self, capacity: int = 512, max_known_bytes: int = MAX_KNOWN_BYTES) -> None:
         self.capacity = capacity
+        self.max_known_bytes = max_known_bytes
         self._cache: OrderedDict[tuple[str, int, int, int], tuple[int, ...]] = OrderedDict()
         self._known: OrderedDict[tuple[str, int, int, str], _Known] = OrderedDict()
+        self._known_bytes = 0  # the sum of the kept families' costs
+
+    @property
+    def known_bytes(self) -> int:
+        """What the families' last prompts pin now (bytes, about: `_Known.cost`)."""
+        return self._known_bytes
 
     def hashes(
         self, model: str, segments: Sequence[str], *, block_bytes: int, max_blocks: int
@@ -111,14 +128,18 @@ class PrefixHasher:
         return self._interned((model, block_bytes, count, hashes[-1]), hashes)
 
     def _remember(self, family: tuple[str, int, int, str], known: _Known | None) -> None:
-        """Keep `known` as its family's last prompt (None: forget the family's)."""
-        if known is None:
-            self._known.pop(family, None)
+        """Keep `known` as its family's last prompt (None, or one costing more than all may:
+        forget the family's), then forget the oldest families past the count or the bytes."""
+        previous = self._known.pop(family, None)
+        if previous is not None:
+            self._known_bytes -= previous.cost
+        if known is None or known.cost > self.max_known_bytes:
             return
         self._known[family] = known
-        self._known.move_to_end(family)
-        if len(self._known) > max(self.capacity // 4, 1):
-            self._known.popitem(last=False)
+        self._known_bytes += known.cost
+        families = max(self.capacity // 4, 1)
+        while len(self._known) > families or self._known_bytes > self.max_known_bytes:
+            self._known_bytes -= self._known.popitem(last=False)[1].cost
 
     def _interned(self, key: tuple[str, int, int, int], hashes: tuple[int, ...]) -> tuple[int, ...]:
         """The one tuple handed out for these hashes (chained: equal last hashes at equal

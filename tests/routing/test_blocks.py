@@ -7,7 +7,13 @@ import sys
 
 import pytest
 
-from kinference.routing.blocks import MAX_KNOWN_SEGMENTS, SEPARATOR, PrefixHasher, block_hashes
+from kinference.routing.blocks import (
+    MAX_KNOWN_BYTES,
+    MAX_KNOWN_SEGMENTS,
+    SEPARATOR,
+    PrefixHasher,
+    block_hashes,
+)
 from kinference.routing.chain import mix, seed
 
 MASK = (1 << 64) - 1
@@ -54,11 +60,13 @@ def prompts(rng: random.Random, count: int) -> list[tuple[str, ...]]:
 @pytest.mark.parametrize("seed_value", range(40))
 def test_continued_hashes_equal_hashes_from_scratch(seed_value: int) -> None:
     rng = random.Random(seed_value)
-    hasher = PrefixHasher(capacity=rng.choice([1, 4, 16, 512]))
+    bound = rng.choice([0, 600, 3000, MAX_KNOWN_BYTES])
+    hasher = PrefixHasher(capacity=rng.choice([1, 4, 16, 512]), max_known_bytes=bound)
     block_bytes, max_blocks = rng.choice([8, 13, 64, 64]), rng.choice([2, 7, 40, 1024])
     for segments in prompts(rng, 150):
         model = rng.choice(["m", "m", "n"])
         got = hasher.hashes(model, segments, block_bytes=block_bytes, max_blocks=max_blocks)
+        assert 0 <= hasher.known_bytes <= bound
         assert list(got) == reference(model, segments, block_bytes, max_blocks)
         assert list(got) == block_hashes(
             model, segments, block_bytes=block_bytes, max_blocks=max_blocks
@@ -106,3 +114,20 @@ def test_a_family_pins_no_more_of_a_request_than_it_hashes() -> None:
     counts = [sys.getrefcount(s) for s in short]
     hasher.hashes("m", short, block_bytes=4, max_blocks=1024)
     assert [sys.getrefcount(s) for s in short] == [c + 1 for c in counts]  # kept as is
+
+
+def test_families_of_long_wide_prompts_pin_no_more_than_the_bound() -> None:
+    """128 families of 64 KiB prompts in 4-byte characters would pin ~90 MB: the families
+    kept stay within `max_known_bytes`, counted as CPython sizes their strings, and the
+    hashes of a forgotten family's next prompt are the same."""
+    hasher = PrefixHasher()
+    prompts = [(f"{i:04d}" + "\U0001f600 wide text " * 5000, "user: q") for i in range(128)]
+    sizes = [sum(map(sys.getsizeof, p)) for p in prompts]
+    assert sum(sizes) > MAX_KNOWN_BYTES  # the bound is what keeps the families small
+    for segments in prompts:
+        hasher.hashes("m", segments, block_bytes=64, max_blocks=1024)
+        assert hasher.known_bytes <= MAX_KNOWN_BYTES
+    assert hasher.known_bytes > MAX_KNOWN_BYTES // 2  # the bound is used, not everything dropped
+    first = prompts[0]
+    expected = block_hashes("m", first, block_bytes=64, max_blocks=1024)
+    assert list(hasher.hashes("m", first, block_bytes=64, max_blocks=1024)) == expected
