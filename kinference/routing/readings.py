@@ -8,12 +8,15 @@ change none of them.
 from __future__ import annotations
 
 import math
+from math import isnan
 
 import numpy as np
 import numpy.typing as npt
 
 _FloatArray = npt.NDArray[np.float64]
 _IndexArray = npt.NDArray[np.intp]
+# A slot's batch, running_max, batch_limit, batch_floor and batch_ceiling (`batch_rows`).
+BatchRow = tuple[float, float, float, float, float]
 
 # A worker seen running N sequences without a queue is assumed to take up to this many
 # times N until it is seen full (or observed queueing): tried, a queue shows within a few
@@ -116,45 +119,48 @@ class EngineReadings:
         known = known[~np.isnan(ceiling) | ~np.isnan(full)]
         return float(known.mean()) if len(known) else math.nan
 
+    def batch_rows(self, slots: list[int]) -> list[BatchRow]:
+        """What the slots' readings and reports say of their batches, one row per slot,
+        read once for the small forms below (each reads most of a row)."""
+        seen, most, limit = self.batch.item, self.running_max.item, self.batch_limit.item
+        floor, ceiling = self.batch_floor.item, self.batch_ceiling.item
+        return [(seen(slot), most(slot), limit(slot), floor(slot), ceiling(slot)) for slot in slots]
+
     def peer_batch_of(self, slots: list[int]) -> float:
         """`peer_batch` on Python floats, for a handful of candidates."""
-        total, count = 0.0, 0
-        for slot in slots:
-            known = _fmax(self.batch.item(slot), self.batch_ceiling.item(slot))
-            if not math.isnan(known):  # a full reading (it wins), else a ceiling
-                seen = self.batch.item(slot)
-                known = known if math.isnan(seen) else seen
-                total += _fmax(known, self.running_max.item(slot))
-                count += 1
-        return total / count if count else math.nan
+        return peer_batch_of_rows(self.batch_rows(slots))
 
     def occupancy_of(
         self, slot: int, waiting: float, prior_batch: float, peer: float = math.nan
     ) -> tuple[float, float]:
         """`occupancy` of one slot on Python floats (`waiting`: its fresh reading or NaN;
         `peer`: the candidates' `peer_batch`)."""
+        return self.occupancy_of_row(slot, self.batch_rows([slot])[0], waiting, prior_batch, peer)
+
+    def occupancy_of_row(
+        self, slot: int, row: BatchRow, waiting: float, prior_batch: float, peer: float
+    ) -> tuple[float, float]:
+        """`occupancy_of`, the slot's `batch_rows` row given."""
         inflight, running = self.inflight.item(slot), self.running.item(slot)
         held = running + waiting + inflight - self.inflight_at_reading.item(slot)
-        fresh = not math.isnan(held)
+        fresh = not isnan(held)
         sequences = max(held, 0.0) if fresh else inflight
-        seen, most = self.batch.item(slot), self.running_max.item(slot)
-        full = seen if math.isnan(most) or math.isnan(seen) else max(seen, most)
-        limit = self.batch_limit.item(slot)
-        if not math.isnan(limit):
-            return sequences, max(limit if math.isnan(full) else min(limit, full), 1.0)
-        if not math.isnan(full):
+        seen, most, limit, floor, ceiling = row
+        full = seen if isnan(most) or isnan(seen) else max(seen, most)
+        if not isnan(limit):
+            return sequences, max(limit if isnan(full) else min(limit, full), 1.0)
+        if not isnan(full):
             return sequences, max(full, 1.0)
-        floor = _fmax(most, self.batch_floor.item(slot))
-        guess = prior_batch if math.isnan(floor) else max(BATCH_HEADROOM * floor, prior_batch)
-        ceiling = self.batch_ceiling.item(slot)
-        if math.isnan(ceiling) and not floor > peer:  # what it ran contradicts no peer
+        floor = _fmax(most, floor)
+        guess = prior_batch if isnan(floor) else max(BATCH_HEADROOM * floor, prior_batch)
+        if isnan(ceiling) and not floor > peer:  # what it ran contradicts no peer
             ceiling = peer
-        if not math.isnan(ceiling):
+        if not isnan(ceiling):
             ceiling = _fmax(ceiling, floor)
             guess = min(guess, ceiling)
         if fresh:
             took_all = running if waiting > 0 else running + 1.0
-            guess = max(took_all if math.isnan(ceiling) else min(took_all, ceiling), guess)
+            guess = max(took_all if isnan(ceiling) else min(took_all, ceiling), guess)
         return sequences, max(guess, 1.0)
 
     def unsure(self, slots: _IndexArray, peer: float) -> _FloatArray:
@@ -166,26 +172,18 @@ class EngineReadings:
         seen, limit = self.batch[slots], self.batch_limit[slots]
         floor = np.fmax(self.running_max[slots], self.batch_floor[slots])
         known = ~np.isnan(seen) | ~np.isnan(limit) | ~np.isnan(self.batch_ceiling[slots])
-        if not math.isnan(peer):
+        if not isnan(peer):
             known = known | ~(floor > peer)  # the peers' batch is its ceiling
         pool = float(np.nanmax(floor)) if not np.isnan(floor).all() else math.nan
         return np.where(known, np.nan, np.fmax(floor, pool))
 
     def unsure_of(self, slot: int, peer: float, pool: float) -> float:
         """`unsure` of one slot on Python floats (`pool`: `most_seen_of` the candidates)."""
-        floor = _fmax(self.running_max.item(slot), self.batch_floor.item(slot))
-        known = _fmax(self.batch.item(slot), self.batch_limit.item(slot))
-        known = _fmax(known, self.batch_ceiling.item(slot))
-        if not math.isnan(known) or (not math.isnan(peer) and not floor > peer):
-            return math.nan
-        return _fmax(floor, pool)
+        return unsure_of_row(self.batch_rows([slot])[0], peer, pool)
 
     def most_seen_of(self, slots: list[int]) -> float:
         """The most sequences any of the slots was seen running or joined unqueued."""
-        most = math.nan
-        for slot in slots:
-            most = _fmax(most, _fmax(self.running_max.item(slot), self.batch_floor.item(slot)))
-        return most
+        return most_seen_of_rows(self.batch_rows(slots))
 
     def has_readings(self) -> bool:
         """Whether any engine reading was ever taken (else every engine signal is unknown)."""
@@ -221,8 +219,39 @@ def unseen_waits(
     ])  # fmt: skip
 
 
+def peer_batch_of_rows(rows: list[BatchRow]) -> float:
+    """`peer_batch` of the candidates whose `batch_rows` these are."""
+    total, count = 0.0, 0
+    for seen, most, _, _, ceiling in rows:
+        known = _fmax(seen, ceiling)
+        if not isnan(known):  # a full reading (it wins), else a ceiling
+            known = known if isnan(seen) else seen
+            total += _fmax(known, most)
+            count += 1
+    return total / count if count else math.nan
+
+
+def most_seen_of_rows(rows: list[BatchRow]) -> float:
+    """`most_seen_of` the candidates whose `batch_rows` these are."""
+    found = math.nan
+    for _, most, _, floor, _ in rows:
+        found = _fmax(found, _fmax(most, floor))
+    return found
+
+
+def unsure_of_row(row: BatchRow, peer: float, pool: float) -> float:
+    """`unsure_of` the slot whose `batch_rows` row this is."""
+    seen, most, limit, floor, ceiling = row
+    floor = _fmax(most, floor)
+    known = _fmax(_fmax(seen, limit), ceiling)
+    if not isnan(known) or (not isnan(peer) and not floor > peer):
+        return math.nan
+    return _fmax(floor, pool)
+
+
 def _fmax(a: float, b: float) -> float:
-    """The larger of two floats, NaN only when both are."""
-    if math.isnan(a):
+    """The larger of two floats, NaN only when both are (`max(a, b)` of two numbers: `a`
+    unless `b` is larger, a comparison rather than a call: this runs ~60 times a Pick)."""
+    if isnan(a):
         return b
-    return a if math.isnan(b) else max(a, b)
+    return a if isnan(b) or a >= b else b

@@ -105,7 +105,12 @@ async def test_a_killed_worker_fails_its_job_and_the_next_one_starts_another() -
         first = offload.worker_pid
         assert first is not None
         parsing = asyncio.ensure_future(offload.parse(budget, body, abandoned=released))
-        await asyncio.sleep(0)  # the job is sent
+        # Kill only once the job is under way on this worker: its bytes are reserved in the
+        # step that begins sending them. Killed before that, the job would find the worker
+        # dead (`poll()`), start another and succeed: one loop turn is not enough under load.
+        async with asyncio.timeout(30):
+            while budget.used == 0:  # noqa: ASYNC110 (the budget has no event to await)
+                await asyncio.sleep(0)
         os.kill(first, signal.SIGKILL)
         with pytest.raises(Unavailable, match="parse worker stopped"):
             await parsing

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kinference.routing import WorkerTable
 from kinference.routing.filters.saturation import (
     FREE,
     OVERLOADED,
     SATURATED,
+    SMALL_CANDIDATES,
     SaturationConfig,
     SaturationFilter,
 )
@@ -187,3 +190,30 @@ def test_a_document_stays_on_the_worker_whose_kv_cache_it_fills() -> None:
     assert local is not None and local.endpoint == endpoints[0]
     cold = router.route(query("Another text entirely. " * 300, 2)).local
     assert cold is not None and cold.endpoint == endpoints[1]
+
+
+readings = st.one_of(
+    st.none(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-3, max_value=30).map(float),
+    st.sampled_from([0.4, 0.45, 0.5, 0.8, 0.9, 0.95, 1.0]),
+)
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    st.lists(st.tuples(readings, readings), min_size=1, max_size=SMALL_CANDIDATES),
+    st.integers(min_value=1, max_value=12),
+    st.floats(min_value=0.01, max_value=1.0),
+)
+def test_any_saturated_is_whether_levels_shows_any_above_free(
+    metrics: list[tuple[float | None, float | None]], depth: int, full: float
+) -> None:
+    saturation = Saturation(queue_depth=depth, kv_cache=full)
+    table = WorkerTable()
+    slots = table.slots(f"10.0.0.{i}:8000" for i in range(len(metrics)))
+    for slot, (queue, kv) in zip(slots, metrics, strict=True):
+        table.set_engine(int(slot), waiting=queue, running=1, kv_usage=kv, scraped_at=NOW)
+    waiting, kv_usage = table.engine_signals(NOW, STALE_AFTER)
+    shown = bool(saturation.levels(waiting[slots], kv_usage[slots]).any())
+    assert saturation.any_saturated(waiting, kv_usage, slots.tolist()) == shown

@@ -7,8 +7,11 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kinference.routing import WorkerTable
+from kinference.routing.readings import _fmax
 from kinference.routing.table import EWMA_ALPHA, ITL_LAYOUT_1_MS
 
 A, B, C = "10.0.0.5:8000", "10.0.0.6:8000", "10.0.0.7:8000"
@@ -441,3 +444,11 @@ def test_a_queue_seen_briefly_is_no_full_batch() -> None:
     assert math.isnan(table.batch[a])  # the streak began again at 1.8
     table.set_engine(a, waiting=1, running=2, kv_usage=0.3, scraped_at=2.9)
     assert table.batch[a] == 2  # standing a second: the engine holds 2 now
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.floats(), st.floats())
+def test_fmax_is_the_larger_nan_only_when_both_are(a: float, b: float) -> None:
+    """`_fmax` by comparisons is the NaN-skipping `max` it replaced, to the zero's sign."""
+    expected = b if math.isnan(a) else a if math.isnan(b) else max(a, b)
+    assert repr(_fmax(a, b)) == repr(expected)

@@ -25,6 +25,9 @@ from kinference.routing.table import FloatArray, IndexArray
 
 FREE, SATURATED, OVERLOADED = 0, 1, 2
 OWN_HIT_SHARE = 0.5  # of the prompt predicted cached on a worker: its KV use is not ours
+# Up to this many candidates `any_saturated` answers on Python floats (numpy's fixed cost
+# per call is then the larger one: `levels` makes a dozen calls).
+SMALL_CANDIDATES = 16
 Levels = npt.NDArray[np.int8]
 
 
@@ -63,6 +66,15 @@ class SaturationFilter:
         overloaded = (waiting >= 2 * queue) | (kv >= (1 + full) / 2)
         levels: Levels = saturated.astype(np.int8) + overloaded.astype(np.int8)
         return levels
+
+    def any_saturated(self, queue: FloatArray, kv_usage: FloatArray, slots: list[int]) -> bool:
+        """Whether `levels` of the `slots`' queues and KV-cache use would show any of them
+        above FREE, on Python floats: every threshold is positive, so an unknown (NaN) or
+        negative reading, which `levels` takes as 0, is below it as it is; and a level
+        above FREE is SATURATED at least (OVERLOADED's thresholds are above SATURATED's)."""
+        depth, full = self.config.queue_depth, self.config.kv_cache
+        item, kv = queue.item, kv_usage.item
+        return any(item(slot) >= depth or kv(slot) >= full for slot in slots)
 
     def levels_with_hits(
         self, waiting: FloatArray, kv_usage: FloatArray, cached: FloatArray, prompt: float

@@ -46,6 +46,7 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat
 
+from kinference.routing import readings
 from kinference.routing.pending import unwaited_prefill, waited_prefill
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
@@ -180,10 +181,12 @@ class TtftScorer:
         memory, fits = ctx.memory_ahead, ctx.memory_batch
         predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
         unsure: list[float] = []
-        pool = table.most_seen_of(slots)
-        peer, prior = table.peer_batch_of(slots), config.prior_batch
+        rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
+        pool, peer = readings.most_seen_of_rows(rows), readings.peer_batch_of_rows(rows)
+        prior = config.prior_batch
         for i, slot in enumerate(slots):
-            sequences, batch = table.occupancy_of(slot, waiting.item(slot), prior, peer)
+            row = rows[i]
+            sequences, batch = table.occupancy_of_row(slot, row, waiting.item(slot), prior, peer)
             ahead = max(sequences + 1.0 - batch, 0.0)
             queued = pending.item(slot)
             if queued > 0.0:
@@ -200,7 +203,7 @@ class TtftScorer:
             prefill.append(own)
             occupied.append(sequences)
             slot_wait.append(for_slot)
-            most = table.unsure_of(slot, peer, pool) if ahead == 0.0 else math.nan
+            most = readings.unsure_of_row(row, peer, pool) if ahead == 0.0 else math.nan
             unsure.append(unseen_wait(sequences + 1.0, most, batch, service[i]))
         ctx.sequences = np.array(occupied)
         return predicted, wait, prefill, slot_wait, unsure
