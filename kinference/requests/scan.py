@@ -38,6 +38,7 @@ _AT_TOP = re.compile(rb'["{}\[\],:]')
 _QUOTE = re.compile(rb'"')
 _BACKSLASH_RE = re.compile(rb"\\")
 _NOT_SPACE = re.compile(rb"[^ \t\r\n]")
+_RUN_TOKENS = 64  # strings and brackets one step takes below the top level at most
 
 # Bytes one regex search covers at most (~8 ms per MiB): a step of `feed_until` stays
 # short even over a MiB of `1,1,1,...` or of whitespace.
@@ -100,8 +101,9 @@ class JsonScanner:
         self.feed_until(data, math.inf)
 
     def feed_until(self, data: Piece, deadline: float) -> int:
-        """Scan `data` until `time.perf_counter()` passes `deadline` (one event at least:
-        one C search over at most `_WINDOW_BYTES`, and a few bytecodes); returns how many
+        """Scan `data` until `time.perf_counter()` passes `deadline` (one step at least:
+        one C search over at most `_WINDOW_BYTES`, and a few bytecodes per event, at most
+        `_RUN_TOKENS` events below the top level); returns how many
         bytes were consumed. When that is fewer than `len(data)`, the rest is to be fed
         next, as a chunk of its own: the scan stops only between two events."""
         pos, end = 0, len(data)
@@ -137,12 +139,14 @@ class JsonScanner:
         """Scan from `pos` to the next event and handle it; returns where to go on."""
         if self._in_string:
             return self._scan_string(data, pos)
-        if self._state == _BEFORE:
-            return self._scan_outside(data, pos, opening=True)
-        if self._state == _AFTER:
-            return self._scan_outside(data, pos, opening=False)
-        pattern = _IN_NESTED if self._stack else _AT_TOP
+        if self._state in (_BEFORE, _AFTER):
+            return self._scan_outside(data, pos, opening=self._state == _BEFORE)
         window = min(pos + _WINDOW_BYTES, len(data))
+        if self._stack:
+            ran = self._nested_run(data, pos, window)
+            if ran > pos:
+                return ran
+        pattern = _IN_NESTED if self._stack else _AT_TOP
         match = pattern.search(data, pos, window)
         if match is None:
             return self._gap(data, pos, window)
@@ -151,6 +155,53 @@ class JsonScanner:
         if self.error is not None:
             return gap_end
         return self._structural(data[at], at)
+
+    def _nested_run(self, data: Piece, pos: int, window: int) -> int:
+        """Strings and brackets below the top level, up to `_RUN_TOKENS` in one step, each
+        string skipped by memchr: what the usual path counts, counted alike. Stops where
+        that path must decide (a string the window cuts or that holds an escaped quote, a
+        bracket that fails, the top level reached); returns where to go on (`pos`: nothing
+        taken, e.g. a memoryview piece)."""
+        if not isinstance(data, bytes):
+            return pos
+        for _ in range(_RUN_TOKENS):
+            match = _IN_NESTED.search(data, pos, window)
+            if match is None:
+                return window
+            at = match.start()
+            char = data[at]
+            after = (
+                self._run_string(data, at, window)
+                if char == _QUOTE_BYTE
+                else self._run_bracket(char, at)
+            )
+            if after == at or not self._stack:
+                return after
+            pos = after
+        return pos
+
+    def _run_string(self, data: bytes, at: int, window: int) -> int:
+        """Past a string with no escaped quote that ends in the window, counted; else `at`."""
+        close = data.find(b'"', at + 1, window)
+        if close < 0 or data[close - 1] == _BACKSLASH or close - at - 1 > LONG_STRING_BYTES:
+            return at
+        self.strings += 1
+        self.string_bytes += close + 1 - at
+        return close + 1
+
+    def _run_bracket(self, char: int, at: int) -> int:
+        """Past a bracket that opens or closes as it should, counted; else `at`."""
+        stack = self._stack
+        if char in _CLOSER:
+            if stack[-1] != _CLOSER[char]:
+                return at
+            stack.pop()
+        elif len(stack) >= MAX_DEPTH:
+            return at
+        else:
+            stack.append(char)
+            self.brackets += 1
+        return at + 1
 
     def _gap(self, data: Piece, start: int, stop: int) -> int:
         """Bytes between structural characters: only values may have any there."""

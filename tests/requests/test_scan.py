@@ -264,3 +264,42 @@ def test_a_scan_cut_after_any_event_resumes_exactly(chunk: int) -> None:
             scanner.adopt(copy)
     assert state(scanner) == state(reference)
     assert scanner.long_strings == reference.long_strings
+
+
+def _strings_and_brackets(value: object) -> tuple[int, int, int]:
+    """(strings, their bytes with quotes, '{' and '[') of a value as json.dumps writes it."""
+    if isinstance(value, str):
+        return 1, len(json.dumps(value)), 0
+    children: list[object] = []
+    if isinstance(value, dict):
+        children = [item for pair in value.items() for item in pair]
+    elif isinstance(value, list):
+        children = list(value)
+    else:
+        return 0, 0, 0
+    counts = [_strings_and_brackets(child) for child in children]
+    return sum(c[0] for c in counts), sum(c[1] for c in counts), 1 + sum(c[2] for c in counts)
+
+
+def test_nested_strings_and_brackets_are_counted_in_every_chunking() -> None:
+    """Below the top level many strings and brackets go in one step; the counts the parse
+    cost is estimated from are the same as one event at a time, however the body is cut."""
+    document = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": 'a "quoted" \\ line\n' * 20},
+            {"role": "user", "content": [{"type": "text", "text": "x\\\\"}, {}, []]},
+            {"role": "assistant", "content": "\\" * 7 + '"'},
+        ],
+    }
+    data = json.dumps(document).encode()
+    expected = _strings_and_brackets(document)
+    for size in (None, *CHUNKINGS, 5):
+        scanner = scan(data, size)
+        assert (scanner.strings, scanner.string_bytes, scanner.brackets) == expected, size
+        assert scanner.complete
+    scanner = JsonScanner()
+    piece = data
+    while piece:  # one step at a time, as a loop out of time scans
+        piece = piece[scanner.feed_until(piece, 0.0) :]
+    assert (scanner.strings, scanner.string_bytes, scanner.brackets) == expected
