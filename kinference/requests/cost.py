@@ -21,7 +21,7 @@ from kinference.requests.fields import (
     member_keys,
 )
 from kinference.requests.large import SKELETON_MAX_BYTES, replaced_within, skeleton_bytes
-from kinference.requests.scan import LongString, Member
+from kinference.requests.spans import LongString, Member
 
 # Bytes of Python objects per counted mark (',' '[' '{' and every other '"': a container
 # after a comma counts twice) and per byte of text, over what tracemalloc measured for the

@@ -9,7 +9,8 @@ from typing import Any
 from kinference.bodies import Body
 from kinference.records import record
 from kinference.requests.decode import Refused, discard, loads, strict_loads
-from kinference.requests.scan import MAX_DEPTH, MAX_MEMBERS, JsonScanner, LongString, Member
+from kinference.requests.scan import JsonScanner
+from kinference.requests.spans import MAX_DEPTH, MAX_MEMBERS, LongString, Member
 
 # Values up to this size are parsed (and so validated) in full at Pick time; larger ones -
 # base64 images, book-length prompts - keep only their span and the scanner's structural

@@ -35,7 +35,7 @@ from kinference.bodies import Body
 from kinference.requests.decode import loads
 from kinference.requests.digest import Digest, span_digest
 from kinference.requests.fields import STRICT_PARSE_BYTES, LargeValue
-from kinference.requests.scan import LongString
+from kinference.requests.spans import LongString
 
 SKELETON_MAX_BYTES = 4 << 20  # JSON text parsed at Pick for one huge field, markers aside
 

@@ -14,7 +14,7 @@ import json
 import re
 from json.decoder import scanstring  # type: ignore[attr-defined]  # C, untyped
 
-from kinference.requests.scan import Member
+from kinference.requests.spans import Member
 
 _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()  # stateless; decodes one value at a given offset

@@ -34,7 +34,7 @@ from typing import Any
 
 from kinference.records import record
 from kinference.requests.digest import Digest, source_ref, text_digest, utf8
-from kinference.requests.scan import LONG_STRING_BYTES
+from kinference.requests.spans import LONG_STRING_BYTES
 
 LONG_TEXT_BYTES = LONG_STRING_BYTES  # the same bound the scanner records strings from
 CHARS_PER_TOKEN = 4

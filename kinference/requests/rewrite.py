@@ -35,8 +35,8 @@ from kinference.records import record
 from kinference.requests.fields import LargeValue, member_keys
 from kinference.requests.members import ascii_members
 from kinference.requests.parse import HINT_FIELD, InferenceRequest
-from kinference.requests.scan import Member
 from kinference.requests.shapes import Shape
+from kinference.requests.spans import Member
 from kinference.requests.splice import Changes, addition, edits
 from kinference.requests.translation import Untranslatable, translate
 

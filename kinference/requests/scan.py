@@ -1,17 +1,13 @@
 """Incremental scan of a JSON object body as its chunks arrive.
 
-The scan finds the byte spans of the top-level members (key and value) without building the
-document, so a Pick on a 100 MiB body costs the parse of a few small values, not of the whole
-body, and the body can be rewritten by splicing spans instead of re-serialising it. Work per
-chunk is a handful of C-level regex searches per string or bracket, never a Python loop per
-byte: a 1 MiB base64 string is skipped in one search.
-
-Values are checked for structure here (balanced brackets, closed strings, one object, nothing
-after it); `kinference.requests.fields` parses the values that are small enough strictly.
-
-The scan also counts what a parse of the body will cost (`strings`, `string_bytes`,
-`brackets`: `requests/loop_cost.py` decides from them where the body is parsed); a counter
-costs an addition per event, nothing per byte.
+The scan finds the byte spans of the top-level members (`requests.spans`) without building
+the document, so a Pick on a 100 MiB body costs the parse of a few small values, and the body
+can be rewritten by splicing spans. Work per chunk is a few C-level searches per string or
+bracket (below the top level, up to `_RUN_TOKENS` of them a step), never a Python loop per
+byte. Values are checked for structure here (balanced brackets, closed strings, one object,
+nothing after it); `requests.fields` parses the small enough values strictly. The scan
+counts what a parse will cost (`strings`, `string_bytes`, `brackets`, for
+`requests/loop_cost.py`): an addition per event, nothing per byte.
 
 Strings longer than `LONG_STRING_BYTES` (base64 images, pasted documents) are recorded with
 their span and whether they hold an escape, so the prompt of a huge body can be extracted at
@@ -25,18 +21,19 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass
 
 from kinference.bodies import Piece
-
-MAX_DEPTH = 128  # deeper nesting is refused: no inference request needs it
-MAX_MEMBERS = 1024  # top-level fields; real requests carry a few dozen
-LONG_STRING_BYTES = 64 * 1024  # content bytes between the quotes; longer strings are recorded
+from kinference.requests.search import find_backslash, find_quote
+from kinference.requests.spans import (
+    LONG_STRING_BYTES,
+    MAX_DEPTH,
+    MAX_MEMBERS,
+    LongString,
+    Member,
+)
 
 _IN_NESTED = re.compile(rb'["{}\[\]]')
 _AT_TOP = re.compile(rb'["{}\[\],:]')
-_QUOTE = re.compile(rb'"')
-_BACKSLASH_RE = re.compile(rb"\\")
 _NOT_SPACE = re.compile(rb"[^ \t\r\n]")
 _RUN_TOKENS = 64  # strings and brackets one step takes below the top level at most
 
@@ -49,25 +46,6 @@ _CLOSER = {ord("}"): ord("{"), ord("]"): ord("[")}
 
 # Where the scan stands with respect to the top-level object.
 _BEFORE, _EXPECT_KEY, _EXPECT_COLON, _IN_VALUE, _AFTER = range(5)
-
-
-@dataclass(slots=True)
-class Member:
-    """Absolute byte spans of one top-level `"key": value` pair (end offsets exclusive)."""
-
-    key_start: int
-    key_end: int
-    value_start: int = -1  # just after the colon; the value may start with whitespace
-    value_end: int = -1  # the ',' or '}' that ends the member
-
-
-@dataclass(frozen=True, slots=True)
-class LongString:
-    """A string of more than LONG_STRING_BYTES, anywhere in the body (offsets absolute)."""
-
-    start: int  # the opening quote
-    end: int  # just after the closing quote
-    escaped: bool  # holds a backslash: its raw bytes are not its text
 
 
 class JsonScanner:
@@ -169,12 +147,10 @@ class JsonScanner:
             if match is None:
                 return window
             at = match.start()
-            char = data[at]
-            after = (
-                self._run_string(data, at, window)
-                if char == _QUOTE_BYTE
-                else self._run_bracket(char, at)
-            )
+            if (char := data[at]) == _QUOTE_BYTE:
+                after = self._run_string(data, at, window)
+            else:
+                after = self._run_bracket(char, at)
             if after == at or not self._stack:
                 return after
             pos = after
@@ -247,16 +223,11 @@ class JsonScanner:
         return at + 1
 
     def _nested_bracket(self, char: int, at: int) -> int:
+        if (after := self._run_bracket(char, at)) > at:
+            return after
         if char in _CLOSER:
-            if self._stack[-1] != _CLOSER[char]:
-                return self._fail("mismatched bracket", at)
-            self._stack.pop()
-            return at + 1
-        if len(self._stack) >= MAX_DEPTH:
-            return self._fail(f"nesting deeper than {MAX_DEPTH}", at)
-        self._stack.append(char)
-        self.brackets += 1
-        return at + 1
+            return self._fail("mismatched bracket", at)
+        return self._fail(f"nesting deeper than {MAX_DEPTH}", at)
 
     def _top_level(self, char: int, at: int) -> int:
         state, absolute = self._state, self._offset + at
@@ -286,7 +257,7 @@ class JsonScanner:
         """Find the closing quote, skipping escaped ones, with escapes split across chunks."""
         search_from = pos
         while True:
-            at = _find_quote(data, search_from)
+            at = find_quote(data, search_from)
             if at < 0:
                 self._carry_backslashes(data, pos)
                 self._note_escapes(data, pos, len(data))
@@ -312,7 +283,7 @@ class JsonScanner:
     def _note_escapes(self, data: Piece, lo: int, hi: int) -> None:
         """Remember whether this chunk's part [lo, hi) of the open string holds a backslash."""
         if not self._string_escaped:
-            self._string_escaped = _find_backslash(data, lo, hi) >= 0
+            self._string_escaped = find_backslash(data, lo, hi) >= 0
 
     def _close_string(self, data: Piece, pos: int, at: int) -> int:
         self._in_string = False
@@ -325,19 +296,3 @@ class JsonScanner:
             self.members[-1].key_end = self._offset + at + 1
             self._state = _EXPECT_COLON
         return at + 1
-
-
-def _find_backslash(data: Piece, start: int, stop: int) -> int:
-    """Offset of the first backslash in data[start:stop], or -1."""
-    if isinstance(data, bytes):
-        return data.find(b"\\", start, stop)
-    match = _BACKSLASH_RE.search(data, start, stop)
-    return -1 if match is None else match.start()
-
-
-def _find_quote(data: Piece, start: int) -> int:
-    """Offset of the next '"' at or after `start`, or -1; memchr speed for bytes."""
-    if isinstance(data, bytes):
-        return data.find(b'"', start)
-    match = _QUOTE.search(data, start)
-    return -1 if match is None else match.start()

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import groupby
 
-from kinference.requests.scan import Member
+from kinference.requests.spans import Member
 
 Edit = tuple[int, int, bytes]  # (start, end, replacement) in body offsets
 

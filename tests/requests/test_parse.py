@@ -9,7 +9,7 @@ import pytest
 
 from kinference.bodies import Body
 from kinference.requests import LargeValue, MalformedRequest, Shape, parse_request
-from kinference.requests.scan import MAX_DEPTH, MAX_MEMBERS
+from kinference.requests.spans import MAX_DEPTH, MAX_MEMBERS
 from tests.requests import (
     Outcome,
     all_scanned,

@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from kinference.requests import JsonScanner
-from kinference.requests.scan import LONG_STRING_BYTES, MAX_DEPTH, MAX_MEMBERS
+from kinference.requests.spans import LONG_STRING_BYTES, MAX_DEPTH, MAX_MEMBERS
 from tests.requests import CHUNKINGS, pieces_of, scanner_for
 
 
