@@ -61,14 +61,8 @@ class WorkerAges:
         named: Collection[BlockId] = dict.fromkeys(blocks[start:] if start else blocks)
         if not named and not runs:
             return
-        found = map(self.touched.get, named, itertools.repeat(_NONE))
-        keys = np.fromiter(found, np.int64, len(named))
-        if runs:  # a block of the rest already in a repeated run: named there first
-            inside = np.isin(keys >> _PLACE_BITS, self._ids(runs))
-            if inside.any():
-                named = list(itertools.compress(named, (~inside).tolist()))
-                keys = keys[~inside]
-        self._release(keys)
+        if named:
+            named = self._leave(named, runs)
         self.touches += 1
         base = self.touches << _PLACE_BITS
         self.touched.update(zip(named, range(base + len(named) - 1, base - 1, -1), strict=True))
@@ -86,6 +80,19 @@ class WorkerAges:
             self.lists[self.touches] = listed
         for run in runs:
             self.lists.pop(run, None)
+
+    def _leave(self, named: Collection[BlockId], runs: list[int]) -> Collection[BlockId]:
+        """The blocks `named` after the repeated `runs` leave their touches; those already
+        in the runs (named there first) stay: the rest, to key anew."""
+        found = map(self.touched.get, named, itertools.repeat(_NONE))
+        keys = np.fromiter(found, np.int64, len(named))
+        if runs:
+            inside = np.isin(keys >> _PLACE_BITS, self._ids(runs))
+            if inside.any():
+                named = list(itertools.compress(named, (~inside).tolist()))
+                keys = keys[~inside]
+        self._release(keys)
+        return named
 
     def _runs(self, blocks: Sequence[BlockId]) -> tuple[list[int], int]:
         """The whole earlier touches `blocks` begins with, in order (each still wholly held,
