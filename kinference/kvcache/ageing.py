@@ -20,7 +20,7 @@ A match keeps its leading blocks until the first that falls among the evicted on
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,41 +34,119 @@ _PLACE_BITS = 24  # a block's key: its touch's number, then its place from the t
 _PLACE_MASK = (1 << _PLACE_BITS) - 1
 _NONE = -1  # the key of a block no touch names (keys are never negative)
 _MAX_RUNS = 64  # runs of one touch's blocks counted in Python; more: `np.unique`
+_MIN_RUN = 16  # a touch that repeats a whole earlier touch this long re-points it
 
 
 @dataclass
 class WorkerAges:
-    """One worker's held blocks in the order its engine would evict them."""
+    """One worker's held blocks in the order its engine would evict them.
 
-    touched: dict[BlockId, int] = field(default_factory=dict)  # block -> its last touch
+    A block's key names the touch that gave it (its id) and its place there. A touch that
+    repeats whole earlier touches at its head (a chat turn's history, stored or matched
+    before) re-points them instead of re-keying their blocks: `alias` maps an id to the
+    touch its blocks are in now and what their places moved by."""
+
+    touched: dict[BlockId, int] = field(default_factory=dict)  # block -> id and place
     live: dict[int, int] = field(default_factory=dict)  # touch -> blocks it last touched
     evicted: dict[int, int] = field(default_factory=dict)  # touch -> of its blocks, evicted
     touches: int = 0
+    alias: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> touch, offset
+    members: dict[int, list[int]] = field(default_factory=dict)  # touch -> ids aliased to it
+    lists: dict[int, tuple[BlockId, ...]] = field(default_factory=dict)  # touch -> its blocks
 
     def touch(self, blocks: Sequence[BlockId]) -> None:
         """`blocks` were just used (stored, or matched by a request routed here), in order:
         each is named by this touch's number and its place from the touch's last block."""
-        named = dict.fromkeys(blocks)
-        if not named:
+        runs, start = self._runs(blocks)
+        named: Collection[BlockId] = dict.fromkeys(blocks[start:] if start else blocks)
+        if not named and not runs:
             return
-        self._release(map(self.touched.get, named, itertools.repeat(_NONE)), len(named))
+        if named:
+            named = self._leave(named, runs)
         self.touches += 1
         base = self.touches << _PLACE_BITS
-        places = range(base + len(named) - 1, base - 1, -1)
-        self.touched.update(zip(named, places, strict=True))  # C speed: 16k for 1 MiB
-        self.live[self.touches] = len(named)
+        self.touched.update(zip(named, range(base + len(named) - 1, base - 1, -1), strict=True))
+        offset = len(named)
+        for run in reversed(runs):  # the last run's blocks sit just before the rest
+            offset += self._repoint(run, self.touches, offset)
+        self.live[self.touches] = offset
+        if offset >= _MIN_RUN:  # what a later touch must repeat to re-point this one
+            whole = offset == len(blocks)  # no block named twice: `blocks` as it is
+            listed = (
+                tuple(blocks)
+                if whole
+                else (*itertools.chain(*(self.lists[run] for run in runs)), *named)
+            )
+            self.lists[self.touches] = listed
+        for run in runs:
+            self.lists.pop(run, None)
+
+    def _leave(self, named: Collection[BlockId], runs: list[int]) -> Collection[BlockId]:
+        """The blocks `named` after the repeated `runs` leave their touches; those already
+        in the runs (named there first) stay: the rest, to key anew."""
+        found = map(self.touched.get, named, itertools.repeat(_NONE))
+        keys = np.fromiter(found, np.int64, len(named))
+        if runs:
+            inside = np.isin(keys >> _PLACE_BITS, self._ids(runs))
+            if inside.any():
+                named = list(itertools.compress(named, (~inside).tolist()))
+                keys = keys[~inside]
+        self._release(keys)
+        return named
+
+    def _runs(self, blocks: Sequence[BlockId]) -> tuple[list[int], int]:
+        """The whole earlier touches `blocks` begins with, in order (each still wholly held,
+        its blocks in its order: one list comparison), and where the rest begins."""
+        runs: list[int] = []
+        at = 0
+        while at < len(blocks):
+            key = self.touched.get(blocks[at])
+            if key is None:
+                break
+            run = self._current(key >> _PLACE_BITS)
+            listed = self.lists.get(run)
+            if listed is None or len(listed) < _MIN_RUN or self.live.get(run) != len(listed):
+                break
+            end = at + len(listed)
+            if run in runs or tuple(blocks[at:end]) != listed:  # a tuple: a no-op
+                break
+            runs.append(run)
+            at = end
+        return runs, at
+
+    def _current(self, ident: int) -> int:
+        found = self.alias.get(ident)
+        return ident if found is None else found[0]
+
+    def _ids(self, runs: list[int]) -> list[int]:
+        return [*runs, *itertools.chain(*(self.members.get(run, ()) for run in runs))]
+
+    def _repoint(self, run: int, touch: int, offset: int) -> int:
+        """The whole touch `run` joins `touch`, its places moved up by `offset`: its size."""
+        ids = self.members.pop(run, [])
+        for ident in ids:
+            self.alias[ident] = (touch, self.alias[ident][1] + offset)
+        self.alias[run] = (touch, offset)
+        ids.append(run)
+        self.members.setdefault(touch, []).extend(ids)
+        self.evicted.pop(run, None)
+        return self.live.pop(run)
 
     def removed(self, blocks: Sequence[BlockId]) -> None:
         """Evicted: from the end of their touch (engines evict tails first)."""
-        self._release(map(self.touched.pop, blocks, itertools.repeat(_NONE)), len(blocks), True)
+        found = map(self.touched.pop, blocks, itertools.repeat(_NONE))
+        self._release(np.fromiter(found, np.int64, len(blocks)), True)
 
-    def _release(self, keys: Iterable[int], count: int, evicted: bool = False) -> None:
+    def _release(self, keys: npt.NDArray[np.int64], evicted: bool = False) -> None:
         """The blocks of `keys` (`_NONE`: not held) leave their touches. In numpy: a 1 MiB
         prompt names 16k blocks, and a Python loop over them held the event loop ~3 ms
         per touch (a Pick touches its match when routed and when it ends)."""
-        found = np.fromiter(keys, np.int64, count)
-        leaving_by_touch = _by_touch(found[found != _NONE] >> _PLACE_BITS)
-        for touch, leaving in leaving_by_touch:
+        leaving_by_touch: dict[int, int] = {}
+        for ident, leaving in _by_touch(keys[keys != _NONE] >> _PLACE_BITS):
+            touch = self._current(ident)
+            leaving_by_touch[touch] = leaving_by_touch.get(touch, 0) + leaving
+        for touch, leaving in leaving_by_touch.items():
+            self.lists.pop(touch, None)
             left = self.live.get(touch, 0) - leaving
             if left > 0:
                 self.live[touch] = left
@@ -77,6 +155,8 @@ class WorkerAges:
             else:
                 self.live.pop(touch, None)
                 self.evicted.pop(touch, None)
+                for ident in self.members.pop(touch, ()):
+                    self.alias.pop(ident, None)
 
     def surviving(self, blocks: Sequence[BlockId], depth: int, evictions: int) -> int:
         """How many of the first `depth` blocks are still held after the worker evicts its
@@ -117,24 +197,33 @@ def _by_touch(touches: npt.NDArray[np.int64]) -> Iterable[tuple[int, int]]:
 
 
 class Order:
-    """A snapshot of a worker's eviction order (`WorkerAges.ranks`): per live touch, in
-    ascending order, how many blocks were used before it and how many of it were evicted."""
+    """A snapshot of a worker's eviction order (`WorkerAges.ranks`), per id a block's key can
+    name (a live touch, or one re-pointed into one), ascending: what a block's place there
+    adds up to as a rank (blocks used before its touch, less its touch's evicted tail, plus
+    the id's offset), and the ranks its touch spans."""
 
     def __init__(self, ages: WorkerAges) -> None:
         self._touched = ages.touched
-        self._order = np.fromiter(ages.live.keys(), np.int64, len(ages.live))
-        self._counts = np.fromiter(ages.live.values(), np.int64, len(ages.live))
-        self._older = np.concatenate(([0], np.cumsum(self._counts)))
-        evicted = map(ages.evicted.get, self._order.tolist(), itertools.repeat(0))
-        self._gone_before = np.fromiter(evicted, np.int64, len(self._order))
+        touches = np.fromiter(ages.live.keys(), np.int64, len(ages.live))
+        counts = np.fromiter(ages.live.values(), np.int64, len(ages.live))
+        older = np.cumsum(counts) - counts
+        evicted = map(ages.evicted.get, touches.tolist(), itertools.repeat(0))
+        gone_before = np.fromiter(evicted, np.int64, len(touches))
+        moved = np.fromiter(itertools.chain(*ages.alias.values()), np.int64).reshape(-1, 2)
+        ids = np.concatenate((touches, np.fromiter(ages.alias.keys(), np.int64)))
+        at = np.concatenate((np.arange(len(touches)), np.searchsorted(touches, moved[:, 0])))
+        offsets = np.concatenate((np.zeros(len(touches), np.int64), moved[:, 1]))
+        by_id = np.argsort(ids) if len(moved) else slice(None)
+        self._ids, at, offsets = ids[by_id], at[by_id], offsets[by_id]
+        self._first, self._last = older[at], older[at] + counts[at] - 1
+        self._shift = self._first - gone_before[at] + offsets
 
     def ranks(self, blocks: Sequence[BlockId]) -> npt.NDArray[np.int64]:
         count = len(blocks)
         found = map(self._touched.get, blocks, itertools.repeat(_NEWEST))
         keys = np.fromiter(found, np.int64, count)
-        if not len(self._order):
+        if not len(self._ids):
             return np.full(count, UNKNOWN, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self._order, keys >> _PLACE_BITS), len(self._order) - 1)
-        places = (keys & _PLACE_MASK) - self._gone_before[at]
-        behind = np.clip(places, 0, self._counts[at] - 1)
-        return np.where(keys != _NEWEST, self._older[at] + behind, UNKNOWN)
+        at = np.minimum(np.searchsorted(self._ids, keys >> _PLACE_BITS), len(self._ids) - 1)
+        ranks = np.clip((keys & _PLACE_MASK) + self._shift[at], self._first[at], self._last[at])
+        return np.where(keys != _NEWEST, ranks, UNKNOWN)

@@ -1,0 +1,85 @@
+"""Touches that repeat whole earlier touches re-point them (`WorkerAges._runs`): over random
+touches, repeats, removals and rankings, the same ranks, survivals and counts as the
+per-block form (`per_block_ages`, the oracle)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kinference.kvcache.ageing import WorkerAges
+from tests.kvcache import per_block_ages as oracle
+
+_BLOCKS = st.integers(0, 300)
+
+
+def _next_touch(data: st.DataObject, history: list[list[int]]) -> list[int]:
+    """A fresh touch, or earlier touches again (whole, cut short, or in another order; the
+    last one first as a chat turn's history), with or without more blocks after them (new,
+    held, or repeated ones)."""
+    if not history or data.draw(st.integers(0, 2)) == 0:
+        start = data.draw(st.integers(0, 280))
+        return list(range(start, start + data.draw(st.integers(1, 50))))
+    picks = data.draw(st.lists(st.sampled_from(history), min_size=1, max_size=3))
+    if data.draw(st.booleans()):  # a chat turn: the last touch again, first
+        picks = [history[-1], *picks[1:]]
+    blocks = [block for touch in picks for block in touch]
+    cut = data.draw(st.integers(0, 3))
+    if cut:
+        blocks = blocks[: max(len(blocks) - cut, 0)]
+    return blocks + data.draw(st.lists(_BLOCKS, max_size=20))
+
+
+def _same(ages: WorkerAges, reference: oracle.WorkerAges, asked: list[int]) -> None:
+    assert oracle.resolved(ages) == reference.touched
+    assert (ages.live, ages.evicted, ages.touches) == (
+        reference.live,
+        reference.evicted,
+        reference.touches,
+    )
+    assert np.array_equal(ages.ranks(asked), reference.ranks(asked))
+    for evictions in range(0, len(reference.touched) + 2, 7):
+        depth = len(asked)
+        assert ages.surviving(asked, depth, evictions) == reference.surviving(
+            asked, depth, evictions
+        )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_runs_rank_and_count_as_the_per_block_form_does(data: st.DataObject) -> None:
+    ages, reference = WorkerAges(), oracle.WorkerAges()
+    history: list[list[int]] = []
+    for _ in range(data.draw(st.integers(1, 25))):
+        if history and data.draw(st.integers(0, 4)) == 0:
+            gone = data.draw(st.lists(_BLOCKS, max_size=30))
+            gone += data.draw(st.sampled_from(history))[-data.draw(st.integers(0, 20)) :]
+            ages.removed(gone)
+            reference.removed(gone)
+        else:
+            blocks = _next_touch(data, history)
+            ages.touch(blocks)
+            reference.touch(blocks)
+            history.append(blocks)
+        asked = data.draw(st.sampled_from(history)) + data.draw(st.lists(_BLOCKS, max_size=10))
+        _same(ages, reference, asked)
+
+
+def test_a_chat_turn_repeating_its_history_repoints_it() -> None:
+    """A turn's match is the previous turn's whole prompt: one run re-pointed, no block
+    re-keyed; then a removal from its tail and a partial touch split it as before."""
+    ages, reference = WorkerAges(), oracle.WorkerAges()
+    history = list(range(100))
+    for step in range(5):
+        turn = history + list(range(1000 + 10 * step, 1010 + 10 * step))
+        for touched in (history, turn[len(history) :], turn):
+            ages.touch(touched)
+            reference.touch(touched)
+        history = turn
+    assert len(ages.alias) > 0
+    ages.removed(history[-3:])
+    reference.removed(history[-3:])
+    ages.touch(history[5:40])
+    reference.touch(history[5:40])
+    _same(ages, reference, [*history, 7, 99999])
