@@ -35,6 +35,10 @@ _PLACE_MASK = (1 << _PLACE_BITS) - 1
 _NONE = -1  # the key of a block no touch names (keys are never negative)
 _MAX_RUNS = 64  # runs of one touch's blocks counted in Python; more: `np.unique`
 _MIN_RUN = 16  # a touch that repeats a whole earlier touch this long re-points it
+# Ids re-pointed into one touch at most: a chain of turns past it is keyed anew once (the
+# old ids then die with their touch), so a long agent session does not grow the aliases
+# every ranking snapshot sorts, nor the list each re-point moves.
+MAX_ALIASES = 256
 
 
 @dataclass
@@ -106,6 +110,8 @@ class WorkerAges:
             run = self._current(key >> _PLACE_BITS)
             listed = self.lists.get(run)
             if listed is None or len(listed) < _MIN_RUN or self.live.get(run) != len(listed):
+                break
+            if len(self.members.get(run, ())) >= MAX_ALIASES:
                 break
             end = at + len(listed)
             if run in runs or tuple(blocks[at:end]) != listed:  # a tuple: a no-op

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinference.kvcache.ageing import WorkerAges
+from kinference.kvcache.ageing import MAX_ALIASES, WorkerAges
 from tests.kvcache import per_block_ages as oracle
 
 _BLOCKS = st.integers(0, 300)
@@ -83,3 +83,18 @@ def test_a_chat_turn_repeating_its_history_repoints_it() -> None:
     ages.touch(history[5:40])
     reference.touch(history[5:40])
     _same(ages, reference, [*history, 7, 99999])
+
+
+def test_a_long_chain_of_turns_keeps_its_aliases_bounded() -> None:
+    """An agent session's turns each repeat the last whole: past `MAX_ALIASES` re-points
+    the chain is keyed anew once, and ranks and counts stay the per-block form's."""
+    ages, reference = WorkerAges(), oracle.WorkerAges()
+    history = list(range(20))
+    for step in range(3 * MAX_ALIASES):
+        turn = [*history, 100_000 + step]
+        for touched in (history, turn):
+            ages.touch(touched)
+            reference.touch(touched)
+        history = turn
+        assert len(ages.alias) <= MAX_ALIASES
+    _same(ages, reference, [*history[-40:], 7, 99999])
