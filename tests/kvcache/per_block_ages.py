@@ -1,6 +1,8 @@
 """The oracle of `kinference.kvcache.ageing`: `WorkerAges` as it was before touches re-pointed
 whole runs (every touch re-keys each block it names; trial at fdb2da2), kept verbatim bar this
-docstring. The run form must rank, count and predict survivals exactly as this does."""
+docstring and what it shares unchanged with the run form (its constants and `_by_touch`,
+which `test_ageing.py` tests on its own). The run form must rank, count and predict
+survivals exactly as this does."""
 
 from __future__ import annotations
 
@@ -11,15 +13,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from kinference.kvcache.ageing import (
+    _NEWEST,
+    _NONE,
+    _PLACE_BITS,
+    _PLACE_MASK,
+    UNKNOWN,
+    _by_touch,
+)
 from kinference.kvcache.ageing import WorkerAges as RunAges
 from kinference.kvcache.blocks import BlockId
-
-_NEWEST = np.iinfo(np.int64).max  # a block not held yet (about to be stored): used last
-UNKNOWN = _NEWEST  # the rank of a block not held
-_PLACE_BITS = 24  # a block's key: its touch's number, then its place from the touch's end
-_PLACE_MASK = (1 << _PLACE_BITS) - 1
-_NONE = -1  # the key of a block no touch names (keys are never negative)
-_MAX_RUNS = 64  # runs of one touch's blocks counted in Python; more: `np.unique`
 
 
 @dataclass
@@ -82,24 +85,6 @@ class WorkerAges:
     def order(self) -> Order:
         """The eviction order as it is now, to rank many blocks against."""
         return Order(self)
-
-
-def _by_touch(touches: npt.NDArray[np.int64]) -> Iterable[tuple[int, int]]:
-    """(touch, how many of `touches` name it) for each touch named. A touch's blocks mostly
-    come in runs from a few earlier touches (a prompt's leading blocks, in order): counted
-    by run (no sort), unless there are many runs."""
-    if not len(touches):
-        return ()
-    starts = np.flatnonzero(touches[1:] != touches[:-1]) + 1
-    if len(starts) >= _MAX_RUNS:
-        values, counts = np.unique(touches, return_counts=True)
-        return zip(values.tolist(), counts.tolist(), strict=True)
-    bounds = [0, *starts.tolist(), len(touches)]
-    totals: dict[int, int] = {}
-    starts_at, ends_at = bounds[:-1], bounds[1:]
-    for touch, start, end in zip(touches[starts_at].tolist(), starts_at, ends_at, strict=True):
-        totals[touch] = totals.get(touch, 0) + end - start
-    return totals.items()
 
 
 class Order:
