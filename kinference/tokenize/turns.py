@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,10 @@ LEAD_CHARS = 256  # the text's start naming its lineage
 MAX_MARKS = 512  # marks kept in all, least recently used lineages dropped
 MAX_TOKENS = 4_000_000  # tokens the kept marks hold (their ids and blocks), at most
 MAX_PER_LINEAGE = 64  # marks per lineage (conversations on one system prompt), oldest dropped
+# Bytes of the texts the kept marks were left on (each text counted once, as CPython sizes
+# it): a mark keeps its text to compare the next one with, and a mark near the start of a
+# 4 MiB prompt would otherwise pin all of it with a few hundred tokens counted.
+MAX_TEXT_BYTES = 64 * 1024 * 1024
 T = TypeVar("T")
 
 
@@ -90,8 +95,16 @@ class TurnMarks:
     """Marks by lineage, then by (position, at a text's end, digest of the text to
     `Mark.through`)."""
 
-    def __init__(self, max_marks: int = MAX_MARKS, max_tokens: int = MAX_TOKENS) -> None:
+    def __init__(
+        self,
+        max_marks: int = MAX_MARKS,
+        max_tokens: int = MAX_TOKENS,
+        max_text_bytes: int = MAX_TEXT_BYTES,
+    ) -> None:
         self.max_marks, self.max_tokens = max_marks, max_tokens
+        self.max_text_bytes = max_text_bytes
+        self._texts: dict[int, int] = {}  # id of a kept text -> marks keeping it
+        self._text_bytes = 0  # of the kept texts, each once
         # lineage -> (position, at a text's end, digest of the text to `Mark.through`) -> mark
         self._lineages: OrderedDict[bytes, dict[tuple[int, bool, bytes], _Kept]] = OrderedDict()
         self._count = 0
@@ -147,9 +160,10 @@ class TurnMarks:
             self._drop(replaced)
         lineage[key] = _Kept(mark, text, prefix.checkpoint())
         self._count, self._tokens = self._count + 1, self._tokens + mark.tokens
+        self._keep_text(text)
         if len(lineage) > MAX_PER_LINEAGE:
             self._drop(lineage.pop(next(iter(lineage))))
-        while self._count > self.max_marks or self._tokens > self.max_tokens:
+        while self._over():
             # The oldest mark of the least recently used lineage, not its whole lineage: at
             # 1 MiB a mark holds ~250k tokens, and dropping the lineage that just went over
             # the bound (the only one, under one long shared system prompt) dropped every
@@ -159,8 +173,31 @@ class TurnMarks:
             if not oldest:
                 del self._lineages[lead]
 
+    @property
+    def text_bytes(self) -> int:
+        """What the kept marks' texts take (bytes, each text once)."""
+        return self._text_bytes
+
+    def _over(self) -> bool:
+        return (
+            self._count > self.max_marks
+            or self._tokens > self.max_tokens
+            or self._text_bytes > self.max_text_bytes
+        )
+
+    def _keep_text(self, text: str) -> None:
+        held = self._texts.get(id(text), 0)
+        if not held:
+            self._text_bytes += sys.getsizeof(text)
+        self._texts[id(text)] = held + 1
+
     def _drop(self, kept: _Kept) -> None:
         self._count, self._tokens = self._count - 1, self._tokens - kept.mark.tokens
+        held = self._texts.pop(id(kept.text))
+        if held > 1:
+            self._texts[id(kept.text)] = held - 1
+        else:
+            self._text_bytes -= sys.getsizeof(kept.text)
 
 
 class Leading(Sequence[T]):

@@ -164,6 +164,27 @@ def test_marks_are_bounded_in_the_tokens_they_hold() -> None:
     assert len(marks) == 3  # 9000 tokens held; a fourth lineage dropped the oldest
 
 
+def test_marks_are_bounded_in_the_texts_they_keep() -> None:
+    """A mark keeps the text it was left on: marks near the start of long prompts, few
+    tokens each, are bounded by those texts' bytes (each text once, however many marks)."""
+    marks = TurnMarks(max_text_bytes=100_000)
+    empty = np.zeros(0, dtype=np.uint32)
+    text = "s" * 300 + "t" * 20_000
+    for position in (1000, 2000, 3000):  # one text, three marks: counted once
+        marks.put(b"plain", text, Mark(position, 1, 1, 10, (), empty, ()))
+    assert len(marks) == 3 and 20_300 < marks.text_bytes < 21_000
+    for lineage in range(8):
+        long = f"{lineage}" * 300 + "u" * 30_000
+        marks.put(b"plain", long, Mark(1000, 1, 1, 10, (), empty, ()))
+        assert marks.text_bytes <= 100_000
+    assert len(marks) == 3  # three 30 KB texts fit; the rest, oldest first, were dropped
+    found = marks.find(b"plain", "7" * 300 + "u" * 30_000)
+    assert found is not None and found.position == 1000
+    # A mark over the token bound drops every mark, itself last: no text's count is left.
+    marks.put(b"plain", "x" * 400, Mark(100, 1, 1, 10**9, (), empty, ()))
+    assert marks.text_bytes == 0 and len(marks) == 0
+
+
 def _digest(kind: bytes, text: str) -> bytes:
     return hashlib.blake2b(kind + text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
