@@ -33,6 +33,11 @@ MAX_KNOWN_SEGMENTS = 1024
 # 64 KiB prompts pin ~25 MB of text, ~90 MB in 4-byte characters, outside any budget. Past
 # it the families used longest ago are forgotten (their next prompt is hashed afresh).
 MAX_KNOWN_BYTES = 16 << 20
+# Bytes the handed-out tuples (`_interned`) keep at most, all together: 512 prompts of
+# `max_blocks` hashes each would pin ~21 MB at the default 1024 blocks and ten times that
+# where a pool hashes 10k blocks. Past it the tuples handed out longest ago are dropped (a
+# prompt recorded again then gets a new tuple, and the index compares values).
+MAX_INTERNED_BYTES = 8 << 20
 _HASH_BYTES = 40  # a tuple's pointer and an int object per hash (the index shares most)
 
 
@@ -86,15 +91,22 @@ class PrefixHasher:
     block where the bytes part, its chain continued from the hash before (a new question
     about a 48 KB document: its own few blocks, not ~750, and its leading hashes are the
     same int objects, which the prefix index then finds by identity). The hashes of the
-    last `capacity` distinct prefixes are handed out as one tuple each (`_cache`, keyed by
-    the count and the last chained hash): the prefix index knows a prompt recorded twice
-    in a row by that tuple's identity.
+    last `capacity` distinct prefixes (within `max_interned_bytes`) are handed out as one
+    tuple each (`_cache`, keyed by the count and the last chained hash): the prefix index
+    knows a prompt recorded twice in a row by that tuple's identity.
     """
 
-    def __init__(self, capacity: int = 512, max_known_bytes: int = MAX_KNOWN_BYTES) -> None:
+    def __init__(
+        self,
+        capacity: int = 512,
+        max_known_bytes: int = MAX_KNOWN_BYTES,
+        max_interned_bytes: int = MAX_INTERNED_BYTES,
+    ) -> None:
         self.capacity = capacity
         self.max_known_bytes = max_known_bytes
+        self.max_interned_bytes = max_interned_bytes
         self._cache: OrderedDict[tuple[str, int, int, int], tuple[int, ...]] = OrderedDict()
+        self._interned_bytes = 0  # `_HASH_BYTES` per hash of the tuples in `_cache`
         self._known: OrderedDict[tuple[str, int, int, str], _Known] = OrderedDict()
         self._known_bytes = 0  # the sum of the kept families' costs
 
@@ -102,6 +114,11 @@ class PrefixHasher:
     def known_bytes(self) -> int:
         """What the families' last prompts pin now (bytes, about: `_Known.cost`)."""
         return self._known_bytes
+
+    @property
+    def interned_bytes(self) -> int:
+        """What the handed-out tuples pin now (bytes, about: `_HASH_BYTES` a hash)."""
+        return self._interned_bytes
 
     def hashes(
         self, model: str, segments: Sequence[str], *, block_bytes: int, max_blocks: int
@@ -148,9 +165,13 @@ class PrefixHasher:
         if found is not None:
             self._cache.move_to_end(key)
             return found
+        cost = _HASH_BYTES * len(hashes)
+        if cost > self.max_interned_bytes:
+            return hashes  # handed out, not kept
         self._cache[key] = hashes
-        if len(self._cache) > self.capacity:
-            self._cache.popitem(last=False)
+        self._interned_bytes += cost
+        while len(self._cache) > self.capacity or self._interned_bytes > self.max_interned_bytes:
+            self._interned_bytes -= _HASH_BYTES * len(self._cache.popitem(last=False)[1])
         return hashes
 
 

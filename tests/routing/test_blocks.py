@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from kinference.routing.blocks import (
+    MAX_INTERNED_BYTES,
     MAX_KNOWN_BYTES,
     MAX_KNOWN_SEGMENTS,
     SEPARATOR,
@@ -61,12 +62,16 @@ def prompts(rng: random.Random, count: int) -> list[tuple[str, ...]]:
 def test_continued_hashes_equal_hashes_from_scratch(seed_value: int) -> None:
     rng = random.Random(seed_value)
     bound = rng.choice([0, 600, 3000, MAX_KNOWN_BYTES])
-    hasher = PrefixHasher(capacity=rng.choice([1, 4, 16, 512]), max_known_bytes=bound)
+    interned = rng.choice([0, 500, 4000, MAX_INTERNED_BYTES])
+    hasher = PrefixHasher(
+        capacity=rng.choice([1, 4, 16, 512]), max_known_bytes=bound, max_interned_bytes=interned
+    )
     block_bytes, max_blocks = rng.choice([8, 13, 64, 64]), rng.choice([2, 7, 40, 1024])
     for segments in prompts(rng, 150):
         model = rng.choice(["m", "m", "n"])
         got = hasher.hashes(model, segments, block_bytes=block_bytes, max_blocks=max_blocks)
         assert 0 <= hasher.known_bytes <= bound
+        assert 0 <= hasher.interned_bytes <= interned
         assert list(got) == reference(model, segments, block_bytes, max_blocks)
         assert list(got) == block_hashes(
             model, segments, block_bytes=block_bytes, max_blocks=max_blocks
@@ -131,3 +136,21 @@ def test_families_of_long_wide_prompts_pin_no_more_than_the_bound() -> None:
     first = prompts[0]
     expected = block_hashes("m", first, block_bytes=64, max_blocks=1024)
     assert list(hasher.hashes("m", first, block_bytes=64, max_blocks=1024)) == expected
+
+
+def test_the_tuples_handed_out_pin_no_more_than_the_bound() -> None:
+    """512 distinct prompts of 10k blocks would keep ~200 MB of hashes in the tuples handed
+    out: they stay within `max_interned_bytes`, the latest prompt's tuple is still the one
+    handed out again, and one longer than the whole bound is handed out but not kept."""
+    hasher = PrefixHasher()
+    for i in range(48):
+        segments = (f"{i:04d}" + "text " * 130_000,)  # ~650 KB: 10k blocks of 64 bytes
+        first = hasher.hashes("m", segments, block_bytes=64, max_blocks=10_000)
+        assert hasher.interned_bytes <= MAX_INTERNED_BYTES
+        assert hasher.hashes("m", segments, block_bytes=64, max_blocks=10_000) is first
+    assert hasher.interned_bytes > MAX_INTERNED_BYTES // 2  # the bound is used
+    small = PrefixHasher(max_interned_bytes=1000)
+    long_prompt = ("a" * 64 * 100,)  # 100 hashes, past 1000 bytes
+    got = small.hashes("m", long_prompt, block_bytes=64, max_blocks=1024)
+    assert small.interned_bytes == 0
+    assert list(got) == block_hashes("m", long_prompt, block_bytes=64, max_blocks=1024)
