@@ -10,7 +10,7 @@ A chunk of at least the heap's mmap threshold is not copied out of its message a
 payload is kept as a view of the received bytes, and sent back as those very bytes (their
 framing is the one `encode_chunk` would write). Each copy of such a chunk is a fresh
 mapping that the kernel fills page by page (`kinference.heap`), so two copies per chunk
-cost a 16 MiB round trip ~8,000 page faults, ~10 ms on a 2-core host (docs/benchmarks.md).
+cost a 16 MiB round trip ~8,000 page faults, ~8 ms on a 2-core host (docs/benchmarks.md).
 """
 
 from __future__ import annotations
