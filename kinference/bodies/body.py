@@ -34,7 +34,7 @@ def backing(piece: Piece) -> tuple[bytes, int] | None:
     if not isinstance(piece, memoryview) or type(piece.obj) is not bytes:
         return None
     whole: bytes = piece.obj
-    start = len(whole) - len(piece)
+    start = len(whole) - piece.nbytes
     return (whole, start) if start > 0 and whole.endswith(piece) else None
 
 
