@@ -168,10 +168,13 @@ async def big_body_rows(pair: Pair, settings: Settings, body: Body) -> list[Row]
     """(b) Push + Pick + Pull of one big body, end to end; medians over alternated reps."""
     totals: dict[str, list[float]] = {role: [] for role in ROLES}
     picks: dict[str, list[float]] = {role: [] for role in ROLES}
+    faults: dict[str, list[int]] = {role: [] for role in ROLES}
     for side in (pair.baseline, pair.kinference):
         await body_round_trip(side.client, body)  # warm-up: channel windows, allocator
     for role, side in pair.abba(settings.big_reps):
+        faults_before = side.server.minor_faults()
         trip = await body_round_trip(side.client, body)
+        faults[role].append(side.server.minor_faults() - faults_before)
         totals[role].append(1000 * trip.total_s)
         picks[role].append(1000 * trip.pick_s)
         log(
@@ -208,6 +211,16 @@ async def big_body_rows(pair: Pair, settings: Settings, body: Body) -> list[Row]
             "",
             "",
             f"{paired:.2f}",
+            "",
+            "info",
+        ),
+        Row(
+            # Each 4 KiB page a server's allocator maps in afresh (kinference's fixed mmap
+            # threshold: every chunk-sized block) is one fault; ~1 µs each (docs/benchmarks.md).
+            "(b) server minor page faults per round trip, median",
+            f"{statistics.median(faults['baseline']):.0f}",
+            f"{statistics.median(faults['kinference']):.0f}",
+            "",
             "",
             "info",
         ),

@@ -95,9 +95,17 @@ class ServerProcess:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time consumed so far (all threads)."""
-        stat = Path(f"/proc/{self.pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2 :].split()
+        fields = self._stat_fields()
         return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+    def minor_faults(self) -> int:
+        """Minor page faults so far: pages the kernel mapped in on first touch."""
+        return int(self._stat_fields()[7])
+
+    def _stat_fields(self) -> list[str]:
+        """``/proc/PID/stat`` from its fourth field (the state) on."""
+        stat = Path(f"/proc/{self.pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2 :].split()
 
 
 async def wait_ready(server: ServerProcess, timeout_s: float = READY_TIMEOUT_S) -> float:

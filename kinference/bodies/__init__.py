@@ -7,6 +7,7 @@ from kinference.bodies.body import (
     Observation,
     Piece,
     Upload,
+    backing,
 )
 from kinference.bodies.budget import ByteBudget
 from kinference.bodies.ids import new_id
@@ -22,5 +23,6 @@ __all__ = [
     "Piece",
     "Pull",
     "Upload",
+    "backing",
     "new_id",
 ]

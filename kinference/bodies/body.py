@@ -26,6 +26,18 @@ SMALL_CHUNKS_KEPT = 16
 BLOCK_BYTES = 32 * 1024
 
 
+def backing(piece: Piece) -> tuple[bytes, int] | None:
+    """The bytes object `piece` is the tail of, and where in it the piece starts, when
+    `piece` is a view of one (a large chunk kept inside the message it arrived in, see
+    `api.framing`); None otherwise. The match is by content (one memcmp), so the answer is
+    right whatever made the view: searching or sending that object costs no copy."""
+    if not isinstance(piece, memoryview) or type(piece.obj) is not bytes:
+        return None
+    whole: bytes = piece.obj
+    start = len(whole) - piece.nbytes
+    return (whole, start) if start > 0 and whole.endswith(piece) else None
+
+
 class ChunkObserver(Protocol):
     """Sees every chunk of an upload once, in order, as it arrives (e.g. a JSON scanner)."""
 

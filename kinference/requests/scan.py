@@ -22,7 +22,7 @@ import math
 import re
 import time
 
-from kinference.bodies import Piece
+from kinference.bodies import Piece, backing
 from kinference.requests.search import find_backslash, find_quote
 from kinference.requests.spans import (
     LONG_STRING_BYTES,
@@ -83,8 +83,14 @@ class JsonScanner:
         one C search over at most `_WINDOW_BYTES`, and a few bytecodes per event, at most
         `_RUN_TOKENS` events below the top level); returns how many
         bytes were consumed. When that is fewer than `len(data)`, the rest is to be fed
-        next, as a chunk of its own: the scan stops only between two events."""
-        pos, end = 0, len(data)
+        next, as a chunk of its own: the scan stops only between two events.
+
+        A view of a received message's tail (`bodies.backing`) is scanned in that `bytes`
+        object, from where the view starts: `bytes.find` (memchr) instead of a regex."""
+        message = backing(data)
+        data, start = message if message is not None else (data, 0)
+        pos, end = start, len(data)
+        self._offset -= start  # offsets stay absolute in the body
         while pos < end and self.error is None:
             pos = self._step(data, pos)
             if time.perf_counter() >= deadline:
@@ -92,7 +98,7 @@ class JsonScanner:
         if self.error is not None:
             pos = end  # nothing more is scanned after an error
         self._offset += pos
-        return pos
+        return pos - start
 
     def adopt(self, other: JsonScanner) -> None:
         """Take the state of `other`, a copy of this scanner that scanned further

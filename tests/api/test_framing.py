@@ -7,7 +7,13 @@ import random
 import pytest
 from google.protobuf.message import DecodeError
 
-from kinference.api.framing import MALFORMED, MalformedChunk, decode_chunk, encode_chunk
+from kinference.api.framing import (
+    MALFORMED,
+    VIEW_FROM_BYTES,
+    MalformedChunk,
+    decode_chunk,
+    encode_chunk,
+)
 from kinference.v1 import picker_pb2 as pb
 
 SIZES = [0, 1, 127, 128, 16383, 16384, 1 << 20, (1 << 20) + 64]
@@ -123,3 +129,35 @@ def test_fuzz_agrees_with_protobuf() -> None:
             assert got is MALFORMED, raw
         else:
             assert got == expected, raw
+
+
+def test_a_large_payload_stays_a_view_of_its_message() -> None:
+    payload = random.Random(1).randbytes(VIEW_FROM_BYTES)
+    raw = pb.BodyChunk(chunk=payload).SerializeToString()
+    got = decode_chunk(raw)
+    assert isinstance(got, memoryview)
+    assert got.obj is raw
+    assert got == payload
+    smaller = pb.BodyChunk(chunk=payload[1:]).SerializeToString()
+    assert type(decode_chunk(smaller)) is bytes
+
+
+def test_a_received_large_chunk_goes_back_out_as_its_message_uncopied() -> None:
+    raw = pb.BodyChunk(chunk=random.Random(2).randbytes(1 << 20)).SerializeToString()
+    assert encode_chunk(decode_chunk(raw)) is raw  # type: ignore[arg-type]
+
+
+def test_views_that_are_not_a_whole_message_are_framed_anew() -> None:
+    payload = random.Random(3).randbytes(VIEW_FROM_BYTES + 10)
+    view = decode_chunk(pb.BodyChunk(chunk=payload).SerializeToString())
+    assert isinstance(view, memoryview)
+    header = len(encode_chunk(payload)) - len(payload)
+    look_alike = memoryview(b"\x0b" * header + payload)[header:]  # same length, no header
+    for piece, expected in [
+        (view[:-1], payload[:-1]),  # a head of the message's payload
+        (view[1:], payload[1:]),  # a tail, shorter than its header says
+        (look_alike, payload),
+        (memoryview(bytearray(b"\x0a" + payload))[1:], payload),
+    ]:
+        encoded = encode_chunk(piece)
+        assert encoded == pb.BodyChunk(chunk=expected).SerializeToString()

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from kinference.bodies import Body, Piece
+from kinference.bodies import Body, Piece, backing
 
 
 def split(data: bytes, rng: random.Random, *, views: bool = False) -> list[Piece]:
@@ -105,3 +105,20 @@ def test_spliced_edit_at_both_ends() -> None:
     assert joined(body.spliced([(0, 6, b"")])) == b""
     assert body.spliced([(0, 6, b"")]).size == 0
     assert joined(body.spliced([])) == b"abcdef"
+
+
+def test_backing_finds_the_bytes_a_view_is_the_tail_of() -> None:
+    message = b"\x0a\x03abc"
+    assert backing(memoryview(message)[2:]) == (message, 2)
+    assert backing(message) is None  # bytes: nothing behind it
+    assert backing(memoryview(message)) is None  # the whole object: no tail
+    assert backing(memoryview(message)[2:4]) is None  # not a tail
+    assert backing(memoryview(bytearray(message))[2:]) is None  # not bytes
+
+
+def test_backing_matches_by_content() -> None:
+    """A view whose bytes equal the tail is answered with the tail: same bytes either way."""
+    data = b"abab"
+    found = backing(memoryview(data)[:2])
+    assert found == (data, 2)
+    assert data[found[1] :] == b"ab"

@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 
+from kinference.bodies import Piece
 from kinference.requests import JsonScanner
 from kinference.requests.spans import LONG_STRING_BYTES, MAX_DEPTH, MAX_MEMBERS
 from tests.requests import CHUNKINGS, pieces_of, scanner_for
@@ -303,3 +304,42 @@ def test_nested_strings_and_brackets_are_counted_in_every_chunking() -> None:
     while piece:  # one step at a time, as a loop out of time scans
         piece = piece[scanner.feed_until(piece, 0.0) :]
     assert (scanner.strings, scanner.string_bytes, scanner.brackets) == expected
+
+
+def message_tails(data: bytes, size: int | None, header: bytes) -> list[Piece]:
+    """`data`'s pieces as views of the tails of larger bytes, as `api.framing` keeps a large
+    received chunk: `header` before each, here bytes the scan would act on if it read them."""
+    return [memoryview(header + bytes(p))[len(header) :] for p in pieces_of(data, size)]
+
+
+@pytest.mark.parametrize("header", [b"\\", b'"', b'\\"{[', b"\x0a\x80\x80\x40"])
+def test_a_view_of_a_message_tail_scans_as_its_bytes(header: bytes) -> None:
+    """Such a view is scanned inside its bytes object, from where it starts: the same
+    members, long strings, counts and error offsets, whatever lies before it."""
+    good = (
+        b'{"a": [1, {"b": "x\\\\"}, []], "s": "' + b"q" * (LONG_STRING_BYTES + 9)
+        + b'\\"", "e": "\\\\\\"", "n": [' + b"1," * 300 + b"1]}"
+    )  # fmt: skip
+    for data in (good, good[:-1] + b"]}", b' {"a":1} x'):
+        for size in (1, 2, 7, 4096, None):
+            reference = scan(data, size)
+            scanner = scanner_for(message_tails(data, size, header))
+            assert state(scanner) == state(reference), (data[-3:], size)
+            assert scanner.long_strings == reference.long_strings
+            assert (scanner.strings, scanner.string_bytes) == (
+                reference.strings,
+                reference.string_bytes,
+            )
+
+
+def test_a_view_of_a_message_tail_is_cut_and_resumed_exactly() -> None:
+    data = b'{"s": "' + b"q" * (LONG_STRING_BYTES + 9) + b'", "n": [' + b"1," * 70_000 + b"1]}"
+    reference = scan(data, 1 << 20)
+    scanner = JsonScanner()
+    for piece in message_tails(data, 1 << 20, b"\x0a\x80\x80\x40"):
+        consumed = scanner.feed_until(piece, 0.0)
+        assert consumed > 0
+        if consumed < len(piece):
+            scanner.feed(piece[consumed:])
+    assert state(scanner) == state(reference)
+    assert scanner.long_strings == reference.long_strings
