@@ -7,11 +7,7 @@ Three quantities per (model, worker slot), NaN until learned:
   squares (each sample weighs `alpha`, older ones decay by `1 - alpha`); while the samples'
   lengths hardly differ, `base` is the prior's and the rest is taken as per-token cost;
 - `service_ms`: milliseconds from first token to final report (how long a request holds
-  a batch slot), the plain mean of the samples until there are `1 / alpha` of them, an
-  exponentially weighted mean after (the first sample does not stand for the mean of the
-  next ten: the benchmark's 2-token warm-up request held a slot ~20 ms, its engine's real
-  requests 1-3 s, and started from it the estimate stayed under half of theirs for the
-  first ten);
+  a batch slot), an exponentially weighted mean;
 
 and per model (its engines alike), `busy_ms`: what each sequence running beside a request
 adds to its TTFT (an engine's step decodes every running sequence along with the new
@@ -57,9 +53,6 @@ def busy_sample(sequences: float, excess_ms: float) -> tuple[float, float] | Non
     bound = MAX_BUSY_MS * sequences
     return sequences, min(max(excess_ms, -bound), bound)
 
-
-# The per-slot count of `service_ms` samples (an array of `_arrays` beside the rates).
-SERVICE_SAMPLES = "service_samples"
 
 # Exponentially weighted sums per slot: weight, x, y, x^2, x*y.
 _SUMS = ("w", "x", "y", "xx", "xy")
@@ -173,21 +166,17 @@ class Rates:
         return True
 
     def observe_service(self, slot: int, model: str, service_ms: float) -> None:
-        """How long one request held its batch slot after its first token: the `n`-th
-        sample weighs `max(alpha, 1 / n)` (the mean of the first `1 / alpha`)."""
+        """How long one request held its batch slot after its first token."""
         array = self._array(model, "service_ms", slot + 1)
-        counts = self._array(model, SERVICE_SAMPLES, slot + 1, fill=0.0)
-        count = counts.item(slot) + 1.0
-        counts[slot] = count
-        old, value = array.item(slot), max(service_ms, 0.0)
-        weight = 1.0 if math.isnan(old) else max(self.alpha, 1.0 / count)
-        array[slot] = value if math.isnan(old) else old + weight * (value - old)
+        old = array.item(slot)
+        value = max(service_ms, 0.0)
+        array[slot] = value if math.isnan(old) else (1 - self.alpha) * old + self.alpha * value
 
     def forget(self, slot: int) -> None:
         """A worker left: what was learned of it no longer applies to its slot."""
-        for (_, quantity), array in self._arrays.items():
+        for array in self._arrays.values():
             if slot < len(array):
-                array[slot] = 0.0 if quantity == SERVICE_SAMPLES else np.nan
+                array[slot] = np.nan
         for sums in self._sums.values():
             if slot < sums.shape[1]:
                 sums[:, slot] = 0.0

@@ -273,35 +273,6 @@ def test_service_time_is_a_moving_mean_and_forgotten_with_the_worker() -> None:
     assert np.isnan(rates.values(MODEL, "service_ms", np.array([3]), 8)).all()
 
 
-def test_service_time_is_the_plain_mean_of_its_first_samples() -> None:
-    # A 2-token warm-up request held its slot 20 ms, the engine's real requests 1.3 s:
-    # after five of them the slot is held ~1.1 s on average, not the ~610 ms of an
-    # exponential mean started from the warm-up's sample (h50's trace: a hit sent to a
-    # full 4-slot engine priced at a third of its wait for a slot).
-    rates = Rates(alpha=0.1)
-    samples = [20.0] + [1300.0] * 5
-    for sample in samples:
-        rates.observe_service(3, MODEL, sample)
-    assert rates.learned(MODEL, "service_ms", 3) == pytest.approx(sum(samples) / 6)
-    for _ in range(4):  # the tenth sample: still the plain mean
-        rates.observe_service(3, MODEL, 1300.0)
-    assert rates.learned(MODEL, "service_ms", 3) == pytest.approx((20.0 + 9 * 1300.0) / 10)
-    rates.observe_service(3, MODEL, 2400.0)  # from the eleventh on, weighted `alpha`
-    assert rates.learned(MODEL, "service_ms", 3) == pytest.approx(
-        0.9 * (20.0 + 9 * 1300.0) / 10 + 0.1 * 2400.0
-    )
-
-
-def test_a_forgotten_worker_starts_its_service_mean_again() -> None:
-    rates = Rates(alpha=0.1)
-    for sample in (20.0, 1300.0, 1300.0):
-        rates.observe_service(2, MODEL, sample)
-    rates.forget(2)
-    rates.observe_service(2, MODEL, 900.0)
-    rates.observe_service(2, MODEL, 1100.0)
-    assert rates.learned(MODEL, "service_ms", 2) == pytest.approx(1000.0)
-
-
 def test_pending_prefill_of_a_shared_prefix_is_no_wait() -> None:
     """A concurrent request still prefilling the document this one asks about: the blocks
     are a cache hit in progress there, not a queue; other pending prefill still waits."""
