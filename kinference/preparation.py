@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from kinference.bodies import Body, BodyStore
@@ -18,6 +17,7 @@ from kinference.config import Policy
 from kinference.early import EarlyStarts, Prepared
 from kinference.errors import ResourceExhausted
 from kinference.kvcache.precise import PreciseQuery
+from kinference.records import record
 from kinference.requests import InferenceRequest, MalformedRequest, parse_request
 from kinference.requests.loop_cost import parse_cost
 from kinference.requests.offload import INLINE_PARSE_BYTES, Offload
@@ -39,7 +39,7 @@ class Preparer(Protocol):
     def deciding(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record  # built every Pick
 class Ready:
     """A Pick's body made ready for its decision: parsed (or why not), tokenized for the
     precise pools, translated ahead; `held` bytes of the body budget to return after it."""

@@ -91,6 +91,7 @@ class LocalPicker:
         self._idle_timeout_s = idle_timeout_s
         self._model_names = model_names
         self._serving = serving
+        self._nothing_said = PickExtras()  # the usual OK's (frozen: one for every Pick)
 
     async def push(
         self,
@@ -164,7 +165,7 @@ class LocalPicker:
                 client_request_id=client_request_id,
             )  # fmt: skip
             result = await self.service.pick_off_loop(call)
-            return convert.pick_response(result), convert.pick_extras(result) or PickExtras()
+            return convert.pick_response(result), convert.pick_extras(result) or self._nothing_said
         except PickerError as error:
             raise rpc_error(error) from None
 

@@ -29,6 +29,8 @@ READ_FIELDS = frozenset(
     }
 )
 KEEP_UNREAD_BYTES = 4096
+# Every byte but the three the scanner-limit pre-count reads (`_may_break_scan_limits`).
+_NOT_COUNTED = bytes(sorted(set(range(256)) - set(b"{[:")))
 
 
 class MalformedRequest(ValueError):
@@ -133,8 +135,12 @@ def member_keys(body: Body) -> tuple[list[tuple[str, Member]], JsonScanner]:
 
 
 def _may_break_scan_limits(raw: bytes) -> bool:
-    """Cheap over-estimate of whether the scanner's depth or field-count limit could trip."""
-    return raw.count(b"{") + raw.count(b"[") > MAX_DEPTH or raw.count(b":") > MAX_MEMBERS
+    """Cheap over-estimate of whether the scanner's depth or field-count limit could trip:
+    more `{` and `[` than MAX_DEPTH, or more `:` than MAX_MEMBERS. Counted in what one
+    `translate` pass keeps of them (~3x faster than three `count` passes over a chat body,
+    whose few hundred such bytes are then counted at once)."""
+    kept = raw.translate(None, _NOT_COUNTED)
+    return kept.count(b"{") + kept.count(b"[") > MAX_DEPTH or kept.count(b":") > MAX_MEMBERS
 
 
 def _loads(raw: bytes) -> Any:

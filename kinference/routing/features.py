@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kinference.records import record
 from kinference.routing.table import FloatArray
 
 
-@dataclass(frozen=True, slots=True)
+@record  # built every Pick
 class Signals:
     """Per-slot engine readings for one Pick, NaN where unknown or stale."""
 

@@ -101,9 +101,11 @@ def waited_prefill(
     as large as the step's token budget leaves, and starts a new prompt only in what
     budget remains: the new one waits for the rest of what is pending, less what the
     engine has computed since it began (`WorkerTable.prefill_done`), or less what this
-    prompt shares (a cache hit in progress), whichever leaves fewer (they may overlap)."""
+    prompt shares (a cache hit in progress), whichever leaves fewer (they may overlap).
+    `pending` is above 0 (the callers ask only then). Where the engine has computed all of
+    it by now, what it shares is not looked up: it could leave no fewer than none."""
     left = pending - table.prefill_done(slot, per_token)
-    if cached > 0.0 and hashes:
+    if left > 0.0 and cached > 0.0 and hashes:
         left = min(left, pending - table.shared_pending(slot, hashes))
     return max(left, 0.0)
 

@@ -1,14 +1,18 @@
-"""read_fields: whole parse of small unscanned bodies, span-by-span for scanned ones."""
+"""read_fields: whole parse of small unscanned bodies (the scanner-limit pre-count first),
+span-by-span for scanned ones."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kinference.bodies import Body
 from kinference.requests import LargeValue, MalformedRequest, read_fields
-from kinference.requests.fields import STRICT_PARSE_BYTES
+from kinference.requests.fields import STRICT_PARSE_BYTES, _may_break_scan_limits
+from kinference.requests.spans import MAX_DEPTH, MAX_MEMBERS
 from tests.requests import pieces_of, scanner_for
 
 DOC = {"model": "m", "messages": [{"role": "user", "content": "hi \u00e9"}], "n": 2.5}
@@ -151,3 +155,46 @@ def test_large_value_is_not_validated() -> None:
     data = data.replace(b'"}]', b'"} ] junk', 1)
     fields = read_fields(scanned_body(data, 65536))
     assert isinstance(fields.values["messages"], LargeValue)
+
+
+# The scanner-limit pre-count of a body parsed whole: one `translate` pass, then counts,
+# answers what three `count` passes over the body answered.
+
+
+def three_counts(raw: bytes) -> bool:
+    """The pre-count as it was: the body counted once per byte value."""
+    return raw.count(b"{") + raw.count(b"[") > MAX_DEPTH or raw.count(b":") > MAX_MEMBERS
+
+
+def near_limits(count: int, of: bytes) -> st.SearchStrategy[bytes]:
+    return st.integers(count - 3, count + 3).map(lambda n: of * max(n, 0))
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.binary(max_size=4096))
+def test_any_bytes_answer_as_three_counts(raw: bytes) -> None:
+    assert _may_break_scan_limits(raw) == three_counts(raw)
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    st.lists(
+        st.binary(max_size=64)
+        | st.sampled_from([b"{", b"[", b":", b"}", b"]", b'"', b"\\", b"\xff", b"\x00"])
+        | near_limits(MAX_DEPTH // 2, b"{")
+        | near_limits(MAX_DEPTH // 2, b"[")
+        | near_limits(MAX_DEPTH, b"{")
+        | near_limits(MAX_MEMBERS, b":"),
+        max_size=12,
+    ).map(b"".join)
+)
+def test_bodies_near_the_limits_answer_as_three_counts(raw: bytes) -> None:
+    assert _may_break_scan_limits(raw) == three_counts(raw)
+
+
+def test_the_limits_themselves() -> None:
+    depth = b"{" * (MAX_DEPTH // 2) + b"[" * (MAX_DEPTH - MAX_DEPTH // 2)
+    assert not _may_break_scan_limits(depth)
+    assert _may_break_scan_limits(depth + b"[")
+    assert not _may_break_scan_limits(b":" * MAX_MEMBERS)
+    assert _may_break_scan_limits(b"x:" * (MAX_MEMBERS + 1))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kinference.routing.pending import PendingPrefix, PendingPrefixes
+from kinference.routing.pending import PendingPrefix, PendingPrefixes, waited_prefill
 from kinference.routing.table import WorkerTable
 
 
@@ -67,3 +70,48 @@ def test_the_table_counts_keyed_prefills_once() -> None:
     table.end_prefill(slot, "pick")
     table.end_prefill(slot, "pick")  # the first token, then the release: once
     assert table.pending_prefill[slot] == 0.0
+
+
+class _Draining:
+    """A table whose drained and shared prefill are given (`waited_prefill` reads them)."""
+
+    def __init__(self, done: float, shared: float) -> None:
+        self.pending_prefill = np.zeros(1)
+        self.done, self.shared, self.asked = done, shared, 0
+
+    def prefill_done(self, slot: int, ms_per_token: float) -> float:
+        return self.done
+
+    def shared_pending(self, slot: int, hashes: tuple[int, ...]) -> float:
+        self.asked += 1
+        return self.shared
+
+
+def waited_as_it_was(
+    pending: float, table: _Draining, cached: float, hashes: tuple[int, ...]
+) -> float:
+    """`waited_prefill` before it skipped the shared lookup where nothing is left."""
+    left = pending - table.prefill_done(0, 0.1)
+    if cached > 0.0 and hashes:
+        left = min(left, pending - table.shared_pending(0, hashes))
+    return max(left, 0.0)
+
+
+odd_floats = st.floats() | st.sampled_from([0.0, -0.0, math.inf, -math.inf, math.nan])
+
+
+@given(
+    pending=st.floats(min_value=0.0, exclude_min=True) | st.sampled_from([1.0, 1e-300, math.inf]),
+    done=odd_floats,
+    shared=odd_floats,
+    cached=odd_floats,
+    hashes=st.sampled_from([(), (1, 2)]),
+)
+def test_waited_prefill_is_what_it_was_without_the_needless_lookup(
+    pending: float, done: float, shared: float, cached: float, hashes: tuple[int, ...]
+) -> None:
+    table = _Draining(done, shared)
+    got = waited_prefill(table, 0, pending, per_token=0.1, cached=cached, hashes=hashes)
+    assert repr(got) == repr(waited_as_it_was(pending, _Draining(done, shared), cached, hashes))
+    if not pending - done > 0.0:
+        assert table.asked == 0

@@ -451,3 +451,42 @@ def test_a_known_batch_leaves_no_doubt() -> None:
     table.observed_batch(slots[0], 6.0, queued=True)
     assert math.isnan(table.unsure_of(slots[0], math.nan, 3.0))
     assert np.isnan(table.unsure(np.array(slots[:1]), math.nan)).all()
+
+
+def peers_or_as_it_was(array: np.ndarray | None, slots: list[int], prior: float) -> list[float]:
+    """`_small_peers_or` before its all-known test became a sum."""
+    if array is None:
+        return [prior] * len(slots)
+    size = len(array)
+    values = [array.item(slot) if slot < size else math.nan for slot in slots]
+    known = [value for value in values if not math.isnan(value)]
+    if len(known) == len(values):
+        return values
+    fill = sum(known) / len(known) if known else prior
+    return [fill if math.isnan(value) else value for value in values]
+
+
+odd_floats = st.floats() | st.sampled_from([0.0, -0.0, math.inf, -math.inf, math.nan, 1e308])
+
+
+@given(
+    values=st.none() | st.lists(odd_floats, max_size=10),
+    slots=st.lists(st.integers(0, 11), min_size=1, max_size=12),
+    prior=st.floats(0.0, 1e4),
+)
+def test_small_peers_or_is_what_it_was(
+    values: list[float] | None, slots: list[int], prior: float
+) -> None:
+    array = None if values is None else np.array(values, dtype=np.float64)
+    got = ttft_module._small_peers_or(array, slots, prior)
+    assert repr(got) == repr(peers_or_as_it_was(array, slots, prior))
+
+
+@given(joined=odd_floats, most=odd_floats, batch=odd_floats, service=odd_floats)
+def test_unseen_wait_is_nothing_where_the_small_form_skips_it(
+    joined: float, most: float, batch: float, service: float
+) -> None:
+    """The small form calls `unseen_wait` only when `most >= MOST_SEEN_FOR_DOUBT` and not
+    `joined <= most`; elsewhere it is the 0.0 it appends."""
+    if not (most >= ttft_module.MOST_SEEN_FOR_DOUBT and not joined <= most):
+        assert repr(unseen_wait(joined, most, batch, service)) == "0.0"

@@ -11,12 +11,12 @@ implementing `cached_tokens` and being registered for a pool's prefix mode.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from kinference.kvcache.precise import PreciseQuery
+from kinference.records import record
 from kinference.requests import InferenceRequest
 from kinference.requests.prompt import CHARS_PER_TOKEN
 from kinference.routing.prefix import PrefixIndex
@@ -26,7 +26,7 @@ APPROXIMATE = "approximate"  # the prefix mode of a pool that names none
 PRECISE = "precise"  # the prefix mode fed by the engines' own KV events
 
 
-@dataclass(frozen=True, slots=True)
+@record  # built every Pick (a frozen dataclass sets its 9 fields through object.__setattr__)
 class PrefixQuery:
     """One Pick's prompt, as a cached-tokens source may read it."""
 

@@ -51,7 +51,7 @@ from kinference.routing.pending import unwaited_prefill, waited_prefill
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.rates import Rates
-from kinference.routing.readings import unseen_wait, unseen_waits
+from kinference.routing.readings import MOST_SEEN_FOR_DOUBT, unseen_wait, unseen_waits
 from kinference.routing.table import FloatArray, IndexArray, WorkerTable
 
 
@@ -203,8 +203,14 @@ class TtftScorer:
             prefill.append(own)
             occupied.append(sequences)
             slot_wait.append(for_slot)
-            most = readings.unsure_of_row(row, peer, pool) if ahead == 0.0 else math.nan
-            unsure.append(unseen_wait(sequences + 1.0, most, batch, service[i]))
+            joined, most = sequences + 1.0, math.nan
+            if ahead == 0.0:
+                most = readings.unsure_of_row(row, peer, pool)
+            # (`unseen_wait` is 0 unless this holds: its call then saved)
+            if most >= MOST_SEEN_FOR_DOUBT and not joined <= most:
+                unsure.append(unseen_wait(joined, most, batch, service[i]))
+            else:
+                unsure.append(0.0)
         ctx.sequences = np.array(occupied)
         return predicted, wait, prefill, slot_wait, unsure
 
@@ -279,6 +285,8 @@ def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) ->
         return [prior] * len(slots)
     size = len(array)
     values = [array.item(slot) if slot < size else math.nan for slot in slots]
+    if not math.isnan(sum(values)):  # no NaN among them (one NaN makes the sum NaN)
+        return values  # (a NaN sum of none, inf - inf, goes on to the test below)
     known = [value for value in values if not math.isnan(value)]
     if len(known) == len(values):
         return values
