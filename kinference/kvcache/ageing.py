@@ -34,6 +34,7 @@ _PLACE_BITS = 24  # a block's key: its touch's number, then its place from the t
 _PLACE_MASK = (1 << _PLACE_BITS) - 1
 _NONE = -1  # the key of a block no touch names (keys are never negative)
 _MAX_RUNS = 64  # runs of one touch's blocks counted in Python; more: `np.unique`
+_SMALL = 64  # blocks leaving their touches counted in Python (numpy's calls cost more)
 _MIN_RUN = 16  # a touch that repeats a whole earlier touch this long re-points it
 # Ids re-pointed into one touch at most: a chain of turns past it is keyed anew once (the
 # old ids then die with their touch), so a long agent session does not grow the aliases
@@ -89,6 +90,8 @@ class WorkerAges:
         """The blocks `named` after the repeated `runs` leave their touches; those already
         in the runs (named there first) stay: the rest, to key anew."""
         found = map(self.touched.get, named, itertools.repeat(_NONE))
+        if len(named) <= _SMALL:  # a chat turn's new blocks: the same, without numpy
+            return self._leave_small(named, runs, list(found))
         keys = np.fromiter(found, np.int64, len(named))
         if runs:
             inside = np.isin(keys >> _PLACE_BITS, self._ids(runs))
@@ -96,6 +99,23 @@ class WorkerAges:
                 named = list(itertools.compress(named, (~inside).tolist()))
                 keys = keys[~inside]
         self._release(keys)
+        return named
+
+    def _leave_small(
+        self, named: Collection[BlockId], runs: list[int], keys: list[int]
+    ) -> Collection[BlockId]:
+        """`_leave` of a few blocks (`keys`: theirs), in Python."""
+        if runs:
+            ids = set(self._ids(runs))
+            outside = [key >> _PLACE_BITS not in ids for key in keys]
+            if not all(outside):
+                named = list(itertools.compress(named, outside))
+                keys = list(itertools.compress(keys, outside))
+        leaving: dict[int, int] = {}
+        for key in keys:
+            if key != _NONE:
+                leaving[key >> _PLACE_BITS] = leaving.get(key >> _PLACE_BITS, 0) + 1
+        self._leaving(leaving.items())
         return named
 
     def _runs(self, blocks: Sequence[BlockId]) -> tuple[list[int], int]:
@@ -147,8 +167,12 @@ class WorkerAges:
         """The blocks of `keys` (`_NONE`: not held) leave their touches. In numpy: a 1 MiB
         prompt names 16k blocks, and a Python loop over them held the event loop ~3 ms
         per touch (a Pick touches its match when routed and when it ends)."""
+        self._leaving(_by_touch(keys[keys != _NONE] >> _PLACE_BITS), evicted)
+
+    def _leaving(self, by_id: Iterable[tuple[int, int]], evicted: bool = False) -> None:
+        """(id, how many of its blocks leave) for each id named: out of their touches."""
         leaving_by_touch: dict[int, int] = {}
-        for ident, leaving in _by_touch(keys[keys != _NONE] >> _PLACE_BITS):
+        for ident, leaving in by_id:
             touch = self._current(ident)
             leaving_by_touch[touch] = leaving_by_touch.get(touch, 0) + leaving
         for touch, leaving in leaving_by_touch.items():

@@ -20,6 +20,16 @@ most candidates, and is always yes:
   whole at a text's end but not before a letter, only when the character before the newline
   is printable ASCII, not whitespace.
 
+- After an added token: the tokenizer finds its added tokens first (leftmost, longest) and
+  tokenizes the text between them, each run on its own. When the last added token found in
+  the window ends at or before the cut (`e`), the three encodes find the same added tokens
+  up to `e` and none after it, so the window tokenizes as its halves exactly when
+  `window[e:]` does at the same cut, and the rules above answer for that run. Only when
+  every added token is matched alike (none strips the whitespace beside it, none must be a
+  single word, all normalized or none): else an added token in the window is checked, as
+  before. This is the cut at the end of a chat turn's generation prompt
+  (`<|im_start|>assistant\n` before the reply), which a next turn resumes at.
+
 Anything else is checked by encoding as before, so the cuts are the same ones.
 """
 
@@ -47,11 +57,16 @@ class SureCuts:
     """Says of a candidate cut that it tokenizes as its two halves, when that is known
     without encoding (see the module docstring); a cut it is not sure of is checked."""
 
-    def __init__(self, added: list[str], newline_any: bool, ascii_only: bool) -> None:
+    def __init__(
+        self, added: list[str], newline_any: bool, ascii_only: bool, runs: bool = False
+    ) -> None:
+        # Longest first: `re` takes the first alternative that matches, so a search finds
+        # the leftmost added token and, there, the longest (as the tokenizer does).
         contents = sorted(set(added), key=len, reverse=True)
         self._added = re.compile("|".join(map(re.escape, contents))) if contents else None
         self._newline_any = newline_any  # a newline cut needs no printable character before
         self._ascii_only = ascii_only  # the normalizer leaves only ASCII text as it is
+        self._runs = runs  # added tokens are matched alike: the run after the last one decides
 
     @classmethod
     def of(cls, tokenizer: Tokenizer) -> SureCuts | None:
@@ -70,14 +85,32 @@ class SureCuts:
             newline_any = True
         else:
             return None
-        added = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
-        return cls(added, newline_any, ascii_only=normal is not None)
+        tokens = list(tokenizer.get_added_tokens_decoder().values())
+        runs = not any(t.lstrip or t.rstrip or t.single_word for t in tokens) and (
+            len({t.normalized for t in tokens}) <= 1
+        )
+        added = [token.content for token in tokens]
+        return cls(added, newline_any, ascii_only=normal is not None, runs=runs)
 
     def sure(self, window: str, at: int) -> bool:
         """Whether `window`, cut at `at`, is known to tokenize as its two halves."""
-        if at < 2 or at + 1 >= len(window):
-            return False
         if self._ascii_only and not window.isascii():
+            return False
+        added = self._added
+        if added is not None and added.search(window) is not None:
+            if not self._runs:
+                return False
+            end = 0
+            for found in added.finditer(window):
+                end = found.end()
+            if end > at:  # an added token at or across the cut, or after it
+                return False
+            window, at = window[end:], at - end  # the run after the last added token
+        return self._plain(window, at)
+
+    def _plain(self, window: str, at: int) -> bool:
+        """`sure` of a window with no added token in it."""
+        if at < 2 or at + 1 >= len(window):
             return False
         if window[at] == " ":
             good = window[at - 1] in _LETTERS and window[at + 1] in _LETTERS
@@ -85,7 +118,7 @@ class SureCuts:
             good = window[at] in _LETTERS and (self._newline_any or window[at - 2] in _PRINTABLE)
         else:
             return False
-        return good and (self._added is None or self._added.search(window) is None)
+        return good
 
 
 def _state(part: Any) -> dict[str, Any] | None:

@@ -4,10 +4,14 @@ per-block form (`per_block_ages`, the oracle)."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kinference.kvcache import ageing
 from kinference.kvcache.ageing import MAX_ALIASES, WorkerAges
 from tests.kvcache import per_block_ages as oracle
 
@@ -46,9 +50,17 @@ def _same(ages: WorkerAges, reference: oracle.WorkerAges, asked: list[int]) -> N
         )
 
 
+@pytest.mark.parametrize("small", [0, ageing._SMALL, 10**6])
 @settings(max_examples=300, deadline=None)
 @given(st.data())
-def test_runs_rank_and_count_as_the_per_block_form_does(data: st.DataObject) -> None:
+def test_runs_rank_and_count_as_the_per_block_form_does(small: int, data: st.DataObject) -> None:
+    """`small`: touches of up to that many blocks to key leave their touches in Python,
+    the others in numpy (0: all in numpy, as before; 10**6: all in Python)."""
+    with mock.patch.object(ageing, "_SMALL", small):
+        _random_steps(data)
+
+
+def _random_steps(data: st.DataObject) -> None:
     ages, reference = WorkerAges(), oracle.WorkerAges()
     history: list[list[int]] = []
     for _ in range(data.draw(st.integers(1, 25))):

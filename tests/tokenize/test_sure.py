@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from kinference.tokenize.pieces import _CANDIDATE, CHECK_CHARS, CutChecks, Cutter
 from kinference.tokenize.sure import SPLITS, SureCuts
@@ -94,6 +94,23 @@ def test_what_is_not_sure(tokenizers: dict[str, Tokenizer]) -> None:
     assert not qwen2.sure("hello world é", at)  # the normalizer may change it
 
 
+def test_cuts_after_an_added_token(tokenizers: dict[str, Tokenizer]) -> None:
+    """The run after the window's last added token decides, if that ends before the cut."""
+    llama3 = SureCuts.of(tokenizers["llama3"])
+    assert llama3 is not None
+    turn = "<|im_end|>\n<|im_start|>assistant\nhello world"
+    assert llama3.sure(turn, turn.index("hello"))  # a chat turn's generation prompt's end
+    assert llama3.sure(turn, turn.index(" world"))
+    assert not llama3.sure(turn, len("<|im_end|>\n<|im_start|>"))  # right after it: at < 2
+    assert not llama3.sure("hello<|im_end|> world", 5)  # the added token after the cut
+    assert not llama3.sure("he<|im_end|>llo world", 5)  # across the cut
+    stripping = Tokenizer.from_str(tokenizers["llama3"].to_str())
+    stripping.add_special_tokens([AddedToken("<|tool|>", lstrip=True)])
+    loose = SureCuts.of(stripping)
+    assert loose is not None and loose.sure("hello world", 5)
+    assert not loose.sure(turn, turn.index("hello"))  # not all matched alike: checked
+
+
 @settings(max_examples=10, deadline=None)
 @given(st.integers(0, 2**31))
 def test_sure_cuts_tokenize_as_their_halves(tokenizers: dict[str, Tokenizer], seed: int) -> None:
@@ -107,14 +124,40 @@ def test_sure_cuts_tokenize_as_their_halves(tokenizers: dict[str, Tokenizer], se
         def encode(part: str, tokenizer: Tokenizer = tokenizer) -> list[int]:
             return tokenizer.encode(part, add_special_tokens=False).ids  # type: ignore[no-any-return]
 
-        known = 0
+        known = after_added = 0
         for match in _CANDIDATE.finditer(text, CHECK_CHARS):
             cut = match.start() + 1
             window = text[cut - CHECK_CHARS : cut + CHECK_CHARS]
             if sure.sure(window, CHECK_CHARS):
                 known += 1
+                after_added += "<|" in window
                 halves = encode(text[cut - CHECK_CHARS : cut]) + encode(window[CHECK_CHARS:])
                 assert encode(window) == halves, (kind, window)
+        assert known > 0 and after_added > 0, kind
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 2**31))
+def test_sure_cuts_among_added_tokens(tokenizers: dict[str, Tokenizer], seed: int) -> None:
+    """Dense added tokens (some cut in two, some back to back, next to spaces and
+    newlines): every cut `sure` answers for tokenizes as its halves."""
+    rng = random.Random(seed)
+    parts = ["<|im_start|>", "<|im_end|>", "<|im_", "|>", "assistant", "hello", "world"]
+    parts += [" ", "\n", "  ", ".\n", "<|begin_of_text|>", "[UNK]", "x", "\n\n"]
+    for kind, tokenizer in tokenizers.items():
+        sure = SureCuts.of(tokenizer)
+        if sure is None:
+            continue
+        known = 0
+        for _ in range(300):
+            window = "".join(rng.choice(parts) for _ in range(rng.randint(2, 14)))
+            for at in range(1, len(window)):
+                if sure.sure(window, at):
+                    known += 1
+                    whole = tokenizer.encode(window, add_special_tokens=False).ids
+                    left = tokenizer.encode(window[:at], add_special_tokens=False).ids
+                    right = tokenizer.encode(window[at:], add_special_tokens=False).ids
+                    assert whole == left + right, (kind, window, at)
         assert known > 0, kind
 
 
