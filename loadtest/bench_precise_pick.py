@@ -20,6 +20,11 @@ Workloads per prompt size S, each run in approximate mode (the baseline) and pre
   assistant messages of a few hundred characters), at 1 and 16 conversations in flight; a
   turn comes `--turn-gap-ms` after the previous one's Pick (the engine runs the prompt and
   generates the reply the next turn resends: 100 ms is a short reply on a fast engine).
+  At 16 in flight the conversations of a wave start together and stay in step, so their
+  turns come as bursts of 16 at once (the worst case: each burst's last Pick waits for the
+  other 15); `chat-spread` x16 is the same conversations started one turn gap apart over
+  the wave (conversation i of 16 begins i/16 of a gap later), the steady 16 in flight of
+  users who did not all press enter in the same millisecond.
 Reported: client-side Pick RPC p50 / p99 (ms), the ratio precise / approximate, the
 largest lag of a 2 ms probe task on the picker process's loop during the workload (ms) and
 how many of its wake-ups came over 10 ms late, and the
@@ -50,6 +55,7 @@ from loadtest.picker_process import PickerProcess
 from loadtest.tiny_model import WORDS, write_model
 
 MODEL = "tiny"
+SPREAD = "chat-spread"  # the x16 chats started a turn gap apart (see the docstring)
 BLOCK = 16
 KIB = 1024
 
@@ -176,7 +182,13 @@ def chat_prompts(
 async def replay(
     bench: Bench, row: Row, conversations: list[list[Prompt]], gap_s: float = 0.0
 ) -> None:
-    async def one(turns: list[Prompt]) -> None:
+    """Each wave of `row.inflight` conversations at once, turn after turn; a `chat-spread`
+    wave's conversation i starts i / inflight of a turn gap after the first."""
+    spread = row.workload == SPREAD
+
+    async def one(turns: list[Prompt], start_s: float) -> None:
+        if start_s:
+            await asyncio.sleep(start_s)
         for index, prompt in enumerate(turns):
             if index:
                 await asyncio.sleep(gap_s)
@@ -185,7 +197,9 @@ async def replay(
             row.with_push.append(with_push)
 
     for start in range(0, len(conversations), row.inflight):
-        await asyncio.gather(*(one(c) for c in conversations[start : start + row.inflight]))
+        wave = conversations[start : start + row.inflight]
+        starts = [i * gap_s / len(wave) if spread else 0.0 for i in range(len(wave))]
+        await asyncio.gather(*(one(c, s) for c, s in zip(wave, starts, strict=True)))
 
 
 async def measure(args: argparse.Namespace, files: tuple[Path, Path]) -> list[Row]:
@@ -203,6 +217,7 @@ async def measure(args: argparse.Namespace, files: tuple[Path, Path]) -> list[Ro
                 tokenizer, size, 16 if args.quick else 32, 6 if size <= 256 * KIB else 2
             ),
         }
+        workloads[SPREAD, 16] = workloads["chat", 16]
         # The prepared prompts (millions of token ids in lists) are the bench's, not the
         # picker's: out of the collector's sight, as a deployed process's startup state is.
         gc.collect()

@@ -5,7 +5,9 @@ benchmark's policy validates."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -49,8 +51,33 @@ async def test_pick_latency_run_on_small_prompts(tmp_path: Path) -> None:
     )
     rows = await bench_precise_pick.measure(args, files)
     assert {(r.workload, r.inflight, r.mode) for r in rows} == {
-        (w, i, m) for w, i in (("cold", 1), ("chat", 1), ("chat", 16))
+        (w, i, m) for w, i in (("cold", 1), ("chat", 1), ("chat", 16), ("chat-spread", 16))
         for m in ("approximate", "precise")
     }  # fmt: skip
     assert all(r.samples and r.pct(0.99) > 0 for r in rows)
     assert "| 4 KiB | chat | 16 |" in bench_precise_pick.table(rows)
+
+
+async def test_a_spread_wave_starts_its_conversations_in_turn_and_a_burst_at_once() -> None:
+    """`chat-spread` starts conversation i of a wave i/inflight of a gap after the first
+    (the loop's timers fire in deadline order); `chat` starts the whole wave together."""
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.firsts: list[tuple[str, float]] = []
+
+        async def pick(self, prompt: str) -> tuple[float, float]:
+            self.firsts.append((prompt, asyncio.get_running_loop().time()))
+            return 0.0, 0.0
+
+    conversations = [[f"c{i}"] for i in range(4)]
+    for workload, spread in (("chat-spread", True), ("chat", False)):
+        recorder = Recorder()
+        row = bench_precise_pick.Row(4096, workload, 4, "precise")
+        bench = cast(bench_precise_pick.Bench, recorder)
+        prompts = cast(list[list[bench_precise_pick.Prompt]], conversations)
+        await bench_precise_pick.replay(bench, row, prompts, gap_s=0.04)
+        assert [p for p, _ in recorder.firsts] == ["c0", "c1", "c2", "c3"]
+        elapsed = recorder.firsts[-1][1] - recorder.firsts[0][1]
+        assert (elapsed >= 0.03) if spread else (elapsed < 0.03)
+        assert len(row.samples) == 4
