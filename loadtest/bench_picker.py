@@ -7,7 +7,9 @@ over one grpc.aio channel per server. Every figure is reported as a ratio agains
 baseline, because absolute numbers on a small, noisy machine mean little.
 
 Scenarios: (a) full-flow rate with 64 workers, and the same against the skeleton server
-(`loadtest.skeleton_server`: kinference with a constant Pick and bare reports; "info");
+(`loadtest.skeleton_server`: kinference with a constant Pick and bare reports; "info"),
+and kinference's flow in two calls with its extensions (pick on push, body inline, the
+first report folded into the final one) against the baseline's five ("info");
 (b) one big body pushed, picked and pulled (64 MiB; 16 MiB under --quick, and labelled
 so); (c) peak RSS growth of a fresh server holding one big body. Rows marked "info" are
 diagnostics without a target. A hidden --against-baseline flag runs the baseline on both
@@ -27,6 +29,7 @@ from pathlib import Path
 import grpc
 import uvloop
 
+from loadtest.flow_rates import flow_rate_rows, two_call_rows
 from loadtest.flows import Body, big_chat_body, open_channel
 from loadtest.scenarios import (
     MIB,
@@ -34,7 +37,6 @@ from loadtest.scenarios import (
     Row,
     Settings,
     big_body_rows,
-    flow_rate_rows,
     log,
     peak_rss_rows,
     side_for,
@@ -116,6 +118,7 @@ async def shared_server_rows(
         base_side = side_for(base_server, base_channel)
         pair = Pair(base_side, side_for(kinf_server, kinf_channel))
         rows = await guarded("(a) full flow rate", flow_rate_rows(pair, settings))
+        rows += await guarded("(a) two-call flow", two_call_rows(pair, settings))
         skeleton = Pair(base_side, side_for(skel_server, skel_channel))
         rows += await guarded("(a) skeleton", skeleton_rows(skeleton, settings))
         rows += await guarded(

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from kinference.api import extensions
 from kinference.v1 import picker_pb2, picker_pb2_grpc
 
 CHUNK_BYTES = 1 << 20
@@ -103,16 +104,7 @@ class FlowClient:
         first = await self.stub.ReportFirstToken(
             picker_pb2.ReportFirstTokenRequest(response_id=picked.response_id, observed_ttft_ms=5)
         )
-        final = await self.stub.ReportFinalToken(
-            picker_pb2.ReportFinalTokenRequest(
-                response_id=picked.response_id,
-                model=MODEL,
-                prompt_tokens=1000,
-                completion_tokens=10,
-                itl_bucket_counts=ITL_BUCKETS_LAYOUT_1,
-                itl_bucket_layout=1,
-            )
-        )
+        final = await self.stub.ReportFinalToken(_final_report(picked.response_id))
         if not (first.acknowledged and final.acknowledged):
             raise FlowError("a token report was not acknowledged")
 
@@ -120,6 +112,41 @@ class FlowClient:
         picked = await self.pick(await self.push(body))
         await self.pull(picked)
         await self.report(picked)
+
+    async def two_call_flow(self, body: Body) -> None:
+        """The same request in two calls, with kinference's extensions (README): PushBody
+        picks at its half-close and answers with the body inline, and the final report
+        carries the first token's."""
+        metadata = (
+            ("kinference-declared-length", str(body.length)),
+            ("kinference-client-request-id", f"bench-{next(self.request_ids)}"),
+            (extensions.PICK, picker_pb2.PickRequest(tenant="").SerializeToString()),
+            (extensions.INLINE_BODY_MAX, str(extensions.INLINE_BODY_LIMIT)),
+        )
+        call = self.stub.PushBody(body.messages(), metadata=metadata)
+        await call
+        trailing = dict(await call.trailing_metadata() or ())
+        picked = picker_pb2.PickResponse.FromString(trailing[extensions.PICK])
+        if picked.outcome not in ACCEPTED_OUTCOMES or picked.response_id == 0:
+            raise FlowError(f"the pick on push answered {picked.outcome}: {picked.reason!r}")
+        if len(trailing.get(extensions.BODY, b"")) != picked.body_total_bytes:
+            raise FlowError("the body did not come back inline")
+        final = await self.stub.ReportFinalToken(
+            _final_report(picked.response_id), metadata=((extensions.FIRST_TOKEN, "5:200"),)
+        )
+        if not final.acknowledged:
+            raise FlowError("the final report was not acknowledged")
+
+
+def _final_report(response_id: int) -> picker_pb2.ReportFinalTokenRequest:
+    return picker_pb2.ReportFinalTokenRequest(
+        response_id=response_id,
+        model=MODEL,
+        prompt_tokens=1000,
+        completion_tokens=10,
+        itl_bucket_counts=ITL_BUCKETS_LAYOUT_1,
+        itl_bucket_layout=1,
+    )
 
 
 @dataclass(frozen=True)
@@ -146,9 +173,12 @@ class _Progress:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-async def _flow_worker(client: FlowClient, body: Body, progress: _Progress) -> None:
+async def _flow_worker(
+    client: FlowClient, body: Body, progress: _Progress, two_calls: bool
+) -> None:
+    flow = client.two_call_flow if two_calls else client.full_flow
     while not progress.stop.is_set():
-        await client.full_flow(body)
+        await flow(body)
         progress.completed += 1
 
 
@@ -164,15 +194,24 @@ class RateWindow:
 
 
 async def flow_rate(
-    client: FlowClient, body: Body, workers: int, warmup_s: float, measure_s: float
+    client: FlowClient,
+    body: Body,
+    workers: int,
+    warmup_s: float,
+    measure_s: float,
+    *,
+    two_calls: bool = False,
 ) -> RateWindow:
-    """Run ``workers`` looping flows; count completions in a window after the warm-up.
+    """Run ``workers`` looping flows (``two_calls``: `FlowClient.two_call_flow`); count
+    completions in a window after the warm-up.
 
     Workers finish the flow they are in before stopping, so the server is left clean.
     The first worker failure aborts the round and propagates.
     """
     progress = _Progress()
-    tasks = [asyncio.create_task(_flow_worker(client, body, progress)) for _ in range(workers)]
+    tasks = [
+        asyncio.create_task(_flow_worker(client, body, progress, two_calls)) for _ in range(workers)
+    ]
     try:
         done, _ = await asyncio.wait(tasks, timeout=warmup_s, return_when=asyncio.FIRST_EXCEPTION)
         _raise_first(done)

@@ -1,4 +1,5 @@
-"""The three picker benchmark scenarios, each measured against the baseline in the same run.
+"""The picker benchmark's scenarios (b) and (c) and what every scenario shares (settings,
+rows, the pair of servers); (a), the flow rates, is `loadtest.flow_rates`.
 
 Every scenario returns table rows; a ratio is always kinference against baseline, with
 runs alternated (ABBA) so slow drift on a noisy machine hits both sides alike.
@@ -8,14 +9,13 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
 from kinference.v1 import picker_pb2_grpc
-from loadtest.flows import Body, FlowClient, body_round_trip, chat_body, flow_rate, open_channel
+from loadtest.flows import Body, FlowClient, body_round_trip, open_channel
 from loadtest.servers import ServerProcess, ServerSpec, running
 
 MIB = 1 << 20
@@ -85,83 +85,6 @@ def verdict(ok: bool) -> str:
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-@dataclass
-class _RateTotals:
-    flows: int = 0
-    seconds: float = 0.0
-    all_flows: int = 0
-    cpu_s: float = 0.0
-    client_cpu_s: float = 0.0
-    wall_s: float = 0.0
-
-    @property
-    def rate(self) -> float:
-        return self.flows / self.seconds
-
-    @property
-    def cpu_ms_per_flow(self) -> float:
-        return 1000 * self.cpu_s / self.all_flows
-
-    @property
-    def server_busy(self) -> float:
-        return self.cpu_s / self.wall_s
-
-    @property
-    def client_busy(self) -> float:
-        return self.client_cpu_s / self.wall_s
-
-
-async def flow_rate_rows(pair: Pair, settings: Settings) -> list[Row]:
-    """(a) Completed full flows per second, 64 workers on one channel per server."""
-    body = chat_body(settings.small_body_bytes)
-    totals = {role: _RateTotals() for role in ROLES}
-    round_s = settings.measure_s / settings.rounds
-    for side in (pair.baseline, pair.kinference):
-        await flow_rate(side.client, body, settings.workers, settings.warmup_s, 0.0)
-    for role, side in pair.abba(settings.rounds):
-        cpu_start, client_start = side.server.cpu_seconds(), time.process_time()
-        wall_start = time.perf_counter()
-        window = await flow_rate(side.client, body, settings.workers, settings.ramp_s, round_s)
-        total = totals[role]
-        total.wall_s += time.perf_counter() - wall_start
-        total.client_cpu_s += time.process_time() - client_start
-        total.cpu_s += side.server.cpu_seconds() - cpu_start
-        total.all_flows += window.total_flows
-        total.flows += window.flows
-        total.seconds += window.seconds
-        log(f"  flow rate {role:>10}: {window.rate:8.0f} flows/s")
-    base, kinf = totals["baseline"], totals["kinference"]
-    ratio = kinf.rate / base.rate
-    return [
-        Row(
-            f"(a) full flow rate, {settings.workers} workers, "
-            f"{settings.small_body_bytes // 1024} KiB body, "
-            f"{settings.rounds}x{round_s:.1f}s alternated (flows/s)",
-            f"{base.rate:.0f}",
-            f"{kinf.rate:.0f}",
-            f"{ratio:.2f}",
-            "≥ 0.75",
-            verdict(ratio >= 0.75),
-        ),
-        Row(
-            "(a) server CPU per flow (ms)",
-            f"{base.cpu_ms_per_flow:.3f}",
-            f"{kinf.cpu_ms_per_flow:.3f}",
-            f"{kinf.cpu_ms_per_flow / base.cpu_ms_per_flow:.2f}",
-            "",
-            "info",
-        ),
-        Row(
-            "(a) CPU busy, server / bench client (cores)",
-            f"{base.server_busy:.2f} / {base.client_busy:.2f}",
-            f"{kinf.server_busy:.2f} / {kinf.client_busy:.2f}",
-            "",
-            "",
-            "info",
-        ),
-    ]
 
 
 async def big_body_rows(pair: Pair, settings: Settings, body: Body) -> list[Row]:

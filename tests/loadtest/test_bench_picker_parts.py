@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import grpc
 
+from kinference.config import parse_policy
 from kinference.v1 import picker_pb2_grpc
 from loadtest.bench_flow_cpu import (
     STAGES,
@@ -19,9 +20,10 @@ from loadtest.bench_flow_cpu import (
     render,
     render_pick_cpu,
 )
+from loadtest.bench_picker import POLICY_YAML
 from loadtest.flows import FlowClient, chat_body
 from loadtest.skeleton_server import CONSTANT, skeleton_app
-from tests.conftest import make_settings
+from tests.conftest import PickerFactory, make_settings
 
 
 async def test_the_skeleton_serves_every_step_with_a_constant_decision() -> None:
@@ -71,3 +73,20 @@ async def test_the_pick_cpu_timer_times_every_round_of_whole_flows() -> None:
     final = {"kind": "final_token", "known": "true"}
     assert registry.get_sample_value("kinference_reports_total", final) == 30
     assert "ratio" in render_pick_cpu(kinf_rounds, base_rounds)
+
+
+async def test_the_two_call_flow_picks_on_push_and_reports_both_tokens_in_one_call(
+    start_picker: PickerFactory,
+) -> None:
+    """`FlowClient.two_call_flow` is the real request with kinference's extensions: the
+    push picks (the router counts it), the body comes back inline and is released, and the
+    final report applies the folded first token (the request leaves the in-flight count)."""
+    picker = await start_picker(parse_policy(POLICY_YAML))
+    async with grpc.aio.insecure_channel(picker.target) as channel:
+        client = FlowClient(picker_pb2_grpc.PickerStub(channel))
+        for _ in range(3):
+            await client.two_call_flow(chat_body(4096))
+    assert picker.metric("kinference_picks_total", {"outcome": "ok"}) == 3
+    final = {"kind": "final_token", "known": "true"}
+    assert picker.metric("kinference_reports_total", final) == 3
+    assert picker.app.store.held_bodies == 0
