@@ -40,7 +40,7 @@ from kinference.service import PickerService
 from kinference.settings import Settings
 from kinference.v1 import picker_pb2 as pb
 from loadtest.bench_picker import POLICY_YAML
-from loadtest.flows import ITL_BUCKETS_LAYOUT_1, MODEL, Body, chat_body
+from loadtest.flows import Body, chat_body, final_report
 
 BODY_BYTES = 4096  # as bench_picker (a)
 STAGES = ("push", "pick", "pull", "first report", "final report")
@@ -179,14 +179,7 @@ def _first_raw(response_id: int) -> bytes:
 
 
 def _final_raw(response_id: int) -> bytes:
-    return pb.ReportFinalTokenRequest(
-        response_id=response_id,
-        model=MODEL,
-        prompt_tokens=1000,
-        completion_tokens=10,
-        itl_bucket_counts=ITL_BUCKETS_LAYOUT_1,
-        itl_bucket_layout=1,
-    ).SerializeToString()
+    return final_report(response_id).SerializeToString()
 
 
 def warm_up(flows: list[Flow], count: int) -> None:

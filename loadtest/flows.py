@@ -104,7 +104,7 @@ class FlowClient:
         first = await self.stub.ReportFirstToken(
             picker_pb2.ReportFirstTokenRequest(response_id=picked.response_id, observed_ttft_ms=5)
         )
-        final = await self.stub.ReportFinalToken(_final_report(picked.response_id))
+        final = await self.stub.ReportFinalToken(final_report(picked.response_id))
         if not (first.acknowledged and final.acknowledged):
             raise FlowError("a token report was not acknowledged")
 
@@ -132,13 +132,13 @@ class FlowClient:
         if len(trailing.get(extensions.BODY, b"")) != picked.body_total_bytes:
             raise FlowError("the body did not come back inline")
         final = await self.stub.ReportFinalToken(
-            _final_report(picked.response_id), metadata=((extensions.FIRST_TOKEN, "5:200"),)
+            final_report(picked.response_id), metadata=((extensions.FIRST_TOKEN, "5:200"),)
         )
         if not final.acknowledged:
             raise FlowError("the final report was not acknowledged")
 
 
-def _final_report(response_id: int) -> picker_pb2.ReportFinalTokenRequest:
+def final_report(response_id: int) -> picker_pb2.ReportFinalTokenRequest:
     return picker_pb2.ReportFinalTokenRequest(
         response_id=response_id,
         model=MODEL,
