@@ -46,13 +46,14 @@ async def _rates(pair: Pair, settings: Settings, two_calls: bool) -> dict[str, _
     body = chat_body(settings.small_body_bytes)
     totals = {role: _RateTotals() for role in ROLES}
     round_s = settings.measure_s / settings.rounds
+    short_role = "kinference" if two_calls else None  # the baseline has no extensions
     for role, side in (("baseline", pair.baseline), ("kinference", pair.kinference)):
-        short = two_calls and role == "kinference"
         await flow_rate(
-            side.client, body, settings.workers, settings.warmup_s, 0.0, two_calls=short
-        )
+            side.client, body, settings.workers, settings.warmup_s, 0.0,
+            two_calls=role == short_role,
+        )  # fmt: skip
     for role, side in pair.abba(settings.rounds):
-        short = two_calls and role == "kinference"
+        short = role == short_role
         cpu_start, client_start = side.server.cpu_seconds(), time.process_time()
         wall_start = time.perf_counter()
         window = await flow_rate(
@@ -86,14 +87,7 @@ async def two_call_rows(pair: Pair, settings: Settings) -> list[Row]:
             "",
             "info",
         ),
-        Row(
-            "(a) two-call flow: server CPU per flow (ms)",
-            f"{base.cpu_ms_per_flow:.3f}",
-            f"{kinf.cpu_ms_per_flow:.3f}",
-            f"{kinf.cpu_ms_per_flow / base.cpu_ms_per_flow:.2f}",
-            "",
-            "info",
-        ),
+        _cpu_row("(a) two-call flow: server CPU per flow (ms)", base, kinf),
     ]
 
 
@@ -113,14 +107,7 @@ async def flow_rate_rows(pair: Pair, settings: Settings) -> list[Row]:
             "≥ 0.75",
             verdict(ratio >= 0.75),
         ),
-        Row(
-            "(a) server CPU per flow (ms)",
-            f"{base.cpu_ms_per_flow:.3f}",
-            f"{kinf.cpu_ms_per_flow:.3f}",
-            f"{kinf.cpu_ms_per_flow / base.cpu_ms_per_flow:.2f}",
-            "",
-            "info",
-        ),
+        _cpu_row("(a) server CPU per flow (ms)", base, kinf),
         Row(
             "(a) CPU busy, server / bench client (cores)",
             f"{base.server_busy:.2f} / {base.client_busy:.2f}",
@@ -130,3 +117,14 @@ async def flow_rate_rows(pair: Pair, settings: Settings) -> list[Row]:
             "info",
         ),
     ]
+
+
+def _cpu_row(scenario: str, base: _RateTotals, kinf: _RateTotals) -> Row:
+    return Row(
+        scenario,
+        f"{base.cpu_ms_per_flow:.3f}",
+        f"{kinf.cpu_ms_per_flow:.3f}",
+        f"{kinf.cpu_ms_per_flow / base.cpu_ms_per_flow:.2f}",
+        "",
+        "info",
+    )

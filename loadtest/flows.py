@@ -71,12 +71,15 @@ class FlowClient:
     stub: picker_pb2_grpc.PickerAsyncStub
     request_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
-    async def push(self, body: Body) -> int:
-        request_id = f"bench-{next(self.request_ids)}"
-        metadata = (
+    def _push_metadata(self, body: Body) -> tuple[tuple[str, str], ...]:
+        """What every push of the bench declares: the body's length, a request id."""
+        return (
             ("kinference-declared-length", str(body.length)),
-            ("kinference-client-request-id", request_id),
+            ("kinference-client-request-id", f"bench-{next(self.request_ids)}"),
         )
+
+    async def push(self, body: Body) -> int:
+        metadata = self._push_metadata(body)
         reply = await self.stub.PushBody(body.messages(), metadata=metadata)
         if reply.stream_id == 0 or reply.total_bytes != body.length:
             raise FlowError(f"PushBody answered {reply}")
@@ -86,10 +89,7 @@ class FlowClient:
         reply: picker_pb2.PickResponse = await self.stub.Pick(
             picker_pb2.PickRequest(body_stream_id=stream_id, tenant="")
         )
-        if reply.outcome not in ACCEPTED_OUTCOMES or reply.response_id == 0:
-            outcome = picker_pb2.PickResponse.Outcome.Name(reply.outcome)
-            raise FlowError(f"Pick answered {outcome}: {reply.reason!r}")
-        return reply
+        return _accepted(reply, "Pick")
 
     async def pull(self, picked: picker_pb2.PickResponse) -> int:
         received = 0
@@ -118,8 +118,7 @@ class FlowClient:
         picks at its half-close and answers with the body inline, and the final report
         carries the first token's."""
         metadata = (
-            ("kinference-declared-length", str(body.length)),
-            ("kinference-client-request-id", f"bench-{next(self.request_ids)}"),
+            *self._push_metadata(body),
             (extensions.PICK, picker_pb2.PickRequest(tenant="").SerializeToString()),
             (extensions.INLINE_BODY_MAX, str(extensions.INLINE_BODY_LIMIT)),
         )
@@ -127,8 +126,7 @@ class FlowClient:
         await call
         trailing = dict(await call.trailing_metadata() or ())
         picked = picker_pb2.PickResponse.FromString(trailing[extensions.PICK])
-        if picked.outcome not in ACCEPTED_OUTCOMES or picked.response_id == 0:
-            raise FlowError(f"the pick on push answered {picked.outcome}: {picked.reason!r}")
+        _accepted(picked, "the pick on push")
         if len(trailing.get(extensions.BODY, b"")) != picked.body_total_bytes:
             raise FlowError("the body did not come back inline")
         final = await self.stub.ReportFinalToken(
@@ -136,6 +134,14 @@ class FlowClient:
         )
         if not final.acknowledged:
             raise FlowError("the final report was not acknowledged")
+
+
+def _accepted(reply: picker_pb2.PickResponse, what: str) -> picker_pb2.PickResponse:
+    """`reply`, if it is a pick the flow can go on with."""
+    if reply.outcome not in ACCEPTED_OUTCOMES or reply.response_id == 0:
+        outcome = picker_pb2.PickResponse.Outcome.Name(reply.outcome)
+        raise FlowError(f"{what} answered {outcome}: {reply.reason!r}")
+    return reply
 
 
 def final_report(response_id: int) -> picker_pb2.ReportFinalTokenRequest:
