@@ -119,6 +119,50 @@ class EngineReadings:
         known = known[~np.isnan(ceiling) | ~np.isnan(full)]
         return float(known.mean()) if len(known) else math.nan
 
+    def batch_rows(self, slots: list[int]) -> list[BatchRow]:
+        """What the slots' readings and reports say of their batches, one row per slot,
+        read once for the small forms below (each reads most of a row)."""
+        seen, most, limit = self.batch.item, self.running_max.item, self.batch_limit.item
+        floor, ceiling = self.batch_floor.item, self.batch_ceiling.item
+        return [(seen(slot), most(slot), limit(slot), floor(slot), ceiling(slot)) for slot in slots]
+
+    def peer_batch_of(self, slots: list[int]) -> float:
+        """`peer_batch` on Python floats, for a handful of candidates."""
+        return peer_batch_of_rows(self.batch_rows(slots))
+
+    def occupancy_of(
+        self, slot: int, waiting: float, prior_batch: float, peer: float = math.nan
+    ) -> tuple[float, float]:
+        """`occupancy` of one slot on Python floats (`waiting`: its fresh reading or NaN;
+        `peer`: the candidates' `peer_batch`)."""
+        return self.occupancy_of_row(slot, self.batch_rows([slot])[0], waiting, prior_batch, peer)
+
+    def occupancy_of_row(
+        self, slot: int, row: BatchRow, waiting: float, prior_batch: float, peer: float
+    ) -> tuple[float, float]:
+        """`occupancy_of`, the slot's `batch_rows` row given."""
+        inflight, running = self.inflight.item(slot), self.running.item(slot)
+        held = running + waiting + inflight - self.inflight_at_reading.item(slot)
+        fresh = not isnan(held)
+        sequences = max(held, 0.0) if fresh else inflight
+        seen, most, limit, floor, ceiling = row
+        full = seen if isnan(most) or isnan(seen) else max(seen, most)
+        if not isnan(limit):
+            return sequences, max(limit if isnan(full) else min(limit, full), 1.0)
+        if not isnan(full):
+            return sequences, max(full, 1.0)
+        floor = _fmax(most, floor)
+        guess = prior_batch if isnan(floor) else max(BATCH_HEADROOM * floor, prior_batch)
+        if isnan(ceiling) and not floor > peer:  # what it ran contradicts no peer
+            ceiling = peer
+        if not isnan(ceiling):
+            ceiling = _fmax(ceiling, floor)
+            guess = min(guess, ceiling)
+        if fresh:
+            took_all = running if waiting > 0 else running + 1.0
+            guess = max(took_all if isnan(ceiling) else min(took_all, ceiling), guess)
+        return sequences, max(guess, 1.0)
+
     def unsure(self, slots: _IndexArray, peer: float) -> _FloatArray:
         """Per candidate, the most sequences any candidate was seen running (or joined
         unqueued) where its own batch is not known (no full reading, no configured batch,
@@ -133,74 +177,13 @@ class EngineReadings:
         pool = float(np.nanmax(floor)) if not np.isnan(floor).all() else math.nan
         return np.where(known, np.nan, np.fmax(floor, pool))
 
-    def batch_rows(self, slots: list[int]) -> list[BatchRow]:
-        """What the slots' readings and reports say of their batches, one row per slot,
-        read once for the small forms below (each reads most of a row)."""
-        seen, most, limit = self.batch.item, self.running_max.item, self.batch_limit.item
-        floor, ceiling = self.batch_floor.item, self.batch_ceiling.item
-        return [(seen(slot), most(slot), limit(slot), floor(slot), ceiling(slot)) for slot in slots]
-
-    def peer_batch_of(self, slots: list[int]) -> float:
-        """`peer_batch` on Python floats, for a handful of candidates."""
-        return peer_and_most_seen(self.batch_rows(slots))[0]
+    def unsure_of(self, slot: int, peer: float, pool: float) -> float:
+        """`unsure` of one slot on Python floats (`pool`: `most_seen_of` the candidates)."""
+        return unsure_of_row(self.batch_rows([slot])[0], peer, pool)
 
     def most_seen_of(self, slots: list[int]) -> float:
         """The most sequences any of the slots was seen running or joined unqueued."""
-        return peer_and_most_seen(self.batch_rows(slots))[1]
-
-    def occupancy_of(
-        self, slot: int, waiting: float, prior_batch: float, peer: float = math.nan
-    ) -> tuple[float, float]:
-        """`occupancy` of one slot on Python floats (`waiting`: its fresh reading or NaN;
-        `peer`: the candidates' `peer_batch`)."""
-        sequences, batch, _ = self.small_occupancy([slot], [waiting], prior_batch, peer=peer)
-        return sequences[0], batch[0]
-
-    def unsure_of(self, slot: int, peer: float, pool: float) -> float:
-        """`unsure` of one slot on Python floats (`pool`: `most_seen_of` the candidates)."""
-        return self.small_occupancy([slot], [math.nan], 1.0, peer=peer, pool=pool)[2][0]
-
-    def small_occupancy(
-        self,
-        slots: list[int],
-        waiting: list[float],
-        prior_batch: float,
-        *,
-        peer: float | None = None,
-        pool: float | None = None,
-    ) -> tuple[list[float], list[float], list[float]]:
-        """`occupancy` (sequences, batch) and `unsure` per candidate on Python floats, for a
-        handful of candidates (`waiting`: their fresh readings or NaN): one pass over their
-        rows, `_fmax` written out where it ran per value. `peer` and `pool`
-        are the candidates' `peer_batch` and `most_seen_of` unless given."""
-        rows = self.batch_rows(slots)
-        found_peer, found_pool = peer_and_most_seen(rows)
-        peer = found_peer if peer is None else peer
-        pool = found_pool if pool is None else pool
-        inflight_of, running_of = self.inflight.item, self.running.item
-        before_of = self.inflight_at_reading.item
-        all_sequences, batches, unsure = [], [], []
-        for slot, fresh_waiting, (seen, most, limit, least, ceiling) in zip(
-            slots, waiting, rows, strict=True
-        ):
-            inflight, running = inflight_of(slot), running_of(slot)
-            held = running + fresh_waiting + inflight - before_of(slot)
-            fresh = not isnan(held)
-            sequences = (held if not held < 0.0 else 0.0) if fresh else inflight
-            full = seen if isnan(most) or isnan(seen) else max(seen, most)
-            # `_fmax(most, least)`: the most it ran or joined unqueued
-            floor = least if isnan(most) else most if isnan(least) or most >= least else least
-            batch = _guessed_batch(
-                running, fresh_waiting, fresh, full, limit, floor, ceiling, prior_batch, peer
-            )
-            all_sequences.append(sequences)
-            batches.append(batch)
-            known = _fmax(_fmax(seen, limit), ceiling)
-            if not isnan(known) or (not isnan(peer) and not floor > peer):
-                unsure.append(math.nan)
-            else:
-                unsure.append(_fmax(floor, pool))
-        return all_sequences, batches, unsure
+        return most_seen_of_rows(self.batch_rows(slots))
 
     def has_readings(self) -> bool:
         """Whether any engine reading was ever taken (else every engine signal is unknown)."""
@@ -236,46 +219,34 @@ def unseen_waits(
     ])  # fmt: skip
 
 
-def peer_and_most_seen(rows: list[BatchRow]) -> tuple[float, float]:
-    """`peer_batch` and `most_seen_of` the candidates whose `batch_rows` these are."""
-    total, count, found = 0.0, 0, math.nan
-    for seen, most, _, floor, ceiling in rows:
+def peer_batch_of_rows(rows: list[BatchRow]) -> float:
+    """`peer_batch` of the candidates whose `batch_rows` these are."""
+    total, count = 0.0, 0
+    for seen, most, _, _, ceiling in rows:
         known = _fmax(seen, ceiling)
         if not isnan(known):  # a full reading (it wins), else a ceiling
             known = known if isnan(seen) else seen
             total += _fmax(known, most)
             count += 1
+    return total / count if count else math.nan
+
+
+def most_seen_of_rows(rows: list[BatchRow]) -> float:
+    """`most_seen_of` the candidates whose `batch_rows` these are."""
+    found = math.nan
+    for _, most, _, floor, _ in rows:
         found = _fmax(found, _fmax(most, floor))
-    return (total / count if count else math.nan), found
+    return found
 
 
-def _guessed_batch(  # noqa: PLR0917
-    running: float,
-    waiting: float,
-    fresh: bool,
-    full: float,
-    limit: float,
-    floor: float,
-    ceiling: float,
-    prior_batch: float,
-    peer: float,
-) -> float:
-    """`occupancy`'s batch of one candidate (`floor`: the most it ran or joined unqueued;
-    `full`: the batch a full reading showed, NaN if none)."""
-    if not isnan(limit):
-        return max(limit if isnan(full) else min(limit, full), 1.0)
-    if not isnan(full):
-        return max(full, 1.0)
-    guess = prior_batch if isnan(floor) else max(BATCH_HEADROOM * floor, prior_batch)
-    if isnan(ceiling) and not floor > peer:  # what it ran contradicts no peer
-        ceiling = peer
-    if not isnan(ceiling):
-        ceiling = _fmax(ceiling, floor)
-        guess = min(guess, ceiling)
-    if fresh:
-        took_all = running if waiting > 0 else running + 1.0
-        guess = max(took_all if isnan(ceiling) else min(took_all, ceiling), guess)
-    return max(guess, 1.0)
+def unsure_of_row(row: BatchRow, peer: float, pool: float) -> float:
+    """`unsure_of` the slot whose `batch_rows` row this is."""
+    seen, most, limit, floor, ceiling = row
+    floor = _fmax(most, floor)
+    known = _fmax(_fmax(seen, limit), ceiling)
+    if not isnan(known) or (not isnan(peer) and not floor > peer):
+        return math.nan
+    return _fmax(floor, pool)
 
 
 def _fmax(a: float, b: float) -> float:

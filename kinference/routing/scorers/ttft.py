@@ -46,6 +46,7 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat
 
+from kinference.routing import readings
 from kinference.routing.pending import unwaited_prefill, waited_prefill
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
@@ -180,10 +181,12 @@ class TtftScorer:
         memory, fits = ctx.memory_ahead, ctx.memory_batch
         predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
         unsure: list[float] = []
-        fresh = [waiting.item(slot) for slot in slots]
-        occupancy, batches, doubts = table.small_occupancy(slots, fresh, config.prior_batch)
+        rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
+        pool, peer = readings.most_seen_of_rows(rows), readings.peer_batch_of_rows(rows)
+        prior = config.prior_batch
         for i, slot in enumerate(slots):
-            sequences, batch = occupancy[i], batches[i]
+            row = rows[i]
+            sequences, batch = table.occupancy_of_row(slot, row, waiting.item(slot), prior, peer)
             ahead = max(sequences + 1.0 - batch, 0.0)
             queued = pending.item(slot)
             if queued > 0.0:
@@ -202,7 +205,7 @@ class TtftScorer:
             slot_wait.append(for_slot)
             joined, most = sequences + 1.0, math.nan
             if ahead == 0.0:
-                most = doubts[i]
+                most = readings.unsure_of_row(row, peer, pool)
             # (`unseen_wait` is 0 unless this holds: its call then saved)
             if most >= MOST_SEEN_FOR_DOUBT and not joined <= most:
                 unsure.append(unseen_wait(joined, most, batch, service[i]))
