@@ -57,10 +57,10 @@ def test_the_share_is_the_prior_until_samples_then_their_mean_shrunk_toward_it()
     overlap = PrefillOverlap()
     assert overlap.share(MODEL) == 1.0 and math.isnan(overlap.learned(MODEL))
     assert overlap.observe(MODEL, 0.0)
-    assert overlap.share(MODEL) == pytest.approx(0.5)  # one overtake halves it
+    assert overlap.share(MODEL) == pytest.approx(0.2)  # one overtake: a fifth
     for _ in range(3):
         overlap.observe(MODEL, 0.0)
-    assert overlap.share(MODEL) == pytest.approx(1 / (1 + 1 + 0.9 + 0.81 + 0.729))
+    assert overlap.share(MODEL) == pytest.approx(0.25 / (0.25 + 1 + 0.9 + 0.81 + 0.729))
     for _ in range(40):
         overlap.observe(MODEL, 1.0)
     assert overlap.share(MODEL) > 0.95  # forgotten as the engines show otherwise
@@ -75,7 +75,7 @@ def test_the_models_with_samples_are_bounded() -> None:
     for i in range(MAX_MODELS + 5):
         overlap.observe(f"m{i}", 0.0)
     assert math.isnan(overlap.learned("m0"))  # the first learned went
-    assert overlap.share(f"m{MAX_MODELS + 4}") == pytest.approx(0.5)
+    assert overlap.share(f"m{MAX_MODELS + 4}") == pytest.approx(0.2)
 
 
 def test_a_request_overtaking_a_document_being_prefilled_is_a_sample_of_overlap() -> None:
@@ -92,7 +92,7 @@ def test_a_request_overtaking_a_document_being_prefilled_is_a_sample_of_overlap(
     assert learn.rates.overlap.share(MODEL) == 1.0  # due at the document's first token
     clock.now += 0.5
     learn.first_token(document, 620.0)
-    assert learn.rates.overlap.share(MODEL) == pytest.approx(0.5)
+    assert learn.rates.overlap.share(MODEL) == pytest.approx(0.2)
     assert journal.samples == [("10.0.0.0:8000", MODEL, 0.0)]
     assert learn.rates.overlap.pending_overtakes() == 0
 
@@ -127,7 +127,7 @@ def test_a_request_that_came_after_the_prefill_it_was_predicted_to_wait_for_is_a
 ):
     """vLLM's scheduler: the new prompt's first token comes after the document's."""
     learn, clock, journal = learning()
-    learn.rates.overlap.observe(MODEL, 0.0)  # an earlier overtake: 0.5
+    learn.rates.overlap.observe(MODEL, 0.0)  # an earlier overtake: 0.2
     document = choice(0, DOC, 12_000.0)
     learn.picked(document)
     hit = choice(
@@ -140,7 +140,7 @@ def test_a_request_that_came_after_the_prefill_it_was_predicted_to_wait_for_is_a
     clock.now += 0.01
     learn.first_token(hit, 610.0)
     assert journal.samples == [("10.0.0.0:8000", MODEL, 1.0)]
-    assert learn.rates.overlap.share(MODEL) > 0.5
+    assert learn.rates.overlap.share(MODEL) > 0.2
 
 
 @pytest.mark.parametrize("behind_ms", [0.0, 20.0, 25.0])
@@ -189,7 +189,7 @@ def test_the_ttft_model_scales_the_pending_prefill_wait_by_the_share() -> None:
         learn.rates.overlap.observe(MODEL, 0.0)
     for predict in (scorer._predict_small, scorer._predict_vector):
         _, wait, *_ = predict(ctx)
-        assert wait.tolist()[0] == pytest.approx(1200.0 / (1 + 1 + 0.9 + 0.81 + 0.729))
+        assert wait.tolist()[0] == pytest.approx(300.0 / (0.25 + 1 + 0.9 + 0.81 + 0.729))
         assert ctx.pending_wait_ms is not None
         assert ctx.pending_wait_ms.tolist()[0] == pytest.approx(1200.0)  # unscaled
     learn.rates.overlap = PrefillOverlap()
