@@ -41,9 +41,6 @@ TEXT_SIZE = "c"
 # [endpoint, model, sequences beside, excess ms]: a sample of the model's busy cost, what
 # the sequences running beside a request added to its TTFT (`routing.rates`)
 BUSY = "u"
-# [endpoint, model, waited 0..1]: a sample of the model's prefill overlap, whether a request
-# waited for the prefill picked there before it (`routing.overlap`)
-OVERLAP = "o"
 
 Event = list[Any]
 

@@ -50,8 +50,6 @@ class LocalChoice:
     cached_tokens: float = 0.0  # predicted cached on this worker (its cached-tokens source)
     predicted_ttft_ms: float | None = None  # the TTFT model's estimate, when it ran
     predicted_wait_ms: float = 0.0  # the part of it spent behind other requests
-    # Other prompts' pending prefill ahead of it, at a share of 1 (`routing.overlap`).
-    pending_wait_ms: float = 0.0
     # Sequences it joined on the worker (itself included), as the TTFT model saw them.
     sequences: float = 0.0
     hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks

@@ -107,7 +107,3 @@ class RouterFeedback:
         """Another replica's sample of `model`'s busy cost (`endpoint` served it; the
         cost is the model's engines', whichever served it)."""
         self.learning.rates.observe_busy(model, sequences, excess_ms)
-
-    def remote_overlap(self, endpoint: str, model: str, waited: float) -> None:
-        """Another replica's sample of `model`'s prefill overlap (`routing.overlap`)."""
-        self.learning.rates.overlap.observe(model, waited)

@@ -57,10 +57,6 @@ class Journal(Protocol):
         `endpoint` beside `sequences` running ones took `excess_ms` beyond its predicted
         queue and prefill."""
 
-    def overlap(self, endpoint: str, model: str, waited: float) -> None:
-        """A sample of `model`'s prefill overlap (`routing.overlap`): a request on
-        `endpoint` waited for (1) or overtook (0) the prefill picked there before it."""
-
 
 class NullJournal:
     """Standalone: the instance's own state is the whole state."""
@@ -100,7 +96,4 @@ class NullJournal:
         pass
 
     def busy(self, endpoint: str, model: str, sequences: float, excess_ms: float) -> None:
-        pass
-
-    def overlap(self, endpoint: str, model: str, waited: float) -> None:
         pass

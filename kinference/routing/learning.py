@@ -13,7 +13,6 @@ from math import floor, isnan
 
 from kinference.routing.decision import LocalChoice
 from kinference.routing.journal import Journal
-from kinference.routing.overlap import MIN_WAIT_MS
 from kinference.routing.pending import PendingPrefix
 from kinference.routing.prefix import PrefixIndex
 from kinference.routing.quality import PredictionQuality
@@ -73,7 +72,6 @@ class Learning:
                                 entry.tokens, entry.block_tokens)  # fmt: skip
 
     def first_token(self, choice: LocalChoice, ttft_ms: float) -> None:
-        self._overlap_evidence(choice)
         self.prefill_over(choice)
         self.table.observe_ttft(choice.slot, choice.model, ttft_ms)
         self.journal.first_token(choice.endpoint, choice.model, ttft_ms)
@@ -106,29 +104,7 @@ class Learning:
             return True
         return False
 
-    def _overlap_evidence(self, choice: LocalChoice) -> None:
-        """What the order of first tokens on the worker tells of its engine overlapping
-        prefills (`routing.overlap`): picks before this one still prefilling are overtaken
-        (their first tokens, if far enough behind, are samples of 0); this one, predicted
-        to wait for pending prefill longer than for all else, came after all of them (a
-        sample of 1); and this one, if overtaken, ends an overtake."""
-        overlap, key, now = self.rates.overlap, id(choice), self.table.now_ms()
-        older = self.table.pending_before(choice.slot, key)
-        if older:
-            overlap.overtaken(older, now)
-        elif choice.predicted_ttft_ms is not None and choice.pending_wait_ms >= max(
-            MIN_WAIT_MS, choice.predicted_ttft_ms - choice.predicted_wait_ms
-        ):
-            self._overlap_sample(choice, 1.0)
-        if overlap.ended(key, now, first_token=True):
-            self._overlap_sample(choice, 0.0)
-
-    def _overlap_sample(self, choice: LocalChoice, waited: float) -> None:
-        if self.rates.overlap.observe(choice.model, waited):
-            self.journal.overlap(choice.endpoint, choice.model, waited)
-
     def released_before_first_token(self, choice: LocalChoice) -> None:
-        self.rates.overlap.ended(id(choice), self.table.now_ms(), first_token=False)
         self.prefill_over(choice)
 
     def prefill_over(self, choice: LocalChoice) -> None:
@@ -230,7 +206,6 @@ class Learning:
         key = (instance, pick)
         self._remote.pop(key, None)
         self.table.end_prefill(slot, key)
-        self.rates.overlap.ended(key, 0.0, first_token=False)  # its sample is its replica's
 
     def remote_gone(self, instance: str) -> None:
         """A replica left: its prefills in progress no longer count."""

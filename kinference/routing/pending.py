@@ -73,19 +73,6 @@ class PendingPrefixes:
             return 0.0
         return sum(entry.shared_tokens(hashes) for entry in entries.values())
 
-    def before(self, slot: int, key: object) -> list[object]:
-        """The picks still pending on `slot` that were picked there before `key` (none if
-        `key` is not pending there)."""
-        entries = self._by_slot.get(slot)
-        if not entries or key not in entries:
-            return []
-        older: list[object] = []
-        for other in entries:  # in the order they were picked
-            if other == key:
-                return older
-            older.append(other)
-        return older
-
     def forget(self, slot: int) -> list[PendingPrefix]:
         """Drop a worker's entries (it left); answers them."""
         return list(self._by_slot.pop(slot, {}).values())

@@ -27,7 +27,6 @@ import math
 
 import numpy as np
 
-from kinference.routing.overlap import PrefillOverlap
 from kinference.routing.table import FloatArray, IndexArray
 
 MIN_SPREAD_TOKENS = 64.0  # below this spread of uncached tokens the slope is not refitted
@@ -79,8 +78,6 @@ class Rates:
         # and the fitted milliseconds a sequence (one for the model's engines: a pool's
         # engines share it, and each report teaches it, not only one worker's in four).
         self._busy: dict[str, tuple[float, float, float]] = {}
-        # Per model, the share of other prompts' pending prefill a new prompt waits for.
-        self.overlap = PrefillOverlap(alpha)
 
     def values(self, model: str, quantity: str, slots: IndexArray, size: int) -> FloatArray:
         """`quantity` for the slots (NaN where not learned); `size` is the table's."""

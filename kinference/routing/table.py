@@ -171,14 +171,6 @@ class WorkerTable(EngineReadings):
             self.add_pending_prefill(slot, -entry.tokens)
         return entry is not None
 
-    def now_ms(self) -> float:
-        """The table's clock, monotonic milliseconds."""
-        return self._clock() * 1000.0
-
-    def pending_before(self, slot: int, key: object) -> list[object]:
-        """The picks still prefilling on `slot` that were picked there before `key`."""
-        return self.pending.before(slot, key)
-
     def shared_pending(self, slot: int, hashes: tuple[int, ...]) -> float:
         """Of `slot`'s pending prefill, the tokens a prompt with `hashes` shares."""
         return self.pending.shared(slot, hashes)

@@ -44,14 +44,13 @@ class WorkerChoice:
         else:
             index = 0
         slot = int(slots[index])
-        predicted, waits, behind = ctx.predicted_ttft_ms, ctx.predicted_wait_ms, ctx.pending_wait_ms
+        predicted, waits = ctx.predicted_ttft_ms, ctx.predicted_wait_ms
         held, age = self.prefix.held(slot, ctx.hashes)
         choice = LocalChoice(
             self.table.endpoints[slot], slot, self.policy.catalog.pool_of(group, slot), model,
             prompt_tokens=ctx.prompt_tokens, cached_tokens=float(ctx.cached_tokens[index]),
             predicted_ttft_ms=None if predicted is None else float(predicted[index]),
             predicted_wait_ms=0.0 if waits is None else float(waits[index]), hashes=ctx.hashes,
-            pending_wait_ms=0.0 if behind is None else float(behind[index]),
             sequences=1.0 + (0.0 if ctx.sequences is None else float(ctx.sequences[index])),
             held_blocks=held, held_age=age,
             settled=not self.table.shared_pending(slot, ctx.hashes),

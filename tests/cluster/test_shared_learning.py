@@ -158,37 +158,3 @@ async def test_the_busy_cost_learned_by_one_replica_is_learned_by_all(
 async def busy_counted(client: RedisClient) -> bool:
     totals = await read_stats(client, Keys(), time.time(), SEED_MINUTES)
     return any(name.endswith("|busy_count") for name in totals)
-
-
-ONE_WORKER = f"""
-pools:
-  - namespace: default
-    name: chat
-    endpoints: ["10.0.0.1:8000"]
-    models: ["{MODEL}"]
-"""
-
-
-def short(n: int) -> bytes:
-    return json.dumps(
-        {"model": MODEL, "messages": [{"role": "user", "content": f"hi {n}"}]}
-    ).encode()
-
-
-async def test_a_prefill_overlap_sample_learned_by_one_replica_is_learned_by_all(
-    start_replicas,
-) -> None:
-    """A short prompt picked behind a document's pending prefill, whose first token comes
-    after the document's (vLLM's scheduler), is a sample of the model's prefill overlap
-    (`routing.overlap`); B folds it too."""
-    a, b = await start_replicas(2, ONE_WORKER)
-    document = await pick_ok(a, question(0))
-    behind = await pick_ok(a, short(0))
-    assignment = a.app.inflight.get(behind.response_id)
-    assert assignment is not None and assignment.local is not None
-    assert assignment.local.pending_wait_ms > assignment.local.predicted_ttft_ms / 2  # type: ignore[operator]
-    await a.client.first_token(document.response_id, ttft_ms=110)
-    await a.client.first_token(behind.response_id, ttft_ms=120)
-    overlap_a, overlap_b = a.app.router.learning.rates.overlap, b.app.router.learning.rates.overlap
-    assert overlap_a.learned(MODEL) == 1.0
-    await wait_until(lambda: overlap_b.learned(MODEL) == 1.0, what="B's overlap sample")

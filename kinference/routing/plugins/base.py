@@ -50,8 +50,6 @@ class PickContext:
     predicted_ttft_ms: FloatArray | None = None
     predicted_wait_ms: FloatArray | None = None  # the part of it spent behind others
     sequences: FloatArray | None = None  # what each runs and queues, as the model sees it
-    # Of the wait, other prompts' pending prefill at a share of 1 (`routing.overlap`).
-    pending_wait_ms: FloatArray | None = None
 
 
 @dataclass(frozen=True, slots=True)

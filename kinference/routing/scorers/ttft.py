@@ -2,7 +2,7 @@
 
     ttft = wait + prefill + busy + pressure
     wait     = max(ahead * service_ms / batch,  memory_ahead * service_ms / memory_batch)
-               + share * max(pending - max(done, shared_pending), 0) * ms_per_token
+               + max(pending - max(done, shared_pending), 0) * ms_per_token
     prefill  = base_ms + (prompt_tokens - cached_tokens) * ms_per_token
     busy     = busy_ms_per_sequence * min(sequences, batch)
     pressure = decode_pressure_ms * min(sequences / batch, 1) ** 2
@@ -16,9 +16,7 @@ wait is a batch slot freed: `service_ms / batch` apart). `pending` are uncached 
 tokens picked to the worker and still without a first token, `shared_pending` those of
 them this prompt shares (a prefix being computed there is a cache hit in progress, not a
 queue: `routing.pending`), `done` those of them the engine has computed by now if it
-prefills them one after another from when its pending prefill began (`routing.pending`),
-`share` the part of it a new prompt waits for on the model's engines: 1 (vLLM's scheduler
-prefills one prompt at a time) until first tokens show them overlapping (`routing.overlap`).
+prefills them one after another from when its pending prefill began (`routing.pending`).
 `busy` is what the running sequences add to the request's own first step (each step
 decodes them beside its prefill). In precise pools whose cache size is known,
 `memory_ahead` are the requests ahead that must end before this one fits in the worker's
@@ -147,9 +145,7 @@ class TtftScorer:
         gone = unwaited_prefill(
             ctx.table, ctx.slots, ctx.cached_tokens, ctx.hashes, parts.per_token
         )
-        behind = (ctx.table.pending_prefill[ctx.slots] - gone) * parts.per_token
-        ctx.pending_wait_ms = behind
-        wait = parts.slot_wait + self.rates.overlap.share(ctx.model) * behind
+        wait = parts.wait - gone * parts.per_token
         slot_wait = parts.slot_wait
         if ctx.memory_ahead is not None and ctx.memory_batch is not None:
             memory = np.asarray(ctx.memory_ahead) * parts.service / np.asarray(ctx.memory_batch)
@@ -180,11 +176,10 @@ class TtftScorer:
                                   config.prior_service_ms)  # fmt: skip
         busy = rates.busy_ms(model, config.prior_busy_ms_per_sequence)
         pending, waiting = table.pending_prefill, ctx.signals.waiting
-        share = rates.overlap.share(model)
         full = config.decode_pressure_ms
         prompt, cached, hashes = ctx.prompt_tokens, ctx.cached_tokens.tolist(), ctx.hashes
         memory, fits = ctx.memory_ahead, ctx.memory_batch
-        predicted, wait, prefill, occupied, slot_wait, behind = [], [], [], [], [], []
+        predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
         unsure: list[float] = []
         rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
         pool, peer = readings.most_seen_of_rows(rows), readings.peer_batch_of_rows(rows)
@@ -200,8 +195,7 @@ class TtftScorer:
             for_slot = ahead * service[i] / batch
             if memory is not None and fits is not None:  # a place to run: slot and memory
                 for_slot = max(for_slot, memory[i] * service[i] / fits[i])
-            behind.append(queued * per_token[i])
-            waited = for_slot + share * behind[i]
+            waited = for_slot + queued * per_token[i]
             own = max(prompt - cached[i], 0.0) * per_token[i]
             pressure = full * min(sequences / batch, 1.0) ** 2 + busy * min(sequences, batch)
             predicted.append(waited + base[i] + own + pressure)
@@ -217,7 +211,7 @@ class TtftScorer:
                 unsure.append(unseen_wait(joined, most, batch, service[i]))
             else:
                 unsure.append(0.0)
-        ctx.sequences, ctx.pending_wait_ms = np.array(occupied), np.array(behind)
+        ctx.sequences = np.array(occupied)
         return predicted, wait, prefill, slot_wait, unsure
 
     def parts(
