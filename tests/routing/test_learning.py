@@ -281,3 +281,86 @@ def test_a_slow_first_token_alone_on_its_worker_is_no_queue() -> None:
     learn.picked(alone)
     learn.first_token(alone, 900.0)  # slower than the prior, but behind nothing
     assert np.isnan(learn.table.batch_ceiling[2])
+
+
+def clocked() -> tuple[Learning, list[float]]:
+    """A Learning whose table reads `now[0]` as the time (readings are aged against it)."""
+    now = [0.0]
+    table = WorkerTable(clock=lambda: now[0])
+    table.slots(f"10.0.0.{i}:8000" for i in range(3))
+    return Learning(table, PrefixIndex(10_000), NullJournal()), now
+
+
+def hit(sequences: float) -> LocalChoice:
+    """A cache hit predicted at 24 ms: a first token 300 ms late could be its 1500 cached
+    tokens missed (at the prior's 0.1 ms a token) as well as a queue."""
+    return choice(2, prompt_tokens=1520.0, cached_tokens=1500.0, predicted_ttft_ms=24.0,
+                  sequences=sequences)  # fmt: skip
+
+
+def test_a_late_first_token_with_a_queue_read_since_its_pick_caps_the_batch() -> None:
+    """The mixed pool's tail (h50, t3): a 5th sequence on a full 4-slot engine believed to
+    run 8, a reading 0.26 s after the pick showing 4 running and 1 waiting, its first token
+    270 ms late: at the first token, not at the final report 2 s later, the batch is 4."""
+    learn, now = clocked()
+    learn.table.set_engine(2, waiting=0, running=4, kv_usage=0.1, scraped_at=1.0)
+    assert learn.table.occupancy_of(2, 0.0, 8.0)[1] == 8.0
+    fifth = hit(5.0)
+    learn.picked(fifth)  # at 1.1 s
+    learn.table.set_engine(2, waiting=1, running=4, kv_usage=0.1, scraped_at=1.3)
+    learn.table.set_engine(2, waiting=0, running=4, kv_usage=0.1, scraped_at=1.35)
+    now[0] = 1.4
+    learn.first_token(fifth, 300.0)
+    assert learn.table.batch_ceiling[2] == 4.0
+    assert learn.table.occupancy_of(2, 0.0, 8.0) == (4.0, 4.0)
+
+
+def test_a_late_first_token_without_a_queue_read_since_its_pick_waits_for_the_report() -> None:
+    """Late within what the missed cache could explain and no reading since the pick shows
+    a queue (the one that did came before it): no evidence yet."""
+    learn, now = clocked()
+    learn.table.set_engine(2, waiting=1, running=4, kv_usage=0.1, scraped_at=0.9)
+    learn.table.set_engine(2, waiting=0, running=4, kv_usage=0.1, scraped_at=1.0)
+    fifth = hit(5.0)
+    learn.picked(fifth)
+    now[0] = 1.4  # picked at 1.1 s: the queue read at 0.9 s was another's
+    learn.first_token(fifth, 300.0)
+    assert np.isnan(learn.table.batch_ceiling[2])
+
+
+def test_a_queue_read_between_two_steps_teaches_no_batch() -> None:
+    """A scheduler admits at its next step: one reading can show 1 running, 1 waiting on
+    an engine of 8 slots (Dynamo's mockers). The first token then comes on time, and even
+    a late one (a slow engine) does not make a batch of one."""
+    learn, now = clocked()
+    learn.table.set_engine(2, waiting=1, running=1, kv_usage=0.1, scraped_at=1.2)
+    second = choice(2, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=2.0)
+    learn.picked(second)
+    now[0] = 1.3
+    learn.first_token(second, 70.0)  # on time: admitted at the next step
+    slow = choice(2, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=2.0)
+    learn.picked(slow)
+    learn.table.set_engine(2, waiting=1, running=1, kv_usage=0.1, scraped_at=1.4)
+    now[0] = 1.5
+    learn.first_token(slow, 200.0)  # late past the no-queue bound, one running
+    assert np.isnan(learn.table.batch_ceiling[2])
+    assert learn.table.occupancy_of(2, 0.0, 8.0)[1] == 8.0
+    learn.table.set_engine(2, waiting=1, running=4, kv_usage=0.1, scraped_at=1.6)
+    fifth = hit(5.0)
+    learn.picked(fifth)
+    now[0] = 1.7
+    learn.first_token(fifth, 30.0)  # 4 running 1 waiting, but on time: a step's wait
+    assert np.isnan(learn.table.batch_ceiling[2])
+    assert learn.table.occupancy_of(2, 0.0, 8.0)[1] == 8.0
+
+
+def test_a_queue_read_with_fewer_running_than_the_pick_joined_is_no_batch() -> None:
+    """The reading must show the engine running every other sequence the pick joined: a
+    queue behind fewer (a long prefill admitted first, KV cache short) says less."""
+    learn, now = clocked()
+    learn.table.set_engine(2, waiting=1, running=2, kv_usage=0.1, scraped_at=1.2)
+    fifth = hit(5.0)
+    learn.picked(fifth)
+    now[0] = 1.3
+    learn.first_token(fifth, 300.0)
+    assert np.isnan(learn.table.batch_ceiling[2])
