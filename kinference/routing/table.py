@@ -57,8 +57,9 @@ class WorkerTable(EngineReadings):
         # may be a request caught before the scheduler's step, a long prompt's prefill, or
         # the engine stalled a moment on a busy host.
         self.waited_since: FloatArray = np.full(capacity, np.nan)
-        self.queued_at: FloatArray = np.full(capacity, np.nan)  # a reading with some waiting
-        self.queued_running: FloatArray = np.full(capacity, np.nan)  # and what ran then
+        # The latest reading that showed requests waiting (monotonic s), what ran then.
+        self.queued_at: FloatArray = np.full(capacity, np.nan)
+        self.queued_running: FloatArray = np.full(capacity, np.nan)
         # The most sequences the engine was ever seen running: a floor of its batch (the
         # running count while others wait dips when its KV cache is short).
         self.running_max: FloatArray = np.full(capacity, np.nan)
@@ -186,22 +187,21 @@ class WorkerTable(EngineReadings):
     def observed_batch(
         self, slot: int, sequences: float, *, queued: bool, floor: bool = True
     ) -> None:
-        """A request joined `sequences` (itself included) and queued or not (its TTFT): no
-        queue raises the floor and drops a ceiling below it (with readings, `floor` False,
-        they give the floor, and one past the ceiling is no evidence: a count carried
-        forward, a 5th let in as a slot freed), a queue past the floor caps it under it."""
+        """A request joined `sequences` (itself included) and queued or not (from its
+        observed TTFT): no queue raises the floor (unless `floor` is False: readings give
+        it) and drops a ceiling below it, a queue past the floor sets a ceiling under it."""
         low, ceiling = self.batch_floor.item(slot), self.batch_ceiling.item(slot)
         if not queued:
             if floor and not low >= sequences:  # NaN floor: none yet
                 self.batch_floor[slot] = sequences
-            if ceiling < sequences - (0.0 if floor else 1.0):
+            if ceiling < sequences:
                 self.batch_ceiling[slot] = np.nan
         elif not low >= sequences:  # NaN floor: no evidence against
             below = max(sequences - 1.0, 1.0)
             self.batch_ceiling[slot] = below if math.isnan(ceiling) else min(ceiling, below)
 
     def forget_batch(self, slot: int) -> None:
-        """A worker left: what was learned of its batch no longer applies."""
+        """A worker left: what was learned of its batch no longer applies to its slot."""
         self.batch_floor[slot] = self.batch_ceiling[slot] = np.nan
 
     def set_ready(self, slot: int, ready: bool) -> None:

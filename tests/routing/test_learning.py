@@ -364,24 +364,3 @@ def test_a_queue_read_with_fewer_running_than_the_pick_joined_is_no_batch() -> N
     now[0] = 1.3
     learn.first_token(fifth, 300.0)
     assert np.isnan(learn.table.batch_ceiling[2])
-
-
-def test_with_readings_a_first_token_on_time_one_past_the_ceiling_keeps_it() -> None:
-    """A 5th let in as a slot freed, or one counted from a reading carried forward, comes on
-    time on a 4-slot engine: that dropped the ceiling within a second of its learning
-    (mixed, 12 req/s), and the next hit there queued behind 4. Two past it is evidence."""
-    learn, now = clocked()
-    learn.table.set_engine(2, waiting=1, running=4, kv_usage=0.1, scraped_at=1.2)
-    fifth = hit(5.0)
-    learn.picked(fifth)
-    now[0] = 1.3
-    learn.first_token(fifth, 300.0)
-    assert learn.table.batch_ceiling[2] == 4.0
-    lucky = hit(5.0)
-    learn.picked(lucky)
-    learn.first_token(lucky, 30.0)
-    assert learn.table.batch_ceiling[2] == 4.0
-    sixth = hit(6.0)
-    learn.picked(sixth)
-    learn.first_token(sixth, 30.0)  # no queue at 6: the batch is more than 4
-    assert np.isnan(learn.table.batch_ceiling[2])
