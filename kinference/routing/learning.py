@@ -9,7 +9,7 @@ also put in the journal, so the other replicas learn the same.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import floor, isnan, nan
+from math import floor, isnan
 
 from kinference.routing.decision import LocalChoice
 from kinference.routing.journal import Journal
@@ -28,9 +28,6 @@ PREFILL_SAMPLE_WAIT_SHARE = 0.5
 # TTFT plus the larger of that again and the queue slack, ms, waited for a batch slot.
 NO_QUEUE_SHARE, NO_QUEUE_SLACK_MS = 0.5, 50.0
 QUEUED_SLACK_MS = 250.0
-# A reading's running count that, with requests waiting and a late first token, shows the
-# batch (`_batch_evidence`): a batch of one is never taken from a single queue.
-QUEUE_SEEN_RUNNING = 2.0
 # Another replica's prefill whose end never reached us (an entry lost to a trim or a gap)
 # stops counting after this many seconds; prefills take well under that.
 REMOTE_PREFILL_TTL_S = 30.0
@@ -80,12 +77,9 @@ class Learning:
         self.journal.first_token(choice.endpoint, choice.model, ttft_ms)
         if choice.predicted_ttft_ms is not None:
             self.quality.ttft_ms.add(choice.predicted_ttft_ms, ttft_ms)
-            seen = self.table.queued_within(choice.slot, ttft_ms / 1000.0)
-            self._batch_evidence(choice, ttft_ms, missed=choice.cached_tokens, seen=seen)
+            self._batch_evidence(choice, ttft_ms, missed=choice.cached_tokens)
 
-    def _batch_evidence(
-        self, choice: LocalChoice, ttft_ms: float, missed: float, seen: float = nan
-    ) -> bool:
+    def _batch_evidence(self, choice: LocalChoice, ttft_ms: float, missed: float) -> bool:
         """Whether the request queued at the occupancy it joined (True: it did) tells the
         worker's batch: a ceiling one below, or without readings the floor. A first token
         late by no more than the prefill of `missed` tokens (of those predicted cached, the
@@ -93,13 +87,7 @@ class Learning:
         it reported missing) is no queue. With readings the running count is the floor,
         and they show a full batch only after a standing queue (`table.FULL_AFTER_S`): on
         engines of 4 slots a queue drains sooner, a batch of 8 was assumed, and picks
-        queued there for a second while the model predicted none (few-slots, 18 req/s).
-        Hence `seen`: what ran at a reading since the pick that showed requests waiting
-        (NaN: none did). A first token past the no-queue bound with such a reading, the
-        engine running every other sequence it joined (at least `QUEUE_SEEN_RUNNING`), was
-        a queue at that batch whatever was cached: a missed cache is no queue in the
-        readings, and a queue caught by a reading between two of the scheduler's steps
-        (one running, one waiting, 8 slots) admits at the next step, no first token late."""
+        queued there for a second while the model predicted none (few-slots, 18 req/s)."""
         slot, predicted = choice.slot, choice.predicted_ttft_ms
         if predicted is None or choice.sequences < 1.0:
             return False
@@ -108,9 +96,6 @@ class Learning:
         if ttft_ms <= unqueued * (1.0 + NO_QUEUE_SHARE) + NO_QUEUE_SLACK_MS:
             self.table.observed_batch(slot, choice.sequences, queued=False, floor=not readings)
             return False
-        if seen >= max(choice.sequences - 1.0, QUEUE_SEEN_RUNNING):
-            self.table.observed_batch(slot, seen + 1.0, queued=True)
-            return True
         unqueued += max(missed, 0.0) * self.rates.ms_per_token(slot, choice.model)
         if choice.sequences >= 2.0 and ttft_ms > unqueued + choice.predicted_wait_ms + max(
             unqueued, QUEUED_SLACK_MS

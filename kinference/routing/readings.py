@@ -8,7 +8,6 @@ change none of them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from math import isnan
 
 import numpy as np
@@ -43,9 +42,6 @@ class EngineReadings:
     batch_ceiling: _FloatArray
     batch_limit: _FloatArray
     any_reading: bool  # some slot's `scraped_at` is a time (kept by `set_engine`)
-    queued_at: _FloatArray  # the latest reading with requests waiting (NaN: none yet)
-    queued_running: _FloatArray  # what ran at it
-    _clock: Callable[[], float]
 
     def engine_signals(self, now: float, max_age_s: float) -> tuple[_FloatArray, _FloatArray]:
         """(waiting, KV-cache use) per slot, NaN where unknown or older than `max_age_s`.
@@ -112,13 +108,6 @@ class EngineReadings:
         limit = self.batch_limit[slots]
         batch = np.where(np.isnan(limit), batch, np.fmin(limit, full))
         return sequences, np.maximum(batch, 1.0)
-
-    def queued_within(self, slot: int, seconds: float) -> float:
-        """What ran at the latest reading of the last `seconds` that showed requests
-        waiting on the worker, NaN if none did (`Learning._batch_evidence`: a late first
-        token with such a reading since its pick queued)."""
-        at = self.queued_at.item(slot)
-        return self.queued_running.item(slot) if at >= self._clock() - seconds else math.nan
 
     def peer_batch(self, slots: _IndexArray) -> float:
         """The mean batch the candidates were seen to run (a full reading) or queue past

@@ -57,9 +57,6 @@ class WorkerTable(EngineReadings):
         # may be a request caught before the scheduler's step, a long prompt's prefill, or
         # the engine stalled a moment on a busy host.
         self.waited_since: FloatArray = np.full(capacity, np.nan)
-        # The latest reading that showed requests waiting (monotonic s), what ran then.
-        self.queued_at: FloatArray = np.full(capacity, np.nan)
-        self.queued_running: FloatArray = np.full(capacity, np.nan)
         # The most sequences the engine was ever seen running: a floor of its batch (the
         # running count while others wait dips when its KV cache is short).
         self.running_max: FloatArray = np.full(capacity, np.nan)
@@ -119,8 +116,6 @@ class WorkerTable(EngineReadings):
         self.inflight_at_reading = grown(self.inflight_at_reading, np.nan)  # type: ignore[assignment]
         self.batch = grown(self.batch, np.nan)  # type: ignore[assignment]
         self.waited_since = grown(self.waited_since, np.nan)  # type: ignore[assignment]
-        self.queued_at = grown(self.queued_at, np.nan)  # type: ignore[assignment]
-        self.queued_running = grown(self.queued_running, np.nan)  # type: ignore[assignment]
         self.running_max = grown(self.running_max, np.nan)  # type: ignore[assignment]
         self.batch_floor = grown(self.batch_floor, np.nan)  # type: ignore[assignment]
         self.batch_ceiling = grown(self.batch_ceiling, np.nan)  # type: ignore[assignment]
@@ -260,10 +255,8 @@ class WorkerTable(EngineReadings):
             self.batch[slot] = max(self.batch[slot], running)
         if not queued:
             self.waited_since[slot] = np.nan
-            return
-        if math.isnan(since):
+        elif math.isnan(since):
             self.waited_since[slot] = at
-        self.queued_at[slot], self.queued_running[slot] = at, running
 
     def lora_mask(self, adapter: str) -> BoolArray | None:
         """Slots whose engine has `adapter` loaded (running or waiting), if any ever had."""
