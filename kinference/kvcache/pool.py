@@ -161,7 +161,11 @@ class PoolCaches:
         pending = dict(self.pending)
         held = self.index.holdings()
         slots = dict.fromkeys([*held, *pending])
-        return Reach((slot, held.get(slot, {}), pending.get(slot)) for slot in slots)
+        empty: tuple[dict[BlockId, int], None] = ({}, None)
+        return Reach(
+            (slot, blocks, pending.get(slot), known)
+            for slot, (blocks, known) in ((s, held.get(s, empty)) for s in slots)
+        )
 
     def claim(self, ticket: int, slot: int, now: float) -> None:
         """A lazily tokenized prompt went to `slot`: its remaining blocks are pending there
