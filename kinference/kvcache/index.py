@@ -151,6 +151,12 @@ class BlockIndex:
         worker = self._workers.get(slot)
         return worker.held if worker is not None else {}
 
+    def known(self, slot: int, identities: Sequence[BlockId]) -> int:
+        """How many leading `identities` `slot` is known to hold (`kvcache.runs`; not
+        looked up: the ones after may be held too)."""
+        worker = self._workers.get(slot)
+        return worker.known.start(identities) if worker is not None else 0
+
     def holds(self, slot: int, identity: BlockId) -> bool:
         worker = self._workers.get(slot)
         return worker is not None and identity in worker.held

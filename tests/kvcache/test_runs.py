@@ -1,17 +1,25 @@
 """Runs a worker is known to hold (`kvcache.runs`): a walk begun past one answers what the
 whole walk does, over random stores, removals and prompts sharing prefixes; an end found
-under a removal count that moved on is never used."""
+under a removal count that moved on is never used; a finished request's touch taken past
+one names the blocks a lookup each would."""
 
 from __future__ import annotations
 
+import copy
+import itertools
 import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kinference.kvcache.blocks import PromptBlocks, identities
 from kinference.kvcache.index import held_run, leading
+from kinference.kvcache.pool import PoolCaches, Request
 from kinference.kvcache.reach import Reach
 from kinference.kvcache.runs import MAX_ENDS, KnownRuns
+from kinference.kvevents.events import BlockRemoved, BlockStored
+
+BS = 4
 
 
 class Chains:
@@ -106,3 +114,32 @@ def test_reach_with_known_runs_answers_as_without(seed_value: int) -> None:
             named = min(len(prompt), named + rng.randint(1, 9))
             assert with_known(prompt[:named]) == without(prompt[:named])
         held.update(dict.fromkeys(prompt[: rng.randint(0, len(prompt))], 1))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**31))
+def test_a_finished_request_touches_the_blocks_held_as_a_lookup_each_would(seed_value: int) -> None:
+    """`PoolCaches.finished` takes its prompt's head known held (`BlockIndex.known`) without
+    looking each block up: the touch is of the blocks the worker holds, in order, all the
+    same; after removals (from the middle too) as well."""
+    rng = random.Random(seed_value)
+    pool, hashes = PoolCaches("p", BS), itertools.count(1)
+    tokens = [rng.randrange(5) for _ in range(BS * rng.randint(1, 40))]
+    blocks = identities(tokens, BS)
+    stored = rng.randint(1, len(blocks))
+    named = [next(hashes) for _ in range(stored)]
+    pool.apply(0, [BlockStored(tuple(named), None, tuple(tokens[: BS * stored]), BS)])
+    pool.index.longest(blocks[: rng.randint(0, len(blocks))], [0])  # a Pick's match
+    if rng.random() < 0.5:  # evicted since, from anywhere
+        pool.apply(0, [BlockRemoved(tuple(rng.sample(named, rng.randint(1, len(named)))))])
+    pool.sent(0, PromptBlocks(len(tokens), BS, tuple(blocks)), 0, Request(1, 0, 0.0))
+    expected = copy.deepcopy(pool.ages[0])
+    held = pool.index.held(0)
+    expected.touch(list(filter(held.__contains__, blocks)))
+    pool.finished(0, 1)
+    ages = pool.ages[0]
+    assert (ages.touched, ages.live, ages.alias) == (
+        expected.touched,
+        expected.live,
+        expected.alias,
+    )
