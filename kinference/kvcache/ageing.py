@@ -36,7 +36,7 @@ _NONE = -1  # the key of a block no touch names (keys are never negative)
 _MAX_RUNS = 64  # runs of one touch's blocks counted in Python; more: `np.unique`
 _SMALL = 64  # blocks leaving their touches counted in Python (numpy's calls cost more)
 _MIN_RUN = 16  # a touch that repeats a whole earlier touch this long re-points it
-_STRIDE = 64  # a touch's id is its number times this: a split's tail takes the next id
+_STRIDE = 16  # a touch's id is its number times this: a split's tail takes the next id
 # Ids re-pointed into one touch at most: a chain of turns past it is keyed anew once (the
 # old ids then die with their touch), so a long agent session does not grow the aliases
 # every ranking snapshot sorts, nor the list each re-point moves.

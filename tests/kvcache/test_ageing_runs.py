@@ -142,3 +142,19 @@ def test_conversations_on_one_system_prompt_split_its_touch_instead_of_rekeying_
     ages.removed(histories[0][-5:])
     reference.removed(histories[0][-5:])
     _same(ages, reference, [*system, *histories[0], *histories[3]])
+
+
+def test_a_tail_split_again_and_again_past_the_ids_between_touches() -> None:
+    """A touch whose tail's head is taken again and again: each split's tail takes the next
+    id, until none is left before the next touch's (`_STRIDE`); then that touch is keyed
+    per block, as before. The per-block form's ranks and counts throughout."""
+    ages, reference = WorkerAges(), oracle.WorkerAges()
+    segments = [list(range(100 * s, 100 * s + 16)) for s in range(ageing._STRIDE + 3)]
+    whole = [block for segment in segments for block in segment]
+    ages.touch(whole)
+    reference.touch(whole)
+    for step, segment in enumerate(segments[:-1]):
+        taken = [*segment, 50_000 + step]
+        ages.touch(taken)
+        reference.touch(taken)
+        _same(ages, reference, [*whole, 7])
