@@ -1,11 +1,14 @@
 """The CPU a precise Pick's parts cost, in process: thread CPU time per part, not latency.
 
-    python -m loadtest.bench_precise_cpu [--size 65536] [--rounds 5] [--workloads cold,chat]
-        [--profile tottime]
+    python -m loadtest.bench_precise_cpu [--size 65536] [--rounds 5]
+        [--workloads cold,chat,chatx16] [--profile tottime]
 
 The Pick bench's prompts (`bench_precise_pick`: cold prompts, conversations on one shared
 system prompt) and its stand-in engines' payloads, replayed one Pick at a time through the
-precise parts alone: one `PromptTokenizer`, one `PoolCaches` of 4 workers, no server. Per
+precise parts alone: one `PromptTokenizer`, one `PoolCaches` of 4 workers, no server
+(`chatx16`: the Pick bench's x16 conversations, their turns interleaved wave by wave and
+conversation i of a wave on worker i mod 4 as the server spreads them, so that 16
+conversations share the system prompt's blocks on the workers). Per
 Pick: the tokenization as the Pick runs it (`start`, `advance` to its stop), the match,
 `sent` and `finished` (the ageing touches of Pick and Abort), the rest tokenized in 2 KiB
 slices as the background does, and the engine's events decoded and applied. Each part is
@@ -39,6 +42,8 @@ from loadtest.kv_publisher import HeldBlocks
 from loadtest.tiny_model import write_model
 
 SLOTS = 4
+INTERLEAVED = "chatx16"  # the Pick bench's chat x16, turns interleaved (see the docstring)
+WAVE = 16
 Workload = tuple[str, list[list[pick.Prompt]]]
 
 
@@ -69,11 +74,19 @@ class Replay:
 
     def run(self, workloads: list[Workload]) -> None:
         for name, conversations in workloads:
+            if name == INTERLEAVED:
+                for start in range(0, len(conversations), WAVE):
+                    wave = conversations[start : start + WAVE]
+                    for turn in range(max(map(len, wave))):
+                        for i, turns in enumerate(wave):
+                            if turn < len(turns):
+                                self.pick(name, turns[turn], i % SLOTS)
+                continue
             for turns in conversations:
                 for prompt in turns:
                     self.pick(name, prompt)
 
-    def pick(self, name: str, prompt: pick.Prompt) -> None:
+    def pick(self, name: str, prompt: pick.Prompt, worker: int | None = None) -> None:
         parts, caches, key = self.parts, self.caches, self.picks
         self.picks += 1
         text = PromptText(messages=json.loads(prompt.body)["messages"])
@@ -84,6 +97,7 @@ class Replay:
         longest = parts(f"{name}: match", caches.index.longest, blocks.blocks, range(SLOTS))
         # The longest match; among equals, this Pick's turn (cold prompts spread).
         slot = max(range(SLOTS), key=lambda s: (longest.get(s, 0), s == key % SLOTS))
+        slot = slot if worker is None else worker
         request = Request(key, 8, time.monotonic())
         routed = f"{name}: routed and released"
         parts(routed, caches.sent, slot, blocks, longest.get(slot, 0), request)
@@ -105,6 +119,7 @@ def workloads(tokenizer: PromptTokenizer, size: int, names: list[str]) -> list[W
     made = {
         "cold": lambda: pick.cold_prompts(tokenizer, size, count),
         "chat": lambda: pick.chat_prompts(tokenizer, size, max(count // 4, 2), turns),
+        INTERLEAVED: lambda: pick.chat_prompts(tokenizer, size, 2 * WAVE, turns),
     }
     return [(name, made[name]()) for name in names]
 

@@ -36,6 +36,7 @@ _NONE = -1  # the key of a block no touch names (keys are never negative)
 _MAX_RUNS = 64  # runs of one touch's blocks counted in Python; more: `np.unique`
 _SMALL = 64  # blocks leaving their touches counted in Python (numpy's calls cost more)
 _MIN_RUN = 16  # a touch that repeats a whole earlier touch this long re-points it
+_STRIDE = 16  # a touch's id is its number times this: a split's tail takes the next id
 # Ids re-pointed into one touch at most: a chain of turns past it is keyed anew once (the
 # old ids then die with their touch), so a long agent session does not grow the aliases
 # every ranking snapshot sorts, nor the list each re-point moves.
@@ -49,7 +50,9 @@ class WorkerAges:
     A block's key names the touch that gave it (its id) and its place there. A touch that
     repeats whole earlier touches at its head (a chat turn's history, stored or matched
     before) re-points them instead of re-keying their blocks: `alias` maps an id to the
-    touch its blocks are in now and what their places moved by."""
+    touch its blocks are in now and what their places moved by. One that repeats an earlier
+    touch's head only (a system prompt shared by conversations, last used by another's
+    turn) splits it there first: its tail's few blocks are keyed anew, in its place."""
 
     touched: dict[BlockId, int] = field(default_factory=dict)  # block -> id and place
     live: dict[int, int] = field(default_factory=dict)  # touch -> blocks it last touched
@@ -69,12 +72,13 @@ class WorkerAges:
         if named:
             named = self._leave(named, runs)
         self.touches += 1
-        base = self.touches << _PLACE_BITS
+        ident = self.touches * _STRIDE
+        base = ident << _PLACE_BITS
         self.touched.update(zip(named, range(base + len(named) - 1, base - 1, -1), strict=True))
         offset = len(named)
         for run in reversed(runs):  # the last run's blocks sit just before the rest
-            offset += self._repoint(run, self.touches, offset)
-        self.live[self.touches] = offset
+            offset += self._repoint(run, ident, offset)
+        self.live[ident] = offset
         if offset >= _MIN_RUN:  # what a later touch must repeat to re-point this one
             whole = offset == len(blocks)  # no block named twice: `blocks` as it is
             listed = (
@@ -82,7 +86,7 @@ class WorkerAges:
                 if whole
                 else (*itertools.chain(*(self.lists[run] for run in runs)), *named)
             )
-            self.lists[self.touches] = listed
+            self.lists[ident] = listed
         for run in runs:
             self.lists.pop(run, None)
 
@@ -133,12 +137,32 @@ class WorkerAges:
                 break
             if len(self.members.get(run, ())) >= MAX_ALIASES:
                 break
-            end = at + len(listed)
-            if run in runs or tuple(blocks[at:end]) != listed:  # a tuple: a no-op
+            if run in runs:
                 break
+            end = at + len(listed)
+            if tuple(blocks[at:end]) != listed:  # a tuple: a no-op
+                if not self._split(run, listed, _head(blocks, at, listed)):
+                    break
+                end = at + len(self.lists[run])
             runs.append(run)
             at = end
         return runs, at
+
+    def _split(self, run: int, listed: tuple[BlockId, ...], head: int) -> bool:
+        """The touch `run` keeps its first `head` blocks (`listed`'s); its tail, keyed anew
+        under the next id, ranks where it did (the head's evicted tail: `_repoint`)."""
+        tail, ident = listed[head:], run + 1
+        if head < _MIN_RUN or ident % _STRIDE == 0 or ident in self.live or ident in self.alias:
+            return False
+        base = ident << _PLACE_BITS
+        self.touched.update(zip(tail, range(base + len(tail) - 1, base - 1, -1), strict=True))
+        self.live[run] = head
+        self.evicted[run] = self.evicted.get(run, 0) + len(tail)
+        self.lists[run] = listed[:head]
+        self.live[ident] = len(tail)
+        if len(tail) >= _MIN_RUN:
+            self.lists[ident] = tail
+        return True
 
     def _current(self, ident: int) -> int:
         found = self.alias.get(ident)
@@ -148,14 +172,15 @@ class WorkerAges:
         return [*runs, *itertools.chain(*(self.members.get(run, ()) for run in runs))]
 
     def _repoint(self, run: int, touch: int, offset: int) -> int:
-        """The whole touch `run` joins `touch`, its places moved up by `offset`: its size."""
+        """The whole touch `run` joins `touch`, its places moved up by `offset` (and down
+        by its evicted tail): its size."""
+        offset -= self.evicted.pop(run, 0)
         ids = self.members.pop(run, [])
         for ident in ids:
             self.alias[ident] = (touch, self.alias[ident][1] + offset)
         self.alias[run] = (touch, offset)
         ids.append(run)
         self.members.setdefault(touch, []).extend(ids)
-        self.evicted.pop(run, None)
         return self.live.pop(run)
 
     def removed(self, blocks: Sequence[BlockId]) -> None:
@@ -208,6 +233,19 @@ class WorkerAges:
         return Order(self)
 
 
+def _head(blocks: Sequence[BlockId], at: int, listed: tuple[BlockId, ...]) -> int:
+    """How many blocks from `at` are `listed`'s first (0: not shown): a binary search as if
+    a block named its prefix (chained identities), then a tuple comparison makes sure."""
+    lo, hi = 0, min(len(listed), len(blocks) - at)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if blocks[at + mid - 1] == listed[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo if tuple(blocks[at : at + lo]) == listed[:lo] else 0
+
+
 def _by_touch(touches: npt.NDArray[np.int64]) -> Iterable[tuple[int, int]]:
     """(touch, how many of `touches` name it) for each touch named. A touch's blocks mostly
     come in runs from a few earlier touches (a prompt's leading blocks, in order): counted
@@ -236,6 +274,9 @@ class Order:
         self._touched = ages.touched
         touches = np.fromiter(ages.live.keys(), np.int64, len(ages.live))
         counts = np.fromiter(ages.live.values(), np.int64, len(ages.live))
+        if len(touches) > 1 and bool((touches[1:] < touches[:-1]).any()):  # a split's tail
+            by_age = np.argsort(touches)
+            touches, counts = touches[by_age], counts[by_age]
         older = np.cumsum(counts) - counts
         evicted = map(ages.evicted.get, touches.tolist(), itertools.repeat(0))
         gone_before = np.fromiter(evicted, np.int64, len(touches))

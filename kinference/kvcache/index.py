@@ -12,7 +12,9 @@ steps of hundreds, and all of them are applied on the event loop, between Picks.
 
 `longest` asks each worker for its run of the prompt's leading blocks (exact over the first
 `EXACT_BLOCKS`, then a binary search), so a Pick on a 1 MiB prompt (~16k blocks) costs a few
-hundred lookups per worker, not 16k.
+hundred lookups per worker, not 16k; and the exact walk starts past the longest run that
+worker is known to hold (`kvcache.runs`: a shared system prompt is not looked up block by
+block again on every Pick).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kinference.kvcache.blocks import BlockId, identities, seed
+from kinference.kvcache.runs import KnownRuns
 from kinference.kvevents.events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -40,6 +43,7 @@ class _Worker:
     named: dict[EngineHash, BlockId] = field(default_factory=dict)  # engine hash -> identity
     held: dict[BlockId, int] = field(default_factory=dict)  # identity -> engine hashes naming it
     orphans: int = 0  # stored blocks skipped: their parent was unknown
+    known: KnownRuns = field(default_factory=KnownRuns)  # runs of `held` found by walks
 
 
 class BlockIndex:
@@ -131,21 +135,27 @@ class BlockIndex:
             if worker is None:
                 result[slot] = 0
                 continue
-            depth = leading(worker.held, exact)
+            depth = held_run(worker.held, worker.known, exact)
             if depth == EXACT_BLOCKS < len(identities):
                 depth = _search(worker.held, identities, depth)
             result[slot] = depth
         return result
 
-    def holdings(self) -> dict[int, Mapping[BlockId, object]]:
-        """Slot -> the blocks it holds (live: read them, one lookup at a time, from another
-        thread; the copy is of the slots only)."""
-        return {slot: worker.held for slot, worker in list(self._workers.items())}
+    def holdings(self) -> dict[int, tuple[Mapping[BlockId, object], KnownRuns]]:
+        """Slot -> the blocks it holds and its runs known held (live: read them, one lookup
+        at a time, from another thread; the copy is of the slots only)."""
+        return {slot: (w.held, w.known) for slot, w in list(self._workers.items())}
 
     def held(self, slot: int) -> Mapping[BlockId, object]:
         """The blocks `slot` holds (live; empty if it holds none)."""
         worker = self._workers.get(slot)
         return worker.held if worker is not None else {}
+
+    def known(self, slot: int, identities: Sequence[BlockId]) -> int:
+        """How many leading `identities` `slot` is known to hold (`kvcache.runs`; not
+        looked up: the ones after may be held too)."""
+        worker = self._workers.get(slot)
+        return worker.known.start(identities) if worker is not None else 0
 
     def holds(self, slot: int, identity: BlockId) -> bool:
         worker = self._workers.get(slot)
@@ -158,6 +168,8 @@ def _removed(worker: _Worker, hashes: Sequence[EngineHash], touched: list[BlockI
     held = worker.held
     if list(map(held.get, gone)).count(1) == len(gone):  # each named once: in bulk
         collections.deque(map(held.pop, gone), maxlen=0)
+        if gone:
+            worker.known.removed()  # after they left (`kvcache.runs`)
         return
     for identity in gone:
         _drop(worker, identity)
@@ -169,6 +181,7 @@ def _drop(worker: _Worker, identity: BlockId) -> None:
         worker.held[identity] = count
     else:
         worker.held.pop(identity, None)
+        worker.known.removed()  # after it left
 
 
 _RUNS = (16, 128, 1024)  # first windows looked at by `leading` (most workers stop early)
@@ -190,6 +203,15 @@ def leading(held: Mapping[BlockId, object], identities: Sequence[BlockId], start
             return position + found.index(False)
         position += len(window)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def held_run(held: Mapping[BlockId, object], known: KnownRuns, blocks: Sequence[BlockId]) -> int:
+    """`leading(held, blocks)`, the walk begun past the longest run of `blocks` `known`
+    says `held` holds (`kvcache.runs`), and the run it finds remembered there."""
+    removals = known.removals
+    end = leading(held, blocks, known.start(blocks))
+    known.found(blocks, end, removals)
+    return end
 
 
 def _search(held: dict[BlockId, int], identities: Sequence[BlockId], start: int) -> int:

@@ -122,8 +122,9 @@ class PoolCaches:
         queue = self.queues.get(slot)
         done = queue.finish(key) if queue is not None else None
         if done is not None:
-            held = self.index.held(slot)
-            self._ages(slot).touch(list(filter(held.__contains__, done.blocks)))
+            held, blocks = self.index.held(slot), done.blocks
+            known = self.index.known(slot, blocks)  # held, without a lookup each
+            self._ages(slot).touch([*blocks[:known], *filter(held.__contains__, blocks[known:])])
 
     def surviving(self, slot: int, blocks: Sequence[BlockId], depth: int) -> int:
         """How much of a match `slot` will still hold when a request sent now runs there:
@@ -161,7 +162,11 @@ class PoolCaches:
         pending = dict(self.pending)
         held = self.index.holdings()
         slots = dict.fromkeys([*held, *pending])
-        return Reach((slot, held.get(slot, {}), pending.get(slot)) for slot in slots)
+        empty: tuple[dict[BlockId, int], None] = ({}, None)
+        return Reach(
+            (slot, blocks, pending.get(slot), known)
+            for slot, (blocks, known) in ((s, held.get(s, empty)) for s in slots)
+        )
 
     def claim(self, ticket: int, slot: int, now: float) -> None:
         """A lazily tokenized prompt went to `slot`: its remaining blocks are pending there

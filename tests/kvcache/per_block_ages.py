@@ -18,6 +18,7 @@ from kinference.kvcache.ageing import (
     _NONE,
     _PLACE_BITS,
     _PLACE_MASK,
+    _STRIDE,
     UNKNOWN,
     _by_touch,
 )
@@ -113,9 +114,18 @@ class Order:
 
 def resolved(ages: RunAges) -> dict[BlockId, int]:
     """The run form's keys as the per-block form writes them: each id re-pointed to the
-    touch its blocks are in now, their places moved up by its offset."""
+    touch its blocks are in now, their places moved up by its offset, and named by the
+    touch's number (a split tail's id by its touch's)."""
     keys: dict[BlockId, int] = {}
     for block, key in ages.touched.items():
         touch, offset = ages.alias.get(key >> _PLACE_BITS, (key >> _PLACE_BITS, 0))
-        keys[block] = (touch << _PLACE_BITS) + (key & _PLACE_MASK) + offset
+        keys[block] = ((touch // _STRIDE) << _PLACE_BITS) + (key & _PLACE_MASK) + offset
     return keys
+
+
+def numbered(counts: dict[int, int]) -> dict[int, int]:
+    """The run form's `live` or `evicted` by touch number, as the per-block form keeps them
+    (a split tail's under its touch's: the touch itself was re-pointed when split)."""
+    by_number = {ident // _STRIDE: count for ident, count in counts.items()}
+    assert len(by_number) == len(counts)
+    return by_number

@@ -1,9 +1,11 @@
-"""Touches that repeat whole earlier touches re-point them (`WorkerAges._runs`): over random
+"""Touches that repeat whole earlier touches re-point them (`WorkerAges._runs`), and ones
+that repeat an earlier touch's head split it there (`WorkerAges._split`): over random
 touches, repeats, removals and rankings, the same ranks, survivals and counts as the
 per-block form (`per_block_ages`, the oracle)."""
 
 from __future__ import annotations
 
+import operator
 from unittest import mock
 
 import numpy as np
@@ -29,15 +31,17 @@ def _next_touch(data: st.DataObject, history: list[list[int]]) -> list[int]:
     if data.draw(st.booleans()):  # a chat turn: the last touch again, first
         picks = [history[-1], *picks[1:]]
     blocks = [block for touch in picks for block in touch]
-    cut = data.draw(st.integers(0, 3))
-    if cut:
+    cut = data.draw(st.integers(0, 4))
+    if cut == 4:  # a head of them only (another conversation on the same system prompt)
+        blocks = blocks[: data.draw(st.integers(0, len(blocks)))]
+    elif cut:
         blocks = blocks[: max(len(blocks) - cut, 0)]
     return blocks + data.draw(st.lists(_BLOCKS, max_size=20))
 
 
 def _same(ages: WorkerAges, reference: oracle.WorkerAges, asked: list[int]) -> None:
     assert oracle.resolved(ages) == reference.touched
-    assert (ages.live, ages.evicted, ages.touches) == (
+    assert (oracle.numbered(ages.live), oracle.numbered(ages.evicted), ages.touches) == (
         reference.live,
         reference.evicted,
         reference.touches,
@@ -110,3 +114,47 @@ def test_a_long_chain_of_turns_keeps_its_aliases_bounded() -> None:
         history = turn
         assert len(ages.alias) <= MAX_ALIASES
     _same(ages, reference, [*history[-40:], 7, 99999])
+
+
+def test_conversations_on_one_system_prompt_split_its_touch_instead_of_rekeying_it() -> None:
+    """Four conversations on one worker, their turns interleaved: each turn's match is the
+    shared system prompt, last used by another conversation's turn, then its own history.
+    The system prompt's touch is split and re-pointed, and the turn's history re-pointed
+    too: only the new blocks and the other conversation's tail are keyed; the same ranks,
+    survivals and counts as the per-block form throughout."""
+    ages, reference = WorkerAges(), oracle.WorkerAges()
+    system = list(range(200))
+    histories = [list[int]() for _ in range(4)]
+    rekeyed = []
+    for turn in range(6):
+        for c, history in enumerate(histories):
+            new = [10_000 * (c + 1) + 100 * turn + i for i in range(20)]
+            match = [*system, *history]
+            before = [ages.touched.get(b) for b in system]
+            for touched in (match, new, [*match, *new]):  # sent, the events, finished
+                ages.touch(touched)
+                reference.touch(touched)
+            rekeyed.append(sum(map(operator.ne, before, map(ages.touched.get, system))))
+            histories[c] = [*history, *new]
+            _same(ages, reference, [*system, *histories[c], *histories[(c + 1) % 4], 7])
+    assert rekeyed[0] == len(system)  # the first turn stores it
+    assert rekeyed[1:] == [0] * (len(rekeyed) - 1)  # then split and re-pointed, never keyed
+    ages.removed(histories[0][-5:])
+    reference.removed(histories[0][-5:])
+    _same(ages, reference, [*system, *histories[0], *histories[3]])
+
+
+def test_a_tail_split_again_and_again_past_the_ids_between_touches() -> None:
+    """A touch whose tail's head is taken again and again: each split's tail takes the next
+    id, until none is left before the next touch's (`_STRIDE`); then that touch is keyed
+    per block, as before. The per-block form's ranks and counts throughout."""
+    ages, reference = WorkerAges(), oracle.WorkerAges()
+    segments = [list(range(100 * s, 100 * s + 16)) for s in range(ageing._STRIDE + 3)]
+    whole = [block for segment in segments for block in segment]
+    ages.touch(whole)
+    reference.touch(whole)
+    for step, segment in enumerate(segments[:-1]):
+        taken = [*segment, 50_000 + step]
+        ages.touch(taken)
+        reference.touch(taken)
+        _same(ages, reference, [*whole, 7])
