@@ -95,7 +95,9 @@ class GatewayApp:
     def _build(self, picker: PickerPort) -> Gateway:
         settings = self.settings
         http = HttpClient(
-            connect_timeout_s=settings.connect_timeout_s, read_timeout_s=settings.read_timeout_s
+            connect_timeout_s=settings.connect_timeout_s,
+            read_timeout_s=settings.read_timeout_s,
+            keep_spare=True,
         )
         flow = Flow(
             picker=picker,

@@ -243,3 +243,59 @@ async def test_a_reused_connection_still_times_out_a_silent_upstream() -> None:
     finally:
         await http.aclose()
         server.close()
+
+
+async def test_a_spare_connection_is_ready_for_the_next_request() -> None:
+    opened: list[asyncio.Event] = [asyncio.Event() for _ in range(3)]
+    served_on: list[int] = []
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        number = connections
+        opened[min(number, 3) - 1].set()
+        while True:
+            await read_request(reader)
+            served_on.append(number)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+
+    server, url = await serve(handler)
+    http = HttpClient(connect_timeout_s=2.0, read_timeout_s=5.0, keep_spare=True)
+    try:
+        first = await http.request("POST", url, [("content-length", "0")], body())
+        await asyncio.gather(*http._spares.values())  # the spare, if still connecting
+        await opened[1].wait()  # the pool was left empty: a spare was opened beside it
+        second = await http.request("POST", url, [("content-length", "0")], body())
+        assert served_on == [1, 2]  # the second request went out on the spare, first still busy
+        for response in (first, second):
+            assert await response.read() == b"ok"
+            response.close()
+    finally:
+        await http.aclose()
+        server.close()
+
+
+async def test_without_keep_spare_no_connection_is_opened_ahead() -> None:
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while True:
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+
+    server, url = await serve(handler)
+    http = client()
+    try:
+        for _ in range(2):
+            response = await http.request("POST", url, [("content-length", "0")], body())
+            assert await response.read() == b"ok"
+            response.close()
+        assert connections == 1
+    finally:
+        await http.aclose()
+        server.close()

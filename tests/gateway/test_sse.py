@@ -98,6 +98,24 @@ def test_usage_asked_only_when_the_body_says_so() -> None:
 
 
 @pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"stream_options": {"include_usage": false}, "stream_options": '
+         b'{"include_usage": true}}', True),  # the last of a repeated member, as json reads
+        (b'{"stream_options": {"include_usage": true, "include_usage": false}}', False),
+        (b'{"x": NaN, "stream_options": {"include_usage": true}}', True),  # json.loads reads it
+        (b'{"x": "\\ud800", "stream_options": {"include_usage": true}}', True),
+        (b'[{"stream_options": {"include_usage": true}}]', False),  # not an object
+        (b'{"stream_options": {"include_usage": 1}}', False),  # only true is true
+        (b'{"stream_options": {"include_usage": true}', True),  # unreadable: taken as asking
+    ],
+)  # fmt: skip
+def test_usage_asked_reads_what_the_json_module_reads(body: bytes, expected: bool) -> None:
+    assert asked(body) is expected
+    assert asked(body[:7], body[7:]) is expected
+
+
+@pytest.mark.parametrize(
     ("payload", "expected"),
     [
         (b'{"a":1,"a":2}', {"a": 2}),
