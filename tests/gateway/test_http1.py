@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -166,6 +167,32 @@ async def test_failures_are_typed() -> None:
             await http.request("POST", url, [("x-a", "1\r\nGET / HTTP/1.1")], body())
     finally:
         await http.aclose()
+
+
+async def test_https_builds_the_default_tls_context_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building a default context loads the CA bundle (~20 ms on the loop): once per client."""
+    built: list[ssl.SSLContext] = []
+    default = ssl.create_default_context
+
+    def counting() -> ssl.SSLContext:
+        built.append(default())
+        return built[-1]
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        return  # closed at once: the TLS handshake fails
+
+    server, url = await serve(hang_up)
+    http = client()
+    try:
+        for _ in range(3):
+            with pytest.raises(ConnectFailed):
+                await http.request("POST", url.replace("http:", "https:"), [], body())
+    finally:
+        await http.aclose()
+        server.close()
+    assert len(built) == 1
 
 
 async def test_a_slow_reader_pauses_the_upstream() -> None:
