@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -147,6 +148,35 @@ async def test_garbage_and_refused_connections_raise_fetch_or_os_errors(
         await server.close()
     with pytest.raises(OSError):
         await pages.get(url, ACCEPT, 1024)  # nothing listens there any more
+
+
+async def test_https_pages_build_the_default_tls_context_once(
+    pages: LeanPages, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A default context loads the CA bundle (~20 ms on the loop); an engine whose TLS keeps
+    failing is reconnected at every scrape, which must not pay that every time."""
+    built: list[ssl.SSLContext] = []
+    default = ssl.create_default_context
+
+    def counting() -> ssl.SSLContext:
+        built.append(default())
+        return built[-1]
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()  # the TLS handshake fails
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        for _ in range(3):
+            with pytest.raises(OSError):
+                await pages.get(f"https://127.0.0.1:{port}/metrics", ACCEPT, 1024)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert len(built) == 1
 
 
 async def test_a_cancelled_get_leaves_no_half_read_connection(pages: LeanPages) -> None:
