@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
 from kinference.gateway.http1 import Broken, ConnectFailed, HttpClient, ReadTimeout
+from tests.tls_builds import count_default_contexts, failing_handshakes
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -171,27 +171,15 @@ async def test_failures_are_typed() -> None:
 
 async def test_https_builds_the_default_tls_context_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Building a default context loads the CA bundle (~20 ms on the loop): once per client."""
-    built: list[ssl.SSLContext] = []
-    default = ssl.create_default_context
-
-    def counting() -> ssl.SSLContext:
-        built.append(default())
-        return built[-1]
-
-    monkeypatch.setattr(ssl, "create_default_context", counting)
-
-    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        return  # closed at once: the TLS handshake fails
-
-    server, url = await serve(hang_up)
+    built = count_default_contexts(monkeypatch)
     http = client()
     try:
-        for _ in range(3):
-            with pytest.raises(ConnectFailed):
-                await http.request("POST", url.replace("http:", "https:"), [], body())
+        async with failing_handshakes() as port:
+            for _ in range(3):
+                with pytest.raises(ConnectFailed):
+                    await http.request("POST", f"https://127.0.0.1:{port}/", [], body())
     finally:
         await http.aclose()
-        server.close()
     assert len(built) == 1
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from kinference.workers.fetch import FetchError, LeanPages, PageTooLarge
+from tests.tls_builds import count_default_contexts, failing_handshakes
 
 ACCEPT = "text/plain"
 Reply = Callable[[int], bytes]  # request number on its connection -> raw response
@@ -155,27 +155,11 @@ async def test_https_pages_build_the_default_tls_context_once(
 ) -> None:
     """A default context loads the CA bundle (~20 ms on the loop); an engine whose TLS keeps
     failing is reconnected at every scrape, which must not pay that every time."""
-    built: list[ssl.SSLContext] = []
-    default = ssl.create_default_context
-
-    def counting() -> ssl.SSLContext:
-        built.append(default())
-        return built[-1]
-
-    monkeypatch.setattr(ssl, "create_default_context", counting)
-
-    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.close()  # the TLS handshake fails
-
-    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
+    built = count_default_contexts(monkeypatch)
+    async with failing_handshakes() as port:
         for _ in range(3):
             with pytest.raises(OSError):
                 await pages.get(f"https://127.0.0.1:{port}/metrics", ACCEPT, 1024)
-    finally:
-        server.close()
-        await server.wait_closed()
     assert len(built) == 1
 
 
