@@ -17,6 +17,10 @@ streams piling up), the next request finds a connection ready instead of paying 
 (its loop turn, the socket and the server's accept: 0.2 ms at the median and over 1 ms at
 the 90th percentile on the gateway's busy loop, docs/benchmarks.md). One such connect at a
 time per origin; a spare nobody takes is closed once idle for `_IDLE_S`, like any other.
+
+While any connection is idle, a sweep every `_IDLE_S` closes those idle longer and forgets
+origins with none left: an engine scaled away or a provider no longer asked would otherwise
+keep its idle sockets (up to `_MAX_IDLE_PER_ORIGIN`) until its server closed them.
 """
 
 from __future__ import annotations
@@ -108,6 +112,7 @@ class HttpClient:
         self._keep_spare = keep_spare
         self._idle: dict[Origin, list[Conn]] = {}
         self._spares: dict[Origin, asyncio.Task[None]] = {}  # a spare being opened, by origin
+        self._sweep: asyncio.TimerHandle | None = None  # armed while any connection is idle
 
     async def request(
         self,
@@ -172,7 +177,7 @@ class HttpClient:
         finally:
             self._spares.pop(origin, None)
         conn.idle_since = time.monotonic()
-        self._idle.setdefault(origin, []).append(conn)
+        self._keep_idle(conn)
 
     def _tls(self) -> ssl.SSLContext:
         """The TLS context, the system's default made once: building one loads the CA
@@ -204,14 +209,35 @@ class HttpClient:
         if not conn.reusable():
             conn.drop()
             return
-        idle = self._idle.setdefault(conn.origin, [])
-        if len(idle) >= _MAX_IDLE_PER_ORIGIN:
+        if len(self._idle.get(conn.origin, ())) >= _MAX_IDLE_PER_ORIGIN:
             conn.drop()
             return
         conn.recycle()
-        idle.append(conn)
+        self._keep_idle(conn)
+
+    def _keep_idle(self, conn: Conn) -> None:
+        self._idle.setdefault(conn.origin, []).append(conn)
+        if self._sweep is None:
+            self._sweep = asyncio.get_running_loop().call_later(_IDLE_S, self._swept)
+
+    def _swept(self) -> None:
+        """Close the connections idle past `_IDLE_S`; forget origins with none idle."""
+        self._sweep = None
+        now = time.monotonic()
+        for origin, idle in list(self._idle.items()):
+            stale = [c for c in idle if c.closed or now - c.idle_since >= _IDLE_S]
+            for conn in stale:
+                idle.remove(conn)
+                conn.drop()
+            if not idle:
+                del self._idle[origin]
+        if self._idle:
+            self._sweep = asyncio.get_running_loop().call_later(_IDLE_S, self._swept)
 
     async def aclose(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         spares = list(self._spares.values())
         for task in spares:
             task.cancel()

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
+from kinference.gateway import http1
 from kinference.gateway.http1 import Broken, ConnectFailed, HttpClient, ReadTimeout
 from tests.tls_builds import count_default_contexts, failing_handshakes
 
@@ -123,6 +124,33 @@ async def test_a_connection_closed_while_idle_is_not_used_again() -> None:
             assert await response.read() == b"ok"
             response.close()
             await asyncio.sleep(0.05)  # let the server's close arrive
+    finally:
+        await http.aclose()
+        server.close()
+
+
+async def test_idle_connections_are_closed_without_another_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An origin nobody asks again (an engine scaled away) does not keep its idle sockets."""
+    monkeypatch.setattr(http1, "_IDLE_S", 0.05)
+    hung_up = asyncio.Event()
+
+    async def keep_alive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        await reader.read()  # the server never closes: only the client's sweep can
+        hung_up.set()
+
+    server, url = await serve(keep_alive)
+    http = client()
+    try:
+        response = await http.request("POST", url, [("content-length", "0")], body())
+        assert await response.read() == b"ok"
+        response.close()  # back in the pool, idle
+        async with asyncio.timeout(5):
+            await hung_up.wait()
     finally:
         await http.aclose()
         server.close()
