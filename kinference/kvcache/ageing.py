@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kinference.kvcache.blocks import BlockId
+from kinference.routing.chain import parted
 
 _NEWEST = np.iinfo(np.int64).max  # a block not held yet (about to be stored): used last
 UNKNOWN = _NEWEST  # the rank of a block not held
@@ -236,14 +237,8 @@ class WorkerAges:
 def _head(blocks: Sequence[BlockId], at: int, listed: tuple[BlockId, ...]) -> int:
     """How many blocks from `at` are `listed`'s first (0: not shown): a binary search as if
     a block named its prefix (chained identities), then a tuple comparison makes sure."""
-    lo, hi = 0, min(len(listed), len(blocks) - at)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if blocks[at + mid - 1] == listed[mid - 1]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo if tuple(blocks[at : at + lo]) == listed[:lo] else 0
+    head = parted(blocks, listed, 0, min(len(listed), len(blocks) - at), shift=at)
+    return head if tuple(blocks[at : at + head]) == listed[:head] else 0
 
 
 def _by_touch(touches: npt.NDArray[np.int64]) -> Iterable[tuple[int, int]]:

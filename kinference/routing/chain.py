@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -141,3 +142,16 @@ _INVERSE_POWERS = _power_table(_BASE_INVERSE, 4096)
 @functools.lru_cache(maxsize=1024)
 def seed(model: str) -> int:
     return int.from_bytes(hashlib.blake2b(model.encode(), digest_size=8).digest(), "little")
+
+
+def parted(first: Sequence[int], second: Sequence[int], lo: int, hi: int, shift: int = 0) -> int:
+    """Where two chains part: the largest n in `lo`..`hi` with `first[shift + n - 1] ==
+    second[n - 1]`, given that it holds at `lo` (or `lo` is 0). Chained hashes equal at a
+    block are equal up to it, so it is found by halves."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if first[shift + mid - 1] == second[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

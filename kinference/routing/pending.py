@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kinference.records import record
+from kinference.routing.chain import parted
 
 
 @record
@@ -37,14 +38,8 @@ class PendingPrefix:
         end = min(len(mine), len(hashes))
         if start >= end or mine[start] != hashes[start]:
             return 0.0
-        lo, hi = start + 1, end  # blocks[:lo] shared; find the largest such lo
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if mine[mid - 1] == hashes[mid - 1]:
-                lo = mid
-            else:
-                hi = mid - 1
-        return min((lo - start) * self.block_tokens, self.tokens)
+        shared = parted(mine, hashes, start + 1, end)  # blocks[:shared] are the same
+        return min((shared - start) * self.block_tokens, self.tokens)
 
 
 class PendingPrefixes:

@@ -13,6 +13,7 @@ from kinference.routing.chain import (
     mix,
     mix64,
     mix64_into,
+    parted,
     seed,
     unmix,
 )
@@ -45,3 +46,16 @@ def test_the_first_block_takes_the_model_seed() -> None:
     data = bytes(range(64))
     assert chain_values("a", data, 64, 1).tolist() != chain_values("b", data, 64, 1).tolist()
     assert seed("a") == seed("a")
+
+
+def test_parted_finds_where_two_chains_part_as_a_scan_does() -> None:
+    rng = random.Random(7)
+    for _ in range(500):
+        common = rng.randrange(0, 40)
+        shift = rng.randrange(0, 5)
+        first = [rng.randrange(1 << 20) for _ in range(shift)] + list(range(common))
+        first += [-1 - i for i in range(rng.randrange(0, 10))]
+        second = list(range(common)) + [-100 - i for i in range(rng.randrange(0, 10))]
+        hi = min(len(first) - shift, len(second))
+        lo = rng.randrange(0, min(common, hi) + 1)
+        assert parted(first, second, lo, hi, shift=shift) == min(common, hi)
