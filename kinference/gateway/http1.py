@@ -127,6 +127,7 @@ class HttpClient:
         conn = self._pooled(origin) or await self._connect(origin)
         if self._keep_spare:
             self._spare(origin)
+        conn.asked = True
         try:
             async for chunk in body:
                 data = chunk

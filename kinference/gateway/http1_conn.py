@@ -5,6 +5,12 @@ and how an upstream exchange fails (`UpstreamError` and its kinds).
 the read deadline (one timer per connection) and the backpressure both ways: reading pauses
 above `READ_HIGH` buffered bytes, writing waits while the transport is paused. The client
 (kinference.gateway.http1) sends requests on it and pools it between them.
+
+Only the response to the request sent is ever handed out: interim responses (1xx: `100
+Continue` to a forwarded `expect`, `103 Early Hints`) are skipped, and a message that begins
+while none is awaited (on an idle connection, or after the response completed) fails the
+connection, which is then dropped, never reused: it would answer the next request with
+bytes meant for no one (or for another client).
 """
 
 from __future__ import annotations
@@ -69,6 +75,8 @@ class Conn(asyncio.Protocol):
         self.buffered = 0
         self.complete = False
         self.keep_alive = False
+        self.asked = False  # a request was sent: its response may begin
+        self._interim = False  # the message being received is a 1xx before the response
         self.error: UpstreamError | None = None
         self._wake: asyncio.Future[None] | None = None
         self._paused = False
@@ -85,6 +93,9 @@ class Conn(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(Broken(f"not HTTP/1.1: {exc}"))
+            self.drop()
+        except httptools.HttpParserUpgrade:  # a 101 nobody asked for
+            self._fail(Broken("the upstream switched protocols"))
             self.drop()
 
     def eof_received(self) -> bool:
@@ -104,10 +115,19 @@ class Conn(asyncio.Protocol):
         self._can_write.set()
 
     # httptools callbacks
+    def on_message_begin(self) -> None:
+        if not self.asked or self.complete:
+            self._fail(Broken("the upstream sent a response nobody asked for"))
+            raise Broken("unsolicited")  # stops the parser; data_received drops the connection
+
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name.decode("latin-1").lower(), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
+        if 100 <= self.parser.get_status_code() < 200:  # interim (a 101 fails: upgrade, below)
+            self._interim = True
+            self.headers.clear()
+            return
         # Read here: llhttp forgets it once the message is complete.
         self.keep_alive = self.parser.should_keep_alive()
         if not self.head.done():
@@ -122,6 +142,9 @@ class Conn(asyncio.Protocol):
         self._notify()
 
     def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
         self.complete = True
         self._notify()
 

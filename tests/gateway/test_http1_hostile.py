@@ -1,0 +1,135 @@
+"""The upstream client against upstreams that misbehave or refuse: interim responses,
+unsolicited bytes, resets, cancelled requests; sockets counted on the server's side."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from kinference.gateway.http1 import Broken, HttpClient
+from tests.gateway.counting_upstream import OK, Upstream, body, read_request
+
+LENGTH0 = [("content-length", "0")]
+
+
+def client(*, keep_spare: bool = False) -> HttpClient:
+    return HttpClient(connect_timeout_s=2.0, read_timeout_s=10.0, keep_spare=keep_spare)
+
+
+async def fetch(http: HttpClient, url: str) -> tuple[int, bytes]:
+    response = await http.request("POST", url, LENGTH0, body())
+    try:
+        return response.status, await response.read()
+    finally:
+        response.close()
+
+
+@pytest.mark.parametrize("interim", [b"100 Continue", b"103 Early Hints\r\nlink: </a>; rel=x"])
+async def test_interim_responses_are_skipped(interim: bytes) -> None:
+    """An upstream told `expect: 100-continue`, or sending early hints, answers 1xx first:
+    the response is the final one, and the connection stays in step for the next."""
+    interim_sent = asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 " + interim + b"\r\n\r\n")
+        await writer.drain()
+        interim_sent.set()
+        await reader.readexactly(2)  # the body's second half follows the interim response
+        writer.write(OK)
+        await writer.drain()
+
+    async def halves() -> AsyncIterator[bytes]:
+        yield b"a"
+        await interim_sent.wait()
+        interim_sent.clear()
+        yield b"b"
+
+    async with Upstream(answer) as upstream:
+        http = client()
+        try:
+            for _ in range(2):
+                response = await http.request(
+                    "POST", upstream.url, [("content-length", "2")], halves()
+                )
+                assert (response.status, await response.read()) == (200, b"ok")
+                response.close()
+            assert upstream.accepted == 1
+        finally:
+            await http.aclose()
+
+
+async def test_a_response_nobody_asked_for_is_never_handed_to_a_request() -> None:
+    """Bytes after a complete response (a second response, as from a desynchronised or
+    hostile upstream) would answer the next request sent on the connection: the
+    connection is dropped instead, and each request gets its own answer."""
+    answers = 0
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal answers
+        await read_request(reader)
+        answers += 1
+        stale = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale"
+        writer.write(f"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-n: {answers}\r\n\r\nok".encode())
+        writer.write(stale)
+        await writer.drain()
+
+    async with Upstream(answer) as upstream:
+        http = client()
+        try:
+            for _ in range(3):
+                response = await http.request("POST", upstream.url, LENGTH0, body())
+                assert response.status == 200
+                assert await response.read() == b"ok"
+                assert [v for k, v in response.headers if k == "x-n"] == [str(upstream.accepted)]
+                response.close()
+            assert upstream.accepted == 3  # no connection was used again
+        finally:
+            await http.aclose()
+
+
+async def test_bytes_arriving_on_an_idle_connection_get_it_dropped() -> None:
+    idle = asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(OK)
+        await writer.drain()
+        await idle.wait()  # the client took the response: the connection is in its pool
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale")
+        await writer.drain()
+        await reader.read()
+
+    async with Upstream(answer) as upstream:
+        http = client()
+        try:
+            assert await fetch(http, upstream.url) == (200, b"ok")
+            idle.set()
+            await upstream.until(lambda: upstream.open == 0, timeout_s=2)
+            idle.clear()
+            assert await fetch(http, upstream.url) == (200, b"ok")
+        finally:
+            await http.aclose()
+
+
+async def test_switching_protocols_unasked_is_a_broken_upstream(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\n")
+        writer.write(b"upgrade: websocket\r\n\r\n\x81\x00")
+        await writer.drain()
+        await reader.read()
+
+    async with Upstream(answer) as upstream:
+        http = client()
+        try:
+            with pytest.raises(Broken):
+                await fetch(http, upstream.url)
+            await upstream.until(lambda: upstream.open == 0, timeout_s=2)
+        finally:
+            await http.aclose()
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
