@@ -113,6 +113,7 @@ class HttpClient:
         self._idle: dict[Origin, list[Conn]] = {}
         self._spares: dict[Origin, asyncio.Task[None]] = {}  # a spare being opened, by origin
         self._sweep: asyncio.TimerHandle | None = None  # armed while any connection is idle
+        self._closed = False  # by aclose: nothing is pooled or opened ahead from then on
 
     async def request(
         self,
@@ -124,6 +125,8 @@ class HttpClient:
         """Send the request (the caller sets `content-length`); returns at the response head."""
         origin, target = _split(url)
         head: bytes | None = _head(method, target, origin, headers)  # checked before connecting
+        if self._closed:
+            raise ConnectFailed("the upstream client is closed")
         conn = self._pooled(origin) or await self._connect(origin)
         if self._keep_spare:
             self._spare(origin)
@@ -165,7 +168,7 @@ class HttpClient:
         now = time.monotonic()
         while idle and (idle[0].closed or now - idle[0].idle_since >= _IDLE_S):
             idle.pop(0).drop()  # the oldest first: a stale spare must not pass for one
-        if idle or origin in self._spares:
+        if idle or origin in self._spares or self._closed:
             return
         task = asyncio.get_running_loop().create_task(self._open_spare(origin))
         self._spares[origin] = task
@@ -210,14 +213,17 @@ class HttpClient:
         if not conn.reusable():
             conn.drop()
             return
-        if len(self._idle.get(conn.origin, ())) >= _MAX_IDLE_PER_ORIGIN:
-            conn.drop()
-            return
         conn.recycle()
         self._keep_idle(conn)
 
     def _keep_idle(self, conn: Conn) -> None:
-        self._idle.setdefault(conn.origin, []).append(conn)
+        idle = self._idle.setdefault(conn.origin, [])
+        if self._closed or len(idle) >= _MAX_IDLE_PER_ORIGIN:
+            conn.drop()
+            if not idle:
+                del self._idle[conn.origin]
+            return
+        idle.append(conn)
         if self._sweep is None:
             self._sweep = asyncio.get_running_loop().call_later(_IDLE_S, self._swept)
 
@@ -236,6 +242,9 @@ class HttpClient:
             self._sweep = asyncio.get_running_loop().call_later(_IDLE_S, self._swept)
 
     async def aclose(self) -> None:
+        """Close every idle connection and stop the spares; requests under way finish, and
+        their connections are closed instead of pooled; new requests fail."""
+        self._closed = True
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
