@@ -71,7 +71,8 @@ def request_headers(
 ) -> list[tuple[str, str]]:
     """Headers for the upstream request: the client's, less hop-by-hop, credentials and
     `drop` (the gateway's own tenant/QoS headers), with the exact body length."""
-    skipped = _HOP_BY_HOP | _CREDENTIALS | {"accept-encoding"} | set(drop)
+    # `expect: 100-continue` asks the next hop about a body the gateway already holds.
+    skipped = _HOP_BY_HOP | _CREDENTIALS | {"accept-encoding", "expect"} | set(drop)
     headers = [(name, value) for name, value in received if name.lower() not in skipped]
     headers.append(("content-length", str(length)))
     # Identity keeps the bytes readable for usage and timing as they pass.

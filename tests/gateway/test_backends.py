@@ -99,6 +99,7 @@ def test_headers_drop_credentials_and_hop_by_hop() -> None:
         ("content-length", "12"),
         ("connection", "keep-alive"),
         ("accept-encoding", "gzip"),
+        ("expect", "100-continue"),
         ("x-kinference-tenant", "a"),
         ("x-request-id", "r1"),
     ]
