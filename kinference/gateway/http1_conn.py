@@ -24,6 +24,10 @@ from typing import cast
 import httptools
 
 READ_HIGH = 256 * 1024  # buffered response bytes at which the socket stops being read
+# Response head bytes (interim responses included) past which the upstream is broken: the
+# parser holds a head until it ends, and the read deadline alone would let one grow for
+# `read_timeout_s` (600 s by default).
+MAX_HEAD = 64 * 1024
 
 
 class UpstreamError(Exception):
@@ -73,6 +77,7 @@ class Conn(asyncio.Protocol):
         self.headers: list[tuple[str, str]] = []
         self.body: collections.deque[bytes] = collections.deque()
         self.buffered = 0
+        self._head_bytes = 0
         self.complete = False
         self.keep_alive = False
         self.asked = False  # a request was sent: its response may begin
@@ -97,6 +102,11 @@ class Conn(asyncio.Protocol):
         except httptools.HttpParserUpgrade:  # a 101 nobody asked for
             self._fail(Broken("the upstream switched protocols"))
             self.drop()
+        if not self.head.done():
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD:
+                self._fail(Broken(f"the response head passed {MAX_HEAD} bytes"))
+                self.drop()
 
     def eof_received(self) -> bool:
         self._ended()

@@ -133,3 +133,31 @@ async def test_switching_protocols_unasked_is_a_broken_upstream(
         finally:
             await http.aclose()
     assert not [record for record in caplog.records if record.levelname == "ERROR"]
+
+
+@pytest.mark.parametrize("endless", [b"x-a: " + b"a" * 65536, b"HTTP/1.1 103 Early Hints\r\n\r\n"])
+async def test_an_endless_response_head_is_cut_short(endless: bytes) -> None:
+    """A head that never ends (one endless header, or interim responses without end) would
+    be buffered until the read timeout (600 s by default): it fails once past `MAX_HEAD`."""
+    sent = 0
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal sent
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\n" if endless.startswith(b"x-a") else b"")
+        while sent < 64 * 1024 * 1024:
+            writer.write(endless)
+            sent += len(endless)
+            await writer.drain()
+        await reader.read()
+
+    async with Upstream(answer) as upstream:
+        http = client()
+        try:
+            async with asyncio.timeout(5):  # the read timeout is 10 s
+                with pytest.raises(Broken, match="head"):
+                    await fetch(http, upstream.url)
+            await upstream.until(lambda: upstream.open == 0)
+            assert sent < 16 * 1024 * 1024  # what the sockets hold, not what the server had
+        finally:
+            await http.aclose()
