@@ -3,8 +3,13 @@ mid-stream, and with clients asking `expect: 100-continue`; the upstream side ch
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+import httpx
+
+from kinference.gateway.app import GatewayApp
+from kinference.gateway.http1 import HttpClient
 from tests.api.helpers import nothing_held, wait_until
 from tests.conftest import MODEL
 from tests.gateway.conftest import Stack
@@ -24,3 +29,70 @@ async def test_expect_continue_gets_the_engine_s_answer(stack: Stack) -> None:
             assert response.status_code == 200, response.text
             assert json.loads(response.content)["usage"]["completion_tokens"] == 4
     await wait_until(lambda: nothing_held(stack.picker), what="nothing held")
+
+
+def upstream_client(stack: Stack) -> HttpClient:
+    app = stack.gateway.server.config.app
+    assert isinstance(app, GatewayApp) and app.gateway is not None
+    return app.gateway.http
+
+
+def engine_connections(stack: Stack) -> int:
+    return sum(len(engine._server.server_state.connections) for engine in stack.chat)  # type: ignore[union-attr]
+
+
+async def hang_up_mid_upload(stack: Stack) -> None:
+    _reader, writer = await asyncio.open_connection("127.0.0.1", stack.gateway.port)
+    try:
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\n"
+            b"content-type: application/json\r\ncontent-length: 100000\r\n\r\n"
+            b'{"model": "' + MODEL.encode() + b'", "messages": [{"role": "user", "content": "'
+        )
+        await writer.drain()
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def hang_up_mid_stream(http: httpx.AsyncClient) -> None:
+    request = {"model": MODEL, "messages": HI, "max_tokens": 5000, "stream": True}
+    async with http.stream("POST", "/v1/chat/completions", json=request) as response:
+        assert response.status_code == 200
+        async for chunk in response.aiter_raw():
+            if b"content" in chunk:
+                return  # one token seen: hang up
+
+
+async def complete(http: httpx.AsyncClient) -> None:
+    request = {"model": MODEL, "messages": HI, "max_tokens": 4, "stream": True}
+    response = await http.post("/v1/chat/completions", json=request)
+    assert response.status_code == 200 and b"[DONE]" in response.content
+
+
+async def test_a_crowd_hanging_up_mid_upload_and_mid_stream_leaves_nothing_behind(
+    stack: Stack,
+) -> None:
+    """Abandoned requests' upstream connections are closed, not pooled; the picker holds
+    nothing; every connection the engine still has is one the gateway pooled cleanly."""
+    async with stack.http() as http:  # one client per request: each hangs up on its own
+        crowd = []
+        for index in range(60):
+            kind = index % 3
+            if kind == 0:
+                crowd.append(hang_up_mid_upload(stack))
+            else:
+                crowd.append((hang_up_mid_stream if kind == 1 else complete)(http))
+        await asyncio.gather(*crowd)
+    await wait_until(
+        lambda: sum(engine.stats()["running"] for engine in stack.chat) == 0,
+        what="the engine to see every abandoned stream's connection closed",
+    )
+    await wait_until(lambda: nothing_held(stack.picker), what="the picker to release all")
+    http1 = upstream_client(stack)
+    pooled = [conn for idle in http1._idle.values() for conn in idle]
+    assert all(not conn.asked and not conn.closed for conn in pooled)
+    await wait_until(
+        lambda: engine_connections(stack) <= len(pooled) + 1,  # + a spare on its way
+        what="the engine to hold no connection the gateway did not pool",
+    )
