@@ -138,11 +138,11 @@ class HttpClient:
                     if len(chunk) <= _JOIN_BELOW:
                         data = b"".join((head, chunk))
                     else:
-                        await conn.write(head)
+                        await conn.write(head, self.read_timeout_s)
                     head = None
-                await conn.write(data)
+                await conn.write(data, self.read_timeout_s)
             if head is not None:
-                await conn.write(head)
+                await conn.write(head, self.read_timeout_s)
             # Awaited as it is (no shield): a cancelled wait drops the connection below, and
             # the task wakes in the loop turn the head arrives in, not one later.
             conn.expect(conn.head, self.read_timeout_s, "no response head in time")

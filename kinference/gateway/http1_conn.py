@@ -3,7 +3,8 @@ and how an upstream exchange fails (`UpstreamError` and its kinds).
 
 `Conn` holds the transport, the response being received (head, buffered body, completion),
 the read deadline (one timer per connection) and the backpressure both ways: reading pauses
-above `READ_HIGH` buffered bytes, writing waits while the transport is paused. The client
+above `READ_HIGH` buffered bytes, writing waits while the transport is paused (at most the
+read timeout without progress). The client
 (kinference.gateway.http1) sends requests on it and pools it between them.
 
 Only the response to the request sent is ever handed out: interim responses (1xx: `100
@@ -63,8 +64,7 @@ class Conn(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.idle_since = 0.0
-        self._can_write = asyncio.Event()
-        self._can_write.set()
+        self._writable: asyncio.Future[None] | None = None  # while the transport is paused
         # The read deadline: one timer per connection, re-armed only when it fires early.
         self._deadline = 0.0  # loop time by which the awaited head or bytes must arrive
         self._awaited: asyncio.Future[None] | None = None  # what the deadline applies to
@@ -115,14 +115,16 @@ class Conn(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._ended()
-        self._can_write.set()
+        self.resume_writing()
         self._stop_timer()
 
     def pause_writing(self) -> None:
-        self._can_write.clear()
+        self._writable = self.loop.create_future()
 
     def resume_writing(self) -> None:
-        self._can_write.set()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._writable = None
 
     # httptools callbacks
     def on_message_begin(self) -> None:
@@ -212,12 +214,18 @@ class Conn(asyncio.Protocol):
         """The whole response has arrived and been handed out."""
         return self.complete and not self.body
 
-    async def write(self, data: bytes | memoryview) -> None:
+    async def write(self, data: bytes | memoryview, timeout_s: float) -> None:
+        """Send `data`; while the upstream's socket is full, wait at most `timeout_s` for it
+        to read on (raises ReadTimeout: an upstream that stopped reading the request)."""
         if self.closed or self.transport is None:
             raise Broken("the upstream closed the connection")
         self.transport.write(data)
-        if not self._can_write.is_set():
-            await self._can_write.wait()
+        if (waiter := self._writable) is not None:
+            self.expect(waiter, timeout_s, "the upstream stopped reading the request")
+            try:
+                await waiter
+            finally:
+                self._awaited = None
 
     def reusable(self) -> bool:
         return (

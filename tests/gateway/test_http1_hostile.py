@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from kinference.gateway.http1 import Broken, HttpClient
+from kinference.gateway.http1 import Broken, HttpClient, ReadTimeout
 from tests.gateway.counting_upstream import OK, Upstream, body, read_request
 
 LENGTH0 = [("content-length", "0")]
@@ -160,4 +160,30 @@ async def test_an_endless_response_head_is_cut_short(endless: bytes) -> None:
             await upstream.until(lambda: upstream.open == 0)
             assert sent < 16 * 1024 * 1024  # what the sockets hold, not what the server had
         finally:
+            await http.aclose()
+
+
+async def test_an_upstream_that_stops_reading_the_body_times_out() -> None:
+    """An engine that takes the head and never reads the body: the request's writes wait on
+    a full socket; past the read timeout without progress they fail, not wait forever."""
+    MiB = 1024 * 1024
+    done = asyncio.Event()
+
+    async def never_reads(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await done.wait()
+
+    async def large() -> AsyncIterator[bytes]:
+        for _ in range(512):
+            yield b"x" * MiB
+
+    async with Upstream(never_reads) as upstream:
+        http = HttpClient(connect_timeout_s=2.0, read_timeout_s=0.3)
+        try:
+            async with asyncio.timeout(10):
+                with pytest.raises(ReadTimeout, match="stopped reading"):
+                    length = [("content-length", str(512 * MiB))]
+                    await http.request("POST", upstream.url, length, large())
+        finally:
+            done.set()
             await http.aclose()
