@@ -184,29 +184,34 @@ class Flow:
             headers.append(("x-request-id", incoming.request_id))
         clock = TokenClock()
         response = await self._send(incoming.method, target.url, headers, (pick, extras), reports)
-        if target.provider is not None and response.status in _UNAUTHORIZED:
-            response.close()
-            detail = f"upstream answered {response.status}"
-            reason = pb.AbortRequest.BACKEND_UNAUTHORIZED
-            raise _aborted(reports, reason, detail, errors.backend_unauthorized(target.provider))
-        _log_dispatch(incoming, pick, target, response.status)
-        exchange = Exchange(
-            path=incoming.path.partition("?")[0],
-            request_headers=incoming.header_map,
-            pick=pick,
-            status=response.status,
-            content_type=response.header("content-type").lower(),
-            client_asked_usage=pushed.asked_usage,
-            extras=extras,
-        )
-        return Relay(
-            response,
-            clock,
-            reports,
-            fallback_model=pick.requested_model,
-            transform=self._transforms.for_exchange(exchange),
-            on_finish=incoming.on_finish,
-        )
+        try:
+            if target.provider is not None and response.status in _UNAUTHORIZED:
+                detail = f"upstream answered {response.status}"
+                reason = pb.AbortRequest.BACKEND_UNAUTHORIZED
+                raise _aborted(
+                    reports, reason, detail, errors.backend_unauthorized(target.provider)
+                )
+            _log_dispatch(incoming, pick, target, response.status)
+            exchange = Exchange(
+                path=incoming.path.partition("?")[0],
+                request_headers=incoming.header_map,
+                pick=pick,
+                status=response.status,
+                content_type=response.header("content-type").lower(),
+                client_asked_usage=pushed.asked_usage,
+                extras=extras,
+            )
+            return Relay(
+                response,
+                clock,
+                reports,
+                fallback_model=pick.requested_model,
+                transform=self._transforms.for_exchange(exchange),
+                on_finish=incoming.on_finish,
+            )
+        except BaseException:
+            response.close()  # not relayed: its engine must not go on generating for nobody
+            raise
 
     async def _send(
         self,

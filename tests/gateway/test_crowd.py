@@ -1,5 +1,6 @@
 """The gateway end to end under a crowd of clients, some hanging up mid-upload or
-mid-stream, and with clients asking `expect: 100-continue`; the upstream side checked too."""
+mid-stream, clients asking `expect: 100-continue`, a failure between the upstream's answer
+and the relay; the upstream side checked too."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import json
 
 import httpx
+import pytest
 
 from kinference.gateway.app import GatewayApp
 from kinference.gateway.http1 import HttpClient
@@ -96,3 +98,27 @@ async def test_a_crowd_hanging_up_mid_upload_and_mid_stream_leaves_nothing_behin
         lambda: engine_connections(stack) <= len(pooled) + 1,  # + a spare on its way
         what="the engine to hold no connection the gateway did not pool",
     )
+
+
+async def test_a_failure_after_the_upstream_answered_closes_its_connection(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever fails between the response head and the relay (here the transforms) must not
+    leave the upstream connection open, its engine generating for nobody."""
+    app = stack.gateway.server.config.app
+    assert isinstance(app, GatewayApp) and app.gateway is not None
+
+    def broken(exchange: object) -> None:
+        raise RuntimeError("a transform that fails")
+
+    monkeypatch.setattr(app.gateway.flow._transforms, "for_exchange", broken)
+    request = {"model": MODEL, "messages": HI, "max_tokens": 5000, "stream": True}  # ~12 s
+    async with stack.http() as http:
+        response = await http.post("/v1/chat/completions", json=request)
+    assert response.status_code == 500
+    await wait_until(
+        lambda: sum(engine.stats()["running"] for engine in stack.chat) == 0,
+        within_s=5.0,
+        what="the engine to see the upstream connection closed",
+    )
+    await wait_until(lambda: nothing_held(stack.picker), what="the picker to release it")
