@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ def client() -> HttpClient:
     return HttpClient(connect_timeout_s=2.0, read_timeout_s=10.0, keep_spare=True)
 
 
-async def cancelled(task: asyncio.Task[object]) -> None:
+async def cancelled(task: asyncio.Future[Any]) -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -101,7 +102,7 @@ async def test_cancelled_mid_body_the_rest_never_answers_another_request() -> No
             assert await anext(chunks) == b"abc"
             reading = asyncio.ensure_future(anext(chunks))
             await asyncio.sleep(0)  # waiting for the next chunk
-            await cancelled(reading)  # type: ignore[arg-type]
+            await cancelled(reading)
             response.close()
             await upstream.until(lambda: upstream.closed == 1)
             again = await http.request("POST", upstream.url, [], body())
