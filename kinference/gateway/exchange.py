@@ -14,9 +14,11 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from kinference.gateway import errors
 from kinference.gateway.asgi import Gateway, Receive, Scope, Send, send_error
 from kinference.gateway.errors import GatewayError
 from kinference.gateway.flow import Incoming
+from kinference.gateway.http1 import UpstreamError
 from kinference.gateway.relay import Relay
 from kinference.gateway.timing import TokenClock
 from kinference.gateway.usage import Usage
@@ -86,7 +88,12 @@ class Exchange:
 
     async def _relay(self, relay: Relay, request_id: str) -> None:
         try:
-            await relay.start()
+            try:
+                await relay.start()
+            except UpstreamError:  # nothing sent yet: the error JSON (finish counts the 502)
+                error = errors.upstream_failed("the upstream failed mid-response")
+                await send_error(self.send, error, request_id, path=self.scope["path"])
+                return
             headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in relay.headers]
             headers.append((b"x-request-id", request_id.encode()))
             send = self.send

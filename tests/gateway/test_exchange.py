@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from typing import cast
 
 from kinference.gateway.errors import GatewayError
 from kinference.gateway.exchange import ClientDisconnect, Exchange
 from kinference.gateway.flow import Incoming
+from kinference.gateway.hooks import PassThrough
+from kinference.gateway.http1 import Broken, Response
 from kinference.gateway.relay import Relay
+from kinference.gateway.timing import TokenClock
 from tests.gateway.fakes_asgi import Client, FakeFlow, fake_gateway, scope
 
 ROUTE = "chat"
@@ -113,3 +118,53 @@ async def test_a_cancellation_from_outside_still_propagates() -> None:
         pass
     else:
         raise AssertionError("the server's cancellation was swallowed")
+
+
+class _CutUpstream:
+    """An `http1.Response` whose body breaks off after its first bytes."""
+
+    def __init__(self) -> None:
+        self.status = 200
+        self.headers = [("content-type", "application/json")]
+        self.drained = False
+        self.closed = False
+
+    def header(self, name: str) -> str:
+        return dict(self.headers).get(name, "")
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        yield b'{"id":'
+        raise Broken("the upstream closed the connection mid-response")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Reports:
+    def first_token(self, ttft_ms: int, upstream_status: int) -> None:
+        pass
+
+    def final(self, usage: object, clock: object, fallback_model: str) -> None:
+        raise AssertionError("not complete")
+
+    def abort(self, reason: int, detail: str) -> None:
+        self.aborted = detail
+
+
+async def test_an_upstream_failing_before_a_rewritten_whole_body_is_sent_is_a_502() -> None:
+    """A transformed whole body is read before its head goes out: an upstream failing then
+    is the gateway's 502 JSON, not an exception for the server to answer with a 500."""
+    upstream, reports = _CutUpstream(), _Reports()
+
+    async def relay(incoming: Incoming) -> Relay:
+        await read_all(incoming)
+        response = cast(Response, upstream)
+        return Relay(response, TokenClock(), reports, fallback_model="m", transform=PassThrough())
+
+    gateway, _ = fake_gateway(flow=FakeFlow(relay))
+    client = Client({"type": "http.request", "body": b"{}", "more_body": False})
+    exchange = Exchange(gateway, scope("POST", "/v1/chat/completions"), client.receive,
+                        client.send, ROUTE)  # fmt: skip
+    await exchange.run()
+    assert client.status == 502 and json.loads(client.body)["error"]["code"] == "upstream_error"
+    assert upstream.closed and "mid-response" in reports.aborted
