@@ -25,8 +25,9 @@ from typing import cast
 import httptools
 
 READ_HIGH = 256 * 1024  # buffered response bytes at which the socket stops being read
-# Response head bytes (interim responses included) past which the upstream is broken: the
-# parser holds a head until it ends, and the read deadline alone would let one grow for
+# Bytes received in a row without a body byte (a head, interim responses included, or
+# trailers) past which the upstream is broken: the parser holds them until they end, the
+# body's pause does not apply, and the read deadline alone would let them grow for
 # `read_timeout_s` (600 s by default).
 MAX_HEAD = 64 * 1024
 
@@ -77,7 +78,8 @@ class Conn(asyncio.Protocol):
         self.headers: list[tuple[str, str]] = []
         self.body: collections.deque[bytes] = collections.deque()
         self.buffered = 0
-        self._head_bytes = 0
+        self._body_bytes = 0  # received in this response so far
+        self._no_body = 0  # bytes received since the last body bytes
         self.complete = False
         self.keep_alive = False
         self.asked = False  # a request was sent: its response may begin
@@ -94,6 +96,7 @@ class Conn(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
+        body_before = self._body_bytes
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -102,11 +105,11 @@ class Conn(asyncio.Protocol):
         except httptools.HttpParserUpgrade:  # a 101 nobody asked for
             self._fail(Broken("the upstream switched protocols"))
             self.drop()
-        if not self.head.done():
-            self._head_bytes += len(data)
-            if self._head_bytes > MAX_HEAD:
-                self._fail(Broken(f"the response head passed {MAX_HEAD} bytes"))
-                self.drop()
+        self._no_body = 0 if self._body_bytes > body_before else self._no_body + len(data)
+        if self._no_body > MAX_HEAD and not self.closed:
+            what = "framing (trailers, chunk lines)" if self.head.done() else "head"
+            self._fail(Broken(f"the response {what} passed {MAX_HEAD} bytes"))
+            self.drop()
 
     def eof_received(self) -> bool:
         self._ended()
@@ -148,6 +151,7 @@ class Conn(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         self.body.append(body)
         self.buffered += len(body)
+        self._body_bytes += len(body)
         if self.buffered > READ_HIGH and self.transport is not None and not self._paused:
             self._paused = True
             self.transport.pause_reading()

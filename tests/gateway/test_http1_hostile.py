@@ -240,3 +240,32 @@ async def test_an_upstream_resetting_every_connection_costs_at_most_two_connects
             assert upstream.accepted <= 40
         finally:
             await http.aclose()
+
+
+async def test_endless_trailers_are_cut_short() -> None:
+    """Trailers are held like a head (and not paused like a body): past `MAX_HEAD` bytes
+    without a body byte the connection fails, before the read timeout."""
+    sent = 0
+
+    async def trailers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal sent
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n")
+        while sent < 64 * 1024 * 1024:
+            writer.write(b"x-t: " + b"t" * 1000 + b"\r\n")
+            sent += 1007
+            await writer.drain()
+        await reader.read()
+
+    async with Upstream(trailers) as upstream:
+        http = client()
+        try:
+            response = await http.request("POST", upstream.url, LENGTH0, body())
+            async with asyncio.timeout(5):  # the read timeout is 10 s
+                with pytest.raises(Broken, match="trailers"):
+                    await response.read()
+            response.close()
+            await upstream.until(lambda: upstream.open == 0)
+            assert sent < 16 * 1024 * 1024
+        finally:
+            await http.aclose()
