@@ -63,8 +63,11 @@ class PoolCaches:
 
     def apply(self, slot: int, events: Iterable[Event]) -> None:
         """A batch from `slot`'s engine: into the index; what it names is no longer pending;
-        what it stores was just used; that it removes any says its cache is full."""
-        stored, removed = self.index.apply(slot, events)
+        what it stores was just used; that it removes any says its cache is full (a clear
+        says nothing of its size: what was held is forgotten, not evicted)."""
+        stored, removed, cleared = self.index.apply(slot, events)
+        if cleared:
+            self.ages.pop(slot, None)
         waiting = self.pending.get(slot)
         if waiting:  # in C: a long prompt's step names hundreds of blocks
             collections.deque(map(waiting.pop, stored, itertools.repeat(None)), maxlen=0)
