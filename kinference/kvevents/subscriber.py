@@ -6,7 +6,9 @@ so a batch is attributed to the worker whose socket it came from. Each batch goe
 that worker's `WorkerTrust` (sequence gaps, restarts, malformed batches) before its events
 reach the pool's `BlockIndex`. When the engine offers a replay socket, missed batches are
 asked for (vLLM's protocol: a DEALER sends the first missing seq, the ROUTER answers
-`(seq, payload)` pairs and `seq = -1`); live batches wait in order meanwhile.
+`(seq, payload)` pairs and `seq = -1`); live batches wait in order meanwhile. A feed
+stopped or replaced stops its replay too: what it fetched would land in a slot already
+forgotten (or another endpoint's).
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ class Feed:
     replaying: bool = False
     batches: int = 0
     task: asyncio.Task[None] | None = None
+    replay: asyncio.Task[None] | None = None
+
+    def cancel(self) -> None:
+        """Stop reading, and replaying."""
+        for task in (self.task, self.replay):
+            if task is not None:
+                task.cancel()
 
 
 class EventSubscriber:
@@ -71,8 +80,8 @@ class EventSubscriber:
     def add(self, feed: Feed) -> None:
         key = (feed.pool.ref, feed.slot)
         old = self.feeds.pop(key, None)
-        if old is not None and old.task is not None:
-            old.task.cancel()
+        if old is not None:
+            old.cancel()
         self.feeds[key] = feed
         feed.task = asyncio.get_running_loop().create_task(
             self._run(feed), name=f"kv-events {feed.endpoint}"
@@ -80,11 +89,12 @@ class EventSubscriber:
 
     def remove(self, pool: str, slot: int) -> None:
         feed = self.feeds.pop((pool, slot), None)
-        if feed is not None and feed.task is not None:
-            feed.task.cancel()
+        if feed is not None:
+            feed.cancel()
 
     async def aclose(self) -> None:
-        tasks = [f.task for f in self.feeds.values() if f.task is not None]
+        feeds = list(self.feeds.values())
+        tasks = [t for f in feeds for t in (f.task, f.replay) if t is not None]
         self.feeds.clear()
         for task in tasks:
             task.cancel()
@@ -142,7 +152,9 @@ class EventSubscriber:
         elif step is Step.REPLAY:
             feed.replaying, feed.pending = True, [(seq, batch)]
             until = seq if batch is not None else seq + 1
-            asyncio.get_running_loop().create_task(self._replay(feed, trust.replay_from, until))
+            feed.replay = asyncio.get_running_loop().create_task(
+                self._replay(feed, trust.replay_from, until)
+            )
             return
         if batch is not None:
             feed.batches += 1
