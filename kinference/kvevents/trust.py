@@ -34,6 +34,9 @@ class Distrust(enum.Enum):
     STALLED = "publisher stalled"
 
 
+_RESYNCING = (Distrust.GAP, Distrust.MALFORMED, Distrust.RESTARTED)  # end after resync_after_s
+
+
 class Step(enum.Enum):
     """What to do with a batch that just arrived."""
 
@@ -97,12 +100,21 @@ class WorkerTrust:
             self.waiting_since = now
 
     def check(self, now: float) -> None:
-        waiting = self.waiting_since
-        if waiting is not None and now - waiting > self.stall_after_s and self.distrust is None:
-            self.distrust, self.since = Distrust.STALLED, now
-        resyncing = self.distrust in (Distrust.GAP, Distrust.MALFORMED, Distrust.RESTARTED)
-        if resyncing and now - self.since >= self.resync_after_s:
-            self.distrust = None
+        state = self.state(now)
+        if state is not self.distrust:
+            if state is Distrust.STALLED:
+                self.since = now
+            self.distrust = state
+
+    def state(self, now: float) -> Distrust | None:
+        """What `check` makes `distrust` at `now`, without writing it: for readers on
+        other threads (the metrics server's), which must not undo what the loop writes."""
+        distrust, since, waiting = self.distrust, self.since, self.waiting_since
+        if waiting is not None and now - waiting > self.stall_after_s and distrust is None:
+            return Distrust.STALLED
+        if distrust in _RESYNCING and now - since >= self.resync_after_s:
+            return None
+        return distrust
 
     def _first(self, seq: int, now: float) -> Step:
         if seq == 0:
