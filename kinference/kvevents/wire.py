@@ -38,6 +38,9 @@ from kinference.kvevents.events import (
 END_OF_REPLAY = -1
 _SEQ_BYTES = 8
 MAX_PAYLOAD_BYTES = 16 * 1024 * 1024  # refused undecoded: one step of a 1 MiB prompt is ~1.5 MB
+# An adapter's name seeds its blocks' identities (`kvcache.blocks.seed`, which keeps the last
+# 256 it saw): a longer one is refused, not kept (256 names of 16 MiB would pin 4 GiB).
+MAX_LORA_NAME_CHARS = 1024
 
 
 class MalformedBatch(ValueError):
@@ -135,10 +138,15 @@ def _stored(fields: dict[str, Any]) -> BlockStored:
     if len(tokens) != len(hashes) * size:
         raise MalformedBatch(f"{len(tokens)} token ids for {len(hashes)} blocks of {size} tokens")
     lora = fields.get("lora_name")
-    if lora is None and fields.get("lora_id") is not None:
-        lora = str(fields["lora_id"])
+    lora_id = fields.get("lora_id")
+    if lora_id is not None and not _is_int(lora_id):
+        raise MalformedBatch("lora_id is not an integer")
+    if lora is None and lora_id is not None:
+        lora = str(lora_id)
     if lora is not None and not isinstance(lora, str):
         raise MalformedBatch("lora_name is not a string")
+    if lora is not None and len(lora) > MAX_LORA_NAME_CHARS:
+        raise MalformedBatch(f"lora_name of {len(lora)} characters is over the limit")
     return BlockStored(hashes, parent, tokens, size, lora, _medium(fields.get("medium")))
 
 
