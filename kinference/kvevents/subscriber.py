@@ -6,7 +6,9 @@ so a batch is attributed to the worker whose socket it came from. Each batch goe
 that worker's `WorkerTrust` (sequence gaps, restarts, malformed batches) before its events
 reach the pool's `BlockIndex`. When the engine offers a replay socket, missed batches are
 asked for (vLLM's protocol: a DEALER sends the first missing seq, the ROUTER answers
-`(seq, payload)` pairs and `seq = -1`); live batches wait in order meanwhile. A feed
+`(seq, payload)` pairs and `seq = -1`); live batches wait in order meanwhile. The replay
+is done once every missed batch came (the end marker is not waited for), or fails at its
+deadline or at `MAX_PENDING` batches fetched (what came is applied either way). A feed
 stopped or replaced stops its replay too: what it fetched would land in a slot already
 forgotten (or another endpoint's).
 """
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 
 RECEIVE_HWM = 100_000  # batches queued in the socket before ZMQ drops (a gap we detect)
 REPLAY_TIMEOUT_S = 2.0  # a replay socket that says nothing for this long has failed
+REPLAY_DEADLINE_S = 10.0  # a replay not done by then has failed, whatever it still sends
 MAX_PENDING = 10_000  # live batches held while a replay runs; more abandons the replay
 
 
@@ -166,7 +169,8 @@ class EventSubscriber:
         got: dict[int, EventBatch] = {}
         if feed.replay_address is not None:
             try:
-                got = await self._fetch(feed.replay_address, start, until)
+                async with asyncio.timeout(REPLAY_DEADLINE_S):
+                    await self._fetch(feed.replay_address, start, until, got)
             except (zmq.ZMQError, TimeoutError, MalformedBatch) as exc:
                 log.warning("kv events replay from %s failed: %s", feed.endpoint, exc)
         complete = all(seq in got for seq in range(start, until))
@@ -182,9 +186,12 @@ class EventSubscriber:
         for seq, batch in pending[1:]:
             self._step(feed, seq, batch, now)
 
-    async def _fetch(self, address: str, start: int, until: int) -> dict[int, EventBatch]:
+    async def _fetch(
+        self, address: str, start: int, until: int, got: dict[int, EventBatch]
+    ) -> None:
+        """Into `got`, the batches [start, until) the replay socket answers, until they are
+        all there, its end marker, or `MAX_PENDING` of them."""
         socket = self._context.socket(zmq.DEALER)
-        got: dict[int, EventBatch] = {}
         try:
             socket.setsockopt(zmq.LINGER, 0)
             socket.connect(address)
@@ -196,8 +203,10 @@ class EventSubscriber:
                     raise MalformedBatch(f"replay answer of {len(parts)} frames")
                 seq = decode_seq(parts[1])
                 if seq == END_OF_REPLAY:
-                    return got
+                    return
                 if start <= seq < until:
                     got[seq] = decode_batch(parts[2])
+                    if len(got) == until - start or len(got) >= MAX_PENDING:
+                        return
         finally:
             socket.close(linger=0)

@@ -1,0 +1,116 @@
+"""Replays that go wrong. A feed stopped while its replay is under way (the endpoint left
+the pool, or its address changed) leaves nothing behind: what the replay fetches is not
+applied to the worker's slot, which `PreciseEvents` has just forgotten (and which another
+endpoint may take). A replay socket that never ends its answer (it keeps sending what was
+not asked for, or stops before its end marker) does not keep the worker replaying: the
+replay ends once every missed batch came, or at its deadline."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import zmq
+import zmq.asyncio
+
+from kinference.kvcache.pool import PoolCaches
+from kinference.kvevents import subscriber as subscriber_module
+from kinference.kvevents.subscriber import EventSubscriber, Feed
+from kinference.kvevents.trust import Distrust, WorkerTrust
+from tests.api.helpers import wait_until
+from tests.kvevents import vllm_format as vllm
+
+
+def _batch(n: int) -> bytes:
+    return vllm.encode([vllm.stored([n + 1], list(range(4 * n, 4 * n + 4)))])
+
+
+async def test_a_replay_under_way_is_dropped_with_its_feed() -> None:
+    context = zmq.asyncio.Context()
+    router = context.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    subscriber = EventSubscriber(lambda: 0.0)
+    pool = PoolCaches("p", 4)
+    trust = pool.trust[0] = WorkerTrust(5.0, 10.0, can_replay=True)
+    feed = Feed(pool, 0, "e0", "tcp://127.0.0.1:9", f"tcp://127.0.0.1:{port}", b"", trust)
+    try:
+        subscriber.add(feed)
+        subscriber.receive(feed, [b"", vllm.seq_bytes(0), _batch(0)])
+        before = asyncio.all_tasks()
+        subscriber.receive(feed, [b"", vllm.seq_bytes(2), _batch(2)])  # 1 missed: replay
+        (replay,) = asyncio.all_tasks() - before
+        client, _, start = await asyncio.wait_for(router.recv_multipart(), 5)
+        assert int.from_bytes(start, "big") == 1
+        subscriber.remove("p", 0)  # as `PreciseEvents._stop` does
+        pool.trust.pop(0)
+        pool.forget(0)
+        await router.send_multipart([client, b"", vllm.seq_bytes(1), _batch(1)])
+        await router.send_multipart([client, b"", vllm.seq_bytes(-1), b""])
+        await asyncio.wait([replay], timeout=5)
+        assert replay.done()
+        assert pool.index.holdings() == {} and pool.ages == {} and pool.peaks == {}
+    finally:
+        await subscriber.aclose()
+        context.destroy(linger=0)
+
+
+async def _replaying(
+    router: zmq.asyncio.Socket, port: int
+) -> tuple[EventSubscriber, PoolCaches, Feed, bytes]:
+    """A feed that applied batch 0, then got batch 3: replaying 1 and 2 (asked for)."""
+    subscriber = EventSubscriber(lambda: 0.0)
+    pool = PoolCaches("p", 4)
+    trust = pool.trust[0] = WorkerTrust(5.0, 10.0, can_replay=True)
+    feed = Feed(pool, 0, "e0", "tcp://127.0.0.1:9", f"tcp://127.0.0.1:{port}", b"", trust)
+    subscriber.add(feed)
+    subscriber.receive(feed, [b"", vllm.seq_bytes(0), _batch(0)])
+    subscriber.receive(feed, [b"", vllm.seq_bytes(3), _batch(3)])
+    client, _, start = await asyncio.wait_for(router.recv_multipart(), 5)
+    assert int.from_bytes(start, "big") == 1 and feed.replaying
+    return subscriber, pool, feed, client
+
+
+async def test_a_replay_that_never_ends_is_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay socket keeps answering with batches before the one asked for (each within
+    the per-message timeout): at the replay's deadline the worker is a gap, and the live
+    batches held meanwhile are applied."""
+    monkeypatch.setattr(subscriber_module, "REPLAY_DEADLINE_S", 0.3)
+    context = zmq.asyncio.Context()
+    router = context.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    subscriber, pool, feed, client = await _replaying(router, port)
+    try:
+        subscriber.receive(feed, [b"", vllm.seq_bytes(4), _batch(4)])  # held meanwhile
+
+        async def not_asked_for() -> None:
+            while True:
+                await router.send_multipart([client, b"", vllm.seq_bytes(0), _batch(0)])
+                await asyncio.sleep(0.05)
+
+        sending = asyncio.get_running_loop().create_task(not_asked_for())
+        try:
+            await wait_until(lambda: not feed.replaying, within_s=5)
+        finally:
+            sending.cancel()
+        assert feed.trust.distrust is Distrust.GAP
+        assert pool.index.blocks(0) == 3  # 0, then 3 and 4 held while replaying
+    finally:
+        await subscriber.aclose()
+        context.destroy(linger=0)
+
+
+async def test_a_replay_is_done_once_every_missed_batch_came() -> None:
+    """The replay socket sends the missed batches and then nothing (no end marker): they
+    are applied and the worker is precise again, without waiting for the marker."""
+    context = zmq.asyncio.Context()
+    router = context.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    subscriber, pool, feed, client = await _replaying(router, port)
+    try:
+        for n in (1, 2):
+            await router.send_multipart([client, b"", vllm.seq_bytes(n), _batch(n)])
+        await wait_until(lambda: not feed.replaying)
+        assert feed.trust.distrust is None and pool.index.blocks(0) == 4
+    finally:
+        await subscriber.aclose()
+        context.destroy(linger=0)
