@@ -130,7 +130,10 @@ class EventSubscriber:
         try:
             if len(parts) != 3:
                 raise MalformedBatch(f"{len(parts)} frames, expected topic, seq, payload")
-            seq = decode_seq(parts[1])
+            number = decode_seq(parts[1])
+            if number < 0:  # live batches count from 0 (-1 ends a replay's answer)
+                raise MalformedBatch(f"negative sequence number {number}")
+            seq = number
             batch: EventBatch | None = decode_batch(parts[2])
         except MalformedBatch as exc:
             log.warning("kv events from %s: %s", feed.endpoint, exc)

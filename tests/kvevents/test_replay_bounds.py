@@ -114,3 +114,25 @@ async def test_a_replay_is_done_once_every_missed_batch_came() -> None:
     finally:
         await subscriber.aclose()
         context.destroy(linger=0)
+
+
+@pytest.mark.parametrize("seq", [-1, -5, -(2**63)])
+async def test_a_negative_sequence_number_is_malformed(seq: int) -> None:
+    """Live batches are numbered from 0 (-1 ends a replay's answer): a negative number is
+    not a gap to replay (an empty range, so a replay "complete" at once that made the
+    worker precise on nothing), it is a malformed batch."""
+    publisher = vllm.Publisher(replay=True)
+    subscriber = EventSubscriber(lambda: 0.0)
+    pool = PoolCaches("p", 4)
+    trust = pool.trust[0] = WorkerTrust(5.0, 10.0, can_replay=True)
+    replay = f"tcp://127.0.0.1:{publisher.replay_port}"
+    feed = Feed(pool, 0, "e0", "tcp://127.0.0.1:9", replay, b"", trust)
+    try:
+        subscriber.add(feed)
+        subscriber.receive(feed, [b"", vllm.seq_bytes(seq), _batch(0)])
+        await wait_until(lambda: not feed.replaying)
+        assert trust.distrust is Distrust.MALFORMED and not trust.trusted(0.0)
+        assert pool.index.blocks(0) == 0
+    finally:
+        await subscriber.aclose()
+        await publisher.close()
