@@ -2,10 +2,11 @@
 the tokenizer thread walks (`Reach`, through `PoolCaches.reach`) while the loop applies
 stores, removals and clears to the same worker and walks too (`BlockIndex.longest`).
 
-The property, on every interleaving: whenever the loop is between two batches, no run end
-the worker's `KnownRuns` would use names a block the worker does not hold (`start` is at
-most the leading run a lookup of each block finds), and `longest` answers what the lookup
-of each block answers; and neither thread raises. Forced interleavings (a line tracer
+The property, on every interleaving: whenever the loop is between two batches (stores,
+removals, clears, restarts, blocks made pending), no run end the worker's `KnownRuns`
+would use names a block the worker does not hold (`start` is at most the leading run a
+lookup of each block finds), and `longest` answers what the lookup of each block answers;
+and neither thread raises. Forced interleavings (a line tracer
 holding the walker at a chosen line while the loop acts) check the one window in `found`
 where the loop's removal and walk can come between the walker's check and its write.
 """
@@ -86,7 +87,7 @@ def _check(index: BlockIndex, engine: Engine) -> None:
 def test_walks_on_another_thread_never_leave_a_run_a_removal_cut() -> None:
     rng = random.Random(16)
     engine, pool = Engine(rng), PoolCaches("p", BS)
-    stop, errors = threading.Event(), list[BaseException]()
+    stop, errors, walks = threading.Event(), list[BaseException](), [0]
     pool.apply(SLOT, [engine.store()])
 
     def walker() -> None:
@@ -99,6 +100,7 @@ def test_walks_on_another_thread_never_leave_a_run_a_removal_cut() -> None:
                 while named < len(blocks):
                     named = min(len(blocks), named + walk.randint(1, 12))
                     reach(blocks[:named])
+                walks[0] += 1
         except BaseException as exc:  # handed to the test's thread
             errors.append(exc)
 
@@ -113,8 +115,13 @@ def test_walks_on_another_thread_never_leave_a_run_a_removal_cut() -> None:
                 pool.apply(SLOT, [engine.store()])
             elif roll < 0.97 and engine.named:
                 pool.apply(SLOT, [engine.remove()])
-            elif roll >= 0.97:
+            elif roll < 0.985:  # the cache cleared (vLLM's reset_prefix_cache)
                 pool.apply(SLOT, [engine.clear(), engine.store()])
+            else:  # the engine restarted: the worker forgotten, as `_step` does
+                pool.forget(SLOT)
+                engine.clear()
+            if roll < 0.2:  # a request routed there: its blocks pending (read by `Reach`)
+                pool.expect(SLOT, rng.choice(engine.blocks), float(step))
             if step % 3 == 0:
                 _check(pool.index, engine)
             assert not errors
@@ -123,6 +130,7 @@ def test_walks_on_another_thread_never_leave_a_run_a_removal_cut() -> None:
         thread.join()
         sys.setswitchinterval(interval)
     assert not errors
+    assert walks[0] > 100  # the walker did run beside the loop
 
 
 class _HoldAt:
