@@ -40,7 +40,10 @@ log = logging.getLogger(__name__)
 RECEIVE_HWM = 100_000  # batches queued in the socket before ZMQ drops (a gap we detect)
 REPLAY_TIMEOUT_S = 2.0  # a replay socket that says nothing for this long has failed
 REPLAY_DEADLINE_S = 10.0  # a replay not done by then has failed, whatever it still sends
-MAX_PENDING = 10_000  # live batches held while a replay runs; more abandons the replay
+# Live batches held while a replay runs, and their payloads' bytes: more are dropped (a gap,
+# seen once the replay ends). Decoded, a 1 MiB prompt's step holds ~1.5 MB of token ids.
+MAX_PENDING = 10_000
+MAX_PENDING_BYTES = 256 * 1024 * 1024
 
 
 @dataclass
@@ -55,6 +58,7 @@ class Feed:
     topic: bytes
     trust: WorkerTrust
     pending: list[tuple[int, EventBatch | None]] = field(default_factory=list)
+    pending_bytes: int = 0  # their payloads'
     replaying: bool = False
     batches: int = 0
     task: asyncio.Task[None] | None = None
@@ -143,8 +147,10 @@ class EventSubscriber:
             feed.trust.on_malformed(None, now)
             return
         if feed.replaying:
-            if len(feed.pending) < MAX_PENDING:
+            size = len(parts[2])
+            if len(feed.pending) < MAX_PENDING and feed.pending_bytes + size <= MAX_PENDING_BYTES:
                 feed.pending.append((seq, batch))
+                feed.pending_bytes += size
             return
         self._step(feed, seq, batch, now)
 
@@ -156,7 +162,7 @@ class EventSubscriber:
         if step is Step.RESET_AND_APPLY:
             feed.pool.forget(feed.slot)
         elif step is Step.REPLAY:
-            feed.replaying, feed.pending = True, [(seq, batch)]
+            feed.replaying, feed.pending, feed.pending_bytes = True, [(seq, batch)], 0
             until = seq if batch is not None else seq + 1
             feed.replay = asyncio.get_running_loop().create_task(
                 self._replay(feed, trust.replay_from, until)
@@ -180,6 +186,7 @@ class EventSubscriber:
         for seq in sorted(got):
             feed.pool.apply(feed.slot, got[seq].events)
         pending, feed.pending, feed.replaying = feed.pending, [], False
+        feed.pending_bytes = 0
         _, trigger = pending[0]  # the batch that revealed the gap, if it decoded
         if trigger is not None:
             feed.pool.apply(feed.slot, trigger.events)

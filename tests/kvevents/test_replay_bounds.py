@@ -136,3 +136,30 @@ async def test_a_negative_sequence_number_is_malformed(seq: int) -> None:
     finally:
         await subscriber.aclose()
         await publisher.close()
+
+
+async def test_live_batches_held_during_a_replay_are_bounded_in_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Live batches keep coming while a replay runs: they are held up to `MAX_PENDING_BYTES`
+    of payload (a count alone let 10k long-prompt steps pile up), the rest dropped; once
+    the replay ends, the drop is a gap like any other."""
+    size = len(_batch(5))
+    monkeypatch.setattr(subscriber_module, "MAX_PENDING_BYTES", 3 * size)
+    context = zmq.asyncio.Context()
+    router = context.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    subscriber, pool, feed, client = await _replaying(router, port)
+    try:
+        for n in range(4, 14):
+            subscriber.receive(feed, [b"", vllm.seq_bytes(n), _batch(n)])
+        assert [seq for seq, _ in feed.pending] == [3, 4, 5, 6]  # the trigger, then 3 held
+        for n in (1, 2):
+            await router.send_multipart([client, b"", vllm.seq_bytes(n), _batch(n)])
+        await wait_until(lambda: not feed.replaying)
+        assert feed.trust.distrust is None and pool.index.blocks(0) == 7
+        subscriber.receive(feed, [b"", vllm.seq_bytes(14), _batch(14)])  # 7..13 missed
+        assert feed.replaying and feed.trust.replay_from == 7
+    finally:
+        await subscriber.aclose()
+        context.destroy(linger=0)
