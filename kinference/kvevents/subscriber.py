@@ -193,7 +193,10 @@ class EventSubscriber:
         now = self._clock()
         feed.trust.replayed(complete, now)
         self._on_message(feed.pool.ref, "replayed" if complete else "replay_incomplete")
-        for seq, batch in pending[1:]:
+        for i, (seq, batch) in enumerate(pending[1:], 1):
+            if feed.replaying:  # one of them started another replay: the rest wait for it
+                feed.pending.extend(pending[i:])
+                return
             self._step(feed, seq, batch, now)
 
     async def _fetch(

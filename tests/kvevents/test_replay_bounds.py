@@ -163,3 +163,30 @@ async def test_live_batches_held_during_a_replay_are_bounded_in_bytes(
     finally:
         await subscriber.aclose()
         context.destroy(linger=0)
+
+
+async def test_batches_held_after_a_second_gap_wait_for_its_replay() -> None:
+    """Among the live batches held during a replay, one is malformed (or a gap): when the
+    replay ends and they are stepped through, that one starts a second replay, and the
+    batches after it are held for it in turn, not applied before the batch it fetches."""
+    context = zmq.asyncio.Context()
+    router = context.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    subscriber, pool, feed, client = await _replaying(router, port)
+    try:
+        subscriber.receive(feed, [b"", vllm.seq_bytes(4), _batch(4)])
+        subscriber.receive(feed, [b"", vllm.seq_bytes(5), b"\xc1"])  # not msgpack
+        for n in (6, 7):
+            subscriber.receive(feed, [b"", vllm.seq_bytes(n), _batch(n)])
+        for n in (1, 2):
+            await router.send_multipart([client, b"", vllm.seq_bytes(n), _batch(n)])
+        client, _, start = await asyncio.wait_for(router.recv_multipart(), 5)
+        assert int.from_bytes(start, "big") == 5 and feed.replaying
+        assert pool.index.blocks(0) == 5  # 0 to 4; 6 and 7 wait for 5
+        assert [seq for seq, _ in feed.pending] == [5, 6, 7]
+        await router.send_multipart([client, b"", vllm.seq_bytes(5), _batch(5)])
+        await wait_until(lambda: not feed.replaying)
+        assert feed.trust.distrust is None and pool.index.blocks(0) == 8
+    finally:
+        await subscriber.aclose()
+        context.destroy(linger=0)
