@@ -6,7 +6,8 @@ The property, on every interleaving: whenever the loop is between two batches (s
 removals, clears, restarts, blocks made pending), no run end the worker's `KnownRuns`
 would use names a block the worker does not hold (`start` is at most the leading run a
 lookup of each block finds), and `longest` answers what the lookup of each block answers;
-and neither thread raises. Forced interleavings (a line tracer
+a walk of the other thread's that no loop action overlapped answers that too; and neither
+thread raises. Forced interleavings (a line tracer
 holding the walker at a chosen line while the loop acts) check the one window in `found`
 where the loop's removal and walk can come between the walker's check and its write.
 """
@@ -87,8 +88,19 @@ def _check(index: BlockIndex, engine: Engine) -> None:
 def test_walks_on_another_thread_never_leave_a_run_a_removal_cut() -> None:
     rng = random.Random(16)
     engine, pool = Engine(rng), PoolCaches("p", BS)
-    stop, errors, walks = threading.Event(), list[BaseException](), [0]
+    stop, errors, walks = threading.Event(), list[BaseException](), [0, 0]
+    acting = [0]  # odd while the loop changes the worker (a sequence lock)
     pool.apply(SLOT, [engine.store()])
+
+    def quiet_walk(blocks: list[BlockId]) -> None:
+        """A walk no loop action overlapped answers what a lookup of each block does."""
+        before = acting[0]
+        held, known = pool.index.holdings().get(SLOT, ({}, KnownRuns()))
+        end = held_run(held, known, blocks)
+        truth = leading(held, blocks)
+        if before % 2 == 0 and acting[0] == before:
+            assert end == truth
+            walks[1] += 1
 
     def walker() -> None:
         walk = random.Random(60)
@@ -101,6 +113,7 @@ def test_walks_on_another_thread_never_leave_a_run_a_removal_cut() -> None:
                     named = min(len(blocks), named + walk.randint(1, 12))
                     reach(blocks[:named])
                 walks[0] += 1
+                quiet_walk(walk.choice(engine.blocks))
         except BaseException as exc:  # handed to the test's thread
             errors.append(exc)
 
@@ -110,6 +123,7 @@ def test_walks_on_another_thread_never_leave_a_run_a_removal_cut() -> None:
     thread.start()
     try:
         for step in range(3000):
+            acting[0] += 1
             roll = rng.random()
             if roll < 0.5:
                 pool.apply(SLOT, [engine.store()])
@@ -122,6 +136,7 @@ def test_walks_on_another_thread_never_leave_a_run_a_removal_cut() -> None:
                 engine.clear()
             if roll < 0.2:  # a request routed there: its blocks pending (read by `Reach`)
                 pool.expect(SLOT, rng.choice(engine.blocks), float(step))
+            acting[0] += 1
             if step % 3 == 0:
                 _check(pool.index, engine)
             assert not errors
@@ -130,7 +145,7 @@ def test_walks_on_another_thread_never_leave_a_run_a_removal_cut() -> None:
         thread.join()
         sys.setswitchinterval(interval)
     assert not errors
-    assert walks[0] > 100  # the walker did run beside the loop
+    assert walks[0] > 100 and walks[1] > 10  # the walker did run beside the loop
 
 
 class _HoldAt:
