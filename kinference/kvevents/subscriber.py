@@ -59,6 +59,7 @@ class Feed:
     trust: WorkerTrust
     pending: list[tuple[int, EventBatch | None]] = field(default_factory=list)
     pending_bytes: int = 0  # their payloads'
+    warned: bool = False  # a malformed message was logged since the last good one
     replaying: bool = False
     batches: int = 0
     task: asyncio.Task[None] | None = None
@@ -140,9 +141,18 @@ class EventSubscriber:
             seq = number
             batch: EventBatch | None = decode_batch(parts[2])
         except MalformedBatch as exc:
-            log.warning("kv events from %s: %s", feed.endpoint, exc)
+            # Logged once until a good one comes (a flood of them is counted, not logged).
+            log.log(
+                logging.DEBUG if feed.warned else logging.WARNING,
+                "kv events from %s: %s",
+                feed.endpoint,
+                exc,
+            )
+            feed.warned = True
             self._on_message(feed.pool.ref, "malformed")
             batch = None
+        else:
+            feed.warned = False
         if seq is None:
             feed.trust.on_malformed(None, now)
             return

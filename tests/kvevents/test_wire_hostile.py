@@ -80,3 +80,13 @@ def test_adapter_names_are_bounded() -> None:
         decode_batch(_stored(id="sql"))
     by_id = decode_batch(_stored(id=7)).events[0]
     assert isinstance(by_id, BlockStored) and by_id.lora == "7"
+
+
+def test_a_publishers_value_is_quoted_short() -> None:
+    """What `MalformedBatch` says is logged: a publisher's tag is quoted by its start."""
+    with pytest.raises(MalformedBatch) as raised:
+        decode_batch(msgpack.packb([1.0, [["x" * 1_000_000]]]))
+    assert len(str(raised.value)) < 100
+    with pytest.raises(MalformedBatch) as raised:
+        decode_batch(msgpack.packb([1.0, [{"type": list(range(100_000))}]]))
+    assert len(str(raised.value)) < 100

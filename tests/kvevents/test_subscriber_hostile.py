@@ -1,9 +1,11 @@
-"""Replays that go wrong. A feed stopped while its replay is under way (the endpoint left
-the pool, or its address changed) leaves nothing behind: what the replay fetches is not
-applied to the worker's slot, which `PreciseEvents` has just forgotten (and which another
-endpoint may take). A replay socket that never ends its answer (it keeps sending what was
-not asked for, or stops before its end marker) does not keep the worker replaying: the
-replay ends once every missed batch came, or at its deadline."""
+"""The subscriber against streams and replay sockets that go wrong. A feed stopped while
+its replay is under way (the endpoint left the pool, or its address changed) leaves
+nothing behind: what the replay fetches is not applied to the worker's slot, which
+`PreciseEvents` has just forgotten (and which another endpoint may take). A replay socket
+that never ends its answer does not keep the worker replaying: the replay ends once every
+missed batch came, or at its deadline. What is held meanwhile is bounded and stays in
+order. Negative sequence numbers and floods of malformed messages are malformed batches,
+counted each, logged once."""
 
 from __future__ import annotations
 
@@ -190,3 +192,18 @@ async def test_batches_held_after_a_second_gap_wait_for_its_replay() -> None:
     finally:
         await subscriber.aclose()
         context.destroy(linger=0)
+
+
+def test_a_flood_of_malformed_messages_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Malformed messages are counted each, logged once until a good one comes."""
+    subscriber = EventSubscriber(lambda: 0.0)
+    pool = PoolCaches("p", 4)
+    trust = pool.trust[0] = WorkerTrust(5.0, 10.0)
+    feed = Feed(pool, 0, "e0", "tcp://127.0.0.1:9", None, b"", trust)
+    with caplog.at_level("WARNING", logger="kinference.kvevents.subscriber"):
+        for n in range(1000):
+            subscriber.receive(feed, [b"", vllm.seq_bytes(n), b"\xc1"])
+        subscriber.receive(feed, [b"", vllm.seq_bytes(1000), _batch(0)])
+        subscriber.receive(feed, [b"", vllm.seq_bytes(1001), b"\xc1"])
+    assert len(caplog.records) == 2
+    subscriber._context.destroy(linger=0)
