@@ -25,8 +25,8 @@ import zmq
 import zmq.asyncio
 
 from kinference.kvcache.pool import PoolCaches
-from kinference.kvevents.events import EventBatch
-from kinference.kvevents.trust import Step, WorkerTrust
+from kinference.kvevents.events import BlockStored, Event, EventBatch
+from kinference.kvevents.trust import Distrust, Step, WorkerTrust
 from kinference.kvevents.wire import (
     END_OF_REPLAY,
     MalformedBatch,
@@ -178,10 +178,24 @@ class EventSubscriber:
                 self._replay(feed, trust.replay_from, until)
             )
             return
-        if batch is not None:
+        if batch is not None and self._apply(feed, batch.events, now):
             feed.batches += 1
-            feed.pool.apply(feed.slot, batch.events)
             self._on_message(feed.pool.ref, "applied")
+
+    def _apply(self, feed: Feed, events: tuple[Event, ...], now: float) -> bool:
+        """Into the pool, unless they store blocks of another size than its own (the worker
+        is then not trusted: `Distrust.BLOCK_SIZE`)."""
+        size = feed.pool.block_size
+        if any(isinstance(e, BlockStored) and e.block_size != size for e in events):
+            if feed.trust.distrust is not Distrust.BLOCK_SIZE:
+                log.warning(
+                    "kv events from %s: blocks of another size than %d", feed.endpoint, size
+                )
+                self._on_message(feed.pool.ref, "block_size")
+            feed.trust.on_block_size(now)
+            return False
+        feed.pool.apply(feed.slot, events)
+        return True
 
     async def _replay(self, feed: Feed, start: int, until: int) -> None:
         """Ask for [start, until), apply what comes back in order, then the held batches."""
@@ -193,14 +207,14 @@ class EventSubscriber:
             except (zmq.ZMQError, TimeoutError, MalformedBatch) as exc:
                 log.warning("kv events replay from %s failed: %s", feed.endpoint, exc)
         complete = all(seq in got for seq in range(start, until))
+        now = self._clock()
         for seq in sorted(got):
-            feed.pool.apply(feed.slot, got[seq].events)
+            self._apply(feed, got[seq].events, now)
         pending, feed.pending, feed.replaying = feed.pending, [], False
         feed.pending_bytes = 0
         _, trigger = pending[0]  # the batch that revealed the gap, if it decoded
         if trigger is not None:
-            feed.pool.apply(feed.slot, trigger.events)
-        now = self._clock()
+            self._apply(feed, trigger.events, now)
         feed.trust.replayed(complete, now)
         self._on_message(feed.pool.ref, "replayed" if complete else "replay_incomplete")
         for i, (seq, batch) in enumerate(pending[1:], 1):

@@ -11,7 +11,9 @@ since the first has been seen, in order. What breaks that, and what mends it:
   it is precise again from that batch on if it is batch 0, else as after a gap;
 - a **malformed** batch: as a gap of one batch (replayed if possible);
 - a **stall**: a request that had to store blocks there produced its first token, and
-  nothing was published for `stall_after_s` since: not precise until the next batch.
+  nothing was published for `stall_after_s` since: not precise until the next batch;
+- **blocks of another size** than the pool's `block_size` (a misconfiguration: none of them
+  can match a prompt cut in the pool's blocks): not precise until the engine starts over.
 
 An engine that has published nothing yet (`AWAITING`) is not precise either, but that is
 its normal state before its first request, so it does not make a Pick DEGRADED.
@@ -32,6 +34,7 @@ class Distrust(enum.Enum):
     RESTARTED = "engine restarted mid-stream"
     MALFORMED = "malformed event batch"
     STALLED = "publisher stalled"
+    BLOCK_SIZE = "block size differs from the pool's"
 
 
 _RESYNCING = (Distrust.GAP, Distrust.MALFORMED, Distrust.RESTARTED)  # end after resync_after_s
@@ -85,6 +88,10 @@ class WorkerTrust:
             return self._gap(Distrust.MALFORMED, now, seq if expected is None else expected)
         self._lost(Distrust.MALFORMED, now, 0)
         return Step.APPLY
+
+    def on_block_size(self, now: float) -> None:
+        """The batch stored blocks of another size than the pool's (it is not applied)."""
+        self.distrust, self.since = Distrust.BLOCK_SIZE, now
 
     def replayed(self, complete: bool, now: float) -> None:
         """The replay ended: every missed batch came back (`complete`), or not."""

@@ -15,7 +15,9 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from kinference.kvcache.blocks import PromptBlocks, identities
 from kinference.kvcache.pool import PoolCaches
+from kinference.kvcache.precise import PreciseCaches
 from kinference.kvevents import subscriber as subscriber_module
 from kinference.kvevents.subscriber import EventSubscriber, Feed
 from kinference.kvevents.trust import Distrust, WorkerTrust
@@ -206,4 +208,29 @@ def test_a_flood_of_malformed_messages_is_logged_once(caplog: pytest.LogCaptureF
         subscriber.receive(feed, [b"", vllm.seq_bytes(1000), _batch(0)])
         subscriber.receive(feed, [b"", vllm.seq_bytes(1001), b"\xc1"])
     assert len(caplog.records) == 2
+    subscriber._context.destroy(linger=0)
+
+
+def test_an_engine_on_another_block_size_is_not_trusted() -> None:
+    """The policy says blocks of 4 tokens, the engine stores blocks of 8: none of its
+    blocks can ever match a prompt cut in 4s, so it is not precise (DEGRADED, naming why)
+    rather than precise and never matching; once it publishes blocks of 4 (restarted, from
+    batch 0) it is."""
+    subscriber = EventSubscriber(lambda: 0.0)
+    caches = PreciseCaches(clock=lambda: 0.0)
+    pool = caches.pools["p"] = PoolCaches("p", 4)
+    trust = pool.trust[0] = WorkerTrust(5.0, 10.0)
+    pool.endpoints[0] = "e0"
+    feed = Feed(pool, 0, "e0", "tcp://127.0.0.1:9", None, b"", trust)
+    eight = vllm.encode([vllm.stored([1], list(range(8)), block_size=8)])
+    subscriber.receive(feed, [b"", vllm.seq_bytes(0), eight])
+    assert trust.distrust is Distrust.BLOCK_SIZE and not trust.trusted(100.0)
+    assert pool.index.blocks(0) == 0  # not applied
+    subscriber.receive(feed, [b"", vllm.seq_bytes(1), _batch(1)])  # 4s now: still not
+    assert not trust.trusted(100.0)
+    prompt = PromptBlocks(12, 4, tuple(identities(list(range(12)), 4)))
+    match = caches.match("p", prompt, [0])
+    assert match is not None and "block size" in (match.degraded() or "")
+    subscriber.receive(feed, [b"", vllm.seq_bytes(0), _batch(0)])  # restarted, on 4s
+    assert trust.trusted(100.0) and pool.index.blocks(0) == 1
     subscriber._context.destroy(linger=0)
