@@ -50,11 +50,13 @@ class _Worker:
 class Applied(NamedTuple):
     """What a batch did to a worker: the identities it now holds by the batch's stores and
     those that left it, both since the batch's last `AllBlocksCleared` if it had one
-    (`cleared`: everything held before that is gone)."""
+    (`cleared`: everything held before that is gone, the batch's own stores before it
+    among them: `cleared_stored`)."""
 
     stored: list[BlockId]
     removed: list[BlockId]
     cleared: bool = False
+    cleared_stored: tuple[BlockId, ...] = ()
 
 
 class BlockIndex:
@@ -90,7 +92,7 @@ class BlockIndex:
             elif isinstance(event, AllBlocksCleared):
                 self.forget(slot)
                 worker = self._workers.setdefault(slot, _Worker())
-                applied = Applied([], [], cleared=True)
+                applied = Applied([], [], True, (*applied.cleared_stored, *applied.stored))
         return applied
 
     def _stored(self, worker: _Worker, event: BlockStored, applied: Applied) -> None:

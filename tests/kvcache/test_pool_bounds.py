@@ -84,6 +84,16 @@ def test_a_cleared_cache_is_not_aged() -> None:
     assert _aged(pool, 0) == set() and pool.index.blocks(0) == 0
 
 
+def test_blocks_stored_then_cleared_in_one_batch_are_not_pending() -> None:
+    """A request's blocks were pending; the batch stores them, then clears the cache: they
+    are no longer about to be stored (they were), nor held."""
+    pool, hashes = PoolCaches("p", BS), itertools.count(1)
+    tokens = list(range(40))
+    pool.expect(0, identities(tokens, BS), 0.0)
+    pool.apply(0, [_stored(hashes, tokens), AllBlocksCleared()])
+    assert pool.pending[0] == {} and pool.index.blocks(0) == 0
+
+
 def test_a_clear_is_not_an_eviction() -> None:
     """A cleared cache says nothing of its size: capacity is learned from evictions only."""
     pool, hashes = PoolCaches("p", BS), itertools.count(1)
