@@ -23,6 +23,7 @@ import collections
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kinference.kvcache.blocks import BlockId, identities, seed
 from kinference.kvcache.runs import KnownRuns
@@ -46,6 +47,18 @@ class _Worker:
     known: KnownRuns = field(default_factory=KnownRuns)  # runs of `held` found by walks
 
 
+class Applied(NamedTuple):
+    """What a batch did to a worker: the identities it now holds by the batch's stores and
+    those that left it, both since the batch's last `AllBlocksCleared` if it had one
+    (`cleared`: everything held before that is gone, the batch's own stores before it
+    among them: `cleared_stored`)."""
+
+    stored: list[BlockId]
+    removed: list[BlockId]
+    cleared: bool = False
+    cleared_stored: tuple[BlockId, ...] = ()
+
+
 class BlockIndex:
     """Block identity -> workers holding it, fed by decoded events; workers are slots."""
 
@@ -65,24 +78,24 @@ class BlockIndex:
         worker = self._workers.get(slot)
         return worker.orphans if worker is not None else 0
 
-    def apply(self, slot: int, events: Iterable[Event]) -> tuple[list[BlockId], list[BlockId]]:
-        """Apply a batch's events; answers the identities (stored, removed) by it."""
+    def apply(self, slot: int, events: Iterable[Event]) -> Applied:
+        """Apply a batch's events; answers what they did (`Applied`)."""
         worker = self._workers.setdefault(slot, _Worker())
-        stored: list[BlockId] = []
-        removed: list[BlockId] = []
+        applied = Applied([], [])
         for event in events:
             if isinstance(event, BlockStored):
                 if on_gpu(event.medium):
-                    self._stored(worker, event, stored)
+                    self._stored(worker, event, applied)
             elif isinstance(event, BlockRemoved):
                 if on_gpu(event.medium):
-                    _removed(worker, event.block_hashes, removed)
+                    _removed(worker, event.block_hashes, applied.removed)
             elif isinstance(event, AllBlocksCleared):
                 self.forget(slot)
                 worker = self._workers.setdefault(slot, _Worker())
-        return stored, removed
+                applied = Applied([], [], True, (*applied.cleared_stored, *applied.stored))
+        return applied
 
-    def _stored(self, worker: _Worker, event: BlockStored, touched: list[BlockId]) -> None:
+    def _stored(self, worker: _Worker, event: BlockStored, applied: Applied) -> None:
         if event.parent is None:
             parent = seed(event.lora)
         elif (known := worker.named.get(event.parent)) is not None:
@@ -90,10 +103,17 @@ class BlockIndex:
         else:
             worker.orphans += len(event.block_hashes)
             return
-        names = identities(event.token_ids, event.block_size, parent=parent)
-        touched.extend(names)
-        hashes = event.block_hashes
         named, held = worker.named, worker.held
+        hashes, tokens, size = event.block_hashes, event.token_ids, event.block_size
+        if len(held) + len(hashes) > self.max_blocks_per_worker:
+            # Past the bound (a publisher that never removes) the blocks after the room left
+            # are not kept: not named either (a batch may hold a million blocks' tokens).
+            # A hash stored again takes no room.
+            room = self.max_blocks_per_worker - len(held) + sum(map(named.__contains__, hashes))
+            if room < len(hashes):
+                worker.orphans += len(hashes) - max(room, 0)
+                hashes, tokens = hashes[: max(room, 0)], tokens[: max(room, 0) * size]
+        names = identities(tokens, size, parent=parent)
         if (
             len(held) + len(names) <= self.max_blocks_per_worker
             and named.keys().isdisjoint(hashes)
@@ -102,16 +122,20 @@ class BlockIndex:
         ):  # the usual case, new blocks under new hashes: in bulk
             named.update(zip(hashes, names, strict=True))
             held.update(dict.fromkeys(names, 1))
+            applied.stored.extend(names)
             return
-        for engine_hash, identity in zip(hashes, names, strict=True):
+        for i, (engine_hash, identity) in enumerate(zip(hashes, names, strict=True)):
             if len(held) >= self.max_blocks_per_worker:
-                worker.orphans += 1  # a bound against a publisher that never removes
-                continue
+                # A bound against a publisher that never removes: the rest is not kept (nor
+                # walked one by one: a batch may name a million blocks).
+                worker.orphans += len(names) - i
+                return
             previous = named.get(engine_hash)
+            applied.stored.append(identity)
             if previous == identity:
                 continue  # stored twice: once is enough
-            if previous is not None:
-                _drop(worker, previous)
+            if previous is not None and _drop(worker, previous):
+                applied.removed.append(previous)
             named[engine_hash] = identity
             held[identity] = held.get(identity, 0) + 1
 
@@ -162,26 +186,29 @@ class BlockIndex:
         return worker is not None and identity in worker.held
 
 
-def _removed(worker: _Worker, hashes: Sequence[EngineHash], touched: list[BlockId]) -> None:
+def _removed(worker: _Worker, hashes: Sequence[EngineHash], left: list[BlockId]) -> None:
+    """The blocks `hashes` name leave `worker`; the identities no hash names now go to
+    `left` (one still named by another engine hash is still held)."""
     gone = [i for i in map(worker.named.pop, hashes, itertools.repeat(None)) if i is not None]
-    touched.extend(gone)
     held = worker.held
     if list(map(held.get, gone)).count(1) == len(gone):  # each named once: in bulk
         collections.deque(map(held.pop, gone), maxlen=0)
+        left.extend(gone)
         if gone:
             worker.known.removed()  # after they left (`kvcache.runs`)
         return
-    for identity in gone:
-        _drop(worker, identity)
+    left.extend(itertools.compress(gone, [_drop(worker, identity) for identity in gone]))
 
 
-def _drop(worker: _Worker, identity: BlockId) -> None:
+def _drop(worker: _Worker, identity: BlockId) -> bool:
+    """One engine hash naming `identity` no longer does: whether the block left."""
     count = worker.held.get(identity, 0) - 1
     if count > 0:
         worker.held[identity] = count
-    else:
-        worker.held.pop(identity, None)
-        worker.known.removed()  # after it left
+        return False
+    worker.held.pop(identity, None)
+    worker.known.removed()  # after it left
+    return True
 
 
 _RUNS = (16, 128, 1024)  # first windows looked at by `leading` (most workers stop early)

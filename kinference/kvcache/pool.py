@@ -63,12 +63,15 @@ class PoolCaches:
 
     def apply(self, slot: int, events: Iterable[Event]) -> None:
         """A batch from `slot`'s engine: into the index; what it names is no longer pending;
-        what it stores was just used; that it removes any says its cache is full."""
-        stored, removed = self.index.apply(slot, events)
+        what it stores was just used; that it removes any says its cache is full (a clear
+        says nothing of its size: what was held is forgotten, not evicted)."""
+        stored, removed, cleared, cleared_stored = self.index.apply(slot, events)
+        if cleared:
+            self.ages.pop(slot, None)
         waiting = self.pending.get(slot)
         if waiting:  # in C: a long prompt's step names hundreds of blocks
-            collections.deque(map(waiting.pop, stored, itertools.repeat(None)), maxlen=0)
-            collections.deque(map(waiting.pop, removed, itertools.repeat(None)), maxlen=0)
+            for named in (stored, removed, cleared_stored):
+                collections.deque(map(waiting.pop, named, itertools.repeat(None)), maxlen=0)
         ages = self._ages(slot)
         ages.touch(stored)
         ages.removed(removed)

@@ -12,7 +12,10 @@ longest one the prompt has, so its answer is the one the whole walk gives.
 
 Read and written from the event loop and from the tokenizer thread (`Reach`): the removal
 count is bumped after the blocks left (`BlockIndex`), and an end is kept only under the
-count read before its walk, so an end a removal may have cut is never used.
+count read before its walk, so an end a removal may have cut is never used. The ends and
+the count they were found under are one attribute (a tuple, replaced whole): a walker that
+checked the count, then lost the thread to the loop's removal and walk, writes into the
+dict of the count it checked, never into the one the loop kept under the new count.
 """
 
 from __future__ import annotations
@@ -27,12 +30,12 @@ MAX_ENDS = 32  # run ends kept per worker (a few per conversation on it, and the
 class KnownRuns:
     """One worker's run ends known held: the identity of a run's last block -> its length."""
 
-    __slots__ = ("_at", "_ends", "removals")
+    __slots__ = ("_found", "removals")
 
     def __init__(self) -> None:
         self.removals = 0  # blocks' removals from the worker so far (bumped after each)
-        self._ends: dict[BlockId, int] = {}
-        self._at = 0  # the removal count the ends were found under
+        # The removal count the ends were found under, and the ends: read and replaced whole.
+        self._found: tuple[int, dict[BlockId, int]] = (0, {})
 
     def removed(self) -> None:
         """Blocks just left the worker (call after they left): every known run is forgotten."""
@@ -40,7 +43,7 @@ class KnownRuns:
 
     def start(self, blocks: Sequence[BlockId]) -> int:
         """The longest known held run `blocks` begins with (0: none)."""
-        ends, at = self._ends, self._at
+        at, ends = self._found
         if at != self.removals or not ends:
             return 0
         best, count = 0, len(blocks)
@@ -53,10 +56,10 @@ class KnownRuns:
         """A walk found `blocks[:end]` held; `removals`: the count read before it began."""
         if not end or removals != self.removals:
             return
-        if self._at != removals:
-            self._ends = {}
-            self._at = removals
-        ends = self._ends
+        at, ends = self._found
+        if at != removals:
+            ends = {}
+            self._found = (removals, ends)
         ends.pop(blocks[end - 1], None)  # the newest last, the oldest dropped first
         ends[blocks[end - 1]] = end
         if len(ends) > MAX_ENDS:

@@ -6,7 +6,11 @@ so a batch is attributed to the worker whose socket it came from. Each batch goe
 that worker's `WorkerTrust` (sequence gaps, restarts, malformed batches) before its events
 reach the pool's `BlockIndex`. When the engine offers a replay socket, missed batches are
 asked for (vLLM's protocol: a DEALER sends the first missing seq, the ROUTER answers
-`(seq, payload)` pairs and `seq = -1`); live batches wait in order meanwhile.
+`(seq, payload)` pairs and `seq = -1`); live batches wait in order meanwhile. The replay
+is done once every missed batch came (the end marker is not waited for), or fails at its
+deadline or at `MAX_PENDING` batches fetched (what came is applied either way). A feed
+stopped or replaced stops its replay too: what it fetched would land in a slot already
+forgotten (or another endpoint's).
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ import zmq
 import zmq.asyncio
 
 from kinference.kvcache.pool import PoolCaches
-from kinference.kvevents.events import EventBatch
-from kinference.kvevents.trust import Step, WorkerTrust
+from kinference.kvevents.events import BlockStored, Event, EventBatch
+from kinference.kvevents.trust import Distrust, Step, WorkerTrust
 from kinference.kvevents.wire import (
     END_OF_REPLAY,
     MalformedBatch,
@@ -35,7 +39,11 @@ log = logging.getLogger(__name__)
 
 RECEIVE_HWM = 100_000  # batches queued in the socket before ZMQ drops (a gap we detect)
 REPLAY_TIMEOUT_S = 2.0  # a replay socket that says nothing for this long has failed
-MAX_PENDING = 10_000  # live batches held while a replay runs; more abandons the replay
+REPLAY_DEADLINE_S = 10.0  # a replay not done by then has failed, whatever it still sends
+# Live batches held while a replay runs, and their payloads' bytes: more are dropped (a gap,
+# seen once the replay ends). Decoded, a 1 MiB prompt's step holds ~1.5 MB of token ids.
+MAX_PENDING = 10_000
+MAX_PENDING_BYTES = 256 * 1024 * 1024
 
 
 @dataclass
@@ -50,9 +58,18 @@ class Feed:
     topic: bytes
     trust: WorkerTrust
     pending: list[tuple[int, EventBatch | None]] = field(default_factory=list)
+    pending_bytes: int = 0  # their payloads'
+    warned: bool = False  # a malformed message was logged since the last good one
     replaying: bool = False
     batches: int = 0
     task: asyncio.Task[None] | None = None
+    replay: asyncio.Task[None] | None = None
+
+    def cancel(self) -> None:
+        """Stop reading, and replaying."""
+        for task in (self.task, self.replay):
+            if task is not None:
+                task.cancel()
 
 
 class EventSubscriber:
@@ -71,8 +88,8 @@ class EventSubscriber:
     def add(self, feed: Feed) -> None:
         key = (feed.pool.ref, feed.slot)
         old = self.feeds.pop(key, None)
-        if old is not None and old.task is not None:
-            old.task.cancel()
+        if old is not None:
+            old.cancel()
         self.feeds[key] = feed
         feed.task = asyncio.get_running_loop().create_task(
             self._run(feed), name=f"kv-events {feed.endpoint}"
@@ -80,11 +97,12 @@ class EventSubscriber:
 
     def remove(self, pool: str, slot: int) -> None:
         feed = self.feeds.pop((pool, slot), None)
-        if feed is not None and feed.task is not None:
-            feed.task.cancel()
+        if feed is not None:
+            feed.cancel()
 
     async def aclose(self) -> None:
-        tasks = [f.task for f in self.feeds.values() if f.task is not None]
+        feeds = list(self.feeds.values())
+        tasks = [t for f in feeds for t in (f.task, f.replay) if t is not None]
         self.feeds.clear()
         for task in tasks:
             task.cancel()
@@ -117,18 +135,32 @@ class EventSubscriber:
         try:
             if len(parts) != 3:
                 raise MalformedBatch(f"{len(parts)} frames, expected topic, seq, payload")
-            seq = decode_seq(parts[1])
+            number = decode_seq(parts[1])
+            if number < 0:  # live batches count from 0 (-1 ends a replay's answer)
+                raise MalformedBatch(f"negative sequence number {number}")
+            seq = number
             batch: EventBatch | None = decode_batch(parts[2])
         except MalformedBatch as exc:
-            log.warning("kv events from %s: %s", feed.endpoint, exc)
+            # Logged once until a good one comes (a flood of them is counted, not logged).
+            log.log(
+                logging.DEBUG if feed.warned else logging.WARNING,
+                "kv events from %s: %s",
+                feed.endpoint,
+                exc,
+            )
+            feed.warned = True
             self._on_message(feed.pool.ref, "malformed")
             batch = None
+        else:
+            feed.warned = False
         if seq is None:
             feed.trust.on_malformed(None, now)
             return
         if feed.replaying:
-            if len(feed.pending) < MAX_PENDING:
+            size = len(parts[2])
+            if len(feed.pending) < MAX_PENDING and feed.pending_bytes + size <= MAX_PENDING_BYTES:
                 feed.pending.append((seq, batch))
+                feed.pending_bytes += size
             return
         self._step(feed, seq, batch, now)
 
@@ -140,39 +172,63 @@ class EventSubscriber:
         if step is Step.RESET_AND_APPLY:
             feed.pool.forget(feed.slot)
         elif step is Step.REPLAY:
-            feed.replaying, feed.pending = True, [(seq, batch)]
+            feed.replaying, feed.pending, feed.pending_bytes = True, [(seq, batch)], 0
             until = seq if batch is not None else seq + 1
-            asyncio.get_running_loop().create_task(self._replay(feed, trust.replay_from, until))
+            feed.replay = asyncio.get_running_loop().create_task(
+                self._replay(feed, trust.replay_from, until)
+            )
             return
-        if batch is not None:
+        if batch is not None and self._apply(feed, batch.events, now):
             feed.batches += 1
-            feed.pool.apply(feed.slot, batch.events)
             self._on_message(feed.pool.ref, "applied")
+
+    def _apply(self, feed: Feed, events: tuple[Event, ...], now: float) -> bool:
+        """Into the pool, unless they store blocks of another size than its own (the worker
+        is then not trusted: `Distrust.BLOCK_SIZE`)."""
+        size = feed.pool.block_size
+        if any(isinstance(e, BlockStored) and e.block_size != size for e in events):
+            if feed.trust.distrust is not Distrust.BLOCK_SIZE:
+                log.warning(
+                    "kv events from %s: blocks of another size than %d", feed.endpoint, size
+                )
+                self._on_message(feed.pool.ref, "block_size")
+            feed.trust.on_block_size(now)
+            return False
+        feed.pool.apply(feed.slot, events)
+        return True
 
     async def _replay(self, feed: Feed, start: int, until: int) -> None:
         """Ask for [start, until), apply what comes back in order, then the held batches."""
         got: dict[int, EventBatch] = {}
         if feed.replay_address is not None:
             try:
-                got = await self._fetch(feed.replay_address, start, until)
+                async with asyncio.timeout(REPLAY_DEADLINE_S):
+                    await self._fetch(feed.replay_address, start, until, got)
             except (zmq.ZMQError, TimeoutError, MalformedBatch) as exc:
                 log.warning("kv events replay from %s failed: %s", feed.endpoint, exc)
         complete = all(seq in got for seq in range(start, until))
+        now = self._clock()
         for seq in sorted(got):
-            feed.pool.apply(feed.slot, got[seq].events)
+            self._apply(feed, got[seq].events, now)
         pending, feed.pending, feed.replaying = feed.pending, [], False
+        feed.pending_bytes = 0
         _, trigger = pending[0]  # the batch that revealed the gap, if it decoded
         if trigger is not None:
-            feed.pool.apply(feed.slot, trigger.events)
-        now = self._clock()
+            self._apply(feed, trigger.events, now)
         feed.trust.replayed(complete, now)
         self._on_message(feed.pool.ref, "replayed" if complete else "replay_incomplete")
-        for seq, batch in pending[1:]:
+        for i, (seq, batch) in enumerate(pending[1:], 1):
+            if feed.replaying:  # one of them started another replay: the rest wait for it
+                feed.pending.extend(pending[i:])
+                return
             self._step(feed, seq, batch, now)
 
-    async def _fetch(self, address: str, start: int, until: int) -> dict[int, EventBatch]:
+    async def _fetch(
+        self, address: str, start: int, until: int, got: dict[int, EventBatch]
+    ) -> None:
+        """Into `got`, the batches [start, until) the replay socket answers, until they are
+        all there, its end marker, or `MAX_PENDING` of them."""
         socket = self._context.socket(zmq.DEALER)
-        got: dict[int, EventBatch] = {}
         try:
             socket.setsockopt(zmq.LINGER, 0)
             socket.connect(address)
@@ -184,8 +240,10 @@ class EventSubscriber:
                     raise MalformedBatch(f"replay answer of {len(parts)} frames")
                 seq = decode_seq(parts[1])
                 if seq == END_OF_REPLAY:
-                    return got
+                    return
                 if start <= seq < until:
                     got[seq] = decode_batch(parts[2])
+                    if len(got) == until - start or len(got) >= MAX_PENDING:
+                        return
         finally:
             socket.close(linger=0)

@@ -35,14 +35,19 @@ class PreciseCollector(Collector):
         )
         blocks = GaugeMetricFamily(
             "kinference_prefix_precise_blocks",
-            "KV blocks known from engines' events, per precise pool (distinct blocks).",
+            "KV blocks known from engines' events, per precise pool (summed over its workers: "
+            "a block two workers hold counts twice).",
             labels=["pool"],
         )
         now = self._caches.clock()
-        for ref, caches in self._caches.pools.items():
-            blocks.add_metric([ref], len(caches.index))
-            for slot, trust in caches.trust.items():
-                state = PRECISE if trust.trusted(now) else _state(trust.distrust)
+        # On the metrics server's thread, while the loop changes these: each dict copied
+        # (one C call) before it is walked, and nothing written (`WorkerTrust.state`).
+        for ref, caches in list(self._caches.pools.items()):
+            held = caches.index.holdings().values()
+            blocks.add_metric([ref], sum(len(kept) for kept, _ in held))
+            for slot, trust in list(caches.trust.items()):
+                why = trust.state(now)
+                state = PRECISE if why is None else _state(why)
                 endpoint = caches.endpoints.get(slot, str(slot))
                 for name in STATES:
                     workers.add_metric([ref, endpoint, name], 1.0 if name == state else 0.0)

@@ -11,7 +11,9 @@ since the first has been seen, in order. What breaks that, and what mends it:
   it is precise again from that batch on if it is batch 0, else as after a gap;
 - a **malformed** batch: as a gap of one batch (replayed if possible);
 - a **stall**: a request that had to store blocks there produced its first token, and
-  nothing was published for `stall_after_s` since: not precise until the next batch.
+  nothing was published for `stall_after_s` since: not precise until the next batch;
+- **blocks of another size** than the pool's `block_size` (a misconfiguration: none of them
+  can match a prompt cut in the pool's blocks): not precise until the engine starts over.
 
 An engine that has published nothing yet (`AWAITING`) is not precise either, but that is
 its normal state before its first request, so it does not make a Pick DEGRADED.
@@ -32,6 +34,10 @@ class Distrust(enum.Enum):
     RESTARTED = "engine restarted mid-stream"
     MALFORMED = "malformed event batch"
     STALLED = "publisher stalled"
+    BLOCK_SIZE = "block size differs from the pool's"
+
+
+_RESYNCING = (Distrust.GAP, Distrust.MALFORMED, Distrust.RESTARTED)  # end after resync_after_s
 
 
 class Step(enum.Enum):
@@ -83,6 +89,10 @@ class WorkerTrust:
         self._lost(Distrust.MALFORMED, now, 0)
         return Step.APPLY
 
+    def on_block_size(self, now: float) -> None:
+        """The batch stored blocks of another size than the pool's (it is not applied)."""
+        self.distrust, self.since = Distrust.BLOCK_SIZE, now
+
     def replayed(self, complete: bool, now: float) -> None:
         """The replay ended: every missed batch came back (`complete`), or not."""
         if self.distrust is Distrust.REPLAYING:
@@ -97,12 +107,21 @@ class WorkerTrust:
             self.waiting_since = now
 
     def check(self, now: float) -> None:
-        waiting = self.waiting_since
-        if waiting is not None and now - waiting > self.stall_after_s and self.distrust is None:
-            self.distrust, self.since = Distrust.STALLED, now
-        resyncing = self.distrust in (Distrust.GAP, Distrust.MALFORMED, Distrust.RESTARTED)
-        if resyncing and now - self.since >= self.resync_after_s:
-            self.distrust = None
+        state = self.state(now)
+        if state is not self.distrust:
+            if state is Distrust.STALLED:
+                self.since = now
+            self.distrust = state
+
+    def state(self, now: float) -> Distrust | None:
+        """What `check` makes `distrust` at `now`, without writing it: for readers on
+        other threads (the metrics server's), which must not undo what the loop writes."""
+        distrust, since, waiting = self.distrust, self.since, self.waiting_since
+        if waiting is not None and now - waiting > self.stall_after_s and distrust is None:
+            return Distrust.STALLED
+        if distrust in _RESYNCING and now - since >= self.resync_after_s:
+            return None
+        return distrust
 
     def _first(self, seq: int, now: float) -> Step:
         if seq == 0:

@@ -38,6 +38,10 @@ from kinference.kvevents.events import (
 END_OF_REPLAY = -1
 _SEQ_BYTES = 8
 MAX_PAYLOAD_BYTES = 16 * 1024 * 1024  # refused undecoded: one step of a 1 MiB prompt is ~1.5 MB
+# An adapter's name seeds its blocks' identities (`kvcache.blocks.seed`, which keeps the last
+# 256 it saw): a longer one is refused, not kept (256 names of 16 MiB would pin 4 GiB).
+MAX_LORA_NAME_CHARS = 1024
+_SHOWN_CHARS = 64  # of a publisher's value quoted in a `MalformedBatch` message
 
 
 class MalformedBatch(ValueError):
@@ -89,7 +93,7 @@ def decode_event(raw: Any) -> Event:
         tag, values = raw[0], raw[1:]
         names = _ARRAY_FIELDS.get(tag) if isinstance(tag, str) else None
         if names is None:
-            raise MalformedBatch(f"unknown event tag {tag!r}")
+            raise MalformedBatch(f"unknown event tag {_shown(tag)}")
         fields = dict(zip(names, values, strict=False))
     elif isinstance(raw, dict):
         tag = raw.get("type")
@@ -102,7 +106,7 @@ def decode_event(raw: Any) -> Event:
         return BlockRemoved(_hashes(fields.get("block_hashes")), _medium(fields.get("medium")))
     if tag == "AllBlocksCleared":
         return AllBlocksCleared()
-    raise MalformedBatch(f"unknown event tag {tag!r}")
+    raise MalformedBatch(f"unknown event tag {_shown(tag)}")
 
 
 # Field order of the array form (msgspec's array_like: declaration order after the tag).
@@ -135,10 +139,15 @@ def _stored(fields: dict[str, Any]) -> BlockStored:
     if len(tokens) != len(hashes) * size:
         raise MalformedBatch(f"{len(tokens)} token ids for {len(hashes)} blocks of {size} tokens")
     lora = fields.get("lora_name")
-    if lora is None and fields.get("lora_id") is not None:
-        lora = str(fields["lora_id"])
+    lora_id = fields.get("lora_id")
+    if lora_id is not None and not _is_int(lora_id):
+        raise MalformedBatch("lora_id is not an integer")
+    if lora is None and lora_id is not None:
+        lora = str(lora_id)
     if lora is not None and not isinstance(lora, str):
         raise MalformedBatch("lora_name is not a string")
+    if lora is not None and len(lora) > MAX_LORA_NAME_CHARS:
+        raise MalformedBatch(f"lora_name of {len(lora)} characters is over the limit")
     return BlockStored(hashes, parent, tokens, size, lora, _medium(fields.get("medium")))
 
 
@@ -182,6 +191,12 @@ def _token_ids(values: Any) -> npt.NDArray[np.uint32] | None:
     if not (array.min() >= 0 and array.max() < 1 << 32):
         return None
     return array.astype(np.uint32)
+
+
+def _shown(value: Any) -> str:
+    """A publisher's value quoted in a message (logged): its start only."""
+    text = repr(value) if not isinstance(value, list | dict) else type(value).__name__
+    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}..."
 
 
 def _is_int(value: Any) -> bool:
