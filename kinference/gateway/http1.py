@@ -12,15 +12,18 @@ or drops it). One connection, and the failures (re-exported here), are in
 kinference.gateway.http1_conn.
 
 With `keep_spare` (the gateway's), a request that leaves its origin's pool without an idle
-connection has one more opened in the background: when requests in flight climb (a burst,
-streams piling up), the next request finds a connection ready instead of paying the connect
-(its loop turn, the socket and the server's accept: 0.2 ms at the median and over 1 ms at
-the 90th percentile on the gateway's busy loop, docs/benchmarks.md). One such connect at a
-time per origin; a spare nobody takes is closed once idle for `_IDLE_S`, like any other.
+connection has one more opened in the background when the origin is busy (asked within
+`_IDLE_S` before this request): when requests in flight climb (a burst, streams piling up),
+the next request finds a connection ready instead of paying the connect (its loop turn, the
+socket and the server's accept: 0.2 ms at the median and over 1 ms at the 90th percentile on
+the gateway's busy loop, docs/benchmarks.md). An origin asked less often would never use
+it (it is closed once idle for `_IDLE_S`, like any other). One such connect at a time per
+origin.
 
-While any connection is idle, a sweep every `_IDLE_S` closes those idle longer and forgets
-origins with none left: an engine scaled away or a provider no longer asked would otherwise
-keep its idle sockets (up to `_MAX_IDLE_PER_ORIGIN`) until its server closed them.
+While any connection is idle or any origin was asked lately, a sweep every `_IDLE_S` closes
+the connections idle longer and forgets origins with none left and not asked since: an
+engine scaled away or a provider no longer asked would otherwise keep its idle sockets (up
+to `_MAX_IDLE_PER_ORIGIN`) until its server closed them.
 """
 
 from __future__ import annotations
@@ -112,6 +115,7 @@ class HttpClient:
         self._keep_spare = keep_spare
         self._idle: dict[Origin, list[Conn]] = {}
         self._spares: dict[Origin, asyncio.Task[None]] = {}  # a spare being opened, by origin
+        self._asked: dict[Origin, float] = {}  # when each origin was last asked (keep_spare)
         self._sweep: asyncio.TimerHandle | None = None  # armed while any connection is idle
         self._closed = False  # by aclose: nothing is pooled or opened ahead from then on
 
@@ -127,9 +131,10 @@ class HttpClient:
         head: bytes | None = _head(method, target, origin, headers)  # checked before connecting
         if self._closed:
             raise ConnectFailed("the upstream client is closed")
-        conn = self._pooled(origin) or await self._connect(origin)
+        now = time.monotonic()
+        conn = self._pooled(origin, now) or await self._connect(origin)
         if self._keep_spare:
-            self._spare(origin)
+            self._spare(origin, now)
         conn.asked = True
         try:
             async for chunk in body:
@@ -152,9 +157,8 @@ class HttpClient:
             raise
         return Response(conn, self, self.read_timeout_s)
 
-    def _pooled(self, origin: Origin) -> Conn | None:
+    def _pooled(self, origin: Origin, now: float) -> Conn | None:
         idle = self._idle.get(origin)
-        now = time.monotonic()
         while idle:
             conn = idle.pop()
             if not conn.closed and now - conn.idle_since < _IDLE_S:
@@ -162,13 +166,23 @@ class HttpClient:
             conn.drop()
         return None
 
-    def _spare(self, origin: Origin) -> None:
-        """Start opening a connection to `origin` unless one is idle there or on its way."""
+    def _spare(self, origin: Origin, now: float) -> None:
+        """Start opening a connection to `origin` unless one is idle there or on its way, or
+        the origin is quiet (not asked within `_IDLE_S` before `now`): a spare would idle out
+        unused there (a request each 5 s: two connects each, one a TLS handshake for a
+        provider)."""
+        if self._closed:
+            return
+        asked = self._asked.get(origin)
+        self._asked[origin] = now
+        if self._sweep is None:
+            self._arm_sweep()
+        if asked is None or now - asked >= _IDLE_S:
+            return
         idle = self._idle.get(origin)
-        now = time.monotonic()
         while idle and (idle[0].closed or now - idle[0].idle_since >= _IDLE_S):
             idle.pop(0).drop()  # the oldest first: a stale spare must not pass for one
-        if idle or origin in self._spares or self._closed:
+        if idle or origin in self._spares:
             return
         task = asyncio.get_running_loop().create_task(self._open_spare(origin))
         self._spares[origin] = task
@@ -225,12 +239,19 @@ class HttpClient:
             return
         idle.append(conn)
         if self._sweep is None:
+            self._arm_sweep()
+
+    def _arm_sweep(self) -> None:
+        if not self._closed:
             self._sweep = asyncio.get_running_loop().call_later(_IDLE_S, self._swept)
 
     def _swept(self) -> None:
-        """Close the connections idle past `_IDLE_S`; forget origins with none idle."""
+        """Close the connections idle past `_IDLE_S`; forget origins with none idle and
+        origins not asked within it."""
         self._sweep = None
         now = time.monotonic()
+        for origin in [o for o, asked in self._asked.items() if now - asked >= _IDLE_S]:
+            del self._asked[origin]
         for origin, idle in list(self._idle.items()):
             stale = [c for c in idle if c.closed or now - c.idle_since >= _IDLE_S]
             for conn in stale:
@@ -238,8 +259,8 @@ class HttpClient:
                 conn.drop()
             if not idle:
                 del self._idle[origin]
-        if self._idle:
-            self._sweep = asyncio.get_running_loop().call_later(_IDLE_S, self._swept)
+        if self._idle or self._asked:
+            self._arm_sweep()
 
     async def aclose(self) -> None:
         """Close every idle connection and stop the spares; requests under way finish, and
@@ -256,6 +277,7 @@ class HttpClient:
             for conn in idle:
                 conn.drop()
         self._idle.clear()
+        self._asked.clear()
 
 
 def _split(url: str) -> tuple[Origin, str]:
