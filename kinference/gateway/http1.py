@@ -9,7 +9,13 @@ delimited) is llhttp's, through httptools (uvicorn's parser, already in the `gat
 `HttpClient.request` returns once the response head has arrived; iterate `Response.chunks()`
 and always call `Response.close()` (it puts a cleanly finished connection back in the pool,
 or drops it). One connection, and the failures (re-exported here), are in
-kinference.gateway.http1_conn.
+kinference.gateway.http1_conn; one request's writes in kinference.gateway.http1_send.
+
+A request sent on a pooled connection that fails before any response byte (the server
+closed it as the request went out: an engine shutting down, or its keep-alive timer firing)
+is sent once more on a fresh connection when its body is all still at hand (up to
+`http1_send.REPLAY_MAX` bytes), as urllib3 and httpx do; never after a fresh connection
+failed, after any response byte, or for a larger body.
 
 With `keep_spare` (the gateway's), a request that leaves its origin's pool without an idle
 connection has one more opened in the background when the origin is busy (asked within
@@ -32,7 +38,6 @@ import asyncio
 import ssl
 import time
 from collections.abc import AsyncIterable, AsyncIterator
-from urllib.parse import urlsplit
 
 from kinference.gateway.http1_conn import (
     Broken,
@@ -43,6 +48,7 @@ from kinference.gateway.http1_conn import (
     ReadTimeout,
     UpstreamError,
 )
+from kinference.gateway.http1_send import Chunk, Sent, request_head, send, split
 
 __all__ = [
     "Broken",
@@ -56,7 +62,6 @@ __all__ = [
 
 _IDLE_S = 4.0  # an idle pooled connection older than this (seconds) is closed, not reused
 _MAX_IDLE_PER_ORIGIN = 64
-_JOIN_BELOW = 64 * 1024  # a first body chunk up to this many bytes is sent with the head
 
 
 class Response:
@@ -124,44 +129,37 @@ class HttpClient:
         method: str,
         url: str,
         headers: list[tuple[str, str]],
-        body: AsyncIterable[bytes | memoryview],
+        body: AsyncIterable[Chunk],
     ) -> Response:
         """Send the request (the caller sets `content-length`); returns at the response head."""
-        origin, target = _split(url)
-        head: bytes | None = _head(method, target, origin, headers)  # checked before connecting
+        origin, target = split(url)
+        head = request_head(method, target, origin, headers)  # checked before connecting
         if self._closed:
             raise ConnectFailed("the upstream client is closed")
         now = time.monotonic()
-        conn = self._pooled(origin, now) or await self._connect(origin)
+        conn = self._pooled(origin, now)
+        reused = conn is not None
+        if conn is None:
+            conn = await self._connect(origin)
         if self._keep_spare:
             self._spare(origin, now)
-        conn.asked = True
+        sent = Sent()
         try:
-            async for chunk in body:
-                data = chunk
-                if head is not None:  # the head and a small first chunk: one write
-                    if len(chunk) <= _JOIN_BELOW:
-                        data = b"".join((head, chunk))
-                    else:
-                        await conn.write(head, self.read_timeout_s)
-                    head = None
-                await conn.write(data, self.read_timeout_s)
-            if head is not None:
-                await conn.write(head, self.read_timeout_s)
-            # Awaited as it is (no shield): a cancelled wait drops the connection below, and
-            # the task wakes in the loop turn the head arrives in, not one later.
-            conn.expect(conn.head, self.read_timeout_s, "no response head in time")
-            await conn.head  # raises ReadTimeout when the deadline passes first
-        except BaseException:
-            conn.drop()
-            raise
+            await send(conn, head, sent, body, self.read_timeout_s)
+        except Broken:
+            if not (reused and conn.silent and sent.chunks is not None):
+                raise
+            # The keep-alive race: the server closed the pooled connection as the request
+            # went out, nothing came back and all of the body sent is here: once more, afresh.
+            conn = await self._connect(origin)
+            await send(conn, head, sent, body, self.read_timeout_s)
         return Response(conn, self, self.read_timeout_s)
 
     def _pooled(self, origin: Origin, now: float) -> Conn | None:
         idle = self._idle.get(origin)
         while idle:
             conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < _IDLE_S:
+            if not conn.closed and conn.error is None and now - conn.idle_since < _IDLE_S:
                 return conn
             conn.drop()
         return None
@@ -278,29 +276,3 @@ class HttpClient:
                 conn.drop()
         self._idle.clear()
         self._asked.clear()
-
-
-def _split(url: str) -> tuple[Origin, str]:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConnectFailed(f"not an http(s) URL: {url[:200]}")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    target = parts.path or "/"
-    if parts.query:
-        target = f"{target}?{parts.query}"
-    return (parts.scheme, parts.hostname, port), target
-
-
-def _head(method: str, target: str, origin: Origin, headers: list[tuple[str, str]]) -> bytes:
-    scheme, host, port = origin
-    default = 443 if scheme == "https" else 80
-    authority = host if port == default else f"{host}:{port}"
-    if ":" in host:  # IPv6 literal
-        authority = f"[{host}]" if port == default else f"[{host}]:{port}"
-    lines = [f"{method} {target} HTTP/1.1", f"host: {authority}"]
-    for name, value in headers:
-        if "\r" in value or "\n" in value:
-            raise Broken(f"header {name} has a line break")  # never smuggle a request
-        lines.append(f"{name}: {value}")
-    lines.append("\r\n")
-    return "\r\n".join(lines).encode("latin-1", "replace")
