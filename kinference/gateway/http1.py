@@ -121,7 +121,7 @@ class HttpClient:
         self._idle: dict[Origin, list[Conn]] = {}
         self._spares: dict[Origin, asyncio.Task[None]] = {}  # a spare being opened, by origin
         self._asked: dict[Origin, float] = {}  # when each origin was last asked (keep_spare)
-        self._sweep: asyncio.TimerHandle | None = None  # armed while any connection is idle
+        self._sweep: asyncio.TimerHandle | None = None  # armed while any is idle or asked
         self._closed = False  # by aclose: nothing is pooled or opened ahead from then on
 
     async def request(
