@@ -14,8 +14,9 @@ kinference.gateway.http1_conn; one request's writes in kinference.gateway.http1_
 A request sent on a pooled connection that fails before any response byte (the server
 closed it as the request went out: an engine shutting down, or its keep-alive timer firing)
 is sent once more on a fresh connection when its body is all still at hand (up to
-`http1_send.REPLAY_MAX` bytes), as urllib3 and httpx do; never after a fresh connection
-failed, after any response byte, or for a larger body.
+`http1_send.REPLAY_MAX` bytes) and the break came within `_RACE_S` of taking the connection;
+never after a fresh connection failed, after any response byte, after a longer wait (the
+server may have worked on it: a POST is not idempotent), or for a larger body.
 
 With `keep_spare` (the gateway's), a request that leaves its origin's pool without an idle
 connection has one more opened in the background when the origin is busy (asked within
@@ -62,6 +63,11 @@ __all__ = [
 
 _IDLE_S = 4.0  # an idle pooled connection older than this (seconds) is closed, not reused
 _MAX_IDLE_PER_ORIGIN = 64
+# A pooled connection that breaks within this many seconds of being taken, before any
+# response byte, lost the keep-alive race (the server's close crosses the request within a
+# round trip) and the request goes again; one that breaks later may have been worked on (a
+# provider dropping a long non-streamed generation): sent again it could be billed twice.
+_RACE_S = 1.0
 
 
 class Response:
@@ -148,6 +154,8 @@ class HttpClient:
             await send(conn, head, sent, body, self.read_timeout_s)
         except Broken:
             if not (reused and conn.silent and sent.chunks is not None):
+                raise
+            if time.monotonic() - now >= _RACE_S:  # the server may have worked on it
                 raise
             # The keep-alive race: the server closed the pooled connection as the request
             # went out, nothing came back and all of the body sent is here: once more, afresh.

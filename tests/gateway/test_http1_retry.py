@@ -144,3 +144,38 @@ async def test_a_response_begun_then_cut_is_not_retried() -> None:
         finally:
             await http.aclose()
         await upstream.until(lambda: upstream.open == 0)
+
+
+async def test_a_break_after_the_race_window_is_not_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pooled connection that breaks after `_RACE_S` (the server may have worked on the
+    request: a provider dropping a long generation) is not sent again: the race is a round
+    trip, a second try could be billed twice."""
+    from kinference.gateway import http1
+
+    class Clock:
+        now = 1000.0
+
+        def monotonic(self) -> float:
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(http1, "time", clock)
+    moved = asyncio.Event()
+
+    async def pieces() -> AsyncIterator[bytes]:
+        clock.now += http1._RACE_S  # the request's body takes the whole window to come
+        moved.set()
+        yield b"{}"
+
+    async with one_response_then("fin") as upstream:
+        http = client()
+        try:
+            assert await fetch(http, upstream.url, b"{}") == (200, b"ok")
+            with pytest.raises(Broken):
+                await http.request("POST", upstream.url, [("content-length", "2")], pieces())
+            assert moved.is_set() and upstream.accepted == 1
+        finally:
+            await http.aclose()
+        await upstream.until(lambda: upstream.open == 0)
