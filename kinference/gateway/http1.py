@@ -9,18 +9,28 @@ delimited) is llhttp's, through httptools (uvicorn's parser, already in the `gat
 `HttpClient.request` returns once the response head has arrived; iterate `Response.chunks()`
 and always call `Response.close()` (it puts a cleanly finished connection back in the pool,
 or drops it). One connection, and the failures (re-exported here), are in
-kinference.gateway.http1_conn.
+kinference.gateway.http1_conn; one request's writes in kinference.gateway.http1_send.
+
+A request sent on a pooled connection that fails before any response byte (the server
+closed it as the request went out: an engine shutting down, or its keep-alive timer firing)
+is sent once more on a fresh connection when its body is all still at hand (up to
+`http1_send.REPLAY_MAX` bytes) and the break came within `_RACE_S` of taking the connection;
+never after a fresh connection failed, after any response byte, after a longer wait (the
+server may have worked on it: a POST is not idempotent), or for a larger body.
 
 With `keep_spare` (the gateway's), a request that leaves its origin's pool without an idle
-connection has one more opened in the background: when requests in flight climb (a burst,
-streams piling up), the next request finds a connection ready instead of paying the connect
-(its loop turn, the socket and the server's accept: 0.2 ms at the median and over 1 ms at
-the 90th percentile on the gateway's busy loop, docs/benchmarks.md). One such connect at a
-time per origin; a spare nobody takes is closed once idle for `_IDLE_S`, like any other.
+connection has one more opened in the background when the origin is busy (asked within
+`_IDLE_S` before this request): when requests in flight climb (a burst, streams piling up),
+the next request finds a connection ready instead of paying the connect (its loop turn, the
+socket and the server's accept: 0.2 ms at the median and over 1 ms at the 90th percentile on
+the gateway's busy loop, docs/benchmarks.md). An origin asked less often would never use
+it (it is closed once idle for `_IDLE_S`, like any other). One such connect at a time per
+origin.
 
-While any connection is idle, a sweep every `_IDLE_S` closes those idle longer and forgets
-origins with none left: an engine scaled away or a provider no longer asked would otherwise
-keep its idle sockets (up to `_MAX_IDLE_PER_ORIGIN`) until its server closed them.
+While any connection is idle or any origin was asked lately, a sweep every `_IDLE_S` closes
+the connections idle longer and forgets origins with none left and not asked since: an
+engine scaled away or a provider no longer asked would otherwise keep its idle sockets (up
+to `_MAX_IDLE_PER_ORIGIN`) until its server closed them.
 """
 
 from __future__ import annotations
@@ -29,7 +39,6 @@ import asyncio
 import ssl
 import time
 from collections.abc import AsyncIterable, AsyncIterator
-from urllib.parse import urlsplit
 
 from kinference.gateway.http1_conn import (
     Broken,
@@ -40,6 +49,7 @@ from kinference.gateway.http1_conn import (
     ReadTimeout,
     UpstreamError,
 )
+from kinference.gateway.http1_send import Chunk, Sent, request_head, send, split
 
 __all__ = [
     "Broken",
@@ -53,7 +63,11 @@ __all__ = [
 
 _IDLE_S = 4.0  # an idle pooled connection older than this (seconds) is closed, not reused
 _MAX_IDLE_PER_ORIGIN = 64
-_JOIN_BELOW = 64 * 1024  # a first body chunk up to this many bytes is sent with the head
+# A pooled connection that breaks within this many seconds of being taken, before any
+# response byte, lost the keep-alive race (the server's close crosses the request within a
+# round trip) and the request goes again; one that breaks later may have been worked on (a
+# provider dropping a long non-streamed generation): sent again it could be billed twice.
+_RACE_S = 1.0
 
 
 class Response:
@@ -112,7 +126,8 @@ class HttpClient:
         self._keep_spare = keep_spare
         self._idle: dict[Origin, list[Conn]] = {}
         self._spares: dict[Origin, asyncio.Task[None]] = {}  # a spare being opened, by origin
-        self._sweep: asyncio.TimerHandle | None = None  # armed while any connection is idle
+        self._asked: dict[Origin, float] = {}  # when each origin was last asked (keep_spare)
+        self._sweep: asyncio.TimerHandle | None = None  # armed while any is idle or asked
         self._closed = False  # by aclose: nothing is pooled or opened ahead from then on
 
     async def request(
@@ -120,55 +135,60 @@ class HttpClient:
         method: str,
         url: str,
         headers: list[tuple[str, str]],
-        body: AsyncIterable[bytes | memoryview],
+        body: AsyncIterable[Chunk],
     ) -> Response:
         """Send the request (the caller sets `content-length`); returns at the response head."""
-        origin, target = _split(url)
-        head: bytes | None = _head(method, target, origin, headers)  # checked before connecting
+        origin, target = split(url)
+        head = request_head(method, target, origin, headers)  # checked before connecting
         if self._closed:
             raise ConnectFailed("the upstream client is closed")
-        conn = self._pooled(origin) or await self._connect(origin)
+        now = time.monotonic()
+        conn = self._pooled(origin, now)
+        reused = conn is not None
+        if conn is None:
+            conn = await self._connect(origin)
         if self._keep_spare:
-            self._spare(origin)
-        conn.asked = True
+            self._spare(origin, now)
+        sent = Sent()
         try:
-            async for chunk in body:
-                data = chunk
-                if head is not None:  # the head and a small first chunk: one write
-                    if len(chunk) <= _JOIN_BELOW:
-                        data = b"".join((head, chunk))
-                    else:
-                        await conn.write(head, self.read_timeout_s)
-                    head = None
-                await conn.write(data, self.read_timeout_s)
-            if head is not None:
-                await conn.write(head, self.read_timeout_s)
-            # Awaited as it is (no shield): a cancelled wait drops the connection below, and
-            # the task wakes in the loop turn the head arrives in, not one later.
-            conn.expect(conn.head, self.read_timeout_s, "no response head in time")
-            await conn.head  # raises ReadTimeout when the deadline passes first
-        except BaseException:
-            conn.drop()
-            raise
+            await send(conn, head, sent, body, self.read_timeout_s)
+        except Broken:
+            if not (reused and conn.silent and sent.chunks is not None):
+                raise
+            if time.monotonic() - now >= _RACE_S:  # the server may have worked on it
+                raise
+            # The keep-alive race: the server closed the pooled connection as the request
+            # went out, nothing came back and all of the body sent is here: once more, afresh.
+            conn = await self._connect(origin)
+            await send(conn, head, sent, body, self.read_timeout_s)
         return Response(conn, self, self.read_timeout_s)
 
-    def _pooled(self, origin: Origin) -> Conn | None:
+    def _pooled(self, origin: Origin, now: float) -> Conn | None:
         idle = self._idle.get(origin)
-        now = time.monotonic()
         while idle:
             conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < _IDLE_S:
+            if not conn.closed and conn.error is None and now - conn.idle_since < _IDLE_S:
                 return conn
             conn.drop()
         return None
 
-    def _spare(self, origin: Origin) -> None:
-        """Start opening a connection to `origin` unless one is idle there or on its way."""
+    def _spare(self, origin: Origin, now: float) -> None:
+        """Start opening a connection to `origin` unless one is idle there or on its way, or
+        the origin is quiet (not asked within `_IDLE_S` before `now`): a spare would idle out
+        unused there (a request each 5 s: two connects each, one a TLS handshake for a
+        provider)."""
+        if self._closed:
+            return
+        asked = self._asked.get(origin)
+        self._asked[origin] = now
+        if self._sweep is None:
+            self._arm_sweep()
+        if asked is None or now - asked >= _IDLE_S:
+            return
         idle = self._idle.get(origin)
-        now = time.monotonic()
         while idle and (idle[0].closed or now - idle[0].idle_since >= _IDLE_S):
             idle.pop(0).drop()  # the oldest first: a stale spare must not pass for one
-        if idle or origin in self._spares or self._closed:
+        if idle or origin in self._spares:
             return
         task = asyncio.get_running_loop().create_task(self._open_spare(origin))
         self._spares[origin] = task
@@ -225,12 +245,19 @@ class HttpClient:
             return
         idle.append(conn)
         if self._sweep is None:
+            self._arm_sweep()
+
+    def _arm_sweep(self) -> None:
+        if not self._closed:
             self._sweep = asyncio.get_running_loop().call_later(_IDLE_S, self._swept)
 
     def _swept(self) -> None:
-        """Close the connections idle past `_IDLE_S`; forget origins with none idle."""
+        """Close the connections idle past `_IDLE_S`; forget origins with none idle and
+        origins not asked within it."""
         self._sweep = None
         now = time.monotonic()
+        for origin in [o for o, asked in self._asked.items() if now - asked >= _IDLE_S]:
+            del self._asked[origin]
         for origin, idle in list(self._idle.items()):
             stale = [c for c in idle if c.closed or now - c.idle_since >= _IDLE_S]
             for conn in stale:
@@ -238,8 +265,8 @@ class HttpClient:
                 conn.drop()
             if not idle:
                 del self._idle[origin]
-        if self._idle:
-            self._sweep = asyncio.get_running_loop().call_later(_IDLE_S, self._swept)
+        if self._idle or self._asked:
+            self._arm_sweep()
 
     async def aclose(self) -> None:
         """Close every idle connection and stop the spares; requests under way finish, and
@@ -256,29 +283,4 @@ class HttpClient:
             for conn in idle:
                 conn.drop()
         self._idle.clear()
-
-
-def _split(url: str) -> tuple[Origin, str]:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConnectFailed(f"not an http(s) URL: {url[:200]}")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    target = parts.path or "/"
-    if parts.query:
-        target = f"{target}?{parts.query}"
-    return (parts.scheme, parts.hostname, port), target
-
-
-def _head(method: str, target: str, origin: Origin, headers: list[tuple[str, str]]) -> bytes:
-    scheme, host, port = origin
-    default = 443 if scheme == "https" else 80
-    authority = host if port == default else f"{host}:{port}"
-    if ":" in host:  # IPv6 literal
-        authority = f"[{host}]" if port == default else f"[{host}]:{port}"
-    lines = [f"{method} {target} HTTP/1.1", f"host: {authority}"]
-    for name, value in headers:
-        if "\r" in value or "\n" in value:
-            raise Broken(f"header {name} has a line break")  # never smuggle a request
-        lines.append(f"{name}: {value}")
-    lines.append("\r\n")
-    return "\r\n".join(lines).encode("latin-1", "replace")
+        self._asked.clear()

@@ -231,6 +231,11 @@ class Conn(asyncio.Protocol):
             finally:
                 self._awaited = None
 
+    @property
+    def silent(self) -> bool:
+        """Nothing of a response arrived (since the connection was made or recycled)."""
+        return self._body_bytes == 0 and self._no_body == 0
+
     def reusable(self) -> bool:
         return (
             self.complete

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable
 
 from kinference.gateway.hooks import ResponseTransform
-from kinference.gateway.http1 import Response, UpstreamError
+from kinference.gateway.http1 import Broken, Response, UpstreamError
 from kinference.gateway.port import Reports
 from kinference.gateway.sse import SseSplitter
 from kinference.gateway.timing import TokenClock
@@ -26,6 +26,10 @@ from kinference.gateway.usage import ResponseMeter, Usage
 from kinference.v1 import picker_pb2 as pb
 
 _ERROR_FROM = 400  # upstream statuses from here on end the request with an Abort
+# A whole body that a transform rewrites is held before its head goes out; past this many
+# bytes (as large as the largest request body the gateway takes by default) the upstream
+# is taken for broken or hostile: the response fails (502) and its connection is closed.
+MAX_WHOLE_BYTES = 64 * 1024 * 1024
 
 # Called once when the relay finishes: (status sent, usage when complete, the token clock).
 FinishObserver = Callable[[int, Usage | None, TokenClock], None]
@@ -73,13 +77,22 @@ class Relay:
             reports.first_token(clock.ttft_ms or 0, self.upstream_status)
 
     async def start(self) -> None:
-        """Read and transform a whole body before its head goes out (its length changes)."""
+        """Read and transform a whole body before its head goes out (its length changes);
+        raises `UpstreamError`, also past `MAX_WHOLE_BYTES`."""
         if self._transform is None or self._event_stream:
             return
-        chunks = []
+        length = self.response.header("content-length")
+        if length.isdigit() and int(length) > MAX_WHOLE_BYTES:
+            self._failure = f"upstream body over {MAX_WHOLE_BYTES} bytes"
+            raise Broken(f"the response body would pass {MAX_WHOLE_BYTES} bytes")
+        chunks, size = [], 0
         async for chunk in self._chunks():
             self._first_due |= self._meter.feed(chunk)
             chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_WHOLE_BYTES:
+                self._failure = f"upstream body over {MAX_WHOLE_BYTES} bytes"
+                raise Broken(f"the response body passed {MAX_WHOLE_BYTES} bytes")
         self._whole = self._transform.whole(b"".join(chunks))
         self.headers.append(("content-length", str(len(self._whole))))
         self._complete = True

@@ -7,13 +7,17 @@ import json
 from collections.abc import AsyncIterator
 from typing import cast
 
+import pytest
+
+from kinference.gateway import relay as relay_module
 from kinference.gateway.errors import GatewayError
 from kinference.gateway.exchange import ClientDisconnect, Exchange
 from kinference.gateway.flow import Incoming
 from kinference.gateway.hooks import PassThrough
-from kinference.gateway.http1 import Broken, Response
+from kinference.gateway.http1 import Broken, HttpClient, Response
 from kinference.gateway.relay import Relay
 from kinference.gateway.timing import TokenClock
+from tests.gateway.counting_upstream import Upstream, body, read_request
 from tests.gateway.fakes_asgi import Client, FakeFlow, fake_gateway, scope
 
 ROUTE = "chat"
@@ -168,3 +172,52 @@ async def test_an_upstream_failing_before_a_rewritten_whole_body_is_sent_is_a_50
     await exchange.run()
     assert client.status == 502 and json.loads(client.body)["error"]["code"] == "upstream_error"
     assert upstream.closed and "mid-response" in reports.aborted
+
+
+@pytest.mark.parametrize("framing", ["chunked", "content-length"])
+async def test_a_rewritten_whole_body_past_the_limit_is_a_502_and_closes_the_upstream(
+    framing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The body a transform rewrites is held whole: an upstream sending more than
+    `MAX_WHOLE_BYTES` (before: without bound) fails the request as other upstream failures
+    do, and its connection is closed (at once when its length says so)."""
+    monkeypatch.setattr(relay_module, "MAX_WHOLE_BYTES", 64 * 1024, raising=False)
+    piece = b"x" * 16 * 1024
+
+    async def large(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        if framing == "chunked":
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            for _ in range(64):
+                writer.write(b"4000\r\n" + piece + b"\r\n")
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (64 * len(piece)))
+            for _ in range(64):
+                writer.write(piece)
+                await writer.drain()
+        await writer.drain()
+
+    reports = _Reports()
+    async with Upstream(large) as upstream:
+        http = HttpClient(connect_timeout_s=2.0, read_timeout_s=10.0)
+
+        async def relay(incoming: Incoming) -> Relay:
+            await read_all(incoming)
+            response = await http.request("POST", upstream.url, [("content-length", "0")], body())
+            return Relay(response, TokenClock(), reports, fallback_model="m",
+                         transform=PassThrough())  # fmt: skip
+
+        gateway, _ = fake_gateway(flow=FakeFlow(relay))
+        client = Client({"type": "http.request", "body": b"{}", "more_body": False})
+        exchange = Exchange(gateway, scope("POST", "/v1/chat/completions"), client.receive,
+                            client.send, ROUTE)  # fmt: skip
+        try:
+            await exchange.run()
+            assert client.status == 502
+            assert json.loads(client.body)["error"]["code"] == "upstream_error"
+            assert "over 65536 bytes" in reports.aborted
+            await upstream.until(lambda: upstream.open == 0)
+        finally:
+            await http.aclose()

@@ -307,11 +307,15 @@ async def test_a_spare_connection_is_ready_for_the_next_request() -> None:
     server, url = await serve(handler)
     http = HttpClient(connect_timeout_s=2.0, read_timeout_s=5.0, keep_spare=True)
     try:
+        warm = await http.request("POST", url, [("content-length", "0")], body())
+        assert await warm.read() == b"ok"  # a first request: the origin was quiet, no spare
+        warm.close()
+        assert not http._spares and connections == 1
         first = await http.request("POST", url, [("content-length", "0")], body())
         await asyncio.gather(*http._spares.values())  # the spare, if still connecting
         await opened[1].wait()  # the pool was left empty: a spare was opened beside it
         second = await http.request("POST", url, [("content-length", "0")], body())
-        assert served_on == [1, 2]  # the second request went out on the spare, first still busy
+        assert served_on == [1, 1, 2]  # the second went out on the spare, the first still busy
         for response in (first, second):
             assert await response.read() == b"ok"
             response.close()

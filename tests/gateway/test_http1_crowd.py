@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from kinference.gateway import http1
+from kinference.gateway import http1, http1_conn
 from kinference.gateway.http1 import ConnectFailed, HttpClient
 from tests.gateway.counting_upstream import Upstream, body
 
@@ -119,3 +119,61 @@ async def test_many_origins_are_forgotten(monkeypatch: pytest.MonkeyPatch) -> No
         await http.aclose()
         for upstream in upstreams:
             await upstream.__aexit__()
+
+
+class Clock:
+    """`time` for the upstream client: a monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+async def test_an_origin_asked_less_often_than_the_idle_limit_gets_no_spare(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A spare there would be closed unused before the next request: one connect a request,
+    not two (before: 40 connections for 20 requests; a TLS handshake each for a provider)."""
+    clock = Clock()
+    monkeypatch.setattr(http1, "time", clock)
+    monkeypatch.setattr(http1_conn, "time", clock)
+    async with Upstream() as upstream:
+        http = spare_client()
+        try:
+            for _ in range(20):
+                assert await fetch(http, upstream.url) == b"ok"
+                await asyncio.gather(*http._spares.values())
+                clock.now += http1._IDLE_S + 1.0
+            assert upstream.accepted == 20
+        finally:
+            await http.aclose()
+        await upstream.until(lambda: upstream.open == 0)
+
+
+async def test_a_busy_origin_has_a_spare_ready_for_the_climb(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Asked within the idle limit: each request that leaves the pool empty opens a spare,
+    so requests piling up find a connection ready; the record of when it was asked is
+    swept with the idle pool."""
+    monkeypatch.setattr(http1, "_IDLE_S", 0.3)
+    async with Upstream() as upstream:
+        http = spare_client()
+        try:
+            assert await fetch(http, upstream.url) == b"ok"
+            upstream.gate.clear()
+            calls = []
+            for n in range(1, 6):
+                calls.append(asyncio.ensure_future(fetch(http, upstream.url)))
+                await upstream.until(lambda n=n: upstream.requests == 1 + n)  # type: ignore[misc]
+                await asyncio.gather(*http._spares.values())
+                assert upstream.accepted == 1 + n  # each in flight went out on a spare ...
+                assert idle(http) == 1  # ... and left a new one ready
+            upstream.gate.set()
+            assert await asyncio.gather(*calls) == [b"ok"] * 5
+            await upstream.until(lambda: upstream.open == 0)  # the sweep
+            assert not http._idle and not http._asked and not http._spares
+        finally:
+            await http.aclose()

@@ -209,7 +209,7 @@ async def test_an_upstream_that_half_closes_is_never_reused() -> None:
             for done in (1, 2):
                 assert await fetch(http, upstream.url) == (200, b"okok")
                 # The FIN came after the response: once seen, the connection is closed (a
-                # request sent before it arrives fails: the keep-alive race, not retried).
+                # request sent before it arrives is sent again: tests/.../test_http1_retry).
                 await upstream.until(lambda: upstream.closed == done)  # noqa: B023
             mid_body = True
             with pytest.raises(Broken, match="mid-response"):

@@ -1,0 +1,76 @@
+"""The keep-alive race end to end: an engine that closes each connection after one response
+(without `connection: close`), so every request after the first goes out on a connection
+closing under it; the gateway's picker remote or hosted, the body inline or pulled."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from kinference.config import parse_policy
+from tests.api.helpers import nothing_held, wait_until
+from tests.conftest import MODEL, PickerFactory
+from tests.gateway.conftest import GatewayFactory, free_port, policy_text
+from tests.gateway.counting_upstream import Upstream, read_request
+
+ANSWER = json.dumps({
+    "id": "c1", "object": "chat.completion", "model": MODEL,
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                 "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+}).encode()  # fmt: skip
+OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+    len(ANSWER),
+    ANSWER,
+)
+
+
+class Engine(Upstream):
+    """Answers the first request on each connection; as the next one begins (the engine's
+    keep-alive timer firing), resets the connection."""
+
+    def __init__(self) -> None:
+        super().__init__(self.once)
+        self.answered = 0
+
+    async def once(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(OK)
+        await writer.drain()
+        self.answered += 1
+        await reader.read(1)
+        writer.transport.abort()
+        raise ConnectionResetError
+
+
+@pytest.mark.parametrize("mode", ["remote", "in-process"])
+async def test_every_request_is_answered_and_a_large_body_fails_cleanly(
+    mode: str, start_picker: PickerFactory, start_gateway: GatewayFactory
+) -> None:
+    async with Engine() as engine:
+        endpoint = engine.url.removeprefix("http://")
+        dead = f"127.0.0.1:{free_port()}"
+        picker = await start_picker(parse_policy(policy_text([endpoint], dead, dead)))
+        in_process = mode == "in-process"
+        gateway = await start_gateway(
+            "" if in_process else picker.target, hosted=picker if in_process else None
+        )
+        url = f"http://127.0.0.1:{gateway.port}"
+        async with httpx.AsyncClient(base_url=url, timeout=30, trust_env=False) as http:
+            for n in range(1, 6):  # inline in remote mode, pulled in-process
+                messages = [{"role": "user", "content": "hello"}]
+                request = {"model": MODEL, "messages": messages, "max_tokens": 4}
+                response = await http.post("/v1/chat/completions", json=request)
+                assert response.status_code == 200, response.text
+                assert engine.answered == n  # after the first: reset, sent again
+            # Over 256 KiB (pulled in either mode): not held for a second try.
+            messages = [{"role": "user", "content": "x" * 300_000}]
+            request = {"model": MODEL, "messages": messages, "max_tokens": 4}
+            response = await http.post("/v1/chat/completions", json=request)
+            assert response.status_code == 502, response.text
+            assert response.json()["error"]["code"] == "upstream_error"
+            assert engine.answered == 5
+        await wait_until(lambda: nothing_held(picker), what="nothing held")
