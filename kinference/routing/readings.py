@@ -25,13 +25,6 @@ BATCH_HEADROOM = 2.0
 # An expected wait beyond the most seen running (`unseen_wait`) needs this many seen at
 # once: an engine seen running one at a time says no more of its batch than an idle one.
 MOST_SEEN_FOR_DOUBT = 2.0
-# Up to this many sequences on a worker the doubt (`unseen_wait`) sees no wait: serving
-# engines run many more at once (vLLM, SGLang, TRT-LLM: hundreds by default; the
-# benchmark's 4 and 64), and one that runs fewer is seen full and its batch known. Traced
-# (docs/benchmarks.md, issue 13, "Seeds pooled"): of 17 hits the doubt sent cold where the
-# engine had a free slot, 12 joined as a 3rd or 4th; of 9 it rightly kept off a full
-# 4-slot engine, none (all joined as a 5th or later).
-SMALLEST_BATCH = 4.0
 
 
 class EngineReadings:
@@ -201,9 +194,8 @@ def unseen_wait(joined: float, most: float, batch: float, service_ms: float) -> 
     """The expected wait of the `joined`-th sequence on a worker seen running `most` at
     most, whose batch is guessed `batch`: the batch taken as any of `most`..`batch`,
     equally likely, each sequence beyond a batch b waiting `service_ms / b` (0 when `most`
-    is NaN: the batch is known, or nothing was seen; or below `MOST_SEEN_FOR_DOUBT`; and
-    for a `joined` up to `SMALLEST_BATCH`, which no engine is taken to make wait)."""
-    if not most >= MOST_SEEN_FOR_DOUBT or joined <= most or joined <= SMALLEST_BATCH:
+    is NaN: the batch is known, or nothing was seen; or below `MOST_SEEN_FOR_DOUBT`)."""
+    if not most >= MOST_SEEN_FOR_DOUBT or joined <= most:
         return 0.0
     total, size = 0.0, batch - most + 1.0
     candidate = most
@@ -217,7 +209,7 @@ def unseen_waits(
     joined: _FloatArray, most: _FloatArray, batch: _FloatArray, service_ms: _FloatArray
 ) -> _FloatArray:
     """`unseen_wait` per candidate."""
-    known = ~(most >= MOST_SEEN_FOR_DOUBT) | (joined <= np.fmax(most, SMALLEST_BATCH))
+    known = ~(most >= MOST_SEEN_FOR_DOUBT) | (joined <= most)
     if known.all():
         return np.zeros(len(joined))
     return np.array([

@@ -422,31 +422,6 @@ def test_joining_beyond_the_most_seen_running_costs_an_expected_wait() -> None:
     assert scorer().score(ctx).argmax() == 0
 
 
-def test_a_third_or_fourth_is_no_doubt() -> None:
-    """vllm-64 and few-slots, traced over 5 seeds: hits joining an engine seen running 2 or
-    3 as its 3rd or 4th were sent cold by the doubt (a batch of 2 or 3 taken as likely as
-    any up to 8), 12 times where the engine had free slots (87-127 ms where a hit takes
-    ~20). No serving engine runs fewer than 4 at once unseen: such a join is no doubt; a
-    5th still is."""
-    table = WorkerTable(clock=frozen)
-    slots = table.slots(f"10.0.0.{i}:8000" for i in range(2)).tolist()
-    _seen_running(table, slots[0], 2)
-    _seen_running(table, slots[1], 0)
-    table.add_inflight(slots[0], 1)  # 3 on it: the hit would be its 4th
-    ctx = context(2, prompt_tokens=1600, cached=[1500, 0], table=table)
-    assert unseen_wait(3.0, 2.0, 8.0, 2000.0) == unseen_wait(4.0, 3.0, 8.0, 2000.0) == 0.0
-    for candidates in (ttft_module.SMALL_CANDIDATES, 0):  # both forms
-        ttft_module.SMALL_CANDIDATES, kept = candidates, ttft_module.SMALL_CANDIDATES
-        try:
-            assert (
-                scorer().score(ctx).tolist() == scorer(unsure_batch_weight=0.0).score(ctx).tolist()
-            )
-            assert scorer().score(ctx).argmax() == 0
-        finally:
-            ttft_module.SMALL_CANDIDATES = kept
-    assert unseen_wait(5.0, 2.0, 8.0, 2000.0) == (3 / 2 + 2 / 3 + 1 / 4) / 7 * 2000.0  # a 5th
-
-
 def test_the_most_seen_is_the_pools() -> None:
     """Dynamo's mockers at 3 req/s run 1-3 of 8: a hit joining an engine seen running 1
     as its 2nd sequence, another engine seen running 3, is no doubt (by its own most, the
