@@ -10,6 +10,7 @@ the router's own URL (its mockers have no endpoints of their own).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,3 +139,11 @@ class MockerFleet:
                     self.setup.block_size,
                 ),
             )
+
+
+def reseeded(fleet: Fleet, seed: int) -> Fleet:
+    """`fleet` as `--seed seed` would have built it: the simulated engines take the seed
+    (their sampled texts); Dynamo's mockers have none."""
+    if isinstance(fleet, SimFleet):
+        return dataclasses.replace(fleet, setup=dataclasses.replace(fleet.setup, seed=seed))
+    return fleet

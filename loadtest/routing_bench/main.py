@@ -1,7 +1,7 @@
 """Routing quality in front of the same engines, at rising request rates.
 
     python -m loadtest.bench_routing [--quick] [--regime R] [--out docs/benchmarks.md]
-        [--json run.json] [--requests requests.jsonl]
+        [--json run.json] [--requests requests.jsonl] [--seed N | --seeds 1,2,3]
 
 Routers: kinference as deployed (`kinference gateway` with its in-process picker, 1 replica;
 4 gateways sharing Redis), the shipped routing defaults; round-robin and least-in-flight
@@ -9,7 +9,8 @@ Routers: kinference as deployed (`kinference gateway` with its in-process picker
 (`pip install '.[bench]'`); on Dynamo's mock engines also Dynamo's own KV router and
 kinference in precise prefix mode. Each (router, rate) run gets fresh engines (cold
 caches) and replays the same conversations (`workload.py`: shared system prompts,
-multi-turn chats, long-document QA; Poisson arrivals; one seed). Writes a Markdown section
+multi-turn chats, long-document QA; Poisson arrivals; one seed, or with `--seeds` the
+whole run once per seed, reported pooled: `pooled.py`). Writes a Markdown section
 into `--out` (between markers, the rest of the file kept), a PNG chart beside it, and the
 figures as JSON (`--json`) for `python -m loadtest.routing_bench.ranges`, and each request
 (`--requests`: router, rate, conversation and turn, TTFT, prompt and cached tokens), so
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import platform
 import sys
 import tempfile
 import time
@@ -38,10 +38,11 @@ from loadtest.redis_server import RedisServer
 from loadtest.routing_bench import report
 from loadtest.routing_bench.console import log
 from loadtest.routing_bench.engines import EngineSetup
-from loadtest.routing_bench.fleets import Fleet, MockerFleet, SimFleet
+from loadtest.routing_bench.fleets import Fleet, MockerFleet, SimFleet, reseeded
 from loadtest.routing_bench.replicas import Bench
 from loadtest.routing_bench.routers import ROUTERS, Router, unavailable
 from loadtest.routing_bench.runner import RunPlan, run
+from loadtest.routing_bench.section import charted, section
 from loadtest.routing_bench.stats import RunStats
 from loadtest.routing_bench.workload import MODEL, BenchSpec, conversations
 
@@ -75,7 +76,7 @@ class Options:
     rates: tuple[float, ...]
     duration_s: float  # of arrivals per run; requests = rate x duration
     drain: bool  # every conversation to its end, else nothing sent after duration_s
-    seed: int
+    seeds: tuple[int, ...]  # a run of every (rate, router) per seed; one: `--seed`
     fleet: Fleet
     out: Path | None
     chart: Path | None
@@ -99,6 +100,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cli.add_argument("--rates", default="", help="requests/s, comma-separated")
     cli.add_argument("--duration", type=float, default=0.0, help="seconds of arrivals per run")
     cli.add_argument("--seed", type=int, default=1)
+    cli.add_argument(
+        "--seeds",
+        default="",
+        help="comma-separated: everything once per seed, the figures pooled (over --seed)",
+    )
     cli.add_argument(
         "--drain",
         action="store_true",
@@ -177,7 +183,7 @@ def options_from(args: argparse.Namespace, argv: list[str] | None = None) -> Opt
         rates=rates,
         duration_s=args.duration or (6.0 if args.quick else 15.0),
         drain=args.drain,
-        seed=args.seed,
+        seeds=tuple(int(s) for s in args.seeds.split(",")) if args.seeds else (args.seed,),
         fleet=fleet,
         out=args.out,
         chart=chart,
@@ -209,63 +215,17 @@ async def run_all(options: Options) -> list[RunStats]:
         tempfile.TemporaryDirectory(prefix="bench-routing-") as work,
         redis_if_needed(options) as redis_server,
     ):
-        bench = Bench(options.tuning, Path(work), redis_server, options.seed)
-        for rate in options.rates:
-            requests = round(rate * options.duration_s)
-            plan_conversations = conversations(options.spec, requests, rate, options.seed)
-            for router in options.routers:
-                window = None if options.drain else options.duration_s
-                plan = RunPlan(router, rate, plan_conversations, window, options.requests)
-                results.append(await run(plan, options.fleet, bench))
+        for seed in options.seeds:
+            bench = Bench(options.tuning, Path(work), redis_server, seed)
+            fleet = reseeded(options.fleet, seed)
+            for rate in options.rates:
+                requests = round(rate * options.duration_s)
+                plan_conversations = conversations(options.spec, requests, rate, seed)
+                for router in options.routers:
+                    window = None if options.drain else options.duration_s
+                    plan = RunPlan(router, rate, plan_conversations, window, options.requests)
+                    results.append(await run(plan, fleet, bench))
     return results
-
-
-def section(options: Options, results: list[RunStats], seconds: float) -> str:
-    """The Markdown section: how the run was made, the table, the verdicts, the chart."""
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    skipped = f" Not run: {', '.join(options.skipped)}." if options.skipped else ""
-    tuning = yaml.safe_dump({"routing": options.tuning}, default_flow_style=None, sort_keys=False)
-    lines = [
-        "## Routing quality: kinference vs baselines and peer routers",
-        "",
-        "```sh",
-        ".venv/bin/pip install -e '.[bench]'   # the peer routers",
-        f".venv/bin/{options.command}",
-        "```",
-        "",
-        f"Run of {when} ({options.label}, seed {options.seed}, {seconds / 60:.1f} min, "
-        f"Python {platform.python_version()}, 2 cores shared with other work).{skipped}",
-        "",
-        f"{options.fleet.describe()}; fresh engines for every run; {options.duration_s:g} s "
-        f"of Poisson arrivals per run, {_after(options)}. Workload: shared "
-        "system prompts, multi-turn chats re-sending the engine's real replies, questions on "
-        "long documents (`routing_bench/workload.py`). kinference is `kinference gateway` "
-        "with its in-process picker (4 replicas: 4 gateways sharing one Redis, requests "
-        "round-robin over them); every router gets plain OpenAI HTTP from the load "
-        "generator, which times TTFT from the POST to the first content chunk. Hit rate: "
-        "cached / prompt tokens from the responses' usage (engine hit rate: the engines' own "
-        "counters, where they keep them). Imbalance: requests of the busiest engine over the "
-        "mean, from the engines' counters. Load: the 1-minute load average at the run's end.",
-        "",
-        report.table(results),
-        "",
-        *report.verdicts(results),
-        "",
-    ]
-    if options.tuning:
-        title = "Policy tuning of this run (an extra, labelled run; merged over the defaults):"
-        lines += ["", title, "", "```yaml", tuning.rstrip(), "```"]
-    else:
-        lines += ["", "Policy: the shipped defaults (no `routing:` section)."]
-    if options.chart is not None and options.out is not None:
-        lines += ["", f"![TTFT p90 and hit rate by rate]({options.chart.name})"]
-    return "\n".join(lines)
-
-
-def _after(options: Options) -> str:
-    if options.drain:
-        return "then every conversation to its end"
-    return "no request sent after that (a chat's later turns with it; what is under way ends)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -281,9 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     if options.out is not None:
         report.replace_section(options.out, text)
     if options.chart is not None:
-        report.chart(results, options.chart)
+        report.chart(charted(options, results), options.chart)
     if options.json is not None:
-        meta = {"regime": options.regime, "seed": options.seed, "minutes": seconds / 60,
+        meta = {"regime": options.regime, "seed": options.seeds[0], "minutes": seconds / 60,
+                "seeds": list(options.seeds),
                 "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 "command": options.command, "duration_s": options.duration_s}  # fmt: skip
         report.dump(results, meta, options.json)

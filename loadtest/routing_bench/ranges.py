@@ -1,10 +1,13 @@
 """The range of each figure over several runs of the routing benchmark, per regime.
 
-    python -m loadtest.routing_bench.ranges RUN.json [RUN.json ...]
+    python -m loadtest.routing_bench.ranges [--pooled] RUN.json [RUN.json ...]
 
-Each RUN.json is what `python -m loadtest.bench_routing --json RUN.json` wrote. Prints, per
-regime, a table of min-max per router and rate (TTFT p50 and p90, hit rate, output
-throughput, imbalance, load average) and how many runs met each target (`report.checks`).
+Each RUN.json is what `python -m loadtest.bench_routing --json RUN.json` wrote (one seed,
+or several with `--seeds`: each seed counts as a run). Prints, per regime, a table of
+min-max per router and rate (TTFT p50 and p90, hit rate, output throughput, imbalance,
+load average) and how many runs met each target (`report.checks`). With `--pooled`, first
+every run's requests pooled per router and rate (`pooled.py`) and the targets checked on
+those rows: seeds split over several commands pool as if run in one.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from loadtest.routing_bench import report
+from loadtest.routing_bench import pooled, report
 from loadtest.routing_bench.stats import RunStats
 
 Run = list[RunStats]
@@ -51,7 +54,7 @@ def range_table(runs: Sequence[Run]) -> str:
     return "\n".join(lines)
 
 
-def target_summary(runs: Sequence[Run]) -> list[str]:
+def target_summary(runs: Sequence[Run], unit: str = "run") -> list[str]:
     """Per rate and target: in how many of the runs it was met."""
     met: dict[tuple[float, str], list[bool]] = defaultdict(list)
     for run in runs:
@@ -59,18 +62,44 @@ def target_summary(runs: Sequence[Run]) -> list[str]:
             for target, ok, _ in report.checks([s for s in run if s.rate == rate]):
                 met[(rate, target)].append(ok)
     return [
-        f"- {rate:g} req/s, {target}: met in {sum(oks)} of {len(oks)} run(s)"
+        f"- {rate:g} req/s, {target}: met in {sum(oks)} of {len(oks)} {unit}(s)"
         for (rate, target), oks in sorted(met.items())
     ]
 
 
-def summary(paths: Sequence[Path]) -> str:
+def pooled_summary(results: Sequence[RunStats]) -> list[str]:
+    """Markdown lines for one command's several seeds: the pooled rows, the targets checked
+    on them, and the per-seed range with how many seeds met each target."""
+    runs = pooled.by_seed(results)
+    rows = pooled.pooled(results)
+    seeds = ", ".join(str(run[0].seed) for run in runs)
+    return [
+        f"Pooled over seeds {seeds}: TTFT percentiles of all their requests; hit rate, "
+        "throughput, balance the seeds' mean; load the highest.",
+        "",
+        report.table(rows),
+        "",
+        *(line.replace("- ", "- pooled: ", 1) for line in report.verdicts(rows)),
+        "",
+        "Per seed, lowest\u2013highest:",
+        "",
+        range_table(runs),
+        "",
+        *target_summary(runs, unit="seed"),
+    ]
+
+
+def summary(paths: Sequence[Path], pool: bool = False) -> str:
     by_regime: dict[str, list[Run]] = defaultdict(list)
     for path in paths:
         meta, results = report.load(path)
-        by_regime[str(meta["regime"])].append(results)
+        by_regime[str(meta["regime"])] += pooled.by_seed(results)
     parts = []
     for regime, runs in by_regime.items():
+        if pool:
+            rows = pooled.pooled([stats for run in runs for stats in run])
+            parts += [f"#### {regime}: pooled over {len(runs)} run(s)", "", report.table(rows)]
+            parts += ["", *report.verdicts(rows), ""]
         parts += [f"#### {regime}: range over {len(runs)} run(s)", "", range_table(runs), ""]
         parts += [*target_summary(runs), ""]
     return "\n".join(parts)
@@ -79,7 +108,9 @@ def summary(paths: Sequence[Path]) -> str:
 def main(argv: list[str] | None = None) -> int:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("runs", type=Path, nargs="+")
-    print(summary(cli.parse_args(argv).runs))
+    cli.add_argument("--pooled", action="store_true", help="also every run's requests pooled")
+    args = cli.parse_args(argv)
+    print(summary(args.runs, pool=args.pooled))
     return 0
 
 

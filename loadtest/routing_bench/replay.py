@@ -39,9 +39,10 @@ class Sample:
     conversation: int = -1  # the conversation's index and the turn's number in it: the
     turn: int = -1  # same request under every router (the workload is seeded)
 
-    def line(self, router: str, rate: float) -> str:
-        """One JSON line of `--requests`: this request as `router` served it at `rate`."""
-        fields = {"router": router, "rate": rate, **dataclasses.asdict(self)}
+    def line(self, router: str, rate: float, seed: int = 0) -> str:
+        """One JSON line of `--requests`: this request as `router` served it at `rate`,
+        in the run of `seed`."""
+        fields = {"router": router, "rate": rate, "seed": seed, **dataclasses.asdict(self)}
         return json.dumps(fields, separators=(",", ":"))
 
 

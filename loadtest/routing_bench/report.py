@@ -111,7 +111,8 @@ def dump(results: Sequence[RunStats], meta: dict[str, Any], path: Path) -> None:
 
 def load(path: Path) -> tuple[dict[str, Any], list[RunStats]]:
     data = json.loads(path.read_text())
-    return data["meta"], [RunStats(**row) for row in data["results"]]
+    rows = [{**row, "ttfts_ms": tuple(row.get("ttfts_ms", ()))} for row in data["results"]]
+    return data["meta"], [RunStats(**row) for row in rows]
 
 
 def replace_section(path: Path, section: str) -> None:

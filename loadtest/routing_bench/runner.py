@@ -97,11 +97,15 @@ async def run(plan: RunPlan, fleet: Fleet, bench: Bench) -> RunStats:
     )
     if plan.requests_out is not None:
         with plan.requests_out.open("a") as out:
-            out.writelines(s.line(plan.router.key, plan.rate) + "\n" for s in replay.samples)
+            out.writelines(
+                s.line(plan.router.key, plan.rate, bench.seed) + "\n" for s in replay.samples
+            )
     # The 1-minute load average as the run ends: about the run, on a shared machine.
-    stats = dataclasses.replace(stats, key=plan.router.key, load=os.getloadavg()[0])
+    load = os.getloadavg()[0]
+    stats = dataclasses.replace(stats, key=plan.router.key, load=load, seed=bench.seed)
     log(
-        f"{plan.router.label} @ {plan.rate:g}/s: {stats.requests} ok, {stats.errors} failed, "
+        f"{plan.router.label} @ {plan.rate:g}/s, seed {bench.seed}: "
+        f"{stats.requests} ok, {stats.errors} failed, "
         f"hit {stats.hit_rate:.3f}, "
         f"TTFT p50 {stats.ttft_p50_ms:.0f} ms p90 {stats.ttft_p90_ms:.0f} ms, "
         f"route p50 {stats.route_p50_ms:.0f} p90 {stats.route_p90_ms:.0f} ms, "

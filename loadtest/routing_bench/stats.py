@@ -42,6 +42,8 @@ class RunStats:
     first_error: str = ""
     key: str = ""  # the router's --routers key
     load: float = 0.0  # the machine's 1-minute load average at the end of the run
+    seed: int = 0  # the workload's and engines' seed (`--seed`, or one of `--seeds`)
+    ttfts_ms: tuple[float, ...] = ()  # every completed request's TTFT, for pooling seeds
 
     def row(self) -> dict[str, float | int | str]:
         return {key: getattr(self, key) for key in self.__dataclass_fields__}
@@ -84,4 +86,5 @@ def summarise(
         route_p50_ms=quantile([sample.route_s * 1000.0 for sample in done], 0.50),
         route_p90_ms=quantile([sample.route_s * 1000.0 for sample in done], 0.90),
         first_error=failed[0].error[:200] if failed else "",
+        ttfts_ms=tuple(ttfts),
     )

@@ -20,11 +20,12 @@ from loadtest.routing_bench import ranges, report
 from loadtest.routing_bench.drivers import DirectDriver, Outcome
 from loadtest.routing_bench.engines import counter_deltas, parse_counters
 from loadtest.routing_bench.fleets import MOCKER_COUNTERS, Engines, MockerFleet, Precise, SimFleet
-from loadtest.routing_bench.main import options_from, parse_args, run_all, section
+from loadtest.routing_bench.main import options_from, parse_args, run_all
 from loadtest.routing_bench.peers import SGLANG, installed
 from loadtest.routing_bench.replay import Replay, Sample, request_body, turn_messages
 from loadtest.routing_bench.replicas import policy_yaml
 from loadtest.routing_bench.routers import ROUTERS
+from loadtest.routing_bench.section import section
 from loadtest.routing_bench.stats import RunStats, quantile, summarise
 from loadtest.routing_bench.stream import StreamResult
 from loadtest.routing_bench.workload import BenchSpec, conversations
