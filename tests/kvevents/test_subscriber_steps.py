@@ -9,6 +9,7 @@ from collections import deque
 from typing import Any
 
 from kinference.kvcache.pool import PoolCaches
+from kinference.kvevents.steps import Steps
 from kinference.kvevents.subscriber import EventSubscriber, Feed
 from kinference.kvevents.trust import WorkerTrust
 from tests.kvevents import vllm_format as vllm
@@ -52,9 +53,9 @@ class Recording(EventSubscriber):
         self.seen: list[int] = []  # the loop steps counted at each batch
         self.expected, self.all_seen = expected, asyncio.Event()
 
-    def receive(self, feed: Feed, parts: list[bytes]) -> None:
+    def steps(self, feed: Feed, parts: list[bytes]) -> Steps[None]:
         self.seen.append(self.ticks[0])
-        super().receive(feed, parts)
+        yield from super().steps(feed, parts)
         if len(self.seen) == self.expected:
             self.all_seen.set()
 
