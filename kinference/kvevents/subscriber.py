@@ -20,6 +20,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import zmq
 import zmq.asyncio
@@ -121,7 +122,9 @@ class EventSubscriber:
             socket.connect(feed.address)
             while True:
                 parts = await socket.recv_multipart(copy=True)
-                await finish_async(self.steps(feed, parts))
+                events = cast(int, socket.get(zmq.EVENTS))
+                caught_up = not events & zmq.POLLIN  # no message waits behind it
+                await finish_async(self.steps(feed, parts, caught_up))
                 # One batch per loop step: a backlog (an engine announcing a long prompt,
                 # or several engines at once) comes back from `recv` without yielding, and
                 # applied in one go it would hold Picks waiting for the loop behind it.
@@ -129,12 +132,13 @@ class EventSubscriber:
         finally:
             socket.close(linger=0)
 
-    def receive(self, feed: Feed, parts: list[bytes]) -> None:
+    def receive(self, feed: Feed, parts: list[bytes], caught_up: bool = True) -> None:
         """One multipart message from the PUB socket, handled at once."""
-        finish(self.steps(feed, parts))
+        finish(self.steps(feed, parts, caught_up))
 
-    def steps(self, feed: Feed, parts: list[bytes]) -> Steps[None]:
-        """One message, in bounded steps (`kvevents.steps`)."""
+    def steps(self, feed: Feed, parts: list[bytes], caught_up: bool) -> Steps[None]:
+        """One message, in bounded steps (`kvevents.steps`); `caught_up`: no other message
+        waited behind it in the socket (for `WorkerTrust.arrived`)."""
         now = self._clock()
         budget = Budget()
         seq: int | None = None
@@ -168,7 +172,7 @@ class EventSubscriber:
                 feed.pending.append((seq, batch))
                 feed.pending_bytes += size
             return
-        yield from self._step(feed, seq, batch, now, budget)
+        yield from self._step(feed, seq, batch, now, budget, caught_up=caught_up)
 
     def _step(
         self,
@@ -177,10 +181,14 @@ class EventSubscriber:
         batch: EventBatch | None,
         now: float,
         budget: Budget,
+        *,
+        caught_up: bool | None = None,
     ) -> Steps[None]:
-        """A batch in its order."""
+        """A batch in its order; `caught_up` None: it was held (not taken live)."""
         trust, before = feed.trust, feed.trust.distrust
         step = trust.on_batch(seq, now) if batch is not None else trust.on_malformed(seq, now)
+        if batch is not None and caught_up is not None:
+            trust.arrived(batch.ts, now, caught_up)
         if trust.distrust is not None and trust.distrust is not before:
             self._on_message(feed.pool.ref, trust.distrust.name.lower())
         if step is Step.RESET_AND_APPLY:

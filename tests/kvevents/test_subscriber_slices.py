@@ -4,7 +4,9 @@ A batch larger than a step (`kvevents.steps`) is decoded and applied in slices, 
 taking turns between them: what a Pick running between two slices sees is the worker still
 precise and its index as after the batch's first events, in order (here: a run of the
 stored prompt's leading blocks that only grows, one cut event at a time), never a block
-without its ancestors."""
+without its ancestors. Batches taken from the socket with others waiting behind them and
+stamped well before the last current one are late: the worker is not precise (LAGGING)
+until a batch comes that is not."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from kinference.kvcache.blocks import identities
 from kinference.kvcache.pool import PoolCaches
 from kinference.kvevents.steps import blocks_per_event
 from kinference.kvevents.subscriber import EventSubscriber, Feed
-from kinference.kvevents.trust import WorkerTrust
+from kinference.kvevents.trust import Distrust, WorkerTrust
 from tests.api.helpers import wait_until
 from tests.kvevents import vllm_format as vllm
 
@@ -66,3 +68,35 @@ async def test_a_pick_between_slices_sees_the_batch_applied_in_order() -> None:
     per_event = blocks_per_event(1)
     assert len(between) >= BLOCKS // per_event // 2  # the loop had turns between slices
     assert all(depth % per_event == 0 for depth in between)  # whole cut events, in order
+
+
+async def test_batches_applied_late_make_the_worker_not_precise_until_one_is_not() -> None:
+    """Stamped 10 s before the one just applied when nothing waited behind it, and taken
+    with others behind them: late (the engine's clock is not compared with ours: the
+    subscriber's reads 0 throughout)."""
+    outcomes: list[str] = []
+    trust = WorkerTrust(5.0, 10.0, max_lag_s=2.0)
+    subscriber, _, feed, publisher = await _feed(trust, outcomes)
+    states: list[Distrust | None] = []
+    real_step = subscriber._step
+
+    def step(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        yield from real_step(*args, **kwargs)  # type: ignore[arg-type]
+        states.append(trust.distrust)
+
+    subscriber._step = step  # type: ignore[method-assign]
+    try:
+        await publisher.publish(vllm.encode([], ts=1000.0))
+        await wait_until(lambda: feed.batches == 1)
+        assert trust.distrust is None
+        # A burst: each stamped 10 s before the last, as if each waited 10 s longer.
+        for n in range(1, 51):
+            await publisher.publish(vllm.encode([], ts=1000.0 - 10 * n))
+        await wait_until(lambda: feed.batches == 51, what="the burst applied")
+        await publisher.publish(vllm.encode([], ts=2000.0))  # alone: current again
+        await wait_until(lambda: feed.batches == 52)
+    finally:
+        await subscriber.aclose()
+        await publisher.close()
+    assert Distrust.LAGGING in states and "lagging" in outcomes
+    assert states[-1] is None and trust.trusted(0.0)

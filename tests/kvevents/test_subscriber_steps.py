@@ -8,6 +8,8 @@ import asyncio
 from collections import deque
 from typing import Any
 
+import zmq
+
 from kinference.kvcache.pool import PoolCaches
 from kinference.kvevents.steps import Steps
 from kinference.kvevents.subscriber import EventSubscriber, Feed
@@ -27,6 +29,9 @@ class QueuedSocket:
     def connect(self, address: str) -> None: ...
 
     def close(self, linger: int = 0) -> None: ...
+
+    def get(self, option: int) -> int:
+        return zmq.POLLIN if self.messages else 0
 
     def recv_multipart(self, copy: bool = True) -> asyncio.Future[list[bytes]]:
         if not self.messages:
@@ -53,9 +58,9 @@ class Recording(EventSubscriber):
         self.seen: list[int] = []  # the loop steps counted at each batch
         self.expected, self.all_seen = expected, asyncio.Event()
 
-    def steps(self, feed: Feed, parts: list[bytes]) -> Steps[None]:
+    def steps(self, feed: Feed, parts: list[bytes], caught_up: bool) -> Steps[None]:
         self.seen.append(self.ticks[0])
-        yield from super().steps(feed, parts)
+        yield from super().steps(feed, parts, caught_up)
         if len(self.seen) == self.expected:
             self.all_seen.set()
 
