@@ -7,8 +7,9 @@ process's loop, while a probe task sleeps 1 ms at a time and records how much la
 asked it woke (`kinference.loop_lag`'s measure, at a finer interval). Kinds: `removed` (one
 hostile batch at the 16 MiB payload bound: 16M one-byte hashes removed), `stored` (8M
 one-token blocks on a 1-block prefix, under one-byte hashes that repeat), `ordinary`
-(`--ordinary` batches of one scheduler step each: 32 blocks of 16 tokens stored, the oldest 32 removed), reported as the
-worst and p99 lag and, for `ordinary`, batches applied per second. Runs on any branch's
+(`--ordinary` batches of one scheduler step each: 32 blocks of 16 tokens stored, the
+oldest 32 removed), reported as the worst and p99 lag and, for `ordinary`, batches
+applied per second. Runs on any branch's
 code (only the subscriber's long-standing API is used), so base and branch compare as is.
 """
 
