@@ -1,7 +1,8 @@
 """A payload decoded in bounded steps (`kvevents.steps`) is the payload decoded at once:
 unpacked a chunk per step, its large events cut into events of consecutive blocks (each
-the next one's parent) that the index applies to the same blocks; anything refused at once
-is refused in steps. A payload at the size limit is many steps, none more than a step's
+the next one's parent) that the index applies to the same blocks (below its per-worker
+bound: past it, a cut event is bounded on its own, see docs/architecture.md); anything
+refused at once is refused in steps. A payload at the size limit is many steps, none more than a step's
 values."""
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ from hypothesis import strategies as st
 from kinference.kvcache.index import BlockIndex
 from kinference.kvevents.events import BlockRemoved, BlockStored, EventBatch
 from kinference.kvevents.steps import Budget, blocks_per_event, finish
-from kinference.kvevents.wire import MalformedBatch, decode_batch, decode_steps
+from kinference.kvevents.wire import (
+    UNPACKED_PER_UNIT,
+    MalformedBatch,
+    decode_batch,
+    decode_steps,
+)
 
 
 def in_steps(payload: bytes, per_step: int) -> tuple[EventBatch, int]:
@@ -98,7 +104,9 @@ def test_a_large_batch_is_many_bounded_steps() -> None:
     per_step = 32_768
     removed = msgpack.packb([1.0, [["BlockRemoved", [1] * 1_000_000, None]], None])
     batch, turns = in_steps(removed, per_step)
-    assert turns >= len(removed) // per_step + 1_000_000 // blocks_per_event(0)
+    assert turns >= len(removed) // (per_step * UNPACKED_PER_UNIT) + 1_000_000 // blocks_per_event(
+        0
+    )
     assert all(isinstance(e, BlockRemoved) for e in batch.events)
     assert sum(len(e.block_hashes) for e in batch.events) == 1_000_000  # type: ignore[union-attr]
     n = 500_000
@@ -106,7 +114,7 @@ def test_a_large_batch_is_many_bounded_steps() -> None:
         [1.0, [["BlockStored", list(range(1, n + 1)), None, [5] * n, 1, None, None]], None]
     )
     batch, turns = in_steps(stored, per_step)
-    assert turns >= len(stored) // per_step + n // blocks_per_event(1)
+    assert turns >= len(stored) // (per_step * UNPACKED_PER_UNIT) + n // blocks_per_event(1)
     cut = [e for e in batch.events if isinstance(e, BlockStored)]
     assert all(len(e.block_hashes) <= blocks_per_event(1) for e in cut)
     assert [h for e in cut for h in e.block_hashes] == list(range(1, n + 1))
