@@ -12,7 +12,7 @@ scheduler step: hundreds of blocks) costs less than one step and is handled with
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator
+from collections.abc import Generator, Iterable, Iterator
 from typing import TypeVar
 
 from kinference.kvevents.events import BlockRemoved, BlockStored, Event
@@ -76,3 +76,29 @@ def blocks_per_event(block_size: int, per_step: int = WORK_PER_STEP) -> int:
     """The blocks of a large event cut into events that each cost at most a step to apply
     (`wire.decode_steps`; the subscriber applies at least one event per step)."""
     return max(per_step // (BLOCK_UNITS + block_size), 1)
+
+
+def split(events: Iterable[Event], per_step: int = WORK_PER_STEP) -> Iterator[Event]:
+    """`events`, each costing more than a step cut as `wire.decode_steps` cuts a large one:
+    into events of `blocks_per_event` consecutive blocks, each the next one's parent."""
+    for event in events:
+        if cost(event) <= per_step or not isinstance(event, BlockStored | BlockRemoved):
+            yield event
+            continue
+        hashes = event.block_hashes
+        if isinstance(event, BlockRemoved):
+            n = blocks_per_event(0, per_step)
+            for start in range(0, len(hashes), n):
+                yield BlockRemoved(hashes[start : start + n], event.medium)
+            continue
+        size, n = event.block_size, blocks_per_event(event.block_size, per_step)
+        for start in range(0, len(hashes), n):
+            yield BlockStored(
+                hashes[start : start + n],
+                hashes[start - 1] if start else event.parent,
+                event.token_ids[start * size : (start + n) * size],
+                size,
+                event.lora,
+                event.medium,
+                continues=start > 0 or event.continues,
+            )

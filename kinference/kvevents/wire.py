@@ -19,11 +19,9 @@ The replay socket (ROUTER) answers a request of the start seq (8 bytes big-endia
 
 from __future__ import annotations
 
-import gc
 import math
 from typing import Any, NamedTuple
 
-import msgpack
 import numpy as np
 import numpy.typing as npt
 
@@ -35,7 +33,8 @@ from kinference.kvevents.events import (
     Event,
     EventBatch,
 )
-from kinference.kvevents.steps import Budget, Steps, blocks_per_event, finish
+from kinference.kvevents.steps import Budget, Steps, blocks_per_event, cost, finish, split
+from kinference.kvevents.unpack import ERRORS, UNPACKED_PER_UNIT, promote, unpack_steps
 
 END_OF_REPLAY = -1
 _SEQ_BYTES = 8
@@ -43,7 +42,6 @@ MAX_PAYLOAD_BYTES = 16 * 1024 * 1024  # refused undecoded: one step of a 1 MiB p
 # An adapter's name seeds its blocks' identities (`kvcache.blocks.seed`, which keeps the last
 # 256 it saw): a longer one is refused, not kept (256 names of 16 MiB would pin 4 GiB).
 MAX_LORA_NAME_CHARS = 1024
-UNPACKED_PER_UNIT = 4  # payload bytes unpacked per unit of work (`kvevents.steps`)
 _SHOWN_CHARS = 64  # of a publisher's value quoted in a `MalformedBatch` message
 
 
@@ -74,7 +72,32 @@ def decode_steps(payload: bytes, budget: Budget) -> Steps[EventBatch]:
     same order, as the index applies them)."""
     if len(payload) > MAX_PAYLOAD_BYTES:
         raise MalformedBatch(f"payload of {len(payload)} bytes is over the limit")
-    raw = yield from _unpack(payload, budget)
+    try:
+        raw = yield from unpack_steps(payload, budget.per_step * UNPACKED_PER_UNIT)
+    except ERRORS as exc:
+        raise MalformedBatch(f"not msgpack: {exc}") from None
+    ts, events, rank = _header(raw)
+    if len(payload) <= budget.per_step * UNPACKED_PER_UNIT:  # a step's decoding: at once
+        whole = tuple(map(decode_event, events))
+        if budget.spend(len(payload) // UNPACKED_PER_UNIT):
+            yield
+        if all(cost(event) <= budget.per_step for event in whole):
+            return EventBatch(ts, whole, rank)
+        return EventBatch(ts, tuple(split(whole, budget.per_step)), rank)
+    decoded: list[Event] = []
+    for event in events:
+        work = _units(event)
+        if work <= budget.per_step:
+            decoded.append(decode_event(event))
+        else:
+            yield from _cut(event, decoded, budget)
+        if budget.spend(work):
+            yield
+    return EventBatch(ts, tuple(decoded), rank)
+
+
+def _header(raw: Any) -> tuple[float, list[Any], int | None]:
+    """A batch's ts, events (undecoded) and data-parallel rank, checked."""
     if isinstance(raw, dict):
         ts, events, rank = raw.get("ts"), raw.get("events"), raw.get("data_parallel_rank")
     elif isinstance(raw, list) and 2 <= len(raw) <= 3:
@@ -87,58 +110,7 @@ def decode_steps(payload: bytes, budget: Budget) -> Steps[EventBatch]:
         raise MalformedBatch("batch events is not an array")
     if rank is not None and not _is_int(rank):
         raise MalformedBatch("data_parallel_rank is not an integer")
-    decoded: list[Event] = []
-    for event in events:
-        work = _units(event)
-        if work <= budget.per_step:
-            decoded.append(decode_event(event))
-        else:
-            yield from _cut(event, decoded, budget)
-        if budget.spend(work):
-            yield
-    return EventBatch(float(ts), tuple(decoded), rank)
-
-
-_UNPACK_ERRORS = (ValueError, TypeError, msgpack.FormatError, msgpack.StackError)
-
-
-def _unpack(payload: bytes, budget: Budget) -> Steps[Any]:
-    """The payload's msgpack value, unpacked `UNPACKED_PER_UNIT` bytes per unit of a step
-    (a byte is at most one value, unpacked in ~10 ns: a quarter of a unit applied)."""
-    chunk = budget.per_step * UNPACKED_PER_UNIT
-    try:
-        if len(payload) <= chunk:
-            return msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True)
-        unpacker = msgpack.Unpacker(
-            raw=False, strict_map_key=False, use_list=True, max_buffer_size=len(payload)
-        )
-        view = memoryview(payload)
-        for start in range(0, len(payload), chunk):
-            unpacker.feed(view[start : start + chunk])
-            try:
-                value = unpacker.unpack()
-            except msgpack.OutOfData:
-                _promote()
-                yield
-                continue
-            if unpacker.tell() != len(payload):
-                raise MalformedBatch("not msgpack: extra data")
-            return value
-    except msgpack.ExtraData as exc:
-        raise MalformedBatch(f"not msgpack: {exc}") from None
-    except _UNPACK_ERRORS as exc:
-        raise MalformedBatch(f"not msgpack: {exc}") from None
-    raise MalformedBatch("not msgpack: truncated")
-
-
-def _promote() -> None:
-    """Moves every object tracked by the garbage collector to its oldest generation (in
-    O(1)), at each step of a large payload: the arrays being unpacked, and the windows cut
-    from them, are then not walked by the young collections the loop's other work triggers
-    (one walking a 16M-value array, or 140 windows, held the loop 60-90 ms); only a full
-    collection, rare, walks them."""
-    gc.freeze()
-    gc.unfreeze()
+    return float(ts), events, rank
 
 
 def _units(raw: Any) -> int:
@@ -164,7 +136,7 @@ def _cut(raw: Any, into: list[Event], budget: Budget) -> Steps[None]:
         for start in reversed(range(0, len(hashes), blocks_per_event(0, budget.per_step))):
             cut.append(BlockRemoved(_hashes(hashes[start:]), medium))
             del hashes[start:]
-            _promote()
+            promote()
             yield
         into.extend(reversed(cut))
         return
@@ -183,7 +155,7 @@ def _cut(raw: Any, into: list[Event], budget: Budget) -> Steps[None]:
             BlockStored(window, parent, ids, size, head.lora, head.medium, continues=start > 0)
         )
         del hashes[start:], tokens[start * size :]
-        _promote()
+        promote()
         yield
     into.extend(reversed(cut))
 

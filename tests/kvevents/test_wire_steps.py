@@ -2,8 +2,8 @@
 unpacked a chunk per step, its large events cut into events of consecutive blocks (each
 the next one's parent) that the index applies to the same blocks (below its per-worker
 bound: past it, a cut event is bounded on its own, see docs/architecture.md); anything
-refused at once is refused in steps. A payload at the size limit is many steps, none more than a step's
-values."""
+refused at once is refused in steps. A payload at the size limit is many steps, none more
+than a step's values."""
 
 from __future__ import annotations
 
@@ -17,12 +17,8 @@ from hypothesis import strategies as st
 from kinference.kvcache.index import BlockIndex
 from kinference.kvevents.events import BlockRemoved, BlockStored, EventBatch
 from kinference.kvevents.steps import Budget, blocks_per_event, finish
-from kinference.kvevents.wire import (
-    UNPACKED_PER_UNIT,
-    MalformedBatch,
-    decode_batch,
-    decode_steps,
-)
+from kinference.kvevents.unpack import UNPACKED_PER_UNIT
+from kinference.kvevents.wire import MalformedBatch, decode_batch, decode_steps
 
 
 def in_steps(payload: bytes, per_step: int) -> tuple[EventBatch, int]:
