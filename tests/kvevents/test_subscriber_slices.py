@@ -11,9 +11,14 @@ until a batch comes that is not."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
+
+import zmq
+import zmq.asyncio
 
 from kinference.kvcache.blocks import identities
 from kinference.kvcache.pool import PoolCaches
+from kinference.kvevents.events import Event
 from kinference.kvevents.steps import blocks_per_event
 from kinference.kvevents.subscriber import EventSubscriber, Feed
 from kinference.kvevents.trust import Distrust, WorkerTrust
@@ -100,3 +105,56 @@ async def test_batches_applied_late_make_the_worker_not_precise_until_one_is_not
         await publisher.close()
     assert Distrust.LAGGING in states and "lagging" in outcomes
     assert states[-1] is None and trust.trusted(0.0)
+
+
+class HookedPool(PoolCaches):
+    """Runs `hook` once, right after the slice naming block `at` is applied."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__("p", 4)
+        self.at = at
+        self.hook: Callable[[], None] | None = None
+
+    def apply(self, slot: int, events: Iterable[Event]) -> None:
+        events = tuple(events)
+        super().apply(slot, events)
+        if self.hook and any(self.at in getattr(e, "block_hashes", ()) for e in events):
+            hook, self.hook = self.hook, None
+            hook()
+
+
+def _stored(hashes: list[int | bytes], parent: int | None = None) -> bytes:
+    tokens = [int(h) % 50_000 for h in hashes for _ in range(4)]
+    return vllm.encode([vllm.stored(hashes, tokens, parent, block_size=4)])
+
+
+async def test_a_live_batch_waits_for_the_held_batches_applied_in_slices() -> None:
+    """Replaying, a large batch was held; while it is applied (in slices, after the replay)
+    the next live batch comes: it is held too, and applied after the large one's last slice
+    (its parent is that slice's last block: applied before, it would be an orphan)."""
+    n, first = 20_000, 1000
+    context = zmq.asyncio.Context()
+    router = context.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    subscriber = EventSubscriber(lambda: 0.0)
+    pool = HookedPool(at=first)
+    trust = pool.trust[0] = WorkerTrust(5.0, 10.0, can_replay=True)
+    feed = Feed(pool, 0, "e0", "tcp://127.0.0.1:9", f"tcp://127.0.0.1:{port}", b"", trust)
+    live = [b"", vllm.seq_bytes(5), _stored([10**9], parent=first + n - 1)]
+    pool.hook = lambda: subscriber.receive(feed, live)
+    try:
+        subscriber.add(feed)
+        subscriber.receive(feed, [b"", vllm.seq_bytes(0), _stored([1])])
+        subscriber.receive(feed, [b"", vllm.seq_bytes(3), _stored([4])])  # 1, 2 missed
+        big: list[int | bytes] = list(range(first, first + n))
+        subscriber.receive(feed, [b"", vllm.seq_bytes(4), _stored(big)])  # held
+        client, _, _ = await asyncio.wait_for(router.recv_multipart(), 5)
+        for seq in (1, 2):
+            await router.send_multipart([client, b"", vllm.seq_bytes(seq), _stored([seq + 1])])
+        await wait_until(lambda: not feed.replaying and feed.batches == 3)  # 0, 4, 5 live
+    finally:
+        await subscriber.aclose()
+        context.destroy(linger=0)
+    assert pool.hook is None  # the live batch came between two slices of the large one
+    assert pool.index.orphans(0) == 0 and pool.index.blocks(0) == 4 + n + 1
+    assert trust.distrust is None
