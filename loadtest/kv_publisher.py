@@ -6,6 +6,7 @@ but the send."""
 from __future__ import annotations
 
 import itertools
+import struct
 import time
 
 import msgpack
@@ -13,6 +14,8 @@ import zmq
 import zmq.asyncio
 
 from kinference.kvcache.blocks import identities
+
+_STAMPED = b"\x93\xcb"  # msgpack: an array of 3, then a float64 (the batch's ts)
 
 
 class KvPublisher:
@@ -30,6 +33,10 @@ class KvPublisher:
             pass
 
     async def send(self, payload: bytes) -> None:
+        """Sends a prepared batch stamped now, as an engine stamps a step's batch when it
+        publishes it (the picker measures how late it applies batches by their stamps)."""
+        if payload[:2] == _STAMPED:  # [ts, ...] with ts a float64: re-stamped in place
+            payload = _STAMPED + struct.pack(">d", time.time()) + payload[10:]
         seq = next(self._seq).to_bytes(8, "big")
         await self._socket.send_multipart([self.topic, seq, payload], copy=False)
 

@@ -45,6 +45,9 @@ class PrefixConfig(PolicyModel):
     stall_after_s: PositiveFloat = 5.0
     # After a sequence gap with no replay, events count again after this long without one.
     resync_after_s: PositiveFloat = 10.0
+    # A live batch applied this much later than it could have been (measured without
+    # comparing clocks: `kvevents.trust`) makes the worker not precise until one is not.
+    max_lag_s: PositiveFloat = 2.0
 
     @model_validator(mode="after")
     def _precise_needs(self) -> PrefixConfig:

@@ -45,6 +45,7 @@ class _Worker:
     held: dict[BlockId, int] = field(default_factory=dict)  # identity -> engine hashes naming it
     orphans: int = 0  # stored blocks skipped: their parent was unknown
     known: KnownRuns = field(default_factory=KnownRuns)  # runs of `held` found by walks
+    tail: BlockId | None = None  # the last stored event's last block, if it was all kept
 
 
 class Applied(NamedTuple):
@@ -96,11 +97,9 @@ class BlockIndex:
         return applied
 
     def _stored(self, worker: _Worker, event: BlockStored, applied: Applied) -> None:
-        if event.parent is None:
-            parent = seed(event.lora)
-        elif (known := worker.named.get(event.parent)) is not None:
-            parent = known
-        else:
+        parent = _parent(worker, event)
+        worker.tail = None
+        if parent is None:
             worker.orphans += len(event.block_hashes)
             return
         named, held = worker.named, worker.held
@@ -123,6 +122,7 @@ class BlockIndex:
             named.update(zip(hashes, names, strict=True))
             held.update(dict.fromkeys(names, 1))
             applied.stored.extend(names)
+            worker.tail = names[-1] if names and len(names) == len(event.block_hashes) else None
             return
         for i, (engine_hash, identity) in enumerate(zip(hashes, names, strict=True)):
             if len(held) >= self.max_blocks_per_worker:
@@ -138,6 +138,7 @@ class BlockIndex:
                 applied.removed.append(previous)
             named[engine_hash] = identity
             held[identity] = held.get(identity, 0) + 1
+        worker.tail = names[-1] if names and len(names) == len(event.block_hashes) else None
 
     def forget(self, slot: int) -> None:
         """Drop everything a worker holds (its cache was cleared, or we lost track)."""
@@ -184,6 +185,15 @@ class BlockIndex:
     def holds(self, slot: int, identity: BlockId) -> bool:
         worker = self._workers.get(slot)
         return worker is not None and identity in worker.held
+
+
+def _parent(worker: _Worker, event: BlockStored) -> BlockId | None:
+    """The identity a stored event's first block chains from; None if it is not known."""
+    if event.continues:  # the rest of the event before it: chained to what that one kept
+        return worker.tail
+    if event.parent is None:
+        return seed(event.lora)
+    return worker.named.get(event.parent)
 
 
 def _removed(worker: _Worker, hashes: Sequence[EngineHash], left: list[BlockId]) -> None:

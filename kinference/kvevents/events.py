@@ -23,6 +23,9 @@ class BlockStored:
     block_size: int
     lora: str | None = None  # the adapter's name (or id) the blocks were computed with
     medium: str | None = None  # None or "GPU" for the engine's own cache
+    # Cut from the same event as the one before it (`wire.decode_steps`): its parent is
+    # that one's last block as it was computed, whatever block its hash names now.
+    continues: bool = False
 
     def __eq__(self, other: object) -> bool:
         """By value, token ids included whether held as an array or a tuple."""

@@ -68,7 +68,10 @@ class PreciseEvents:
         caches = self.caches.pools[ref]
         endpoint, address, replay, topic = target
         trust = WorkerTrust(
-            pool.prefix.stall_after_s, pool.prefix.resync_after_s, can_replay=replay is not None
+            pool.prefix.stall_after_s,
+            pool.prefix.resync_after_s,
+            can_replay=replay is not None,
+            max_lag_s=pool.prefix.max_lag_s,
         )
         caches.trust[slot], caches.endpoints[slot] = trust, endpoint
         subscriber.add(Feed(caches, slot, endpoint, address, replay, topic, trust))

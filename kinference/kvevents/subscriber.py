@@ -20,18 +20,20 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import zmq
 import zmq.asyncio
 
 from kinference.kvcache.pool import PoolCaches
 from kinference.kvevents.events import BlockStored, Event, EventBatch
+from kinference.kvevents.steps import Budget, Steps, cost, finish, finish_async
 from kinference.kvevents.trust import Distrust, Step, WorkerTrust
 from kinference.kvevents.wire import (
     END_OF_REPLAY,
     MalformedBatch,
-    decode_batch,
     decode_seq,
+    decode_steps,
     encode_seq,
 )
 
@@ -120,7 +122,9 @@ class EventSubscriber:
             socket.connect(feed.address)
             while True:
                 parts = await socket.recv_multipart(copy=True)
-                self.receive(feed, parts)
+                events = cast(int, socket.get(zmq.EVENTS))
+                caught_up = not events & zmq.POLLIN  # no message waits behind it
+                await finish_async(self.steps(feed, parts, caught_up))
                 # One batch per loop step: a backlog (an engine announcing a long prompt,
                 # or several engines at once) comes back from `recv` without yielding, and
                 # applied in one go it would hold Picks waiting for the loop behind it.
@@ -128,9 +132,15 @@ class EventSubscriber:
         finally:
             socket.close(linger=0)
 
-    def receive(self, feed: Feed, parts: list[bytes]) -> None:
-        """One multipart message from the PUB socket."""
+    def receive(self, feed: Feed, parts: list[bytes], caught_up: bool = True) -> None:
+        """One multipart message from the PUB socket, handled at once."""
+        finish(self.steps(feed, parts, caught_up))
+
+    def steps(self, feed: Feed, parts: list[bytes], caught_up: bool) -> Steps[None]:
+        """One message, in bounded steps (`kvevents.steps`); `caught_up`: no other message
+        waited behind it in the socket (for `WorkerTrust.arrived`)."""
         now = self._clock()
+        budget = Budget()
         seq: int | None = None
         try:
             if len(parts) != 3:
@@ -139,7 +149,7 @@ class EventSubscriber:
             if number < 0:  # live batches count from 0 (-1 ends a replay's answer)
                 raise MalformedBatch(f"negative sequence number {number}")
             seq = number
-            batch: EventBatch | None = decode_batch(parts[2])
+            batch: EventBatch | None = yield from decode_steps(parts[2], budget)
         except MalformedBatch as exc:
             # Logged once until a good one comes (a flood of them is counted, not logged).
             log.log(
@@ -162,11 +172,23 @@ class EventSubscriber:
                 feed.pending.append((seq, batch))
                 feed.pending_bytes += size
             return
-        self._step(feed, seq, batch, now)
+        yield from self._step(feed, seq, batch, now, budget, caught_up=caught_up)
 
-    def _step(self, feed: Feed, seq: int, batch: EventBatch | None, now: float) -> None:
+    def _step(
+        self,
+        feed: Feed,
+        seq: int,
+        batch: EventBatch | None,
+        now: float,
+        budget: Budget,
+        *,
+        caught_up: bool | None = None,
+    ) -> Steps[None]:
+        """A batch in its order; `caught_up` None: it was held (not taken live)."""
         trust, before = feed.trust, feed.trust.distrust
         step = trust.on_batch(seq, now) if batch is not None else trust.on_malformed(seq, now)
+        if batch is not None and caught_up is not None:
+            trust.arrived(batch.ts, now, caught_up)
         if trust.distrust is not None and trust.distrust is not before:
             self._on_message(feed.pool.ref, trust.distrust.name.lower())
         if step is Step.RESET_AND_APPLY:
@@ -178,27 +200,43 @@ class EventSubscriber:
                 self._replay(feed, trust.replay_from, until)
             )
             return
-        if batch is not None and self._apply(feed, batch.events, now):
+        if batch is not None and (yield from self._apply(feed, batch.events, now, budget)):
             feed.batches += 1
             self._on_message(feed.pool.ref, "applied")
 
-    def _apply(self, feed: Feed, events: tuple[Event, ...], now: float) -> bool:
+    def _apply(
+        self, feed: Feed, events: tuple[Event, ...], now: float, budget: Budget
+    ) -> Steps[bool]:
         """Into the pool, unless they store blocks of another size than its own (the worker
-        is then not trusted: `Distrust.BLOCK_SIZE`)."""
-        size = feed.pool.block_size
-        if any(isinstance(e, BlockStored) and e.block_size != size for e in events):
-            if feed.trust.distrust is not Distrust.BLOCK_SIZE:
-                log.warning(
-                    "kv events from %s: blocks of another size than %d", feed.endpoint, size
-                )
-                self._on_message(feed.pool.ref, "block_size")
-            feed.trust.on_block_size(now)
-            return False
-        feed.pool.apply(feed.slot, events)
+        is then not trusted: `Distrust.BLOCK_SIZE`). In slices of at most a step's work,
+        in order (`kvevents.steps`): a Pick between two sees the worker as after the batch's
+        first events, as if the engine had published them as several batches."""
+        size, step = feed.pool.block_size, budget.per_step
+        for start in range(0, len(events), step):
+            window = events[start : start + step]
+            if any(isinstance(e, BlockStored) and e.block_size != size for e in window):
+                if feed.trust.distrust is not Distrust.BLOCK_SIZE:
+                    log.warning(
+                        "kv events from %s: blocks of another size than %d", feed.endpoint, size
+                    )
+                    self._on_message(feed.pool.ref, "block_size")
+                feed.trust.on_block_size(now)
+                return False
+            if budget.spend(len(window)):
+                yield
+        first = 0
+        for i, event in enumerate(events):
+            if budget.spend(cost(event)):
+                feed.pool.apply(feed.slot, events[first : i + 1])
+                first = i + 1
+                yield
+        if first < len(events) or not events:
+            feed.pool.apply(feed.slot, events[first:])
         return True
 
     async def _replay(self, feed: Feed, start: int, until: int) -> None:
-        """Ask for [start, until), apply what comes back in order, then the held batches."""
+        """Ask for [start, until), apply what comes back in order, then the held batches
+        (live ones keep being held until all are applied: they come after)."""
         got: dict[int, EventBatch] = {}
         if feed.replay_address is not None:
             try:
@@ -208,20 +246,22 @@ class EventSubscriber:
                 log.warning("kv events replay from %s failed: %s", feed.endpoint, exc)
         complete = all(seq in got for seq in range(start, until))
         now = self._clock()
+        budget = Budget()
         for seq in sorted(got):
-            self._apply(feed, got[seq].events, now)
-        pending, feed.pending, feed.replaying = feed.pending, [], False
-        feed.pending_bytes = 0
-        _, trigger = pending[0]  # the batch that revealed the gap, if it decoded
+            await finish_async(self._apply(feed, got[seq].events, now, budget))
+        _, trigger = feed.pending.pop(0)  # the batch that revealed the gap, if it decoded
         if trigger is not None:
-            self._apply(feed, trigger.events, now)
+            await finish_async(self._apply(feed, trigger.events, now, budget))
         feed.trust.replayed(complete, now)
         self._on_message(feed.pool.ref, "replayed" if complete else "replay_incomplete")
-        for i, (seq, batch) in enumerate(pending[1:], 1):
-            if feed.replaying:  # one of them started another replay: the rest wait for it
-                feed.pending.extend(pending[i:])
+        while feed.pending:
+            seq, batch = feed.pending.pop(0)
+            held = feed.pending
+            await finish_async(self._step(feed, seq, batch, now, budget))
+            if feed.pending is not held:  # it started another replay: the rest wait for it
+                feed.pending.extend(held)
                 return
-            self._step(feed, seq, batch, now)
+        feed.replaying, feed.pending_bytes = False, 0
 
     async def _fetch(
         self, address: str, start: int, until: int, got: dict[int, EventBatch]
@@ -242,7 +282,7 @@ class EventSubscriber:
                 if seq == END_OF_REPLAY:
                     return
                 if start <= seq < until:
-                    got[seq] = decode_batch(parts[2])
+                    got[seq] = await finish_async(decode_steps(parts[2], Budget()))
                     if len(got) == until - start or len(got) >= MAX_PENDING:
                         return
         finally:

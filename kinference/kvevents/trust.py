@@ -13,7 +13,17 @@ since the first has been seen, in order. What breaks that, and what mends it:
 - a **stall**: a request that had to store blocks there produced its first token, and
   nothing was published for `stall_after_s` since: not precise until the next batch;
 - **blocks of another size** than the pool's `block_size` (a misconfiguration: none of them
-  can match a prompt cut in the pool's blocks): not precise until the engine starts over.
+  can match a prompt cut in the pool's blocks): not precise until the engine starts over;
+- **lagging**: the subscriber applies batches more than `max_lag_s` after it could have
+  (it falls behind a flooding publisher, its loop is starved): not precise until a batch
+  comes within the bound again. Measured without comparing the two hosts' clocks: a batch
+  taken from the socket with none waiting behind it is current (the view is up to date
+  once it is applied), and its `receipt - ts` (local clock minus the engine's stamp: their
+  skew plus the network's delay) is the reference; a batch taken with others waiting
+  behind it lags by how much its `receipt - ts` exceeds the least one since the last
+  current batch. The skew cancels; what remains is how much longer it waited than a
+  batch that did not wait (clock drift over a backlog's seconds is negligible, and a clock
+  step is forgotten at the next current batch).
 
 An engine that has published nothing yet (`AWAITING`) is not precise either, but that is
 its normal state before its first request, so it does not make a Pick DEGRADED.
@@ -22,6 +32,7 @@ its normal state before its first request, so it does not make a Pick DEGRADED.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 
@@ -35,6 +46,7 @@ class Distrust(enum.Enum):
     MALFORMED = "malformed event batch"
     STALLED = "publisher stalled"
     BLOCK_SIZE = "block size differs from the pool's"
+    LAGGING = "events applied late"
 
 
 _RESYNCING = (Distrust.GAP, Distrust.MALFORMED, Distrust.RESTARTED)  # end after resync_after_s
@@ -55,11 +67,13 @@ class WorkerTrust:
     stall_after_s: float
     resync_after_s: float
     can_replay: bool = False
+    max_lag_s: float = math.inf  # a live batch applied this much later than it could be
     next_seq: int | None = None  # the batch expected next; None before the first
     distrust: Distrust | None = Distrust.AWAITING
     since: float = 0.0  # when `distrust` began
     waiting_since: float | None = None  # first routed request not yet followed by a batch
     replay_from: int = 0
+    base: float | None = None  # least `receipt - ts` since the last current batch
 
     def trusted(self, now: float) -> bool:
         self.check(now)
@@ -75,6 +89,7 @@ class WorkerTrust:
         if seq == expected:
             return Step.APPLY
         if seq < expected:  # a PUB socket never repeats: the publisher started over
+            self.base = None  # a new process: its stamps may come from another clock
             if seq == 0:
                 self.distrust = None
             else:
@@ -88,6 +103,20 @@ class WorkerTrust:
             return self._gap(Distrust.MALFORMED, now, seq if expected is None else expected)
         self._lost(Distrust.MALFORMED, now, 0)
         return Step.APPLY
+
+    def arrived(self, ts: float, now: float, caught_up: bool) -> None:
+        """A live batch stamped `ts` by the engine was taken from the socket at `now`
+        (after `on_batch`); `caught_up`: no other message waited behind it."""
+        offset = now - ts
+        if caught_up or self.base is None:
+            self.base = offset
+        else:
+            self.base = min(self.base, offset)
+        lagging = offset - self.base > self.max_lag_s
+        if lagging and self.distrust is None:
+            self.distrust, self.since = Distrust.LAGGING, now
+        elif not lagging and self.distrust is Distrust.LAGGING:
+            self.distrust = None
 
     def on_block_size(self, now: float) -> None:
         """The batch stored blocks of another size than the pool's (it is not applied)."""

@@ -20,9 +20,8 @@ The replay socket (ROUTER) answers a request of the start seq (8 bytes big-endia
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
-import msgpack
 import numpy as np
 import numpy.typing as npt
 
@@ -34,6 +33,8 @@ from kinference.kvevents.events import (
     Event,
     EventBatch,
 )
+from kinference.kvevents.steps import Budget, Steps, blocks_per_event, cost, finish, split
+from kinference.kvevents.unpack import ERRORS, UNPACKED_PER_UNIT, promote, unpack_steps
 
 END_OF_REPLAY = -1
 _SEQ_BYTES = 8
@@ -60,18 +61,43 @@ def encode_seq(seq: int) -> bytes:
 
 def decode_batch(payload: bytes) -> EventBatch:
     """The batch in `payload`; raises `MalformedBatch` for anything else."""
+    return finish(decode_steps(payload, Budget()))
+
+
+def decode_steps(payload: bytes, budget: Budget) -> Steps[EventBatch]:
+    """`decode_batch` in bounded steps (`kvevents.steps`): a payload larger than a step is
+    unpacked a chunk at a time (msgpack's `Unpacker` resumes where the last chunk ended),
+    and an event naming more than a step's blocks is checked and cut a window at a time:
+    into events of consecutive blocks, each the next one's parent (the same blocks, in the
+    same order, as the index applies them)."""
     if len(payload) > MAX_PAYLOAD_BYTES:
         raise MalformedBatch(f"payload of {len(payload)} bytes is over the limit")
     try:
-        raw = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True)
-    except (
-        ValueError,
-        TypeError,
-        msgpack.ExtraData,
-        msgpack.FormatError,
-        msgpack.StackError,
-    ) as exc:
+        raw = yield from unpack_steps(payload, budget.per_step * UNPACKED_PER_UNIT)
+    except ERRORS as exc:
         raise MalformedBatch(f"not msgpack: {exc}") from None
+    ts, events, rank = _header(raw)
+    if len(payload) <= budget.per_step * UNPACKED_PER_UNIT:  # a step's decoding: at once
+        whole = tuple(map(decode_event, events))
+        if budget.spend(len(payload) // UNPACKED_PER_UNIT):
+            yield
+        if all(cost(event) <= budget.per_step for event in whole):
+            return EventBatch(ts, whole, rank)
+        return EventBatch(ts, tuple(split(whole, budget.per_step)), rank)
+    decoded: list[Event] = []
+    for event in events:
+        work = _units(event)
+        if work <= budget.per_step:
+            decoded.append(decode_event(event))
+        else:
+            yield from _cut(event, decoded, budget)
+        if budget.spend(work):
+            yield
+    return EventBatch(ts, tuple(decoded), rank)
+
+
+def _header(raw: Any) -> tuple[float, list[Any], int | None]:
+    """A batch's ts, events (undecoded) and data-parallel rank, checked."""
     if isinstance(raw, dict):
         ts, events, rank = raw.get("ts"), raw.get("events"), raw.get("data_parallel_rank")
     elif isinstance(raw, list) and 2 <= len(raw) <= 3:
@@ -84,22 +110,71 @@ def decode_batch(payload: bytes) -> EventBatch:
         raise MalformedBatch("batch events is not an array")
     if rank is not None and not _is_int(rank):
         raise MalformedBatch("data_parallel_rank is not an integer")
-    return EventBatch(float(ts), tuple(decode_event(e) for e in events), rank)
+    return float(ts), events, rank
+
+
+def _units(raw: Any) -> int:
+    """The work an event is, in `kvevents.steps` units: its arrays' values."""
+    values = raw[1:] if isinstance(raw, list) else raw.values() if isinstance(raw, dict) else ()
+    return 1 + sum(len(v) for v in values if isinstance(v, list))
+
+
+def _cut(raw: Any, into: list[Event], budget: Budget) -> Steps[None]:
+    """A large event decoded into `into` as events of at most a step's blocks each. The
+    windows are cut from the end of the unpacked arrays, which shrink as they are cut (the
+    16M values of a hostile batch are freed a window per step, not all in the last)."""
+    fields = _fields(raw)
+    tag, cut = fields.get("type"), list[Event]()
+    hashes, tokens = fields.get("block_hashes"), fields.get("token_ids")
+    if tag not in ("BlockRemoved", "BlockStored"):
+        into.append(decode_event(raw))  # no blocks to cut (or refused)
+        return
+    if not isinstance(hashes, list):
+        raise MalformedBatch("block_hashes is not an array of block hashes")
+    if tag == "BlockRemoved":
+        medium = _medium(fields.get("medium"))
+        for start in reversed(range(0, len(hashes), blocks_per_event(0, budget.per_step))):
+            cut.append(BlockRemoved(_hashes(hashes[start:]), medium))
+            del hashes[start:]
+            promote()
+            yield
+        into.extend(reversed(cut))
+        return
+    if not isinstance(tokens, list):
+        raise MalformedBatch("token_ids is not an array of token ids")
+    head = _head(fields, len(hashes), len(tokens))
+    size = head.size
+    per = blocks_per_event(size, budget.per_step)
+    for start in reversed(range(0, len(hashes), per)):
+        window = _hashes(hashes[start:])
+        ids = _token_ids(tokens[start * size :])
+        if ids is None:
+            raise MalformedBatch("token_ids is not an array of token ids")
+        parent = hashes[start - 1] if start else head.parent  # checked in the next window
+        cut.append(
+            BlockStored(window, parent, ids, size, head.lora, head.medium, continues=start > 0)
+        )
+        del hashes[start:], tokens[start * size :]
+        promote()
+        yield
+    into.extend(reversed(cut))
+
+
+def _fields(raw: Any) -> dict[str, Any]:
+    """An event's fields by name, its tag under "type" (either layout)."""
+    if isinstance(raw, list) and raw:
+        names = _ARRAY_FIELDS.get(raw[0]) if isinstance(raw[0], str) else None
+        if names is None:
+            raise MalformedBatch(f"unknown event tag {_shown(raw[0])}")
+        return {"type": raw[0], **dict(zip(names, raw[1:], strict=False))}
+    if isinstance(raw, dict):
+        return raw
+    raise MalformedBatch("event is neither a tagged array nor a map")
 
 
 def decode_event(raw: Any) -> Event:
-    fields: dict[str, Any]
-    if isinstance(raw, list) and raw:
-        tag, values = raw[0], raw[1:]
-        names = _ARRAY_FIELDS.get(tag) if isinstance(tag, str) else None
-        if names is None:
-            raise MalformedBatch(f"unknown event tag {_shown(tag)}")
-        fields = dict(zip(names, values, strict=False))
-    elif isinstance(raw, dict):
-        tag = raw.get("type")
-        fields = raw
-    else:
-        raise MalformedBatch("event is neither a tagged array nor a map")
+    fields = _fields(raw)
+    tag = fields.get("type")
     if tag == "BlockStored":
         return _stored(fields)
     if tag == "BlockRemoved":
@@ -127,17 +202,31 @@ _ARRAY_FIELDS: dict[str, tuple[str, ...]] = {
 
 def _stored(fields: dict[str, Any]) -> BlockStored:
     hashes = _hashes(fields.get("block_hashes"))
-    parent = fields.get("parent_block_hash")
-    if parent is not None and not _is_hash(parent):
-        raise MalformedBatch("parent_block_hash is not a block hash")
     tokens = _token_ids(fields.get("token_ids"))
     if tokens is None:
         raise MalformedBatch("token_ids is not an array of token ids")
+    head = _head(fields, len(hashes), len(tokens))
+    return BlockStored(hashes, head.parent, tokens, head.size, head.lora, head.medium)
+
+
+class _Head(NamedTuple):
+    """A `BlockStored`'s fields but its blocks, checked."""
+
+    parent: EngineHash | None
+    size: int
+    lora: str | None
+    medium: str | None
+
+
+def _head(fields: dict[str, Any], blocks: int, tokens: int) -> _Head:
+    parent = fields.get("parent_block_hash")
+    if parent is not None and not _is_hash(parent):
+        raise MalformedBatch("parent_block_hash is not a block hash")
     size = fields.get("block_size")
     if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
         raise MalformedBatch("block_size is not a positive integer")
-    if len(tokens) != len(hashes) * size:
-        raise MalformedBatch(f"{len(tokens)} token ids for {len(hashes)} blocks of {size} tokens")
+    if tokens != blocks * size:
+        raise MalformedBatch(f"{tokens} token ids for {blocks} blocks of {size} tokens")
     lora = fields.get("lora_name")
     lora_id = fields.get("lora_id")
     if lora_id is not None and not _is_int(lora_id):
@@ -148,7 +237,7 @@ def _stored(fields: dict[str, Any]) -> BlockStored:
         raise MalformedBatch("lora_name is not a string")
     if lora is not None and len(lora) > MAX_LORA_NAME_CHARS:
         raise MalformedBatch(f"lora_name of {len(lora)} characters is over the limit")
-    return BlockStored(hashes, parent, tokens, size, lora, _medium(fields.get("medium")))
+    return _Head(parent, size, lora, _medium(fields.get("medium")))
 
 
 def _hashes(raw: Any) -> tuple[EngineHash, ...]:

@@ -52,6 +52,7 @@ def test_precise_pool(tokenizer: Path) -> None:
         ({"block_size": "0"}, "prefix.block_size: Input should be greater than or equal to 1"),
         ({"block_size": "4096"}, "prefix.block_size: Input should be less than or equal"),
         ({"stall_after_s": "0"}, "prefix.stall_after_s: Input should be greater than 0"),
+        ({"max_lag_s": "-1"}, "prefix.max_lag_s: Input should be greater than 0"),
         ({"mode": "exact"}, "prefix.mode: Input should be 'approximate' or 'precise'"),
         ({"events_at": "x"}, "prefix.events_at: unknown key"),
     ],

@@ -8,7 +8,10 @@ import asyncio
 from collections import deque
 from typing import Any
 
+import zmq
+
 from kinference.kvcache.pool import PoolCaches
+from kinference.kvevents.steps import Steps
 from kinference.kvevents.subscriber import EventSubscriber, Feed
 from kinference.kvevents.trust import WorkerTrust
 from tests.kvevents import vllm_format as vllm
@@ -26,6 +29,9 @@ class QueuedSocket:
     def connect(self, address: str) -> None: ...
 
     def close(self, linger: int = 0) -> None: ...
+
+    def get(self, option: int) -> int:
+        return zmq.POLLIN if self.messages else 0
 
     def recv_multipart(self, copy: bool = True) -> asyncio.Future[list[bytes]]:
         if not self.messages:
@@ -52,9 +58,9 @@ class Recording(EventSubscriber):
         self.seen: list[int] = []  # the loop steps counted at each batch
         self.expected, self.all_seen = expected, asyncio.Event()
 
-    def receive(self, feed: Feed, parts: list[bytes]) -> None:
+    def steps(self, feed: Feed, parts: list[bytes], caught_up: bool) -> Steps[None]:
         self.seen.append(self.ticks[0])
-        super().receive(feed, parts)
+        yield from super().steps(feed, parts, caught_up)
         if len(self.seen) == self.expected:
             self.all_seen.set()
 

@@ -94,3 +94,53 @@ def test_no_stall_while_events_keep_coming() -> None:
         t.routed(float(second))
         t.on_batch(second, second + 0.5)
     assert t.trusted(20.0)
+
+
+def lagging(max_lag_s: float = 2.0) -> WorkerTrust:
+    t = WorkerTrust(stall_after_s=5.0, resync_after_s=10.0, max_lag_s=max_lag_s)
+    t.on_batch(0, 0.0)
+    return t
+
+
+def test_lag_is_measured_without_comparing_clocks() -> None:
+    """The engine's clock 1000 s ahead of ours, or behind: only how much longer a batch
+    waited than the last current one counts."""
+    for skew in (1000.0, -1000.0, 0.0):
+        t = lagging()
+        t.arrived(10.0 + skew, 10.0, caught_up=True)  # the reference: nothing behind it
+        t.on_batch(1, 11.0)
+        t.arrived(11.0 + skew, 12.9, caught_up=False)  # waited 1.9 s more
+        assert t.trusted(12.9)
+        t.on_batch(2, 13.0)
+        t.arrived(11.0 + skew, 13.1, caught_up=False)  # 2.1 s more
+        assert t.distrust is Distrust.LAGGING and not t.trusted(13.1)
+        t.on_batch(3, 14.0)
+        t.arrived(12.0 + skew, 14.0, caught_up=True)  # the backlog drained: current
+        assert t.trusted(14.0)
+
+
+def test_a_backlog_lags_until_a_batch_within_the_bound() -> None:
+    t = lagging()
+    t.arrived(0.0, 0.0, caught_up=True)
+    for seq, (ts, now) in enumerate([(1.0, 4.0), (2.0, 4.5), (3.5, 5.0)], 1):
+        t.on_batch(seq, now)
+        t.arrived(ts, now, caught_up=False)
+    assert t.distrust is None  # 3.0, 2.5, then 1.5 s late: trusted again
+    t.on_batch(4, 9.0)
+    t.arrived(4.0, 9.0, caught_up=False)
+    assert t.distrust is Distrust.LAGGING  # 5.0 s late; a stall's next batch does not clear it
+    assert t.trusted(100.0) is False
+
+
+def test_the_first_batch_and_a_restart_take_their_own_reference() -> None:
+    t = lagging()
+    t.arrived(-50.0, 0.0, caught_up=False)  # the first one seen: the reference, not late
+    assert t.trusted(0.0)
+    t.on_batch(7, 1.0)  # 1..6 lost: a gap, which lag does not override or clear
+    t.arrived(-100.0, 1.0, caught_up=False)
+    assert t.distrust is Distrust.GAP
+    t = lagging()
+    t.arrived(0.0, 0.0, caught_up=True)
+    t.on_batch(0, 5.0)  # the engine started over: its stamps may be another clock's
+    t.arrived(-100.0, 5.0, caught_up=False)
+    assert t.trusted(5.0)
