@@ -7,7 +7,6 @@ once. Errors are msgpack's own; `wire` makes them `MalformedBatch`.
 
 from __future__ import annotations
 
-import gc
 from typing import Any
 
 import msgpack
@@ -38,20 +37,9 @@ def unpack_steps(payload: bytes, chunk: int) -> Steps[Any]:
         try:
             value = unpacker.unpack()
         except msgpack.OutOfData:
-            promote()
             yield
             continue
         if unpacker.tell() != len(payload):
             raise msgpack.ExtraData(value, b"")
         return value
     raise msgpack.OutOfData("truncated")
-
-
-def promote() -> None:
-    """Moves every object tracked by the garbage collector to its oldest generation (in
-    O(1)), at each step of a large payload: the arrays being unpacked, and the windows cut
-    from them, are then not walked by the young collections the loop's other work triggers
-    (one walking a 16M-value array, or 140 windows, held the loop 60-90 ms); only a full
-    collection, rare, walks them."""
-    gc.freeze()
-    gc.unfreeze()

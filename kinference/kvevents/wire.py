@@ -34,7 +34,7 @@ from kinference.kvevents.events import (
     EventBatch,
 )
 from kinference.kvevents.steps import Budget, Steps, blocks_per_event, cost, finish, split
-from kinference.kvevents.unpack import ERRORS, UNPACKED_PER_UNIT, promote, unpack_steps
+from kinference.kvevents.unpack import ERRORS, UNPACKED_PER_UNIT, unpack_steps
 
 END_OF_REPLAY = -1
 _SEQ_BYTES = 8
@@ -136,7 +136,6 @@ def _cut(raw: Any, into: list[Event], budget: Budget) -> Steps[None]:
         for start in reversed(range(0, len(hashes), blocks_per_event(0, budget.per_step))):
             cut.append(BlockRemoved(_hashes(hashes[start:]), medium))
             del hashes[start:]
-            promote()
             yield
         into.extend(reversed(cut))
         return
@@ -155,7 +154,6 @@ def _cut(raw: Any, into: list[Event], budget: Budget) -> Steps[None]:
             BlockStored(window, parent, ids, size, head.lora, head.medium, continues=start > 0)
         )
         del hashes[start:], tokens[start * size :]
-        promote()
         yield
     into.extend(reversed(cut))
 

@@ -116,3 +116,21 @@ def test_a_large_batch_is_many_bounded_steps() -> None:
     assert [h for e in cut for h in e.block_hashes] == list(range(1, n + 1))
     assert [e.parent for e in cut] == [None, *(e.block_hashes[-1] for e in cut[:-1])]
     assert finish(decode_steps(stored, Budget())).events == batch.events
+
+
+def test_a_large_payload_leaves_the_startup_heap_frozen() -> None:
+    """Decoding in steps never hands back the heap frozen at startup (`kinference.heap`):
+    `gc.unfreeze` at a step did, and its full collections held the loop 60-100 ms again."""
+    import gc
+
+    hashes = list(range(1, 200_001))
+    payload = bytes(msgpack.packb([0.0, [["BlockRemoved", hashes, None]], None]))
+    assert len(payload) > 128 * 1024  # decoded in steps
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        batch, turns = in_steps(payload, 32_000)
+        assert turns > 1 and sum(len(e.block_hashes) for e in batch.events) == len(hashes)
+        assert gc.get_freeze_count() >= frozen > 0
+    finally:
+        gc.unfreeze()
