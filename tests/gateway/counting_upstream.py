@@ -25,6 +25,16 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     return head, await reader.readexactly(length)
 
 
+class Clock:
+    """`time` for the upstream client: a monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
 class Upstream:
     """Answers every request on a connection with `answer` (by default 200 "ok", once
     `gate` is open) until the client closes it."""

@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from kinference.gateway import http1
 from kinference.gateway.http1 import Broken, ConnectFailed, HttpClient, ReadTimeout
+from tests.gateway.counting_upstream import body, read_request
 from tests.tls_builds import count_default_contexts, failing_handshakes
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-async def body(*chunks: bytes) -> AsyncIterator[bytes]:
-    for chunk in chunks:
-        yield chunk
-
-
-async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":")[1])
-    return head, await reader.readexactly(length)
 
 
 async def serve(handler: Handler) -> tuple[asyncio.Server, str]:

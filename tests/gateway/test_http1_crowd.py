@@ -9,7 +9,7 @@ import pytest
 
 from kinference.gateway import http1, http1_conn
 from kinference.gateway.http1 import ConnectFailed, HttpClient
-from tests.gateway.counting_upstream import Upstream, body
+from tests.gateway.counting_upstream import Clock, Upstream, body
 
 LENGTH0 = [("content-length", "0")]
 
@@ -119,16 +119,6 @@ async def test_many_origins_are_forgotten(monkeypatch: pytest.MonkeyPatch) -> No
         await http.aclose()
         for upstream in upstreams:
             await upstream.__aexit__()
-
-
-class Clock:
-    """`time` for the upstream client: a monotonic clock the test moves."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
 
 
 async def test_an_origin_asked_less_often_than_the_idle_limit_gets_no_spare(

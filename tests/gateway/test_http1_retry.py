@@ -11,9 +11,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from kinference.gateway import http1
 from kinference.gateway.http1 import Broken, HttpClient
 from kinference.gateway.http1_send import REPLAY_MAX
-from tests.gateway.counting_upstream import OK, Upstream, body, read_request
+from tests.gateway.counting_upstream import OK, Clock, Upstream, body, read_request
 
 Answer = tuple[int, bytes]
 
@@ -152,14 +153,6 @@ async def test_a_break_after_the_race_window_is_not_retried(
     """A pooled connection that breaks after `_RACE_S` (the server may have worked on the
     request: a provider dropping a long generation) is not sent again: the race is a round
     trip, a second try could be billed twice."""
-    from kinference.gateway import http1
-
-    class Clock:
-        now = 1000.0
-
-        def monotonic(self) -> float:
-            return self.now
-
     clock = Clock()
     monkeypatch.setattr(http1, "time", clock)
     moved = asyncio.Event()
