@@ -208,6 +208,7 @@ class Flow:
                 fallback_model=pick.requested_model,
                 transform=self._transforms.for_exchange(exchange),
                 on_finish=incoming.on_finish,
+                max_whole_bytes=self._max_body_bytes,
             )
         except BaseException:
             response.close()  # not relayed: its engine must not go on generating for nobody

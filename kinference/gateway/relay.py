@@ -26,11 +26,6 @@ from kinference.gateway.usage import ResponseMeter, Usage
 from kinference.v1 import picker_pb2 as pb
 
 _ERROR_FROM = 400  # upstream statuses from here on end the request with an Abort
-# A whole body that a transform rewrites is held before its head goes out; past this many
-# bytes (as large as the largest request body the gateway takes by default) the upstream
-# is taken for broken or hostile: the response fails (502) and its connection is closed.
-MAX_WHOLE_BYTES = 64 * 1024 * 1024
-
 # Called once when the relay finishes: (status sent, usage when complete, the token clock).
 FinishObserver = Callable[[int, Usage | None, TokenClock], None]
 
@@ -47,7 +42,12 @@ class Relay:
         fallback_model: str,
         transform: ResponseTransform | None = None,
         on_finish: FinishObserver | None = None,
+        max_whole_bytes: int,
     ) -> None:
+        """`max_whole_bytes`: a whole body that `transform` rewrites is held before its head
+        goes out; past this many bytes (the gateway's `max_body_bytes`, the largest request
+        body it takes) the upstream is taken for broken or hostile: the response fails (502)
+        and its connection is closed."""
         self.response = response
         content_type = response.header("content-type").lower()
         self._event_stream = content_type.startswith("text/event-stream")
@@ -57,6 +57,7 @@ class Relay:
         self.model = fallback_model  # the model the client asked for
         self._transform = transform
         self._on_finish = on_finish
+        self._max_whole_bytes = max_whole_bytes
         self._complete = False
         self._finished = False
         self._failure = ""
@@ -78,21 +79,21 @@ class Relay:
 
     async def start(self) -> None:
         """Read and transform a whole body before its head goes out (its length changes);
-        raises `UpstreamError`, also past `MAX_WHOLE_BYTES`."""
+        raises `UpstreamError`, also past `max_whole_bytes`."""
         if self._transform is None or self._event_stream:
             return
-        length = self.response.header("content-length")
-        if length.isdigit() and int(length) > MAX_WHOLE_BYTES:
-            self._failure = f"upstream body over {MAX_WHOLE_BYTES} bytes"
-            raise Broken(f"the response body would pass {MAX_WHOLE_BYTES} bytes")
+        length, most = self.response.header("content-length"), self._max_whole_bytes
+        if length.isdigit() and int(length) > most:
+            self._failure = f"upstream body over {most} bytes"
+            raise Broken(f"the response body would pass {most} bytes")
         chunks, size = [], 0
         async for chunk in self._chunks():
             self._first_due |= self._meter.feed(chunk)
             chunks.append(chunk)
             size += len(chunk)
-            if size > MAX_WHOLE_BYTES:
-                self._failure = f"upstream body over {MAX_WHOLE_BYTES} bytes"
-                raise Broken(f"the response body passed {MAX_WHOLE_BYTES} bytes")
+            if size > most:
+                self._failure = f"upstream body over {most} bytes"
+                raise Broken(f"the response body passed {most} bytes")
         self._whole = self._transform.whole(b"".join(chunks))
         self.headers.append(("content-length", str(len(self._whole))))
         self._complete = True

@@ -9,7 +9,6 @@ from typing import cast
 
 import pytest
 
-from kinference.gateway import relay as relay_module
 from kinference.gateway.errors import GatewayError
 from kinference.gateway.exchange import ClientDisconnect, Exchange
 from kinference.gateway.flow import Incoming
@@ -163,7 +162,8 @@ async def test_an_upstream_failing_before_a_rewritten_whole_body_is_sent_is_a_50
     async def relay(incoming: Incoming) -> Relay:
         await read_all(incoming)
         response = cast(Response, upstream)
-        return Relay(response, TokenClock(), reports, fallback_model="m", transform=PassThrough())
+        return Relay(response, TokenClock(), reports, fallback_model="m", transform=PassThrough(),
+                     max_whole_bytes=1 << 20)  # fmt: skip
 
     gateway, _ = fake_gateway(flow=FakeFlow(relay))
     client = Client({"type": "http.request", "body": b"{}", "more_body": False})
@@ -176,12 +176,12 @@ async def test_an_upstream_failing_before_a_rewritten_whole_body_is_sent_is_a_50
 
 @pytest.mark.parametrize("framing", ["chunked", "content-length"])
 async def test_a_rewritten_whole_body_past_the_limit_is_a_502_and_closes_the_upstream(
-    framing: str, monkeypatch: pytest.MonkeyPatch
+    framing: str,
 ) -> None:
     """The body a transform rewrites is held whole: an upstream sending more than
-    `MAX_WHOLE_BYTES` (before: without bound) fails the request as other upstream failures
-    do, and its connection is closed (at once when its length says so)."""
-    monkeypatch.setattr(relay_module, "MAX_WHOLE_BYTES", 64 * 1024, raising=False)
+    its `max_whole_bytes` (the gateway's `max_body_bytes`; before: without bound) fails the
+    request as other upstream failures do, and its connection is closed (at once when its
+    length says so)."""
     piece = b"x" * 16 * 1024
 
     async def large(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -207,7 +207,7 @@ async def test_a_rewritten_whole_body_past_the_limit_is_a_502_and_closes_the_ups
             await read_all(incoming)
             response = await http.request("POST", upstream.url, [("content-length", "0")], body())
             return Relay(response, TokenClock(), reports, fallback_model="m",
-                         transform=PassThrough())  # fmt: skip
+                         transform=PassThrough(), max_whole_bytes=64 * 1024)  # fmt: skip
 
         gateway, _ = fake_gateway(flow=FakeFlow(relay))
         client = Client({"type": "http.request", "body": b"{}", "more_body": False})

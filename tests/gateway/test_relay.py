@@ -13,6 +13,8 @@ from kinference.gateway.timing import TokenClock
 from kinference.gateway.usage import Usage
 from kinference.gateway.usage_chunk import HideAddedUsage
 
+MOST = 64 * 1024 * 1024  # the most of a whole body a transform rewrites
+
 
 class Upstream:
     """What the relay reads of an `http1.Response`."""
@@ -80,6 +82,7 @@ async def test_usage_hidden_tokens_reported_last_chunk_marked() -> None:
         reports,
         fallback_model="m",
         transform=HideAddedUsage(),
+        max_whole_bytes=MOST,
     )
     assert relay.headers == [("content-type", "text/event-stream")]
     body, endings = await relayed(upstream, relay)
@@ -91,7 +94,9 @@ async def test_usage_hidden_tokens_reported_last_chunk_marked() -> None:
 
 async def test_without_transform_bytes_go_as_received() -> None:
     upstream = Upstream(list(STREAM))
-    relay = Relay(cast(Response, upstream), TokenClock(), Reports(), fallback_model="m")
+    relay = Relay(
+        cast(Response, upstream), TokenClock(), Reports(), fallback_model="m", max_whole_bytes=MOST
+    )
     body, _ = await relayed(upstream, relay)
     assert body == b"".join(STREAM)
 
@@ -102,7 +107,7 @@ async def test_an_endless_event_is_relayed_not_dropped() -> None:
     upstream = Upstream(chunks)
     relay = Relay(
         cast(Response, upstream), TokenClock(), Reports(), fallback_model="m",
-        transform=HideAddedUsage(),
+        transform=HideAddedUsage(), max_whole_bytes=MOST,
     )  # fmt: skip
     body, _ = await relayed(upstream, relay)
     assert body == b"".join(chunks)
@@ -110,7 +115,9 @@ async def test_an_endless_event_is_relayed_not_dropped() -> None:
 
 async def test_client_gone_mid_response_aborts() -> None:
     upstream, reports = Upstream(list(STREAM)), Reports()
-    relay = Relay(cast(Response, upstream), TokenClock(), reports, fallback_model="m")
+    relay = Relay(
+        cast(Response, upstream), TokenClock(), reports, fallback_model="m", max_whole_bytes=MOST
+    )
     body = relay.body()
     await anext(body)
     await body.aclose()
