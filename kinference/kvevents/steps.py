@@ -12,8 +12,8 @@ scheduler step: hundreds of blocks) costs less than one step and is handled with
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator, Iterable, Iterator
-from typing import TypeVar
+from collections.abc import Generator, Iterable
+from typing import Any, TypeVar
 
 from kinference.kvevents.events import BlockRemoved, BlockStored, Event
 
@@ -72,33 +72,22 @@ def cost(event: Event) -> int:
     return 1
 
 
+def raw_cost(raw: Any) -> int:
+    """`cost` of an event still as msgpack unpacked it (a tagged array or a map, unchecked):
+    its arrays' values, each block hash `BLOCK_UNITS` (block_hashes is the first field of
+    the array form of both events that name blocks)."""
+    values: Iterable[Any]
+    if isinstance(raw, list):
+        values, hashes = raw[1:], raw[1] if len(raw) > 1 else None
+    elif isinstance(raw, dict):
+        values, hashes = raw.values(), raw.get("block_hashes")
+    else:
+        return 1
+    blocks = len(hashes) if isinstance(hashes, list) else 0
+    return 1 + sum(len(v) for v in values if isinstance(v, list)) + (BLOCK_UNITS - 1) * blocks
+
+
 def blocks_per_event(block_size: int, per_step: int = WORK_PER_STEP) -> int:
     """The blocks of a large event cut into events that each cost at most a step to apply
     (`wire.decode_steps`; the subscriber applies at least one event per step)."""
-    return max(per_step // (BLOCK_UNITS + block_size), 1)
-
-
-def split(events: Iterable[Event], per_step: int = WORK_PER_STEP) -> Iterator[Event]:
-    """`events`, each costing more than a step cut as `wire.decode_steps` cuts a large one:
-    into events of `blocks_per_event` consecutive blocks, each the next one's parent."""
-    for event in events:
-        if cost(event) <= per_step or not isinstance(event, BlockStored | BlockRemoved):
-            yield event
-            continue
-        hashes = event.block_hashes
-        if isinstance(event, BlockRemoved):
-            n = blocks_per_event(0, per_step)
-            for start in range(0, len(hashes), n):
-                yield BlockRemoved(hashes[start : start + n], event.medium)
-            continue
-        size, n = event.block_size, blocks_per_event(event.block_size, per_step)
-        for start in range(0, len(hashes), n):
-            yield BlockStored(
-                hashes[start : start + n],
-                hashes[start - 1] if start else event.parent,
-                event.token_ids[start * size : (start + n) * size],
-                size,
-                event.lora,
-                event.medium,
-                continues=start > 0 or event.continues,
-            )
+    return max((per_step - 1) // (BLOCK_UNITS + block_size), 1)  # `cost` adds 1 an event

@@ -33,7 +33,7 @@ from kinference.kvevents.events import (
     Event,
     EventBatch,
 )
-from kinference.kvevents.steps import Budget, Steps, blocks_per_event, cost, finish, split
+from kinference.kvevents.steps import Budget, Steps, blocks_per_event, cost, finish, raw_cost
 from kinference.kvevents.unpack import ERRORS, UNPACKED_PER_UNIT, unpack_steps
 
 END_OF_REPLAY = -1
@@ -83,10 +83,11 @@ def decode_steps(payload: bytes, budget: Budget) -> Steps[EventBatch]:
             yield
         if all(cost(event) <= budget.per_step for event in whole):
             return EventBatch(ts, whole, rank)
-        return EventBatch(ts, tuple(split(whole, budget.per_step)), rank)
+        # Rare (a small payload naming more than a step's blocks): decoded again below,
+        # its large events cut as a large payload's are.
     decoded: list[Event] = []
     for event in events:
-        work = _units(event)
+        work = raw_cost(event)
         if work <= budget.per_step:
             decoded.append(decode_event(event))
         else:
@@ -111,12 +112,6 @@ def _header(raw: Any) -> tuple[float, list[Any], int | None]:
     if rank is not None and not _is_int(rank):
         raise MalformedBatch("data_parallel_rank is not an integer")
     return float(ts), events, rank
-
-
-def _units(raw: Any) -> int:
-    """The work an event is, in `kvevents.steps` units: its arrays' values."""
-    values = raw[1:] if isinstance(raw, list) else raw.values() if isinstance(raw, dict) else ()
-    return 1 + sum(len(v) for v in values if isinstance(v, list))
 
 
 def _cut(raw: Any, into: list[Event], budget: Budget) -> Steps[None]:

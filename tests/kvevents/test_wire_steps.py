@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from kinference.kvcache.index import BlockIndex
 from kinference.kvevents.events import BlockRemoved, BlockStored, EventBatch
-from kinference.kvevents.steps import Budget, blocks_per_event, finish
+from kinference.kvevents.steps import Budget, blocks_per_event, cost, finish
 from kinference.kvevents.unpack import UNPACKED_PER_UNIT
 from kinference.kvevents.wire import MalformedBatch, decode_batch, decode_steps
 
@@ -134,3 +134,19 @@ def test_a_large_payload_leaves_the_startup_heap_frozen() -> None:
         assert gc.get_freeze_count() >= frozen > 0
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize("padding", [0, 6_000])
+def test_every_event_decoded_costs_at_most_a_step_to_apply(padding: int) -> None:
+    """Cut by what an event costs to apply (`steps.cost`: a block hash is 16 units), in a
+    payload decoded at once and in one unpacked in chunks (`padding` small events take it
+    past 128 KiB): 9,000 hashes are 9,001 values but ~144k units, over a 32k step (before:
+    the chunked path counted values, and such an event held the loop ~4 steps at once)."""
+    small = [["BlockRemoved", [7, 8], None]] * padding
+    events = [*small, ["BlockRemoved", list(range(1, 9001)), None]]
+    payload = bytes(msgpack.packb([0.0, events, None]))
+    assert (len(payload) > 128 * 1024) == (padding > 0)
+    batch, _ = in_steps(payload, 32_768)
+    assert all(cost(event) <= 32_768 for event in batch.events)
+    removed = [h for e in batch.events[padding:] for h in e.block_hashes]  # type: ignore[union-attr]
+    assert removed == list(range(1, 9001))
