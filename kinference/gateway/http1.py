@@ -167,7 +167,7 @@ class HttpClient:
         idle = self._idle.get(origin)
         while idle:
             conn = idle.pop()
-            if not conn.closed and conn.error is None and now - conn.idle_since < _IDLE_S:
+            if not _stale(conn, now):
                 return conn
             conn.drop()
         return None
@@ -186,7 +186,7 @@ class HttpClient:
         if asked is None or now - asked >= _IDLE_S:
             return
         idle = self._idle.get(origin)
-        while idle and (idle[0].closed or now - idle[0].idle_since >= _IDLE_S):
+        while idle and _stale(idle[0], now):
             idle.pop(0).drop()  # the oldest first: a stale spare must not pass for one
         if idle or origin in self._spares:
             return
@@ -259,7 +259,7 @@ class HttpClient:
         for origin in [o for o, asked in self._asked.items() if now - asked >= _IDLE_S]:
             del self._asked[origin]
         for origin, idle in list(self._idle.items()):
-            stale = [c for c in idle if c.closed or now - c.idle_since >= _IDLE_S]
+            stale = [c for c in idle if _stale(c, now)]
             for conn in stale:
                 idle.remove(conn)
                 conn.drop()
@@ -284,3 +284,8 @@ class HttpClient:
                 conn.drop()
         self._idle.clear()
         self._asked.clear()
+
+
+def _stale(conn: Conn, now: float) -> bool:
+    """An idle connection not to be used again: closed, failed, or idle past `_IDLE_S`."""
+    return conn.closed or conn.error is not None or now - conn.idle_since >= _IDLE_S

@@ -26,6 +26,7 @@ from kinference.gateway.usage import ResponseMeter, Usage
 from kinference.v1 import picker_pb2 as pb
 
 _ERROR_FROM = 400  # upstream statuses from here on end the request with an Abort
+
 # Called once when the relay finishes: (status sent, usage when complete, the token clock).
 FinishObserver = Callable[[int, Usage | None, TokenClock], None]
 
@@ -84,19 +85,22 @@ class Relay:
             return
         length, most = self.response.header("content-length"), self._max_whole_bytes
         if length.isdigit() and int(length) > most:
-            self._failure = f"upstream body over {most} bytes"
-            raise Broken(f"the response body would pass {most} bytes")
+            raise self._too_large()
         chunks, size = [], 0
         async for chunk in self._chunks():
             self._first_due |= self._meter.feed(chunk)
             chunks.append(chunk)
             size += len(chunk)
             if size > most:
-                self._failure = f"upstream body over {most} bytes"
-                raise Broken(f"the response body passed {most} bytes")
+                raise self._too_large()
         self._whole = self._transform.whole(b"".join(chunks))
         self.headers.append(("content-length", str(len(self._whole))))
         self._complete = True
+
+    def _too_large(self) -> Broken:
+        """The failure of a whole body past `max_whole_bytes` (its Abort says so)."""
+        self._failure = f"upstream body over {self._max_whole_bytes} bytes"
+        return Broken(f"the response body passes {self._max_whole_bytes} bytes")
 
     @property
     def ending(self) -> bool:
