@@ -33,6 +33,7 @@ from kinference.kvevents.events import (
     BlockStored,
     EngineHash,
     Event,
+    TokenIds,
     on_gpu,
 )
 
@@ -102,6 +103,13 @@ class BlockIndex:
         if parent is None:
             worker.orphans += len(event.block_hashes)
             return
+        hashes, tokens = self._room(worker, event)
+        names = identities(tokens, event.block_size, parent=parent)
+        if self._store(worker, hashes, names, applied) and len(names) == len(event.block_hashes):
+            worker.tail = names[-1] if names else None  # the next event may continue it
+
+    def _room(self, worker: _Worker, event: BlockStored) -> tuple[Sequence[EngineHash], TokenIds]:
+        """The event's hashes and tokens that fit under the worker's bound."""
         named, held = worker.named, worker.held
         hashes, tokens, size = event.block_hashes, event.token_ids, event.block_size
         if len(held) + len(hashes) > self.max_blocks_per_worker:
@@ -112,7 +120,13 @@ class BlockIndex:
             if room < len(hashes):
                 worker.orphans += len(hashes) - max(room, 0)
                 hashes, tokens = hashes[: max(room, 0)], tokens[: max(room, 0) * size]
-        names = identities(tokens, size, parent=parent)
+        return hashes, tokens
+
+    def _store(
+        self, worker: _Worker, hashes: Sequence[EngineHash], names: list[BlockId], applied: Applied
+    ) -> bool:
+        """Name and hold `names` under `hashes`; False if the bound stopped it part way."""
+        named, held = worker.named, worker.held
         if (
             len(held) + len(names) <= self.max_blocks_per_worker
             and named.keys().isdisjoint(hashes)
@@ -122,14 +136,13 @@ class BlockIndex:
             named.update(zip(hashes, names, strict=True))
             held.update(dict.fromkeys(names, 1))
             applied.stored.extend(names)
-            worker.tail = names[-1] if names and len(names) == len(event.block_hashes) else None
-            return
+            return True
         for i, (engine_hash, identity) in enumerate(zip(hashes, names, strict=True)):
             if len(held) >= self.max_blocks_per_worker:
                 # A bound against a publisher that never removes: the rest is not kept (nor
                 # walked one by one: a batch may name a million blocks).
                 worker.orphans += len(names) - i
-                return
+                return False
             previous = named.get(engine_hash)
             applied.stored.append(identity)
             if previous == identity:
@@ -138,7 +151,7 @@ class BlockIndex:
                 applied.removed.append(previous)
             named[engine_hash] = identity
             held[identity] = held.get(identity, 0) + 1
-        worker.tail = names[-1] if names and len(names) == len(event.block_hashes) else None
+        return True
 
     def forget(self, slot: int) -> None:
         """Drop everything a worker holds (its cache was cleared, or we lost track)."""
