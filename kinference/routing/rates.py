@@ -5,15 +5,7 @@ Three quantities per (model, worker slot), NaN until learned:
   queue ahead of them, against their uncached prompt tokens (reported `prompt_tokens -
   cached_tokens`), fitted as `base + tokens * per_token` by exponentially weighted least
   squares (each sample weighs `alpha`, older ones decay by `1 - alpha`); while the samples'
-  lengths hardly differ, `base` is the prior's and the rest is taken as per-token cost.
-  The line's shape is fitted over the model's workers together and scaled per worker by
-  its speed (its samples' weighted time over what that line predicts for them): a worker
-  sees a handful of samples, mostly short prompts timed beside other sequences, and a
-  line fitted to those alone extrapolated to a long cold prompt at a third to twice the
-  per-token cost of its identical peers (Dynamo's mockers: 5-21 us a token where every
-  engine takes ~18.5), sending long documents to the worker whose noise read fastest. A
-  worker twice as slow at everything (the `mixed` regime) still reads twice as slow; a
-  lone worker's fit is its own line, as before;
+  lengths hardly differ, `base` is the prior's and the rest is taken as per-token cost;
 - `service_ms`: milliseconds from first token to final report (how long a request holds
   a batch slot), an exponentially weighted mean;
 
@@ -82,8 +74,6 @@ class Rates:
         self.prior_ms_per_token = 0.1
         self._arrays: dict[tuple[str, str], FloatArray] = {}  # (model, quantity) -> per slot
         self._sums: dict[str, FloatArray] = {}  # model -> the fit's sums (rows) per slot
-        self._pooled: dict[str, tuple[float, ...]] = {}  # model -> the sums over its workers
-        self._line: dict[str, tuple[float, float]] = {}  # model -> its (base, per token)
         # model -> the busy fit: its weighted sums of sequences^2 and of sequences x excess,
         # and the fitted milliseconds a sequence (one for the model's engines: a pool's
         # engines share it, and each report teaches it, not only one worker's in four).
@@ -105,9 +95,7 @@ class Rates:
     def observe_prefill(
         self, slot: int, model: str, uncached_tokens: float, ttft_ms: float
     ) -> None:
-        """One request's TTFT without queueing ahead, against its uncached prompt tokens:
-        into the worker's sums and the model's (all its workers'), then every learned
-        worker's line is the model's line times that worker's speed (`_speeds`)."""
+        """One request's TTFT without queueing ahead, against its uncached prompt tokens."""
         size = slot + 1
         keep, a = 1.0 - self.alpha, self.alpha
         x, y = max(uncached_tokens, 0.0), max(ttft_ms, 0.0)
@@ -117,47 +105,23 @@ class Rates:
         added = (a, a * x, a * y, a * x * x, a * x * y)
         row = [old * keep + more for old, more in zip(sums[:, slot].tolist(), added, strict=True)]
         sums[:, slot] = row
-        pooled = self._pooled.get(model, (0.0,) * len(_SUMS))
-        pooled = tuple(old * keep + more for old, more in zip(pooled, added, strict=True))
-        self._pooled[model] = pooled
-        base, slope = self._fit(model, pooled)
-        self._speeds(model, sums, base, slope)
-
-    def _fit(self, model: str, row: tuple[float, ...]) -> tuple[float, float]:
-        """The model's (base ms, ms per token) from its pooled sums (slope NaN: not known)."""
         w, sx, sy, sxx, sxy = row
         mean_x, mean_y = sx / w, sy / w
         var = sxx / w - mean_x * mean_x
-        known = self._line.get(model, (math.nan, math.nan))[1]
+        slope = self._array(model, "prefill_ms_per_token", size)
+        base = self._array(model, "prefill_base_ms", size)
         if var >= MIN_SPREAD_TOKENS**2:  # prompts of different lengths: fit both
-            slope = min(max((sxy / w - mean_x * mean_y) / var, 0.0), MAX_MS_PER_TOKEN)
-            base = min(max(mean_y - slope * mean_x, 0.0), MAX_BASE_MS)
+            fitted = min(max((sxy / w - mean_x * mean_y) / var, 0.0), MAX_MS_PER_TOKEN)
+            slope[slot] = fitted
+            base[slot] = min(max(mean_y - fitted * mean_x, 0.0), MAX_BASE_MS)
         elif mean_x >= MIN_TOKENS_FOR_SLOPE:  # all alike and long: fixed cost as the prior's
-            base = min(self.prior_base_ms, mean_y)
-            slope = min((mean_y - base) / mean_x, MAX_MS_PER_TOKEN)
+            fixed = min(self.prior_base_ms, mean_y)
+            base[slot] = fixed
+            slope[slot] = min((mean_y - fixed) / mean_x, MAX_MS_PER_TOKEN)
         else:  # short prompts say nothing of the per-token cost: it is all fixed cost
-            slope = known
-            per_token = 0.0 if math.isnan(known) else known
-            base = min(max(mean_y - per_token * mean_x, 0.0), MAX_BASE_MS)
-        self._line[model] = (base, slope)
-        return base, slope
-
-    def _speeds(self, model: str, sums: FloatArray, base: float, slope: float) -> None:
-        """Each learned worker's line: the model's, times its samples' weighted time over
-        what the model's line predicts for them (1 where that says nothing)."""
-        w, sx, sy = sums[0], sums[1], sums[2]
-        learned = w > 0.0
-        size = len(w)
-        per_token = 0.0 if math.isnan(slope) else slope
-        with np.errstate(divide="ignore", invalid="ignore"):
-            speed = sy / (base * w + per_token * sx)
-        speed = np.where(np.isfinite(speed) & (speed >= 0.0), speed, 1.0)
-        speed = np.where(np.abs(speed - 1.0) <= 1e-9, 1.0, speed)  # a lone worker: its line
-        slopes = self._array(model, "prefill_ms_per_token", size)
-        bases = self._array(model, "prefill_base_ms", size)
-        bases[:size] = np.where(learned, np.minimum(base * speed, MAX_BASE_MS), np.nan)
-        if not math.isnan(slope):
-            slopes[:size] = np.where(learned, np.minimum(slope * speed, MAX_MS_PER_TOKEN), np.nan)
+            learned = slope.item(slot)
+            per_token = 0.0 if math.isnan(learned) else learned
+            base[slot] = min(max(mean_y - per_token * mean_x, 0.0), MAX_BASE_MS)
 
     def prefill_ms(self, slot: int, model: str, uncached_tokens: float) -> float:
         """The learned prefill of `uncached_tokens` on the worker (NaN: not learned)."""
