@@ -7,8 +7,9 @@ the bet, and its first token answers it: on time (no queue: the doubt's wait did
 true) or late (it queued: the wait came true, often longer than its expectation). This
 module keeps, per model (a pool's engines are alike: each test teaches all of them), the
 share of the priced doubt that came true: an exponentially weighted mean of `realized /
-priced` over the tests, each sample within 0..MAX_DOUBT_SHARE, the mean starting at the
-prior 1 (the expected wait as priced: today's model). The TTFT scorer multiplies the doubt
+priced` over the tests (each weighing DOUBT_LEARNING_RATE), each sample within
+0..MAX_DOUBT_SHARE, the mean starting at the prior 1 (the expected wait as priced: today's
+model). The TTFT scorer multiplies the doubt
 by it: an engine whose frontier tests never queue (vLLM's 64-256 sequences at a load that
 runs a handful) sheds the doubt as its tests come back on time; one that queued past its
 frontier keeps it or prices it higher (until its batch is known and the doubt goes anyway).
@@ -25,13 +26,18 @@ MAX_DOUBT_SHARE = 4.0
 # Priced doubts under this (ms) are no test: their outcome is noise around nothing.
 MIN_PRICED_MS = 1.0
 MAX_DOUBT_MODELS = 1024  # models with a learned share (names come from the policy)
+# Weight of a new test. Tests are few (4-35 in 10 s at 12-18 req/s on vllm-64) and each
+# answers the bet outright; at the rates' 0.1 the share was still 0.5-1.0 when most of the
+# doubt's cold sends happened (branch h64's trace). At 0.25, 8 on-time tests leave 0.1 of
+# it; one queue at the cap puts back 1.0.
+DOUBT_LEARNING_RATE = 0.25
 
 
 class DoubtShares:
     """The learned share of the unknown batch's doubt, per model (prior 1)."""
 
-    def __init__(self, alpha: float = 0.1) -> None:
-        self.alpha = alpha  # weight of a new test (the policy's `ttft.learning_rate`)
+    def __init__(self, alpha: float = DOUBT_LEARNING_RATE) -> None:
+        self.alpha = alpha  # weight of a new test
         self._shares: dict[str, float] = {}
 
     def share(self, model: str) -> float:

@@ -81,7 +81,7 @@ class Rates:
         # engines share it, and each report teaches it, not only one worker's in four).
         self._busy: dict[str, tuple[float, float, float]] = {}
         # The share of the unknown batch's doubt that comes true, per model (`routing.doubt`).
-        self.doubt = DoubtShares(alpha)
+        self.doubt = DoubtShares()
 
     def values(self, model: str, quantity: str, slots: IndexArray, size: int) -> FloatArray:
         """`quantity` for the slots (NaN where not learned); `size` is the table's."""

@@ -15,7 +15,12 @@ from kinference.config import parse_policy
 from kinference.ops.routing_collector import RoutingCollector
 from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate, WorkerTable
 from kinference.routing.decision import LocalChoice
-from kinference.routing.doubt import MAX_DOUBT_MODELS, MAX_DOUBT_SHARE, DoubtShares
+from kinference.routing.doubt import (
+    DOUBT_LEARNING_RATE,
+    MAX_DOUBT_MODELS,
+    MAX_DOUBT_SHARE,
+    DoubtShares,
+)
 from kinference.routing.journal import NullJournal
 from kinference.routing.learning import Learning
 from kinference.routing.policy import cooldowns_of
@@ -78,7 +83,7 @@ def test_one_test_moves_the_share_by_at_most_its_bound(realized: float) -> None:
 
 
 def test_the_models_with_a_share_are_bounded() -> None:
-    shares = DoubtShares()
+    shares = DoubtShares(alpha=0.1)
     for i in range(MAX_DOUBT_MODELS + 10):
         shares.observe(f"m{i}", 70.0, 0.0)
     assert math.isnan(shares.learned("m0"))  # the first learned left
@@ -114,14 +119,15 @@ def test_a_first_token_on_time_past_the_frontier_teaches_that_none_came_true() -
     learn = learning()
     tested = choice(predicted_ttft_ms=20.0, predicted_doubt_ms=70.0, sequences=5.0)
     learn.first_token(tested, 22.0)
-    assert learn.rates.doubt.share(MODEL) == pytest.approx(0.9)
+    assert learn.rates.doubt.share(MODEL) == pytest.approx(1.0 - DOUBT_LEARNING_RATE)
 
 
 def test_a_queued_first_token_teaches_how_much_came_true() -> None:
     learn = learning()
     tested = choice(predicted_ttft_ms=20.0, predicted_doubt_ms=100.0, sequences=5.0)
     learn.first_token(tested, 20.0 + 600.0)  # waited 600 ms for a slot
-    assert learn.rates.doubt.share(MODEL) == pytest.approx(0.9 + 0.1 * MAX_DOUBT_SHARE)
+    rate = DOUBT_LEARNING_RATE
+    assert learn.rates.doubt.share(MODEL) == pytest.approx(1.0 - rate + rate * MAX_DOUBT_SHARE)
 
 
 @pytest.mark.parametrize(
@@ -164,7 +170,7 @@ def test_the_share_is_exported_per_model_of_the_policy() -> None:
     assert math.isnan(rates["m", "doubt_share"])  # the prior in use
     router.learning.rates.doubt.observe("m", 70.0, 0.0)
     rates = samples(list(RoutingCollector(router).collect()), "kinference_model_learned_rate")  # type: ignore[arg-type]
-    assert rates["m", "doubt_share"] == pytest.approx(0.9)
+    assert rates["m", "doubt_share"] == pytest.approx(1.0 - DOUBT_LEARNING_RATE)
 
 
 def test_a_shed_doubt_keeps_a_hit_past_the_frontier_on_its_cache() -> None:
