@@ -5,8 +5,7 @@
 - per worker and model: the TTFT model's terms, the rates it learned and the prefix
   index's capacity estimate (labels: pool endpoints and models, bounded by the policy);
 - per model: the rates learned of the model's engines together (the busy cost a running
-  sequence adds to a TTFT, the share of the unknown batch's doubt that came true; models
-  of the policy's pools only, never a caller's name);
+  sequence adds to a TTFT; models of the policy's pools only, never a caller's name);
 - prediction quality over the last window: TTFT (predicted vs reported) and cached tokens
   (predicted vs reported), as mean absolute error, bias and correlation.
 """
@@ -103,8 +102,6 @@ class RoutingCollector(Collector):
         for model in sorted(models):
             busy = router.learning.rates.learned_busy(model)
             family.add_metric([model, "busy_ms_per_sequence"], busy)
-            doubt = router.learning.rates.doubt.learned(model)
-            family.add_metric([model, "doubt_share"], doubt)
         yield family
 
     def _quality(self) -> Iterator[GaugeMetricFamily]:

@@ -52,9 +52,6 @@ class LocalChoice:
     predicted_wait_ms: float = 0.0  # the part of it spent behind other requests
     # Sequences it joined on the worker (itself included), as the TTFT model saw them.
     sequences: float = 0.0
-    # The unknown batch's expected wait the TTFT model priced here (0: none; its first
-    # token tests the bet: `routing.doubt`).
-    predicted_doubt_ms: float = 0.0
     hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
     # Leading blocks the approximate index held on this worker at the pick, and how many
     # blocks had been recorded on it since the deepest of them (its age): eviction learning.

@@ -77,22 +77,10 @@ class Learning:
         self.journal.first_token(choice.endpoint, choice.model, ttft_ms)
         if choice.predicted_ttft_ms is not None:
             self.quality.ttft_ms.add(choice.predicted_ttft_ms, ttft_ms)
-            queued = self._batch_evidence(choice, ttft_ms, missed=choice.cached_tokens)
-            self._doubt_tested(choice, ttft_ms, queued)
+            self._batch_evidence(choice, ttft_ms, missed=choice.cached_tokens)
 
-    def _doubt_tested(self, choice: LocalChoice, ttft_ms: float, queued: bool | None) -> None:
-        """A pick priced with the unknown batch's doubt (past the most its pool was seen
-        running) tested it: on time, none of it came true; queued, what the first token
-        came later than predicted (`routing.doubt`). Neither clearly: no sample."""
-        priced, predicted = choice.predicted_doubt_ms, choice.predicted_ttft_ms
-        if queued is None or not priced > 0.0 or predicted is None:
-            return
-        realized = max(ttft_ms - predicted, 0.0) if queued else 0.0
-        self.rates.doubt.observe(choice.model, priced, realized)
-
-    def _batch_evidence(self, choice: LocalChoice, ttft_ms: float, missed: float) -> bool | None:
-        """Whether the request queued at the occupancy it joined (True: it did; False: its
-        first token came without a queue; None: neither clearly, or no prediction) tells the
+    def _batch_evidence(self, choice: LocalChoice, ttft_ms: float, missed: float) -> bool:
+        """Whether the request queued at the occupancy it joined (True: it did) tells the
         worker's batch: a ceiling one below, or without readings the floor. A first token
         late by no more than the prefill of `missed` tokens (of those predicted cached, the
         ones the engine may not have had: at the first token all, at the final report those
@@ -102,7 +90,7 @@ class Learning:
         queued there for a second while the model predicted none (few-slots, 18 req/s)."""
         slot, predicted = choice.slot, choice.predicted_ttft_ms
         if predicted is None or choice.sequences < 1.0:
-            return None
+            return False
         readings = not isnan(self.table.scraped_at.item(slot))
         unqueued = max(predicted - choice.predicted_wait_ms, 0.0)
         if ttft_ms <= unqueued * (1.0 + NO_QUEUE_SHARE) + NO_QUEUE_SLACK_MS:
@@ -114,7 +102,7 @@ class Learning:
         ):  # (alone on the worker it queued behind nothing: a slow engine, not a queue)
             self.table.observed_batch(slot, choice.sequences, queued=True)
             return True
-        return None
+        return False
 
     def released_before_first_token(self, choice: LocalChoice) -> None:
         self.prefill_over(choice)
@@ -153,7 +141,7 @@ class Learning:
         missed = choice.cached_tokens
         if served.cached_tokens is not None:
             missed -= min(served.cached_tokens, served.prompt_tokens)
-        return self._batch_evidence(choice, ttft_ms, missed) is True
+        return self._batch_evidence(choice, ttft_ms, missed)
 
     def _unqueued(self, choice: LocalChoice, uncached: float, unqueued_ms: float) -> float:
         """A TTFT without its predicted queue: teaches what the sequences beside it added

@@ -50,9 +50,6 @@ class PickContext:
     predicted_ttft_ms: FloatArray | None = None
     predicted_wait_ms: FloatArray | None = None  # the part of it spent behind others
     sequences: FloatArray | None = None  # what each runs and queues, as the model sees it
-    # The unknown batch's expected wait (`readings.unseen_wait`, before any weight or
-    # learned share; 0 where the batch is known or not exceeded), per candidate.
-    unsure_ms: FloatArray | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,8 +34,7 @@ it, so that at equal TTFT a cache hit wins; the cache space its new blocks take,
 where the cache is fuller (`fullness`: blocks the prefix index holds there over the most
 any candidate holds), since they evict what others would reuse; behind a full batch, the
 slot it then holds, which the requests after it there wait for (none where one is free);
-and where the batch is not known, the expected such wait (`readings.unseen_wait`) times
-the share of it that came true on the model's engines (`routing.doubt`, prior 1).
+and where the batch is not known, the expected such wait (`readings.unseen_wait`).
 """
 
 from __future__ import annotations
@@ -53,8 +52,6 @@ from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.rates import Rates
 from kinference.routing.readings import MOST_SEEN_FOR_DOUBT, unseen_wait, unseen_waits
-from kinference.routing.scorers.common import peers_or as _peers_or
-from kinference.routing.scorers.common import small_peers_or as _small_peers_or
 from kinference.routing.table import FloatArray, IndexArray, WorkerTable
 
 
@@ -135,7 +132,8 @@ class TtftScorer:
         return predicted, wait
 
     def _predict(self, ctx: PickContext) -> Terms:
-        """`Terms` per candidate, ms."""
+        """(predicted TTFT, its wait, the request's own prefill, the wait's part for a
+        batch slot) per candidate, ms."""
         if len(ctx.slots) <= SMALL_CANDIDATES:
             return self._predict_small(ctx)
         return self._predict_vector(ctx)
@@ -158,8 +156,8 @@ class TtftScorer:
         return predicted, wait, prefill, slot_wait, parts.unsure
 
     def _predict_small(self, ctx: PickContext) -> Terms:
-        """`_predict` on Python floats (few candidates: numpy's fixed cost per call is
-        then the larger one); the same formulas, so the same values."""
+        """`_predict` on Python floats, for a handful of candidates (numpy's fixed cost per
+        call is then the larger one); the same formulas, so the same values."""
         terms = self._small_terms(ctx)
         predicted, wait, prefill, slot_wait, unsure = (np.array(term) for term in terms)
         return predicted, wait, prefill, slot_wait, unsure
@@ -254,8 +252,7 @@ class TtftScorer:
         share: FloatArray | float = weight
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             share = weight + space * np.asarray(footprint) / most
-        ctx.unsure_ms = unsure
-        queued = self.config.queue_weight * slot_wait + self._unsure_share(ctx.model) * unsure
+        queued = self.config.queue_weight * slot_wait + self._unsure_share() * unsure
         cost = np.maximum(predicted + share * prefill + queued, 1.0)
         return float(cost.min()) / cost
 
@@ -270,16 +267,40 @@ class TtftScorer:
         shares = [weight] * len(owns)
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             shares = [weight + space * blocks / most for blocks in footprint]
-        queued, doubt = self.config.queue_weight, self._unsure_share(ctx.model)
-        ctx.unsure_ms = np.array(unsure)
+        queued, doubt = self.config.queue_weight, self._unsure_share()
         terms = zip(predicted, owns, shares, slot_wait, unsure, strict=True)
         costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms, 1.0)
                  for ttft, own, share, slot, unsure_ms in terms]  # fmt: skip
         best = min(costs)
         return np.array([best / cost for cost in costs])
 
-    def _unsure_share(self, model: str) -> float:
-        """Cost per ms of an unknown batch's expected wait: its own and the slot it holds,
-        times the share of it that came true on the model's engines (`routing.doubt`)."""
-        share = self.rates.doubt.share(model)
-        return self.config.unsure_batch_weight * (1.0 + self.config.queue_weight) * share
+    def _unsure_share(self) -> float:
+        """Cost per ms of an unknown batch's expected wait: its own and the slot it holds."""
+        return self.config.unsure_batch_weight * (1.0 + self.config.queue_weight)
+
+
+def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
+    """`_peers_or` over the slots' values of `array` (None: nothing learned yet)."""
+    if array is None:
+        return [prior] * len(slots)
+    size = len(array)
+    values = [array.item(slot) if slot < size else math.nan for slot in slots]
+    if not math.isnan(sum(values)):  # no NaN among them (one NaN makes the sum NaN)
+        return values  # (a NaN sum of none, inf - inf, goes on to the test below)
+    known = [value for value in values if not math.isnan(value)]
+    if len(known) == len(values):
+        return values
+    fill = sum(known) / len(known) if known else prior
+    return [fill if math.isnan(value) else value for value in values]
+
+
+def _peers_or(values: FloatArray, prior: float) -> FloatArray:
+    """Unlearned values as the candidates' learned mean, or the prior when none is learned:
+    a worker not tried yet is taken to be like its peers, neither shunned (a pessimistic
+    prior would never let it be tried) nor favoured."""
+    unknown = np.isnan(values)
+    if not unknown.any():
+        return values
+    if unknown.all():
+        return np.full(len(values), prior)
+    return np.where(unknown, float(values[~unknown].mean()), values)
