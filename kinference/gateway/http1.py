@@ -13,10 +13,15 @@ kinference.gateway.http1_conn; one request's writes in kinference.gateway.http1_
 
 A request sent on a pooled connection that fails before any response byte (the server
 closed it as the request went out: an engine shutting down, or its keep-alive timer firing)
-is sent once more on a fresh connection when its body is all still at hand (up to
-`http1_send.REPLAY_MAX` bytes) and the break came within `_RACE_S` of taking the connection;
-never after a fresh connection failed, after any response byte, after a longer wait (the
-server may have worked on it: a POST is not idempotent), or for a larger body.
+is sent once more on a fresh connection when its body is all still at hand and the break
+came within `_RACE_S` of taking the connection; never after a fresh connection failed, after
+any response byte or after a longer wait (the server may have worked on it: a POST is not
+idempotent). A body up to `http1_send.REPLAY_MAX` bytes is always at hand. A larger one (its
+`content-length`) is kept, for at most `_RACE_S`, out of the client's `replay_budget` (bytes
+held at once by all requests); when the budget has no room it goes out on a fresh
+connection instead of a pooled one: a fresh connection cannot lose the race, so no request
+is ever exposed to it without its body at hand (hyper, Envoy and nginx likewise retry a
+reused connection closed before any response byte only with the request still in hand).
 
 With `keep_spare` (the gateway's), a request that leaves its origin's pool without an idle
 connection has one more opened in the background when the origin is busy (asked within
@@ -49,7 +54,7 @@ from kinference.gateway.http1_conn import (
     ReadTimeout,
     UpstreamError,
 )
-from kinference.gateway.http1_send import Chunk, Sent, request_head, send, split
+from kinference.gateway.http1_send import REPLAY_MAX, Chunk, Sent, request_head, send, split
 
 __all__ = [
     "Broken",
@@ -118,10 +123,15 @@ class HttpClient:
         read_timeout_s: float,
         ssl_context: ssl.SSLContext | None = None,
         keep_spare: bool = False,
+        replay_budget: int = 0,
     ) -> None:
-        """`keep_spare`: open a connection ahead when a request leaves none idle (above)."""
+        """`keep_spare`: open a connection ahead when a request leaves none idle (above);
+        `replay_budget`: the most bytes of bodies over `REPLAY_MAX` held at once so that
+        they can be sent again (above; the gateway's is its `max_body_bytes`)."""
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
+        self._replay_budget = replay_budget
+        self._held = 0  # bytes of bodies over REPLAY_MAX held now, out of the budget
         self._ssl = ssl_context
         self._keep_spare = keep_spare
         self._idle: dict[Origin, list[Conn]] = {}
@@ -143,13 +153,22 @@ class HttpClient:
         if self._closed:
             raise ConnectFailed("the upstream client is closed")
         now = time.monotonic()
-        conn = self._pooled(origin, now)
+        length = _length(headers)
+        conn = None
+        if length <= REPLAY_MAX or length <= self._replay_budget - self._held:
+            conn = self._pooled(origin, now)
         reused = conn is not None
-        if conn is None:
+        if conn is None:  # fresh: it cannot lose the race, a large body need not be held
             conn = await self._connect(origin)
         if self._keep_spare:
             self._spare(origin, now)
         sent = Sent()
+        timer = None
+        if reused and length > REPLAY_MAX:  # held out of the budget while the race lasts
+            sent = Sent(length)
+            sent.held = length
+            self._held += length
+            timer = asyncio.get_running_loop().call_later(_RACE_S, self._let_go, sent)
         try:
             await send(conn, head, sent, body, self.read_timeout_s)
         except Broken:
@@ -161,7 +180,17 @@ class HttpClient:
             # went out, nothing came back and all of the body sent is here: once more, afresh.
             conn = await self._connect(origin)
             await send(conn, head, sent, body, self.read_timeout_s)
+        finally:
+            if timer is not None:
+                timer.cancel()
+                self._let_go(sent)
         return Response(conn, self, self.read_timeout_s)
+
+    def _let_go(self, sent: Sent) -> None:
+        """Drop a large body's chunks and give back what it held of the replay budget."""
+        sent.forget()
+        self._held -= sent.held
+        sent.held = 0
 
     def _pooled(self, origin: Origin, now: float) -> Conn | None:
         idle = self._idle.get(origin)
@@ -284,6 +313,14 @@ class HttpClient:
                 conn.drop()
         self._idle.clear()
         self._asked.clear()
+
+
+def _length(headers: list[tuple[str, str]]) -> int:
+    """The body length the request declares (its `content-length`), 0 if none."""
+    for name, value in headers:
+        if name == "content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
 
 
 def _stale(conn: Conn, now: float) -> bool:

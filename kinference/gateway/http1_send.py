@@ -1,10 +1,10 @@
 """One request on one upstream connection: its head, its body, the wait for the response head.
 
-The head and a small first body chunk go out as one write. The chunks sent are kept (`Sent`,
-up to `REPLAY_MAX` bytes) until the response head arrives, so that a request which found its
-pooled connection closed by the server as it went out (the keep-alive race: an engine
+The head and a small first body chunk go out as one write. The chunks sent are kept (`Sent`:
+the references, no copies) until the response head arrives, so that a request which found
+its pooled connection closed by the server as it went out (the keep-alive race: an engine
 shutting down, or its keep-alive timer firing) can be sent again on a fresh one
-(kinference.gateway.http1 decides when).
+(kinference.gateway.http1 decides when, and how much a larger body may hold).
 """
 
 from __future__ import annotations
@@ -15,31 +15,37 @@ from urllib.parse import urlsplit
 from kinference.gateway.http1_conn import Broken, Conn, ConnectFailed, Origin
 
 JOIN_BELOW = 64 * 1024  # a first body chunk up to this many bytes is sent with the head
-# A request whose body is at most this many bytes can be sent again; its chunks (references,
-# no copies) are held until the response head. Larger ones are not kept: the picker frees a
-# pulled body's pieces as they go, and they would be held here instead.
+# A request whose body is at most this many bytes can always be sent again; its chunks are
+# held until the response head. A larger one is held only out of the client's replay budget
+# (the picker frees a pulled body's pieces as they go, and they would be held here instead).
 REPLAY_MAX = 256 * 1024
 
 Chunk = bytes | memoryview
 
 
 class Sent:
-    """The request body's chunks sent so far; `chunks` is None once more than `REPLAY_MAX`
-    bytes went out (the body can no longer be sent again)."""
+    """The request body's chunks sent so far; `chunks` is None once more than `limit` bytes
+    went out or `forget` was called (the body can no longer be sent again)."""
 
-    __slots__ = ("_size", "chunks")
+    __slots__ = ("_limit", "_size", "chunks", "held")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = REPLAY_MAX) -> None:
         self.chunks: list[Chunk] | None = []
         self._size = 0
+        self._limit = limit
+        self.held = 0  # bytes counted against the client's replay budget (kinference.gateway.http1)
 
     def keep(self, chunk: Chunk) -> None:
         if self.chunks is not None:
             self._size += len(chunk)
-            if self._size > REPLAY_MAX:
+            if self._size > self._limit:
                 self.chunks = None
             else:
                 self.chunks.append(chunk)
+
+    def forget(self) -> None:
+        """Let the chunks go: the body will not be sent again."""
+        self.chunks = None
 
 
 async def send(
