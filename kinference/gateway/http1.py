@@ -16,12 +16,10 @@ closed it as the request went out: an engine shutting down, or its keep-alive ti
 is sent once more on a fresh connection when its body is all still at hand and the break
 came within `_RACE_S` of taking the connection; never after a fresh connection failed, after
 any response byte or after a longer wait (the server may have worked on it: a POST is not
-idempotent). A body up to `http1_send.REPLAY_MAX` bytes is always at hand. A larger one (its
-`content-length`) is kept, for at most `_RACE_S`, out of the client's `replay_budget` (bytes
-held at once by all requests); when the budget has no room it goes out on a fresh
-connection instead of a pooled one: a fresh connection cannot lose the race, so no request
-is ever exposed to it without its body at hand (hyper, Envoy and nginx likewise retry a
-reused connection closed before any response byte only with the request still in hand).
+idempotent). A body up to `http1_send.REPLAY_MAX` bytes is always at hand; a larger one is
+held for at most `_RACE_S` out of the client's `replay_budget`, or, without room there,
+goes out on a fresh connection, which cannot lose the race (as hyper and Envoy, a reused
+connection is retried only with the request still in hand).
 
 With `keep_spare` (the gateway's), a request that leaves its origin's pool without an idle
 connection has one more opened in the background when the origin is busy (asked within
@@ -54,7 +52,16 @@ from kinference.gateway.http1_conn import (
     ReadTimeout,
     UpstreamError,
 )
-from kinference.gateway.http1_send import REPLAY_MAX, Chunk, Sent, request_head, send, split
+from kinference.gateway.http1_send import (
+    REPLAY_MAX,
+    Chunk,
+    ReplayBudget,
+    Sent,
+    declared_length,
+    request_head,
+    send,
+    split,
+)
 
 __all__ = [
     "Broken",
@@ -130,8 +137,7 @@ class HttpClient:
         they can be sent again (above; the gateway's is its `max_body_bytes`)."""
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
-        self._replay_budget = replay_budget
-        self._held = 0  # bytes of bodies over REPLAY_MAX held now, out of the budget
+        self._replay = ReplayBudget(replay_budget)
         self._ssl = ssl_context
         self._keep_spare = keep_spare
         self._idle: dict[Origin, list[Conn]] = {}
@@ -153,22 +159,15 @@ class HttpClient:
         if self._closed:
             raise ConnectFailed("the upstream client is closed")
         now = time.monotonic()
-        length = _length(headers)
-        conn = None
-        if length <= REPLAY_MAX or length <= self._replay_budget - self._held:
-            conn = self._pooled(origin, now)
+        length = declared_length(headers)
+        conn = self._pooled(origin, now) if self._replay.has_room(length) else None
         reused = conn is not None
         if conn is None:  # fresh: it cannot lose the race, a large body need not be held
             conn = await self._connect(origin)
         if self._keep_spare:
             self._spare(origin, now)
-        sent = Sent()
-        timer = None
-        if reused and length > REPLAY_MAX:  # held out of the budget while the race lasts
-            sent = Sent(length)
-            sent.held = length
-            self._held += length
-            timer = asyncio.get_running_loop().call_later(_RACE_S, self._let_go, sent)
+        held = reused and length > REPLAY_MAX  # out of the budget, while the race lasts
+        sent = self._replay.hold(length, _RACE_S) if held else Sent()
         try:
             await send(conn, head, sent, body, self.read_timeout_s)
         except Broken:
@@ -181,16 +180,9 @@ class HttpClient:
             conn = await self._connect(origin)
             await send(conn, head, sent, body, self.read_timeout_s)
         finally:
-            if timer is not None:
-                timer.cancel()
-                self._let_go(sent)
+            if held:
+                self._replay.let_go(sent)
         return Response(conn, self, self.read_timeout_s)
-
-    def _let_go(self, sent: Sent) -> None:
-        """Drop a large body's chunks and give back what it held of the replay budget."""
-        sent.forget()
-        self._held -= sent.held
-        sent.held = 0
 
     def _pooled(self, origin: Origin, now: float) -> Conn | None:
         idle = self._idle.get(origin)
@@ -313,14 +305,6 @@ class HttpClient:
                 conn.drop()
         self._idle.clear()
         self._asked.clear()
-
-
-def _length(headers: list[tuple[str, str]]) -> int:
-    """The body length the request declares (its `content-length`), 0 if none."""
-    for name, value in headers:
-        if name == "content-length":
-            return int(value) if value.isdigit() else 0
-    return 0
 
 
 def _stale(conn: Conn, now: float) -> bool:

@@ -80,7 +80,7 @@ async def test_a_large_body_is_held_out_of_the_budget_and_sent_again() -> None:
         try:
             assert await fetch(http, upstream.url) == (200, b"ok")
             assert await fetch(http, upstream.url, half, half) == (200, b"ok")
-            assert upstream.accepted == 2 and http._held == 0  # the pooled one lost the race
+            assert upstream.accepted == 2 and http._replay.held == 0  # the pooled one lost the race
         finally:
             await http.aclose()
         await upstream.until(lambda: upstream.open == 0)
@@ -118,13 +118,13 @@ async def test_the_budget_bounds_the_large_bodies_held_at_once(
             upstream.gate.clear()
             first = asyncio.ensure_future(fetch(http, upstream.url, big))
             await upstream.until(lambda: upstream.requests == 3)
-            assert http._held == len(big) and upstream.accepted == 2
+            assert http._replay.held == len(big) and upstream.accepted == 2
             second = asyncio.ensure_future(fetch(http, upstream.url, big))
             await upstream.until(lambda: upstream.requests == 4)
-            assert http._held == len(big) and upstream.accepted == 3
+            assert http._replay.held == len(big) and upstream.accepted == 3
             upstream.gate.set()
             assert await asyncio.gather(first, second) == [(200, b"ok")] * 2
-            assert http._held == 0
+            assert http._replay.held == 0
         finally:
             await http.aclose()
         await upstream.until(lambda: upstream.open == 0)
@@ -143,7 +143,7 @@ async def test_a_large_body_is_let_go_when_the_race_is_over(
             upstream.gate.clear()
             late = asyncio.ensure_future(fetch(http, upstream.url, big))
             await upstream.until(lambda: upstream.requests == 2)
-            assert upstream.accepted == 1 and http._held == 0  # pooled, and let go
+            assert upstream.accepted == 1 and http._replay.held == 0  # pooled, and let go
             upstream.gate.set()
             assert await late == (200, b"ok")
         finally:
