@@ -43,6 +43,7 @@ import ssl
 import time
 from collections.abc import AsyncIterable, AsyncIterator
 
+from kinference.gateway.decoded import decoder_for
 from kinference.gateway.http1_conn import (
     Broken,
     Conn,
@@ -92,6 +93,8 @@ class Response:
         self.status: int = conn.parser.get_status_code()
         self.headers = conn.headers
         self._closed = False
+        # An upstream compressing although asked not to; raises Broken (an unknown coding).
+        self._decoder = decoder_for(self.header("content-encoding"))
 
     def header(self, name: str) -> str:
         """The first value of header `name` (lower-case), or ""."""
@@ -102,12 +105,25 @@ class Response:
 
     @property
     def drained(self) -> bool:
-        """Nothing more will come: the body is complete and all of it was handed out."""
-        return self._conn.drained
+        """Nothing more will come: the body is complete and all of it was handed out (a
+        decoded body says so only when its iteration ends)."""
+        return self._conn.drained and self._decoder is None
+
+    @property
+    def decoded(self) -> bool:
+        """The body is decoded from the upstream's `content-encoding` (its length differs)."""
+        return self._decoder is not None
 
     async def chunks(self) -> AsyncIterator[bytes]:
+        decoder = self._decoder
         while (data := await self._conn.next_body(self._read_timeout_s)) is not None:
-            yield data
+            if decoder is None:
+                yield data
+                continue
+            for piece in decoder.feed(data):
+                yield piece
+        if decoder is not None and (tail := decoder.end()):
+            yield tail
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.chunks()])
@@ -182,7 +198,11 @@ class HttpClient:
         finally:
             if held:
                 self._replay.let_go(sent)
-        return Response(conn, self, self.read_timeout_s)
+        try:
+            return Response(conn, self, self.read_timeout_s)
+        except Broken:
+            conn.drop()
+            raise
 
     def _pooled(self, origin: Origin, now: float) -> Conn | None:
         idle = self._idle.get(origin)

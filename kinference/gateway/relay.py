@@ -68,7 +68,7 @@ class Relay:
         self.upstream_status = response.status
         self.status = transform.status(response.status) if transform else response.status
         self.headers = response_headers(response.headers)
-        if not self._event_stream and transform is None:
+        if not self._event_stream and transform is None and not response.decoded:
             length = response.header("content-length")
             if length:
                 self.headers.append(("content-length", length))
