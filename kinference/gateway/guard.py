@@ -36,6 +36,10 @@ REQUEST_HEAD_MAX = 64 * 1024
 _LINGER_S = 2.0  # how long a refused client's bytes are read and dropped before closing
 
 
+class _HeadTooLarge(Exception):
+    """Raised in a parser callback to stop parsing a head over the limit."""
+
+
 class GuardedProtocol(HeadJoiningProtocol):
     """uvicorn's protocol (heads joined) with the bounds above; `client_timeout_s` None
     leaves time unbounded (only the head's size is)."""
@@ -49,6 +53,9 @@ class GuardedProtocol(HeadJoiningProtocol):
         self._stalled_since: float | None = None  # loop time the client's socket filled
         self._timer: asyncio.TimerHandle | None = None
         self._refused = False  # answered with an error, closing
+        self._too_large = False  # a whole head measured over the limit
+        self._read = 0  # bytes in the read being parsed
+        self._first_read = 0  # bytes in the read the current head began in
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -64,6 +71,7 @@ class GuardedProtocol(HeadJoiningProtocol):
         if self._refused:
             return  # read and dropped until the connection closes (the answer must not be lost)
         heads, in_head = self._heads, self._head_since is not None
+        self._read = len(data)
         super().data_received(data)
         if in_head and self._head_since is not None and self._heads == heads:
             self._head_bytes += len(data)  # a read in the middle of one head
@@ -75,10 +83,26 @@ class GuardedProtocol(HeadJoiningProtocol):
         super().on_message_begin()
         self._heads += 1
         self._head_began()
+        self._first_read = self._read
 
     def on_headers_complete(self) -> None:
         self._head_since = None
+        # The reads the head came in are an upper bound of its size; only past the limit is
+        # the head measured (a whole head arrives in one or two reads, which the count of
+        # the reads in its middle misses).
+        if self._head_bytes + self._first_read + self._read > REQUEST_HEAD_MAX:
+            size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+            if size > REQUEST_HEAD_MAX:
+                self._too_large = True
+                raise _HeadTooLarge  # stops the parser; uvicorn answers 400, below
         super().on_headers_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        if self._too_large:
+            log.warning("client %s: request head over %d bytes", _who(self), REQUEST_HEAD_MAX)
+            self._refuse(431, "request_header_too_large", "the request head is too large")
+        else:
+            super().send_400_response(msg)
 
     def pause_writing(self) -> None:
         super().pause_writing()

@@ -106,3 +106,82 @@ async def test_a_client_never_reading_its_response_is_let_go_and_the_request_abo
         await wait_until(lambda: nothing_held(picker), what="the request aborted")
         reader.feed_eof()
         writer.close()
+
+
+async def test_a_crowd_of_good_and_hostile_clients_leaves_nothing_behind(
+    start_picker: PickerFactory, start_gateway: GatewayFactory
+) -> None:
+    """Clients that complete, send half a head, send an oversize head, never read their
+    stream, or hang up mid-stream, all at once: every complete one is answered, each
+    hostile one is let go, and the picker and the engine hold nothing afterwards (the
+    clients that never read keep their sockets open until then)."""
+    event = b"data: " + b"x" * 8000 + b"\n\n"
+    answer = b"data: {}\n\ndata: [DONE]\n\n"
+    done = (
+        b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-type: text/event-stream\r\n"
+        b"content-length: %d\r\n\r\n%s"
+        % (
+            len(answer),
+            answer,
+        )
+    )
+
+    streaming = [0]  # responses the engine is writing (pooled idle connections aside)
+
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head, _ = await read_request(reader)
+        if b"x-kind: complete" in head:
+            writer.write(done)
+            await writer.drain()
+            writer.close()  # as its head says (not pooled: only the endless stay open)
+            raise ConnectionResetError
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n")
+        streaming[0] += 1
+        try:
+            while True:  # until the gateway closes the connection
+                writer.write(event)
+                await writer.drain()
+        finally:
+            streaming[0] -= 1
+
+    async def ask(kind: str) -> tuple[bytes, asyncio.StreamWriter]:
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader, writer = await asyncio.open_connection(sock=sock)
+        if kind == "half-head":
+            writer.write(LINE + b"content-ty")
+        elif kind == "oversize":
+            writer.write(LINE + b"x-big: " + b"a" * 2 * REQUEST_HEAD_MAX + b"\r\n\r\n")
+        else:
+            request = json.dumps({"model": MODEL, "messages": [], "stream": True}).encode()
+            writer.write(
+                LINE
+                + b"x-kind: %s\r\ncontent-length: %d\r\n\r\n%s"
+                % (kind.encode(), len(request), request)
+            )
+        if kind == "endless":
+            return b"", writer  # never read, never closed until the end
+        async with asyncio.timeout(WAIT_S):
+            if kind == "hang-up":
+                got = await reader.readuntil(b"\r\n\r\n")
+            elif kind == "complete":
+                got = await reader.readuntil(b"[DONE]")
+            else:
+                got = await reader.read()
+        writer.close()
+        return got, writer
+
+    async with Upstream(engine) as upstream:
+        picker, port = await gateway(
+            start_picker, start_gateway, upstream.url.removeprefix("http://")
+        )
+        kinds = ["complete", "half-head", "oversize", "endless", "hang-up"] * 6
+        answers = await asyncio.gather(*(ask(kind) for kind in kinds))
+        status = {"complete": b"200", "half-head": b"408", "oversize": b"431", "hang-up": b"200"}
+        for kind, (got, _writer) in zip(kinds, answers, strict=True):
+            assert kind == "endless" or got.startswith(b"HTTP/1.1 " + status[kind]), (kind, got)
+            assert kind != "complete" or b"[DONE]" in got
+        await upstream.until(lambda: streaming[0] == 0, timeout_s=WAIT_S)
+        await wait_until(lambda: nothing_held(picker), what="nothing held")
+        for _got, writer in answers:
+            writer.close()
