@@ -32,11 +32,15 @@ SENT = {
 }
 
 
-def dying(sent: bytes) -> Upstream:
+def dying(sent: bytes, *, stall: bool = False) -> Upstream:
+    """Sends `sent`, then resets the connection, or (`stall`) goes silent."""
+
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
         writer.write(sent)
         await writer.drain()
+        if stall:
+            await reader.read()  # until the gateway gives up and closes
         writer.transport.abort()
         raise ConnectionResetError
 
@@ -49,7 +53,7 @@ async def gateway_to(
     dead = f"127.0.0.1:{free_port()}"
     endpoint = upstream.url.removeprefix("http://")
     picker = await start_picker(parse_policy(policy_text([endpoint], dead, dead)))
-    gateway = await start_gateway(picker.target)
+    gateway = await start_gateway(picker.target, read_timeout_s=0.3)  # a stall: 0.3 s
     return picker, f"http://127.0.0.1:{gateway.port}"
 
 
@@ -60,15 +64,18 @@ def failed_502(metrics: str) -> bool:
     )
 
 
+@pytest.mark.parametrize("stall", [False, True], ids=["reset", "stall"])
 @pytest.mark.parametrize("where", ["between-events", "mid-event", "json"])
 async def test_an_upstream_dying_mid_response_ends_it_as_clients_expect(
     where: str,
+    stall: bool,
     start_picker: PickerFactory,
     start_gateway: GatewayFactory,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Reset, or silent past the read timeout, after the head and some of the body."""
     caplog.set_level(logging.WARNING)
-    async with dying(SENT[where]) as upstream:
+    async with dying(SENT[where], stall=stall) as upstream:
         picker, url = await gateway_to(upstream, start_picker, start_gateway)
         request = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
         async with httpx.AsyncClient(base_url=url, timeout=30, trust_env=False) as http:
