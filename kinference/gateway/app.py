@@ -98,6 +98,7 @@ class GatewayApp:
             connect_timeout_s=settings.connect_timeout_s,
             read_timeout_s=settings.read_timeout_s,
             keep_spare=True,
+            replay_budget=settings.max_body_bytes,
         )
         flow = Flow(
             picker=picker,

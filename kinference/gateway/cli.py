@@ -100,7 +100,11 @@ def _hosted_policy(settings: GatewaySettings, picker: Settings) -> Policy | None
 
 async def _serve(server_class: Any, app: Any, settings: GatewaySettings) -> None:
     server = server_class(
-        app, settings.listen, log_config=_uvicorn_logging(), grace_s=settings.shutdown_grace_s
+        app,
+        settings.listen,
+        log_config=_uvicorn_logging(),
+        grace_s=settings.shutdown_grace_s,
+        client_timeout_s=settings.client_timeout_s,
     )
     logging.getLogger(__name__).info(
         "kinference gateway on %s (port %d), picker %s",

@@ -19,6 +19,7 @@ import grpc
 
 from kinference.api.extensions import PickExtras, error_code
 from kinference.errors import ServerBusy
+from kinference.gateway.sse import encode_event
 from kinference.routing.reasons import Reason
 from kinference.v1 import picker_pb2 as pb
 
@@ -38,6 +39,7 @@ _TYPES = {
     408: "timeout_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
+    431: "invalid_request_error",
     499: "client_closed_request",
 }
 
@@ -87,6 +89,12 @@ class GatewayError(Exception):
             ).encode()
         error = {"message": self.message, "type": self.type, "param": None, "code": self.code}
         return json.dumps({"error": error}).encode()
+
+    def event(self, path: str = "") -> bytes:
+        """The error as one server-sent event, for a stream failing after its head went out:
+        Anthropic's `event: error` on /v1/messages, else a `data:` event holding the error
+        object (what the OpenAI SDKs raise an APIError on)."""
+        return encode_event(self.body(path), "error" if anthropic_path(path) else "")
 
 
 def outcome_error(pick: pb.PickResponse, extras: PickExtras | None = None) -> GatewayError:

@@ -10,6 +10,7 @@ arrived cancels the request (its Abort goes to the picker from the relay's `fini
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,9 +20,12 @@ from kinference.gateway.asgi import Gateway, Receive, Scope, Send, send_error
 from kinference.gateway.errors import GatewayError
 from kinference.gateway.flow import Incoming
 from kinference.gateway.http1 import UpstreamError
+from kinference.gateway.joined import CUT
 from kinference.gateway.relay import Relay
 from kinference.gateway.timing import TokenClock
 from kinference.gateway.usage import Usage
+
+log = logging.getLogger(__name__)
 
 # Seconds after its body arrived from which a request watches for its client hanging up.
 WATCH_AFTER_S = 0.05
@@ -99,13 +103,36 @@ class Exchange:
             send = self.send
             await send({"type": "http.response.start", "status": relay.status, "headers": headers})
             ended = False
-            async for chunk in relay.body():
-                ended = relay.ending  # the last chunk and the end of the body: one write
-                await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
+            try:
+                async for chunk in relay.body():
+                    ended = relay.ending  # the last chunk and the end of the body: one write
+                    await send(
+                        {"type": "http.response.body", "body": chunk, "more_body": not ended}
+                    )
+            except UpstreamError as exc:
+                await self._cut_short(relay, exc, request_id)
+                return
             if not ended:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             relay.finish()
+
+    async def _cut_short(self, relay: Relay, exc: UpstreamError, request_id: str) -> None:
+        """The upstream failed after the response's head went out (its Abort and the 502 in
+        the metrics come from `relay.finish`). A stream at an event's end ends with an error
+        event in the API's shape; any other body is cut short (the connection closes without
+        the body's end, so the client cannot take it for whole); one line is logged."""
+        path = self.scope["path"]
+        log.warning("request %s: upstream failed mid-response: %s %s", request_id,
+                    type(exc).__name__, exc)  # fmt: skip
+        if relay.between_events:
+            event = errors.upstream_failed("the upstream failed mid-stream").event(path)
+            await self.send({"type": "http.response.body", "body": event, "more_body": False})
+            return
+        extension = self.scope.get("extensions", {}).get(CUT)
+        if extension is None:
+            raise exc  # a server without the extension closes the connection itself
+        extension["cut"]()
 
     async def _body(self) -> AsyncIterator[bytes]:
         receive = self.receive

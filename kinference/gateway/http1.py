@@ -13,10 +13,13 @@ kinference.gateway.http1_conn; one request's writes in kinference.gateway.http1_
 
 A request sent on a pooled connection that fails before any response byte (the server
 closed it as the request went out: an engine shutting down, or its keep-alive timer firing)
-is sent once more on a fresh connection when its body is all still at hand (up to
-`http1_send.REPLAY_MAX` bytes) and the break came within `_RACE_S` of taking the connection;
-never after a fresh connection failed, after any response byte, after a longer wait (the
-server may have worked on it: a POST is not idempotent), or for a larger body.
+is sent once more on a fresh connection when its body is all still at hand and the break
+came within `_RACE_S` of taking the connection; never after a fresh connection failed, after
+any response byte or after a longer wait (the server may have worked on it: a POST is not
+idempotent). A body up to `http1_send.REPLAY_MAX` bytes is always at hand; a larger one is
+held for at most `_RACE_S` out of the client's `replay_budget`, or, without room there,
+goes out on a fresh connection, which cannot lose the race (as hyper and Envoy, a reused
+connection is retried only with the request still in hand).
 
 With `keep_spare` (the gateway's), a request that leaves its origin's pool without an idle
 connection has one more opened in the background when the origin is busy (asked within
@@ -40,6 +43,7 @@ import ssl
 import time
 from collections.abc import AsyncIterable, AsyncIterator
 
+from kinference.gateway.decoded import decoder_for
 from kinference.gateway.http1_conn import (
     Broken,
     Conn,
@@ -49,7 +53,16 @@ from kinference.gateway.http1_conn import (
     ReadTimeout,
     UpstreamError,
 )
-from kinference.gateway.http1_send import Chunk, Sent, request_head, send, split
+from kinference.gateway.http1_send import (
+    REPLAY_MAX,
+    Chunk,
+    ReplayBudget,
+    Sent,
+    declared_length,
+    request_head,
+    send,
+    split,
+)
 
 __all__ = [
     "Broken",
@@ -80,6 +93,8 @@ class Response:
         self.status: int = conn.parser.get_status_code()
         self.headers = conn.headers
         self._closed = False
+        # An upstream compressing although asked not to; raises Broken (an unknown coding).
+        self._decoder = decoder_for(self.header("content-encoding"))
 
     def header(self, name: str) -> str:
         """The first value of header `name` (lower-case), or ""."""
@@ -90,12 +105,25 @@ class Response:
 
     @property
     def drained(self) -> bool:
-        """Nothing more will come: the body is complete and all of it was handed out."""
-        return self._conn.drained
+        """Nothing more will come: the body is complete and all of it was handed out (a
+        decoded body says so only when its iteration ends)."""
+        return self._conn.drained and self._decoder is None
+
+    @property
+    def decoded(self) -> bool:
+        """The body is decoded from the upstream's `content-encoding` (its length differs)."""
+        return self._decoder is not None
 
     async def chunks(self) -> AsyncIterator[bytes]:
+        decoder = self._decoder
         while (data := await self._conn.next_body(self._read_timeout_s)) is not None:
-            yield data
+            if decoder is None:
+                yield data
+                continue
+            for piece in decoder.feed(data):
+                yield piece
+        if decoder is not None and (tail := decoder.end()):
+            yield tail
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.chunks()])
@@ -118,10 +146,14 @@ class HttpClient:
         read_timeout_s: float,
         ssl_context: ssl.SSLContext | None = None,
         keep_spare: bool = False,
+        replay_budget: int = 0,
     ) -> None:
-        """`keep_spare`: open a connection ahead when a request leaves none idle (above)."""
+        """`keep_spare`: open a connection ahead when a request leaves none idle (above);
+        `replay_budget`: the most bytes of bodies over `REPLAY_MAX` held at once so that
+        they can be sent again (above; the gateway's is its `max_body_bytes`)."""
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
+        self._replay = ReplayBudget(replay_budget)
         self._ssl = ssl_context
         self._keep_spare = keep_spare
         self._idle: dict[Origin, list[Conn]] = {}
@@ -143,13 +175,15 @@ class HttpClient:
         if self._closed:
             raise ConnectFailed("the upstream client is closed")
         now = time.monotonic()
-        conn = self._pooled(origin, now)
+        length = declared_length(headers)
+        conn = self._pooled(origin, now) if self._replay.has_room(length) else None
         reused = conn is not None
-        if conn is None:
+        if conn is None:  # fresh: it cannot lose the race, a large body need not be held
             conn = await self._connect(origin)
         if self._keep_spare:
             self._spare(origin, now)
-        sent = Sent()
+        held = reused and length > REPLAY_MAX  # out of the budget, while the race lasts
+        sent = self._replay.hold(length, _RACE_S) if held else Sent()
         try:
             await send(conn, head, sent, body, self.read_timeout_s)
         except Broken:
@@ -161,7 +195,14 @@ class HttpClient:
             # went out, nothing came back and all of the body sent is here: once more, afresh.
             conn = await self._connect(origin)
             await send(conn, head, sent, body, self.read_timeout_s)
-        return Response(conn, self, self.read_timeout_s)
+        finally:
+            if held:
+                self._replay.let_go(sent)
+        try:
+            return Response(conn, self, self.read_timeout_s)
+        except Broken:
+            conn.drop()
+            raise
 
     def _pooled(self, origin: Origin, now: float) -> Conn | None:
         idle = self._idle.get(origin)

@@ -1,45 +1,85 @@
 """One request on one upstream connection: its head, its body, the wait for the response head.
 
-The head and a small first body chunk go out as one write. The chunks sent are kept (`Sent`,
-up to `REPLAY_MAX` bytes) until the response head arrives, so that a request which found its
-pooled connection closed by the server as it went out (the keep-alive race: an engine
+The head and a small first body chunk go out as one write. The chunks sent are kept (`Sent`:
+the references, no copies) until the response head arrives, so that a request which found
+its pooled connection closed by the server as it went out (the keep-alive race: an engine
 shutting down, or its keep-alive timer firing) can be sent again on a fresh one
-(kinference.gateway.http1 decides when).
+(kinference.gateway.http1 decides when, and how much a larger body may hold).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterable
 from urllib.parse import urlsplit
 
 from kinference.gateway.http1_conn import Broken, Conn, ConnectFailed, Origin
 
 JOIN_BELOW = 64 * 1024  # a first body chunk up to this many bytes is sent with the head
-# A request whose body is at most this many bytes can be sent again; its chunks (references,
-# no copies) are held until the response head. Larger ones are not kept: the picker frees a
-# pulled body's pieces as they go, and they would be held here instead.
+# A request whose body is at most this many bytes can always be sent again; its chunks are
+# held until the response head. A larger one is held only out of the client's replay budget
+# (the picker frees a pulled body's pieces as they go, and they would be held here instead).
 REPLAY_MAX = 256 * 1024
 
 Chunk = bytes | memoryview
 
 
 class Sent:
-    """The request body's chunks sent so far; `chunks` is None once more than `REPLAY_MAX`
-    bytes went out (the body can no longer be sent again)."""
+    """The request body's chunks sent so far; `chunks` is None once more than `limit` bytes
+    went out or `forget` was called (the body can no longer be sent again)."""
 
-    __slots__ = ("_size", "chunks")
+    __slots__ = ("_limit", "_size", "chunks", "held", "timer")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = REPLAY_MAX) -> None:
         self.chunks: list[Chunk] | None = []
         self._size = 0
+        self._limit = limit
+        self.held = 0  # bytes counted against a `ReplayBudget`
+        self.timer: asyncio.TimerHandle | None = None  # lets them go when the race is over
 
     def keep(self, chunk: Chunk) -> None:
         if self.chunks is not None:
             self._size += len(chunk)
-            if self._size > REPLAY_MAX:
+            if self._size > self._limit:
                 self.chunks = None
             else:
                 self.chunks.append(chunk)
+
+    def forget(self) -> None:
+        """Let the chunks go: the body will not be sent again."""
+        self.chunks = None
+
+
+class ReplayBudget:
+    """The most bytes of bodies over `REPLAY_MAX` held at once, so that they can be sent
+    again, and how many are held now."""
+
+    __slots__ = ("held", "total")
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.held = 0
+
+    def has_room(self, length: int) -> bool:
+        """Whether a body of `length` bytes can be held (a small one always is)."""
+        return length <= REPLAY_MAX or length <= self.total - self.held
+
+    def hold(self, length: int, for_s: float) -> Sent:
+        """A `Sent` that keeps a body of `length` bytes for at most `for_s` seconds."""
+        sent = Sent(length)
+        sent.held = length
+        self.held += length
+        sent.timer = asyncio.get_running_loop().call_later(for_s, self.let_go, sent)
+        return sent
+
+    def let_go(self, sent: Sent) -> None:
+        """Drop `sent`'s chunks and give back what it held."""
+        if sent.timer is not None:
+            sent.timer.cancel()
+            sent.timer = None
+        sent.forget()
+        self.held -= sent.held
+        sent.held = 0
 
 
 async def send(
@@ -105,3 +145,11 @@ def request_head(method: str, target: str, origin: Origin, headers: list[tuple[s
         lines.append(f"{name}: {value}")
     lines.append("\r\n")
     return "\r\n".join(lines).encode("latin-1", "replace")
+
+
+def declared_length(headers: list[tuple[str, str]]) -> int:
+    """The body length a request declares (its `content-length`), 0 if none."""
+    for name, value in headers:
+        if name == "content-length":
+            return int(value) if value.isdigit() else 0
+    return 0

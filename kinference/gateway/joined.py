@@ -11,9 +11,15 @@ and a head whose body is not is not delayed past the loop turn it was sent in.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any, cast
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+# The ASGI scope extension (`scope["extensions"][CUT]["cut"]`, called without arguments) that
+# ends a response begun, cut short: kinference.gateway.exchange calls it when its upstream
+# fails mid-body.
+CUT = "kinference.cut"
 
 
 class HeadJoiningTransport:
@@ -73,3 +79,14 @@ class HeadJoiningProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
         cast(HeadJoiningTransport, self.transport).hold_next()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # not an upgrade
+            self.scope["extensions"] = {CUT: {"cut": functools.partial(self._cut, cycle)}}
+
+    def _cut(self, cycle: RequestResponseCycle) -> None:
+        """End `cycle`'s response where it stands: the bytes written go out, then the
+        connection closes without the body's end (the client sees it cut short). The app
+        then returns quietly (uvicorn logs a response left incomplete unless its
+        connection is gone)."""
+        cycle.disconnected = True
+        self.transport.close()

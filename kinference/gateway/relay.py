@@ -64,10 +64,11 @@ class Relay:
         self._failure = ""
         self._first_due = False  # the first token went by and is not reported yet
         self._whole: bytes | None = None  # a transformed whole body, read by start()
+        self._splitter = SseSplitter()  # an event stream's, into events
         self.upstream_status = response.status
         self.status = transform.status(response.status) if transform else response.status
         self.headers = response_headers(response.headers)
-        if not self._event_stream and transform is None:
+        if not self._event_stream and transform is None and not response.decoded:
             length = response.header("content-length")
             if length:
                 self.headers.append(("content-length", length))
@@ -132,8 +133,15 @@ class Relay:
         finally:
             self._report_first()  # also when the client went away: it did come
 
+    @property
+    def between_events(self) -> bool:
+        """An event stream whose bytes sent so far end with a whole event (an event the
+        gateway adds next reaches the client as one)."""
+        splitter = self._splitter
+        return self._event_stream and not (splitter.broken or splitter.leftover)
+
     async def _events(self) -> AsyncGenerator[bytes, None]:
-        splitter, meter, transform = SseSplitter(), self._meter, self._transform
+        splitter, meter, transform = self._splitter, self._meter, self._transform
         async for chunk in self._chunks():
             first = False
             events = splitter.feed(chunk)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 import socket
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
 
-from kinference.gateway.joined import HeadJoiningProtocol
+from kinference.gateway.guard import GuardedProtocol
 from kinference.heap import start_serving
 from kinference.settings import split_host_port
 
@@ -38,14 +39,24 @@ class GatewayServer:
     """uvicorn around the gateway app; `start` returns once it accepts connections."""
 
     def __init__(
-        self, app: Any, listen: str, *, log_config: Any = None, grace_s: int | None = None
+        self,
+        app: Any,
+        listen: str,
+        *,
+        log_config: Any = None,
+        grace_s: int | None = None,
+        client_timeout_s: float | None = None,
     ) -> None:
+        """`client_timeout_s`: the gateway's setting (kinference.gateway.guard); None leaves
+        clients unbounded in time."""
         self._sock = bind(listen)
         self.port: int = self._sock.getsockname()[1]
+        # uvicorn's httptools protocol, heads joined to bodies, clients bounded.
+        protocol = functools.partial(GuardedProtocol, client_timeout_s=client_timeout_s)
         config = uvicorn.Config(
             app,
             lifespan="on",
-            http=HeadJoiningProtocol,  # uvicorn's httptools protocol, heads joined to bodies
+            http=cast(Any, protocol),  # uvicorn takes a class; it only calls it
             # The gateway's own date header only; no server header (neither ours nor the
             # upstream's: kinference.gateway.upstream drops the relayed ones).
             server_header=False,

@@ -45,6 +45,9 @@ class GatewaySettings(BaseSettings):
     connect_timeout_s: float = Field(default=10.0, gt=0)  # upstream TCP/TLS connect
     # Longest silence from the upstream, seconds: a long prompt's first token may take minutes.
     read_timeout_s: float = Field(default=600.0, gt=0)
+    # Longest a client may take to send a request head, or leave a response unread with its
+    # socket full, seconds (kinference.gateway.guard; nginx's header and send timeouts).
+    client_timeout_s: float = Field(default=60.0, gt=0)
     shutdown_grace_s: int = Field(default=30, ge=0)  # seconds for responses under way at SIGTERM
     log_level: LogLevel = "INFO"
 

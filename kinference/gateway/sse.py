@@ -49,30 +49,63 @@ def encode_event(data: bytes, name: str = "") -> bytes:
 
 
 class SseSplitter:
-    """Feed it every byte in order; it hands back each completed event once."""
+    """Feed it every byte in order; it hands back each completed event once.
+
+    An unfinished event's pieces are kept apart and looked at again only when a read could
+    end it (a line end right after a line end, in the read or across its seam): joined and
+    split once per event, not once per read. Before, each read joined and split the whole
+    event so far: a 2 MiB event in 4 KiB reads took 1.4 s of the event loop (9.4 s with
+    CRLF line ends, split line by line).
+    """
 
     def __init__(self) -> None:
-        self._pending = b""
+        self._pending: list[bytes] = []  # the unfinished event's pieces
+        self._size = 0  # their bytes
+        self._tail = b""  # their last 3 bytes
         self.broken = False  # an event grew past MAX_EVENT_BYTES: the rest is not split
         self.spilled = b""  # the unsplit bytes held when it broke (a relay sends them as is)
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
-        if self.broken:
+        if self.broken or not chunk:
             return []
-        data = self._pending + chunk if self._pending else chunk
+        pending = self._pending
+        if pending and not _may_end(self._tail, chunk):
+            pending.append(chunk)
+            self._size += len(chunk)
+            self._tail = chunk[-3:] if len(chunk) >= 3 else (self._tail + chunk)[-3:]
+            if self._size > MAX_EVENT_BYTES:
+                self.broken, self.spilled = True, b"".join(pending)
+                self._reset(b"")
+            return []
+        data = b"".join((*pending, chunk)) if pending else chunk
         if b"\r" in data:
             events, rest = _split_any(data)
         else:
             events, rest = _split_lf(data)
         if len(rest) > MAX_EVENT_BYTES:
             self.broken, self.spilled, rest = True, rest, b""
-        self._pending = rest
+        self._reset(rest)
         return events
+
+    def _reset(self, rest: bytes) -> None:
+        self._pending = [rest] if rest else []
+        self._size = len(rest)
+        self._tail = rest[-3:]
 
     @property
     def leftover(self) -> bytes:
         """Bytes after the last complete event (a stream that ended without a blank line)."""
-        return self._pending
+        return b"".join(self._pending)
+
+
+# Two line ends in a row (a blank line) hold one of these; a lone CRLF holds none.
+_BLANK = (b"\n\n", b"\r\r", b"\n\r")
+
+
+def _may_end(tail: bytes, chunk: bytes) -> bool:
+    """Whether `chunk`, after bytes ending with `tail`, may complete an event."""
+    seam = tail + chunk[:3]
+    return any(blank in chunk or blank in seam for blank in _BLANK)
 
 
 def _split_lf(data: bytes) -> tuple[list[SseEvent], bytes]:

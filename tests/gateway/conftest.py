@@ -136,7 +136,7 @@ async def start_gateway() -> AsyncIterator[GatewayFactory]:
             load_api_keys(settings.api_keys_file),
             picker=opener,
         )
-        server = GatewayServer(app_, settings.listen)
+        server = GatewayServer(app_, settings.listen, client_timeout_s=settings.client_timeout_s)
         started.append(server)
         await server.start()
         return server

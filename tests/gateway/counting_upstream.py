@@ -4,6 +4,7 @@ accepted and saw closed, and the requests it read; tests wait on those counts.""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -26,10 +27,12 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
 
 
 class Clock:
-    """`time` for the upstream client: a monotonic clock the test moves."""
+    """`time` for the upstream client: a monotonic clock the test moves, from the real one
+    (connections stamp their idle time with the real clock: a clock starting at a made-up
+    1000 s took every pooled connection for stale on a machine up for less than that)."""
 
     def __init__(self) -> None:
-        self.now = 1000.0
+        self.now = time.monotonic()
 
     def monotonic(self) -> float:
         return self.now

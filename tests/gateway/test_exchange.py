@@ -130,6 +130,7 @@ class _CutUpstream:
         self.status = 200
         self.headers = [("content-type", "application/json")]
         self.drained = False
+        self.decoded = False
         self.closed = False
 
     def header(self, name: str) -> str:

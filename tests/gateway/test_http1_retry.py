@@ -19,8 +19,8 @@ from tests.gateway.counting_upstream import OK, Clock, Upstream, body, read_requ
 Answer = tuple[int, bytes]
 
 
-def client() -> HttpClient:
-    return HttpClient(connect_timeout_s=2.0, read_timeout_s=10.0)
+def client(replay_budget: int = 0) -> HttpClient:
+    return HttpClient(connect_timeout_s=2.0, read_timeout_s=10.0, replay_budget=replay_budget)
 
 
 async def fetch(http: HttpClient, url: str, *chunks: bytes) -> Answer:
@@ -71,16 +71,81 @@ async def test_a_server_closing_each_connection_after_one_response_answers_every
         await upstream.until(lambda: upstream.open == 0)
 
 
-async def test_a_body_too_large_to_keep_is_not_sent_again() -> None:
-    """A body over `REPLAY_MAX` is not held for a second try: the race fails it, typed."""
+async def test_a_large_body_is_held_out_of_the_budget_and_sent_again() -> None:
+    """A body over `REPLAY_MAX` on a pooled connection is held out of the replay budget
+    while the race lasts (before: 502), and the budget is given back."""
+    half = b"x" * (REPLAY_MAX // 2 + 1)
+    async with one_response_then("fin") as upstream:
+        http = client(replay_budget=4 * REPLAY_MAX)
+        try:
+            assert await fetch(http, upstream.url) == (200, b"ok")
+            assert await fetch(http, upstream.url, half, half) == (200, b"ok")
+            assert upstream.accepted == 2 and http._replay.held == 0  # the pooled one lost the race
+        finally:
+            await http.aclose()
+        await upstream.until(lambda: upstream.open == 0)
+
+
+async def test_a_large_body_without_room_in_the_budget_goes_out_on_a_fresh_connection() -> None:
+    """No budget: a large body never takes a pooled connection (one cannot lose the race)."""
     half = b"x" * (REPLAY_MAX // 2 + 1)
     async with one_response_then("fin") as upstream:
         http = client()
         try:
             assert await fetch(http, upstream.url) == (200, b"ok")
-            with pytest.raises(Broken):
-                await fetch(http, upstream.url, half, half)
-            assert upstream.accepted == 1
+            assert await fetch(http, upstream.url, half, half) == (200, b"ok")
+            assert upstream.accepted == 2
+            assert await fetch(http, upstream.url, b"{}") == (200, b"ok")  # a small one: pooled
+            assert upstream.accepted == 3  # it lost the race on a pooled one, sent again
+        finally:
+            await http.aclose()
+        await upstream.until(lambda: upstream.open == 0)
+
+
+async def test_the_budget_bounds_the_large_bodies_held_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two large bodies at once with room for one: the second takes a fresh connection
+    instead of a pooled one; what was held is given back at the response head."""
+    monkeypatch.setattr(http1, "_RACE_S", 600.0)  # no timer lets go during the test
+    big = b"x" * (REPLAY_MAX + 1)
+    async with Upstream() as upstream:
+        http = client(replay_budget=len(big))
+        try:
+            warm = [fetch(http, upstream.url, b"{}") for _ in range(2)]
+            assert await asyncio.gather(*warm) == [(200, b"ok")] * 2
+            assert upstream.accepted == 2  # both pooled now
+            upstream.gate.clear()
+            first = asyncio.ensure_future(fetch(http, upstream.url, big))
+            await upstream.until(lambda: upstream.requests == 3)
+            assert http._replay.held == len(big) and upstream.accepted == 2
+            second = asyncio.ensure_future(fetch(http, upstream.url, big))
+            await upstream.until(lambda: upstream.requests == 4)
+            assert http._replay.held == len(big) and upstream.accepted == 3
+            upstream.gate.set()
+            assert await asyncio.gather(first, second) == [(200, b"ok")] * 2
+            assert http._replay.held == 0
+        finally:
+            await http.aclose()
+        await upstream.until(lambda: upstream.open == 0)
+
+
+async def test_a_large_body_is_let_go_when_the_race_is_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A large body is held for `_RACE_S`, not until a late response head."""
+    monkeypatch.setattr(http1, "_RACE_S", 0.0)  # over as soon as the request went out
+    big = b"x" * (REPLAY_MAX + 1)
+    async with Upstream() as upstream:
+        http = client(replay_budget=len(big))
+        try:
+            assert await fetch(http, upstream.url, b"{}") == (200, b"ok")
+            upstream.gate.clear()
+            late = asyncio.ensure_future(fetch(http, upstream.url, big))
+            await upstream.until(lambda: upstream.requests == 2)
+            assert upstream.accepted == 1 and http._replay.held == 0  # pooled, and let go
+            upstream.gate.set()
+            assert await late == (200, b"ok")
         finally:
             await http.aclose()
         await upstream.until(lambda: upstream.open == 0)

@@ -47,7 +47,7 @@ class Engine(Upstream):
 
 
 @pytest.mark.parametrize("mode", ["remote", "in-process"])
-async def test_every_request_is_answered_and_a_large_body_fails_cleanly(
+async def test_every_request_is_answered_a_large_body_too(
     mode: str, start_picker: PickerFactory, start_gateway: GatewayFactory
 ) -> None:
     async with Engine() as engine:
@@ -66,11 +66,11 @@ async def test_every_request_is_answered_and_a_large_body_fails_cleanly(
                 response = await http.post("/v1/chat/completions", json=request)
                 assert response.status_code == 200, response.text
                 assert engine.answered == n  # after the first: reset, sent again
-            # Over 256 KiB (pulled in either mode): not held for a second try.
+            # Over 256 KiB (pulled in either mode): held out of the replay budget while
+            # the race lasts and sent again (before: 502).
             messages = [{"role": "user", "content": "x" * 300_000}]
             request = {"model": MODEL, "messages": messages, "max_tokens": 4}
             response = await http.post("/v1/chat/completions", json=request)
-            assert response.status_code == 502, response.text
-            assert response.json()["error"]["code"] == "upstream_error"
-            assert engine.answered == 5
+            assert response.status_code == 200, response.text
+            assert engine.answered == 6
         await wait_until(lambda: nothing_held(picker), what="nothing held")

@@ -24,6 +24,7 @@ class Upstream:
         self.headers = [("content-type", content_type), ("date", "x"), ("server", "engine")]
         self._chunks = chunks
         self.drained = False
+        self.decoded = False
         self.closed = False
 
     def header(self, name: str) -> str:

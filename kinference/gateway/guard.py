@@ -1,0 +1,163 @@
+"""The bounds a client of the gateway's HTTP server cannot pass: a request head's size, the
+time it takes to send one, and how long it may leave a response unread.
+
+uvicorn's httptools protocol has none of them: a request head grows in memory without
+limit (httptools holds an unfinished header whole, and joins each new piece onto it: 200 MiB
+of one header line took 100 s of the event loop's CPU), and a connection that sends half a
+request line, or nothing at all, or stops reading its response, is held for ever (with its
+upstream connection and the picker's count of it as load). As nginx bounds them
+(`large_client_header_buffers`, `client_header_timeout`, `send_timeout`):
+
+- a head over `REQUEST_HEAD_MAX` bytes is answered 431 and the connection closed;
+- a connection whose request head is not whole `client_timeout_s` after it opened or after
+  the head's first byte is closed (with a 408 when any of it came);
+- a response whose client leaves its socket full for `client_timeout_s` in a row has its
+  connection reset; the request ends as for a client hanging up (its Abort goes out).
+
+The body is not bounded here: uvicorn stops reading above 64 KiB unread, and a body that
+stalls is failed by the picker's idle timeout (408). One timer per connection, moved only
+when it fires early.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, cast
+
+from kinference.gateway.errors import GatewayError
+from kinference.gateway.joined import HeadJoiningProtocol, HeadJoiningTransport
+
+log = logging.getLogger(__name__)
+
+# The most bytes a request head (request line and headers) may take; nginx's default
+# allows 32 KiB (4 buffers of 8 KiB), Node's 16 KiB.
+REQUEST_HEAD_MAX = 64 * 1024
+_LINGER_S = 2.0  # how long a refused client's bytes are read and dropped before closing
+
+
+class _HeadTooLarge(Exception):
+    """Raised in a parser callback to stop parsing a head over the limit."""
+
+
+class GuardedProtocol(HeadJoiningProtocol):
+    """uvicorn's protocol (heads joined) with the bounds above; `client_timeout_s` None
+    leaves time unbounded (only the head's size is)."""
+
+    def __init__(self, *args: Any, client_timeout_s: float | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._timeout_s = client_timeout_s
+        self._head_since: float | None = None  # loop time a head began (or the connection)
+        self._heads = 0  # heads begun on this connection
+        self._head_bytes = 0  # bytes of the current head, in reads wholly within it
+        self._stalled_since: float | None = None  # loop time the client's socket filled
+        self._timer: asyncio.TimerHandle | None = None
+        self._refused = False  # answered with an error, closing
+        self._too_large = False  # a whole head measured over the limit
+        self._read = 0  # bytes in the read being parsed
+        self._first_read = 0  # bytes in the read the current head began in
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._head_began()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # read and dropped until the connection closes (the answer must not be lost)
+        heads, in_head = self._heads, self._head_since is not None
+        self._read = len(data)
+        super().data_received(data)
+        if in_head and self._head_since is not None and self._heads == heads:
+            self._head_bytes += len(data)  # a read in the middle of one head
+            if self._head_bytes > REQUEST_HEAD_MAX and not self.transport.is_closing():
+                log.warning("client %s: request head over %d bytes", _who(self), REQUEST_HEAD_MAX)
+                self._refuse(431, "request_header_too_large", "the request head is too large")
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._heads += 1
+        self._head_began()
+        self._first_read = self._read
+
+    def on_headers_complete(self) -> None:
+        self._head_since = None
+        # The reads the head came in are an upper bound of its size; only past the limit is
+        # the head measured (a whole head arrives in one or two reads, which the count of
+        # the reads in its middle misses).
+        if self._head_bytes + self._first_read + self._read > REQUEST_HEAD_MAX:
+            size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+            if size > REQUEST_HEAD_MAX:
+                self._too_large = True
+                raise _HeadTooLarge  # stops the parser; uvicorn answers 400, below
+        super().on_headers_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        if self._too_large:
+            log.warning("client %s: request head over %d bytes", _who(self), REQUEST_HEAD_MAX)
+            self._refuse(431, "request_header_too_large", "the request head is too large")
+        else:
+            super().send_400_response(msg)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._stalled_since = self.loop.time()
+        self._arm(self._stalled_since)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._stalled_since = None
+
+    def _head_began(self) -> None:
+        self._head_since = self.loop.time()
+        self._head_bytes = 0
+        self._arm(self._head_since)
+
+    def _arm(self, since: float) -> None:
+        if self._timer is None and self._timeout_s is not None:
+            self._timer = self.loop.call_at(since + self._timeout_s, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        if self._timeout_s is None or self.transport.is_closing():
+            return
+        waits = [t for t in (self._head_since, self._stalled_since) if t is not None]
+        if not waits:
+            return  # nothing pending: the next head or full socket arms the timer again
+        since = min(waits)
+        if self.loop.time() < since + self._timeout_s:
+            self._arm(since)
+        elif since == self._stalled_since:
+            log.warning("client %s: left the response unread for %gs", _who(self), self._timeout_s)
+            self.transport.abort()
+        elif self._heads:
+            log.warning("client %s: request head not whole in %gs", _who(self), self._timeout_s)
+            self._refuse(408, "request_timeout", "the request head did not arrive in time")
+        else:
+            self.transport.close()  # a connection that never said anything
+
+    def _refuse(self, status: int, code: str, message: str) -> None:
+        """Answer with the error JSON and close the connection."""
+        reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
+        body = GatewayError(status, code, message).body()
+        self.transport.write(
+            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%s" % (status, reason, len(body), body)
+        )
+        # A lingering close (nginx's): closed with unread bytes, the socket would send a
+        # reset, which can reach the client before the answer does. Ends the writing side,
+        # then drops what comes for `_LINGER_S` (or until the client closes).
+        self._refused = True
+        cast(HeadJoiningTransport, self.transport).flush()
+        self.transport.write_eof()
+        self.loop.call_later(_LINGER_S, self.transport.close)
+
+
+def _who(protocol: GuardedProtocol) -> str:
+    client = protocol.client
+    return f"{client[0]}:{client[1]}" if client else "?"

@@ -1,0 +1,108 @@
+"""An engine failing after its response head went out, end to end through the real server:
+the client's response ends as clients expect (an error event for a stream, a cut body
+otherwise), the failure is counted and aborted, one line is logged and no traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import httpx
+import pytest
+
+from kinference.config import parse_policy
+from kinference.gateway.errors import GatewayError
+from tests.api.helpers import nothing_held, wait_until
+from tests.conftest import MODEL, PickerFactory, RunningPicker
+from tests.gateway.conftest import GatewayFactory, free_port, policy_text
+from tests.gateway.counting_upstream import Upstream, read_request
+
+EVENT = b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+JSON_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n"
+# What each engine sends before its connection dies: a whole event, half an event, part of
+# a JSON body.
+SENT = {
+    "between-events": SSE_HEAD + b"%x\r\n%s\r\n" % (len(EVENT), EVENT),
+    "mid-event": SSE_HEAD + b"%x\r\n%s\r\n" % (len(EVENT) - 5, EVENT[:-5]),
+    "json": JSON_HEAD + b'{"id":"c1",',
+}
+
+
+def dying(sent: bytes, *, stall: bool = False) -> Upstream:
+    """Sends `sent`, then resets the connection, or (`stall`) goes silent."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(sent)
+        await writer.drain()
+        if stall:
+            await reader.read()  # until the gateway gives up and closes
+        writer.transport.abort()
+        raise ConnectionResetError
+
+    return Upstream(answer)
+
+
+async def gateway_to(
+    upstream: Upstream, start_picker: PickerFactory, start_gateway: GatewayFactory
+) -> tuple[RunningPicker, str]:
+    dead = f"127.0.0.1:{free_port()}"
+    endpoint = upstream.url.removeprefix("http://")
+    picker = await start_picker(parse_policy(policy_text([endpoint], dead, dead)))
+    gateway = await start_gateway(picker.target, read_timeout_s=0.3)  # a stall: 0.3 s
+    return picker, f"http://127.0.0.1:{gateway.port}"
+
+
+def failed_502(metrics: str) -> bool:
+    return any(
+        line.startswith("kinference_gateway_requests_total{") and 'status="502"' in line
+        for line in metrics.splitlines()
+    )
+
+
+@pytest.mark.parametrize("stall", [False, True], ids=["reset", "stall"])
+@pytest.mark.parametrize("where", ["between-events", "mid-event", "json"])
+async def test_an_upstream_dying_mid_response_ends_it_as_clients_expect(
+    where: str,
+    stall: bool,
+    start_picker: PickerFactory,
+    start_gateway: GatewayFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Reset, or silent past the read timeout, after the head and some of the body."""
+    caplog.set_level(logging.WARNING)
+    async with dying(SENT[where], stall=stall) as upstream:
+        picker, url = await gateway_to(upstream, start_picker, start_gateway)
+        request = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+        async with httpx.AsyncClient(base_url=url, timeout=30, trust_env=False) as http:
+            async with http.stream("POST", "/v1/chat/completions", json=request) as response:
+                assert response.status_code == 200
+                if where == "between-events":  # the stream ends, its last event the error
+                    body = await response.aread()
+                    assert body.startswith(EVENT)
+                    error = json.loads(body[len(EVENT) :].removeprefix(b"data: "))
+                    assert error["error"]["code"] == "upstream_error"
+                else:  # cut short: the client cannot take it for whole
+                    with pytest.raises(httpx.RemoteProtocolError):
+                        await response.aread()
+            metrics = (await http.get("/metrics")).text
+        await wait_until(lambda: nothing_held(picker), what="the picker told (Abort)")
+    assert failed_502(metrics)
+    assert not any(record.exc_info for record in caplog.records), caplog.text
+    lines = [r.getMessage() for r in caplog.records if "mid-response" in r.getMessage()]
+    assert len(lines) == 1 and "hi" not in lines[0], caplog.text  # one line, no body
+
+
+def test_the_error_event_takes_each_api_s_shape() -> None:
+    error = GatewayError(502, "upstream_error", "the upstream failed mid-stream")
+    openai = error.event("/v1/chat/completions")
+    assert openai.startswith(b"data: {") and openai.endswith(b"\n\n")
+    assert json.loads(openai[6:])["error"]["code"] == "upstream_error"
+    anthropic = error.event("/v1/messages")
+    name, data = anthropic.split(b"\n", 1)
+    assert name == b"event: error"
+    assert json.loads(data.removeprefix(b"data: "))["error"]["type"] == "api_error"
