@@ -41,9 +41,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable
 
-from kinference.gateway.decoded import decoder_for
 from kinference.gateway.http1_conn import (
     Broken,
     Conn,
@@ -53,6 +52,7 @@ from kinference.gateway.http1_conn import (
     ReadTimeout,
     UpstreamError,
 )
+from kinference.gateway.http1_response import Response
 from kinference.gateway.http1_send import (
     REPLAY_MAX,
     Chunk,
@@ -81,59 +81,6 @@ _MAX_IDLE_PER_ORIGIN = 64
 # round trip) and the request goes again; one that breaks later may have been worked on (a
 # provider dropping a long non-streamed generation): sent again it could be billed twice.
 _RACE_S = 1.0
-
-
-class Response:
-    """An upstream response whose head has arrived; its body is read with `chunks()`."""
-
-    def __init__(self, conn: Conn, client: HttpClient, read_timeout_s: float) -> None:
-        self._conn = conn
-        self._client = client
-        self._read_timeout_s = read_timeout_s
-        self.status: int = conn.parser.get_status_code()
-        self.headers = conn.headers
-        self._closed = False
-        # An upstream compressing although asked not to; raises Broken (an unknown coding).
-        self._decoder = decoder_for(self.header("content-encoding"))
-
-    def header(self, name: str) -> str:
-        """The first value of header `name` (lower-case), or ""."""
-        for key, value in self.headers:
-            if key == name:
-                return value
-        return ""
-
-    @property
-    def drained(self) -> bool:
-        """Nothing more will come: the body is complete and all of it was handed out (a
-        decoded body says so only when its iteration ends)."""
-        return self._conn.drained and self._decoder is None
-
-    @property
-    def decoded(self) -> bool:
-        """The body is decoded from the upstream's `content-encoding` (its length differs)."""
-        return self._decoder is not None
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        decoder = self._decoder
-        while (data := await self._conn.next_body(self._read_timeout_s)) is not None:
-            if decoder is None:
-                yield data
-                continue
-            for piece in decoder.feed(data):
-                yield piece
-        if decoder is not None and (tail := decoder.end()):
-            yield tail
-
-    async def read(self) -> bytes:
-        return b"".join([chunk async for chunk in self.chunks()])
-
-    def close(self) -> None:
-        """Done with the response: a finished connection goes back to the pool."""
-        if self._closed:
-            return
-        self._closed = True
-        self._client.release(self._conn)
 
 
 class HttpClient:
