@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 # The most bytes a request head (request line and headers) may take; nginx's default
 # allows 32 KiB (4 buffers of 8 KiB), Node's 16 KiB.
 REQUEST_HEAD_MAX = 64 * 1024
+_UVICORN_PARSER_ERROR = "Invalid HTTP request received."
 _LINGER_S = 2.0  # how long a refused client's bytes are read and dropped before closing
 
 
@@ -94,6 +95,7 @@ class GuardedProtocol(HeadJoiningProtocol):
             size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
             if size > REQUEST_HEAD_MAX:
                 self._too_large = True
+                self.logger = _without_parser_warning(self.logger)  # ours is the one line
                 raise _HeadTooLarge  # stops the parser; uvicorn answers 400, below
         super().on_headers_complete()
 
@@ -156,6 +158,16 @@ class GuardedProtocol(HeadJoiningProtocol):
         cast(HeadJoiningTransport, self.transport).flush()
         self.transport.write_eof()
         self.loop.call_later(_LINGER_S, self.transport.close)
+
+
+def _without_parser_warning(logger: logging.Logger) -> logging.Logger:
+    """`logger` (uvicorn's, for one connection) without the warning uvicorn logs for a
+    parser error, "Invalid HTTP request received.": a head refused as too large is logged
+    once, by us. The records go to `logger`'s handlers and its parents' as before."""
+    quiet = logging.Logger(logger.name)
+    quiet.parent = logger
+    quiet.addFilter(lambda record: record.msg != _UVICORN_PARSER_ERROR)
+    return quiet
 
 
 def _who(protocol: GuardedProtocol) -> str:

@@ -14,6 +14,7 @@ stream's bytes are forwarded exactly as received.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator, Callable
 
 from kinference.gateway.hooks import ResponseTransform
@@ -24,6 +25,8 @@ from kinference.gateway.timing import TokenClock
 from kinference.gateway.upstream import response_headers
 from kinference.gateway.usage import ResponseMeter, Usage
 from kinference.v1 import picker_pb2 as pb
+
+log = logging.getLogger(__name__)
 
 _ERROR_FROM = 400  # upstream statuses from here on end the request with an Abort
 
@@ -173,6 +176,10 @@ class Relay:
             async for chunk in self.response.chunks():
                 yield chunk
         except UpstreamError as exc:
+            if self._meter.ended:  # after the stream's own end: the response is whole
+                log.debug("upstream closed uncleanly after the stream's end: %s %s",
+                          type(exc).__name__, exc)  # fmt: skip
+                return
             self._failure = f"upstream failed mid-response: {type(exc).__name__}"
             raise
 

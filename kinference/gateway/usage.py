@@ -45,6 +45,9 @@ class ResponseMeter:
         self._pending = bytearray()  # JSON: the body so far
         self._splitter = SseSplitter()
         self._broken = False  # too large to follow: stop parsing, keep timing what we can
+        # The stream's own end went by (OpenAI `data: [DONE]`, Anthropic `message_stop`):
+        # the response is whole whatever happens to the connection after it.
+        self.ended = False
 
     def feed(self, chunk: bytes) -> bool:
         """Account for `chunk`; True when it carried the response's first token."""
@@ -86,11 +89,15 @@ class ResponseMeter:
         """Account for one server-sent event; True when it carried the first token."""
         document = event.json()
         if document is None:
+            self.ended |= event.done
             return False
         # Once the model is known, only a usage can change anything (most events: neither).
         if not self.usage.model or not _NOTHING_TO_OBSERVE.isdisjoint(document):
             self._observe(document)
-        return _has_content(document) and self.clock.token()
+        if _has_content(document):
+            return self.clock.token()
+        self.ended |= event.name == "message_stop"  # looked at only past content events
+        return False
 
     def _observe(self, event: dict[str, Any]) -> None:
         for holder in (event, event.get("response"), event.get("message")):

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
+
+import pytest
 
 from kinference.config import parse_policy
 from kinference.gateway.guard import REQUEST_HEAD_MAX
@@ -54,6 +57,22 @@ async def test_a_request_head_too_large_is_431_and_closed(
     status, body = await answer(reader)
     assert status == 431 and json.loads(body)["error"]["code"] == "request_header_too_large"
     writer.close()
+
+
+async def test_a_whole_head_too_large_is_one_refusal_one_line(
+    start_picker: PickerFactory, start_gateway: GatewayFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A whole head over the limit, measured at its end (it stops uvicorn's parser). Before:
+    uvicorn's "Invalid HTTP request received." was logged beside ours."""
+    caplog.set_level(logging.WARNING)
+    _picker, port = await gateway(start_picker, start_gateway)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(LINE + b"x-big: " + b"a" * 2 * REQUEST_HEAD_MAX + b"\r\n\r\n")
+    status, _body = await answer(reader)
+    writer.close()
+    assert status == 431
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 1 and "request head over" in lines[0], lines
 
 
 async def test_a_request_head_sent_too_slowly_is_408_and_closed(

@@ -106,3 +106,44 @@ def test_the_error_event_takes_each_api_s_shape() -> None:
     name, data = anthropic.split(b"\n", 1)
     assert name == b"event: error"
     assert json.loads(data.removeprefix(b"data: "))["error"]["type"] == "api_error"
+
+
+USAGE = b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}\n\n'
+# A stream sent to its own end: OpenAI's `[DONE]`, Anthropic's `message_stop`.
+WHOLE = {
+    "done": EVENT + USAGE + b"data: [DONE]\n\n",
+    "message_stop": EVENT + USAGE + b'event: message_stop\ndata: {"type":"message_stop"}\n\n',
+}
+
+
+@pytest.mark.parametrize("stall", [False, True], ids=["reset", "stall"])
+@pytest.mark.parametrize("end", ["done", "message_stop"])
+async def test_an_upstream_failing_after_the_stream_s_end_is_a_success(
+    end: str,
+    stall: bool,
+    start_picker: PickerFactory,
+    start_gateway: GatewayFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The stream's end went by, then the connection reset or went silent: the client gets
+    the stream whole and its normal end, nothing appended; a success in the metrics and for
+    the picker (its final report with the usage seen). Before: an error event, a 502, an
+    Abort and a warning."""
+    caplog.set_level(logging.WARNING)
+    stream = WHOLE[end]
+    async with dying(SSE_HEAD + b"%x\r\n%s\r\n" % (len(stream), stream), stall=stall) as upstream:
+        picker, url = await gateway_to(upstream, start_picker, start_gateway)
+        request = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+        async with httpx.AsyncClient(base_url=url, timeout=30, trust_env=False) as http:
+            async with http.stream("POST", "/v1/chat/completions", json=request) as response:
+                assert response.status_code == 200
+                # The usage chunk the client did not ask for is hidden, as on a normal end.
+                assert await response.aread() == stream.replace(USAGE, b"")
+            metrics = (await http.get("/metrics")).text
+        await wait_until(lambda: nothing_held(picker), what="the picker told")
+    assert not failed_502(metrics)
+    assert picker.metric("kinference_reports_total", {"kind": "final_token", "known": "true"}) == 1
+    assert picker.metric("kinference_reports_total", {"kind": "abort", "known": "true"}) == 0
+    assert picker.metric("kinference_tokens_total", {"kind": "prompt"}) == 7
+    assert picker.metric("kinference_tokens_total", {"kind": "completion"}) == 3
+    assert not caplog.records, caplog.text  # no warning: at most a debug line
