@@ -45,7 +45,7 @@ class ResponseMeter:
         self._pending = bytearray()  # JSON: the body so far
         self._splitter = SseSplitter()
         self._broken = False  # too large to follow: stop parsing, keep timing what we can
-        # The stream's own end went by (OpenAI `data: [DONE]`, Anthropic `message_stop`):
+        # The stream's own end went by (OpenAI `data: [DONE]`, a terminal `_END_EVENTS`):
         # the response is whole whatever happens to the connection after it.
         self.ended = False
 
@@ -96,7 +96,7 @@ class ResponseMeter:
             self._observe(document)
         if _has_content(document):
             return self.clock.token()
-        self.ended |= event.name == "message_stop"  # looked at only past content events
+        self.ended |= event.name in _END_EVENTS  # looked at only past content events
         return False
 
     def _observe(self, event: dict[str, Any]) -> None:
@@ -120,6 +120,13 @@ class ResponseMeter:
         if cached is not None:
             self.usage.cached_tokens = cached
         self.usage.from_response |= prompt is not None or completion is not None
+
+
+# Named events that end a stream whole: Anthropic's, and the Responses API's terminal ones
+# (which send no `[DONE]`).
+_END_EVENTS = frozenset(
+    {"message_stop", "response.completed", "response.failed", "response.incomplete"}
+)
 
 
 def _has_content(event: dict[str, Any]) -> bool:

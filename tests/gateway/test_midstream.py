@@ -109,15 +109,20 @@ def test_the_error_event_takes_each_api_s_shape() -> None:
 
 
 USAGE = b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}\n\n'
-# A stream sent to its own end: OpenAI's `[DONE]`, Anthropic's `message_stop`.
+# A stream sent to its own end: OpenAI's `[DONE]`, Anthropic's `message_stop`, the
+# Responses API's `response.completed`.
 WHOLE = {
     "done": EVENT + USAGE + b"data: [DONE]\n\n",
     "message_stop": EVENT + USAGE + b'event: message_stop\ndata: {"type":"message_stop"}\n\n',
+    # The Responses API's terminal event (no `[DONE]` follows it).
+    "response.completed": EVENT
+    + USAGE
+    + b'event: response.completed\ndata: {"type":"response.completed"}\n\n',
 }
 
 
 @pytest.mark.parametrize("stall", [False, True], ids=["reset", "stall"])
-@pytest.mark.parametrize("end", ["done", "message_stop"])
+@pytest.mark.parametrize("end", sorted(WHOLE))
 async def test_an_upstream_failing_after_the_stream_s_end_is_a_success(
     end: str,
     stall: bool,
