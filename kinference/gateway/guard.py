@@ -77,8 +77,7 @@ class GuardedProtocol(HeadJoiningProtocol):
         if in_head and self._head_since is not None and self._heads == heads:
             self._head_bytes += len(data)  # a read in the middle of one head
             if self._head_bytes > REQUEST_HEAD_MAX and not self.transport.is_closing():
-                log.warning("client %s: request head over %d bytes", _who(self), REQUEST_HEAD_MAX)
-                self._refuse(431, "request_header_too_large", "the request head is too large")
+                self._refuse_large()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -101,8 +100,7 @@ class GuardedProtocol(HeadJoiningProtocol):
 
     def send_400_response(self, msg: str) -> None:
         if self._too_large:
-            log.warning("client %s: request head over %d bytes", _who(self), REQUEST_HEAD_MAX)
-            self._refuse(431, "request_header_too_large", "the request head is too large")
+            self._refuse_large()
         else:
             super().send_400_response(msg)
 
@@ -142,6 +140,11 @@ class GuardedProtocol(HeadJoiningProtocol):
             self._refuse(408, "request_timeout", "the request head did not arrive in time")
         else:
             self.transport.close()  # a connection that never said anything
+
+    def _refuse_large(self) -> None:
+        """A head over `REQUEST_HEAD_MAX`, found in its middle or at its end: one line, 431."""
+        log.warning("client %s: request head over %d bytes", _who(self), REQUEST_HEAD_MAX)
+        self._refuse(431, "request_header_too_large", "the request head is too large")
 
     def _refuse(self, status: int, code: str, message: str) -> None:
         """Answer with the error JSON and close the connection."""

@@ -26,16 +26,17 @@ Chunk = bytes | memoryview
 
 class Sent:
     """The request body's chunks sent so far; `chunks` is None once more than `limit` bytes
-    went out or `forget` was called (the body can no longer be sent again)."""
+    went out or the hold was let go (the body can no longer be sent again). `held` bytes
+    are counted against a `ReplayBudget` until `let_go`."""
 
-    __slots__ = ("_limit", "_size", "chunks", "held", "timer")
+    __slots__ = ("_limit", "_size", "_timer", "chunks", "held")
 
-    def __init__(self, limit: int = REPLAY_MAX) -> None:
+    def __init__(self, limit: int = REPLAY_MAX, held: int = 0) -> None:
         self.chunks: list[Chunk] | None = []
         self._size = 0
         self._limit = limit
-        self.held = 0  # bytes counted against a `ReplayBudget`
-        self.timer: asyncio.TimerHandle | None = None  # lets them go when the race is over
+        self.held = held
+        self._timer: asyncio.TimerHandle | None = None  # lets them go when the race is over
 
     def keep(self, chunk: Chunk) -> None:
         if self.chunks is not None:
@@ -45,9 +46,18 @@ class Sent:
             else:
                 self.chunks.append(chunk)
 
-    def forget(self) -> None:
-        """Let the chunks go: the body will not be sent again."""
+    def expire(self, timer: asyncio.TimerHandle) -> None:
+        """`timer` lets the hold go when it fires (cancelled by an earlier `let_go`)."""
+        self._timer = timer
+
+    def let_go(self) -> int:
+        """Drop the chunks and end the hold; the bytes it held (0 the second time)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.chunks = None
+        held, self.held = self.held, 0
+        return held
 
 
 class ReplayBudget:
@@ -66,20 +76,14 @@ class ReplayBudget:
 
     def hold(self, length: int, for_s: float) -> Sent:
         """A `Sent` that keeps a body of `length` bytes for at most `for_s` seconds."""
-        sent = Sent(length)
-        sent.held = length
+        sent = Sent(length, held=length)
         self.held += length
-        sent.timer = asyncio.get_running_loop().call_later(for_s, self.let_go, sent)
+        sent.expire(asyncio.get_running_loop().call_later(for_s, self.let_go, sent))
         return sent
 
     def let_go(self, sent: Sent) -> None:
         """Drop `sent`'s chunks and give back what it held."""
-        if sent.timer is not None:
-            sent.timer.cancel()
-            sent.timer = None
-        sent.forget()
-        self.held -= sent.held
-        sent.held = 0
+        self.held -= sent.let_go()
 
 
 async def send(
