@@ -11,6 +11,11 @@ FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_NO_INPUT=1
+# A C compiler and libc's headers, for the wheel's optional C extensions (kinference/native,
+# setup.py); the final stage runs the compiled extension and needs neither.
+RUN apt-get update \
+    && apt-get install --yes --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 # Optional dependency groups of pyproject.toml to include, space-separated: k8s is what
 # KINFERENCE_DISCOVERY=kubernetes needs, gateway what `kinference gateway` needs, kv-events
 # what pools in precise prefix mode need. Never dev (test tools).
@@ -23,13 +28,15 @@ COPY pyproject.toml ./
 RUN python3 -m venv /opt/kinference \
     && python3 -c "import sys, tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; deps = p['dependencies'] + [d for e in sys.argv[1:] for d in p['optional-dependencies'][e]]; print(*(d for d in deps if not d.startswith('kinference')), sep='\n')" ${EXTRAS} > /tmp/requirements.txt \
     && /opt/kinference/bin/pip install --requirement /tmp/requirements.txt
-COPY README.md ./
+COPY README.md setup.py ./
 COPY kinference ./kinference
-# Build the project's wheel and install it into the venv beside its dependencies (checked);
-# pip and setuptools are not needed at run time.
+# Build the project's wheel (its C extensions compiled) and install it into the venv beside
+# its dependencies (checked; the extension must import: a silent pure-Python fallback would
+# cost CPU on every Pick); pip and setuptools are not needed at run time.
 RUN /opt/kinference/bin/pip wheel --no-deps --wheel-dir /wheels . \
     && /opt/kinference/bin/pip install --no-deps /wheels/kinference-*.whl \
     && /opt/kinference/bin/pip check \
+    && /opt/kinference/bin/python -c "import kinference.native._chain" \
     && /opt/kinference/bin/pip uninstall --yes pip setuptools \
     && /opt/kinference/bin/kinference --version
 

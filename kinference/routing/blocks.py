@@ -12,14 +12,7 @@ import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from kinference.routing.chain import (
-    PYTHON_BLOCKS,
-    chain_values,
-    hashes_python,
-    mix64,
-    mix64_into,
-    unmix,
-)
+from kinference.routing.chain import ChainTuple, chain_function, chain_tuple, mix64
 
 __all__ = ["SEPARATOR", "PrefixHasher", "block_hashes", "mix64"]
 
@@ -54,14 +47,7 @@ def block_hashes(
     the same in every process (no `hash()`), so replicas can share them.
     """
     data = _leading_bytes(segments, block_bytes * max_blocks)
-    return _hash_blocks(model, data, block_bytes, min(len(data) // block_bytes, max_blocks))
-
-
-def _hash_blocks(model: str, data: bytes, block_bytes: int, count: int) -> list[int]:
-    if count == 0:
-        return []
-    hashes: list[int] = mix64_into(chain_values(model, data, block_bytes, count)).tolist()
-    return hashes
+    return list(chain_tuple(model, data, block_bytes, min(len(data) // block_bytes, max_blocks)))
 
 
 class _Known:
@@ -93,7 +79,8 @@ class PrefixHasher:
     same int objects, which the prefix index then finds by identity). The hashes of the
     last `capacity` distinct prefixes (within `max_interned_bytes`) are handed out as one
     tuple each (`_cache`, keyed by the count and the last chained hash): the prefix index
-    knows a prompt recorded twice in a row by that tuple's identity.
+    knows a prompt recorded twice in a row by that tuple's identity. The chain is computed
+    in C where the extension is built (`kinference.native`; `native=False`: in Python).
     """
 
     def __init__(
@@ -101,7 +88,10 @@ class PrefixHasher:
         capacity: int = 512,
         max_known_bytes: int = MAX_KNOWN_BYTES,
         max_interned_bytes: int = MAX_INTERNED_BYTES,
+        *,
+        native: bool = True,
     ) -> None:
+        self._chain: ChainTuple = chain_function(native)
         self.capacity = capacity
         self.max_known_bytes = max_known_bytes
         self.max_interned_bytes = max_interned_bytes
@@ -137,12 +127,24 @@ class PrefixHasher:
         if count == 0:
             return ()
         if known is None:
-            hashes = tuple(_hash_blocks(model, data, block_bytes, count))
+            hashes = self._chain(model, data, block_bytes, count)
         else:
-            hashes = _continued(model, data, block_bytes, count, known, equal=equal // block_bytes)
+            hashes = self._continued(
+                model, data, block_bytes, count, known=known, equal=equal // block_bytes
+            )
         kept = _bounded(segments, len(ends), block_bytes * max_blocks)
         self._remember(family, None if kept is None else _Known(kept, data, ends, hashes))
         return self._interned((model, block_bytes, count, hashes[-1]), hashes)
+
+    def _continued(
+        self, model: str, data: bytes, block_bytes: int, count: int, *, known: _Known, equal: int
+    ) -> tuple[int, ...]:
+        """The hashes of `count` blocks of `data`, whose first `equal` are `known`'s:
+        `known`'s as far as the bytes agree, the rest chained on from there."""
+        same = _same_blocks(data, known, block_bytes, count, equal)
+        if same == len(known.hashes) == count:
+            return known.hashes
+        return self._chain(model, data, block_bytes, count, known=known.hashes, same=same)
 
     def _remember(self, family: tuple[str, int, int, str], known: _Known | None) -> None:
         """Keep `known` as its family's last prompt (None, or one costing more than all may:
@@ -190,28 +192,6 @@ def _repeated(segments: Sequence[str], known: _Known, wanted: int) -> bool:
     encoded = len(known.ends)
     whole = encoded == len(segments) or known.ends[-1] >= wanted
     return whole and segments[:encoded] == known.segments
-
-
-def _continued(
-    model: str, data: bytes, block_bytes: int, count: int, known: _Known, *, equal: int
-) -> tuple[int, ...]:
-    """The hashes of `count` blocks of `data`, whose first `equal` are `known`'s: `known`'s
-    as far as the bytes agree, the rest chained on from there."""
-    same = _same_blocks(data, known, block_bytes, count, equal)
-    if same == len(known.hashes) == count:
-        return known.hashes
-    if same == count:
-        return known.hashes[:count]
-    if same == 0:
-        return tuple(_hash_blocks(model, data, block_bytes, count))
-    before = unmix(known.hashes[same - 1])
-    if block_bytes == 64 and count - same <= PYTHON_BLOCKS:
-        tail = hashes_python(data, same, count, before)
-    else:
-        tail = mix64_into(
-            chain_values(model, data, block_bytes, count, start=same, before=before)
-        ).tolist()
-    return known.hashes[:same] + tuple(tail)
 
 
 def _same_blocks(data: bytes, known: _Known, block_bytes: int, count: int, equal: int) -> int:

@@ -6,17 +6,23 @@ numpy over all blocks at once (a cumulative sum: B is odd, hence invertible), ch
 block but ~25 numpy calls whatever the count; and Python integers block by block, for the
 few blocks a prompt adds to a known beginning (a numpy call costs ~1 µs inside a Pick, a
 block in Python ~1.3). fmix64 is invertible, so a chain continues from a hash alone.
+`chain_tuple` puts them together as the prefix hasher asks (a tuple, continued from known
+hashes); `chain_function` answers it or its C form (`kinference.native`), the same bits.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 import struct
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from kinference.native import load_chain
 
 # Odd 64-bit constants: the chain's base and its inverse mod 2^64, fmix64's multipliers, and
 # one multiplier per 8-byte word of a block (cycled for blocks over 64 bytes).
@@ -33,10 +39,103 @@ _LANE_VALUES = (
 _LANES = np.array(_LANE_VALUES, dtype=np.uint64)
 _WORDS = struct.Struct("<8Q")
 PYTHON_BLOCKS = 8  # up to this many blocks of 64 bytes, `chain_python` costs less
+Data = bytes | bytearray | memoryview
+
+
+class ChainTuple(Protocol):
+    """`chain_tuple` or its C form (`chain_function`)."""
+
+    def __call__(
+        self,
+        model: str,
+        data: Data,
+        block_bytes: int,
+        count: int,
+        *,
+        known: tuple[int, ...] = (),
+        same: int = 0,
+    ) -> tuple[int, ...]: ...
+
+
+def chain_function(native: bool = True) -> ChainTuple:
+    """`chain_tuple`, in C where the extension is built and `native` (the same bits and
+    exceptions: tests/native), else the pure-Python form itself."""
+    hashes = load_chain() if native else None
+    if hashes is None:
+        return chain_tuple
+
+    def native_form(
+        model: str,
+        data: Data,
+        block_bytes: int,
+        count: int,
+        *,
+        known: tuple[int, ...] = (),
+        same: int = 0,
+    ) -> tuple[int, ...]:
+        return hashes(data, block_bytes, count, seed(model) if same == 0 else 0, known, same)
+
+    return native_form
+
+
+def chain_tuple(
+    model: str,
+    data: Data,
+    block_bytes: int,
+    count: int,
+    *,
+    known: tuple[int, ...] = (),
+    same: int = 0,
+) -> tuple[int, ...]:
+    """The hashes (`fmix64(c_i)`) of blocks 0..`count` - 1 of `data`, whose first `same` are
+    `known`'s: those, then the chain continued from `known[same - 1]` (`hashes_python` for
+    a few blocks of 64 bytes, else `chain_values`). ValueError for a count, block size or
+    `same` out of range, TypeError for what is not a buffer or a tuple, OverflowError for a
+    known hash outside [0, 2^64)."""
+    block_bytes, count, same = map(operator.index, (block_bytes, count, same))
+    if same == 0:
+        seed(model)  # as the C form's caller does first: the same error for a bad model
+    view = _checked(data, block_bytes, count, known, same)
+    before = unmix(_known_value(known[same - 1])) if same else 0
+    if same == count:
+        return known[:count]
+    if same == 0:
+        return tuple(mix64_into(chain_values(model, view, block_bytes, count)).tolist())
+    if block_bytes == 64 and count - same <= PYTHON_BLOCKS:
+        return known[:same] + tuple(hashes_python(view, same, count, before))
+    chain = chain_values(model, view, block_bytes, count, start=same, before=before)
+    return known[:same] + tuple(mix64_into(chain).tolist())
+
+
+def _checked(
+    data: Data, block_bytes: int, count: int, known: tuple[int, ...], same: int
+) -> memoryview:
+    """`data` as bytes, once the arguments are checked as the C form checks them."""
+    view = memoryview(data)
+    if not view.c_contiguous:
+        raise BufferError("data is not C-contiguous")
+    view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+    if block_bytes < 1:
+        raise ValueError("block_bytes must be at least 1")
+    if count < 0 or count > view.nbytes // block_bytes:
+        raise ValueError("count must be within the data's whole blocks")
+    if not isinstance(known, tuple):
+        raise TypeError("known must be a tuple")
+    if same < 0 or same > count or same > len(known):
+        raise ValueError("same must be within count and the known hashes")
+    return view
+
+
+def _known_value(value: object) -> int:
+    if not isinstance(value, int):
+        raise TypeError("a known hash must be an int")
+    if not 0 <= value <= _MASK:
+        raise OverflowError("a known hash must be in [0, 2**64)")
+    return value
 
 
 def chain_values(
-    model: str, data: bytes, block_bytes: int, count: int, *, start: int = 0, before: int = 0
+    model: str, data: Data, block_bytes: int, count: int, *, start: int = 0, before: int = 0
 ) -> npt.NDArray[np.uint64]:
     """c_i for blocks `start`..`count` - 1 of `data` (numpy), `before` being c_(start-1)
     (unused when `start` is 0): c_(start+t) = B^t * sum over j <= t of h'_(start+j) * B^-j
@@ -64,7 +163,7 @@ def chain_values(
     return chain
 
 
-def hashes_python(data: bytes, start: int, count: int, before: int) -> list[int]:
+def hashes_python(data: Data, start: int, count: int, before: int) -> list[int]:
     """fmix64(c_i) for blocks `start` (> 0) ..`count` - 1 of 64 bytes, in Python integers:
     `chain_values` then `mix64_into`, the same bits."""
     hashes: list[int] = []

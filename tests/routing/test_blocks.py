@@ -58,13 +58,18 @@ def prompts(rng: random.Random, count: int) -> list[tuple[str, ...]]:
     return made
 
 
+@pytest.mark.parametrize("native", [False, True])
 @pytest.mark.parametrize("seed_value", range(40))
-def test_continued_hashes_equal_hashes_from_scratch(seed_value: int) -> None:
+def test_continued_hashes_equal_hashes_from_scratch(seed_value: int, native: bool) -> None:
+    """Either chain form (the C one where built, tests/native holds it to the pure one)."""
     rng = random.Random(seed_value)
     bound = rng.choice([0, 600, 3000, MAX_KNOWN_BYTES])
     interned = rng.choice([0, 500, 4000, MAX_INTERNED_BYTES])
     hasher = PrefixHasher(
-        capacity=rng.choice([1, 4, 16, 512]), max_known_bytes=bound, max_interned_bytes=interned
+        capacity=rng.choice([1, 4, 16, 512]),
+        max_known_bytes=bound,
+        max_interned_bytes=interned,
+        native=native,
     )
     block_bytes, max_blocks = rng.choice([8, 13, 64, 64]), rng.choice([2, 7, 40, 1024])
     for segments in prompts(rng, 150):
