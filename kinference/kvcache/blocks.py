@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from kinference.native import load_chain
 from kinference.routing.blocks import mix64
 
 BlockId = int
@@ -89,17 +90,31 @@ def identities(
     block_size: int,
     adapter: str | None = None,
     parent: BlockId | None = None,
+    *,
+    native: bool = True,
 ) -> list[BlockId]:
     """Identities of every full block of a prompt's tokens, all at once: the chain unrolled
     is id_i = B^i * (p * B + sum_{j<=i} c_j * B^-j), p the parent's identity (the seed for
     a prompt's first block): a cumulative sum, scaled (B is odd, hence invertible mod 2^64).
-    `parent` continues a chain: blocks that follow the block of that identity."""
+    `parent` continues a chain: blocks that follow the block of that identity. A uint32
+    array (what the tokenizer and the events give) is named in C where the extension is
+    built (`kinference.native`, the same bits; `native=False`: numpy)."""
+    first = seed(adapter) if parent is None else parent
+    loaded = load_chain() if native else None
+    if (
+        loaded is not None
+        and isinstance(tokens, np.ndarray)
+        and tokens.dtype == np.uint32
+        and tokens.ndim == 1
+        and tokens.flags.c_contiguous
+        and block_size >= 1
+    ):
+        return loaded.identities(tokens.data, block_size, first)
     content = _contents(tokens, block_size)
     if not len(content):
         return []
     powers, inverse = _powers(len(content) + 1)
     scaled = np.cumsum(content * inverse[: len(content)], dtype=np.uint64)
-    first = seed(adapter) if parent is None else parent
     start = np.uint64((first * _BASE) & _MASK)
     chained = (scaled + start) * powers[: len(content)]
     result: list[BlockId] = chained.tolist()

@@ -1,35 +1,45 @@
-"""Native (C) forms of the Pick's per-block loops, each with a pure-Python reference.
+"""Native (C) forms of per-block loops, each with a pure-Python reference.
 
-What is native: `_chain` (`_chain.c`), the approximate prefix index's chained block hashes
+What is native: `_chain` (`_chain.c`): the approximate prefix index's chained block hashes
 (`kinference.routing.chain.chain_tuple` is its reference: the same bits, the same
-exceptions). Each extension is built by `setup.py` where a C compiler is found (`pip
-install`, the image's builder stage) and is optional: without one the install still
-succeeds and the pure-Python form runs, with the same results and more CPU per Pick. The
-pure forms stay the reference the tests hold the native ones to (tests/native).
+exceptions) and the precise mode's block identities from token ids
+(`kinference.kvcache.blocks.identities`, for uint32 arrays). Each extension is built by
+`setup.py` where a C compiler is found (`pip install`, the image's builder stage) and is
+optional: without one the install still succeeds and the pure-Python forms run, with the
+same results and more CPU per Pick. The pure forms stay the reference the tests hold the
+native ones to (tests/native).
 
 A caller asks for an extension through its loader here (`load_chain`), which answers None
-where it was not built; the choice between native and pure is the caller's, made where it
-is composed (`PrefixHasher(native=False)` forces pure), not import-time state. To see
-whether it is active: `python -c "import kinference.native as n; print(n.load_chain())"`
-(None: the pure form runs).
+where it was not built (the import is tried once: a failed import costs tens of µs); the
+choice between native and pure is the caller's, made where it is composed
+(`PrefixHasher(native=False)`, `identities(..., native=False)` force pure), not
+import-time state. To see whether it is active: `python -c "import kinference.native as
+n; print(n.load_chain())"` (None: the pure forms run).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
-__all__ = ["ChainHashes", "load_chain"]
+__all__ = ["Chain", "load_chain"]
 
-# `_chain.hashes(data, block_bytes, count, seed, known, same)`: see its stub.
-ChainHashes = Callable[
-    [bytes | bytearray | memoryview, int, int, int, tuple[int, ...], int], tuple[int, ...]
-]
+Buffer = bytes | bytearray | memoryview
 
 
-def load_chain() -> ChainHashes | None:
-    """`_chain.hashes`, or None where the extension was not built."""
+class Chain(NamedTuple):
+    """The functions of `_chain` (see its stub, `_chain.pyi`)."""
+
+    hashes: Callable[[Buffer, int, int, int, tuple[int, ...], int], tuple[int, ...]]
+    identities: Callable[[Buffer, int, int], list[int]]
+
+
+@functools.cache
+def load_chain() -> Chain | None:
+    """`_chain`'s functions, or None where the extension was not built."""
     try:
-        from kinference.native._chain import hashes
+        from kinference.native import _chain
     except ImportError:
         return None
-    return hashes
+    return Chain(_chain.hashes, _chain.identities)

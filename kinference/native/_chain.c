@@ -1,5 +1,6 @@
 /* The approximate prefix index's chained block hashes, in C: the same bits as
- * kinference.routing.chain.chain_tuple (its pure-Python reference).
+ * kinference.routing.chain.chain_tuple (its pure-Python reference); and the precise
+ * mode's block identities from token ids (kinference.kvcache.blocks.identities).
  *
  * Block i of `data` (block_bytes bytes, zero-padded to whole 8-byte words, each word read
  * little-endian as struct "<Q") is h_i = fmix64(sum over k of w_k * LANES[k % 8]);
@@ -193,15 +194,102 @@ static PyObject *hashes(PyObject *module, PyObject *const *args, Py_ssize_t narg
     return result;
 }
 
+/* A block of token ids' content hash: fmix64 of the sum over its positions k of
+ * fmix64(token_k * lanes[k] + 1). */
+static uint64_t content(const unsigned char *tokens, Py_ssize_t block_size,
+                        const uint64_t *lanes) {
+    uint64_t sum = 0;
+    for (Py_ssize_t position = 0; position < block_size; position++) {
+        uint32_t token;
+        memcpy(&token, tokens + 4 * position, sizeof token);
+        sum += mix((uint64_t)token * lanes[position] + 1);
+    }
+    return mix(sum);
+}
+
+PyDoc_STRVAR(identities_doc,
+             "identities(tokens, block_size, first, /)\n--\n\n"
+             "The identities of every full block of tokens (a buffer of native uint32\n"
+             "token ids): id_i = id_(i-1) * B + content_i mod 2**64, id_-1 = first\n"
+             "(modulo 2**64). The same bits as kinference.kvcache.blocks.identities.");
+
+static PyObject *identities(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "identities expected 3 arguments, got %zd", nargs);
+        return NULL;
+    }
+    Py_ssize_t block_size;
+    if (as_size(args[1], "block_size", &block_size) < 0) {
+        return NULL;
+    }
+    if (block_size < 1) {
+        PyErr_SetString(PyExc_ValueError, "block_size must be at least 1");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    if (view.len % 4) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "tokens must be whole 4-byte token ids");
+        return NULL;
+    }
+    const unsigned char *tokens = view.buf;
+    Py_ssize_t count = view.len / 4 / block_size;
+    PyObject *result = PyList_New(count);
+    if (result == NULL || count == 0) {
+        PyBuffer_Release(&view);
+        return result;
+    }
+    uint64_t chained = 0;
+    uint64_t *lanes = NULL;
+    if (!PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "first must be an int");
+        goto failed;
+    }
+    chained = PyLong_AsUnsignedLongLongMask(args[2]);
+    if (chained == (uint64_t)-1 && PyErr_Occurred()) {
+        goto failed;
+    }
+    /* One odd constant per position in a block: fmix64((k + 1) * B) | 1. */
+    lanes = PyMem_Malloc((size_t)block_size * sizeof *lanes);
+    if (lanes == NULL) {
+        PyErr_NoMemory();
+        goto failed;
+    }
+    for (Py_ssize_t position = 0; position < block_size; position++) {
+        lanes[position] = mix((uint64_t)(position + 1) * BASE) | 1;
+    }
+    for (Py_ssize_t index = 0; index < count; index++) {
+        chained = chained * BASE + content(tokens + 4 * index * block_size, block_size, lanes);
+        PyObject *item = PyLong_FromUnsignedLongLong(chained);
+        if (item == NULL) {
+            goto failed;
+        }
+        PyList_SET_ITEM(result, index, item);
+    }
+    PyMem_Free(lanes);
+    PyBuffer_Release(&view);
+    return result;
+failed:
+    PyMem_Free(lanes);
+    PyBuffer_Release(&view);
+    Py_DECREF(result);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"hashes", (PyCFunction)(void (*)(void))hashes, METH_FASTCALL, hashes_doc},
+    {"identities", (PyCFunction)(void (*)(void))identities, METH_FASTCALL, identities_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "kinference.native._chain",
-    .m_doc = "The prefix index's chained block hashes in C (kinference.routing.chain).",
+    .m_doc = "Chained block hashes in C (kinference.routing.chain, kinference.kvcache.blocks).",
     .m_size = 0,
     .m_methods = methods,
 };

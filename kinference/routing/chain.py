@@ -60,9 +60,10 @@ class ChainTuple(Protocol):
 def chain_function(native: bool = True) -> ChainTuple:
     """`chain_tuple`, in C where the extension is built and `native` (the same bits and
     exceptions: tests/native), else the pure-Python form itself."""
-    hashes = load_chain() if native else None
-    if hashes is None:
+    loaded = load_chain() if native else None
+    if loaded is None:
         return chain_tuple
+    hashes = loaded.hashes
 
     def native_form(
         model: str,
