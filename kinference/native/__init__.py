@@ -3,7 +3,9 @@
 What is native: `_chain` (`_chain.c`): the approximate prefix index's chained block hashes
 (`kinference.routing.chain.chain_tuple` is its reference: the same bits, the same
 exceptions) and the precise mode's block identities from token ids
-(`kinference.kvcache.blocks.identities`, for uint32 arrays). Each extension is built by
+(`kinference.kvcache.blocks.identities`, for uint32 arrays); `_prefix` (`_prefix.c`): the
+approximate prefix index's per-block store, which slots hold which block hashes in LRU
+order (`kinference.routing.prefix_store.PyPrefixStore` is its reference). Each extension is built by
 `setup.py` where a C compiler is found (`pip install`, the image's builder stage) and is
 optional: without one the install still succeeds and the pure-Python forms run, with the
 same results and more CPU per Pick. The pure forms stay the reference the tests hold the
@@ -12,7 +14,8 @@ native ones to (tests/native).
 A caller asks for an extension through its loader here (`load_chain`), which answers None
 where it was not built (the import is tried once: a failed import costs tens of µs); the
 choice between native and pure is the caller's, made where it is composed
-(`PrefixHasher(native=False)`, `identities(..., native=False)` force pure), not
+(`PrefixHasher(native=False)`, `identities(..., native=False)`, `PrefixIndex(bound,
+store=PyPrefixStore())` force pure; `prefix_store.new_store` chooses the store), not
 import-time state. To see whether it is active: `python -c "import kinference.native as
 n; print(n.load_chain())"` (None: the pure forms run).
 """

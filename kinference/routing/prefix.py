@@ -7,7 +7,6 @@ hold; a request's affinity to a worker is the share of its leading blocks that w
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,6 +14,7 @@ import numpy.typing as npt
 from pydantic import PositiveInt
 
 from kinference.routing.plugins.config import PluginConfig
+from kinference.routing.prefix_store import BlockStore, new_store
 
 
 class PrefixIndexConfig(PluginConfig):
@@ -39,16 +39,14 @@ class PrefixIndex:
     A Pick's own record may wait (`record_later`) until its answer is on its way: it is
     applied at `flush`, or first thing in any other call, so every caller sees the index
     eager recording would have left (~40-90 µs of a 48 KB Pick, off the gateway's hop).
+
+    The blocks themselves live in a `BlockStore` (`kinference.routing.prefix_store`): the
+    native one when it was built, else the Python reference; `store` forces one.
     """
 
-    def __init__(self, blocks_per_worker: int) -> None:
+    def __init__(self, blocks_per_worker: int, store: BlockStore | None = None) -> None:
         self.blocks_per_worker = blocks_per_worker
-        # block -> slots holding it: tuples of ints, which the garbage collector stops
-        # tracking (a set per block made every full collection walk the whole index:
-        # 20-30 ms at ~70k blocks, on the event loop's thread).
-        self._holders: dict[int, tuple[int, ...]] = {}
-        self._lru: dict[int, OrderedDict[int, int]] = {}  # slot -> block -> touch number
-        self._touches: dict[int, int] = {}  # slot -> blocks recorded on it so far
+        self._store = new_store() if store is None else store
         self.capacity: dict[int, int] = {}  # slot -> estimated blocks it really keeps
         self._last: dict[int, Sequence[int]] = {}  # slot -> the blocks it recorded last
         # The last `match` (its hashes object, the index version, the answer), which `held`
@@ -60,7 +58,7 @@ class PrefixIndex:
     def __len__(self) -> int:
         """Distinct blocks indexed."""
         self.flush()
-        return len(self._holders)
+        return len(self._store)
 
     def record_later(self, slot: int, hashes: Sequence[int]) -> None:
         """`record`, applied at the next `flush` (or call of any other method)."""
@@ -76,35 +74,18 @@ class PrefixIndex:
     def footprint(self, slots: npt.NDArray[np.intp]) -> list[float]:
         """Blocks held per slot: how full each worker's cache is, as far as we know."""
         self.flush()
-        lru = self._lru
-        return [float(len(lru.get(slot, ()))) for slot in slots.tolist()]
+        return self._store.footprint(slots.tolist())
 
     def match(self, hashes: Sequence[int]) -> dict[int, int]:
-        """Worker slot -> number of leading blocks of `hashes` it holds (only slots with > 0).
-
-        Blocks are recorded together and the earliest ones refreshed last, so a worker
-        holding block i holds blocks 0..i: a binary search per worker finds its longest
-        prefix in O(log n) lookups instead of walking every block.
-        """
+        """Worker slot -> number of leading blocks of `hashes` it holds (only slots with > 0;
+        a binary search per holder of the first block, `BlockStore.match`)."""
         self.flush()
         if not hashes:
             return {}
-        first = self._holders.get(hashes[0])
-        if not first:
-            return {}
-        matched = {slot: self._longest(slot, hashes) for slot in first}
-        self._matched = (hashes, self._version, matched)
+        matched = self._store.match(hashes)
+        if matched:
+            self._matched = (hashes, self._version, matched)
         return matched
-
-    def _longest(self, slot: int, hashes: Sequence[int]) -> int:
-        lo, hi = 1, len(hashes)  # slot holds hashes[:lo]; find the largest such lo
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if slot in self._holders.get(hashes[mid - 1], ()):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
 
     def record(self, slot: int, hashes: Sequence[int]) -> None:
         """Remember that `slot` now caches these blocks (most recent: the earliest).
@@ -118,49 +99,22 @@ class PrefixIndex:
     def _record(self, slot: int, hashes: Sequence[int]) -> None:
         if hashes and self._last.get(slot) is hashes:
             return
+        self._store.record(slot, hashes, self._bound(slot))
         self._last[slot] = hashes
         self._version += 1
-        lru = self._lru.setdefault(slot, OrderedDict())
-        touch = before = self._touches.get(slot, 0)
-        holders, refresh = self._holders, lru.move_to_end  # ~750 steps at 48 KB: no lookups
-        for touch, block in enumerate(reversed(hashes), before + 1):
-            if block in lru:
-                refresh(block)
-            else:
-                holders[block] = (*holders.get(block, ()), slot)
-            lru[block] = touch
-        self._touches[slot] = touch
-        self._trim(slot, lru)
 
-    def _trim(self, slot: int, lru: OrderedDict[int, int]) -> None:
-        bound = min(self.blocks_per_worker, self.capacity.get(slot, self.blocks_per_worker))
-        while len(lru) > bound:
-            evicted, _ = lru.popitem(last=False)
-            self._drop_holder(evicted, slot)
-
-    def _drop_holder(self, block: int, slot: int) -> None:
-        holders = self._holders.get(block)
-        if holders is None or slot not in holders:
-            return
-        rest = tuple(other for other in holders if other != slot)
-        if rest:
-            self._holders[block] = rest
-        else:
-            del self._holders[block]
+    def _bound(self, slot: int) -> int:
+        return min(self.blocks_per_worker, self.capacity.get(slot, self.blocks_per_worker))
 
     def held(self, slot: int, hashes: Sequence[int]) -> tuple[int, int | None]:
         """(leading blocks of `hashes` that `slot` holds, blocks recorded on it since the
         deepest of them was): read at Pick, before the pick refreshes them."""
         self.flush()
-        lru = self._lru.get(slot)
-        if not hashes or lru is None or hashes[0] not in lru:
-            return 0, None
         memo = self._matched
+        known = 0
         if memo is not None and memo[0] is hashes and memo[1] == self._version:
-            blocks = memo[2].get(slot, 0)  # what `match` found at this Pick
-        else:
-            blocks = self._longest(slot, hashes)
-        return blocks, self._touches.get(slot, 0) - lru[hashes[blocks - 1]]
+            known = memo[2].get(slot, 0)  # what `match` found at this Pick
+        return self._store.held(slot, hashes, known)
 
     def shortfall(self, slot: int, hashes: Sequence[int], kept: int, age: int | None) -> None:
         """`slot` had only the first `kept` blocks of `hashes` cached although the index
@@ -169,20 +123,17 @@ class PrefixIndex:
         that age, by at most a tenth a time (one report may be misread: a block boundary,
         a prompt rendered differently by the engine)."""
         self.flush()
-        lru = self._lru.get(slot)
-        if lru is None or kept >= len(hashes):
+        if not self._store.has(slot) or kept >= len(hashes):
             return
         self._last.pop(slot, None)
         self._version += 1
-        held = sum(1 for block in hashes if block in lru)
-        for block in hashes[kept:]:
-            if lru.pop(block, None) is not None:
-                self._drop_holder(block, slot)
+        start = kept if kept >= 0 else max(len(hashes) + kept, 0)  # as `hashes[kept:]`
+        held = self._store.drop(slot, hashes, start)
         if age is not None and kept < held / 2:
             floor = max(len(hashes), 1)  # never below one prompt's worth
             known = self.capacity.get(slot, self.blocks_per_worker)
             self.capacity[slot] = max(min(known, max(age, int(known * 0.9))), floor)
-            self._trim(slot, lru)
+            self._store.trim(slot, self._bound(slot))
 
     def confirmed(self, slot: int, age: int | None) -> None:
         """`slot` had the predicted blocks cached, the deepest `age` blocks old at the
@@ -195,9 +146,7 @@ class PrefixIndex:
     def forget(self, slot: int) -> None:
         """Drop everything a worker held (it left the pool or restarted)."""
         self.flush()
-        for block in self._lru.pop(slot, OrderedDict()):
-            self._drop_holder(block, slot)
+        self._store.forget(slot)
         self._last.pop(slot, None)
         self._version += 1
-        self._touches.pop(slot, None)
         self.capacity.pop(slot, None)
