@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import uvicorn
 
+from kinference.gateway.capacity import ConnectionCap
 from kinference.gateway.guard import GuardedProtocol
 from kinference.heap import start_serving
 from kinference.settings import split_host_port
@@ -46,13 +47,16 @@ class GatewayServer:
         log_config: Any = None,
         grace_s: int | None = None,
         client_timeout_s: float | None = None,
+        cap: ConnectionCap | None = None,
     ) -> None:
         """`client_timeout_s`: the gateway's setting (kinference.gateway.guard); None leaves
-        clients unbounded in time."""
+        clients unbounded in time. `cap`: the most client connections served at once
+        (kinference.gateway.capacity); None leaves them unbounded."""
+        self.cap = cap
         self._sock = bind(listen)
         self.port: int = self._sock.getsockname()[1]
         # uvicorn's httptools protocol, heads joined to bodies, clients bounded.
-        protocol = functools.partial(GuardedProtocol, client_timeout_s=client_timeout_s)
+        protocol = functools.partial(GuardedProtocol, client_timeout_s=client_timeout_s, cap=cap)
         config = uvicorn.Config(
             app,
             lifespan="on",
