@@ -7,10 +7,11 @@ import contextlib
 import functools
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import uvicorn
+from uvicorn.lifespan.on import LifespanOn
 
 from kinference.gateway.capacity import ConnectionCap
 from kinference.gateway.guard import GuardedProtocol
@@ -34,6 +35,21 @@ class _QuietServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+class _SettlingLifespan(LifespanOn):
+    """uvicorn's lifespan, then `settled` once the app's startup completed: uvicorn starts
+    accepting connections only after this returns (connections made meanwhile wait in the
+    listening socket's backlog)."""
+
+    def __init__(self, config: uvicorn.Config, settled: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._settled = settled
+
+    async def startup(self) -> None:
+        await super().startup()
+        if not self.should_exit:
+            self._settled()
 
 
 class GatewayServer:
@@ -69,8 +85,12 @@ class GatewayServer:
             # Then responses still streaming are cancelled: each sends its Abort.
             timeout_graceful_shutdown=grace_s,
         )
+        config.load()
+        settling = functools.partial(_SettlingLifespan, settled=self._settle)
+        config.lifespan_class = cast(Any, settling)  # uvicorn only calls it with the config
         self.server = _QuietServer(config)
         self._task: asyncio.Task[None] | None = None
+        self._settled: Callable[[], None] | None = None
 
     async def serve_until_signalled(self) -> None:
         """Serve until SIGINT or SIGTERM, then drain (the command line)."""
@@ -78,7 +98,7 @@ class GatewayServer:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._exit)
         # The heap settings `kinference serve` has (kinference.heap): the in-process picker
-        # starts in the lifespan, inside `start`, so its startup heap is frozen too.
+        # starts in the lifespan, so its startup heap is frozen too, before uvicorn accepts.
         await start_serving(self.start)
         assert self._task is not None
         await self._task
@@ -92,8 +112,15 @@ class GatewayServer:
         finally:
             self._sock.close()
 
-    async def start(self) -> None:
-        """Serve in a background task; raises if uvicorn stops before it is ready."""
+    def _settle(self) -> None:
+        if self._settled is not None:
+            self._settled()
+
+    async def start(self, settled: Callable[[], None] | None = None) -> None:
+        """Serve in a background task; raises if uvicorn stops before it is ready.
+        `settled` (kinference.heap.start_serving's freeze) runs after the app's startup,
+        before the first connection is accepted."""
+        self._settled = settled
         self._task = asyncio.create_task(self._serve(), name="kinference-gateway")
         while not self.server.started:
             if self._task.done():
