@@ -16,8 +16,9 @@ upstream connection and the picker's count of it as load). As nginx bounds them
 - a connection past the most the gateway holds at once (kinference.gateway.capacity) is
   answered 503 at once, before uvicorn sees it, and closed.
 
-The body is not bounded here: uvicorn stops reading above 64 KiB unread, and a body that
-stalls is failed by the picker's idle timeout (408). One timer per connection, moved only
+The body is not bounded here: uvicorn stops reading above 64 KiB unread, a body that
+stalls is failed by the picker's idle timeout (408), and one too slow in all by the
+upload's total (kinference.gateway.upload, 408). One timer per connection, moved only
 when it fires early.
 """
 
