@@ -13,9 +13,10 @@ then a lingering close (kinference.gateway.guard). SDKs retry a 503 after the de
 uvicorn's `limit_concurrency` is not this: it answers 503 per request over the limit but
 keeps the connection (the descriptors stay taken) and logs a warning per request. Here a
 refusal is counted in a metric (`kinference_gateway_connections_refused_total`) and logged
-at most once per `LOG_EVERY_S` with the count since the last line. At most
-`LINGERING_MAX` refused connections linger at once; past that, one is closed without an
-answer (a flood of connects must not hold descriptors for the lingering's seconds).
+at most once per `LOG_EVERY_S` with the count since the last line. At most `limit` refused
+connections linger at once (answered, until the client closes or 2 s pass); past that, one
+is closed without an answer: a flood of connects holds at most as many descriptors again as
+the connections served.
 """
 
 from __future__ import annotations
@@ -29,12 +30,11 @@ from kinference.gateway.errors import GatewayError
 log = logging.getLogger(__name__)
 
 LOG_EVERY_S = 10.0  # at most one line about refusals this often
-LINGERING_MAX = 512  # refused connections answered and lingering at once; past it, closed
 RETRY_AFTER_S = 1  # connections come and go within seconds
-# Descriptors wanted per client connection (its own and, streaming, its upstream's), and
-# besides them (the picker's sockets, idle upstream connections, the lingering refusals).
-_FDS_PER_CONNECTION = 2
-_FDS_SPARE = 1024 + LINGERING_MAX
+# Descriptors wanted per client connection (its own and, streaming, its upstream's; and a
+# lingering refusal's), and besides them (the picker's sockets, idle upstream connections).
+_FDS_PER_CONNECTION = 3
+_FDS_SPARE = 1024
 
 
 def refusal(limit: int) -> bytes:
@@ -93,7 +93,7 @@ class ConnectionCap:
             )
             self._unlogged = 0
             self._next_log = now + LOG_EVERY_S
-        if self.lingering >= LINGERING_MAX:
+        if self.lingering >= self.limit:
             return False
         self.lingering += 1
         return True
