@@ -197,8 +197,10 @@ class App:
         if self._providers is not None:
             self._providers.on_remote_cooled(provider)
 
-    async def start(self) -> None:
-        """Bind, start serving and report SERVING; `port` is the bound gRPC port."""
+    async def start(self, settled: Callable[[], None] | None = None) -> None:
+        """Bind, start serving and report SERVING; `port` is the bound gRPC port. `settled`
+        (kinference.heap.start_serving's freeze) runs once everything started, just before
+        SERVING: callers that wait for it do not wait for the collection."""
         host, port = split_host_port(self.settings.listen)
         address = format_host_port(host, port)
         self.port = bind(self.server, address, listener_files(self.settings))
@@ -221,6 +223,8 @@ class App:
             await self.discovery.start()
         if self.cluster is not None:
             await self.cluster.start(bootstrap_timeout_s=self.settings.redis_stale_after_s)
+        if settled is not None:
+            settled()
         await self.health.set("", _SERVING)
         await self.health.set("kinference.v1.Picker", _SERVING)
         log.info("kinference listening on %s (gRPC port %d)", self.settings.listen, self.port)

@@ -109,6 +109,7 @@ class GatewayApp:
             pool=settings.pool_ref,
             rpc_timeout_s=settings.rpc_timeout_s,
             max_body_bytes=settings.max_body_bytes,
+            body_time_s=settings.body_total_timeout_s,
         )
         return Gateway(settings, picker, http, flow, self.metrics, self.ids)
 

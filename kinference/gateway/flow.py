@@ -30,7 +30,7 @@ from kinference.gateway.http1 import (
 from kinference.gateway.port import AbortReason, PickAsk, Picked, PickerPort, Reports
 from kinference.gateway.relay import FinishObserver, Relay
 from kinference.gateway.timing import TokenClock
-from kinference.gateway.upload import BodyTooLarge, Upload
+from kinference.gateway.upload import BodyCut, Upload
 from kinference.gateway.upstream import BackendUnresolved, Target, request_headers, resolve
 from kinference.v1 import picker_pb2 as pb
 
@@ -85,7 +85,9 @@ class Flow:
         pool: tuple[str, str] | None,
         rpc_timeout_s: float,
         max_body_bytes: int,
+        body_time_s: float | None = None,
     ) -> None:
+        """`body_time_s`: the longest a body may take to arrive (None: unbounded)."""
         self._picker = picker
         self._http = http
         self._backends = backends
@@ -94,6 +96,7 @@ class Flow:
         self._pool = pool
         self._rpc_timeout_s = rpc_timeout_s
         self._max_body_bytes = max_body_bytes
+        self._body_time_s = body_time_s
         self._own_headers = (callers.tenant_header, callers.qos_header)
 
     async def run(self, incoming: Incoming) -> Relay:
@@ -137,15 +140,15 @@ class Flow:
     async def _push(self, incoming: Incoming, ask: PickAsk) -> Pushed:
         length = incoming.header_map.get("content-length", "")
         declared = int(length) if length.isdigit() else None
-        upload = Upload(incoming.body, self._max_body_bytes)
+        upload = Upload(incoming.body, self._max_body_bytes, self._body_time_s)
         upload.check_declared(declared)
         try:
             stream_id, picked = await self._picker.push_and_pick(
                 upload.chunks(), declared_length=declared, request_path=incoming.path, ask=ask
             )
         except grpc.aio.AioRpcError as error:
-            raise upload.error() if upload.too_large else errors.rpc_error(error, "push") from None
-        except BodyTooLarge:  # the hosted picker sees the upload's own exception
+            raise upload.error() if upload.cut else errors.rpc_error(error, "push") from None
+        except BodyCut:  # the hosted picker sees the upload's own exception
             raise upload.error() from None
         except asyncio.CancelledError:
             if upload.cut_short():  # our own reset of the stream, not a cancelled request

@@ -12,10 +12,13 @@ upstream connection and the picker's count of it as load). As nginx bounds them
 - a connection whose request head is not whole `client_timeout_s` after it opened or after
   the head's first byte is closed (with a 408 when any of it came);
 - a response whose client leaves its socket full for `client_timeout_s` in a row has its
-  connection reset; the request ends as for a client hanging up (its Abort goes out).
+  connection reset; the request ends as for a client hanging up (its Abort goes out);
+- a connection past the most the gateway holds at once (kinference.gateway.capacity) is
+  answered 503 at once, before uvicorn sees it, and closed.
 
-The body is not bounded here: uvicorn stops reading above 64 KiB unread, and a body that
-stalls is failed by the picker's idle timeout (408). One timer per connection, moved only
+The body is not bounded here: uvicorn stops reading above 64 KiB unread, a body that
+stalls is failed by the picker's idle timeout (408), and one too slow in all by the
+upload's total (kinference.gateway.upload, 408). One timer per connection, moved only
 when it fires early.
 """
 
@@ -25,6 +28,7 @@ import asyncio
 import logging
 from typing import Any, cast
 
+from kinference.gateway.capacity import ConnectionCap
 from kinference.gateway.errors import GatewayError
 from kinference.gateway.joined import HeadJoiningProtocol, HeadJoiningTransport
 
@@ -43,11 +47,20 @@ class _HeadTooLarge(Exception):
 
 class GuardedProtocol(HeadJoiningProtocol):
     """uvicorn's protocol (heads joined) with the bounds above; `client_timeout_s` None
-    leaves time unbounded (only the head's size is)."""
+    leaves time unbounded (only the head's size is), `cap` None the connections."""
 
-    def __init__(self, *args: Any, client_timeout_s: float | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        client_timeout_s: float | None = None,
+        cap: ConnectionCap | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._timeout_s = client_timeout_s
+        self._cap = cap
+        self._admitted = False  # counted open in `cap`
+        self._lingering = False  # refused past `cap`, answered, counted lingering
         self._head_since: float | None = None  # loop time a head began (or the connection)
         self._heads = 0  # heads begun on this connection
         self._head_bytes = 0  # bytes of the current head, in reads wholly within it
@@ -59,6 +72,12 @@ class GuardedProtocol(HeadJoiningProtocol):
         self._first_read = 0  # bytes in the read the current head began in
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        cap = self._cap
+        if cap is not None:
+            if not cap.admit():
+                self._refuse_over_cap(cap, transport)
+                return
+            self._admitted = True
         super().connection_made(transport)
         self._head_began()
 
@@ -66,6 +85,15 @@ class GuardedProtocol(HeadJoiningProtocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        cap = self._cap
+        if cap is not None:
+            if self._lingering:
+                self._lingering = False
+                cap.let_go()
+            if not self._admitted:
+                return  # refused: uvicorn never saw it
+            self._admitted = False
+            cap.release()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -145,6 +173,19 @@ class GuardedProtocol(HeadJoiningProtocol):
         """A head over `REQUEST_HEAD_MAX`, found in its middle or at its end: one line, 431."""
         log.warning("client %s: request head over %d bytes", _who(self), REQUEST_HEAD_MAX)
         self._refuse(431, "request_header_too_large", "the request head is too large")
+
+    def _refuse_over_cap(self, cap: ConnectionCap, transport: asyncio.Transport) -> None:
+        """A connection past `cap`: the 503 at once, then a lingering close (or, with too
+        many lingering already, closed without an answer); counted, logged sparingly."""
+        self.transport = transport
+        self._refused = True  # whatever the client sends is dropped
+        if not cap.refuse(self.loop.time()):
+            transport.abort()
+            return
+        self._lingering = True
+        transport.write(cap.answer)
+        transport.write_eof()
+        self.loop.call_later(_LINGER_S, transport.close)
 
     def _refuse(self, status: int, code: str, message: str) -> None:
         """Answer with the error JSON and close the connection."""

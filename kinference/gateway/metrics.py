@@ -11,11 +11,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from kinference import itl_layout
+from kinference.gateway.capacity import ConnectionCap
 from kinference.gateway.timing import TokenClock
 from kinference.gateway.usage import Usage
 
@@ -122,9 +123,28 @@ class GatewayMetrics:
             ["model", "kind"],
             registry=registry,
         )
+        self.connections = Gauge(
+            "kinference_gateway_client_connections",
+            "Client connections served now (refused ones not counted).",
+            registry=registry,
+        )
+        self.refused = Counter(
+            "kinference_gateway_connections_refused",
+            "Client connections refused at once, by reason (max_client_connections: past "
+            "KINFERENCE_GATEWAY_MAX_CLIENT_CONNECTIONS).",
+            ["reason"],
+            registry=registry,
+        )
+        self._over_cap = self.refused.labels("max_client_connections")  # its series from 0
         # Children bound once per label set: a `labels()` lookup costs about 5 µs.
         self._answers: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self._relays: dict[tuple[str, str], tuple[Histogram, Counter, Counter]] = {}
+
+    def connection_cap(self, limit: int) -> ConnectionCap:
+        """A cap of `limit` client connections whose count and refusals are these metrics'."""
+        cap = ConnectionCap(limit, self._over_cap.inc)
+        self.connections.set_function(lambda: cap.open)
+        return cap
 
     def answered(self, route: str, model: str, status: int, seconds: float) -> None:
         """A request that ended without a relayed response (an error of the gateway's)."""

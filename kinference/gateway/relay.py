@@ -9,7 +9,7 @@ after a complete response, Abort otherwise.
 
 Metering (kinference.gateway.usage) sees the upstream's bytes; the client sees what the
 response transform (kinference.gateway.hooks) makes of them. Without a transform a
-stream's bytes are forwarded exactly as received.
+stream's bytes are forwarded exactly as received, an event's once it is whole.
 """
 
 from __future__ import annotations
@@ -139,11 +139,18 @@ class Relay:
     @property
     def between_events(self) -> bool:
         """An event stream whose bytes sent so far end with a whole event (an event the
-        gateway adds next reaches the client as one)."""
-        splitter = self._splitter
-        return self._event_stream and not (splitter.broken or splitter.leftover)
+        gateway adds next reaches the client as one): always, unless an endless event broke
+        the splitting, since an unfinished event is held back (`_events`)."""
+        return self._event_stream and not self._splitter.broken
 
     async def _events(self) -> AsyncGenerator[bytes, None]:
+        """The stream's bytes for the client, whole events only: an unfinished event's bytes
+        are held until its end (a client's parser cannot use them before), so a stream cut
+        in its middle can still end with an error event of the gateway's, which the client
+        would otherwise read glued to the partial one (an event of broken JSON, where the
+        SDKs raise a decode error instead of the API's). Without a transform the bytes go
+        out as they came, only regrouped; an endless event (past `MAX_EVENT_BYTES`) goes
+        out as it comes."""
         splitter, meter, transform = self._splitter, self._meter, self._transform
         async for chunk in self._chunks():
             first = False
@@ -152,7 +159,9 @@ class Relay:
                 first = meter.event(event) or first
             self._first_due |= first
             if transform is None:
-                yield chunk
+                out = splitter.forward(self.response.drained)  # the last read: its tail too
+                if out:
+                    yield out
                 continue
             if splitter.broken:  # an endless event: from here on, bytes go out as they came
                 out = b"".join([transform.event(event) for event in events])
@@ -162,14 +171,13 @@ class Relay:
                 continue
             out = b"".join([transform.event(event) for event in events])
             if self.response.drained:  # the last read: its tail goes with it
-                out += splitter.leftover + transform.end()
+                out += splitter.take_rest() + transform.end()
                 transform = None
             if out:
                 yield out
-        if transform is not None:
-            tail = splitter.leftover + transform.end()
-            if tail:
-                yield tail
+        tail = splitter.take_rest() + (transform.end() if transform is not None else b"")
+        if tail:
+            yield tail
 
     async def _chunks(self) -> AsyncGenerator[bytes, None]:
         try:

@@ -7,11 +7,13 @@ import contextlib
 import functools
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import uvicorn
+from uvicorn.lifespan.on import LifespanOn
 
+from kinference.gateway.capacity import ConnectionCap
 from kinference.gateway.guard import GuardedProtocol
 from kinference.heap import start_serving
 from kinference.settings import split_host_port
@@ -35,6 +37,21 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
+class _SettlingLifespan(LifespanOn):
+    """uvicorn's lifespan, then `settled` once the app's startup completed: uvicorn starts
+    accepting connections only after this returns (connections made meanwhile wait in the
+    listening socket's backlog)."""
+
+    def __init__(self, config: uvicorn.Config, settled: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._settled = settled
+
+    async def startup(self) -> None:
+        await super().startup()
+        if not self.should_exit:
+            self._settled()
+
+
 class GatewayServer:
     """uvicorn around the gateway app; `start` returns once it accepts connections."""
 
@@ -46,13 +63,16 @@ class GatewayServer:
         log_config: Any = None,
         grace_s: int | None = None,
         client_timeout_s: float | None = None,
+        cap: ConnectionCap | None = None,
     ) -> None:
         """`client_timeout_s`: the gateway's setting (kinference.gateway.guard); None leaves
-        clients unbounded in time."""
+        clients unbounded in time. `cap`: the most client connections served at once
+        (kinference.gateway.capacity); None leaves them unbounded."""
+        self.cap = cap
         self._sock = bind(listen)
         self.port: int = self._sock.getsockname()[1]
         # uvicorn's httptools protocol, heads joined to bodies, clients bounded.
-        protocol = functools.partial(GuardedProtocol, client_timeout_s=client_timeout_s)
+        protocol = functools.partial(GuardedProtocol, client_timeout_s=client_timeout_s, cap=cap)
         config = uvicorn.Config(
             app,
             lifespan="on",
@@ -65,8 +85,12 @@ class GatewayServer:
             # Then responses still streaming are cancelled: each sends its Abort.
             timeout_graceful_shutdown=grace_s,
         )
+        config.load()
+        settling = functools.partial(_SettlingLifespan, settled=self._settle)
+        config.lifespan_class = cast(Any, settling)  # uvicorn only calls it with the config
         self.server = _QuietServer(config)
         self._task: asyncio.Task[None] | None = None
+        self._settled: Callable[[], None] | None = None
 
     async def serve_until_signalled(self) -> None:
         """Serve until SIGINT or SIGTERM, then drain (the command line)."""
@@ -74,7 +98,7 @@ class GatewayServer:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._exit)
         # The heap settings `kinference serve` has (kinference.heap): the in-process picker
-        # starts in the lifespan, inside `start`, so its startup heap is frozen too.
+        # starts in the lifespan, so its startup heap is frozen too, before uvicorn accepts.
         await start_serving(self.start)
         assert self._task is not None
         await self._task
@@ -88,8 +112,15 @@ class GatewayServer:
         finally:
             self._sock.close()
 
-    async def start(self) -> None:
-        """Serve in a background task; raises if uvicorn stops before it is ready."""
+    def _settle(self) -> None:
+        if self._settled is not None:
+            self._settled()
+
+    async def start(self, settled: Callable[[], None] | None = None) -> None:
+        """Serve in a background task; raises if uvicorn stops before it is ready.
+        `settled` (kinference.heap.start_serving's freeze) runs after the app's startup,
+        before the first connection is accepted."""
+        self._settled = settled
         self._task = asyncio.create_task(self._serve(), name="kinference-gateway")
         while not self.server.started:
             if self._task.done():

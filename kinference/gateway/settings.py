@@ -48,6 +48,12 @@ class GatewaySettings(BaseSettings):
     # Longest a client may take to send a request head, or leave a response unread with its
     # socket full, seconds (kinference.gateway.guard; nginx's header and send timeouts).
     client_timeout_s: float = Field(default=60.0, gt=0)
+    # The longest a request body may take to arrive in all, seconds; past it, 408
+    # (kinference.gateway.upload; the picker's idle timeout bounds each silence only).
+    body_total_timeout_s: float = Field(default=300.0, gt=0)
+    # The most client connections served at once; past it, a connection is answered 503 at
+    # once and closed (kinference.gateway.capacity; nginx's worker_connections).
+    max_client_connections: int = Field(default=4096, gt=0)
     shutdown_grace_s: int = Field(default=30, ge=0)  # seconds for responses under way at SIGTERM
     log_level: LogLevel = "INFO"
 

@@ -64,12 +64,18 @@ class SseSplitter:
         self._tail = b""  # their last 3 bytes
         self.broken = False  # an event grew past MAX_EVENT_BYTES: the rest is not split
         self.spilled = b""  # the unsplit bytes held when it broke (a relay sends them as is)
+        # The bytes the last `feed` completed, exactly as received: those of its events and
+        # whatever lay between them (once broken, the chunk itself). A relay that forwards
+        # only these never sends part of an event, so it can always append one of its own.
+        self.passed = b""
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         if self.broken or not chunk:
+            self.passed = chunk
             return []
         pending = self._pending
         if pending and not _may_end(self._tail, chunk):
+            self.passed = b""
             pending.append(chunk)
             self._size += len(chunk)
             self._tail = chunk[-3:] if len(chunk) >= 3 else (self._tail + chunk)[-3:]
@@ -82,6 +88,7 @@ class SseSplitter:
             events, rest = _split_any(data)
         else:
             events, rest = _split_lf(data)
+        self.passed = data[: len(data) - len(rest)] if rest else data
         if len(rest) > MAX_EVENT_BYTES:
             self.broken, self.spilled, rest = True, rest, b""
         self._reset(rest)
@@ -91,6 +98,23 @@ class SseSplitter:
         self._pending = [rest] if rest else []
         self._size = len(rest)
         self._tail = rest[-3:]
+
+    def forward(self, last: bool) -> bytes:
+        """What a relay without a transform sends after a `feed`: the bytes it completed,
+        those spilled if it broke there, and with `last` (the stream's last read) the rest
+        of an event that never ended (then taken: each byte goes once)."""
+        out = self.passed
+        if self.spilled:
+            out, self.spilled = out + self.spilled, b""
+        if last and self._pending:
+            out += self.take_rest()
+        return out
+
+    def take_rest(self) -> bytes:
+        """The bytes after the last complete event, no longer held."""
+        rest = self.leftover
+        self._reset(b"")
+        return rest
 
     @property
     def leftover(self) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -73,4 +74,17 @@ async def test_every_request_is_answered_a_large_body_too(
             response = await http.post("/v1/chat/completions", json=request)
             assert response.status_code == 200, response.text
             assert engine.answered == 6
+
+            # The same body uploaded chunked (no content-length): the upstream request
+            # still declares its length (the pick's body_total_bytes), so it is held and
+            # sent again like any other; no upstream request has a body of unknown length.
+            async def chunked() -> AsyncIterator[bytes]:
+                body = json.dumps(request).encode()
+                for start in range(0, len(body), 64 * 1024):
+                    yield body[start : start + 64 * 1024]
+
+            response = await http.post("/v1/chat/completions", content=chunked())
+            assert response.request.headers.get("transfer-encoding") == "chunked"
+            assert response.status_code == 200, response.text
+            assert engine.answered == 7
         await wait_until(lambda: nothing_held(picker), what="nothing held")

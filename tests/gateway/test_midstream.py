@@ -9,6 +9,7 @@ import json
 import logging
 
 import httpx
+import openai
 import pytest
 
 from kinference.config import parse_policy
@@ -23,11 +24,13 @@ SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 )
 JSON_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n"
-# What each engine sends before its connection dies: a whole event, half an event, part of
-# a JSON body.
+# What each engine sends before its connection dies: a whole event, a whole event and half
+# of the next (in one read, and in two), part of a JSON body.
 SENT = {
     "between-events": SSE_HEAD + b"%x\r\n%s\r\n" % (len(EVENT), EVENT),
-    "mid-event": SSE_HEAD + b"%x\r\n%s\r\n" % (len(EVENT) - 5, EVENT[:-5]),
+    "mid-event": SSE_HEAD + b"%x\r\n%s\r\n" % (2 * len(EVENT) - 5, EVENT + EVENT[:-5]),
+    "mid-event-later": SSE_HEAD
+    + b"%x\r\n%s\r\n%x\r\n%s\r\n" % (len(EVENT) + 9, EVENT + EVENT[:9], 20, EVENT[9:29]),
     "json": JSON_HEAD + b'{"id":"c1",',
 }
 
@@ -65,23 +68,43 @@ def failed_502(metrics: str) -> bool:
 
 
 @pytest.mark.parametrize("stall", [False, True], ids=["reset", "stall"])
-@pytest.mark.parametrize("where", ["between-events", "mid-event", "json"])
-async def test_an_upstream_dying_mid_response_ends_it_as_clients_expect(
+@pytest.mark.parametrize(
+    ("where", "usage"),
+    [
+        ("between-events", False),
+        ("mid-event", False),
+        ("mid-event", True),
+        ("mid-event-later", False),
+        ("mid-event-later", True),
+        ("json", False),
+    ],
+)
+async def test_an_upstream_dying_mid_response_ends_it_as_clients_expect(  # noqa: PLR0917
     where: str,
+    usage: bool,
     stall: bool,
     start_picker: PickerFactory,
     start_gateway: GatewayFactory,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Reset, or silent past the read timeout, after the head and some of the body."""
+    """Reset, or silent past the read timeout, after the head and some of the body. A
+    stream cut in the middle of an event ends with the error event too, the partial event
+    dropped: with `usage` the client asked for the usage chunk, so its stream has no
+    transform (before: its partial event went out as it came and the stream was cut; without
+    `usage`, the partial event was held and the stream cut)."""
     caplog.set_level(logging.WARNING)
     async with dying(SENT[where], stall=stall) as upstream:
         picker, url = await gateway_to(upstream, start_picker, start_gateway)
-        request = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+        request: dict[str, object] = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        if usage:
+            request |= {"stream": True, "stream_options": {"include_usage": True}}
         async with httpx.AsyncClient(base_url=url, timeout=30, trust_env=False) as http:
             async with http.stream("POST", "/v1/chat/completions", json=request) as response:
                 assert response.status_code == 200
-                if where == "between-events":  # the stream ends, its last event the error
+                if where != "json":  # the stream ends, its last event the error
                     body = await response.aread()
                     assert body.startswith(EVENT)
                     error = json.loads(body[len(EVENT) :].removeprefix(b"data: "))
@@ -95,6 +118,27 @@ async def test_an_upstream_dying_mid_response_ends_it_as_clients_expect(
     assert not any(record.exc_info for record in caplog.records), caplog.text
     lines = [r.getMessage() for r in caplog.records if "mid-response" in r.getMessage()]
     assert len(lines) == 1 and "hi" not in lines[0], caplog.text  # one line, no body
+
+
+async def test_the_sdks_raise_the_api_s_error_on_a_stream_cut_mid_event(
+    start_picker: PickerFactory, start_gateway: GatewayFactory
+) -> None:
+    """What the official SDK makes of it: the whole event, then its APIError (before: the
+    stream cut, httpx's RemoteProtocolError; a partial event followed by an error event
+    would have been one event of broken JSON, a JSONDecodeError)."""
+    async with dying(SENT["mid-event"]) as upstream:
+        _picker, url = await gateway_to(upstream, start_picker, start_gateway)
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk", max_retries=0)
+        stream = await client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        seen = []
+        with pytest.raises(openai.APIError) as raised:
+            async for chunk in stream:
+                seen.append(chunk.choices[0].delta.content)
+        await client.close()
+    assert seen == ["hi"]
+    assert raised.value.code == "upstream_error"
 
 
 def test_the_error_event_takes_each_api_s_shape() -> None:

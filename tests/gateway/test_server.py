@@ -92,3 +92,21 @@ async def test_the_gateway_freezes_the_startup_heap_for_real(
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()  # back under the collector: other tests' objects are not startup's
+
+
+async def test_the_gateway_freezes_the_heap_before_it_accepts_a_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The collection before the freeze (28-74 ms measured) delays no request: it runs after
+    the app's startup and before uvicorn accepts (before: once `started`, with clients
+    that waited for readiness already being served)."""
+    server = _in_process_gateway([])
+    seen: list[tuple[bool, int]] = []
+
+    def freeze() -> None:
+        seen.append((server.server.started, len(getattr(server.server, "servers", []))))
+
+    monkeypatch.setattr(heap, "fix_mmap_threshold", lambda nbytes=heap.MMAP_THRESHOLD_BYTES: True)
+    monkeypatch.setattr(heap, "freeze_startup_heap", freeze)
+    await _serve_then_stop(server)
+    assert seen == [(False, 0)]

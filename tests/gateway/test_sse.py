@@ -104,6 +104,39 @@ def test_encode_event_round_trips() -> None:
     assert (event.name, event.json()) == ("delta", {"x": 1})
 
 
+@pytest.mark.parametrize("size", range(1, 12))
+def test_forward_sends_every_byte_once_and_only_whole_events_before_the_end(size: int) -> None:
+    """What a relay without a transform sends: the stream's bytes exactly, in pieces that
+    each end at an event's end (a cut between two of them leaves the client whole events),
+    the unended rest with the last read."""
+    data = MIXED + b"data: 7\r\n"
+    splitter = SseSplitter()
+    pieces = []
+    for start in range(0, len(data), size):
+        splitter.feed(data[start : start + size])
+        pieces.append(splitter.forward(start + size >= len(data)))
+    assert b"".join(pieces) == data
+    sent = b""
+    for piece in pieces[:-1]:
+        sent += piece
+        whole = SseSplitter()
+        whole.feed(sent)
+        # Nothing after the last whole event; or that event's end, a CR last, held until
+        # the next read says whether it is half a CRLF.
+        assert whole.leftover in (b"", b"data: 3\r\r"), sent
+    assert splitter.leftover == b""
+
+
+def test_an_endless_event_is_forwarded_as_it_comes() -> None:
+    splitter = SseSplitter()
+    splitter.feed(b"data: 1\n\ndata: ")
+    assert splitter.forward(False) == b"data: 1\n\n"
+    splitter.feed(b"x" * MAX_EVENT_BYTES)
+    assert splitter.broken and splitter.forward(False) == b"data: " + b"x" * MAX_EVENT_BYTES
+    splitter.feed(b"\n\n")
+    assert splitter.forward(True) == b"\n\n"
+
+
 def test_an_endless_event_stops_the_splitting() -> None:
     splitter = SseSplitter()
     assert splitter.feed(b"data: " + b"x" * (MAX_EVENT_BYTES + 1)) == []
