@@ -24,6 +24,15 @@
 #define MIN_NODES 16
 #define PREFETCH 8 /* blocks ahead whose bucket `record` loads early */
 
+/* Bytes for `n` items of `size` after `head` bytes, or SIZE_MAX (which every PyMem call
+ * refuses, returning NULL) where that is past what PyMem allocates: no product wraps. */
+static inline size_t
+kp_bytes(size_t head, size_t n, size_t size)
+{
+    size_t limit = (size_t)PY_SSIZE_T_MAX - head;
+    return n > limit / size ? SIZE_MAX : head + n * size;
+}
+
 /* ---- an open-addressing map: uint64 key -> nonzero uint64 value (0: empty bucket) ---- */
 
 typedef struct {

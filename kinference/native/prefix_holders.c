@@ -26,7 +26,10 @@ add_holder(Store *self, uint64_t key, uint32_t slot)
     }
     Holders *h = (Holders *)(uintptr_t)e->val;
     if (h->n == h->cap) {
-        Holders *grown = PyMem_Realloc(h, sizeof(Holders) + (size_t)h->cap * 2 * sizeof(uint32_t));
+        Holders *grown = h->cap > UINT32_MAX / 2
+                             ? NULL
+                             : PyMem_Realloc(h, kp_bytes(sizeof(Holders), (size_t)h->cap * 2,
+                                                         sizeof(uint32_t)));
         if (grown == NULL) {
             PyErr_NoMemory();
             return -1;

@@ -4,6 +4,8 @@
 
 #include "prefix.h"
 
+/* -1, and the map as it was, where the new table cannot be allocated. Sets no exception:
+ * a shrink after a failed insert must not replace (or clear) the MemoryError pending. */
 static int
 map_resize(Map *m, size_t buckets)
 {
@@ -11,7 +13,6 @@ map_resize(Map *m, size_t buckets)
     size_t old_buckets = old == NULL ? 0 : m->mask + 1;
     Bucket *fresh = PyMem_Calloc(buckets, sizeof(Bucket));
     if (fresh == NULL) {
-        PyErr_NoMemory();
         return -1;
     }
     unsigned bits = 0;
@@ -42,9 +43,7 @@ kp_map_insert(Map *m, uint64_t key, uint64_t val)
     if ((m->count + 1) * 2 > buckets) {
         size_t grown = buckets < MIN_BUCKETS ? MIN_BUCKETS : buckets * 2;
         if (grown <= buckets || map_resize(m, grown) < 0) {
-            if (!PyErr_Occurred()) {
-                PyErr_NoMemory();
-            }
+            PyErr_NoMemory();
             return -1;
         }
     }
@@ -100,9 +99,7 @@ kp_map_shrink(Map *m)
     while (fit < m->count * 4) {
         fit *= 2;
     }
-    if (map_resize(m, fit) < 0) {
-        PyErr_Clear();
-    }
+    (void)map_resize(m, fit);
 }
 
 void

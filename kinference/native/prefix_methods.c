@@ -16,6 +16,28 @@ enter(Store *self)
     return 0;
 }
 
+#define NO_SLOT (-1)    /* a slot number with no live slot */
+#define NOT_A_SLOT (-2) /* past the C range, or not an integer: never recorded */
+#define SLOT_FAILED (-3) /* an exception set */
+
+/* The live slot's index for `trim`, `held`, `drop`, or one of the codes above: an
+ * exception but OverflowError and TypeError (a slot's `__index__` raising, or calling back
+ * into the store: RuntimeError) is the caller's to raise, not "never recorded". */
+static int64_t
+slot_to_read(Store *self, PyObject *o)
+{
+    long long number;
+    if (kp_slot_arg(o, &number) == 0) {
+        return kp_find_slot(self, number);
+    }
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError) &&
+        !PyErr_ExceptionMatches(PyExc_TypeError)) {
+        return SLOT_FAILED;
+    }
+    PyErr_Clear();
+    return NOT_A_SLOT;
+}
+
 PyObject *
 kp_store_record(Store *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -33,7 +55,7 @@ kp_store_record(Store *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     Py_ssize_t n = PyTuple_GET_SIZE(tuple);
-    keys = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(uint64_t));
+    keys = PyMem_Malloc(kp_bytes(0, n ? (size_t)n : 1, sizeof(uint64_t)));
     if (keys == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -66,7 +88,7 @@ done:
 PyObject *
 kp_store_trim(Store *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long number, bound;
+    long long bound;
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "trim(slot, bound)");
         return NULL;
@@ -74,11 +96,14 @@ kp_store_trim(Store *self, PyObject *const *args, Py_ssize_t nargs)
     if (kp_bound_arg(args[1], &bound) < 0 || enter(self) < 0) {
         return NULL;
     }
-    int64_t si = kp_slot_arg(args[0], &number) < 0 ? (PyErr_Clear(), -1) : kp_find_slot(self, number);
+    int64_t si = slot_to_read(self, args[0]);
     if (si >= 0) {
         kp_trim_slot(self, (uint32_t)si, bound);
     }
     self->busy = 0;
+    if (si == SLOT_FAILED) {
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -154,7 +179,6 @@ held_tuple(Store *self, int64_t si, PyObject *tuple, Py_ssize_t known)
 PyObject *
 kp_store_held(Store *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long number;
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "held(slot, hashes, known)");
         return NULL;
@@ -164,12 +188,12 @@ kp_store_held(Store *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *held = NULL, *tuple = NULL;
-    if (kp_slot_arg(args[0], &number) < 0) { /* not a slot in the C range: never recorded */
-        PyErr_Clear();
+    int64_t si = slot_to_read(self, args[0]);
+    if (si == NOT_A_SLOT) {
         held = Py_BuildValue("(iO)", 0, Py_None);
     }
-    else if ((tuple = kp_as_tuple(args[1])) != NULL) {
-        held = held_tuple(self, kp_find_slot(self, number), tuple, known);
+    else if (si != SLOT_FAILED && (tuple = kp_as_tuple(args[1])) != NULL) {
+        held = held_tuple(self, si, tuple, known);
         Py_DECREF(tuple);
     }
     self->busy = 0;
@@ -179,7 +203,6 @@ kp_store_held(Store *self, PyObject *const *args, Py_ssize_t nargs)
 PyObject *
 kp_store_drop(Store *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long number;
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "drop(slot, hashes, start)");
         return NULL;
@@ -188,9 +211,9 @@ kp_store_drop(Store *self, PyObject *const *args, Py_ssize_t nargs)
     if ((start == -1 && PyErr_Occurred()) || enter(self) < 0) {
         return NULL;
     }
-    PyObject *result = NULL, *tuple = kp_as_tuple(args[1]);
-    /* A slot past the C range was never recorded: it holds nothing. */
-    int64_t si = kp_slot_arg(args[0], &number) < 0 ? (PyErr_Clear(), -1) : kp_find_slot(self, number);
+    /* The slot before the hashes: its conversion runs no code with an exception pending. */
+    int64_t si = slot_to_read(self, args[0]);
+    PyObject *result = NULL, *tuple = si == SLOT_FAILED ? NULL : kp_as_tuple(args[1]);
     Py_ssize_t held = 0;
     if (tuple == NULL) {
         goto done;

@@ -31,7 +31,7 @@ kp_open_slot(Store *self, long long number)
         if (self->nslots == self->slots_cap) {
             uint32_t grown = self->slots_cap < 8 ? 8 : self->slots_cap * 2;
             Slot *slots = grown >= NIL ? NULL
-                                       : PyMem_Realloc(self->slots, (size_t)grown * sizeof(Slot));
+                                       : PyMem_Realloc(self->slots, kp_bytes(0, grown, sizeof(Slot)));
             if (slots == NULL) {
                 PyErr_NoMemory();
                 return -1;
@@ -55,6 +55,9 @@ kp_open_slot(Store *self, long long number)
     s->number = number;
     s->live = 1;
     s->free_head = s->head = s->tail = NIL;
+    /* The store's secret seed here too: a slot's table is keyed by hashes an outsider's
+     * prompts choose, as the blocks' table is. */
+    s->table.seed = self->blocks.seed ^ UINT64_C(0x94D049BB133111EB);
     return i;
 }
 
@@ -73,7 +76,7 @@ kp_new_node(Slot *s)
             PyErr_NoMemory();
             return -1;
         }
-        Node *nodes = PyMem_Realloc(s->nodes, (size_t)grown * sizeof(Node));
+        Node *nodes = PyMem_Realloc(s->nodes, kp_bytes(0, grown, sizeof(Node)));
         if (nodes == NULL) {
             PyErr_NoMemory();
             return -1;
@@ -95,7 +98,7 @@ kp_compact_nodes(Slot *s)
     while (fit < s->count * 2) {
         fit *= 2;
     }
-    Node *fresh = PyMem_Malloc((size_t)fit * sizeof(Node));
+    Node *fresh = PyMem_Malloc(kp_bytes(0, fit, sizeof(Node)));
     if (fresh == NULL) {
         return; /* kept as it is */
     }
