@@ -19,6 +19,13 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The kp_ functions are the extension's own: hidden from the dynamic linker, so calls to
+ * them are direct (no PLT) and the compiler may inline them inside their unit (a default-
+ * visibility function under -fPIC could be interposed, which forbids both). */
+#if defined(__GNUC__)
+#pragma GCC visibility push(hidden)
+#endif
+
 #define NIL UINT32_MAX
 #define MIN_BUCKETS 8
 #define MIN_NODES 16
@@ -182,5 +189,9 @@ PyObject *kp_store_match(Store *self, PyObject *hashes);
 PyObject *kp_store_held(Store *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *kp_store_drop(Store *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *kp_store_forget(Store *self, PyObject *arg);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #endif
