@@ -3,19 +3,30 @@
 `optional=True`: where no C compiler (or no Python headers) is found the build skips the
 extension with a warning and the install still succeeds; the pure-Python twins then serve
 (the same answers, more CPU). Build in place for a checkout: `python setup.py build_ext
---inplace`.
+--inplace`. `_prefix` is several units sharing one internal header (`prefix.h`, listed in
+`depends` so an edit to it rebuilds the extension).
 """
 
 from setuptools import Extension, setup
 
+NATIVE = "kinference/native"
+PREFIX_UNITS = ("_prefix", "prefix_map", "prefix_slots", "prefix_holders", "prefix_keys")
+PREFIX_UNITS += ("prefix_methods",)
+
 setup(
     ext_modules=[
         Extension(
-            f"kinference.native.{name}",
-            [f"kinference/native/{name}.c"],
+            "kinference.native._chain",
+            [f"{NATIVE}/_chain.c"],
             optional=True,
             extra_compile_args=["-O2"],
-        )
-        for name in ("_chain", "_prefix")
+        ),
+        Extension(
+            "kinference.native._prefix",
+            [f"{NATIVE}/{unit}.c" for unit in PREFIX_UNITS],
+            depends=[f"{NATIVE}/prefix.h"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
     ]
 )
