@@ -18,13 +18,9 @@ from hypothesis import strategies as st
 
 from kinference.native import load_chain
 from kinference.routing.blocks import PrefixHasher
-from kinference.routing.chain import ChainTuple, chain_function, chain_tuple, mix, seed
+from kinference.routing.chain import ChainTuple, chain_function, chain_tuple
+from tests.routing.spelled_chain import spelled_out
 
-MASK = (1 << 64) - 1
-LANES = (
-    0x87C37B91114253D5, 0x4CF5AD432745937F, 0x52DCE729DA3ED7B5, 0x38495AB5D6E6E2AB,
-    0xA0761D6478BD642F, 0xE7037ED1A0B428DB, 0x8EBC6AF09C88C6E3, 0x589965CC75374CC3,
-)  # fmt: skip
 BUFFERS = (bytes, bytearray, memoryview)
 
 
@@ -32,20 +28,6 @@ def native() -> ChainTuple:
     if load_chain() is None:
         pytest.skip("the C extension kinference.native._chain is not built")
     return chain_function(native=True)
-
-
-def spelled_out(model: str, data: bytes, block_bytes: int, count: int) -> tuple[int, ...]:
-    """The chain block by block, as its definition says (struct "<Q" words, zero-padded)."""
-    chained, hashes = 0, []
-    for index in range(count):
-        block = data[index * block_bytes : (index + 1) * block_bytes]
-        block += bytes(-len(block) % 8)
-        words = [int.from_bytes(block[i : i + 8], "little") for i in range(0, len(block), 8)]
-        value = mix(sum(w * LANES[i % 8] for i, w in enumerate(words)) & MASK)
-        value = value ^ seed(model) if index == 0 else value
-        chained = (chained * 0x9E3779B97F4A7C15 + value) & MASK
-        hashes.append(mix(chained))
-    return tuple(hashes)
 
 
 def test_the_extension_is_built_where_it_can_be() -> None:

@@ -15,13 +15,7 @@ from kinference.routing.blocks import (
     PrefixHasher,
     block_hashes,
 )
-from kinference.routing.chain import mix, seed
-
-MASK = (1 << 64) - 1
-LANES = (
-    0x87C37B91114253D5, 0x4CF5AD432745937F, 0x52DCE729DA3ED7B5, 0x38495AB5D6E6E2AB,
-    0xA0761D6478BD642F, 0xE7037ED1A0B428DB, 0x8EBC6AF09C88C6E3, 0x589965CC75374CC3,
-)  # fmt: skip
+from tests.routing.spelled_chain import spelled_out
 
 
 def reference(
@@ -29,16 +23,7 @@ def reference(
 ) -> list[int]:
     """The chain spelled out block by block (no `<text:` references in `segments`)."""
     data = SEPARATOR.join(segments).encode("utf-8", "surrogatepass")[: block_bytes * max_blocks]
-    chained, hashes = 0, []
-    for index in range(min(len(data) // block_bytes, max_blocks)):
-        block = data[index * block_bytes : (index + 1) * block_bytes]
-        block += bytes(-len(block) % 8)
-        words = [int.from_bytes(block[i : i + 8], "little") for i in range(0, len(block), 8)]
-        value = mix(sum(w * LANES[i % 8] for i, w in enumerate(words)) & MASK)
-        value = value ^ seed(model) if index == 0 else value
-        chained = (chained * 0x9E3779B97F4A7C15 + value) & MASK
-        hashes.append(mix(chained))
-    return hashes
+    return list(spelled_out(model, data, block_bytes, min(len(data) // block_bytes, max_blocks)))
 
 
 def prompts(rng: random.Random, count: int) -> list[tuple[str, ...]]:
