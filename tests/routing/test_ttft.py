@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from kinference.routing.pending import PendingPrefix
 from kinference.routing.rates import MIN_TOKENS_FOR_SLOPE, Rates
-from kinference.routing.readings import unseen_wait
+from kinference.routing.readings import MOST_SEEN_FOR_DOUBT, unseen_wait
 from kinference.routing.scorers import ttft as ttft_module
+from kinference.routing.scorers import ttft_small
 from kinference.routing.scorers.ttft import TtftConfig, TtftScorer
 from kinference.routing.table import WorkerTable
 from tests.clock import FakeClock
@@ -478,7 +479,7 @@ def test_small_peers_or_is_what_it_was(
     values: list[float] | None, slots: list[int], prior: float
 ) -> None:
     array = None if values is None else np.array(values, dtype=np.float64)
-    got = ttft_module._small_peers_or(array, slots, prior)
+    got = ttft_small._small_peers_or(array, slots, prior)
     assert repr(got) == repr(peers_or_as_it_was(array, slots, prior))
 
 
@@ -488,5 +489,5 @@ def test_unseen_wait_is_nothing_where_the_small_form_skips_it(
 ) -> None:
     """The small form calls `unseen_wait` only when `most >= MOST_SEEN_FOR_DOUBT` and not
     `joined <= most`; elsewhere it is the 0.0 it appends."""
-    if not (most >= ttft_module.MOST_SEEN_FOR_DOUBT and not joined <= most):
+    if not (most >= MOST_SEEN_FOR_DOUBT and not joined <= most):
         assert repr(unseen_wait(joined, most, batch, service)) == "0.0"

@@ -39,19 +39,20 @@ and where the batch is not known, the expected such wait (`readings.unseen_wait`
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat
 
-from kinference.routing import readings
-from kinference.routing.pending import unwaited_prefill, waited_prefill
+from kinference.native import load_ttft
+from kinference.routing.pending import unwaited_prefill
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.rates import Rates
-from kinference.routing.readings import MOST_SEEN_FOR_DOUBT, unseen_wait, unseen_waits
+from kinference.routing.readings import unseen_waits
+from kinference.routing.scorers import ttft_small
+from kinference.routing.scorers.ttft_small import Rows, native_terms, small_terms
 from kinference.routing.table import FloatArray, IndexArray, WorkerTable
 
 
@@ -114,17 +115,20 @@ class Parts:
 # (predicted TTFT, its wait, own prefill, its slot wait, the unknown batch's expected wait)
 Terms = tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]
 
-# Up to this many candidates the terms are computed on Python floats (`small_parts`).
+# Up to this many candidates the terms are computed one by one (`ttft_small`, C or Python).
 SMALL_CANDIDATES = 16
 
 
 class TtftScorer:
     name: ClassVar[str] = "ttft"
 
-    def __init__(self, config: TtftConfig, rates: Rates) -> None:
+    def __init__(self, config: TtftConfig, rates: Rates, *, native: bool = True) -> None:
+        """`native`: the small form in C where it was built (`ttft_small`), else Python."""
         self.config = config
         self.rates = rates
         self._ms_per_token = 1000.0 / config.prior_prefill_tokens_per_s
+        self._native = load_ttft() if native else None
+        self._constants = ttft_small.constants(config, self._ms_per_token)
 
     def predict(self, ctx: PickContext) -> tuple[FloatArray, FloatArray]:
         """(predicted milliseconds to first token, of which waiting) on each candidate."""
@@ -158,61 +162,21 @@ class TtftScorer:
     def _predict_small(self, ctx: PickContext) -> Terms:
         """`_predict` on Python floats, for a handful of candidates (numpy's fixed cost per
         call is then the larger one); the same formulas, so the same values."""
-        terms = self._small_terms(ctx)
+        rows = self._native_rows(ctx, scoring=False)
+        if rows is not None:
+            predicted, wait, prefill, slot_wait, unsure, ctx.sequences, _ = rows
+            return predicted, wait, prefill, slot_wait, unsure
+        terms = small_terms(self.config, self.rates, self._ms_per_token, ctx)
         predicted, wait, prefill, slot_wait, unsure = (np.array(term) for term in terms)
         return predicted, wait, prefill, slot_wait, unsure
 
-    def _small_terms(
-        self, ctx: PickContext
-    ) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
-        """`_predict_small`'s values as lists (what `score` computes on)."""
-        config, rates, table, model = self.config, self.rates, ctx.table, ctx.model
-        slots = ctx.slots.tolist()
-        per_token = _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots,
-                                    self._ms_per_token)  # fmt: skip
-        base = _small_peers_or(rates.peek(model, "prefill_base_ms"), slots,
-                               config.prior_prefill_base_ms)  # fmt: skip
-        service = _small_peers_or(rates.peek(model, "service_ms"), slots,
-                                  config.prior_service_ms)  # fmt: skip
-        busy = rates.busy_ms(model, config.prior_busy_ms_per_sequence)
-        pending, waiting = table.pending_prefill, ctx.signals.waiting
-        full = config.decode_pressure_ms
-        prompt, cached, hashes = ctx.prompt_tokens, ctx.cached_tokens.tolist(), ctx.hashes
-        memory, fits = ctx.memory_ahead, ctx.memory_batch
-        predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
-        unsure: list[float] = []
-        rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
-        pool, peer = readings.most_seen_of_rows(rows), readings.peer_batch_of_rows(rows)
-        prior = config.prior_batch
-        for i, slot in enumerate(slots):
-            row = rows[i]
-            sequences, batch = table.occupancy_of_row(slot, row, waiting.item(slot), prior, peer)
-            ahead = max(sequences + 1.0 - batch, 0.0)
-            queued = pending.item(slot)
-            if queued > 0.0:
-                queued = waited_prefill(table, slot, queued, per_token=per_token[i],
-                                        cached=cached[i], hashes=hashes)  # fmt: skip
-            for_slot = ahead * service[i] / batch
-            if memory is not None and fits is not None:  # a place to run: slot and memory
-                for_slot = max(for_slot, memory[i] * service[i] / fits[i])
-            waited = for_slot + queued * per_token[i]
-            own = max(prompt - cached[i], 0.0) * per_token[i]
-            pressure = full * min(sequences / batch, 1.0) ** 2 + busy * min(sequences, batch)
-            predicted.append(waited + base[i] + own + pressure)
-            wait.append(waited)
-            prefill.append(own)
-            occupied.append(sequences)
-            slot_wait.append(for_slot)
-            joined, most = sequences + 1.0, math.nan
-            if ahead == 0.0:
-                most = readings.unsure_of_row(row, peer, pool)
-            # (`unseen_wait` is 0 unless this holds: its call then saved)
-            if most >= MOST_SEEN_FOR_DOUBT and not joined <= most:
-                unsure.append(unseen_wait(joined, most, batch, service[i]))
-            else:
-                unsure.append(0.0)
-        ctx.sequences = np.array(occupied)
-        return predicted, wait, prefill, slot_wait, unsure
+    def _native_rows(self, ctx: PickContext, *, scoring: bool) -> Rows | None:
+        """`ttft_small.native_terms`'s rows, None where it is not built or not taken."""
+        if self._native is None:
+            return None
+        busy = self.rates.busy_ms(ctx.model, self.config.prior_busy_ms_per_sequence)
+        return native_terms(self._native, self._constants, busy, self.rates, ctx,
+                            scoring=scoring)  # fmt: skip
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray
@@ -257,7 +221,12 @@ class TtftScorer:
         return float(cost.min()) / cost
 
     def _score_small(self, ctx: PickContext) -> FloatArray:
-        predicted, wait, owns, slot_wait, unsure = self._small_terms(ctx)
+        rows = self._native_rows(ctx, scoring=True)
+        if rows is not None:
+            ctx.predicted_ttft_ms, ctx.predicted_wait_ms, *_, ctx.sequences, scores = rows
+            return scores
+        small = small_terms(self.config, self.rates, self._ms_per_token, ctx)
+        predicted, wait, owns, slot_wait, unsure = small
         ctx.predicted_ttft_ms, ctx.predicted_wait_ms = np.array(predicted), np.array(wait)
         weight, space, footprint = (
             self.config.compute_weight,
@@ -277,21 +246,6 @@ class TtftScorer:
     def _unsure_share(self) -> float:
         """Cost per ms of an unknown batch's expected wait: its own and the slot it holds."""
         return self.config.unsure_batch_weight * (1.0 + self.config.queue_weight)
-
-
-def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
-    """`_peers_or` over the slots' values of `array` (None: nothing learned yet)."""
-    if array is None:
-        return [prior] * len(slots)
-    size = len(array)
-    values = [array.item(slot) if slot < size else math.nan for slot in slots]
-    if not math.isnan(sum(values)):  # no NaN among them (one NaN makes the sum NaN)
-        return values  # (a NaN sum of none, inf - inf, goes on to the test below)
-    known = [value for value in values if not math.isnan(value)]
-    if len(known) == len(values):
-        return values
-    fill = sum(known) / len(known) if known else prior
-    return [fill if math.isnan(value) else value for value in values]
 
 
 def _peers_or(values: FloatArray, prior: float) -> FloatArray:

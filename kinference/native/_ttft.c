@@ -1,0 +1,218 @@
+/* The TTFT scorer's small-candidate form in C: `terms` computes what
+ * kinference.routing.scorers.ttft_small.small_terms and TtftScorer._score_small compute on
+ * Python floats (their pure reference), the same values bit for bit (ttft.h), reading the
+ * worker table's and the rates' numpy arrays through the buffer protocol rather than
+ * building Python floats of them. The GIL is held throughout.
+ *
+ * Arguments it does not take (a buffer that is not a 1-D float64 vector, slots not of
+ * intp, lists of other than floats) answer NotImplemented before anything is computed,
+ * and the caller runs the pure form; errors the pure form raises are raised alike
+ * (IndexError beyond an array, ZeroDivisionError for a memory batch of 0, what
+ * `waited_prefill`, called back for each candidate with pending prefill, raises).
+ */
+#include "ttft.h"
+
+#include "ttft_args.h"
+
+/* Rows of `out`: predicted, wait, prefill, slot_wait, unsure, sequences, score. */
+enum { PREDICTED, WAIT, PREFILL, SLOT_WAIT, UNSURE, SEQUENCES, SCORE, ROWS };
+
+/* `waited_prefill(table, slot, queued, per_token=, cached=, hashes=)`. */
+static int waited(const Terms *t, Py_ssize_t slot, double *queued, double per_token,
+                  double cached) {
+    PyObject *args[7] = {NULL, t->table, PyLong_FromSsize_t(slot), PyFloat_FromDouble(*queued),
+                         PyFloat_FromDouble(per_token), PyFloat_FromDouble(cached), t->hashes};
+    PyObject *result = NULL;
+    if (args[2] != NULL && args[3] != NULL && args[4] != NULL && args[5] != NULL) {
+        result = PyObject_Vectorcall(t->waited, args + 1, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     t->kwnames);
+    }
+    for (int i = 2; i < 6; i++) {
+        Py_XDECREF(args[i]);
+    }
+    if (result == NULL) {
+        return -1;
+    }
+    *queued = PyFloat_AsDouble(result);
+    Py_DECREF(result);
+    return *queued == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* One candidate's terms (the loop body of `small_terms`). */
+static int candidate(const Terms *t, Py_ssize_t i, const BatchRow *row, double peer,
+                     double pool, double *out, Py_ssize_t n) {
+    Py_ssize_t slot = t->slots[i];
+    double waiting, sequences, batch, queued;
+    if (column_item(&t->waiting, slot, &waiting) < 0 ||
+        occupancy_of_row(t->columns, slot, row, waiting, t->c.prior_batch, peer, &sequences,
+                         &batch) < 0 ||
+        column_item(&t->columns[PENDING], slot, &queued) < 0) {
+        return -1;
+    }
+    double per_token = t->per_token[i], service = t->service[i];
+    double ahead = py_max(sequences + 1.0 - batch, 0.0);
+    if (queued > 0.0) {
+        double cached;
+        if (column_item(&t->cached, i, &cached) < 0 ||
+            waited(t, slot, &queued, per_token, cached) < 0) {
+            return -1;
+        }
+    }
+    double for_slot = ahead * service / batch;
+    if (t->memory != NULL) { /* a place to run: slot and memory */
+        if (i >= t->memory_count || i >= t->fits_count) {
+            PyErr_SetString(PyExc_IndexError, "list index out of range");
+            return -1;
+        }
+        double fits = t->fits[i];
+        if (fits == 0.0) {
+            PyErr_SetString(PyExc_ZeroDivisionError, "float division by zero");
+            return -1;
+        }
+        for_slot = py_max(for_slot, t->memory[i] * service / fits);
+    }
+    double cached;
+    if (column_item(&t->cached, i, &cached) < 0) {
+        return -1;
+    }
+    double waited_ms = for_slot + queued * per_token;
+    double own = py_max(t->prompt - cached, 0.0) * per_token;
+    double square;
+    if (py_square(py_min(sequences / batch, 1.0), &square) < 0) {
+        return -1;
+    }
+    double pressure = t->c.full * square + t->busy * py_min(sequences, batch);
+    out[PREDICTED * n + i] = waited_ms + t->base[i] + own + pressure;
+    out[WAIT * n + i] = waited_ms;
+    out[PREFILL * n + i] = own;
+    out[SEQUENCES * n + i] = sequences;
+    out[SLOT_WAIT * n + i] = for_slot;
+    double joined = sequences + 1.0, most = Py_NAN, unsure = 0.0;
+    if (ahead == 0.0) {
+        most = unsure_of_row(row, peer, pool);
+    }
+    if (most >= MOST_SEEN_FOR_DOUBT && !(joined <= most) &&
+        unseen_wait(joined, most, batch, service, &unsure) < 0) {
+        return -1;
+    }
+    out[UNSURE * n + i] = unsure;
+    return 0;
+}
+
+/* `_score_small`'s `best / cost` per candidate, from the terms. */
+static int score(const Terms *t, double *out, Py_ssize_t n) {
+    double most = Py_NAN;
+    int spread = 0; /* the shares follow the footprint */
+    if (t->footprint != NULL && t->c.space > 0.0) {
+        if (t->footprint_count == 0) {
+            PyErr_SetString(PyExc_ValueError, "max() arg is an empty sequence");
+            return -1;
+        }
+        most = t->footprint[0];
+        for (Py_ssize_t i = 1; i < t->footprint_count; i++) {
+            most = py_max(most, t->footprint[i]);
+        }
+        spread = most > 0.0;
+    }
+    if (n == 0) {
+        PyErr_SetString(PyExc_ValueError, "min() arg is an empty sequence");
+        return -1;
+    }
+    if (spread && t->footprint_count != n) {
+        PyErr_SetString(PyExc_ValueError, "zip() arguments differ in length");
+        return -1;
+    }
+    double *costs = out + SCORE * n, best = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double share = spread ? t->c.weight + t->c.space * t->footprint[i] / most : t->c.weight;
+        double cost = out[PREDICTED * n + i] + share * out[PREFILL * n + i] +
+                      t->c.queued * out[SLOT_WAIT * n + i] + t->c.doubt * out[UNSURE * n + i];
+        costs[i] = py_max(cost, 1.0);
+        best = i == 0 ? costs[i] : py_min(best, costs[i]);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        costs[i] = best / costs[i];
+    }
+    return 0;
+}
+
+static int compute(Terms *t, double *out, int scoring) {
+    Py_ssize_t n = t->count;
+    if (peers_or(t->rates[0], t->slots, n, t->c.per_token, t->per_token) < 0 ||
+        peers_or(t->rates[1], t->slots, n, t->c.base, t->base) < 0 ||
+        peers_or(t->rates[2], t->slots, n, t->c.service, t->service) < 0) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* `batch_rows`: read once, before any candidate */
+        Py_ssize_t slot = t->slots[i];
+        BatchRow *row = &t->rows[i];
+        if (column_item(&t->columns[BATCH], slot, &row->seen) < 0 ||
+            column_item(&t->columns[RUNNING_MAX], slot, &row->most) < 0 ||
+            column_item(&t->columns[BATCH_LIMIT], slot, &row->limit) < 0 ||
+            column_item(&t->columns[BATCH_FLOOR], slot, &row->floor) < 0 ||
+            column_item(&t->columns[BATCH_CEILING], slot, &row->ceiling) < 0) {
+            return -1;
+        }
+    }
+    double pool = most_seen_of_rows(t->rows, n), peer = peer_batch_of_rows(t->rows, n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (candidate(t, i, &t->rows[i], peer, pool, out, n) < 0) {
+            return -1;
+        }
+    }
+    return scoring ? score(t, out, n) : 0;
+}
+
+PyDoc_STRVAR(terms_doc, "See _ttft.pyi.");
+
+static PyObject *terms(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    Terms t;
+    int taken = terms_open(&t, PyModule_GetState(module), args, nargs, ROWS);
+    if (taken <= 0) {
+        terms_close(&t);
+        return taken < 0 ? NULL : Py_NewRef(Py_NotImplemented);
+    }
+    int failed = compute(&t, t.out, t.scoring);
+    terms_close(&t);
+    return failed ? NULL : Py_NewRef(Py_None);
+}
+
+static PyMethodDef methods[] = {
+    {"terms", (PyCFunction)(void (*)(void))terms, METH_FASTCALL, terms_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static int exec_module(PyObject *module) { return names_open(PyModule_GetState(module)); }
+
+static int traverse(PyObject *module, visitproc visit, void *arg) {
+    Names *names = PyModule_GetState(module);
+    Py_VISIT(names->kwnames);
+    for (int i = 0; i < COLUMNS; i++) {
+        Py_VISIT(names->columns[i]);
+    }
+    return 0;
+}
+
+static int clear(PyObject *module) {
+    Names *names = PyModule_GetState(module);
+    Py_CLEAR(names->kwnames);
+    for (int i = 0; i < COLUMNS; i++) {
+        Py_CLEAR(names->columns[i]);
+    }
+    return 0;
+}
+
+static PyModuleDef_Slot slots[] = {{Py_mod_exec, exec_module}, {0, NULL}};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "kinference.native._ttft",
+    .m_doc = "The TTFT scorer's small-candidate form in C (routing.scorers.ttft_small).",
+    .m_size = sizeof(Names),
+    .m_methods = methods,
+    .m_slots = slots,
+    .m_traverse = traverse,
+    .m_clear = clear,
+};
+
+PyMODINIT_FUNC PyInit__ttft(void) { return PyModuleDef_Init(&module_def); }

@@ -1,0 +1,30 @@
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+def terms(
+    out: npt.NDArray[np.float64],
+    slots: npt.NDArray[np.intp],
+    cached: npt.NDArray[np.float64],
+    waiting: npt.NDArray[np.float64],
+    table: object,
+    per_token: npt.NDArray[np.float64] | None,
+    base: npt.NDArray[np.float64] | None,
+    service: npt.NDArray[np.float64] | None,
+    constants: tuple[float, ...],
+    busy: float,
+    prompt: float,
+    memory: list[float] | None,
+    fits: list[float] | None,
+    footprint: list[float] | None,
+    waited: Callable[..., float],
+    hashes: tuple[int, ...],
+    scoring: bool,
+    /,
+) -> object:
+    """Writes the TTFT model's small-form rows into `out` (rows x len(slots)): predicted,
+    wait, prefill, slot_wait, unsure, sequences and (`scoring`) the score; answers None,
+    or NotImplemented where an argument is not of the types it takes (nothing written:
+    run the pure form). The same values and errors as `ttft_small.small_terms` and
+    `TtftScorer._score_small`'s pure form."""

@@ -1,0 +1,134 @@
+"""The TTFT model's small-candidate form: its terms for a handful of candidates, on Python
+floats (numpy's fixed cost per call is then the larger one), and the same in C.
+
+`small_terms` is the reference: `ttft.TtftScorer._predict_vector`'s formulas (module
+`ttft`), candidate by candidate, on the worker table's and the rates' values read one at
+a time. `native_terms` runs `kinference.native._ttft.terms`, which computes the same
+values bit for bit (the same float operations in the same order; tests/native hold it to
+`small_terms` and to the scorer's `_score_small`), reading those arrays through the buffer
+protocol rather than as Python floats, and scoring too when asked. `TtftScorer` chooses
+(`native=False` forces the reference).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kinference.routing import readings
+from kinference.routing.pending import waited_prefill
+from kinference.routing.rates import Rates
+from kinference.routing.readings import MOST_SEEN_FOR_DOUBT, unseen_wait
+from kinference.routing.table import FloatArray
+
+if TYPE_CHECKING:
+    from kinference.routing.plugins.base import PickContext
+    from kinference.routing.scorers.ttft import TtftConfig
+
+Lists = tuple[list[float], list[float], list[float], list[float], list[float]]
+# `native_terms`' answer: predicted, wait, prefill, slot_wait, unsure, sequences, score.
+Rows = tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]
+NativeTerms = Callable[..., object]
+
+
+def constants(config: TtftConfig, ms_per_token: float) -> tuple[float, ...]:
+    """The settings `native_terms` reads (the order of `Constants` in ttft_args.h)."""
+    unsure_share = config.unsure_batch_weight * (1.0 + config.queue_weight)
+    values = (
+        ms_per_token, config.prior_prefill_base_ms, config.prior_service_ms,
+        config.prior_batch, config.decode_pressure_ms, config.compute_weight,
+        config.cache_space_weight, config.queue_weight, unsure_share,
+    )  # fmt: skip
+    return tuple(float(value) for value in values)
+
+
+def native_terms(
+    terms: NativeTerms, settings: tuple[float, ...], busy: float, rates: Rates,
+    ctx: PickContext, *, scoring: bool,
+) -> Rows | None:  # fmt: skip
+    """`Rows` per candidate (the score only when `scoring`), by the C form; None where it
+    does not take the arguments (run the pure form). `busy`: `rates.busy_ms` of the model
+    with the config's prior."""
+    slots, model = ctx.slots, ctx.model
+    out = np.empty((7, len(slots)))
+    done = terms(
+        out, slots, ctx.cached_tokens, ctx.signals.waiting, ctx.table,
+        rates.peek(model, "prefill_ms_per_token"), rates.peek(model, "prefill_base_ms"),
+        rates.peek(model, "service_ms"), settings, busy, ctx.prompt_tokens,
+        ctx.memory_ahead, ctx.memory_batch, ctx.footprint, waited_prefill, ctx.hashes,
+        scoring,
+    )  # fmt: skip
+    if done is NotImplemented:
+        return None
+    predicted, wait, prefill, slot_wait, unsure, sequences, score = out
+    return predicted, wait, prefill, slot_wait, unsure, sequences, score
+
+
+def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: PickContext) -> Lists:
+    """(predicted TTFT, its wait, own prefill, slot wait, the unknown batch's expected wait)
+    per candidate as lists; sets `ctx.sequences`."""
+    table, model = ctx.table, ctx.model
+    slots = ctx.slots.tolist()
+    per_token = _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots,
+                                ms_per_token)  # fmt: skip
+    base = _small_peers_or(rates.peek(model, "prefill_base_ms"), slots,
+                           config.prior_prefill_base_ms)  # fmt: skip
+    service = _small_peers_or(rates.peek(model, "service_ms"), slots,
+                              config.prior_service_ms)  # fmt: skip
+    busy = rates.busy_ms(model, config.prior_busy_ms_per_sequence)
+    pending, waiting = table.pending_prefill, ctx.signals.waiting
+    full = config.decode_pressure_ms
+    prompt, cached, hashes = ctx.prompt_tokens, ctx.cached_tokens.tolist(), ctx.hashes
+    memory, fits = ctx.memory_ahead, ctx.memory_batch
+    predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
+    unsure: list[float] = []
+    rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
+    pool, peer = readings.most_seen_of_rows(rows), readings.peer_batch_of_rows(rows)
+    prior = config.prior_batch
+    for i, slot in enumerate(slots):
+        row = rows[i]
+        sequences, batch = table.occupancy_of_row(slot, row, waiting.item(slot), prior, peer)
+        ahead = max(sequences + 1.0 - batch, 0.0)
+        queued = pending.item(slot)
+        if queued > 0.0:
+            queued = waited_prefill(table, slot, queued, per_token=per_token[i],
+                                    cached=cached[i], hashes=hashes)  # fmt: skip
+        for_slot = ahead * service[i] / batch
+        if memory is not None and fits is not None:  # a place to run: slot and memory
+            for_slot = max(for_slot, memory[i] * service[i] / fits[i])
+        waited = for_slot + queued * per_token[i]
+        own = max(prompt - cached[i], 0.0) * per_token[i]
+        pressure = full * min(sequences / batch, 1.0) ** 2 + busy * min(sequences, batch)
+        predicted.append(waited + base[i] + own + pressure)
+        wait.append(waited)
+        prefill.append(own)
+        occupied.append(sequences)
+        slot_wait.append(for_slot)
+        joined, most = sequences + 1.0, math.nan
+        if ahead == 0.0:
+            most = readings.unsure_of_row(row, peer, pool)
+        # (`unseen_wait` is 0 unless this holds: its call then saved)
+        if most >= MOST_SEEN_FOR_DOUBT and not joined <= most:
+            unsure.append(unseen_wait(joined, most, batch, service[i]))
+        else:
+            unsure.append(0.0)
+    ctx.sequences = np.array(occupied)
+    return predicted, wait, prefill, slot_wait, unsure
+
+
+def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
+    """`ttft._peers_or` over the slots' values of `array` (None: nothing learned yet)."""
+    if array is None:
+        return [prior] * len(slots)
+    size = len(array)
+    values = [array.item(slot) if slot < size else math.nan for slot in slots]
+    if not math.isnan(sum(values)):  # no NaN among them (one NaN makes the sum NaN)
+        return values  # (a NaN sum of none, inf - inf, goes on to the test below)
+    known = [value for value in values if not math.isnan(value)]
+    if len(known) == len(values):
+        return values
+    fill = sum(known) / len(known) if known else prior
+    return [fill if math.isnan(value) else value for value in values]

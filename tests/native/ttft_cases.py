@@ -1,0 +1,124 @@
+"""Random Picks for the C TTFT form's parity tests: a worker table, its readings and
+pending prefill, learned rates, a prompt and its cached tokens on a handful of candidates,
+as hypothesis draws them (odd floats included: NaN, infinities, -0.0, negatives)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from kinference.routing.features import Signals
+from kinference.routing.pending import PendingPrefix
+from kinference.routing.plugins.base import PickContext
+from kinference.routing.rates import Rates
+from kinference.routing.scorers.ttft import TtftConfig, TtftScorer
+from kinference.routing.table import WorkerTable
+from tests.routing.plugin_helpers import MODEL, request
+
+ODD = (0.0, -0.0, 1.0, 2.0, 3.0, 8.0, math.inf, -math.inf, math.nan, 1e308, -1e-300)
+odd_floats = st.floats(allow_subnormal=True) | st.sampled_from(ODD)
+plain = st.floats(0.0, 64.0) | st.integers(0, 40).map(float) | st.just(math.nan)
+# Mostly what a table holds (counts, NaN unknowns), sometimes anything at all.
+cells = st.one_of(plain, plain, plain, odd_floats)
+COLUMNS = ("inflight", "running", "inflight_at_reading", "batch", "running_max",
+           "batch_limit", "batch_floor", "batch_ceiling", "pending_prefill",
+           "prefill_since", "prefill_ended")  # fmt: skip
+CAPACITY = 20
+HASHES = tuple(range(1, 13))
+
+
+def columns() -> st.SearchStrategy[dict[str, list[float]]]:
+    column = st.lists(cells, min_size=CAPACITY, max_size=CAPACITY)
+    return st.fixed_dictionaries({name: column for name in COLUMNS})
+
+
+def rate_arrays() -> st.SearchStrategy[list[float] | None]:
+    return st.none() | st.lists(st.one_of(plain, odd_floats), min_size=0, max_size=24)
+
+
+configs = st.fixed_dictionaries({
+    "prior_prefill_tokens_per_s": st.floats(1.0, 1e5),
+    "prior_prefill_base_ms": st.floats(0.0, 100.0),
+    "prior_service_ms": st.floats(1.0, 1e4),
+    "prior_batch": st.floats(1.0, 64.0) | st.just(8.0),
+    "prior_busy_ms_per_sequence": st.floats(0.0, 10.0),
+    "decode_pressure_ms": st.floats(0.0, 100.0),
+    "compute_weight": st.floats(0.0, 2.0),
+    "cache_space_weight": st.floats(0.0, 2.0) | st.just(0.0),
+    "queue_weight": st.floats(0.0, 2.0),
+    "unsure_batch_weight": st.floats(0.0, 2.0),
+})  # fmt: skip
+
+
+@st.composite
+def picks(draw: st.DrawFn) -> dict[str, Any]:
+    """Everything one Pick's TTFT terms read, drawn."""
+    count = draw(st.integers(1, 16))
+    maybe = st.lists(st.one_of(plain, odd_floats), min_size=count, max_size=count)
+    return {
+        "columns": draw(columns()),
+        "waiting": draw(st.lists(cells, min_size=CAPACITY, max_size=CAPACITY)),
+        "slots": draw(st.lists(st.integers(0, CAPACITY - 1), min_size=count, max_size=count)),
+        "rates": [draw(rate_arrays()) for _ in range(3)],
+        "busy": draw(st.none() | st.floats(0.0, 50.0)),
+        "config": draw(configs),
+        "prompt": draw(st.floats(0.0, 1e5) | st.sampled_from([math.nan, math.inf, 7])),
+        "cached": draw(maybe),
+        "memory": draw(st.none() | st.tuples(maybe, maybe)),
+        "footprint": draw(st.none() | maybe),
+        "shared": draw(st.lists(st.integers(0, 12), max_size=4)),
+        "hashes": draw(st.sampled_from([(), HASHES])),
+    }
+
+
+def build(case: dict[str, Any]) -> tuple[PickContext, Rates, TtftConfig]:
+    """The context, rates and config of a drawn Pick (the clock stands at 100 s)."""
+    table = WorkerTable(capacity=CAPACITY, clock=lambda: 100.0)
+    for name, values in case["columns"].items():
+        setattr(table, name, np.array(values, dtype=np.float64))
+    for index, shared in enumerate(case["shared"]):  # pending prefixes on the first slots
+        mine = (*HASHES[:shared], 1000 + index)
+        table.pending.add(case["slots"][0], index, PendingPrefix(mine, 0, 16.0 * len(mine), 16.0))
+    rates = Rates()
+    for name, values in zip(("prefill_ms_per_token", "prefill_base_ms", "service_ms"),
+                            case["rates"], strict=True):  # fmt: skip
+        if values is not None:
+            rates._arrays[MODEL, name] = np.array(values, dtype=np.float64)
+    if case["busy"] is not None:
+        rates._busy[MODEL] = (1.0, 1.0, case["busy"])
+    waiting = np.array(case["waiting"], dtype=np.float64)
+    ctx = PickContext(
+        request(), MODEL, "default/pool", table, Signals(waiting, waiting.copy()),
+        np.array(case["slots"], dtype=np.intp), case["prompt"],
+        np.array(case["cached"], dtype=np.float64), case["hashes"],
+        footprint=case["footprint"],
+    )  # fmt: skip
+    if case["memory"] is not None:
+        ctx.memory_ahead, ctx.memory_batch = (list(values) for values in case["memory"])
+    return ctx, rates, TtftConfig(**case["config"])
+
+
+def bits(values: object) -> bytes:
+    """The float64 values' bits, every NaN as one (which of two NaN operands an operation
+    passes on is the compiler's choice, in CPython as here; no comparison sees it)."""
+    array = np.asarray(values, dtype=np.float64)
+    return np.where(np.isnan(array), np.nan, array).tobytes()
+
+
+def run(scorer: TtftScorer, ctx: PickContext, scoring: bool) -> tuple[object, ...]:
+    """What the small form answers and sets (bit for bit, -0.0 included), or the error's
+    type."""
+    try:
+        if scoring:
+            scores = scorer._score_small(ctx)
+            assert ctx.predicted_ttft_ms is not None and ctx.predicted_wait_ms is not None
+            answered = (scores, ctx.predicted_ttft_ms, ctx.predicted_wait_ms)
+        else:
+            answered = scorer._predict_small(ctx)
+    except Exception as error:  # the type is what both must share
+        return (type(error),)
+    assert ctx.sequences is not None
+    return (*(bits(array) for array in answered), bits(ctx.sequences))
