@@ -7,8 +7,10 @@
  * Arguments it does not take (a buffer that is not a 1-D float64 vector, slots not of
  * intp, lists of other than floats) answer NotImplemented before anything is computed,
  * and the caller runs the pure form; errors the pure form raises are raised alike
- * (IndexError beyond an array, ZeroDivisionError for a memory batch of 0, what
- * `waited_prefill`, called back for each candidate with pending prefill, raises).
+ * (IndexError beyond an array, ZeroDivisionError for a memory batch of 0, what the
+ * table's clock or `shared_pending` raises). `pending.waited_prefill` and
+ * `WorkerTable.prefill_done` are spelled here too (the clock read as often, in the same
+ * order); `shared_pending` is called back, where the pure form calls it.
  */
 #include "ttft.h"
 
@@ -17,25 +19,72 @@
 /* Rows of `out`: predicted, wait, prefill, slot_wait, unsure, sequences, score. */
 enum { PREDICTED, WAIT, PREFILL, SLOT_WAIT, UNSURE, SEQUENCES, SCORE, ROWS };
 
-/* `waited_prefill(table, slot, queued, per_token=, cached=, hashes=)`. */
-static int waited(const Terms *t, Py_ssize_t slot, double *queued, double per_token,
-                  double cached) {
-    PyObject *args[7] = {NULL, t->table, PyLong_FromSsize_t(slot), PyFloat_FromDouble(*queued),
-                         PyFloat_FromDouble(per_token), PyFloat_FromDouble(cached), t->hashes};
-    PyObject *result = NULL;
-    if (args[2] != NULL && args[3] != NULL && args[4] != NULL && args[5] != NULL) {
-        result = PyObject_Vectorcall(t->waited, args + 1, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                     t->kwnames);
-    }
-    for (int i = 2; i < 6; i++) {
-        Py_XDECREF(args[i]);
-    }
-    if (result == NULL) {
+/* The table's `clock()`, a float or an int as `clock() - since` takes it. */
+static int now(const Terms *t, double *out) {
+    PyObject *value = PyObject_CallNoArgs(t->clock);
+    if (value == NULL) {
         return -1;
     }
-    *queued = PyFloat_AsDouble(result);
-    Py_DECREF(result);
-    return *queued == -1.0 && PyErr_Occurred() ? -1 : 0;
+    if (!PyFloat_Check(value) && !PyLong_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "the clock answered %.100s, not a number",
+                     Py_TYPE(value)->tp_name);
+        Py_DECREF(value);
+        return -1;
+    }
+    *out = PyFloat_AsDouble(value);
+    Py_DECREF(value);
+    return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* `WorkerTable.prefill_done(slot, per_token)`. */
+static int prefill_done(const Terms *t, Py_ssize_t slot, double per_token, double *out) {
+    double since, seconds, ended, pending;
+    if (column_item(&t->columns[PREFILL_SINCE], slot, &since) < 0) {
+        return -1;
+    }
+    if (Py_IS_NAN(since) || per_token <= 0.0) {
+        *out = 0.0;
+        return 0;
+    }
+    if (now(t, &seconds) < 0) {
+        return -1;
+    }
+    double computed = (seconds - since) * 1000.0 / per_token;
+    if (column_item(&t->columns[PREFILL_ENDED], slot, &ended) < 0 ||
+        column_item(&t->columns[PENDING], slot, &pending) < 0) {
+        return -1;
+    }
+    *out = py_min(py_max(computed - ended, 0.0), pending);
+    return 0;
+}
+
+/* `pending.waited_prefill(table, slot, *queued, per_token=, cached=, hashes=)`, its
+ * `table.shared_pending(slot, hashes)` called back (the pending prefixes are Python's). */
+static int waited(const Terms *t, Py_ssize_t slot, double *queued, double per_token,
+                  double cached) {
+    double done, pending = *queued;
+    if (prefill_done(t, slot, per_token, &done) < 0) {
+        return -1;
+    }
+    double left = pending - done;
+    int hashes = left > 0.0 && cached > 0.0 ? PyObject_IsTrue(t->hashes) : 0;
+    if (hashes < 0) {
+        return -1;
+    }
+    if (hashes) {
+        PyObject *args[3] = {t->table, PyLong_FromSsize_t(slot), t->hashes};
+        PyObject *shared = args[1] == NULL ? NULL : PyObject_VectorcallMethod(
+            t->shared_pending, args, 3, NULL);
+        Py_XDECREF(args[1]);
+        double tokens = shared == NULL ? -1.0 : PyFloat_AsDouble(shared);
+        Py_XDECREF(shared);
+        if (tokens == -1.0 && PyErr_Occurred()) {
+            return -1;
+        }
+        left = py_min(left, pending - tokens);
+    }
+    *queued = py_max(left, 0.0);
+    return 0;
 }
 
 /* One candidate's terms (the loop body of `small_terms`). */
@@ -186,7 +235,7 @@ static int exec_module(PyObject *module) { return names_open(PyModule_GetState(m
 
 static int traverse(PyObject *module, visitproc visit, void *arg) {
     Names *names = PyModule_GetState(module);
-    Py_VISIT(names->kwnames);
+    Py_VISIT(names->shared_pending);
     for (int i = 0; i < COLUMNS; i++) {
         Py_VISIT(names->columns[i]);
     }
@@ -195,7 +244,7 @@ static int traverse(PyObject *module, visitproc visit, void *arg) {
 
 static int clear(PyObject *module) {
     Names *names = PyModule_GetState(module);
-    Py_CLEAR(names->kwnames);
+    Py_CLEAR(names->shared_pending);
     for (int i = 0; i < COLUMNS; i++) {
         Py_CLEAR(names->columns[i]);
     }

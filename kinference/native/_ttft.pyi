@@ -18,7 +18,7 @@ def terms(
     memory: list[float] | None,
     fits: list[float] | None,
     footprint: list[float] | None,
-    waited: Callable[..., float],
+    clock: Callable[[], float],
     hashes: tuple[int, ...],
     scoring: bool,
     /,

@@ -4,7 +4,7 @@
  * cached (float64, per candidate), waiting (float64, per slot), table (a WorkerTable),
  * per_token, base, service (float64 per slot, or None), constants (9 floats: `Constants`),
  * busy (float), prompt (float or int), memory, fits, footprint (lists of floats, or None),
- * waited (`waited_prefill`), hashes (tuple), scoring (bool). What is not of these types is
+ * clock (the table's), hashes (tuple), scoring (bool). What is not of these types is
  * not taken (answer 0) rather than converted: the pure form then runs on it as it is.
  */
 #include "ttft_args.h"
@@ -16,10 +16,11 @@
 int names_open(Names *names) {
     static const char *const attributes[COLUMNS] = {
         "inflight", "running", "inflight_at_reading", "pending_prefill", "batch",
-        "running_max", "batch_limit", "batch_floor", "batch_ceiling",
+        "running_max", "batch_limit", "batch_floor", "batch_ceiling", "prefill_since",
+        "prefill_ended",
     };
-    names->kwnames = Py_BuildValue("(sss)", "per_token", "cached", "hashes");
-    if (names->kwnames == NULL) {
+    names->shared_pending = PyUnicode_InternFromString("shared_pending");
+    if (names->shared_pending == NULL) {
         return -1;
     }
     for (int i = 0; i < COLUMNS; i++) {
@@ -194,8 +195,8 @@ int terms_open(Terms *t, const Names *names, PyObject *const *args, Py_ssize_t n
         PyErr_Format(PyExc_TypeError, "terms() takes %d arguments (%zd given)", ARGS, nargs);
         return -1;
     }
-    t->table = args[4], t->waited = args[14], t->hashes = args[15];
-    t->kwnames = names->kwnames;
+    t->table = args[4], t->clock = args[14], t->hashes = args[15];
+    t->shared_pending = names->shared_pending;
     t->scoring = PyObject_IsTrue(args[16]);
     if (t->scoring < 0) {
         return -1;

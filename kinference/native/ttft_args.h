@@ -8,12 +8,12 @@
  * first three). */
 enum {
     INFLIGHT, RUNNING, AT_READING, PENDING, BATCH, RUNNING_MAX, BATCH_LIMIT, BATCH_FLOOR,
-    BATCH_CEILING, COLUMNS
+    BATCH_CEILING, PREFILL_SINCE, PREFILL_ENDED, COLUMNS
 };
 
 /* The module's state: the names it looks up, made once. */
 typedef struct {
-    PyObject *kwnames;           /* ("per_token", "cached", "hashes") */
+    PyObject *shared_pending;    /* the table's method's name */
     PyObject *columns[COLUMNS];  /* the table's attribute names, as in the enum */
 } Names;
 
@@ -38,7 +38,7 @@ typedef struct {
     double busy, prompt;
     double *memory, *fits, *footprint;  /* NULL: None (memory: either of the two) */
     Py_ssize_t memory_count, fits_count, footprint_count;
-    PyObject *table, *waited, *hashes, *kwnames;  /* borrowed */
+    PyObject *table, *clock, *hashes, *shared_pending;  /* borrowed */
     int scoring;
     double *per_token, *base, *service;  /* per candidate, `peers_or` */
     BatchRow *rows;

@@ -85,6 +85,11 @@ class WorkerTable(EngineReadings):
     def __len__(self) -> int:
         return len(self.endpoints)
 
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The monotonic clock (seconds) pending prefill drains by (`prefill_done`)."""
+        return self._clock
+
     def slot(self, endpoint: str) -> int:
         """The endpoint's slot, allocated on first sight."""
         found = self._slots.get(endpoint)

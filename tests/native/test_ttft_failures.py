@@ -112,19 +112,24 @@ def test_what_it_does_not_take_falls_back_to_the_pure_form(change: dict[str, Any
         assert taken == [NotImplemented]
 
 
-def test_the_callbacks_error_is_raised() -> None:
+def test_the_clocks_and_shared_pendings_errors_are_raised() -> None:
     ctx, rates, config = build(CASE)
     scorer = TtftScorer(config, rates)
+    ctx.table.prefill_since[:] = 50.0  # draining since: the clock is read
 
-    def waited(*_: object, **__: object) -> float:
-        raise LookupError("from waited_prefill")
+    def fails() -> float:
+        raise LookupError("from the clock")
 
-    out = np.empty((7, 3))
-    with pytest.raises(LookupError, match="from waited_prefill"):
-        native.terms(
-            out, ctx.slots, ctx.cached_tokens, ctx.signals.waiting, ctx.table, None, None,
-            None, scorer._constants, 0.0, 100.0, None, None, None, waited, (), True,
-        )  # fmt: skip
+    ctx.table._clock = fails
+    with pytest.raises(LookupError, match="from the clock"):
+        scorer._score_small(ctx)
+    ctx.table._clock = lambda: "later"  # type: ignore[assignment,return-value]
+    with pytest.raises(TypeError):  # as `clock() - since` would
+        scorer._score_small(ctx)
+    ctx.table._clock = lambda: 50.0  # nothing drained: what it shares is looked up
+    ctx.table.shared_pending = lambda *_: fails()  # type: ignore[method-assign]
+    with pytest.raises(LookupError, match="from the clock"):
+        scorer._score_small(ctx)
 
 
 def test_a_table_without_its_arrays_raises_attribute_error() -> None:

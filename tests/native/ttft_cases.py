@@ -4,6 +4,7 @@ as hypothesis draws them (odd floats included: NaN, infinities, -0.0, negatives)
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -75,8 +76,10 @@ def picks(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def build(case: dict[str, Any]) -> tuple[PickContext, Rates, TtftConfig]:
-    """The context, rates and config of a drawn Pick (the clock stands at 100 s)."""
-    table = WorkerTable(capacity=CAPACITY, clock=lambda: 100.0)
+    """The context, rates and config of a drawn Pick. Its clock moves 1 ms at each reading:
+    a form reading it more often, or in another order, computes other values."""
+    ticks = itertools.count()
+    table = WorkerTable(capacity=CAPACITY, clock=lambda: 100.0 + next(ticks) / 1000.0)
     for name, values in case["columns"].items():
         setattr(table, name, np.array(values, dtype=np.float64))
     for index, shared in enumerate(case["shared"]):  # pending prefixes on the first slots

@@ -6,8 +6,9 @@ floats (numpy's fixed cost per call is then the larger one), and the same in C.
 a time. `native_terms` runs `kinference.native._ttft.terms`, which computes the same
 values bit for bit (the same float operations in the same order; tests/native hold it to
 `small_terms` and to the scorer's `_score_small`), reading those arrays through the buffer
-protocol rather than as Python floats, and scoring too when asked. `TtftScorer` chooses
-(`native=False` forces the reference).
+protocol rather than as Python floats (`waited_prefill` and `WorkerTable.prefill_done`
+spelled there too; `WorkerTable.shared_pending` called back), and scores too when asked.
+`TtftScorer` chooses (`native=False` forces the reference).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def native_terms(
         out, slots, ctx.cached_tokens, ctx.signals.waiting, ctx.table,
         rates.peek(model, "prefill_ms_per_token"), rates.peek(model, "prefill_base_ms"),
         rates.peek(model, "service_ms"), settings, busy, ctx.prompt_tokens,
-        ctx.memory_ahead, ctx.memory_batch, ctx.footprint, waited_prefill, ctx.hashes,
+        ctx.memory_ahead, ctx.memory_batch, ctx.footprint, ctx.table.clock, ctx.hashes,
         scoring,
     )  # fmt: skip
     if done is NotImplemented:
