@@ -111,11 +111,10 @@ class PickerService:
         body = self.store.take(call.stream_id)
         ready = await self.preparation.ready(call.stream_id, body)
         try:
-            if not isinstance(ready.parsed, str):
-                tenants = self.router.tenants
-                await self.preparation.guarded(
-                    body, tenants.ready(self.router.policy.config, call.tenant)
-                )
+            tenants, config = self.router.tenants, self.router.policy.config
+            # (a tenant without a budget never waits: no coroutine is made for it)
+            if not isinstance(ready.parsed, str) and tenants.budgeted(config, call.tenant):
+                await self.preparation.guarded(body, tenants.ready(config, call.tenant))
             self.preparation.deciding(ready)  # the rest of this Pick is one loop step
             asyncio.get_running_loop().call_soon(self.router.flush_prefix_records)
             return self._decided(

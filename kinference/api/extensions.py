@@ -109,6 +109,9 @@ class CallerAsks:
     first_token: tuple[int, int, int] | None = None
 
 
+_NO_ASKS = CallerAsks()  # what a call asking nothing gets (most calls): not built anew
+
+
 def caller_asks(metadata: Metadata | None) -> CallerAsks:
     """The extensions asked for in a call's metadata (malformed values are ignored)."""
     pick, inline, first = None, 0, None
@@ -124,6 +127,8 @@ def caller_asks(metadata: Metadata | None) -> CallerAsks:
             status, _, ago = rest.partition(":")
             if _count(ttft) and _count(status) and (not ago or _count(ago)):
                 first = (min(int(ttft), 2**32 - 1), min(int(status), 999), int(ago or 0))
+    if pick is None and not inline and first is None:
+        return _NO_ASKS
     return CallerAsks(pick, inline, first)
 
 

@@ -3,8 +3,7 @@ extension), health and reflection."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -16,14 +15,13 @@ from grpc_reflection.v1alpha import reflection
 from kinference.api.framing import decode_chunk, encode_chunk
 from kinference.api.servicer import PickerServicer
 from kinference.api.session import SessionServicer
+from kinference.api.status import MalformedMessage
 from kinference.bodies import MAX_CHUNK_BYTES
 from kinference.v1 import picker_pb2 as pb
 from kinference.v1 import session_pb2 as spb
 
 SERVICE_NAME = "kinference.v1.Picker"
 SESSION_SERVICE_NAME = "kinference.v1.PickerSession"
-
-_Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 # Room for a BodyChunk's tag and length prefix, and for a non-canonical encoding of it, on
 # top of the 1 MiB payload limit; anything larger is refused by gRPC before it is buffered.
@@ -39,15 +37,6 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
 ]
 
 
-class MalformedMessage:
-    """What a request that is not a valid protobuf message of its type decodes to."""
-
-    __slots__ = ("reason",)
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
 def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     """A deserializer that never raises: gRPC would answer UNKNOWN and log a traceback per
     malformed request, which a hostile caller could repeat at will."""
@@ -61,26 +50,14 @@ def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return deserialize
 
 
-def _refusing_malformed(method: str, servicer: PickerServicer, handler: _Handler) -> _Handler:
-    """`handler`, answering INVALID_ARGUMENT (the spec's "malformed request") to requests
-    that did not decode."""
-
-    @functools.wraps(handler)
-    async def checked(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        if isinstance(request, MalformedMessage):
-            servicer.metrics.rpc_errors.labels(method, "INVALID_ARGUMENT").inc()
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
-        return await handler(request, context)
-
-    return checked
-
-
 def picker_handlers(servicer: PickerServicer) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
-    """Method handlers for kinference.v1.Picker; body chunks skip the protobuf runtime."""
+    """Method handlers for kinference.v1.Picker; body chunks skip the protobuf runtime. A
+    request that does not decode reaches its handler as a `MalformedMessage`, which
+    `grpc_errors` answers INVALID_ARGUMENT."""
 
     def unary(method: str, message: Any, response: Any) -> grpc.RpcMethodHandler[Any, Any]:
         return grpc.unary_unary_rpc_method_handler(
-            _refusing_malformed(method, servicer, getattr(servicer, method)),
+            getattr(servicer, method),
             request_deserializer=_lenient(message.FromString),
             response_serializer=response.SerializeToString,
         )
@@ -93,7 +70,7 @@ def picker_handlers(servicer: PickerServicer) -> dict[str, grpc.RpcMethodHandler
         ),
         "Pick": unary("Pick", pb.PickRequest, pb.PickResponse),
         "PullBody": grpc.unary_stream_rpc_method_handler(
-            _refusing_malformed("PullBody", servicer, servicer.PullBody),
+            servicer.PullBody,
             request_deserializer=_lenient(pb.PullBodyRequest.FromString),
             response_serializer=encode_chunk,
         ),

@@ -11,6 +11,7 @@ import grpc
 
 from kinference.api import convert, extensions, picking
 from kinference.api.framing import MalformedChunk
+from kinference.api.idle import IdleWatch
 from kinference.api.status import grpc_errors
 from kinference.bodies import Piece, Upload
 from kinference.errors import IdleTimeout, InvalidArgument
@@ -61,19 +62,23 @@ class PickerServicer:
 
     async def _receive(self, upload: Upload, context: Context) -> None:
         """Read chunks until the half-close; each chunk restarts the inter-chunk budget."""
-        loop = asyncio.get_running_loop()
         try:
-            # One timer for the whole upload, moved on at every chunk: cheaper than a new
-            # timeout per read, and a steady upload may take as long as it needs.
-            async with asyncio.timeout(self._idle_timeout_s) as idle:
-                while (chunk := await context.read()) is not _EOF:
-                    if isinstance(chunk, MalformedChunk):
-                        raise InvalidArgument("a PushBody message is not a BodyChunk")
-                    observation = upload.add(chunk)
-                    if observation is not None:  # a big chunk: scanned off the loop
-                        await self.service.offload.observe(observation)
-                    if len(chunk):  # only body bytes are progress: empty chunks are not
-                        idle.reschedule(loop.time() + self._idle_timeout_s)
+            # One timer for the whole upload (`IdleWatch`): cheaper than a new timeout per
+            # read or a timer moved per chunk, and a steady upload may take as long as it
+            # needs.
+            async with asyncio.timeout(None) as timeout:
+                idle = IdleWatch(timeout, self._idle_timeout_s)
+                try:
+                    while (chunk := await context.read()) is not _EOF:
+                        if isinstance(chunk, MalformedChunk):
+                            raise InvalidArgument("a PushBody message is not a BodyChunk")
+                        observation = upload.add(chunk)
+                        if observation is not None:  # a big chunk: scanned off the loop
+                            await self.service.offload.observe(observation)
+                        if len(chunk):  # only body bytes are progress: empty chunks are not
+                            idle.progress()
+                finally:
+                    idle.stop()
         except TimeoutError:
             raise IdleTimeout(
                 f"no body bytes for {self._idle_timeout_s:g} s (inter-chunk budget)"

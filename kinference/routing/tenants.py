@@ -97,11 +97,15 @@ class TenantGate:
         retry = None if frees_in is None else max(math.ceil(frees_in), 1)
         return Rejection(Reason.TENANT_BUDGET, f"{who} {reason}", retry)
 
+    def budgeted(self, policy: Policy, tenant: str) -> bool:
+        """Whether `tenant` has a token budget (only then may `ready` have to wait)."""
+        rule = policy.tenant_rule(tenant)
+        return rule is not None and rule.tokens_per_minute is not None
+
     async def ready(self, policy: Policy, tenant: str) -> None:
         """Wait, bounded, until the budget can answer `check` for `tenant` (a cluster budget
         that asked for a lease and has not heard back); at once for a tenant without one."""
-        rule = policy.tenant_rule(tenant)
-        if rule is not None and rule.tokens_per_minute is not None:
+        if self.budgeted(policy, tenant):
             await self.budget.answered(self.budget_name(tenant))
 
     def reserve(

@@ -19,8 +19,8 @@ use the same ratio.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections import deque
-from statistics import median
 
 from kinference.requests.prompt import CHARS_PER_TOKEN
 
@@ -37,7 +37,9 @@ class TextSize:
 
     def __init__(self, prior: float = PRIOR_CHARS_PER_TOKEN) -> None:
         self.prior = prior
-        self._samples: dict[str, deque[float]] = {}
+        # Per model: its last WINDOW samples in arrival order, and the same sorted (kept
+        # sorted as they come and go, so a report does not sort the window again).
+        self._samples: dict[str, tuple[deque[float], list[float]]] = {}
         self._ratio: dict[str, float] = {}  # the median in force, per learned model
 
     def chars_per_token(self, model: str) -> float:
@@ -51,18 +53,30 @@ class TextSize:
         ratio = chars / tokens
         if not MIN_RATIO <= ratio <= MAX_RATIO:
             return False
-        samples = self._samples.get(model)
-        if samples is None:
+        kept = self._samples.get(model)
+        if kept is None:
             if len(self._samples) >= MAX_MODELS:  # forget the model learned first
                 oldest = next(iter(self._samples))
                 del self._samples[oldest]
                 self._ratio.pop(oldest, None)
-            samples = self._samples[model] = deque(maxlen=WINDOW)
+            kept = self._samples[model] = (deque(maxlen=WINDOW), [])
+        samples, ordered = kept
+        if len(samples) == WINDOW:  # the oldest leaves the window
+            del ordered[bisect_left(ordered, samples[0])]
         samples.append(ratio)
+        insort(ordered, ratio)
         if len(samples) >= MIN_SAMPLES:
-            self._ratio[model] = float(median(samples))
+            self._ratio[model] = _median(ordered)
         return True
 
     def learned(self) -> dict[str, float]:
         """The learned ratios (models still at the prior are absent)."""
         return dict(self._ratio)
+
+
+def _median(ordered: list[float]) -> float:
+    """`statistics.median` of a sorted list: the middle sample, or the mean of the two."""
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 
 import pytest
 
@@ -43,6 +44,22 @@ def test_the_median_is_robust_to_outliers() -> None:
     for _ in range(WINDOW // 4):  # a quarter of wrong usage blocks moves it little
         text.observe("m", 3000.0, 3000.0 / 15.0)
     assert 1.55 < text.chars_per_token("m") < 1.75
+
+
+def test_the_ratio_is_the_median_of_the_window_report_by_report() -> None:
+    """The window's median kept as samples come and go is `statistics.median` of it, to
+    the bit, at every report (ties, repeats and both parities of the window included)."""
+    rng = random.Random(11)
+    for _ in range(20):
+        text, accepted = TextSize(), []
+        for _ in range(rng.randint(1, 3 * WINDOW)):
+            chars = float(rng.choice((2000, 3000, rng.randint(256, 50_000))))
+            tokens = float(rng.choice((1000, rng.randint(1, 40_000))))
+            if text.observe("m", chars, tokens):
+                accepted.append(chars / tokens)
+            window = accepted[-WINDOW:]
+            expected = statistics.median(window) if len(window) >= MIN_SAMPLES else None
+            assert text.learned().get("m") == expected
 
 
 def test_what_no_tokenizer_makes_and_too_short_prompts_teach_nothing() -> None:
