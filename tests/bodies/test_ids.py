@@ -21,26 +21,17 @@ def test_ids_are_non_zero_distinct_and_not_sequential() -> None:
 
 def test_zero_and_ids_in_use_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     draws = iter([0, 7, 0, 7, 42])
-    monkeypatch.setattr(ids._entropy, "draw", lambda: next(draws))
+    monkeypatch.setattr(ids.secrets, "randbits", lambda bits: next(draws))
     assert new_id({7}) == 42
 
 
-def test_draws_64_bits_of_the_os_csprng_a_few_hundred_bytes_at_a_time(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    asked: list[int] = []
-    stream = itertools.count()
+def test_draws_64_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
 
-    def urandom(size: int) -> bytes:
-        asked.append(size)
-        return bytes(next(stream) % 256 for _ in range(size))
+    def randbits(bits: int) -> int:
+        seen.append(bits)
+        return 5
 
-    monkeypatch.setattr(ids.os, "urandom", urandom)
-    entropy = ids._Entropy()
-    drawn = [entropy.draw() for _ in range(130)]
-    assert asked == [512, 512, 512]  # 64 ids a call
-    assert drawn[0] == int.from_bytes(bytes(range(8)), "little")
-    assert drawn[64] == int.from_bytes(bytes(range(8)), "little")  # the second 512 bytes
-    entropy.forget()  # as a forked child does: nothing of the parent's bytes is reused
-    entropy.draw()
-    assert asked == [512, 512, 512, 512]
+    monkeypatch.setattr(ids.secrets, "randbits", randbits)
+    assert new_id(()) == 5
+    assert seen == [64]

@@ -87,7 +87,7 @@ def test_new_stream_id_avoids_pending_and_consumed(
     from kinference.bodies import ids
 
     draws = iter([11, 22, 11, 22, 33])
-    monkeypatch.setattr(ids._entropy, "draw", lambda: next(draws))
+    monkeypatch.setattr(ids.secrets, "randbits", lambda bits: next(draws))
     assert push(store, b"a")[0] == 11
     assert push(store, b"b")[0] == 22
     store.take(11)  # consumed: remembered, so not reused
