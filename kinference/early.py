@@ -36,12 +36,8 @@ class Early:
 class EarlyStarts:
     """Work begun at push, by stream id, until its Pick takes it or its body is dropped."""
 
-    def __init__(
-        self, budget: ByteBudget, ended: Callable[[int], None] = lambda stream_id: None
-    ) -> None:
-        """`ended(stream_id)`: called once the task of work taken or cancelled is done."""
+    def __init__(self, budget: ByteBudget) -> None:
         self._budget = budget
-        self._ended = ended
         self._started: dict[int, Early] = {}
 
     def __len__(self) -> int:
@@ -62,10 +58,7 @@ class EarlyStarts:
 
     def take(self, stream_id: int) -> Early | None:
         """The work begun for `stream_id`, now the Pick's (its `held` bytes with it)."""
-        early = self._started.pop(stream_id, None)
-        if early is not None:
-            self._end(stream_id, early.task)
-        return early
+        return self._started.pop(stream_id, None)
 
     def drop(self, gone: Callable[[int], bool]) -> None:
         """Cancel the work of bodies that are `gone` (expired before their Pick)."""
@@ -78,10 +71,3 @@ class EarlyStarts:
         if early is not None:
             early.task.cancel()
             self._budget.release(early.held)
-            self._end(stream_id, early.task)
-
-    def _end(self, stream_id: int, task: asyncio.Task[Prepared]) -> None:
-        if task.done():
-            self._ended(stream_id)
-        else:
-            task.add_done_callback(lambda _: self._ended(stream_id))

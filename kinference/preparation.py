@@ -34,11 +34,7 @@ class Preparer(Protocol):
     @property
     def active(self) -> bool: ...
 
-    async def prepare(
-        self, request: InferenceRequest, body: Body, *, hold_for: int | None = None
-    ) -> PreciseQuery | None: ...
-
-    def release(self, key: int) -> None: ...
+    async def prepare(self, request: InferenceRequest, body: Body) -> PreciseQuery | None: ...
 
     def deciding(self) -> None: ...
 
@@ -72,9 +68,7 @@ class PickPreparation:
         self.offload = offload or Offload()  # the worker process heavy bodies go to
         self.preparer = preparer  # tokenizes prompts for precise pools (None: none)
         self._policy = policy
-        # Parses and tokenizations begun at push; a tokenization done holds the tokenizer's
-        # background work back until its Pick takes it (or it is dropped) and is decided.
-        self._early = EarlyStarts(store.budget, ended=self._ended)
+        self._early = EarlyStarts(store.budget)  # parses and tokenizations begun at push
 
     def begin(self, stream_id: int, body: Body) -> None:
         """Start what the Pick of a complete body will wait for, when precise pools may
@@ -85,7 +79,7 @@ class PickPreparation:
         held = self._loop_parse(body)
         if held is None:
             return
-        if not self._early.begin(stream_id, held, lambda: self._prepared(stream_id, body)) and held:
+        if not self._early.begin(stream_id, held, lambda: self._prepared(body)) and held:
             self.store.budget.release(held)
 
     def parse(self, body: Body) -> InferenceRequest | str:
@@ -147,26 +141,13 @@ class PickPreparation:
             self.store.release(body)
             raise
 
-    async def _prepared(self, stream_id: int, body: Body) -> Prepared:
-        """A body's parse and tokenization, begun at push (`early`): background tokenization
-        waits from its end until its Pick is decided (`_ended`), as while it ran."""
+    async def _prepared(self, body: Body) -> Prepared:
+        """A body's parse and tokenization, begun at push (`early`)."""
         parsed = parsed_body(body)
         preparer = self.preparer
         if isinstance(parsed, str) or preparer is None or not preparer.active:
             return parsed, None
-        return parsed, await preparer.prepare(parsed, body, hold_for=stream_id)
-
-    def _ended(self, stream_id: int) -> None:
-        """The work begun for `stream_id` is over (its Pick took it, or it was dropped):
-        background tokenization no longer waits for it once this loop step ends (a Pick that
-        took it is decided in this step when its tokenization was done: `deciding`)."""
-        preparer = self.preparer
-        if preparer is None:
-            return
-        try:
-            asyncio.get_running_loop().call_soon(preparer.release, stream_id)
-        except RuntimeError:  # no loop runs here (a synchronous Pick's cancel)
-            preparer.release(stream_id)
+        return parsed, await preparer.prepare(parsed, body)
 
     def _loop_parse(self, body: Body) -> int | None:
         """None when `body` goes to the parse worker; else it is parsed on the loop, and

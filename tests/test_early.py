@@ -29,22 +29,13 @@ class CountingPreparer:
     def __init__(self) -> None:
         self.prepared: list[str] = []
         self.decided = 0  # Picks decided on a prompt tokenized at push
-        self.held: list[int] = []  # `hold_for` keys of prompts tokenized, background held
-        self.released: list[int] = []
         self.gate = asyncio.Event()
         self.gate.set()
 
-    async def prepare(
-        self, request: InferenceRequest, body: Body, *, hold_for: int | None = None
-    ) -> PreciseQuery | None:
+    async def prepare(self, request: InferenceRequest, body: Body) -> PreciseQuery | None:
         self.prepared.append(request.model)
         await self.gate.wait()
-        if hold_for is not None:
-            self.held.append(hold_for)
         return None
-
-    def release(self, key: int) -> None:
-        self.released.append(key)
 
     def deciding(self) -> None:
         self.decided += 1
@@ -62,14 +53,7 @@ async def test_a_pick_finds_the_work_begun_at_push(env: Env) -> None:  # noqa: F
         assert result.outcome == Outcome.OK
         assert len(preparer.prepared) == 1  # not again
         assert preparer.decided == 1  # background work held back while it was decided
-        # ... and from the end of its tokenization at push until then: released once the
-        # step that decided it ends.
-        assert preparer.held == [stream_id] and preparer.released == []
-        await asyncio.sleep(0)
-        assert preparer.released == [stream_id]
         preparer.decided = 0
-        preparer.held.clear()
-        preparer.released.clear()
         assert env.pull(result.response_id) == data
         assert env.store.budget.used == used  # the big body's parse reservation returned
         preparer.prepared.clear()
@@ -89,22 +73,6 @@ async def test_work_of_a_body_that_expires_unpicked_is_cancelled(env: Env) -> No
     assert env.store.budget.used == used  # the body and its parse's reservation
     await asyncio.gather(*tasks, return_exceptions=True)
     assert all(task.cancelled() for task in tasks)
-    await asyncio.sleep(0)
-    assert preparer.held == [] and len(preparer.released) == 1  # nothing held: a no-op
-
-
-async def test_a_prompt_tokenized_at_push_is_released_when_its_body_expires(
-    env: Env,  # noqa: F811
-) -> None:
-    preparer = CountingPreparer()
-    env.prepared_by(preparer)
-    stream_id = env.push(chat())
-    await asyncio.sleep(0)
-    assert preparer.held == [stream_id] and preparer.released == []
-    env.clock.now += BODY_TTL + 1
-    env.service.reap()
-    await asyncio.sleep(0)
-    assert preparer.released == [stream_id]
 
 
 def test_without_a_running_loop_the_pick_does_the_work(env: Env) -> None:  # noqa: F811

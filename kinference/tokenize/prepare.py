@@ -75,18 +75,16 @@ class PromptPreparer:
         caches: PreciseCaches | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         observe: Callable[[float], None] = lambda seconds: None,
-        thread: TokenizerThread | None = None,
     ) -> None:
         self.timeout_s = timeout_s
         self._caches = caches  # read from the thread (see PoolCaches.reach)
         self._observe = observe  # seconds per tokenized prompt
-        self._thread = thread or TokenizerThread()
+        self._thread = TokenizerThread()
         self._tokenizers: dict[Profile, PromptTokenizer] = {}  # touched on the thread only
         self._plan = _plan(policy)
         self._tickets = itertools.count(1)
         self._later_chars = 0  # text of unfinished background work (on the thread only)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._held: set[int] = set()  # `prepare`'s `hold_for` keys not released yet
 
     @property
     def active(self) -> bool:
@@ -96,14 +94,9 @@ class PromptPreparer:
         self._plan = _plan(policy)
         self.warm()  # a new pool's tokenizer, before its first Pick
 
-    async def prepare(
-        self, request: InferenceRequest, body: Body, *, hold_for: int | None = None
-    ) -> PreciseQuery | None:
+    async def prepare(self, request: InferenceRequest, body: Body) -> PreciseQuery | None:
         """The prompt's engine blocks per precise pool that may serve it (None: no such
-        pool); a prompt that cannot be tokenized gives a query naming the problem.
-        `hold_for` (a key): background work keeps waiting after a normal return, as for a
-        Pick being decided, until `release(key)` (a prompt tokenized at push, its Pick to
-        come: the loop's steps until then are that Pick's)."""
+        pool); a prompt that cannot be tokenized gives a query naming the problem."""
         plan = self._plan
         pools = plan.by_model.get(request.model)
         if not pools:
@@ -113,7 +106,6 @@ class PromptPreparer:
             return PreciseQuery({}, f"prompt not tokenized: {refused}")
         self._loop = loop = asyncio.get_running_loop()
         self._thread.picking()
-        held = False
         try:
             here = self._here(plan, pools, request, body)
             done = None if here is None else here[0]
@@ -124,25 +116,15 @@ class PromptPreparer:
                 )
                 async with asyncio.timeout(self.timeout_s):
                     done = await asyncio.shield(future)
-            if hold_for is not None and hold_for not in self._held:
-                self._held.add(hold_for)
-                held = True
         except TimeoutError:
             return PreciseQuery({}, f"prompt not tokenized within {self.timeout_s:g}s")
         finally:
-            if not held:  # once the caller's step ends (it routes the Pick on return)
-                loop.call_soon(self._thread.picked)
+            # Once the caller's step ends (it routes the Pick synchronously on return).
+            loop.call_soon(self._thread.picked)
         if isinstance(done, str) or done is None:
             return None if done is None else PreciseQuery({}, done)
         assert not isinstance(done, Started)  # the thread takes a prompt to its stop
         return PreciseQuery({ref: done[plan.profiles[ref]] for ref in pools})
-
-    def release(self, key: int) -> None:
-        """Background work no longer waits for the prompt `prepare` held it for under `key`
-        (none: nothing to do)."""
-        if key in self._held:
-            self._held.discard(key)
-            self._thread.picked()
 
     def deciding(self) -> None:
         """A Pick whose prompt was tokenized earlier (at push) is being decided: background
