@@ -29,7 +29,9 @@ Reported: client-side Pick RPC p50 / p99 (ms), the ratio precise / approximate, 
 largest lag of a 2 ms probe task on the picker process's loop during the workload (ms) and
 how many of its wake-ups came over 10 ms late, and the
 PushBody + Pick p50 / p99 (ms): work the picker begins at push (a body's parse and
-tokenization, `kinference/early.py`) leaves the Pick's figure but not that one.
+tokenization, `kinference/early.py`) leaves the Pick's figure but not that one. Chat rows
+add the first turns' Pick p50 / max apart from the later turns', and how many of the
+slowest 2 % are first turns.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class Row:
     inflight: int
     mode: str
     samples: list[float] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)  # each sample's turn in its conversation
     with_push: list[float] = field(default_factory=list)  # PushBody + Pick
     lag_s: float = 0.0  # the picker loop's worst stall
     stalls: int = 0  # its stalls over 10 ms
@@ -74,6 +77,22 @@ class Row:
     def pct(self, q: float, push: bool = False) -> float:
         ordered = sorted(self.with_push if push else self.samples)
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def by_turn(row: Row) -> str:
+    """Pick p50 / max (ms) of the conversations' first turns and of the later ones, and how
+    many of the slowest 2 % are first turns: at x16 in step only the first turns come as a
+    burst (each later turn comes a gap after its own previous Pick, whose times spread)."""
+    if not any(row.turns):
+        return ""
+    first = sorted(s for s, t in zip(row.samples, row.turns, strict=True) if t == 0)
+    later = sorted(s for s, t in zip(row.samples, row.turns, strict=True) if t)
+    slowest = sorted(zip(row.samples, row.turns, strict=True))[-max(1, len(row.samples) // 50) :]
+    return (
+        f"; first turns p50 {first[len(first) // 2] * 1000:.2f} max {first[-1] * 1000:.2f} ms,"
+        f" later turns p50 {later[len(later) // 2] * 1000:.2f} max {later[-1] * 1000:.2f} ms,"
+        f" {sum(1 for _, t in slowest if t == 0)} of the slowest {len(slowest)} first turns"
+    )
 
 
 def words(rng: random.Random, chars: int) -> str:
@@ -194,6 +213,7 @@ async def replay(
                 await asyncio.sleep(gap_s)
             pick, with_push = await bench.pick(prompt)
             row.samples.append(pick)
+            row.turns.append(index)
             row.with_push.append(with_push)
 
     for start in range(0, len(conversations), row.inflight):
@@ -259,7 +279,7 @@ def _line(row: Row) -> str:
         f"p50 {row.pct(0.5):.2f} ms p99 {row.pct(0.99):.2f} ms lag {row.lag_s * 1000:.1f} ms"
         f" ({row.stalls} over 10 ms)"
         f" push+pick p50 {row.pct(0.5, True):.2f} ms p99 {row.pct(0.99, True):.2f} ms"
-        f" ({len(row.samples)} picks)"
+        f" ({len(row.samples)} picks){by_turn(row)}"
     )
 
 

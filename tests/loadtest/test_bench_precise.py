@@ -58,6 +58,18 @@ async def test_pick_latency_run_on_small_prompts(tmp_path: Path) -> None:
     assert "| 4 KiB | chat | 16 |" in bench_precise_pick.table(rows)
 
 
+def test_by_turn_sets_first_turns_apart() -> None:
+    row = bench_precise_pick.Row(4096, "chat", 16, "precise")
+    row.samples = [0.001 * (i % 10 + 1) for i in range(100)] + [0.02, 0.03]
+    row.turns = [1 + i % 5 for i in range(100)] + [0, 0]
+    line = bench_precise_pick.by_turn(row)
+    assert "first turns p50 30.00 max 30.00 ms" in line
+    assert "later turns p50 6.00 max 10.00 ms" in line
+    assert "2 of the slowest 2 first turns" in line
+    row.turns = [0] * len(row.samples)  # single-prompt rows (cold): nothing to set apart
+    assert bench_precise_pick.by_turn(row) == ""
+
+
 async def test_a_spread_wave_starts_its_conversations_in_turn_and_a_burst_at_once() -> None:
     """`chat-spread` starts conversation i of a wave i/inflight of a gap after the first
     (the loop's timers fire in deadline order); `chat` starts the whole wave together."""
