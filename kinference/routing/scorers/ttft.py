@@ -128,7 +128,7 @@ class TtftScorer:
         self.rates = rates
         self._ms_per_token = 1000.0 / config.prior_prefill_tokens_per_s
         self._native = load_ttft() if native else None
-        self._constants = ttft_small.constants(config, self._ms_per_token)
+        self._constants = ttft_small.constants(config, self._ms_per_token, self._unsure_share())
 
     def predict(self, ctx: PickContext) -> tuple[FloatArray, FloatArray]:
         """(predicted milliseconds to first token, of which waiting) on each candidate."""

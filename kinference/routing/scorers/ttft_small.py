@@ -35,9 +35,9 @@ Rows = tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatAr
 NativeTerms = Callable[..., object]
 
 
-def constants(config: TtftConfig, ms_per_token: float) -> tuple[float, ...]:
-    """The settings `native_terms` reads (the order of `Constants` in ttft_args.h)."""
-    unsure_share = config.unsure_batch_weight * (1.0 + config.queue_weight)
+def constants(config: TtftConfig, ms_per_token: float, unsure_share: float) -> tuple[float, ...]:
+    """The settings `native_terms` reads (the order of `Constants` in ttft_args.h);
+    `unsure_share`: the scorer's cost per ms of an unknown batch's expected wait."""
     values = (
         ms_per_token, config.prior_prefill_base_ms, config.prior_service_ms,
         config.prior_batch, config.decode_pressure_ms, config.compute_weight,
