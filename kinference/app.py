@@ -216,7 +216,7 @@ class App:
         if self.precise_events is not None:
             await self.precise_events.start(self.policy)
         if self.preparer is not None:
-            self.preparer.warm()
+            await self.preparer.warmed()  # the first Picks pay no first calls
         if self.watcher is not None:
             self.watcher.start()
         if self.discovery is not None:

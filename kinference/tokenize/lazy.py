@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
-from kinference.tokenize.pieces import PIECE_CHARS, Cutter, Ids, Piece
+from kinference.tokenize.pieces import CHECK_CHARS, PIECE_CHARS, Cutter, Ids, Piece
 from kinference.tokenize.turns import Leading, Mark, PrefixDigest, TurnMarks
 
 # The prompt's blocks so far -> how many of the leading ones some worker holds or is about to
@@ -70,6 +70,9 @@ class Tokenization:
         self._cut: _Cut | None = None
         self._step_cut: _Cut | None = None  # the cut `_cut` was at the previous step's end
         self._marked = 0  # the position of the last mark left (`_leave_mark`)
+        # The states at message ends passed (`pieces`: `opens`), to leave open marks at.
+        self._opens: list[_Cut] = []
+        self._opened = 0  # the position of the last open mark left
 
     def resume(self, mark: Mark) -> None:
         """Start from a mark of an earlier tokenization of a text with the same start."""
@@ -77,17 +80,18 @@ class Tokenization:
         self._steps, self.tokens, self._tail = mark.steps, mark.tokens, mark.tail
         self.blocks, self._parts = list(mark.blocks), list(mark.parts)
         self._cut, self._step_cut, self._marked = None, None, mark.position
+        self._opens, self._opened = [], mark.position
 
-    def mark(self, cut: _Cut | None = None) -> Mark | None:
+    def mark(self, cut: _Cut | None = None, opens: bool = False) -> Mark | None:
         """The state at the last checked cut passed (or at `cut`), if any (for the next
-        turn)."""
+        turn); `opens`: at a message's end, for any text going on from there (`turns`)."""
         cut = cut or self._cut
         if cut is None:
             return None
         position, made, tokens, blocks, tail, parts = cut
         return Mark(
             position, made, self._steps, tokens, Leading(self.blocks, blocks), tail,
-            Leading(self._parts, parts),
+            Leading(self._parts, parts), ends=opens,
         )  # fmt: skip
 
     @property
@@ -134,11 +138,20 @@ class Tokenization:
         # The previous step's cut too (up to a step, 16 KiB, before): texts that share all
         # but their last part (conversations on one long system prompt, each with its own
         # first message) resume there, where the last cut, in the part they do not share,
-        # fits only this text's next turn.
-        for at in (self._step_cut, cut):
-            if at is not None and at[0] > self._marked and (mark := self.mark(at)) is not None:
+        # fits only this text's next turn. And an open mark at each message end passed: a
+        # new conversation on the same first messages resumes at their end. In the order
+        # of the text each one holds (`PrefixDigest` goes on from the last).
+        left = [(at, True) for at in self._opens if at[0] > self._opened]
+        left += [(at, False) for at in (self._step_cut, cut) if at and at[0] > self._marked]
+        self._opens = []
+        for at, opens in sorted(left, key=lambda a: a[0][0] + (0 if a[1] else CHECK_CHARS)):
+            if (mark := self.mark(at, opens)) is None:
+                continue
+            if opens:
+                self._opened = at[0]
+            else:
                 self._marked = at[0]
-                marks.put(self._cutter.kind, self._cutter.text, mark, self._prefix)
+            marks.put(self._cutter.kind, self._cutter.text, mark, self._prefix)
         end = len(self._cutter.text)
         if self.done and end > self._marked:  # the text's end: the next turn goes on there
             self._marked = end
@@ -191,18 +204,37 @@ class Tokenization:
         self, pieces: list[Piece], found: list[Ids], new: Ids, before: tuple[int, int, int, int]
     ) -> None:
         """Remember the state at the step's last checked cut: the end of its last piece if
-        that is not the text's end, else the start of that piece (`turns`)."""
-        tokens, blocks, tail, parts = before
+        that is not the text's end, else the start of that piece (`turns`); and at each of
+        its message ends (`pieces`: `opens`)."""
+        if len(found) != len(pieces):
+            return
+        self._opens += [
+            self._state(pieces, found, new, before, len(pieces) - 1 - i)
+            for i, piece in enumerate(pieces)
+            if piece.opens
+        ]
         if pieces[-1].end < len(self._cutter.text):
             last = 0  # the step ended at a checked cut
-        elif len(pieces) > 1 and len(found) == len(pieces):
+        elif len(pieces) > 1:
             last = 1  # its last piece ends the text: the cut before that piece
         else:
             return
+        self._step_cut = self._cut
+        self._cut = self._state(pieces, found, new, before, last)
+
+    def _state(
+        self,
+        pieces: list[Piece],
+        found: list[Ids],
+        new: Ids,
+        before: tuple[int, int, int, int],
+        last: int,
+    ) -> _Cut:
+        """The state at the cut before this step's `last` last pieces (0: at its end)."""
+        tokens, blocks, tail, parts = before
         upto = len(new) - sum(map(len, found[len(found) - last :]))  # of `new`
         done = upto // self.block_size * self.block_size
-        self._step_cut = self._cut
-        self._cut = (
+        return (
             pieces[-1 - last].end, self._cutter.made - last, tokens + upto - tail,
             blocks + done // self.block_size, new[done:upto], parts + len(found) - last,
         )  # fmt: skip

@@ -15,6 +15,15 @@ cuts are the same ones.
 
 A piece is named by a digest of its text and the `CHECK_CHARS` around both of its cuts, so
 equal names mean equal tokens wherever the piece sits in a prompt (`reuse.PieceCache`).
+
+Chat prompts are also cut where a message ends (`ends`: right after the added token that ends
+each message, the template's `eos_token`), when the cut there checks good and the piece is at
+least `CHECK_CHARS` long: conversations that share their first messages (a system prompt)
+share their pieces up to there, and a mark there (`turns`, `open`) lets a new conversation
+resume at the shared messages' end instead of re-tokenizing the piece across it. A cut right
+after an added token cuts no pre-token: the tokenizer splits its added tokens out first
+(checked, or known: `sure`). Such a piece is named by its own text (no context past its end):
+its cut is checked, and a piece between two good cuts tokenizes as its text alone.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ CHECK_CHARS = 32  # context either side of a cut that must tokenize the same whe
 _CANDIDATE = re.compile(r"[A-Za-z](?= [A-Za-z])|\n(?=[A-Za-z])")
 _SEARCH_CHARS = 1024  # candidates looked at past the nominal boundary per attempt
 _TRIES = 4  # candidates checked per cut before the piece grows by another PIECE_CHARS
+MAX_END_CHARS = 32  # characters an `ends` token (a message's end) may take, at most
 
 Ids = npt.NDArray[np.uint32]
 BatchEncoder = Callable[[Sequence[str]], list[Ids]]  # texts -> ids, no special tokens added
@@ -103,16 +113,25 @@ class Piece:
     start: int
     end: int
     name: bytes  # digest of the text the piece's tokens depend on
+    opens: bool = False  # it ends where a message ends (see the module's docstring)
 
 
 class Cutter:
     """Finds checked cuts in one text, piece after piece. Used from one thread only."""
 
-    def __init__(self, text: str, kind: bytes, checks: CutChecks, whole: bool = False):
+    def __init__(
+        self,
+        text: str,
+        kind: bytes,
+        checks: CutChecks,
+        whole: bool = False,
+        ends: re.Pattern[str] | None = None,
+    ):
         self.text = text
         self._kind = kind  # what else the tokens depend on (special tokens, the tokenizer)
         self._checks = checks
         self._whole = whole  # never cut (a tokenizer whose cuts cannot be trusted)
+        self._ends = ends  # the added token(s) a message ends with (see the docstring)
         self.position = 0
         self._made = 0  # pieces cut so far
 
@@ -138,9 +157,17 @@ class Cutter:
         text = self.text
         if self._whole or not CHECK_CHARS <= position <= len(text) - CHECK_CHARS:
             return False
-        if _CANDIDATE.match(text, position - 1) is None:
+        if _CANDIDATE.match(text, position - 1) is None and not self._opens_at(position):
             return False
         return self._checks.first_good(text, [position]) == position
+
+    def _opens_at(self, position: int) -> bool:
+        """Whether a message ends right before `position` (an `ends` token ends there)."""
+        ends = self._ends
+        if ends is None:
+            return False
+        low = max(position - MAX_END_CHARS, 0)
+        return any(m.end() == position for m in ends.finditer(self.text, low, position))
 
     def next_pieces(self, count: int) -> list[Piece]:
         """Up to `count` more pieces (fewer at the end of the text)."""
@@ -149,32 +176,51 @@ class Cutter:
             begin, length = self.position, PIECE_CHARS
             if self._made < len(FIRST_PIECES_CHARS):
                 length = FIRST_PIECES_CHARS[self._made]
-            end = self._cut_after(begin, length)
-            pieces.append(Piece(begin, end, self._name(begin, end)))
+            end, opens = self._cut_after(begin, length)
+            pieces.append(Piece(begin, end, self._name(begin, end, opens), opens))
             self.position, self._made = end, self._made + 1
         return pieces
 
-    def _cut_after(self, start: int, length: int) -> int:
-        """The first checked cut at least `length` past `start`, or the end of the text."""
+    def _cut_after(self, start: int, length: int) -> tuple[int, bool]:
+        """The first checked cut at least `length` past `start`, or the end of the text;
+        or, before it, the first checked cut where a message ends (`ends`: then True)."""
         text = self.text
         if self._whole:
-            return len(text)
+            return len(text), False
         nominal = start + length
+        cut = len(text)
         while nominal + CHECK_CHARS < len(text):
             matches = _CANDIDATE.finditer(text, nominal, nominal + _SEARCH_CHARS)
             found = [m.start() + 1 for m in itertools.islice(matches, _TRIES)]
             if found:
                 good = self._checks.first_good(text, found)
                 if good is not None:
-                    return good
+                    cut = good
+                    break
             nominal += PIECE_CHARS
-        return len(text)
+        opens = self._message_end(start, cut)
+        return (cut, False) if opens is None else (opens, True)
 
-    def _name(self, start: int, end: int) -> bytes:
+    def _message_end(self, start: int, cut: int) -> int | None:
+        """The first good cut where a message ends, at least `CHECK_CHARS` past `start`
+        (a mark there holds every earlier cut's context) and before `cut`."""
+        ends, text = self._ends, self.text
+        if ends is None:
+            return None
+        high = min(cut, len(text) - CHECK_CHARS)
+        least = start + CHECK_CHARS
+        found = (m.end() for m in ends.finditer(text, start, high) if m.end() >= least)
+        for end in itertools.islice(found, _TRIES):
+            if self._checks.first_good(text, [end]) == end:
+                return end
+        return None
+
+    def _name(self, start: int, end: int, opens: bool = False) -> bytes:
         digest = hashlib.blake2b(self._kind, digest_size=16)
         low = 0 if start == 0 else start - CHECK_CHARS
-        high = len(self.text) if end >= len(self.text) else end + CHECK_CHARS
+        high = end if opens else len(self.text) if end >= len(self.text) else end + CHECK_CHARS
         digest.update(b"\x00start" if start == 0 else b"\x00piece")
-        digest.update(b"\x00end" if end >= len(self.text) else b"\x00cut")
+        ending = b"\x00open" if opens else b"\x00cut"
+        digest.update(b"\x00end" if end >= len(self.text) else ending)
         digest.update(self.text[low:high].encode("utf-8", "surrogatepass"))
         return digest.digest()

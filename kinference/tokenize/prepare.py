@@ -15,6 +15,8 @@ GIL and every Python step is small (a piece of ~1 KiB). A prompt that takes long
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import functools
 import itertools
 import logging
@@ -37,8 +39,9 @@ from kinference.tokenize.worker import TokenizerThread
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 2.0
+WARM_S = 30.0  # startup waits this long at most for the tokenizers' warm-up
 # Bodies above this are not tokenized (routed on the approximate index, DEGRADED): a 100 MiB
-# prompt would hold the tokenizer thread for minutes. 1 MiB prompts take ~1 s already.
+# prompt would hold the tokenizer thread for minutes (1 MiB prompts: ~1 s).
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_QUEUED = 64  # prompts waiting for the tokenizer thread; more are not tokenized
 # New text tokenized per Pick at most (~0.1 s of a fast tokenizer); past it the prediction
@@ -47,8 +50,7 @@ FOREGROUND_CHARS = 128 * 1024
 # A Pick's first steps run on the event loop when the tokenizer thread is idle (no hand-off:
 # ~1 ms of GIL switches saved): bodies up to INLINE_BODY_BYTES, at most INLINE_CHARS of new
 # text tokenized (~1-2 ms) and steps begun within INLINE_S (a step of known pieces is
-# ~0.1-0.5 ms; a char bound on the walk, 96 KiB, held the loop up to 19 ms under load);
-# what is left then goes to the thread.
+# ~0.1-0.5 ms; a char bound on the walk, 96 KiB, held the loop up to 19 ms); the rest: thread.
 INLINE_BODY_BYTES = 256 * 1024
 INLINE_CHARS = 2 * 1024
 INLINE_S = 0.002
@@ -118,8 +120,7 @@ class PromptPreparer:
                     done = await asyncio.shield(future)
         except TimeoutError:
             return PreciseQuery({}, f"prompt not tokenized within {self.timeout_s:g}s")
-        finally:
-            # Once the caller's step ends (it routes the Pick synchronously on return).
+        finally:  # once the caller's step (routing the Pick on return) ends:
             loop.call_soon(self._thread.picked)
         if isinstance(done, str) or done is None:
             return None if done is None else PreciseQuery({}, done)
@@ -259,11 +260,17 @@ class PromptPreparer:
             found = self._tokenizers[profile] = PromptTokenizer.from_files(*profile)
         return found
 
-    def warm(self) -> None:
+    def warm(self) -> list[concurrent.futures.Future[None]]:
         """Load every tokenizer and template now (on its thread) and run each once, so the
         first Pick pays for neither."""
-        for profile in set(self._plan.profiles.values()):
-            self._thread.submit(functools.partial(self._warm, profile))
+        profiles = set(self._plan.profiles.values())
+        return [self._thread.submit(functools.partial(self._warm, p)) for p in profiles]
+
+    async def warmed(self) -> None:
+        """`warm`, waited for up to `WARM_S` (before SERVING); a failure comes at Picks."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(WARM_S):
+                await asyncio.gather(*map(asyncio.wrap_future, self.warm()), return_exceptions=True)
 
     def _warm(self, profile: Profile) -> None:
         self._tokenizer(profile).warm()

@@ -29,6 +29,11 @@ most candidates, and is always yes:
   single word, all normalized or none): else an added token in the window is checked, as
   before. This is the cut at the end of a chat turn's generation prompt
   (`<|im_start|>assistant\n` before the reply), which a next turn resumes at.
+- Right after an added token (a message's end, `pieces`' `ends`), under the same condition:
+  the whole text's scan for added tokens finds one ending at the cut and goes on from there
+  as the right half's does from its start, and the left half's scan finds the same ones as
+  the whole's before the cut (none of those crosses it), so no run is cut. An added token
+  that crosses the cut instead (a longer one read first) is not sure.
 
 Anything else is checked by encoding as before, so the cuts are the same ones.
 """
@@ -102,9 +107,11 @@ class SureCuts:
                 return False
             end = 0
             for found in added.finditer(window):
+                if found.end() == at:  # right after an added token: no run is cut
+                    return True
+                if found.end() > at:  # an added token across the cut, or after it
+                    return False
                 end = found.end()
-            if end > at:  # an added token at or across the cut, or after it
-                return False
             window, at = window[end:], at - end  # the run after the last added token
         return self._plain(window, at)
 

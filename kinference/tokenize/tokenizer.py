@@ -10,6 +10,7 @@ only as far as a Pick needs (`lazy`).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from tokenizers import Tokenizer
 
 from kinference.kvcache.blocks import PromptBlocks, identities
 from kinference.tokenize.lazy import Known, Tokenization
-from kinference.tokenize.pieces import CutChecks, Cutter, Ids, Piece
+from kinference.tokenize.pieces import MAX_END_CHARS, CutChecks, Cutter, Ids, Piece
 from kinference.tokenize.reuse import PieceCache
 from kinference.tokenize.sure import SureCuts
 from kinference.tokenize.template import ChatTemplate, TemplateError
@@ -63,6 +64,7 @@ class PromptTokenizer:
         self.marks = TurnMarks()  # where finished prompts' next turns may resume
         sure = SureCuts.of(tokenizer)  # cuts known good without encoding, if any
         self._checks = CutChecks(self._plain, sure.sure if sure else None)
+        self._ends = _message_ends(tokenizer, template)  # chat prompts cut at message ends
         sample = tokenizer.encode_batch([_SAMPLE, _SAMPLE], add_special_tokens=False)[0].ids
         special = tokenizer.encode(_SAMPLE, add_special_tokens=True).ids
         # Completion prompts are cut too if special tokens only lead (BOS), never trail.
@@ -78,8 +80,8 @@ class PromptTokenizer:
 
     def warm(self) -> None:
         """Run every step once, so that the first Pick does not pay for first calls."""
-        if self._template is not None:
-            self._template.render([{"role": "user", "content": _SAMPLE}])
+        if self._template is not None:  # a chat prompt's path: render, cut, mark
+            self.blocks(PromptText(messages=[{"role": "user", "content": _SAMPLE * 64}]))
         self.blocks(PromptText(prompt=_SAMPLE * 64))
 
     def start(self, text: PromptText) -> Tokenization | PromptBlocks:
@@ -122,7 +124,8 @@ class PromptTokenizer:
 
     def _tokenization(self, text: str, special: bool) -> Tokenization:
         whole = special and not self._cut_special
-        cutter = Cutter(text, b"special" if special else b"plain", self._checks, whole)
+        ends = None if special else self._ends
+        cutter = Cutter(text, b"special" if special else b"plain", self._checks, whole, ends)
         if whole:
             return Tokenization(cutter, self, self.block_size, special)
         prefix = PrefixDigest(cutter.kind, text)  # `find` leaves it at the mark it found
@@ -167,3 +170,13 @@ class PromptTokenizer:
         # computes no offsets, which pieces do not need.
         encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=special)
         return [np.asarray(encoding.ids, dtype=np.uint32) for encoding in encodings]
+
+
+def _message_ends(tokenizer: Tokenizer, template: ChatTemplate | None) -> re.Pattern[str] | None:
+    """The added token a chat template ends each message with (its `eos_token`: ChatML's
+    `<|im_end|>`, Llama 3's `<|eot_id|>`), if it is one of the tokenizer's added tokens."""
+    eos = template.special.get("eos_token") if template is not None else None
+    added = {token.content for token in tokenizer.get_added_tokens_decoder().values()}
+    if not eos or eos not in added or len(eos) > MAX_END_CHARS:
+        return None
+    return re.compile(re.escape(eos))

@@ -15,7 +15,10 @@ tokens). The next turn's text goes on past that end, and the cut there was never
 is a candidate and checks good (`find`'s `cut_ok`, `pieces.Cutter.can_cut_at`): then the
 turn tokenizes only its new text, not the previous turn's last piece again with it (that
 piece ended at the text's end, so its tokens are those of its text alone, as a piece's
-between two checked cuts are).
+between two checked cuts are). A tokenization also leaves such an open mark (`ends`) where a
+message ends (`pieces`: `opens`): a new conversation on the same first messages (a system
+prompt) resumes there, whatever follows, where the cut checks good on its own text. Every
+earlier cut is at least `CHECK_CHARS` before it, so their checks hold for that text too.
 
 Marks are found by a digest of the text's kind and first `LEAD_CHARS` (the lineage: a
 system prompt or a conversation's start), then, among that lineage's few marks, furthest
@@ -66,7 +69,8 @@ class Mark:
     blocks: Sequence[BlockId]  # full blocks before it
     tail: Ids  # tokens after the last full block
     parts: Sequence[Ids]  # each piece's ids before it
-    ends: bool = False  # at its text's end: its cut is checked on the text resuming there
+    # At its text's end or a message's end: its cut is checked on the text resuming there.
+    ends: bool = False
 
     @property
     def through(self) -> int:
@@ -131,10 +135,10 @@ class TurnMarks:
             return None
         size = len(text)
         kept = sorted(
-            (k for k in lineage.values() if k.mark.position + CHECK_CHARS <= size),
-            key=lambda k: (-k.mark.position, k.mark.ends),
+            (item for item in lineage.items() if item[1].mark.position + CHECK_CHARS <= size),
+            key=lambda item: (-item[1].mark.position, item[1].mark.ends),
         )
-        for found in kept:
+        for key, found in kept:
             if not found.fits(text):
                 continue
             if found.mark.ends and (cut_ok is None or not cut_ok(found.mark.position)):
@@ -142,6 +146,9 @@ class TurnMarks:
             prefix.restore(found.state)
             self.resumed += 1
             self._lineages.move_to_end(prefix.lead)
+            # The newest of its lineage now: the lineage drops its oldest first, and a mark
+            # every new conversation resumes at (a system prompt's end) is not left again.
+            lineage[key] = lineage.pop(key)
             return found.mark
         return None
 

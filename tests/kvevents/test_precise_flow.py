@@ -132,6 +132,18 @@ async def test_picks_follow_the_engines_events(
     assert caches.index.longest(blocks, caches.trust) == dict.fromkeys(caches.trust, 0)
 
 
+async def test_the_tokenizer_is_warm_before_the_picker_serves(
+    start_picker: PickerFactory, engines: Engines, tmp_path: Path
+) -> None:
+    """Its load and first calls (a chat prompt's render, cuts and marks) are done when the
+    picker reports SERVING, not paid by the first Picks."""
+    picker = await start(start_picker, engines, tmp_path)
+    preparer = picker.app.preparer
+    assert preparer is not None
+    (tokenizer,) = preparer._tokenizers.values()
+    assert len(tokenizer.marks) > 0 and len(tokenizer.cache) > 0
+
+
 async def test_a_sequence_gap_degrades_to_the_approximate_index(
     start_picker: PickerFactory, engines: Engines, tmp_path: Path
 ) -> None:

@@ -101,7 +101,10 @@ def test_cuts_after_an_added_token(tokenizers: dict[str, Tokenizer]) -> None:
     turn = "<|im_end|>\n<|im_start|>assistant\nhello world"
     assert llama3.sure(turn, turn.index("hello"))  # a chat turn's generation prompt's end
     assert llama3.sure(turn, turn.index(" world"))
-    assert not llama3.sure(turn, len("<|im_end|>\n<|im_start|>"))  # right after it: at < 2
+    # Right after an added token (a message's end): no run is cut, whatever follows.
+    assert llama3.sure(turn, len("<|im_end|>\n<|im_start|>"))
+    assert llama3.sure(turn, len("<|im_end|>")) and llama3.sure("hello<|im_end|>", 15)
+    assert not llama3.sure("<|im_end|", 9) and not llama3.sure("<|im_end|>", 9)  # inside it
     assert not llama3.sure("hello<|im_end|> world", 5)  # the added token after the cut
     assert not llama3.sure("he<|im_end|>llo world", 5)  # across the cut
     stripping = Tokenizer.from_str(tokenizers["llama3"].to_str())
