@@ -73,6 +73,7 @@ class Tokenization:
         # The states at message ends passed (`pieces`: `opens`), to leave open marks at.
         self._opens: list[_Cut] = []
         self._opened = 0  # the position of the last open mark left
+        self._advanced = False  # `advance` was called (then it catches up first: `catch_up`)
 
     def resume(self, mark: Mark) -> None:
         """Start from a mark of an earlier tokenization of a text with the same start."""
@@ -81,6 +82,20 @@ class Tokenization:
         self.blocks, self._parts = list(mark.blocks), list(mark.parts)
         self._cut, self._step_cut, self._marked = None, None, mark.position
         self._opens, self._opened = [], mark.position
+
+    def catch_up(self) -> bool:
+        """Go on from a mark another tokenization left further into this text, if any: the
+        Picks in flight on one new system prompt walk it once between them, each starting
+        its next slice where the furthest one got, not where it stopped itself."""
+        cutter = self._cutter
+        if self._marks is None or self.done:
+            return False
+        found = self._marks.find(
+            cutter.kind, cutter.text, self._prefix, cutter.can_cut_at, cutter.position
+        )
+        if found is not None:
+            self.resume(found)
+        return found is not None
 
     def mark(self, cut: _Cut | None = None, opens: bool = False) -> Mark | None:
         """The state at the last checked cut passed (or at `cut`), if any (for the next
@@ -110,7 +125,11 @@ class Tokenization:
     ) -> bool:
         """Tokenize on until a block no worker holds (`known`: answers True, nothing after
         it can match), the end, `budget_chars` of new text tokenized or `time.perf_counter()`
-        passing `until` (checked between steps: one step at least), whichever comes first."""
+        passing `until` (checked between steps: one step at least), whichever comes first.
+        From its second call on, it first catches up (`catch_up`)."""
+        if self._advanced:
+            self.catch_up()
+        self._advanced = True
         spent, first = 0, True
         while not self.done and (budget_chars is None or spent < budget_chars):
             if until is not None and not first and time.perf_counter() >= until:

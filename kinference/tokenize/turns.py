@@ -124,18 +124,19 @@ class TurnMarks:
         text: str,
         prefix: PrefixDigest | None = None,
         cut_ok: Callable[[int], bool] | None = None,
+        beyond: int = 0,
     ) -> Mark | None:
-        """The mark furthest into `text` whose text up to it is this text's, if any; a mark
-        at an earlier text's end only if `cut_ok(its position)` (the cut there is good in
-        `text`). `prefix` (of `kind` and `text`): left at the mark found, for the caller's
-        `put`s."""
+        """The mark furthest into `text` (and past `beyond`) whose text up to it is this
+        text's, if any; a mark at an earlier text's end only if `cut_ok(its position)` (the
+        cut there is good in `text`). `prefix` (of `kind` and `text`): left at the mark
+        found, for the caller's `put`s."""
         prefix = prefix or PrefixDigest(kind, text)
         lineage = self._lineages.get(prefix.lead)
         if not lineage:
             return None
         size = len(text)
         kept = sorted(
-            (item for item in lineage.items() if item[1].mark.position + CHECK_CHARS <= size),
+            (i for i in lineage.items() if beyond < i[1].mark.position <= size - CHECK_CHARS),
             key=lambda item: (-item[1].mark.position, item[1].mark.ends),
         )
         for key, found in kept:

@@ -229,3 +229,40 @@ def test_a_marks_leading_items_stay_as_they_were_while_its_list_grows() -> None:
     assert leading[-1] == 5 and leading[2:4] == [2, 3] and leading[:] == items[:6]
     with pytest.raises(IndexError):
         leading[6]
+
+
+def test_a_tokenization_under_way_catches_up_with_a_further_one(
+    files: tuple[Path, Path],
+) -> None:
+    """Two new conversations on one new system prompt: the first stops early (its Pick
+    needed no more), the second walks the whole prompt; the first's next slice goes on
+    from the second's mark at the system prompt's end, with the full tokenization's tokens.
+    A text that differs before a further mark does not catch up to it."""
+    rng = random.Random(11)
+    tokenizer = PromptTokenizer.from_files(str(files[0]), str(files[1]), 4)
+    whole = Tokenizer.from_file(str(files[0]))
+    template = ChatTemplate.from_file(str(files[1]))
+    system = {"role": "system", "content": _words(rng, 4000)}
+    texts = [[system, {"role": "user", "content": _words(rng, 60)}] for _ in range(2)]
+    edited = [{"role": "system", "content": system["content"][:3000] + " zebra"}, texts[0][1]]
+    first, second, third = (tokenizer.start(PromptText(messages=t)) for t in [*texts, edited])
+    assert not isinstance(first, PromptBlocks) and not isinstance(second, PromptBlocks)
+    assert not isinstance(third, PromptBlocks)
+    first.advance(budget_chars=512)
+    third.advance(budget_chars=512)
+    behind = first._cutter.position
+    second.advance()
+    hits, resumed = tokenizer.cache.hits, tokenizer.marks.resumed
+    first.advance()
+    rendered = template.render(texts[0])
+    # From the system prompt's end: none of its pieces walked again.
+    assert tokenizer.marks.resumed == resumed + 1 and tokenizer.cache.hits == hits
+    assert 0 < behind < len(template.render([system])) - 1000
+    assert first.ids().tolist() == whole.encode(rendered, add_special_tokens=False).ids
+    assert first.result().blocks == tuple(
+        identities(np.asarray(whole.encode(rendered, add_special_tokens=False).ids), 4)
+    )
+    assert not third.catch_up()  # its text parts from theirs before their marks
+    third.advance()
+    expected = whole.encode(template.render(edited), add_special_tokens=False).ids
+    assert third.ids().tolist() == expected
