@@ -56,7 +56,7 @@ class Pool(PolicyModel):
     # Sequences each engine of the pool runs at once (vLLM's --max-num-seqs, SGLang's
     # --max-running-requests), for the TTFT model's queue and decode pressure. Unset, it
     # is learned: from the engine's readings (running while requests wait) where it is
-    # scraped, else from observed TTFT (no queue at N sequences means at least N).
+    # scraped, and from observed TTFT (no queue at N sequences means at least N).
     max_batch: int | None = Field(default=None, ge=1, le=1_000_000)
 
     @property

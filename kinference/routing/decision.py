@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 
 from kinference.config.models import MaxTokensField
 from kinference.kvcache.precise import PreciseQuery
@@ -50,8 +51,10 @@ class LocalChoice:
     cached_tokens: float = 0.0  # predicted cached on this worker (its cached-tokens source)
     predicted_ttft_ms: float | None = None  # the TTFT model's estimate, when it ran
     predicted_wait_ms: float = 0.0  # the part of it spent behind other requests
-    # Sequences it joined on the worker (itself included), as the TTFT model saw them.
+    # Sequences it joined on the worker (itself included), as the TTFT model saw them, and
+    # the requests ended there before the pick (`WorkerTable.ended`; NaN: not read).
     sequences: float = 0.0
+    ended_before: float = math.nan
     hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
     # Leading blocks the approximate index held on this worker at the pick, and how many
     # blocks had been recorded on it since the deepest of them (its age): eviction learning.

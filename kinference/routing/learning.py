@@ -87,14 +87,21 @@ class Learning:
         it reported missing) is no queue. With readings the running count is the floor,
         and they show a full batch only after a standing queue (`table.FULL_AFTER_S`): on
         engines of 4 slots a queue drains sooner, a batch of 8 was assumed, and picks
-        queued there for a second while the model predicted none (few-slots, 18 req/s)."""
+        queued there for a second while the model predicted none (few-slots, 18 req/s).
+        A first token on time with none ended on the worker since the pick raises the
+        floor with readings too: it ran beside all it joined, which a reading 0.2 s later
+        may no longer show (one ended meanwhile), and until the floor rises every request
+        past it pays the unknown batch's doubt (vllm-64: hits sent cold within 0.1-0.8 s
+        of one that joined as many on time). A slot freed in between proves nothing."""
         slot, predicted = choice.slot, choice.predicted_ttft_ms
         if predicted is None or choice.sequences < 1.0:
             return False
         readings = not isnan(self.table.scraped_at.item(slot))
         unqueued = max(predicted - choice.predicted_wait_ms, 0.0)
         if ttft_ms <= unqueued * (1.0 + NO_QUEUE_SHARE) + NO_QUEUE_SLACK_MS:
-            self.table.observed_batch(slot, choice.sequences, queued=False, floor=not readings)
+            held = self.table.ended.item(slot) == choice.ended_before  # NaN: not read
+            floor = held or not readings
+            self.table.observed_batch(slot, choice.sequences, queued=False, floor=floor)
             return False
         unqueued += max(missed, 0.0) * self.rates.ms_per_token(slot, choice.model)
         if choice.sequences >= 2.0 and ttft_ms > unqueued + choice.predicted_wait_ms + max(

@@ -39,6 +39,10 @@ class WorkerTable(EngineReadings):
         self._slots: dict[str, int] = {}
         self.endpoints: list[str] = []
         self.inflight: FloatArray = np.zeros(capacity)
+        # Requests ended on each worker (every in-flight decrement, ours and other
+        # replicas'): a first token shows the batch held all its pick joined only if none
+        # ended there in between (`LocalChoice.ended_before`).
+        self.ended: FloatArray = np.zeros(capacity)
         self.waiting: FloatArray = np.full(capacity, np.nan)
         self.running: FloatArray = np.full(capacity, np.nan)
         self.kv_usage: FloatArray = np.full(capacity, np.nan)
@@ -60,9 +64,10 @@ class WorkerTable(EngineReadings):
         # The most sequences the engine was ever seen running: a floor of its batch (the
         # running count while others wait dips when its KV cache is short).
         self.running_max: FloatArray = np.full(capacity, np.nan)
-        # Learned without readings, from observed TTFT: the most sequences a request was
-        # seen joining without queueing (a floor of the batch), and one less than the
-        # fewest it was seen queueing behind (a ceiling); NaN until observed.
+        # Learned from observed TTFT: the most sequences a request was seen joining without
+        # queueing (a floor of the batch; with readings only when none ended there before
+        # its first token), and one less than the fewest it was seen queueing behind (a
+        # ceiling); NaN until observed.
         self.batch_floor: FloatArray = np.full(capacity, np.nan)
         self.batch_ceiling: FloatArray = np.full(capacity, np.nan)
         # The pool's `max_batch` (its engines' max_num_seqs), NaN when not configured.
@@ -112,22 +117,15 @@ class WorkerTable(EngineReadings):
             bigger[: len(array)] = array
             return bigger
 
-        self.inflight = grown(self.inflight, 0.0)  # type: ignore[assignment]
-        self.waiting = grown(self.waiting, np.nan)  # type: ignore[assignment]
-        self.running = grown(self.running, np.nan)  # type: ignore[assignment]
-        self.kv_usage = grown(self.kv_usage, np.nan)  # type: ignore[assignment]
-        self.ready = grown(self.ready, True)  # type: ignore[assignment]
-        self.scraped_at = grown(self.scraped_at, np.nan)  # type: ignore[assignment]
-        self.inflight_at_reading = grown(self.inflight_at_reading, np.nan)  # type: ignore[assignment]
-        self.batch = grown(self.batch, np.nan)  # type: ignore[assignment]
-        self.waited_since = grown(self.waited_since, np.nan)  # type: ignore[assignment]
-        self.running_max = grown(self.running_max, np.nan)  # type: ignore[assignment]
-        self.batch_floor = grown(self.batch_floor, np.nan)  # type: ignore[assignment]
-        self.batch_ceiling = grown(self.batch_ceiling, np.nan)  # type: ignore[assignment]
-        self.batch_limit = grown(self.batch_limit, np.nan)  # type: ignore[assignment]
-        self.pending_prefill = grown(self.pending_prefill, 0.0)  # type: ignore[assignment]
-        self.prefill_since = grown(self.prefill_since, np.nan)  # type: ignore[assignment]
-        self.prefill_ended = grown(self.prefill_ended, 0.0)  # type: ignore[assignment]
+        for name, fill in (
+            ("inflight", 0.0), ("ended", 0.0), ("waiting", np.nan), ("running", np.nan),
+            ("kv_usage", np.nan), ("ready", True), ("scraped_at", np.nan),
+            ("inflight_at_reading", np.nan), ("batch", np.nan), ("waited_since", np.nan),
+            ("running_max", np.nan), ("batch_floor", np.nan), ("batch_ceiling", np.nan),
+            ("batch_limit", np.nan), ("pending_prefill", 0.0), ("prefill_since", np.nan),
+            ("prefill_ended", 0.0),
+        ):  # fmt: skip
+            setattr(self, name, grown(getattr(self, name), fill))
         for name, mask in self._lora.items():
             self._lora[name] = grown(mask, False)  # type: ignore[assignment]
         for estimates in (self._ttft, self._itl):
@@ -137,6 +135,8 @@ class WorkerTable(EngineReadings):
     def add_inflight(self, slot: int, delta: float) -> None:
         """Requests in flight on a worker change by `delta` (never below zero)."""
         self.inflight[slot] = max(self.inflight.item(slot) + delta, 0.0)  # Python floats
+        if delta < 0.0:
+            self.ended[slot] = self.ended.item(slot) - delta
 
     def add_pending_prefill(self, slot: int, tokens: float) -> None:
         """Uncached prompt tokens awaiting their first token change by `tokens`."""

@@ -227,6 +227,31 @@ def test_with_engine_readings_a_late_first_token_caps_the_batch_below_it() -> No
     assert np.isnan(learn.table.batch_floor[2])  # the readings give the floor
 
 
+def test_with_readings_an_on_time_first_token_raises_the_floor_if_none_ended_meanwhile() -> None:
+    """A reading may miss what a request joined (one ended before the next scrape): its
+    on-time first token shows the batch took them all, unless a slot freed in between."""
+    learn = learning()
+    learn.table.slots(f"10.0.0.{i}:8000" for i in range(3))
+    learn.table.set_engine(2, waiting=0, running=4, kv_usage=0.1, scraped_at=1.0)
+    learn.table.add_inflight(2, 4.0)
+    fifth = choice(2, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=5.0,
+                   ended_before=learn.table.ended.item(2))  # fmt: skip
+    learn.picked(fifth)
+    learn.first_token(fifth, 65.0)
+    assert learn.table.batch_floor[2] == 5.0  # ran 5 at once
+    learn.table.add_inflight(2, 1.0)
+    sixth = choice(2, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=6.0,
+                   ended_before=learn.table.ended.item(2))  # fmt: skip
+    learn.picked(sixth)
+    learn.table.add_inflight(2, -1.0)  # one ended before its first token: its slot, perhaps
+    learn.first_token(sixth, 65.0)
+    assert learn.table.batch_floor[2] == 5.0
+    unread = choice(2, prompt_tokens=500.0, predicted_ttft_ms=60.0, sequences=7.0)
+    learn.picked(unread)
+    learn.first_token(unread, 65.0)  # without the count at its pick: proves nothing
+    assert learn.table.batch_floor[2] == 5.0
+
+
 def test_a_first_token_late_for_a_cache_miss_is_no_queue() -> None:
     """Predicted cached, reported not: its own prefill made it late, not a batch slot."""
     learn = learning()
