@@ -36,7 +36,7 @@ COPY kinference ./kinference
 RUN /opt/kinference/bin/pip wheel --no-deps --wheel-dir /wheels . \
     && /opt/kinference/bin/pip install --no-deps /wheels/kinference-*.whl \
     && /opt/kinference/bin/pip check \
-    && /opt/kinference/bin/python -c "import kinference.native._chain, kinference.native._prefix, kinference.native._ttft" \
+    && /opt/kinference/bin/python -c "import kinference.native._chain, kinference.native._prefix, kinference.native._ttft, kinference.native._scan" \
     && /opt/kinference/bin/pip uninstall --yes pip setuptools \
     && /opt/kinference/bin/kinference --version
 

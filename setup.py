@@ -30,6 +30,12 @@ setup(
             extra_compile_args=["-O2"],
         ),
         Extension(
+            "kinference.native._scan",
+            [f"{NATIVE}/_scan.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
+        Extension(
             "kinference.native._ttft",
             [f"{NATIVE}/{unit}.c" for unit in TTFT_UNITS],
             depends=[f"{NATIVE}/ttft.h", f"{NATIVE}/ttft_args.h"],

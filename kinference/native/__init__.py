@@ -4,23 +4,25 @@ What is native: `_chain` (`_chain.c`): the approximate prefix index's chained bl
 (`kinference.routing.chain.chain_tuple` is its reference: the same bits, the same
 exceptions) and the precise mode's block identities from token ids
 (`kinference.kvcache.blocks.identities`, for uint32 arrays); `_prefix` (`_prefix.c`): the
-approximate prefix index's per-block store, which slots hold which block hashes in LRU
-order (`kinference.routing.prefix_store.PyPrefixStore` is its reference); `_ttft`
-(`_ttft.c`, `ttft_args.c`, `ttft_rows.c`): the TTFT scorer's terms and scores for a few
-candidates (`kinference.routing.scorers.ttft_small` is its reference: the same bits, the
-same exceptions). Each extension is built by `setup.py` where a C compiler is found (`pip
-install`, the image's builder stage) and is optional: without one the install still
-succeeds and the pure-Python forms run, with the same results and more CPU per Pick. The
-pure forms stay the reference the tests hold the native ones to (tests/native).
+approximate prefix index's per-block store, which slots hold which block hashes in LRU order
+(`kinference.routing.prefix_store.PyPrefixStore` is its reference); `_ttft` (`_ttft.c`,
+`ttft_args.c`, `ttft_rows.c`): the TTFT scorer's terms and scores for a few candidates
+(`kinference.routing.scorers.ttft_small` is its reference: the same bits, the same
+exceptions); `_scan` (`_scan.c`): the body scan's run over strings and brackets below the
+top level (`kinference.requests.scan_run.pure_run` is its reference: the same
+members, counts and failures). Each extension is built by `setup.py` where a C compiler is
+found (`pip install`, the image's builder stage) and is optional: without one the install
+still succeeds and the pure-Python forms run, with the same results and more CPU per Pick.
+The pure forms stay the reference the tests hold the native ones to (tests/native).
 
 A caller asks for an extension through its loader here (`load_chain`, `load_ttft`), which
-answers None where it was not built (the import is tried once: a failed import costs tens
-of µs); the choice between native and pure is the caller's, made where it is composed
+answers None where it was not built (the import is tried once: a failed import costs tens of
+µs); the choice between native and pure is the caller's, made where it is composed
 (`PrefixHasher(native=False)`, `identities(..., native=False)`, `PrefixIndex(bound,
-store=PyPrefixStore())`, `TtftScorer(config, rates, native=False)` force pure;
-`prefix_store.new_store` chooses the store), not import-time state. To see whether it is
-active: `python -c "import kinference.native as n; print(n.load_chain(), n.load_ttft())"`
-(None: the pure forms run).
+store=PyPrefixStore())`, `TtftScorer(config, rates, native=False)`,
+`JsonScanner(native=False)` force pure; `prefix_store.new_store` chooses the store), not
+import-time state. To see whether it is active: `python -c "import kinference.native as n;
+print(n.load_chain(), n.load_ttft(), n.load_scan())"` (None: the pure forms run).
 """
 
 from __future__ import annotations
@@ -29,9 +31,12 @@ import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
-__all__ = ["Chain", "load_chain", "load_ttft"]
+__all__ = ["Chain", "ScanRun", "load_chain", "load_scan", "load_ttft"]
 
 Buffer = bytes | bytearray | memoryview
+# `_scan.run`: (data, pos, window, stack, max_depth, long_string_bytes) ->
+# (after, strings, string_bytes, brackets)
+ScanRun = Callable[[Buffer, int, int, bytearray, int, int], tuple[int, int, int, int]]
 
 
 class Chain(NamedTuple):
@@ -59,3 +64,13 @@ def load_ttft() -> Callable[..., object] | None:
     except ImportError:
         return None
     return _ttft.terms
+
+
+@functools.cache
+def load_scan() -> ScanRun | None:
+    """`_scan.run` (see its stub, `_scan.pyi`), or None where it was not built."""
+    try:
+        from kinference.native import _scan
+    except ImportError:
+        return None
+    return _scan.run

@@ -3,8 +3,8 @@
 The scan finds the byte spans of the top-level members (`requests.spans`) without building
 the document, so a Pick on a 100 MiB body costs the parse of a few small values, and the body
 can be rewritten by splicing spans. Work per chunk is a few C-level searches per string or
-bracket (below the top level, up to `_RUN_TOKENS` of them a step), never a Python loop per
-byte. Values are checked for structure here (balanced brackets, closed strings, one object,
+bracket (below the top level several a step: `scan_run`), never a Python loop per byte.
+Values are checked for structure here (balanced brackets, closed strings, one object,
 nothing after it); `requests.fields` parses the small enough values strictly. The scan
 counts what a parse will cost (`strings`, `string_bytes`, `brackets`, for
 `requests/loop_cost.py`): an addition per event, nothing per byte.
@@ -23,6 +23,15 @@ import re
 import time
 
 from kinference.bodies import Piece, backing
+from kinference.native import ScanRun, load_scan
+from kinference.requests.scan_run import (
+    BACKSLASH,
+    CLOSER,
+    IN_NESTED,
+    QUOTE_BYTE,
+    past_bracket,
+    pure_run,
+)
 from kinference.requests.search import find_backslash, find_quote
 from kinference.requests.spans import (
     LONG_STRING_BYTES,
@@ -32,17 +41,13 @@ from kinference.requests.spans import (
     Member,
 )
 
-_IN_NESTED = re.compile(rb'["{}\[\]]')
 _AT_TOP = re.compile(rb'["{}\[\],:]')
 _NOT_SPACE = re.compile(rb"[^ \t\r\n]")
-_RUN_TOKENS = 64  # strings and brackets one step takes below the top level at most
 
 # Bytes one regex search covers at most (~8 ms per MiB): a step of `feed_until` stays
 # short even over a MiB of `1,1,1,...` or of whitespace.
 _WINDOW_BYTES = 64 * 1024
 
-_BACKSLASH, _QUOTE_BYTE = 0x5C, 0x22
-_CLOSER = {ord("}"): ord("{"), ord("]"): ord("[")}
 
 # Where the scan stands with respect to the top-level object.
 _BEFORE, _EXPECT_KEY, _EXPECT_COLON, _IN_VALUE, _AFTER = range(5)
@@ -51,7 +56,11 @@ _BEFORE, _EXPECT_KEY, _EXPECT_COLON, _IN_VALUE, _AFTER = range(5)
 class JsonScanner:
     """Feed chunks in order; then `members`, `long_strings`, `error`, `open_at`, `close_at` tell."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, native: bool = True) -> None:
+        """`native`: the run below the top level in C where it was built (`scan_run`)."""
+        self._run: ScanRun = pure_run
+        if native and (loaded := load_scan()) is not None:
+            self._run = loaded
         self.members: list[Member] = []
         self.long_strings: list[LongString] = []
         self.error: str | None = None
@@ -81,7 +90,7 @@ class JsonScanner:
     def feed_until(self, data: Piece, deadline: float) -> int:
         """Scan `data` until `time.perf_counter()` passes `deadline` (one step at least:
         one C search over at most `_WINDOW_BYTES`, and a few bytecodes per event, at most
-        `_RUN_TOKENS` events below the top level); returns how many
+        `scan_run.RUN_TOKENS` events below the top level); returns how many
         bytes were consumed. When that is fewer than `len(data)`, the rest is to be fed
         next, as a chunk of its own: the scan stops only between two events.
 
@@ -130,7 +139,7 @@ class JsonScanner:
             ran = self._nested_run(data, pos, window)
             if ran > pos:
                 return ran
-        pattern = _IN_NESTED if self._stack else _AT_TOP
+        pattern = IN_NESTED if self._stack else _AT_TOP
         match = pattern.search(data, pos, window)
         if match is None:
             return self._gap(data, pos, window)
@@ -141,49 +150,14 @@ class JsonScanner:
         return self._structural(data[at], at)
 
     def _nested_run(self, data: Piece, pos: int, window: int) -> int:
-        """Strings and brackets below the top level, up to `_RUN_TOKENS` in one step, each
-        string skipped by memchr: what the usual path counts, counted alike. Stops where
-        that path must decide (a string the window cuts or that holds an escaped quote, a
-        bracket that fails, the top level reached); returns where to go on (`pos`: nothing
-        taken, e.g. a memoryview piece)."""
-        if not isinstance(data, bytes):
-            return pos
-        for _ in range(_RUN_TOKENS):
-            match = _IN_NESTED.search(data, pos, window)
-            if match is None:
-                return window
-            at = match.start()
-            if (char := data[at]) == _QUOTE_BYTE:
-                after = self._run_string(data, at, window)
-            else:
-                after = self._run_bracket(char, at)
-            if after == at or not self._stack:
-                return after
-            pos = after
-        return pos
-
-    def _run_string(self, data: bytes, at: int, window: int) -> int:
-        """Past a string with no escaped quote that ends in the window, counted; else `at`."""
-        close = data.find(b'"', at + 1, window)
-        if close < 0 or data[close - 1] == _BACKSLASH or close - at - 1 > LONG_STRING_BYTES:
-            return at
-        self.strings += 1
-        self.string_bytes += close + 1 - at
-        return close + 1
-
-    def _run_bracket(self, char: int, at: int) -> int:
-        """Past a bracket that opens or closes as it should, counted; else `at`."""
-        stack = self._stack
-        if char in _CLOSER:
-            if stack[-1] != _CLOSER[char]:
-                return at
-            stack.pop()
-        elif len(stack) >= MAX_DEPTH:
-            return at
-        else:
-            stack.append(char)
-            self.brackets += 1
-        return at + 1
+        """Strings and brackets below the top level, several in one step (`scan_run`), counted
+        as the usual path counts them; returns where to go on (`pos`: nothing taken)."""
+        after, strings, string_bytes, brackets = self._run(
+            data, pos, window, self._stack, MAX_DEPTH, LONG_STRING_BYTES
+        )
+        self.strings, self.brackets = self.strings + strings, self.brackets + brackets
+        self.string_bytes += string_bytes
+        return after
 
     def _gap(self, data: Piece, start: int, stop: int) -> int:
         """Bytes between structural characters: only values may have any there."""
@@ -209,7 +183,7 @@ class JsonScanner:
         return at + 1
 
     def _structural(self, char: int, at: int) -> int:
-        if char == _QUOTE_BYTE:
+        if char == QUOTE_BYTE:
             return self._open_string(at)
         if self._stack:
             return self._nested_bracket(char, at)
@@ -229,9 +203,10 @@ class JsonScanner:
         return at + 1
 
     def _nested_bracket(self, char: int, at: int) -> int:
-        if (after := self._run_bracket(char, at)) > at:
-            return after
-        if char in _CLOSER:
+        if past_bracket(self._stack, char, MAX_DEPTH):
+            self.brackets += char not in CLOSER
+            return at + 1
+        if char in CLOSER:
             return self._fail("mismatched bracket", at)
         return self._fail(f"nesting deeper than {MAX_DEPTH}", at)
 
@@ -275,7 +250,7 @@ class JsonScanner:
 
     def _backslashes_before(self, data: Piece, lo: int, at: int) -> int:
         index = at - 1
-        while index >= lo and data[index] == _BACKSLASH:
+        while index >= lo and data[index] == BACKSLASH:
             index -= 1
         run = at - 1 - index
         if index < lo and not self._string_began_here:
