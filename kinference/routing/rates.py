@@ -213,11 +213,20 @@ class Rates:
         return True
 
     def observe_service(self, slot: int, model: str, service_ms: float) -> None:
-        """How long one request held its batch slot after its first token."""
+        """How long one request held its batch slot after its first token: an exponentially
+        weighted mean over the samples seen, as the prefill fit's (each sample weighs
+        `alpha`, older ones decay by `1 - alpha`, over their total weight). Before, the
+        first sample stood alone and each later one moved it by `alpha`: a 2-token probe's
+        ~15 ms held the mean at a fraction of the real 1-3 s for a dozen reports, and the
+        slot waits priced from it (and every unlearned peer's, `_peers_or`) with it."""
         array = self._array(model, "service_ms", slot + 1)
+        weights = self._array(model, "service_weight", slot + 1)
+        total = weights.item(slot)
+        total = self.alpha + (0.0 if math.isnan(total) else (1.0 - self.alpha) * total)
+        weights[slot] = total
         old = array.item(slot)
         value = max(service_ms, 0.0)
-        array[slot] = value if math.isnan(old) else (1 - self.alpha) * old + self.alpha * value
+        array[slot] = value if math.isnan(old) else old + (value - old) * self.alpha / total
 
     def forget(self, slot: int) -> None:
         """A worker left: what was learned of it no longer applies to its slot."""

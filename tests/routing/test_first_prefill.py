@@ -142,3 +142,23 @@ def test_a_learned_ratio_recounts_the_provisional_slopes() -> None:
         learn.final(cold(0, tokens=100.0, text_chars=2000), Served(1000, None, (), None, None))
     assert learn.text.chars_per_token(MODEL) == pytest.approx(2.0)
     assert learn.rates.learned(MODEL, SLOPE, 1) == pytest.approx(0.05)
+
+
+def test_service_time_is_the_weighted_mean_of_the_samples_seen() -> None:
+    """A probe's 15 ms first, then replies of 1.5 s: the mean is the samples' (weighted),
+    not the probe's moved a tenth of the way per report."""
+    rates = Rates(alpha=0.1)
+    rates.observe_service(0, MODEL, 15.0)
+    assert rates.learned(MODEL, "service_ms", 0) == 15.0
+    rates.observe_service(0, MODEL, 1500.0)
+    # weights 0.09 (the probe's, decayed) and 0.1: (0.09 * 15 + 0.1 * 1500) / 0.19
+    assert rates.learned(MODEL, "service_ms", 0) == pytest.approx(796.6, abs=0.1)
+    for _ in range(4):
+        rates.observe_service(0, MODEL, 1500.0)
+    assert rates.learned(MODEL, "service_ms", 0) > 1200.0  # before: 15 + 0.41 * 1485 = 624
+    for _ in range(200):  # long run: the exponentially weighted mean, the probe forgotten
+        rates.observe_service(0, MODEL, 1000.0)
+    assert rates.learned(MODEL, "service_ms", 0) == pytest.approx(1000.0)
+    rates.forget(0)
+    rates.observe_service(0, MODEL, 700.0)  # a new worker in the slot starts afresh
+    assert rates.learned(MODEL, "service_ms", 0) == 700.0
