@@ -101,7 +101,7 @@ class RouterFeedback:
     def remote_text(self, endpoint: str, model: str, chars: float, tokens: float) -> None:
         """Another replica's sample of `model`'s characters per token (`endpoint` served
         it; the ratio is the model's, whoever serves it)."""
-        self.learning.observe_text(model, chars, tokens)
+        self.learning.text.observe(model, chars, tokens)
 
     def remote_busy(self, endpoint: str, model: str, sequences: float, excess_ms: float) -> None:
         """Another replica's sample of `model`'s busy cost (`endpoint` served it; the

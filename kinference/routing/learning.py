@@ -77,27 +77,7 @@ class Learning:
         self.journal.first_token(choice.endpoint, choice.model, ttft_ms)
         if choice.predicted_ttft_ms is not None:
             self.quality.ttft_ms.add(choice.predicted_ttft_ms, ttft_ms)
-            if not self._batch_evidence(choice, ttft_ms, missed=choice.cached_tokens):
-                self._first_sample(choice, ttft_ms)
-
-    def _first_sample(self, choice: LocalChoice, ttft_ms: float) -> None:
-        """A cold pick's first token as a provisional prefill sample of its worker
-        (`Rates.observe_first`): nothing predicted cached there (as far as the router
-        knows the whole prompt was prefilled), a complete prompt (its text can be counted
-        again), its predicted wait under half the TTFT (the final report's test). Net of
-        the wait, the sequences beside it (the learned busy cost) and the fixed cost."""
-        slot, model = choice.slot, choice.model
-        if choice.cached_tokens > 0.0 or not choice.text_chars:
-            return
-        unqueued = ttft_ms - choice.predicted_wait_ms
-        if choice.predicted_wait_ms > PREFILL_SAMPLE_WAIT_SHARE * ttft_ms:
-            return
-        base = self.rates.learned(model, "prefill_base_ms", slot)
-        fixed = self.rates.prior_base_ms if isnan(base) else base
-        beside = max(choice.sequences - 1.0, 0.0)
-        prefill = unqueued - self.rates.busy_ms(model) * beside - fixed
-        self.rates.observe_first(slot, model, choice.prompt_tokens, prefill,
-                                 self.text.chars_per_token(model))  # fmt: skip
+            self._batch_evidence(choice, ttft_ms, missed=choice.cached_tokens)
 
     def _batch_evidence(self, choice: LocalChoice, ttft_ms: float, missed: float) -> bool:
         """Whether the request queued at the occupancy it joined (True: it did) tells the
@@ -181,19 +161,8 @@ class Learning:
         tokens = prompt_tokens - choice.fixed_tokens
         if not choice.text_chars or tokens < TEXT_SHARE_FOR_SAMPLE * prompt_tokens:
             return
-        if self.observe_text(choice.model, choice.text_chars, tokens):
+        if self.text.observe(choice.model, choice.text_chars, tokens):
             self.journal.text(choice.endpoint, choice.model, choice.text_chars, tokens)
-
-    def observe_text(self, model: str, chars: float, tokens: float) -> bool:
-        """A sample of `model`'s characters per token (`TextSize.observe`); provisional
-        prefill slopes are counted again at a new ratio."""
-        before = self.text.chars_per_token(model)
-        if not self.text.observe(model, chars, tokens):
-            return False
-        after = self.text.chars_per_token(model)
-        if after != before:
-            self.rates.recount(model, after)
-        return True
 
     def learn(
         self, slot: int, model: str, uncached: float, prefill_ms: float, service_ms: float

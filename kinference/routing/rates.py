@@ -9,12 +9,6 @@ Three quantities per (model, worker slot), NaN until learned:
 - `service_ms`: milliseconds from first token to final report (how long a request holds
   a batch slot), an exponentially weighted mean;
 
-until a worker's final reports set its slope, a provisional `prefill_ms_per_token` from the
-first tokens of its cold picks (`observe_first`: a first token comes with the prefill, a
-final report a reply's decode later, 1.5-4 s on the routing benchmark's engines), kept per
-character of prompt text so that it stays right when the model's characters per token are
-learned anew (`recount`);
-
 and per model (its engines alike), `busy_ms`: what each sequence running beside a request
 adds to its TTFT (an engine's step decodes every running sequence along with the new
 prompt's prefill, so steps, and the first token, take longer on a fuller batch): the TTFT
@@ -80,10 +74,6 @@ class Rates:
         self.prior_ms_per_token = 0.1
         self._arrays: dict[tuple[str, str], FloatArray] = {}  # (model, quantity) -> per slot
         self._sums: dict[str, FloatArray] = {}  # model -> the fit's sums (rows) per slot
-        # (model, slot) -> a provisional slope from cold first tokens: milliseconds a
-        # character of prompt text (an exponentially weighted mean), until final reports
-        # set the slope (`observe_first`).
-        self._first: dict[tuple[str, int], float] = {}
         # model -> the busy fit: its weighted sums of sequences^2 and of sequences x excess,
         # and the fitted milliseconds a sequence (one for the model's engines: a pool's
         # engines share it, and each report teaches it, not only one worker's in four).
@@ -120,8 +110,6 @@ class Rates:
         var = sxx / w - mean_x * mean_x
         slope = self._array(model, "prefill_ms_per_token", size)
         base = self._array(model, "prefill_base_ms", size)
-        if var >= MIN_SPREAD_TOKENS**2 or mean_x >= MIN_TOKENS_FOR_SLOPE:
-            self._first.pop((model, slot), None)  # the final reports set the slope now
         if var >= MIN_SPREAD_TOKENS**2:  # prompts of different lengths: fit both
             fitted = min(max((sxy / w - mean_x * mean_y) / var, 0.0), MAX_MS_PER_TOKEN)
             slope[slot] = fitted
@@ -134,41 +122,6 @@ class Rates:
             learned = slope.item(slot)
             per_token = 0.0 if math.isnan(learned) else learned
             base[slot] = min(max(mean_y - per_token * mean_x, 0.0), MAX_BASE_MS)
-
-    def observe_first(
-        self, slot: int, model: str, tokens: float, prefill_ms: float, chars_per_token: float
-    ) -> bool:
-        """A cold pick's first token: `prefill_ms` (its TTFT net of the predicted wait, the
-        busy cost and the fixed cost) for its `tokens` estimated prompt tokens, counted at
-        `chars_per_token`. Until the worker's final reports set its slope, this sets it
-        (per character, an exponentially weighted mean); False when it teaches nothing
-        (final reports set the slope, or the sample is too short or not a number)."""
-        key = (model, slot)
-        slope = self._array(model, "prefill_ms_per_token", slot + 1)
-        if key not in self._first and not math.isnan(slope.item(slot)):
-            return False  # learned from final reports: they count the tokens exactly
-        if not (tokens >= MIN_TOKENS_FOR_SLOPE and math.isfinite(prefill_ms)
-                and chars_per_token > 0.0):  # fmt: skip
-            return False
-        per_token = min(max(prefill_ms, 0.0) / tokens, MAX_MS_PER_TOKEN)
-        per_char = per_token / chars_per_token
-        old = self._first.get(key)
-        if old is not None:
-            per_char = (1.0 - self.alpha) * old + self.alpha * per_char
-        self._first[key] = per_char
-        slope[slot] = min(per_char * chars_per_token, MAX_MS_PER_TOKEN)
-        return True
-
-    def recount(self, model: str, chars_per_token: float) -> None:
-        """The model's characters per token changed: provisional slopes counted again."""
-        for (name, slot), per_char in self._first.items():
-            if name == model:
-                slope = self._array(model, "prefill_ms_per_token", slot + 1)
-                slope[slot] = min(per_char * chars_per_token, MAX_MS_PER_TOKEN)
-
-    def provisional(self, model: str, slot: int) -> bool:
-        """Whether the worker's slope is still from first tokens alone."""
-        return (model, slot) in self._first
 
     def prefill_ms(self, slot: int, model: str, uncached_tokens: float) -> float:
         """The learned prefill of `uncached_tokens` on the worker (NaN: not learned)."""
@@ -213,20 +166,11 @@ class Rates:
         return True
 
     def observe_service(self, slot: int, model: str, service_ms: float) -> None:
-        """How long one request held its batch slot after its first token: an exponentially
-        weighted mean over the samples seen, as the prefill fit's (each sample weighs
-        `alpha`, older ones decay by `1 - alpha`, over their total weight). Before, the
-        first sample stood alone and each later one moved it by `alpha`: a 2-token probe's
-        ~15 ms held the mean at a fraction of the real 1-3 s for a dozen reports, and the
-        slot waits priced from it (and every unlearned peer's, `_peers_or`) with it."""
+        """How long one request held its batch slot after its first token."""
         array = self._array(model, "service_ms", slot + 1)
-        weights = self._array(model, "service_weight", slot + 1)
-        total = weights.item(slot)
-        total = self.alpha + (0.0 if math.isnan(total) else (1.0 - self.alpha) * total)
-        weights[slot] = total
         old = array.item(slot)
         value = max(service_ms, 0.0)
-        array[slot] = value if math.isnan(old) else old + (value - old) * self.alpha / total
+        array[slot] = value if math.isnan(old) else (1 - self.alpha) * old + self.alpha * value
 
     def forget(self, slot: int) -> None:
         """A worker left: what was learned of it no longer applies to its slot."""
@@ -236,8 +180,6 @@ class Rates:
         for sums in self._sums.values():
             if slot < sums.shape[1]:
                 sums[:, slot] = 0.0
-        for key in [key for key in self._first if key[1] == slot]:
-            del self._first[key]
 
     def _sums_of(self, model: str, size: int) -> FloatArray:
         """The fit's weighted sums of `model`, one row per name of `_SUMS`, a column per slot."""
