@@ -1,19 +1,20 @@
 """Admitted requests while a crowd far past the connection cap keeps knocking.
 
-    python -m loadtest.crowd_burst [--cap 64] [--crowd 500] [--steady 16] [--idle N]
-        [--seconds 8]
+    python -m loadtest.crowd_burst [--cap 64] [--crowd 500] [--steady 16] [--rate 200]
+        [--idle N] [--seconds 8]
 
 Starts a simulated engine answering at once and `kinference gateway` in front of it (hosting
 the picker) with `KINFERENCE_GATEWAY_MAX_CLIENT_CONNECTIONS=cap`. `steady` clients send
-16-token chat completions one after another on keep-alive connections (admitted: they hold
-their places in the cap), first alone for `seconds`, then while `crowd` more clients each
-open a fresh connection, send the same request, read the answer to its end and start over
-at once (no back-off: the worst case for the refusal path), for `seconds` again, while
-`idle` connections (by default the cap's places the steady ones leave) sit idle, so that
-the whole crowd is past the cap (`--idle 0`: the crowd takes the places left). Printed:
-the steady clients' latency p50/p99/max alone and under the crowd, the crowd's outcomes
-(200, 503 with Retry-After, reset or closed without an answer, no answer within 10 s) and
-refusals per second, the gateway's CPU seconds over the crowd phase.
+16-token chat completions on keep-alive connections (admitted: they hold their places in the
+cap), `rate` a second between them (paced: the gateway has room to spare), first alone for
+`seconds`, then for `seconds` again while `crowd` more clients each open a fresh
+connection, send the same request, read the answer to its end and start over at once (no
+back-off: the worst case for the refusal path), and `idle` connections (by default the
+cap's places the steady ones leave) sit idle, so that the whole crowd is past the cap
+(`--idle 0`: the crowd takes the places left). Printed: the steady clients' latency
+p50/p99/max alone and under the crowd, the crowd's outcomes (200, 503 with Retry-After,
+reset or closed without an answer, no answer within 10 s), refusals per second, the
+gateway's CPU seconds in each phase and what the crowd added per refusal.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import asyncio
 import collections
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -89,11 +91,17 @@ async def _crowd_one(host: str, port: int, request: bytes) -> str:
     return status
 
 
-async def _steady(client: HttpClient, url: str, until: float, into: list[float]) -> int:
-    """Requests one after another until `until`; latencies (s) into `into`; non-200s."""
+async def _steady(
+    client: HttpClient, url: str, until: float, into: list[float], every_s: float
+) -> int:
+    """A request every `every_s` (or at once when late) until `until`; latencies (s) into
+    `into`; returns the number not answered 200."""
     failed = 0
-    while time.perf_counter() < until:
+    next_at = time.perf_counter() + random.uniform(0, every_s)
+    while next_at < until:
+        await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
         began = time.perf_counter()
+        next_at = max(next_at + every_s, began)
         try:
             response = await client.request("POST", url, HEADERS, _single(BODY))
             try:
@@ -131,13 +139,21 @@ async def run(args: argparse.Namespace) -> None:
             host, _, port = gateway.url.removeprefix("http://").rpartition(":")
             url = f"{gateway.url}/v1/chat/completions"
             client = HttpClient(connect_timeout_s=10, read_timeout_s=60)
+            every_s = args.steady / args.rate
             warm: list[float] = []
             await asyncio.gather(
-                *(_steady(client, url, time.perf_counter() + 1, warm) for _ in range(args.steady))
+                *(
+                    _steady(client, url, time.perf_counter() + 1, warm, every_s)
+                    for _ in range(args.steady)
+                )
             )
             alone: list[float] = []
+            cpu_before = cpu_seconds(gateway.pids[0])
             until = time.perf_counter() + args.seconds
-            await asyncio.gather(*(_steady(client, url, until, alone) for _ in range(args.steady)))
+            await asyncio.gather(
+                *(_steady(client, url, until, alone, every_s) for _ in range(args.steady))
+            )
+            cpu_alone = cpu_seconds(gateway.pids[0]) - cpu_before
             crowded: list[float] = []
             outcomes: collections.Counter[str] = collections.Counter()
             request = _request(host)
@@ -154,7 +170,7 @@ async def run(args: argparse.Namespace) -> None:
             crowd = [asyncio.create_task(knock()) for _ in range(args.crowd)]
             steady_failed = sum(
                 await asyncio.gather(
-                    *(_steady(client, url, until, crowded) for _ in range(args.steady))
+                    *(_steady(client, url, until, crowded, every_s) for _ in range(args.steady))
                 )
             )
             await asyncio.gather(*crowd)
@@ -170,9 +186,11 @@ async def run(args: argparse.Namespace) -> None:
     print(f"  steady alone:       {_pcts(alone)}")
     print(f"  steady under crowd: {_pcts(crowded)}, not 200: {steady_failed}")
     refused = outcomes["503"]
+    extra_us = (cpu - cpu_alone * took / args.seconds) / max(refused, 1) * 1e6
     print(
         f"  crowd over {took:.1f} s: {dict(outcomes)}; {refused / took:.0f} refusals/s; "
-        f"gateway CPU {cpu:.1f} s"
+        f"gateway CPU {cpu_alone:.2f} s alone, {cpu:.2f} s under the crowd "
+        f"(~{extra_us:.0f} us more per refusal)"
     )
 
 
@@ -181,6 +199,7 @@ def main() -> None:
     parser.add_argument("--cap", type=int, default=64, help="the gateway's connection cap")
     parser.add_argument("--crowd", type=int, default=500, help="crowd clients at once")
     parser.add_argument("--steady", type=int, default=16, help="admitted clients")
+    parser.add_argument("--rate", type=float, default=200.0, help="their requests per second")
     parser.add_argument(
         "--idle", type=int, help="idle connections held in the crowd phase (cap - steady)"
     )
