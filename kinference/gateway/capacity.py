@@ -8,15 +8,19 @@ picker's own sockets, for every request alike. As nginx's `worker_connections` a
 `global_downstream_max_connections` do, the gateway serves at most `limit` connections; one
 past it is answered at once, before its request is read (no parser, no task, no timer of
 uvicorn's): a 503 `too_many_connections` with `Retry-After: 1` and `connection: close`,
-then a lingering close (kinference.gateway.guard). SDKs retry a 503 after the delay.
+then a lingering close (kinference.gateway.refusals). SDKs retry a 503 after the delay.
 
 uvicorn's `limit_concurrency` is not this: it answers 503 per request over the limit but
 keeps the connection (the descriptors stay taken) and logs a warning per request. Here a
 refusal is counted in a metric (`kinference_gateway_connections_refused_total`) and logged
-at most once per `LOG_EVERY_S` with the count since the last line. At most `limit` refused
-connections linger at once (answered, until the client closes or 2 s pass); past that, one
-is closed without an answer: a flood of connects holds at most as many descriptors again as
-the connections served.
+at most once per `LOG_EVERY_S` with the count since the last line. At most `linger_max`
+refused connections linger at once (answered, until the client closes or 2 s pass): the
+descriptors the process has room for besides the served connections' (`linger_room`),
+so that a burst of clients far past the cap all read their 503; past that, one is answered
+and closed at once (its unread request may turn the close into a reset).
+
+Every server has a cap: the limit is the gateway's setting, by default
+`GatewaySettings.max_client_connections` (kinference.gateway.server).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ RETRY_AFTER_S = 1  # connections come and go within seconds
 # lingering refusal's), and besides them (the picker's sockets, idle upstream connections).
 _FDS_PER_CONNECTION = 3
 _FDS_SPARE = 1024
+_LINGER_UNLIMITED = 1 << 20  # lingering refusals with no open-files limit at all
 
 
 def refusal(limit: int) -> bytes:
@@ -54,18 +59,40 @@ def refusal(limit: int) -> bytes:
 class ConnectionCap:
     """Client connections open (`open`), at most `limit`; refusals counted, logged sparingly.
 
-    `on_refused` is called once per refused connection (the metric)."""
+    `on_refused` is called once per refused connection (the metric); at most `linger_max`
+    refused connections linger (by default as many as `limit`)."""
 
-    __slots__ = ("_next_log", "_on_refused", "_unlogged", "answer", "limit", "lingering", "open")
+    __slots__ = (
+        "_closed_at_once",
+        "_next_log",
+        "_on_refused",
+        "_unlogged",
+        "answer",
+        "limit",
+        "linger_max",
+        "open",
+    )
 
-    def __init__(self, limit: int, on_refused: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        limit: int,
+        on_refused: Callable[[], None] | None = None,
+        *,
+        linger_max: int | None = None,
+    ) -> None:
         self.limit = limit
+        self.linger_max = limit if linger_max is None else linger_max
         self.open = 0  # connections admitted and not closed yet
-        self.lingering = 0  # refused connections answered and not closed yet
         self.answer = refusal(limit)
         self._on_refused = on_refused
         self._unlogged = 0  # refusals since the last line
+        self._closed_at_once = 0  # of them, past `linger_max`
         self._next_log = float("-inf")  # loop time from which a line may be logged
+
+    @property
+    def full(self) -> bool:
+        """Whether a connection made now would be refused."""
+        return self.open >= self.limit
 
     def admit(self) -> bool:
         """Whether a new connection is served (then counted open until `release`)."""
@@ -78,29 +105,26 @@ class ConnectionCap:
         """An admitted connection closed."""
         self.open -= 1
 
-    def refuse(self, now: float) -> bool:
-        """Count a refused connection; True when it may linger answered (then `let_go` at
-        its close), False when it is to be closed at once."""
+    def refuse(self, now: float, *, lingering: int) -> bool:
+        """Count a refused connection; True when it may linger answered (`lingering` are),
+        False when it is to be closed at once."""
         if self._on_refused is not None:
             self._on_refused()
+        lingers = lingering < self.linger_max
         self._unlogged += 1
+        self._closed_at_once += not lingers
         if now >= self._next_log:
             log.warning(
                 "client connections at the cap (%d, KINFERENCE_GATEWAY_MAX_CLIENT_CONNECTIONS):"
-                " %d refused since the last line",
+                " %d refused since the last line (%d closed at once, past %d lingering)",
                 self.limit,
                 self._unlogged,
+                self._closed_at_once,
+                self.linger_max,
             )
-            self._unlogged = 0
+            self._unlogged = self._closed_at_once = 0
             self._next_log = now + LOG_EVERY_S
-        if self.lingering >= self.limit:
-            return False
-        self.lingering += 1
-        return True
-
-    def let_go(self) -> None:
-        """A lingering refused connection closed."""
-        self.lingering -= 1
+        return lingers
 
 
 def fit_open_files(limit: int) -> int:
@@ -126,3 +150,12 @@ def fit_open_files(limit: int) -> int:
             wanted,
         )
     return soft
+
+
+def linger_room(limit: int, open_files: int) -> int:
+    """How many refused connections may linger with `open_files` descriptors (the soft
+    limit `fit_open_files` returned; -1 for none): those the served connections (their own
+    and their upstream's) and the spare do not want, and at least `limit`."""
+    if open_files == resource.RLIM_INFINITY:
+        return _LINGER_UNLIMITED
+    return max(limit, open_files - limit * (_FDS_PER_CONNECTION - 1) - _FDS_SPARE)

@@ -99,17 +99,10 @@ def _hosted_policy(settings: GatewaySettings, picker: Settings) -> Policy | None
 
 
 async def _serve(server_class: Any, app: Any, settings: GatewaySettings) -> None:
-    from kinference.gateway.capacity import fit_open_files
-
+    # The client timeout and the connection cap: the app's settings (kinference.gateway.server).
     server = server_class(
-        app,
-        settings.listen,
-        log_config=_uvicorn_logging(),
-        grace_s=settings.shutdown_grace_s,
-        client_timeout_s=settings.client_timeout_s,
-        cap=app.metrics.connection_cap(settings.max_client_connections),
+        app, settings.listen, log_config=_uvicorn_logging(), grace_s=settings.shutdown_grace_s
     )
-    fit_open_files(settings.max_client_connections)
     logging.getLogger(__name__).info(
         "kinference gateway on %s (port %d), picker %s",
         settings.listen,

@@ -14,7 +14,8 @@ upstream connection and the picker's count of it as load). As nginx bounds them
 - a response whose client leaves its socket full for `client_timeout_s` in a row has its
   connection reset; the request ends as for a client hanging up (its Abort goes out);
 - a connection past the most the gateway holds at once (kinference.gateway.capacity) is
-  answered 503 at once, before uvicorn sees it, and closed.
+  answered 503 at once, before uvicorn sees it, and closed (kinference.gateway.refusals;
+  the server mostly refuses it before building this protocol at all).
 
 The body is not bounded here: uvicorn stops reading above 64 KiB unread, a body that
 stalls is failed by the picker's idle timeout (408), and one too slow in all by the
@@ -28,9 +29,9 @@ import asyncio
 import logging
 from typing import Any, cast
 
-from kinference.gateway.capacity import ConnectionCap
 from kinference.gateway.errors import GatewayError
 from kinference.gateway.joined import HeadJoiningProtocol, HeadJoiningTransport
+from kinference.gateway.refusals import LINGER_S, Refusals
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,6 @@ log = logging.getLogger(__name__)
 # allows 32 KiB (4 buffers of 8 KiB), Node's 16 KiB.
 REQUEST_HEAD_MAX = 64 * 1024
 _UVICORN_PARSER_ERROR = "Invalid HTTP request received."
-_LINGER_S = 2.0  # how long a refused client's bytes are read and dropped before closing
 
 
 class _HeadTooLarge(Exception):
@@ -47,20 +47,19 @@ class _HeadTooLarge(Exception):
 
 class GuardedProtocol(HeadJoiningProtocol):
     """uvicorn's protocol (heads joined) with the bounds above; `client_timeout_s` None
-    leaves time unbounded (only the head's size is), `cap` None the connections."""
+    leaves time unbounded (only the head's size is), `refusals` None the connections."""
 
     def __init__(
         self,
         *args: Any,
         client_timeout_s: float | None = None,
-        cap: ConnectionCap | None = None,
+        refusals: Refusals | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._timeout_s = client_timeout_s
-        self._cap = cap
-        self._admitted = False  # counted open in `cap`
-        self._lingering = False  # refused past `cap`, answered, counted lingering
+        self._refusals = refusals
+        self._admitted = False  # counted open in `refusals.cap`
         self._head_since: float | None = None  # loop time a head began (or the connection)
         self._heads = 0  # heads begun on this connection
         self._head_bytes = 0  # bytes of the current head, in reads wholly within it
@@ -72,10 +71,10 @@ class GuardedProtocol(HeadJoiningProtocol):
         self._first_read = 0  # bytes in the read the current head began in
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        cap = self._cap
-        if cap is not None:
-            if not cap.admit():
-                self._refuse_over_cap(cap, transport)
+        refusals = self._refusals
+        if refusals is not None:
+            if not refusals.cap.admit():  # filled since this protocol was built
+                refusals.refuse(transport)  # no longer this protocol's connection
                 return
             self._admitted = True
         super().connection_made(transport)
@@ -85,15 +84,9 @@ class GuardedProtocol(HeadJoiningProtocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        cap = self._cap
-        if cap is not None:
-            if self._lingering:
-                self._lingering = False
-                cap.let_go()
-            if not self._admitted:
-                return  # refused: uvicorn never saw it
+        if self._admitted:
             self._admitted = False
-            cap.release()
+            cast(Refusals, self._refusals).cap.release()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -174,19 +167,6 @@ class GuardedProtocol(HeadJoiningProtocol):
         log.warning("client %s: request head over %d bytes", _who(self), REQUEST_HEAD_MAX)
         self._refuse(431, "request_header_too_large", "the request head is too large")
 
-    def _refuse_over_cap(self, cap: ConnectionCap, transport: asyncio.Transport) -> None:
-        """A connection past `cap`: the 503 at once, then a lingering close (or, with too
-        many lingering already, closed without an answer); counted, logged sparingly."""
-        self.transport = transport
-        self._refused = True  # whatever the client sends is dropped
-        if not cap.refuse(self.loop.time()):
-            transport.abort()
-            return
-        self._lingering = True
-        transport.write(cap.answer)
-        transport.write_eof()
-        self.loop.call_later(_LINGER_S, transport.close)
-
     def _refuse(self, status: int, code: str, message: str) -> None:
         """Answer with the error JSON and close the connection."""
         reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
@@ -197,11 +177,11 @@ class GuardedProtocol(HeadJoiningProtocol):
         )
         # A lingering close (nginx's): closed with unread bytes, the socket would send a
         # reset, which can reach the client before the answer does. Ends the writing side,
-        # then drops what comes for `_LINGER_S` (or until the client closes).
+        # then drops what comes for `LINGER_S` (or until the client closes).
         self._refused = True
         cast(HeadJoiningTransport, self.transport).flush()
         self.transport.write_eof()
-        self.loop.call_later(_LINGER_S, self.transport.close)
+        self.loop.call_later(LINGER_S, self.transport.close)
 
 
 def _without_parser_warning(logger: logging.Logger) -> logging.Logger:

@@ -140,9 +140,9 @@ class GatewayMetrics:
         self._answers: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self._relays: dict[tuple[str, str], tuple[Histogram, Counter, Counter]] = {}
 
-    def connection_cap(self, limit: int) -> ConnectionCap:
+    def connection_cap(self, limit: int, *, linger_max: int | None = None) -> ConnectionCap:
         """A cap of `limit` client connections whose count and refusals are these metrics'."""
-        cap = ConnectionCap(limit, self._over_cap.inc)
+        cap = ConnectionCap(limit, self._over_cap.inc, linger_max=linger_max)
         self.connections.set_function(lambda: cap.open)
         return cap
 

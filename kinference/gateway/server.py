@@ -1,4 +1,10 @@
-"""Serving the gateway with uvicorn on a socket we bind, so port 0 reports its real port."""
+"""Serving the gateway with uvicorn on a socket we bind, so port 0 reports its real port.
+
+Every server is bounded alike, however it is built (`kinference gateway`, a test, an
+embedding program): its client timeout and connection cap are the gateway app's settings
+(`GatewayApp.settings`), or for any other ASGI app the settings' defaults; they have one
+home, `kinference.gateway.settings.GatewaySettings`.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +19,11 @@ from typing import Any, cast
 import uvicorn
 from uvicorn.lifespan.on import LifespanOn
 
-from kinference.gateway.capacity import ConnectionCap
+from kinference.gateway.app import GatewayApp
+from kinference.gateway.capacity import ConnectionCap, fit_open_files, linger_room
 from kinference.gateway.guard import GuardedProtocol
+from kinference.gateway.refusals import Refusals
+from kinference.gateway.settings import GatewaySettings
 from kinference.heap import start_serving
 from kinference.settings import split_host_port
 
@@ -62,17 +71,34 @@ class GatewayServer:
         *,
         log_config: Any = None,
         grace_s: int | None = None,
-        client_timeout_s: float | None = None,
-        cap: ConnectionCap | None = None,
     ) -> None:
-        """`client_timeout_s`: the gateway's setting (kinference.gateway.guard); None leaves
-        clients unbounded in time. `cap`: the most client connections served at once
-        (kinference.gateway.capacity); None leaves them unbounded."""
-        self.cap = cap
+        """The client timeout (kinference.gateway.guard) and the most client connections
+        served at once (kinference.gateway.capacity) are `app.settings`' for a GatewayApp,
+        the settings' defaults for any other app."""
+        settings = (
+            app.settings if isinstance(app, GatewayApp) else GatewaySettings.model_construct()
+        )
+        limit = settings.max_client_connections
+        linger_max = linger_room(limit, fit_open_files(limit))
+        self.cap = (
+            app.metrics.connection_cap(limit, linger_max=linger_max)
+            if isinstance(app, GatewayApp)
+            else ConnectionCap(limit, linger_max=linger_max)
+        )
+        self.refusals = Refusals(self.cap)
         self._sock = bind(listen)
         self.port: int = self._sock.getsockname()[1]
         # uvicorn's httptools protocol, heads joined to bodies, clients bounded.
-        protocol = functools.partial(GuardedProtocol, client_timeout_s=client_timeout_s, cap=cap)
+        guarded = functools.partial(
+            GuardedProtocol, client_timeout_s=settings.client_timeout_s, refusals=self.refusals
+        )
+        cap, refusals = self.cap, self.refusals
+
+        def protocol(**kwargs: Any) -> asyncio.Protocol:
+            """A connection's protocol: a refused one's when the cap is full as it is accepted
+            (the common refusal; one refused as it is made switches over)."""
+            return refusals.protocol() if cap.full else guarded(**kwargs)
+
         config = uvicorn.Config(
             app,
             lifespan="on",
@@ -111,6 +137,7 @@ class GatewayServer:
             await self.server.serve(sockets=[self._sock])
         finally:
             self._sock.close()
+            self.refusals.close_all()
 
     def _settle(self) -> None:
         if self._settled is not None:

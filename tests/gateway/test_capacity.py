@@ -81,11 +81,11 @@ async def test_a_crowd_past_the_cap_is_refused_then_the_gateway_serves_again(
             assert status == 503
             assert headers["retry-after"] == "1" and headers["connection"] == "close"
             assert json.loads(body)["error"]["code"] == "too_many_connections"
-        await wait_until(lambda: cap.lingering == 0, WAIT_S)
-    # A burst past that: as many lingering as served at most, the rest closed at once.
+        await wait_until(lambda: server.refusals.lingering == 0, WAIT_S)
+    # A burst past that, all at once: every one answered 503 too (before, as many as the cap
+    # were, and the rest closed without an answer).
     answers = await asyncio.gather(*(_ask(server.port) for _ in range(BURST)))
-    statuses = [status for status, _, _ in answers]
-    assert set(statuses) <= {503, 0} and statuses.count(503) >= CAP, statuses
+    assert [status for status, _, _ in answers] == [503] * BURST
     refused = WAVES * CAP + BURST
     assert _refused(server) == refused
     lines = [r.getMessage() for r in caplog.records if r.name == "kinference.gateway.capacity"]
@@ -94,7 +94,7 @@ async def test_a_crowd_past_the_cap_is_refused_then_the_gateway_serves_again(
 
     for _reader, writer in idle:
         writer.close()
-    await wait_until(lambda: cap.open == 0 and cap.lingering == 0, WAIT_S)
+    await wait_until(lambda: cap.open == 0 and server.refusals.lingering == 0, WAIT_S)
     # Served again, up to the cap at once.
     answers = await asyncio.gather(*(_ask(server.port) for _ in range(CAP)))
     assert [status for status, _, _ in answers] == [200] * CAP
@@ -119,19 +119,28 @@ def test_refusals_are_logged_once_per_period_with_their_count(
     counted: list[int] = []
     cap = ConnectionCap(1, lambda: counted.append(1))
     assert cap.admit() and not cap.admit()
-    for now in (100.0, 101.0, 102.0, 100.0 + LOG_EVERY_S):
-        cap.refuse(now)
+    for now, lingering in ((100.0, 0), (101.0, 1), (102.0, 1), (100.0 + LOG_EVERY_S, 0)):
+        cap.refuse(now, lingering=lingering)
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 2 and "1 refused" in lines[0] and "3 refused" in lines[1], lines
+    assert len(lines) == 2, lines
+    assert "1 refused" in lines[0] and "(0 closed at once, past 1 lingering)" in lines[0]
+    assert "3 refused" in lines[1] and "(2 closed at once" in lines[1]
     assert len(counted) == 4
 
 
-def test_past_the_lingering_bound_a_refusal_is_closed_without_an_answer() -> None:
-    cap = ConnectionCap(3)
-    assert all(cap.refuse(0.0) for _ in range(3))  # as many lingering as served, at most
-    assert not cap.refuse(0.0)
-    cap.let_go()
-    assert cap.refuse(0.0)
+def test_past_the_lingering_bound_a_refusal_is_closed_at_once() -> None:
+    cap = ConnectionCap(3, linger_max=5)
+    assert all(cap.refuse(0.0, lingering=n) for n in range(5))
+    assert not cap.refuse(0.0, lingering=5)
+    assert ConnectionCap(3).linger_max == 3
+
+
+def test_refused_connections_linger_in_the_descriptors_the_served_ones_leave() -> None:
+    # 3 per served connection (its own, its upstream's, one lingering) and 1024 spare.
+    assert capacity.linger_room(1000, 1000 * 3 + 1024) == 1000
+    assert capacity.linger_room(64, 20_000) == 20_000 - 2 * 64 - 1024
+    assert capacity.linger_room(1000, 1024) == 1000  # at least as many as served
+    assert capacity.linger_room(10, capacity.resource.RLIM_INFINITY) >= 1 << 20
 
 
 def test_the_open_files_limit_is_raised_towards_what_the_cap_wants(
