@@ -136,7 +136,10 @@ def test_only_runtime_dependencies_and_a_compiler_in_the_builder_only(
     assert len(installs) == 2, "dependencies, then the wheel"
     assert installs[0].endswith("--requirement /tmp/requirements.txt")
     assert installs[1].endswith("--no-deps /wheels/kinference-*.whl")
-    native = "kinference.native._chain, kinference.native._prefix, kinference.native._ttft"
+    native = (
+        "kinference.native._chain, kinference.native._prefix, kinference.native._ttft, "
+        "kinference.native._scan"
+    )
     assert f'/opt/kinference/bin/python -c "import {native}"' in parts
     builder = [i.arguments for i in instructions if i.stage == 1 and i.keyword == "RUN"]
     apt = [run for run in builder if "apt-get install" in run]
