@@ -14,36 +14,39 @@ PREFIX_UNITS = ("_prefix", "prefix_map", "prefix_slots", "prefix_holders", "pref
 PREFIX_UNITS += ("prefix_methods",)
 TTFT_UNITS = ("_ttft", "ttft_args", "ttft_rows")
 
+
+def _native(
+    name: str,
+    units: tuple[str, ...] = (),
+    depends: tuple[str, ...] = (),
+    flags: tuple[str, ...] = (),
+    libraries: tuple[str, ...] = (),
+) -> Extension:
+    """`kinference.native.<name>` from `<unit>.c` files (default: `<name>.c` alone) and
+    the headers it `depends` on, all under `kinference/native`; optional, built -O2."""
+    return Extension(
+        f"kinference.native.{name}",
+        [f"{NATIVE}/{unit}.c" for unit in units or (name,)],
+        depends=[f"{NATIVE}/{header}" for header in depends],
+        optional=True,
+        extra_compile_args=["-O2", *flags],
+        libraries=list(libraries),
+    )
+
+
 setup(
     ext_modules=[
-        Extension(
-            "kinference.native._chain",
-            [f"{NATIVE}/_chain.c"],
-            optional=True,
-            extra_compile_args=["-O2"],
-        ),
-        Extension(
-            "kinference.native._prefix",
-            [f"{NATIVE}/{unit}.c" for unit in PREFIX_UNITS],
-            depends=[f"{NATIVE}/prefix.h"],
-            optional=True,
-            extra_compile_args=["-O2"],
-        ),
-        Extension(
-            "kinference.native._scan",
-            [f"{NATIVE}/_scan.c"],
-            optional=True,
-            extra_compile_args=["-O2"],
-        ),
-        Extension(
-            "kinference.native._ttft",
-            [f"{NATIVE}/{unit}.c" for unit in TTFT_UNITS],
-            depends=[f"{NATIVE}/ttft.h", f"{NATIVE}/ttft_args.h"],
-            optional=True,
-            # The pure form's values bit for bit: no fused multiply-add (aarch64 would
-            # contract `a * b + c` by default); pow from libm as CPython's float ** 2.
-            extra_compile_args=["-O2", "-ffp-contract=off"],
-            libraries=["m"],
+        _native("_chain"),
+        _native("_prefix", PREFIX_UNITS, depends=("prefix.h",)),
+        _native("_scan"),
+        # The pure form's values bit for bit: no fused multiply-add (aarch64 would contract
+        # `a * b + c` by default); pow from libm as CPython's float ** 2.
+        _native(
+            "_ttft",
+            TTFT_UNITS,
+            depends=("ttft.h", "ttft_args.h"),
+            flags=("-ffp-contract=off",),
+            libraries=("m",),
         ),
     ]
 )

@@ -29,13 +29,12 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kinference.gateway.http1 import HttpClient
 from loadtest import gateway_systems as systems
-from loadtest.gateway_systems import MODEL, System, cpu_seconds
+from loadtest.gateway_systems import MODEL, System, cpu_seconds, post_drained
 from loadtest.servers import ServerSpec
 
 KINDS = ("whole", "streamed")
@@ -80,21 +79,11 @@ class Slice:
 
 
 async def _one(client: HttpClient, url: str, body: bytes) -> float:
-    headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
     started = time.perf_counter()
-    response = await client.request("POST", url, headers, _single(body))
-    try:
-        async for _chunk in response.chunks():
-            pass
-    finally:
-        response.close()
-    if response.status != 200:
-        raise RuntimeError(f"{url} answered {response.status}: {(await response.read())[:300]!r}")
+    status = await post_drained(client, url, body)
+    if status != 200:
+        raise RuntimeError(f"{url} answered {status}")
     return time.perf_counter() - started
-
-
-async def _single(body: bytes) -> AsyncIterator[bytes]:
-    yield body
 
 
 async def measure(

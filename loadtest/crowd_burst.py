@@ -28,7 +28,6 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 from kinference.gateway.http1 import HttpClient
@@ -45,13 +44,6 @@ BODY = json.dumps(
         "max_tokens": 16,
     }
 ).encode()
-
-
-HEADERS = [("content-type", "application/json"), ("content-length", str(len(BODY)))]
-
-
-async def _single(body: bytes) -> AsyncIterator[bytes]:
-    yield body
 
 
 def _engine_argv(listen: str) -> list[str]:
@@ -103,16 +95,11 @@ async def _steady(
         began = time.perf_counter()
         next_at = max(next_at + every_s, began)
         try:
-            response = await client.request("POST", url, HEADERS, _single(BODY))
-            try:
-                async for _chunk in response.chunks():
-                    pass
-            finally:
-                response.close()
+            status = await systems.post_drained(client, url, BODY)
         except (OSError, UpstreamError):
             failed += 1
             continue
-        if response.status == 200:
+        if status == 200:
             into.append(time.perf_counter() - began)
         else:
             failed += 1

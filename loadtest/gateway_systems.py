@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from kinference.gateway.http1 import HttpClient
 from loadtest.routing_bench.peers import (
     OFFLINE_ENV,
     Peer,
@@ -213,3 +214,19 @@ def cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _single(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
+async def post_drained(client: HttpClient, url: str, body: bytes) -> int:
+    """POST a JSON `body` and read the whole answer (streamed or not); returns its status."""
+    headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
+    response = await client.request("POST", url, headers, _single(body))
+    try:
+        async for _chunk in response.chunks():
+            pass
+    finally:
+        response.close()
+    return response.status
