@@ -23,14 +23,12 @@ _URL_PARTS = {"image_url": "image", "video_url": "video", "audio_url": "audio"}
 
 def add_leading_system(builder: PromptBuilder, messages: list[Any], where: str) -> None:
     """The system and developer messages that open the conversation."""
-    for index in range(_leading_system_count(messages, where)):
-        _add_message(builder, messages[index], where, index)
+    _add_messages(builder, messages, where, 0, _leading_system_count(messages, where))
 
 
 def add_conversation(builder: PromptBuilder, messages: list[Any], where: str) -> None:
     """The messages after the leading system and developer ones."""
-    for index in range(_leading_system_count(messages, where), len(messages)):
-        _add_message(builder, messages[index], where, index)
+    _add_messages(builder, messages, where, _leading_system_count(messages, where), len(messages))
 
 
 def add_text_inputs(builder: PromptBuilder, value: str | list[Any], where: str) -> None:
@@ -56,8 +54,30 @@ def _leading_system_count(messages: list[Any], where: str) -> int:
     return len(messages)
 
 
+def _add_messages(
+    builder: PromptBuilder, messages: list[Any], where: str, start: int, stop: int
+) -> None:
+    """Messages `start` to `stop`. The hot loop of a chat Pick: a message of a role and
+    one string of content (most of them) is one call (`PromptBuilder.plain_message`, the
+    same segment and counts as `_add_message`'s path); anything else takes that path."""
+    plain = builder.plain_message
+    for index in range(start, stop):
+        message = messages[index]
+        if type(message) is dict:
+            role, content = message.get("role"), message.get("content")
+            if (
+                type(role) is str
+                and type(content) is str
+                and "tool_calls" not in message
+                and "function_call" not in message
+            ):
+                plain(role, content)
+                continue
+        _add_message(builder, message, where, index)
+
+
 def _add_message(builder: PromptBuilder, message: Any, where: str, index: int) -> None:
-    # The hot loop of Pick for chat: paths in error messages are formatted on error only.
+    # Paths in error messages are formatted on error only.
     if not isinstance(message, dict):
         wrong(f"{where}[{index}]", "an object", message)
     role = message.get("role")

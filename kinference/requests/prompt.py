@@ -103,6 +103,17 @@ class PromptBuilder:
         self._tokens += MESSAGE_OVERHEAD_TOKENS
         self.segment(parts, self.name(role))
 
+    def plain_message(self, role: str, text: str) -> None:
+        """`message(role, [self.text(text)])` in one call: a message of one text part (the
+        hot path of a chat Pick; short strings and no markers need none of `_long`)."""
+        if self._markers or len(text) > _SURELY_SHORT_CHARS or len(role) > _SURELY_SHORT_CHARS:
+            self.message(role, [self.text(text)])
+            return
+        self._chars += len(text)
+        self._tokens += MESSAGE_OVERHEAD_TOKENS
+        if not self._gap:
+            self._segments.append(f"{role}: {text}")
+
     def text(self, value: str) -> str:
         """A text part as it appears in a segment: itself, or a reference if it is long."""
         digest = self._long(value)
