@@ -75,11 +75,12 @@ class TenantGate:
         requested model goes by (as asked, canonical, aliases). The budget is asked last,
         so None means the request is admitted; `reserve` must follow in the same turn."""
         rule = policy.tenant_rule(tenant)
-        if rule is None and policy.default_tenant_action == "allow":
-            return None  # (the common case: nothing formatted)
         who = f"tenant {tenant!r}" if tenant else "the empty tenant"
         if rule is None:
-            return Rejection(Reason.TENANT_RULE, f"{who} matches no tenant rule")
+            allowed = policy.default_tenant_action == "allow"
+            return (
+                None if allowed else Rejection(Reason.TENANT_RULE, f"{who} matches no tenant rule")
+            )
         if not rule.allows_model(names):
             return Rejection(Reason.TENANT_RULE, f"{who} may not use model {names[0]!r}")
         if not rule.allows_qos(qos):
