@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kinference.requests.checks import as_dict, as_list, as_str, token_ids, type_of, wrong
-from kinference.requests.prompt import PromptBuilder
+from kinference.requests.prompt import SURELY_SHORT_CHARS, PromptBuilder
 
 _SYSTEM_ROLES = ("system", "developer")
 _URL_PARTS = {"image_url": "image", "video_url": "video", "audio_url": "audio"}
@@ -57,10 +57,17 @@ def _leading_system_count(messages: list[Any], where: str) -> int:
 def _add_messages(
     builder: PromptBuilder, messages: list[Any], where: str, start: int, stop: int
 ) -> None:
-    """Messages `start` to `stop`. The hot loop of a chat Pick: a message of a role and
-    one string of content (most of them) is one call (`PromptBuilder.plain_message`, the
-    same segment and counts as `_add_message`'s path); anything else takes that path."""
-    plain = builder.plain_message
+    """Messages `start` to `stop`. The hot loop of a chat Pick: a run of plain messages (a
+    role and one string of content, both short: most of them) is formed here and handed to
+    the builder at once (`PromptBuilder.plain_messages`: the same segments and counts as
+    `_add_message`'s path gives them); anything else takes that path, in order."""
+    if not builder.takes_plain():  # markers to resolve: each message on its own
+        for index in range(start, stop):
+            _add_message(builder, messages[index], where, index)
+        return
+    short = SURELY_SHORT_CHARS
+    run: list[str] = []  # the plain messages' segments not yet handed over
+    chars = 0  # their content's characters
     for index in range(start, stop):
         message = messages[index]
         if type(message) is dict:
@@ -68,12 +75,20 @@ def _add_messages(
             if (
                 type(role) is str
                 and type(content) is str
+                and len(content) <= short
+                and len(role) <= short
                 and "tool_calls" not in message
                 and "function_call" not in message
             ):
-                plain(role, content)
+                run.append(f"{role}: {content}")
+                chars += len(content)
                 continue
+        if run:
+            builder.plain_messages(run, chars)
+            run, chars = [], 0
         _add_message(builder, message, where, index)
+    if run:
+        builder.plain_messages(run, chars)
 
 
 def _add_message(builder: PromptBuilder, message: Any, where: str, index: int) -> None:

@@ -1,4 +1,4 @@
-"""The chat messages' fast path (`chat._add_messages` with `PromptBuilder.plain_message`)
+"""The chat messages' fast path (`chat._add_messages` with `PromptBuilder.plain_messages`)
 gives what the general path (`chat._add_message`, one message at a time) gives: the same
 segments, completeness, counts and estimate, and the same errors."""
 
@@ -82,11 +82,17 @@ def test_fast_path_equals_the_general_one(messages: list[Any], markers: bool, ga
 
 @pytest.mark.parametrize(
     ("role", "content"),
-    [("user", "hi"), ("user", _LONG), (_LONG, "hi"), ("user", "x" * (_SHORT + 1)), ("u", "")],
+    [("user", "hi"), ("user", "x" * _SHORT), ("x" * _SHORT, "hi"), ("u", ""), ("é", "€😀")],
 )
-def test_plain_message_is_message_of_one_text(role: str, content: str) -> None:
-    for markers in (False, True):
-        fast, general = _builder(markers, False), _builder(markers, False)
-        fast.plain_message(role, content)
+@pytest.mark.parametrize("gap", [False, True])
+def test_plain_messages_are_messages_of_one_text(role: str, content: str, gap: bool) -> None:
+    fast, general = _builder(False, gap), _builder(False, gap)
+    assert fast.takes_plain()
+    fast.plain_messages([f"{role}: {content}"] * 2, 2 * len(content))
+    for _ in range(2):
         general.message(role, [general.text(content)])
-        assert fast.build() == general.build()
+    assert fast.build() == general.build()
+
+
+def test_a_builder_with_markers_takes_no_plain_messages() -> None:
+    assert not _builder(True, False).takes_plain()
