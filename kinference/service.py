@@ -72,6 +72,7 @@ class PickerService:
         self._metrics = metrics
         self._recorder = recorder or RequestRecorder(metrics)
         self.reports = Reports(store, router, inflight, metrics, self._recorder)
+        self._ids_in_use = _ResponseIdsInUse(inflight, store)
 
     @property
     def offload(self) -> Offload:
@@ -213,7 +214,7 @@ class PickerService:
             sent_shape=decision.sent_shape,
         )
         rewritten = rewrite(body, request, plan, translated)  # before any state: may refuse
-        response_id = new_id(_ResponseIdsInUse(self.inflight, self.store))
+        response_id = new_id(self._ids_in_use)
         request_id = call.client_request_id or body.client_request_id
         self.inflight.add(response_id, destination, call.tenant, decision.prefix_hashes, request_id)
         # Charged in the same loop turn as the admission check: no other Pick runs between.

@@ -10,9 +10,11 @@ approximate prefix index's per-block store, which slots hold which block hashes 
 (`kinference.routing.scorers.ttft_small` is its reference: the same bits, the same
 exceptions); `_scan` (`_scan.c`): the body scan's run over strings and brackets below the
 top level (`kinference.requests.scan_run.pure_run` is its reference: the same
-members, counts and failures). Each extension is built by `setup.py` where a C compiler is
-found (`pip install`, the image's builder stage) and is optional: without one the install
-still succeeds and the pure-Python forms run, with the same results and more CPU per Pick.
+members, counts and failures), and the strict parse's pre-count of brackets and colons
+(`limit_counts`; `kinference.requests.fields.pure_limit_counts` is its reference). Each
+extension is built by `setup.py` where a C compiler is found (`pip install`, the image's
+builder stage) and is optional: without one the install still succeeds and the pure-Python
+forms run, with the same results and more CPU per Pick.
 The pure forms stay the reference the tests hold the native ones to (tests/native).
 
 A caller asks for an extension through its loader here (`load_chain`, `load_ttft`), which
@@ -31,7 +33,7 @@ import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
-__all__ = ["Chain", "ScanRun", "load_chain", "load_scan", "load_ttft"]
+__all__ = ["Chain", "ScanRun", "load_chain", "load_limit_counts", "load_scan", "load_ttft"]
 
 Buffer = bytes | bytearray | memoryview
 # `_scan.run`: (data, pos, window, stack, max_depth, long_string_bytes) ->
@@ -74,3 +76,13 @@ def load_scan() -> ScanRun | None:
     except ImportError:
         return None
     return _scan.run
+
+
+@functools.cache
+def load_limit_counts() -> Callable[[Buffer], tuple[int, int]] | None:
+    """`_scan.limit_counts` (see its stub), or None where it was not built."""
+    try:
+        from kinference.native import _scan
+    except ImportError:
+        return None
+    return _scan.limit_counts

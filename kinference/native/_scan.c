@@ -176,8 +176,39 @@ static PyObject *run(PyObject *module, PyObject *const *args, Py_ssize_t nargs) 
     return Py_BuildValue("(nnnn)", after, state.strings, state.string_bytes, state.brackets);
 }
 
+PyDoc_STRVAR(limit_counts_doc,
+             "limit_counts(data, /) -> (brackets, colons)\n\n"
+             "The bytes '{' and '[' and the bytes ':' anywhere in a contiguous buffer (strings\n"
+             "included): the same counts as requests.fields.pure_limit_counts, in one pass.");
+
+/* How many bytes of data[0:size] are `byte`: memchr from each to the next (a body has a
+   few of them among thousands of bytes; a byte-by-byte loop took ~1 ns a byte). */
+static Py_ssize_t count_byte(const char *data, Py_ssize_t size, int byte) {
+    Py_ssize_t count = 0;
+    const char *end = data + size;
+    const char *at = data;
+    while (at < end && (at = memchr(at, byte, (size_t)(end - at))) != NULL) {
+        count++;
+        at++;
+    }
+    return count;
+}
+
+static PyObject *limit_counts(PyObject *module, PyObject *data) {
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    Py_ssize_t brackets = count_byte(view.buf, view.len, '{') + count_byte(view.buf, view.len, '[');
+    Py_ssize_t colons = count_byte(view.buf, view.len, ':');
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nn)", brackets, colons);
+}
+
 static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, run_doc},
+    {"limit_counts", (PyCFunction)limit_counts, METH_O, limit_counts_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,3 +11,7 @@ def run(
     `stack` (updated in place) is not empty: (where to go on, strings, string_bytes,
     brackets added), stopping where `JsonScanner`'s usual path must decide. The same events
     and counts as `requests.scan_run.pure_run`, over the whole window."""
+
+def limit_counts(data: bytes | bytearray | memoryview, /) -> tuple[int, int]:
+    """The bytes '{' and '[', and the bytes ':', anywhere in `data` (strings included): the
+    same counts as `requests.fields.pure_limit_counts`, in one pass."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kinference.requests.checks import as_dict, as_list, as_str, token_ids, type_of, wrong
-from kinference.requests.prompt import PromptBuilder
+from kinference.requests.prompt import SURELY_SHORT_CHARS, PromptBuilder
 
 _SYSTEM_ROLES = ("system", "developer")
 _URL_PARTS = {"image_url": "image", "video_url": "video", "audio_url": "audio"}
@@ -23,14 +23,12 @@ _URL_PARTS = {"image_url": "image", "video_url": "video", "audio_url": "audio"}
 
 def add_leading_system(builder: PromptBuilder, messages: list[Any], where: str) -> None:
     """The system and developer messages that open the conversation."""
-    for index in range(_leading_system_count(messages, where)):
-        _add_message(builder, messages[index], where, index)
+    _add_messages(builder, messages, where, 0, _leading_system_count(messages, where))
 
 
 def add_conversation(builder: PromptBuilder, messages: list[Any], where: str) -> None:
     """The messages after the leading system and developer ones."""
-    for index in range(_leading_system_count(messages, where), len(messages)):
-        _add_message(builder, messages[index], where, index)
+    _add_messages(builder, messages, where, _leading_system_count(messages, where), len(messages))
 
 
 def add_text_inputs(builder: PromptBuilder, value: str | list[Any], where: str) -> None:
@@ -56,8 +54,45 @@ def _leading_system_count(messages: list[Any], where: str) -> int:
     return len(messages)
 
 
+def _add_messages(
+    builder: PromptBuilder, messages: list[Any], where: str, start: int, stop: int
+) -> None:
+    """Messages `start` to `stop`. The hot loop of a chat Pick: a run of plain messages (a
+    role and one string of content, both short: most of them) is formed here and handed to
+    the builder at once (`PromptBuilder.plain_messages`: the same segments and counts as
+    `_add_message`'s path gives them); anything else takes that path, in order."""
+    if not builder.takes_plain():  # markers to resolve: each message on its own
+        for index in range(start, stop):
+            _add_message(builder, messages[index], where, index)
+        return
+    short = SURELY_SHORT_CHARS
+    run: list[str] = []  # the plain messages' segments not yet handed over
+    chars = 0  # their content's characters
+    for index in range(start, stop):
+        message = messages[index]
+        if type(message) is dict:
+            role, content = message.get("role"), message.get("content")
+            if (
+                type(role) is str
+                and type(content) is str
+                and len(content) <= short
+                and len(role) <= short
+                and "tool_calls" not in message
+                and "function_call" not in message
+            ):
+                run.append(f"{role}: {content}")
+                chars += len(content)
+                continue
+        if run:
+            builder.plain_messages(run, chars)
+            run, chars = [], 0
+        _add_message(builder, message, where, index)
+    if run:
+        builder.plain_messages(run, chars)
+
+
 def _add_message(builder: PromptBuilder, message: Any, where: str, index: int) -> None:
-    # The hot loop of Pick for chat: paths in error messages are formatted on error only.
+    # Paths in error messages are formatted on error only.
     if not isinstance(message, dict):
         wrong(f"{where}[{index}]", "an object", message)
     role = message.get("role")

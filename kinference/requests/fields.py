@@ -7,6 +7,7 @@ from json import JSONDecodeError
 from typing import Any
 
 from kinference.bodies import Body
+from kinference.native import load_limit_counts
 from kinference.records import record
 from kinference.requests.decode import Refused, discard, loads, strict_loads
 from kinference.requests.scan import JsonScanner
@@ -136,11 +137,20 @@ def member_keys(body: Body) -> tuple[list[tuple[str, Member]], JsonScanner]:
 
 def _may_break_scan_limits(raw: bytes) -> bool:
     """Cheap over-estimate of whether the scanner's depth or field-count limit could trip:
-    more `{` and `[` than MAX_DEPTH, or more `:` than MAX_MEMBERS. Counted in what one
-    `translate` pass keeps of them (~3x faster than three `count` passes over a chat body,
-    whose few hundred such bytes are then counted at once)."""
+    more `{` and `[` than MAX_DEPTH, or more `:` than MAX_MEMBERS (strings included).
+    Counted by `_scan.limit_counts` where it was built (memchr from one to the next: 0.2
+    µs over a 4 KiB chat body, where the pure form took 3.6), else `pure_limit_counts`."""
+    counts = load_limit_counts()
+    brackets, colons = pure_limit_counts(raw) if counts is None else counts(raw)
+    return brackets > MAX_DEPTH or colons > MAX_MEMBERS
+
+
+def pure_limit_counts(raw: bytes) -> tuple[int, int]:
+    """The bytes `{` and `[`, and the bytes `:`, in `raw`: counted in what one `translate`
+    pass keeps of them (~3x faster than three `count` passes over a chat body, whose few
+    hundred such bytes are then counted at once). The reference of `_scan.limit_counts`."""
     kept = raw.translate(None, _NOT_COUNTED)
-    return kept.count(b"{") + kept.count(b"[") > MAX_DEPTH or kept.count(b":") > MAX_MEMBERS
+    return kept.count(b"{") + kept.count(b"["), kept.count(b":")
 
 
 def _loads(raw: bytes) -> Any:

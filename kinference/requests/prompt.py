@@ -45,7 +45,7 @@ OTHER_MEDIA_TOKENS = 1000
 
 # A string of at most this many characters has at most LONG_TEXT_BYTES of UTF-8: no need to
 # encode it to know it is short (4 bytes per character at most).
-_SURELY_SHORT_CHARS = LONG_TEXT_BYTES // 4
+SURELY_SHORT_CHARS = LONG_TEXT_BYTES // 4
 
 
 @record
@@ -103,6 +103,20 @@ class PromptBuilder:
         self._tokens += MESSAGE_OVERHEAD_TOKENS
         self.segment(parts, self.name(role))
 
+    def takes_plain(self) -> bool:
+        """Whether `plain_messages` may be given segments (no markers to resolve)."""
+        return not self._markers
+
+    def plain_messages(self, segments: list[str], chars: int) -> None:
+        """Messages formed by the caller as `message(role, [self.text(content)])` forms
+        them, for a builder that `takes_plain` and a role and content each of at most
+        `SURELY_SHORT_CHARS` characters: `segments` are their `role: content`, `chars`
+        their contents' characters (the hot path of a chat Pick: no call a message)."""
+        self._chars += chars
+        self._tokens += MESSAGE_OVERHEAD_TOKENS * len(segments)
+        if not self._gap:
+            self._segments.extend(segments)
+
     def text(self, value: str) -> str:
         """A text part as it appears in a segment: itself, or a reference if it is long."""
         digest = self._long(value)
@@ -135,7 +149,7 @@ class PromptBuilder:
     def canonical(self, value: Any) -> str:
         """`value` as canonical JSON (sorted keys, no spaces), long strings by reference."""
         text = _dumps(value)
-        if self._markers or len(text) > _SURELY_SHORT_CHARS:  # may hold long strings
+        if self._markers or len(text) > SURELY_SHORT_CHARS:  # may hold long strings
             text = _dumps(self._referenced(value))
         self._chars += len(text)
         return text
@@ -165,7 +179,7 @@ class PromptBuilder:
     def _long(self, value: str) -> Digest | None:
         """The digest `value` is known by, if it is a marker or long; None for plain text."""
         digest = self._markers.get(value) if self._markers else None
-        if digest is None and len(value) > _SURELY_SHORT_CHARS:
+        if digest is None and len(value) > SURELY_SHORT_CHARS:
             digest = _long_text_digest(value)
         return digest
 
@@ -182,7 +196,7 @@ class PromptBuilder:
 
 def _long_text_digest(value: str) -> Digest | None:
     """The digest of `value` if it is longer than LONG_TEXT_BYTES of UTF-8, else None."""
-    if len(value) <= _SURELY_SHORT_CHARS:
+    if len(value) <= SURELY_SHORT_CHARS:
         return None
     if len(value) <= LONG_TEXT_BYTES and len(utf8(value)) <= LONG_TEXT_BYTES:
         return None

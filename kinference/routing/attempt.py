@@ -81,7 +81,12 @@ class Attempt:
         usable = tuple(
             t
             for t in targets
-            if t.when.matches(self._tokens(t.model), request.has_tools, request.hint)
+            if t.when.matches(
+                # (the prompt's size is read only by a size condition: not estimated else)
+                self._tokens(t.model) if _sized(t) else 0,
+                request.has_tools,
+                request.hint,
+            )
         )
         if self.route.implicit and usable:
             return [usable]
@@ -94,3 +99,9 @@ class Attempt:
             return request.token_estimate
         chars_per_token = text.chars_per_token(model)
         return round(request.prompt.tokens_at(chars_per_token, request.token_estimate))
+
+
+def _sized(target: Target) -> bool:
+    """Whether `target`'s `when` has a condition on the prompt's size."""
+    when = target.when
+    return when.min_prompt_tokens is not None or when.max_prompt_tokens is not None

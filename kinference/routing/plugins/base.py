@@ -94,7 +94,7 @@ class Picker(Protocol):
 
     def pick(
         self,
-        totals: FloatArray,
+        totals: FloatArray | list[float],
         rng: random.Random,
         home: int | None = None,
         endpoints: list[str] | None = None,

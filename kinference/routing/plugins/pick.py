@@ -39,15 +39,17 @@ class MaxScorePicker:
 
     def pick(
         self,
-        totals: FloatArray,
+        totals: FloatArray | list[float],
         rng: random.Random,
         home: int | None = None,
         endpoints: list[str] | None = None,
     ) -> int:
-        """`home`: the key of a prefix no candidate holds, `endpoints` the candidates'."""
+        """`home`: the key of a prefix no candidate holds, `endpoints` the candidates'.
+        `totals` as an array or (a handful of candidates) as the Python floats it holds."""
         if len(totals) == 1:
             return 0
-        values = totals.tolist()  # a handful of floats: cheaper than numpy calls
+        # a handful of floats: cheaper than numpy calls
+        values = totals if isinstance(totals, list) else totals.tolist()
         best = max(values)
         if home is not None and endpoints is not None:
             floor = best - max(abs(best) * HOME_TOLERANCE, TIE)
