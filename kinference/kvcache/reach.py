@@ -32,10 +32,9 @@ class Reach:
         self._holdings = list(holdings or ())
         self._ends: dict[int, int] = {}  # slot -> end of its run so far
         self._seen = 0  # blocks named at the previous call
-        self.open = 0  # workers whose run reached the end of the blocks at the last call
 
     def __call__(self, blocks: Sequence[BlockId]) -> int:
-        best, count = 0, 0
+        best = 0
         for slot, held, pending, known in self._holdings:
             end = self._ends.get(slot, 0)
             if end >= self._seen:  # its run reached the end of the previous blocks
@@ -43,24 +42,8 @@ class Reach:
                     end = held_run(held, known, blocks)
                 end = self._ends[slot] = run(held, pending, blocks, end)
             best = max(best, end)
-            count += end >= len(blocks)
-        self._seen, self.open = len(blocks), count
+        self._seen = len(blocks)
         return best
-
-
-class Reaches:
-    """Several pools' `Reach` of one prompt (the pools of one tokenizer): how far some
-    worker of any holds it, and whether two or more hold all of it named so far (`contested`:
-    then only more of the prompt tells them apart)."""
-
-    def __init__(self, reaches: Iterable[Reach]) -> None:
-        self._reaches = list(reaches)
-
-    def __call__(self, blocks: Sequence[BlockId]) -> int:
-        return max((reach(blocks) for reach in self._reaches), default=0)
-
-    def contested(self) -> bool:
-        return sum(reach.open for reach in self._reaches) > 1
 
 
 def run(

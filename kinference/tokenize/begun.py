@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kinference.kvcache.blocks import PromptBlocks
-from kinference.kvcache.reach import Reaches
-from kinference.tokenize.lazy import Tokenization
+from kinference.tokenize.lazy import Known, Tokenization
 
 Profile = tuple[str, str | None, int]  # tokenizer path, chat template path, block size
 
@@ -19,7 +18,7 @@ class Started:
 
     refs: dict[Profile, list[str]] = field(default_factory=dict)
     work: dict[Profile, Tokenization | PromptBlocks] = field(default_factory=dict)
-    known: dict[Profile, Reaches | None] = field(default_factory=dict)
+    known: dict[Profile, Known | None] = field(default_factory=dict)
     open: set[Profile] = field(default_factory=set)  # not at their stop yet
     seconds: float = 0.0  # spent on it so far, wherever
 
@@ -28,7 +27,7 @@ class Started:
         profile: Profile,
         refs: list[str],
         work: Tokenization | PromptBlocks,
-        known: Reaches | None,
+        known: Known | None,
     ) -> None:
         self.refs[profile], self.work[profile], self.known[profile] = refs, work, known
         if isinstance(work, Tokenization):

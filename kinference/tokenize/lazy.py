@@ -144,21 +144,18 @@ class Tokenization:
         *,
         clock: Callable[[], float] = time.perf_counter,
         step_pieces: int = MAX_STEP_PIECES,
-        contested: Callable[[], bool] | None = None,
     ) -> bool:
         """Tokenize on until a block no worker holds (`known`: answers True, nothing after
         it can match), the end, `budget_chars` of new text tokenized or `clock()` passing
-        `until` (checked between steps: one step at least; not while `contested()`: two
-        workers or more hold all the blocks so far, which only more blocks tell apart),
-        whichever comes first; a step cuts at most `step_pieces` pieces. From its second
-        call on, it first catches up (`catch_up`)."""
+        `until` (checked between steps: one step at least), whichever comes first; a step
+        cuts at most `step_pieces` pieces. From its second call on, it first catches up
+        (`catch_up`)."""
         if self._advanced:
             self.catch_up()
         self._advanced, self._reached = True, False
         spent, first = 0, True
         while not self.done and (budget_chars is None or spent < budget_chars):
-            late = until is not None and not first and clock() >= until
-            if late and (contested is None or not contested()):
+            if until is not None and not first and clock() >= until:
                 break
             first = False
             before, count = self.encoded_chars, min(1 << self._steps, step_pieces)

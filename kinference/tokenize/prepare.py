@@ -27,10 +27,9 @@ from kinference.bodies import Body
 from kinference.config import Policy
 from kinference.kvcache.blocks import PromptBlocks
 from kinference.kvcache.precise import PreciseCaches, PreciseQuery
-from kinference.kvcache.reach import Reaches
 from kinference.requests import InferenceRequest
 from kinference.tokenize.begun import Outcome, Profile, Started
-from kinference.tokenize.lazy import Tokenization
+from kinference.tokenize.lazy import Known, Tokenization
 from kinference.tokenize.plan import Plan, plan_of
 from kinference.tokenize.source import prompt_text
 from kinference.tokenize.template import TemplateError
@@ -214,21 +213,18 @@ class PromptPreparer:
             return begun
         return {profile: self._blocks(profile, begun) for profile in begun.work}
 
-    def _foreground(self, work: Tokenization, known: Reaches | None, deadline: float) -> None:
-        """The rest of a Pick's walk (the loop's share included): within `FOREGROUND_CHARS`,
-        steps begun before `deadline` unless two workers or more hold all of it so far
-        (`contested`: only more blocks tell them apart); a Pick past `deadline` already
-        takes where another tokenization of its text got, and goes on only if contested
-        or if its rest is short (`LATE_CHARS`: a next turn's new text)."""
+    def _foreground(self, work: Tokenization, known: Known | None, deadline: float) -> None:
+        """The rest of a Pick's walk (the loop's share included): within `FOREGROUND_CHARS`
+        and steps begun before `deadline`; a Pick past `deadline` already takes where
+        another tokenization of its text got, and goes on only if its rest is short
+        (`LATE_CHARS`: a next turn's new text)."""
         clock, short = self._clock, work.chars - work.position <= LATE_CHARS
-        contested = known.contested if known is not None else None
         if not short and clock() >= deadline:
             work.catch_up_only(known)
-            if work.reached or contested is None or not contested():
-                return
+            return
         work.advance(
             known, max(FOREGROUND_CHARS - work.encoded_chars, 0), None if short else deadline,
-            clock=clock, step_pieces=FOREGROUND_STEP_PIECES, contested=contested,
+            clock=clock, step_pieces=FOREGROUND_STEP_PIECES,
         )  # fmt: skip
 
     def _blocks(self, profile: Profile, begun: Started) -> PromptBlocks:
@@ -250,11 +246,8 @@ class PromptPreparer:
             return work.result()
         return work.result(ticket)
 
-    def _known(self, refs: list[str]) -> Reaches | None:
-        caches = self._caches
-        if caches is None:
-            return None
-        return Reaches(pool.reach() for ref in refs if (pool := caches.pool(ref)) is not None)
+    def _known(self, refs: list[str]) -> Known | None:
+        return self._caches.reach(refs) if self._caches is not None else None
 
     def _finish(self, begun: Tokenization, refs: list[str], ticket: int) -> None:
         """Background: tokenize a slice more of a prompt; when done, hand its blocks over."""
