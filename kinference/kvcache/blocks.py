@@ -43,6 +43,11 @@ class PromptBlocks:
     # an estimate of the rest; the rest's blocks follow under `ticket` once tokenized.
     exact: bool = True
     ticket: int = 0
+    # Not exact because the walk reached its bound (`tokenize.prepare`: time, characters),
+    # not a block no worker holds: a worker holding all of `blocks` may hold more of the
+    # prompt, so its precise count is only a floor (`kvcache.source` takes the approximate
+    # index's figure there when higher).
+    bounded: bool = False
 
 
 @functools.lru_cache(maxsize=64)

@@ -10,7 +10,7 @@ to the approximate index). The service tells it where requests went and when the
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -71,6 +71,16 @@ class PreciseCaches:
 
     def pool(self, ref: str) -> PoolCaches | None:
         return self.pools.get(ref)
+
+    def reach(self, refs: Iterable[str]) -> Callable[[Sequence[BlockId]], int]:
+        """How many leading blocks of a prompt being tokenized some worker of these pools
+        holds or will hold (`kvcache.reach`; read from the tokenizer thread)."""
+        reaches = [pool.reach() for ref in refs if (pool := self.pools.get(ref)) is not None]
+
+        def known(blocks: Sequence[BlockId]) -> int:
+            return max((reach(blocks) for reach in reaches), default=0)
+
+        return known
 
     def match(
         self, ref: str, prompt: PromptBlocks, slots: Iterable[int], output_tokens: int = 0

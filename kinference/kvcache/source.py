@@ -3,7 +3,11 @@ cached prompt tokens per candidate.
 
 Trusted workers get their precise count (blocks the engine's events say it holds, times the
 block size, never the prompt's last token); the others get what the approximate source
-says. The Pick's `PreciseQuery` travels in `PrefixQuery.precise` (from `RouteQuery.precise`).
+says. A prompt whose tokenization a Pick stopped at its bound (`PromptBlocks.bounded`:
+time or characters, not a block nobody holds) gives a trusted worker holding all of its
+named blocks the approximate source's figure where that is higher (the precise count
+there is only a floor). The Pick's `PreciseQuery` travels in `PrefixQuery.precise` (from
+`RouteQuery.precise`).
 """
 
 from __future__ import annotations
@@ -63,5 +67,9 @@ class PreciseCachedTokens:
             return fallback, precise.problem, ()
         usable = (prompt.tokens - 1) // prompt.block_size
         tokens = np.minimum(match.blocks, usable) * prompt.block_size
+        if prompt.bounded:  # a worker holding all that was named may hold more: a floor
+            open_end = match.blocks >= len(prompt.blocks)
+            beyond = np.minimum(fallback, usable * prompt.block_size)
+            tokens = np.where(open_end, np.maximum(tokens, beyond), tokens)
         result: FloatArray = np.where(match.trusted, tokens, fallback)
         return result, match.degraded() or precise.problem, match.rooms

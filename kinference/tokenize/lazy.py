@@ -74,6 +74,7 @@ class Tokenization:
         self._opens: list[_Cut] = []
         self._opened = 0  # the position of the last open mark left
         self._advanced = False  # `advance` was called (then it catches up first: `catch_up`)
+        self._reached = False  # the last `advance` stopped at a block no worker holds
 
     def resume(self, mark: Mark) -> None:
         """Start from a mark of an earlier tokenization of a text with the same start."""
@@ -97,6 +98,14 @@ class Tokenization:
             self.resume(found)
         return found is not None
 
+    def catch_up_only(self, known: Known | None) -> None:
+        """A Pick's time is up before its walk went on: take the furthest mark another
+        tokenization left into this text (`catch_up`), tokenize nothing, and note whether
+        no worker holds the blocks that mark gives (then the prediction is whole)."""
+        self.catch_up()
+        self._advanced = True
+        self._reached = known is not None and known(self.blocks) < len(self.blocks)
+
     def mark(self, cut: _Cut | None = None, opens: bool = False) -> Mark | None:
         """The state at the last checked cut passed (or at `cut`), if any (for the next
         turn); `opens`: at a message's end, for any text going on from there (`turns`)."""
@@ -117,31 +126,46 @@ class Tokenization:
     def done(self) -> bool:
         return self._cutter.done
 
+    @property
+    def reached(self) -> bool:
+        """The last `advance` stopped at a block no worker holds (the prediction is whole)."""
+        return self._reached
+
+    @property
+    def position(self) -> int:
+        """Characters of the text tokenized so far."""
+        return self._cutter.position
+
     def advance(
         self,
         known: Known | None = None,
         budget_chars: int | None = None,
         until: float | None = None,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        step_pieces: int = MAX_STEP_PIECES,
     ) -> bool:
         """Tokenize on until a block no worker holds (`known`: answers True, nothing after
-        it can match), the end, `budget_chars` of new text tokenized or `time.perf_counter()`
-        passing `until` (checked between steps: one step at least), whichever comes first.
-        From its second call on, it first catches up (`catch_up`)."""
+        it can match), the end, `budget_chars` of new text tokenized or `clock()` passing
+        `until` (checked between steps: one step at least), whichever comes first; a step
+        cuts at most `step_pieces` pieces. From its second call on, it first catches up
+        (`catch_up`)."""
         if self._advanced:
             self.catch_up()
-        self._advanced = True
+        self._advanced, self._reached = True, False
         spent, first = 0, True
         while not self.done and (budget_chars is None or spent < budget_chars):
-            if until is not None and not first and time.perf_counter() >= until:
+            if until is not None and not first and clock() >= until:
                 break
             first = False
-            before, count = self.encoded_chars, min(1 << self._steps, MAX_STEP_PIECES)
+            before, count = self.encoded_chars, min(1 << self._steps, step_pieces)
             if budget_chars is not None:  # a step is one batch: keep it within the budget
                 count = min(count, max(1, -(-(budget_chars - spent) // PIECE_CHARS)))
             self._step(count)
             spent += self.encoded_chars - before
             if known is not None and known(self.blocks) < len(self.blocks):
                 self._leave_mark()
+                self._reached = True
                 return True
         self._leave_mark()
         return False
@@ -198,8 +222,9 @@ class Tokenization:
             ratio = done / self.tokens if self.tokens else self._source.chars_per_token
             tokens += round(rest / max(ratio, 0.1))
         return PromptBlocks(
-            tokens, self.block_size, tuple(self.blocks), self.seconds, exact, 0 if exact else ticket
-        )
+            tokens, self.block_size, tuple(self.blocks), self.seconds, exact,
+            0 if exact else ticket, bounded=not exact and not self._reached,
+        )  # fmt: skip
 
     def _step(self, count: int) -> None:
         self._steps += 1

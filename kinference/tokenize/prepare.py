@@ -4,12 +4,12 @@ Before routing, the service asks which pools in `prefix: {mode: precise}` the re
 model can go to and has the prompt tokenized once per distinct tokenizer (tokenizer.json,
 chat template, block size) on the tokenizer thread (`worker`), which owns every tokenizer
 and its piece cache. Lazily (`lazy`): only until a block that no worker of those pools holds
-or is about to hold (nothing after it can match), and at most `FOREGROUND_CHARS` of new text
-per Pick; the rest is tokenized once the Pick is answered, between other Picks' work, so
-that the next turn finds its pieces known, and its blocks join the chosen worker's pending
-blocks (`PreciseCaches.completed`). The loop only waits: the Rust tokenizer runs without the
-GIL and every Python step is small (a piece of ~1 KiB). A prompt that takes longer than
-`timeout_s` is routed on the approximate index (DEGRADED).
+or is about to hold (nothing after it can match), at most `FOREGROUND_CHARS` of new text
+and `foreground_s` per Pick (then its prediction is a floor: `kvcache.source`); the rest
+after the Pick, between other Picks' work, so that the next turn finds its pieces known,
+and its blocks join the chosen worker's pending blocks (`PreciseCaches.completed`). The loop
+only waits: the Rust tokenizer runs without the GIL and every Python step is small (a piece
+of ~1 KiB). A prompt that takes longer than `timeout_s` is routed approximately (DEGRADED).
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from kinference.bodies import Body
-from kinference.config import Policy, Pool
-from kinference.kvcache.blocks import BlockId, PromptBlocks
+from kinference.config import Policy
+from kinference.kvcache.blocks import PromptBlocks
 from kinference.kvcache.precise import PreciseCaches, PreciseQuery
 from kinference.requests import InferenceRequest
 from kinference.tokenize.begun import Outcome, Profile, Started
 from kinference.tokenize.lazy import Known, Tokenization
+from kinference.tokenize.plan import Plan, plan_of
 from kinference.tokenize.source import prompt_text
 from kinference.tokenize.template import TemplateError
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer, Untokenizable
@@ -40,31 +40,22 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 2.0
 WARM_S = 30.0  # startup waits this long at most for the tokenizers' warm-up
-# Bodies above this are not tokenized (routed on the approximate index, DEGRADED): a 100 MiB
-# prompt would hold the tokenizer thread for minutes (1 MiB prompts: ~1 s).
+# Bodies above this are not tokenized (routed approximately, DEGRADED): 1 MiB takes ~1 s.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_QUEUED = 64  # prompts waiting for the tokenizer thread; more are not tokenized
-# New text tokenized per Pick at most (~0.1 s of a fast tokenizer); past it the prediction
-# stops (counts only what was checked) and the rest is tokenized after the Pick.
+# New text tokenized per Pick at most (~0.1 s); the rest is tokenized after the Pick...
 FOREGROUND_CHARS = 128 * 1024
-# A Pick's first steps run on the event loop when the tokenizer thread is idle (no hand-off:
-# ~1 ms of GIL switches saved): bodies up to INLINE_BODY_BYTES, at most INLINE_CHARS of new
-# text tokenized (~1-2 ms) and steps begun within INLINE_S (a step of known pieces is
-# ~0.1-0.5 ms; a char bound on the walk, 96 KiB, held the loop up to 19 ms); the rest: thread.
+# ... and steps (of `FOREGROUND_STEP_PIECES`, ~1 ms) begun within FOREGROUND_S of the Pick's
+# start, its wait for the thread included; one reaching the thread later walks no further
+# unless its rest is short (`LATE_CHARS`: a next turn's new text). `PromptBlocks.bounded`.
+FOREGROUND_S, FOREGROUND_STEP_PIECES, LATE_CHARS = 0.003, 4, 2 * 1024
+# A Pick's first steps run on the loop when the tokenizer thread is idle (no ~1 ms hand-off):
+# bodies up to INLINE_BODY_BYTES, INLINE_CHARS new (~1-2 ms), steps begun within INLINE_S.
 INLINE_BODY_BYTES = 256 * 1024
 INLINE_CHARS = 2 * 1024
 INLINE_S = 0.002
 LATER_SLICE_CHARS = 2048  # new text per slice of background work (~1 ms; `here` waits for one)
 MAX_LATER_CHARS = 32 * 1024 * 1024  # text held by unfinished background work, at most
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    profiles: dict[str, Profile]  # precise pool ref -> its profile
-    by_model: dict[str, tuple[str, ...]]  # requested model or alias -> precise pool refs
-
-    def refs(self, profile: Profile, among: Sequence[str]) -> list[str]:
-        return [ref for ref in among if self.profiles[ref] == profile]
 
 
 class PromptPreparer:
@@ -77,13 +68,17 @@ class PromptPreparer:
         caches: PreciseCaches | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         observe: Callable[[float], None] = lambda seconds: None,
+        foreground_s: float = FOREGROUND_S,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.timeout_s = timeout_s
+        self.foreground_s = foreground_s
+        self._clock = clock  # for the Picks' time bounds (`INLINE_S`, `foreground_s`)
         self._caches = caches  # read from the thread (see PoolCaches.reach)
         self._observe = observe  # seconds per tokenized prompt
         self._thread = TokenizerThread()
         self._tokenizers: dict[Profile, PromptTokenizer] = {}  # touched on the thread only
-        self._plan = _plan(policy)
+        self._plan = plan_of(policy)
         self._tickets = itertools.count(1)
         self._later_chars = 0  # text of unfinished background work (on the thread only)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -93,7 +88,7 @@ class PromptPreparer:
         return bool(self._plan.profiles)
 
     def apply_policy(self, policy: Policy) -> None:
-        self._plan = _plan(policy)
+        self._plan = plan_of(policy)
         self.warm()  # a new pool's tokenizer, before its first Pick
 
     async def prepare(self, request: InferenceRequest, body: Body) -> PreciseQuery | None:
@@ -108,13 +103,16 @@ class PromptPreparer:
             return PreciseQuery({}, f"prompt not tokenized: {refused}")
         self._loop = loop = asyncio.get_running_loop()
         self._thread.picking()
+        deadline = self._clock() + self.foreground_s
         try:
-            here = self._here(plan, pools, request, body)
+            here = self._here(plan, pools, request, body, deadline)
             done = None if here is None else here[0]
             if here is None or isinstance(done, Started):
                 begun = done if isinstance(done, Started) else None
                 future = asyncio.wrap_future(
-                    self._thread.submit(lambda: self._run(plan, pools, request, body, begun))
+                    self._thread.submit(
+                        lambda: self._run(plan, pools, request, body, begun, deadline=deadline)
+                    )
                 )
                 async with asyncio.timeout(self.timeout_s):
                     done = await asyncio.shield(future)
@@ -134,13 +132,20 @@ class PromptPreparer:
         asyncio.get_running_loop().call_soon(self._thread.picked)
 
     def _here(
-        self, plan: _Plan, pools: tuple[str, ...], request: InferenceRequest, body: Body
+        self,
+        plan: Plan,
+        pools: tuple[str, ...],
+        request: InferenceRequest,
+        body: Body,
+        deadline: float,
     ) -> tuple[Outcome] | None:
         """The prompt's first steps on the loop, if the thread is idle (None: it is not, or
         the body is too large to render here): `Started` if its rest needs the thread."""
         if body.size > INLINE_BODY_BYTES:
             return None
-        return self._thread.here(lambda: self._run(plan, pools, request, body, None, inline=True))
+        return self._thread.here(
+            lambda: self._run(plan, pools, request, body, None, deadline=deadline, inline=True)
+        )
 
     def _refusal(self, body: Body) -> str | None:
         """Why this prompt is not tokenized at all, if it is not."""
@@ -152,12 +157,13 @@ class PromptPreparer:
 
     def _run(
         self,
-        plan: _Plan,
+        plan: Plan,
         pools: tuple[str, ...],
         request: InferenceRequest,
         body: Body,
         begun: Started | None,
         *,
+        deadline: float,
         inline: bool = False,
     ) -> Outcome:
         """Holding the thread's work (on it, or `here`): blocks per profile, a problem,
@@ -168,14 +174,14 @@ class PromptPreparer:
                 if text is None:
                     return None
                 begun = self._start(plan, pools, text)
-            return self._advance(begun, inline)
+            return self._advance(begun, deadline, inline)
         except (Untokenizable, TemplateError, OSError) as exc:
             return f"prompt not tokenized: {exc}"
         except Exception as exc:  # a tokenizer bug must not fail the Pick
             log.exception("tokenizing a prompt failed")
             return f"prompt not tokenized: {type(exc).__name__}"
 
-    def _start(self, plan: _Plan, pools: tuple[str, ...], text: PromptText) -> Started:
+    def _start(self, plan: Plan, pools: tuple[str, ...], text: PromptText) -> Started:
         started = time.perf_counter()
         begun = Started()
         for profile in {plan.profiles[ref] for ref in pools}:
@@ -185,25 +191,41 @@ class PromptPreparer:
         begun.seconds = time.perf_counter() - started
         return begun
 
-    def _advance(self, begun: Started, inline: bool) -> Started | dict[Profile, PromptBlocks]:
+    def _advance(
+        self, begun: Started, deadline: float, inline: bool
+    ) -> Started | dict[Profile, PromptBlocks]:
         """Tokenize each profile's prompt on to its stop (`lazy`): on the loop at most
-        `INLINE_CHARS` new and steps begun within `INLINE_S`, else within
-        `FOREGROUND_CHARS`."""
+        `INLINE_CHARS` new and steps begun within `INLINE_S`, else `_foreground`."""
         started = time.perf_counter()
         for profile in list(begun.open):
             work = begun.work[profile]
             assert isinstance(work, Tokenization)
             known = begun.known[profile]
             if inline:
-                stopped = work.advance(known, INLINE_CHARS, started + INLINE_S)
-            else:  # the rest of the Pick's share, the loop's included
-                stopped = work.advance(known, max(FOREGROUND_CHARS - work.encoded_chars, 0))
-            if stopped or work.done or not inline:
+                until = min(self._clock() + INLINE_S, deadline)
+                work.advance(known, INLINE_CHARS, until, clock=self._clock)
+            else:
+                self._foreground(work, known, deadline)
+            if work.done or not inline or work.reached:
                 begun.open.discard(profile)
         begun.seconds += time.perf_counter() - started
         if begun.open:
             return begun
         return {profile: self._blocks(profile, begun) for profile in begun.work}
+
+    def _foreground(self, work: Tokenization, known: Known | None, deadline: float) -> None:
+        """The rest of a Pick's walk (the loop's share included): within `FOREGROUND_CHARS`
+        and steps begun before `deadline`; a Pick past `deadline` already takes where
+        another tokenization of its text got, and goes on only if its rest is short
+        (`LATE_CHARS`: a next turn's new text)."""
+        clock, short = self._clock, work.chars - work.position <= LATE_CHARS
+        if not short and clock() >= deadline:
+            work.catch_up_only(known)
+            return
+        work.advance(
+            known, max(FOREGROUND_CHARS - work.encoded_chars, 0), None if short else deadline,
+            clock=clock, step_pieces=FOREGROUND_STEP_PIECES,
+        )  # fmt: skip
 
     def _blocks(self, profile: Profile, begun: Started) -> PromptBlocks:
         """A profile's prompt at its stop: its blocks, its rest queued for the background."""
@@ -225,15 +247,7 @@ class PromptPreparer:
         return work.result(ticket)
 
     def _known(self, refs: list[str]) -> Known | None:
-        caches = self._caches
-        if caches is None:
-            return None
-        reaches = [pool.reach() for ref in refs if (pool := caches.pool(ref)) is not None]
-
-        def known(blocks: Sequence[BlockId]) -> int:
-            return max((reach(blocks) for reach in reaches), default=0)
-
-        return known
+        return self._caches.reach(refs) if self._caches is not None else None
 
     def _finish(self, begun: Tokenization, refs: list[str], ticket: int) -> None:
         """Background: tokenize a slice more of a prompt; when done, hand its blocks over."""
@@ -277,24 +291,3 @@ class PromptPreparer:
 
     def close(self) -> None:
         self._thread.close()
-
-
-def _plan(policy: Policy) -> _Plan:
-    profiles = {pool.ref: _profile(pool) for pool in policy.pools if pool.prefix.mode == "precise"}
-    by_model: dict[str, tuple[str, ...]] = {}
-    names = {name for pool in policy.pools for name in pool.models}
-    names.update(name for entry in policy.models for name in (entry.name, *entry.aliases))
-    for name in names:
-        route = policy.resolve_model(name)
-        if route is None:
-            continue
-        refs = tuple(dict.fromkeys(t.pool for t in route.targets if t.pool in profiles))
-        if refs:
-            by_model[name] = refs
-    return _Plan(profiles, by_model)
-
-
-def _profile(pool: Pool) -> Profile:
-    config = pool.prefix
-    assert config.tokenizer is not None  # validated for mode precise
-    return (config.tokenizer, config.chat_template, config.block_size)

@@ -118,3 +118,37 @@ def test_reach_is_the_longest_run_of_held_then_pending_blocks_of_one_worker() ->
 def test_the_query_gives_the_cost_model_the_prompt_tokens_of_the_pool() -> None:
     query = PreciseQuery({"p": PromptBlocks(5000, 16, (), exact=False)})
     assert query.prompt_tokens("p") == 5000 and query.prompt_tokens("other") is None
+
+
+class ApproximateSays:
+    def __init__(self, *tokens: float) -> None:
+        self.tokens = tokens
+
+    def cached_tokens(self, query: object, slots: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+        return np.array(self.tokens[: len(slots)])
+
+
+def test_a_walk_stopped_at_its_bound_is_a_floor_the_approximate_index_may_raise() -> None:
+    """A Pick's tokenization stopped by its time (`PromptBlocks.bounded`): a worker holding
+    every block named may hold more, so it gets the approximate figure where that is higher;
+    a worker whose run ended earlier keeps its precise count; a walk stopped where no worker
+    held the prompt is a whole prediction."""
+    caches = PreciseCaches(clock=lambda: 0.0)
+    pool = _trusted_pool(caches)
+    tokens = list(range(400))
+    blocks = identities(tokens, 4)
+    pool.apply(0, [BlockStored((1, 2, 3), None, tuple(tokens[:12]), 4)])  # 3 of the 3 named
+    pool.apply(1, [BlockStored((4, 5), None, tuple(tokens[:8]), 4)])  # 2 of the 3 named
+    source = PreciseCachedTokens(caches, ApproximateSays(300.0, 300.0))
+    slots = np.array([0, 1])
+
+    def cached(**kind: bool) -> list[float]:
+        prompt = PromptBlocks(400, 4, tuple(blocks[:3]), exact=False, ticket=1, **kind)
+        return source.cached_tokens(Query("p", PreciseQuery({"p": prompt})), slots).tolist()
+
+    assert cached(bounded=True) == [300.0, 8.0]
+    assert cached(bounded=False) == [12.0, 8.0]
+    source.approximate = ApproximateSays(4.0, 300.0)  # lower than the floor: the floor
+    assert cached(bounded=True) == [12.0, 8.0]
+    source.approximate = ApproximateSays(5000.0, 0.0)  # never past the prompt's last block
+    assert cached(bounded=True) == [396.0, 8.0]

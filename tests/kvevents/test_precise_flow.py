@@ -290,6 +290,8 @@ async def test_a_long_prompt_is_tokenized_as_far_as_a_worker_holds_it(
     part (tokenized no further than a block nobody holds), and once the rest is tokenized
     after the Pick, all its blocks are pending on engine 1."""
     picker = await start(start_picker, engines, tmp_path)
+    assert picker.app.preparer is not None
+    picker.app.preparer.foreground_s = 600.0  # the walk's stop is the reach's, not time's
     content = " ".join(f"the fox {i} jumps" for i in range(2000))  # ~35 KiB
     tokens = engines.tokens(content)
     held = len(tokens) // BS // 4 * BS  # the first quarter
