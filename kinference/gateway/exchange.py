@@ -53,6 +53,7 @@ class Exchange:
         self._watch_timer: asyncio.TimerHandle | None = None
         self._done = False
         self.gone = False
+        self._first: bytes | None = None  # a first body piece `_whole` took, not whole
 
     async def run(self) -> None:
         try:
@@ -77,6 +78,7 @@ class Exchange:
             headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]],
             body=self._body(),
             request_id=request_id,
+            whole=self._whole,
             on_finish=self._finished,
         )
         try:
@@ -134,8 +136,25 @@ class Exchange:
             raise exc  # a server without the extension closes the connection itself
         extension["cut"]()
 
+    async def _whole(self) -> bytes | None:
+        """The body, when its first message is all of it (a body that came with its head:
+        nearly every request); else None, and `_body` yields it all, that message first."""
+        message = await self.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect
+        body: bytes = message.get("body", b"")
+        if message.get("more_body", False):
+            self._first = body
+            return None
+        self._watch()
+        return body
+
     async def _body(self) -> AsyncIterator[bytes]:
         receive = self.receive
+        if self._first is not None:
+            first, self._first = self._first, None
+            if first:
+                yield first
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":

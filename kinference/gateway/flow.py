@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 import grpc
@@ -52,6 +52,9 @@ class Incoming:
     header_map: dict[str, str] = field(default_factory=dict)  # first value of each name
     # Told when the relay finishes: the HTTP layer's metrics (status, usage, timing).
     on_finish: FinishObserver | None = None
+    # The body when it arrived whole with its head, else None (then `body` yields all of
+    # it); taken before `body` is iterated, if at all.
+    whole: Callable[[], Awaitable[bytes | None]] | None = None
 
     def __post_init__(self) -> None:
         if not self.header_map:
@@ -142,9 +145,12 @@ class Flow:
         declared = int(length) if length.isdigit() else None
         upload = Upload(incoming.body, self._max_body_bytes, self._body_time_s)
         upload.check_declared(declared)
+        whole = await incoming.whole() if incoming.whole is not None else None
         try:
+            # A body at hand goes in as a list (no stream to wait on); else as it arrives.
+            chunks = upload.chunks() if whole is None else upload.whole(whole)
             stream_id, picked = await self._picker.push_and_pick(
-                upload.chunks(), declared_length=declared, request_path=incoming.path, ask=ask
+                chunks, declared_length=declared, request_path=incoming.path, ask=ask
             )
         except grpc.aio.AioRpcError as error:
             raise upload.error() if upload.cut else errors.rpc_error(error, "push") from None

@@ -21,7 +21,7 @@ from kinference.api.extensions import PickExtras
 from kinference.api.status import status_code
 from kinference.bodies import Upload
 from kinference.errors import IdleTimeout, PickerError
-from kinference.gateway.port import AbortReason, PickAsk, Picked, QosClass
+from kinference.gateway.port import AbortReason, BodyChunks, PickAsk, Picked, QosClass
 from kinference.gateway.timing import TokenClock
 from kinference.gateway.usage import Usage
 from kinference.service import FinalReport, PickerService
@@ -95,7 +95,7 @@ class LocalPicker:
 
     async def push(
         self,
-        chunks: AsyncIterator[bytes],
+        chunks: BodyChunks,
         *,
         declared_length: int | None,
         client_request_id: str,
@@ -106,7 +106,10 @@ class LocalPicker:
         except PickerError as error:
             raise rpc_error(error) from None
         try:
-            await self._receive(upload, chunks)
+            if isinstance(chunks, list):
+                await self._take(upload, chunks)
+            else:
+                await self._receive(upload, chunks)
             path = request_path if extensions.usable_path(request_path) else ""
             stream_id, _total = self.service.commit_push(upload, path)
         except PickerError as error:
@@ -119,7 +122,7 @@ class LocalPicker:
 
     async def push_and_pick(
         self,
-        chunks: AsyncIterator[bytes],
+        chunks: BodyChunks,
         *,
         declared_length: int | None,
         request_path: str,
@@ -134,6 +137,19 @@ class LocalPicker:
         )
         return stream_id, None
 
+    async def _take(self, upload: Upload, chunks: list[bytes]) -> None:
+        """A body at hand: nothing to wait for but a large chunk's scan off the loop, which
+        the idle timeout bounds as it does while a body streams in (`_receive`)."""
+        offload = self.service.offload
+        for chunk in chunks:
+            observation = upload.add(chunk)
+            if observation is not None:  # a big chunk: scanned off the loop
+                try:
+                    async with asyncio.timeout(self._idle_timeout_s):
+                        await offload.observe(observation)
+                except TimeoutError:
+                    raise self._idle_timeout() from None
+
     async def _receive(self, upload: Upload, chunks: AsyncIterator[bytes]) -> None:
         add, offload = upload.add, self.service.offload
         loop = asyncio.get_running_loop()
@@ -146,9 +162,10 @@ class LocalPicker:
                     if chunk:  # only body bytes are progress
                         idle.reschedule(loop.time() + self._idle_timeout_s)
         except TimeoutError:
-            raise IdleTimeout(
-                f"no body bytes for {self._idle_timeout_s:g} s (inter-chunk budget)"
-            ) from None
+            raise self._idle_timeout() from None
+
+    def _idle_timeout(self) -> IdleTimeout:
+        return IdleTimeout(f"no body bytes for {self._idle_timeout_s:g} s (inter-chunk budget)")
 
     async def pick(
         self,

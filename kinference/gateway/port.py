@@ -22,6 +22,9 @@ from kinference.v1 import picker_pb2 as pb
 AbortReason: TypeAlias = pb.AbortRequest.Reason.ValueType
 QosClass: TypeAlias = pb.PickRequest.QosClass.ValueType
 Picked: TypeAlias = tuple[pb.PickResponse, PickExtras]
+# A request body for PushBody: as it arrives, or all of it already at hand (each chunk at
+# most the spec's 1 MiB).
+BodyChunks: TypeAlias = AsyncIterator[bytes] | list[bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +52,7 @@ class PickerPort(Protocol):
 
     async def push(
         self,
-        chunks: AsyncIterator[bytes],
+        chunks: BodyChunks,
         *,
         declared_length: int | None,
         client_request_id: str,
@@ -61,7 +64,7 @@ class PickerPort(Protocol):
 
     async def push_and_pick(
         self,
-        chunks: AsyncIterator[bytes],
+        chunks: BodyChunks,
         *,
         declared_length: int | None,
         request_path: str,

@@ -26,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kinference.api.extensions import usable_path
 from kinference.client import PickerClient, pick_request
 from kinference.config import PolicyError, load_policy
-from kinference.gateway.port import PickAsk, Picked, QosClass, Reports
+from kinference.gateway.port import BodyChunks, PickAsk, Picked, QosClass, Reports
 from kinference.gateway.reports import Reporter, RequestReports
 from kinference.gateway.session_link import SessionLink
 from kinference.gateway.session_reports import SessionReports, send_unary
@@ -92,14 +92,14 @@ class RemotePicker:
 
     async def push(
         self,
-        chunks: AsyncIterator[bytes],
+        chunks: BodyChunks,
         *,
         declared_length: int | None,
         client_request_id: str,
         request_path: str = "",
     ) -> int:
         pushed = await self.client.push(
-            chunks,
+            streamed(chunks),
             declared_length=declared_length,
             client_request_id=client_request_id,
             request_path=request_path,
@@ -108,7 +108,7 @@ class RemotePicker:
 
     async def push_and_pick(
         self,
-        chunks: AsyncIterator[bytes],
+        chunks: BodyChunks,
         *,
         declared_length: int | None,
         request_path: str,
@@ -125,9 +125,9 @@ class RemotePicker:
                     pick=request,
                     inline_body_max=SESSION_BODY_MAX,
                 )
-                return 0, await session.push_and_pick(chunks, start)
+                return 0, await session.push_and_pick(streamed(chunks), start)
         pushed, picked = await self.client.push_and_pick(
-            chunks,
+            streamed(chunks),
             request,
             declared_length=declared_length,
             client_request_id=ask.client_request_id,
@@ -184,3 +184,15 @@ class RemotePicker:
         await self.sessions.aclose(self._rpc_timeout_s)
         await self.reporter.aclose()
         await self.client.close()
+
+
+def streamed(chunks: BodyChunks) -> AsyncIterator[bytes]:
+    """`chunks` as the request stream a call takes (a body at hand, one chunk at a time)."""
+    if isinstance(chunks, list):
+        return _each(chunks)
+    return chunks
+
+
+async def _each(chunks: list[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk

@@ -55,6 +55,19 @@ class Upload:
         if declared is not None and declared > self.limit:
             raise self.error()
 
+    def whole(self, data: bytes) -> list[bytes]:
+        """A body that arrived whole, as the chunks `chunks()` would have yielded; raises
+        `BodyTooLarge` as it would (no time limit: it is all here)."""
+        self.usage_ask.feed(data)
+        if len(data) > self.limit:
+            self.too_large = True
+            raise BodyTooLarge
+        if len(data) <= MAX_CHUNK_BYTES:
+            return [data] if data else []
+        return [
+            data[start : start + MAX_CHUNK_BYTES] for start in range(0, len(data), MAX_CHUNK_BYTES)
+        ]
+
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives, in chunks of at most 1 MiB (spec)."""
         total = 0

@@ -8,6 +8,7 @@ the backend's, a local engine none.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -66,13 +67,19 @@ def resolve(
     )
 
 
+@functools.lru_cache(maxsize=16)
+def _skipped(drop: tuple[str, ...]) -> frozenset[str]:
+    """The client's headers not sent upstream, with `drop` (one gateway's: made once)."""
+    # `expect: 100-continue` asks the next hop about a body the gateway already holds.
+    return _HOP_BY_HOP | _CREDENTIALS | {"accept-encoding", "expect"} | frozenset(drop)
+
+
 def request_headers(
     received: Iterable[tuple[str, str]], target: Target, *, length: int, drop: Iterable[str]
 ) -> list[tuple[str, str]]:
     """Headers for the upstream request: the client's, less hop-by-hop, credentials and
     `drop` (the gateway's own tenant/QoS headers), with the exact body length."""
-    # `expect: 100-continue` asks the next hop about a body the gateway already holds.
-    skipped = _HOP_BY_HOP | _CREDENTIALS | {"accept-encoding", "expect"} | set(drop)
+    skipped = _skipped(tuple(drop))
     headers = [(name, value) for name, value in received if name.lower() not in skipped]
     headers.append(("content-length", str(length)))
     # Identity keeps the bytes readable for usage and timing as they pass.
