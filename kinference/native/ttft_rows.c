@@ -90,13 +90,12 @@ int unseen_wait(double joined, double most, double batch, double service, double
         return 0;
     }
     double total = 0.0, size = batch - most + 1.0, candidate = most;
-    unsigned long steps = 0;
-    while (candidate < joined && candidate <= batch) {
+    for (int step = 0; step < MAX_DOUBT_STEPS; step++) {
+        if (!(candidate < joined && candidate <= batch)) {
+            break;
+        }
         total += (joined - candidate) / candidate;
         candidate += 1.0;
-        if ((++steps & 0xFFFFF) == 0 && PyErr_CheckSignals() < 0) {
-            return -1;
-        }
     }
     *out = service * total / py_max(size, 1.0);
     return 0;

@@ -25,6 +25,9 @@ BATCH_HEADROOM = 2.0
 # An expected wait beyond the most seen running (`unseen_wait`) needs this many seen at
 # once: an engine seen running one at a time says no more of its batch than an idle one.
 MOST_SEEN_FOR_DOUBT = 2.0
+# Batch sizes `unseen_wait` weighs at most (most, most + 1, ...): no engine batches more,
+# and readings an engine reports are not bounded (1e20 running would loop for ever).
+MAX_DOUBT_STEPS = 4096
 
 
 class EngineReadings:
@@ -194,12 +197,15 @@ def unseen_wait(joined: float, most: float, batch: float, service_ms: float) -> 
     """The expected wait of the `joined`-th sequence on a worker seen running `most` at
     most, whose batch is guessed `batch`: the batch taken as any of `most`..`batch`,
     equally likely, each sequence beyond a batch b waiting `service_ms / b` (0 when `most`
-    is NaN: the batch is known, or nothing was seen; or below `MOST_SEEN_FOR_DOUBT`)."""
+    is NaN: the batch is known, or nothing was seen; or below `MOST_SEEN_FOR_DOUBT`); the
+    first `MAX_DOUBT_STEPS` batch sizes only."""
     if not most >= MOST_SEEN_FOR_DOUBT or joined <= most:
         return 0.0
     total, size = 0.0, batch - most + 1.0
     candidate = most
-    while candidate < joined and candidate <= batch:
+    for _ in range(MAX_DOUBT_STEPS):
+        if not (candidate < joined and candidate <= batch):
+            break
         total += (joined - candidate) / candidate
         candidate += 1.0
     return service_ms * total / max(size, 1.0)

@@ -18,6 +18,10 @@ from dataclasses import dataclass
 from kinference.workers.engines import EngineMetrics, Series
 from kinference.workers.parse import Sample, iter_samples, newest_sample
 
+# Requests an engine can have running or waiting, at most (a pool's `max_batch` tops out
+# there too): a larger count is a broken exporter, read as this.
+MAX_COUNT = 1_000_000
+
 
 @dataclass(frozen=True, slots=True)
 class EngineSnapshot:
@@ -60,7 +64,7 @@ def _values(text: str, alternatives: Iterable[Series]) -> list[float]:
 
 
 def _count(values: list[float]) -> int | None:
-    return max(round(sum(values)), 0) if values else None
+    return min(max(round(sum(values)), 0), MAX_COUNT) if values else None
 
 
 def _fraction(values: list[float]) -> float | None:

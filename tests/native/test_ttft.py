@@ -3,6 +3,7 @@ the pure form's values bit for bit, and its exceptions, on random Picks."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 
 from kinference.native import load_ttft
 from kinference.routing.scorers.ttft import TtftScorer
-from tests.native.ttft_cases import build, picks, run
+from tests.native.ttft_cases import CAPACITY, COLUMNS, build, picks, run
 
 pytest.importorskip("kinference.native._ttft")
 
@@ -63,3 +64,24 @@ def test_the_loader_answers_the_extensions_function() -> None:
     from kinference.native import _ttft
 
     assert load_ttft() is _ttft.terms
+
+
+@pytest.mark.parametrize("huge", [1e7, 1e20])
+@pytest.mark.parametrize("scoring", [False, True])
+def test_huge_readings_end_alike(huge: float, scoring: bool) -> None:
+    """A broken exporter's running count (an engine seen running 3 at most, with no batch
+    known, now reads `huge` running and the prior batch is as huge): the unknown batch's
+    doubt weighs a bounded number of batch sizes in both forms (it looped `huge` times,
+    past 2**53 for ever)."""
+    nan = math.nan
+    columns = {name: [nan] * CAPACITY for name in COLUMNS}
+    columns.update(running=[huge] * CAPACITY, running_max=[3.0] * CAPACITY)
+    columns.update(inflight=[0.0] * CAPACITY, inflight_at_reading=[0.0] * CAPACITY)
+    columns.update(pending_prefill=[0.0] * CAPACITY)
+    case = {
+        "columns": columns, "waiting": [0.0] * CAPACITY, "slots": [0, 1], "rates": [None] * 3,
+        "busy": None, "config": {"prior_batch": huge}, "prompt": 4096.0, "cached": [0.0, 0.0],
+        "memory": None, "footprint": None, "shared": [], "hashes": (),
+    }  # fmt: skip
+    native, pure = both(case, scoring)
+    assert native == pure

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from kinference.routing.pending import PendingPrefix
 from kinference.routing.rates import MIN_TOKENS_FOR_SLOPE, Rates
-from kinference.routing.readings import MOST_SEEN_FOR_DOUBT, unseen_wait
+from kinference.routing.readings import MAX_DOUBT_STEPS, MOST_SEEN_FOR_DOUBT, unseen_wait
 from kinference.routing.scorers import ttft as ttft_module
 from kinference.routing.scorers import ttft_small
 from kinference.routing.scorers.ttft import TtftConfig, TtftScorer
@@ -491,3 +491,19 @@ def test_unseen_wait_is_nothing_where_the_small_form_skips_it(
     `joined <= most`; elsewhere it is the 0.0 it appends."""
     if not (most >= MOST_SEEN_FOR_DOUBT and not joined <= most):
         assert repr(unseen_wait(joined, most, batch, service)) == "0.0"
+
+
+@pytest.mark.parametrize("huge", [1e7, 2.0**53, 1e20])
+def test_unseen_wait_weighs_a_bounded_number_of_batch_sizes(huge: float) -> None:
+    """Readings an engine reports are not bounded: a running count past 2**53 stops
+    `candidate += 1` from moving, and 1e7 would be 1e7 steps a Pick. At most
+    `MAX_DOUBT_STEPS` batch sizes are weighed, each as before."""
+    most = MOST_SEEN_FOR_DOUBT
+    expected = sum((huge - b) / b for b in (most + k for k in range(MAX_DOUBT_STEPS)))
+    size = huge - most + 1.0
+    assert unseen_wait(huge, most, huge, 1.0) == pytest.approx(expected / max(size, 1.0))
+    assert unseen_wait(huge, huge, huge + 1.0, 1.0) == 0.0  # not past the most seen
+
+
+def test_unseen_wait_of_infinite_readings_ends() -> None:
+    assert math.isnan(unseen_wait(math.inf, MOST_SEEN_FOR_DOUBT, math.inf, 1.0))

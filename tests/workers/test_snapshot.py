@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kinference.workers import EngineKind, EngineSnapshot, Series, engine_metrics, read_snapshot
+from kinference.workers.snapshot import MAX_COUNT
 from tests.workers.pages import triton_text, vllm_page, vllm_text
 
 
@@ -123,3 +124,11 @@ def test_series_match_on_labels() -> None:
     assert series.matches({"type": "waiting", "model": "x"})
     assert not series.matches({"type": "active"})
     assert Series("m").matches({})
+
+
+def test_a_count_past_any_engine_is_read_as_the_cap() -> None:
+    """A broken exporter's 1e20 running requests would be 1e20 sequences to every
+    estimate that reads them (and loops over them): read as `MAX_COUNT`."""
+    snap = read(vllm_text(1e20, 3e6, 0.5))
+    assert (snap.waiting, snap.running) == (MAX_COUNT, MAX_COUNT)
+    assert read(vllm_text(MAX_COUNT - 1, 0, 0.5)).waiting == MAX_COUNT - 1
