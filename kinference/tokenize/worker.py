@@ -108,14 +108,9 @@ class TokenizerThread:
             self._picks += 1
 
     def picked(self) -> None:
-        """The Pick is decided. The thread is woken only if background work waits for the
-        last Pick under way to end: an idle thread waits for work (`_put`, `later`), and
-        waking it after every Pick (twice a Pick whose prompt was tokenized at push) made
-        it take the GIL from the loop for nothing, in the middle of a burst of Picks."""
         with self._ready:
             self._picks = max(self._picks - 1, 0)
-            if not self._picks and self._later:
-                self._ready.notify()
+            self._ready.notify()
 
     def _put(self, queue: collections.deque[Callable[[], None]], work: Callable[[], None]) -> None:
         with self._ready:

@@ -71,29 +71,6 @@ def test_background_work_waits_while_a_pick_is_decided_but_not_forever() -> None
     thread.close()
 
 
-def test_a_pick_ending_wakes_the_thread_only_for_held_background_work() -> None:
-    """An idle thread is not woken after every Pick (it took the GIL from the loop for
-    nothing, twice a Pick); background work held back by Picks runs once the last ends."""
-    thread = TokenizerThread(max_pause_s=60.0)
-    notified: list[int] = []
-    notify = thread._ready.notify
-    thread._ready.notify = lambda n=1: notified.append(n) or notify(n)  # type: ignore[method-assign]
-    for _ in range(3):
-        thread.picking()
-        thread.picked()
-    assert notified == []  # nothing queued: nobody to wake
-    ran = threading.Event()
-    thread.picking()
-    thread.picking()
-    assert thread.later(ran.set)  # held back while Picks are under way
-    notified.clear()
-    thread.picked()
-    assert notified == [] and not ran.is_set()  # one Pick still under way
-    thread.picked()
-    assert notified == [1] and ran.wait(timeout=10)
-    thread.close()
-
-
 def test_work_runs_here_only_while_the_thread_is_idle() -> None:
     """`here` runs on the caller's thread when nothing runs or waits on the tokenizer
     thread (its caches are never touched by two threads at once), else answers None."""
