@@ -69,7 +69,16 @@ _SERVING = health_pb2.HealthCheckResponse.SERVING
 class App:
     """One picker instance: body store, routing core, gRPC server and metrics endpoint."""
 
-    def __init__(self, settings: Settings, policy: Policy, registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        policy: Policy,
+        registry: CollectorRegistry,
+        *,
+        offload: Offload | None = None,
+    ) -> None:
+        """`offload`: the parse worker and its jobs' turn (a new one by default); the App
+        starts and closes it with itself."""
         self.settings = settings
         self.metrics = Metrics(registry)
         budget = ByteBudget(settings.max_buffered_bytes)
@@ -144,7 +153,7 @@ class App:
             self.metrics,
             shared_gap=self.cluster.gap if self.cluster is not None else lambda: None,
             recorder=RequestRecorder(self.metrics, TenantLabels(settings.metrics_max_tenants)),
-            offload=Offload(),
+            offload=offload or Offload(),
             preparer=self.preparer,
         )
         self.health = HealthServicer()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +12,9 @@ from prometheus_client import CollectorRegistry
 from kinference.app import App
 from kinference.client import PickerClient
 from kinference.config import Policy, parse_policy
+from kinference.requests.offload import Offload
 from kinference.settings import Settings
+from tests.shared_workers import LentWorker, WorkerPool
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 OTHER_MODEL = "qwen-7b"
@@ -55,14 +57,29 @@ def make_settings(**overrides: Any) -> Settings:
     return Settings(**values)
 
 
+@pytest.fixture(scope="session")
+def parse_workers() -> Iterator[WorkerPool]:
+    """Parse workers the session's pickers borrow (`tests/shared_workers.py`)."""
+    pool = WorkerPool()
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-async def start_picker() -> AsyncIterator[PickerFactory]:
-    """Start pickers with settings overrides (and an optional policy); all stop at teardown."""
+async def start_picker(parse_workers: WorkerPool) -> AsyncIterator[PickerFactory]:
+    """Start pickers with settings overrides (and an optional policy); all stop at teardown.
+    Each borrows a started parse worker from the session's, unless `own_parse_worker`."""
     running: list[RunningPicker] = []
 
-    async def start(policy: Policy | None = None, **overrides: Any) -> RunningPicker:
+    async def start(
+        policy: Policy | None = None, *, own_parse_worker: bool = False, **overrides: Any
+    ) -> RunningPicker:
+        worker = None if own_parse_worker else LentWorker(parse_workers)
         app = App(
-            make_settings(**overrides), policy or parse_policy(TEST_POLICY), CollectorRegistry()
+            make_settings(**overrides),
+            policy or parse_policy(TEST_POLICY),
+            CollectorRegistry(),
+            offload=Offload(worker),
         )
         await app.start()
         picker = RunningPicker(app, PickerClient(f"127.0.0.1:{app.port}"))

@@ -39,7 +39,9 @@ def dense_body(members: int, member_bytes: int, objects: int = 0) -> bytes:
 
 
 async def test_dense_bodies_never_hold_the_event_loop(start_picker: PickerFactory) -> None:
-    picker = await start_picker(max_buffered_bytes=256 * MiB, max_body_bytes=64 * MiB)
+    picker = await start_picker(
+        max_buffered_bytes=256 * MiB, max_body_bytes=64 * MiB, own_parse_worker=True
+    )
     client = picker.client
     hostile = dense_body(4, MiB - 64, objects=1)
 

@@ -52,7 +52,9 @@ async def translated_round_trip(client: PickerClient, chunks: list[bytes], size:
 
 
 async def test_big_translations_never_hold_the_event_loop(start_picker: PickerFactory) -> None:
-    picker = await start_picker(max_buffered_bytes=512 * MiB, max_body_bytes=16 * MiB)
+    picker = await start_picker(
+        max_buffered_bytes=512 * MiB, max_body_bytes=16 * MiB, own_parse_worker=True
+    )
     client = picker.client
     hostile = hostile_anthropic_body()
 

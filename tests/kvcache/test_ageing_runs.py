@@ -10,33 +10,90 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from kinference.kvcache import ageing
 from kinference.kvcache.ageing import MAX_ALIASES, WorkerAges
 from tests.kvcache import per_block_ages as oracle
 
-_BLOCKS = st.integers(0, 300)
+_BLOCK_MAX = 300
+# Each step's choices are read from one byte string of STEP_BYTES (one hypothesis draw a
+# step instead of ~20): VALUE_BYTES a value (a choice byte, then two bytes of the value) and
+# one byte before each element of a list (whether it goes on). As `st.integers` does, the
+# ends of a range come up often (a choice byte of 15 mod 16: the top); lists are as long as
+# `st.lists`'s (AVERAGE elements on average, at most their max). A string runs out as zeros:
+# the lowest values and empty lists, so failures still shrink towards small steps.
+VALUE_BYTES = 3
+AVERAGE = 5
+STEP_BYTES = 192  # a step reads at most 174
 
 
-def _next_touch(data: st.DataObject, history: list[list[int]]) -> list[int]:
+class _Reader:
+    """Values read off one step's bytes, as the strategies named in each method would."""
+
+    def __init__(self, raw: bytes) -> None:
+        self._raw = raw
+        self._at = 0
+
+    def _take(self, count: int) -> bytes:
+        taken = self._raw[self._at : self._at + count]
+        self._at += count
+        return taken.ljust(count, b"\0")
+
+    def integer(self, low: int, high: int) -> int:
+        """`st.integers(low, high)`."""
+        choice, *value = self._take(VALUE_BYTES)
+        if choice % 16 == 15:
+            return high
+        return low + int.from_bytes(bytes(value), "little") % (high - low + 1)
+
+    def boolean(self) -> bool:
+        """`st.booleans()`."""
+        return self._take(1)[0] & 1 == 1
+
+    def pick(self, items: list[list[int]]) -> list[int]:
+        """`st.sampled_from(items)`."""
+        return items[self.integer(0, len(items) - 1)]
+
+    def more(self, size: int, min_size: int, max_size: int) -> bool:
+        """Whether a list of `size` elements goes on (`st.lists`'s sizes)."""
+        if size < min_size:
+            return True
+        return size < max_size and self._take(1)[0] >= 256 // (AVERAGE + 1)
+
+    def blocks(self, max_size: int) -> list[int]:
+        """`st.lists(st.integers(0, 300), max_size=max_size)`."""
+        drawn: list[int] = []
+        while self.more(len(drawn), 0, max_size):
+            drawn.append(self.integer(0, _BLOCK_MAX))
+        return drawn
+
+    def picks(self, history: list[list[int]]) -> list[list[int]]:
+        """`st.lists(st.sampled_from(history), min_size=1, max_size=3)`."""
+        drawn: list[list[int]] = []
+        while self.more(len(drawn), 1, 3):
+            drawn.append(self.pick(history))
+        return drawn
+
+
+def _next_touch(data: _Reader, history: list[list[int]]) -> list[int]:
     """A fresh touch, or earlier touches again (whole, cut short, or in another order; the
     last one first as a chat turn's history), with or without more blocks after them (new,
     held, or repeated ones)."""
-    if not history or data.draw(st.integers(0, 2)) == 0:
-        start = data.draw(st.integers(0, 280))
-        return list(range(start, start + data.draw(st.integers(1, 50))))
-    picks = data.draw(st.lists(st.sampled_from(history), min_size=1, max_size=3))
-    if data.draw(st.booleans()):  # a chat turn: the last touch again, first
+    if not history or data.integer(0, 2) == 0:
+        start = data.integer(0, 280)
+        return list(range(start, start + data.integer(1, 50)))
+    picks = data.picks(history)
+    if data.boolean():  # a chat turn: the last touch again, first
         picks = [history[-1], *picks[1:]]
     blocks = [block for touch in picks for block in touch]
-    cut = data.draw(st.integers(0, 4))
+    cut = data.integer(0, 4)
     if cut == 4:  # a head of them only (another conversation on the same system prompt)
-        blocks = blocks[: data.draw(st.integers(0, len(blocks)))]
+        blocks = blocks[: data.integer(0, len(blocks))]
     elif cut:
         blocks = blocks[: max(len(blocks) - cut, 0)]
-    return blocks + data.draw(st.lists(_BLOCKS, max_size=20))
+    return blocks + data.blocks(20)
 
 
 def _same(ages: WorkerAges, reference: oracle.WorkerAges, asked: list[int]) -> None:
@@ -67,18 +124,23 @@ def test_runs_rank_and_count_as_the_per_block_form_does(small: int, data: st.Dat
 def _random_steps(data: st.DataObject) -> None:
     ages, reference = WorkerAges(), oracle.WorkerAges()
     history: list[list[int]] = []
-    for _ in range(data.draw(st.integers(1, 25))):
-        if history and data.draw(st.integers(0, 4)) == 0:
-            gone = data.draw(st.lists(_BLOCKS, max_size=30))
-            gone += data.draw(st.sampled_from(history))[-data.draw(st.integers(0, 20)) :]
+    steps = data.draw(st.integers(1, 25))
+    raw = data.draw(st.binary(min_size=steps * STEP_BYTES, max_size=steps * STEP_BYTES))
+    for step in range(steps):
+        read = _Reader(raw[step * STEP_BYTES : (step + 1) * STEP_BYTES])
+        if history and read.integer(0, 4) == 0:
+            gone = read.blocks(30)
+            gone += read.pick(history)[-read.integer(0, 20) :]
+            note(f"removed {gone}")
             ages.removed(gone)
             reference.removed(gone)
         else:
-            blocks = _next_touch(data, history)
+            blocks = _next_touch(read, history)
+            note(f"touch {blocks}")
             ages.touch(blocks)
             reference.touch(blocks)
             history.append(blocks)
-        asked = data.draw(st.sampled_from(history)) + data.draw(st.lists(_BLOCKS, max_size=10))
+        asked = read.pick(history) + read.blocks(10)
         _same(ages, reference, asked)
 
 
