@@ -77,8 +77,7 @@ class App:
         *,
         offload: Offload | None = None,
     ) -> None:
-        """`offload`: the parse worker and its jobs' turn (a new one by default); the App
-        starts and closes it with itself."""
+        """`offload`: the parse worker (a new one by default), started and closed here."""
         self.settings = settings
         self.metrics = Metrics(registry)
         budget = ByteBudget(settings.max_buffered_bytes)
@@ -103,14 +102,7 @@ class App:
         self._providers: ProviderSharing | None = None
         clients = connect_clients(settings) if self.outbox is not None else None
         tenant_budget, sync_budgets = (
-            leased_budget(
-                clients,
-                lambda: self.cluster.replicas if self.cluster else 1,
-                fail_closed=settings.tenant_budget_offline == "closed",
-                expected_replicas=settings.tenant_budget_expected_replicas,
-            )
-            if clients is not None
-            else (None, None)
+            leased_budget(clients, self._replicas, settings) if clients else (None, None)
         )
         self.inflight = InFlight(
             self.table,
@@ -200,6 +192,9 @@ class App:
         self.cluster.add_loop("blacklist", self._providers.sync, 0.0)
         self.cluster.add_loop("budgets", sync_budgets, BUDGET_MIN_GAP_S)
         self.metrics.registry.register(ClusterCollector(self.cluster))
+
+    def _replicas(self) -> int:
+        return self.cluster.replicas if self.cluster else 1
 
     def _remote_cooled(self, provider: str) -> None:
         """Another replica blacklisted `provider`: read its key now."""

@@ -132,20 +132,17 @@ def connect_clients(settings: Settings) -> Clients:
 
 
 def leased_budget(
-    clients: Clients,
-    replicas: Callable[[], int],
-    *,
-    fail_closed: bool = False,
-    expected_replicas: int = 1,
+    clients: Clients, replicas: Callable[[], int], settings: Settings
 ) -> tuple[LeasedBudget, Callable[[], Awaitable[None]]]:
-    """Tenant budgets leased from Redis, and the background step that keeps them topped up."""
+    """Tenant budgets leased from Redis, and the background step that keeps them topped up
+    (`tenant_budget_offline`, `tenant_budget_expected_replicas` from `settings`)."""
     budget = LeasedBudget(
         clients.redis,
         clients.keys,
         replicas=replicas,
         instance=clients.instance,
-        fail_closed=fail_closed,
-        expected_replicas=expected_replicas,
+        fail_closed=settings.tenant_budget_offline == "closed",
+        expected_replicas=settings.tenant_budget_expected_replicas,
     )
 
     async def sync() -> None:
