@@ -146,6 +146,29 @@ async def start_gateway() -> AsyncIterator[GatewayFactory]:
         await server.stop()
 
 
+async def gateway_in_mode(
+    mode: str, picker: RunningPicker, start_gateway: GatewayFactory, **overrides: Any
+) -> GatewayServer:
+    """A gateway hosting `picker`'s service ("in-process") or calling it over gRPC
+    ("remote"), with settings overrides."""
+    in_process = mode == "in-process"
+    return await start_gateway(
+        "" if in_process else picker.target,
+        hosted=picker if in_process else None,
+        **overrides,
+    )
+
+
+async def dead_pool_stack(
+    mode: str, start_picker: PickerFactory, start_gateway: GatewayFactory, **overrides: Any
+) -> tuple[RunningPicker, GatewayServer]:
+    """A picker whose every endpoint is a port nothing listens on, and a gateway in `mode`
+    in front of it (for bodies refused or timed out before any dispatch)."""
+    dead = f"127.0.0.1:{free_port()}"
+    picker = await start_picker(parse_policy(policy_text([dead], dead, dead)))
+    return picker, await gateway_in_mode(mode, picker, start_gateway, **overrides)
+
+
 @pytest.fixture
 async def engines() -> AsyncIterator[list[SimEngine]]:
     """The chat engine, the big engine and the provider engine, in that order."""
@@ -189,10 +212,10 @@ async def stack(  # noqa: PLR0917 (fixtures)
     )
     picker = await start_picker(policy, max_body_bytes=PICKER_MAX_BODY)
     monkeypatch.setenv(KEY_ENV, PROVIDER_KEY)
-    in_process = request.param == "in-process"
-    gateway = await start_gateway(
-        "" if in_process else picker.target,
-        hosted=picker if in_process else None,
+    gateway = await gateway_in_mode(
+        request.param,
+        picker,
+        start_gateway,
         backends_file=write_backends(tmp_path, provider.url),
         models=f"{MODEL},provider-model",
         max_body_bytes=GATEWAY_MAX_BODY,

@@ -14,7 +14,7 @@ import pytest
 from kinference.config import parse_policy
 from tests.api.helpers import nothing_held, wait_until
 from tests.conftest import MODEL, PickerFactory
-from tests.gateway.conftest import GatewayFactory, free_port, policy_text
+from tests.gateway.conftest import GatewayFactory, free_port, gateway_in_mode, policy_text
 from tests.gateway.counting_upstream import Upstream, read_request
 
 ANSWER = json.dumps({
@@ -55,10 +55,7 @@ async def test_every_request_is_answered_a_large_body_too(
         endpoint = engine.url.removeprefix("http://")
         dead = f"127.0.0.1:{free_port()}"
         picker = await start_picker(parse_policy(policy_text([endpoint], dead, dead)))
-        in_process = mode == "in-process"
-        gateway = await start_gateway(
-            "" if in_process else picker.target, hosted=picker if in_process else None
-        )
+        gateway = await gateway_in_mode(mode, picker, start_gateway)
         url = f"http://127.0.0.1:{gateway.port}"
         async with httpx.AsyncClient(base_url=url, timeout=30, trust_env=False) as http:
             for n in range(1, 6):  # inline in remote mode, pulled in-process

@@ -10,12 +10,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from kinference.bodies import MAX_CHUNK_BYTES
-from kinference.config import parse_policy
 from kinference.gateway.errors import GatewayError
 from kinference.gateway.upload import BodyTooLarge, BodyTooSlow, Upload
 from tests.api.helpers import nothing_held, wait_until
 from tests.conftest import MODEL, PickerFactory
-from tests.gateway.conftest import GatewayFactory, free_port, policy_text
+from tests.gateway.conftest import GatewayFactory, dead_pool_stack
 
 TOTAL_S = 0.3  # the gateway's body total timeout in the trickle test
 GAP_S = 0.1  # between the trickled pieces: far below the picker's idle timeout
@@ -69,13 +68,8 @@ async def test_a_body_trickled_past_the_total_timeout_is_408_and_discarded(
     """Each piece well within the picker's idle timeout (30 s), the whole past the gateway's
     total (before: the body was taken however long it took: a byte every 29 s held the
     connection and the picker's bytes for ever)."""
-    dead = f"127.0.0.1:{free_port()}"
-    picker = await start_picker(parse_policy(policy_text([dead], dead, dead)))
-    in_process = mode == "in-process"
-    gateway = await start_gateway(
-        "" if in_process else picker.target,
-        hosted=picker if in_process else None,
-        body_total_timeout_s=TOTAL_S,
+    picker, gateway = await dead_pool_stack(
+        mode, start_picker, start_gateway, body_total_timeout_s=TOTAL_S
     )
     body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * 200}]})
     pieces = [body[start : start + 8].encode() for start in range(0, len(body), 8)]

@@ -10,11 +10,10 @@ from collections.abc import Awaitable
 import pytest
 
 from kinference.bodies import MAX_CHUNK_BYTES
-from kinference.config import parse_policy
 from kinference.gateway.upload import BodyTooLarge, Upload
 from tests.api.helpers import nothing_held, wait_until
 from tests.conftest import MODEL, PickerFactory
-from tests.gateway.conftest import GatewayFactory, Stack, free_port, policy_text
+from tests.gateway.conftest import GatewayFactory, Stack, dead_pool_stack
 from tests.gateway.test_upload import arriving
 
 LIMIT = 1000  # the gateway's body limit in the over-the-limit test
@@ -82,14 +81,7 @@ async def test_a_whole_chunked_body_over_the_limit_is_413_and_nothing_held(
     mode: str, start_picker: PickerFactory, start_gateway: GatewayFactory
 ) -> None:
     """No declared length to refuse at once: the body, all in one write, is measured."""
-    dead = f"127.0.0.1:{free_port()}"
-    picker = await start_picker(parse_policy(policy_text([dead], dead, dead)))
-    in_process = mode == "in-process"
-    gateway = await start_gateway(
-        "" if in_process else picker.target,
-        hosted=picker if in_process else None,
-        max_body_bytes=LIMIT,
-    )
+    picker, gateway = await dead_pool_stack(mode, start_picker, start_gateway, max_body_bytes=LIMIT)
     body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "z" * LIMIT}]})
     head = (
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\n"
