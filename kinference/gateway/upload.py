@@ -62,11 +62,7 @@ class Upload:
         if len(data) > self.limit:
             self.too_large = True
             raise BodyTooLarge
-        if len(data) <= MAX_CHUNK_BYTES:
-            return [data] if data else []
-        return [
-            data[start : start + MAX_CHUNK_BYTES] for start in range(0, len(data), MAX_CHUNK_BYTES)
-        ]
+        return _cut(data)
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives, in chunks of at most 1 MiB (spec)."""
@@ -83,12 +79,8 @@ class Upload:
             if total > self.limit:
                 self.too_large = True
                 raise BodyTooLarge  # grpc.aio cancels the call: RST_STREAM to the picker
-            if len(data) <= MAX_CHUNK_BYTES:
-                if data:
-                    yield data
-                continue
-            for start in range(0, len(data), MAX_CHUNK_BYTES):
-                yield data[start : start + MAX_CHUNK_BYTES]
+            for chunk in _cut(data):
+                yield chunk
 
     @property
     def cut(self) -> bool:
@@ -111,3 +103,10 @@ class Upload:
         return GatewayError(
             413, "request_too_large", f"the body is over the gateway's {self.limit}-byte limit"
         )
+
+
+def _cut(data: bytes) -> list[bytes]:
+    """`data` in chunks of at most 1 MiB (spec); none for no bytes."""
+    if len(data) <= MAX_CHUNK_BYTES:
+        return [data] if data else []
+    return [data[start : start + MAX_CHUNK_BYTES] for start in range(0, len(data), MAX_CHUNK_BYTES)]
