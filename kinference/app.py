@@ -21,7 +21,7 @@ from kinference.api.servicer import PickerServicer
 from kinference.api.session import SessionServicer
 from kinference.api.session_requests import Limits as SessionLimits
 from kinference.api.tls import bind, listener_files
-from kinference.bodies import BodyStore, ByteBudget
+from kinference.bodies import ByteBudget
 from kinference.cluster.node import ClusterNode
 from kinference.cluster.outbox import Outbox
 from kinference.cluster.setup import (
@@ -46,8 +46,7 @@ from kinference.metrics import Metrics, serve_metrics
 from kinference.ops.recorder import RequestRecorder
 from kinference.ops.routing_collector import RoutingCollector
 from kinference.ops.tenants import TenantLabels
-from kinference.requests import JsonScanner
-from kinference.requests.offload import INLINE_PARSE_BYTES, INLINE_SCAN_BYTES, Offload
+from kinference.requests.offload import Offload, scanned_store
 from kinference.routing import (
     InFlight,
     PrefixIndex,
@@ -81,15 +80,8 @@ class App:
         self.settings = settings
         self.metrics = Metrics(registry)
         budget = ByteBudget(settings.max_buffered_bytes)
-        self.store = BodyStore(
-            budget,
-            max_body_bytes=settings.max_body_bytes,
-            ttl_s=settings.body_ttl_s,
-            observer_factory=JsonScanner,
-            # Larger bodies are scanned while they arrive: the counts decide whether their
-            # parse runs on the loop or in the parse worker (`requests/loop_cost.py`).
-            observe_from_bytes=INLINE_PARSE_BYTES,
-            defer_observing_from=INLINE_SCAN_BYTES,
+        self.store = scanned_store(
+            budget, max_body_bytes=settings.max_body_bytes, ttl_s=settings.body_ttl_s
         )
         self.table = WorkerTable()
         self.outbox = Outbox() if settings.redis_url else None
@@ -121,23 +113,17 @@ class App:
             precise=self.precise,
         )
         self.engines = EngineFeed(policy, self.router, self.metrics.registry)
-        self.scraper = self.engines.scraper
         self.policy = policy
         if self.outbox is not None and clients is not None and sync_budgets is not None:
             self._build_cluster(self.outbox, clients, sync_budgets)
         # With discovery, the file's policy is merged with the discovered pools first.
         self.discovery = build_discovery(settings, policy, self.apply_policy, registry)
-        on_policy_file = self.discovery.source.set_file_policy if self.discovery else None
-        self.watcher = (
-            PolicyWatcher(
-                settings.config,
-                on_policy_file or self.apply_policy,
-                registry=self.metrics.registry,
-                current=policy,
+        self.watcher: PolicyWatcher | None = None
+        if settings.config:
+            on_file = self.discovery.source.set_file_policy if self.discovery else self.apply_policy
+            self.watcher = PolicyWatcher(
+                settings.config, on_file, registry=registry, current=policy
             )
-            if settings.config
-            else None
-        )
         self.service = PickerService(
             self.store,
             self.router,
@@ -157,8 +143,9 @@ class App:
             max_concurrent_streams=settings.max_concurrent_streams,
             session=self.session,
         )
-        self.metrics.buffered_limit_bytes.set(settings.max_buffered_bytes)
-        self.metrics.watch_buffers(lambda: budget.used, lambda: self.store.held_bodies)
+        self.metrics.watch_buffers(
+            budget.limit, lambda: budget.used, lambda: self.store.held_bodies
+        )
         self.metrics.watch_sessions(
             lambda: self.session.streams, lambda: self.session.open_requests
         )

@@ -138,8 +138,11 @@ class Metrics:
             registry=registry,
         )
 
-    def watch_buffers(self, used: Callable[[], float], held: Callable[[], float]) -> None:
+    def watch_buffers(
+        self, limit: int, used: Callable[[], float], held: Callable[[], float]
+    ) -> None:
         """Read buffer gauges at scrape time, so the hot path never touches them."""
+        self.buffered_limit_bytes.set(limit)
         self.buffered_bytes.set_function(used)
         self.bodies_held.set_function(held)
 

@@ -243,7 +243,7 @@ class PickerService:
             requested_model=request.model,
             translated=(request.shape, sent) if sent is not None else None,
             local_path=decision.local_path,
-            usage_asked=sent is not None and _usage_asked(request),
+            usage_asked=sent is not None and request.usage_asked(),
         )
 
     def open_pull(self, response_id: int) -> Pull:
@@ -285,11 +285,6 @@ class PickerService:
         self.preparation.drop(lambda stream_id: not self.store.is_pending(stream_id))
         for response_id in self.inflight.expire():
             self.reports.hand_back(response_id)
-
-
-def _usage_asked(request: InferenceRequest) -> bool:
-    options = request.fields.values.get("stream_options")
-    return request.stream and isinstance(options, dict) and options.get("include_usage") is True
 
 
 class _ResponseIdsInUse:

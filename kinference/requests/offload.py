@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
 
-from kinference.bodies import Body, ByteBudget, Observation
+from kinference.bodies import Body, BodyStore, ByteBudget, Observation
 from kinference.errors import ResourceExhausted, ServerBusy, Unavailable
 from kinference.requests.parse import InferenceRequest
 from kinference.requests.process import WorkerLost, WorkerProcess
@@ -68,6 +68,20 @@ _WHAT = {  # what a costed job's two reservations are for, in RESOURCE_EXHAUSTED
     "parse": ("sending this body to the parser", "parsing this body"),
     "translate": ("sending this body to the translator", "translating this body"),
 }
+
+
+def scanned_store(budget: ByteBudget, *, max_body_bytes: int, ttl_s: float) -> BodyStore:
+    """A body store whose uploads are scanned as this module expects: bodies over
+    `INLINE_PARSE_BYTES` while they arrive (the counts decide whether their parse runs on the
+    loop or in the worker: `loop_cost.py`), chunks over `INLINE_SCAN_BYTES` deferred here."""
+    return BodyStore(
+        budget,
+        max_body_bytes=max_body_bytes,
+        ttl_s=ttl_s,
+        observer_factory=JsonScanner,
+        observe_from_bytes=INLINE_PARSE_BYTES,
+        defer_observing_from=INLINE_SCAN_BYTES,
+    )
 
 
 class Offload:

@@ -39,6 +39,11 @@ class InferenceRequest:
     max_output_tokens: int | None
     hint: str | None
 
+    def usage_asked(self) -> bool:
+        """A streamed request whose `stream_options.include_usage` is true."""
+        options = self.fields.values.get("stream_options")
+        return self.stream and isinstance(options, dict) and options.get("include_usage") is True
+
 
 def parse_request(body: Body, path: str = "") -> InferenceRequest:
     """Read an inference request; raises MalformedRequest naming what is wrong. `path` is

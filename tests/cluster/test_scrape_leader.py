@@ -20,7 +20,7 @@ async def test_one_replica_scrapes_and_every_replica_sees_the_readings(
     await wait_until(lambda: len(leaders(replicas)) == 1, what="one scrape leader")
     (leader,) = leaders(replicas)
     followers = [r for r in replicas if r is not leader]
-    assert all(not r.app.scraper.endpoints for r in followers)
+    assert all(not r.app.engines.scraper.endpoints for r in followers)
     engines.set(1, waiting=7, kv=0.5)
     for replica in replicas:
         await wait_engine(replica, engines.endpoints[1], waiting=7, kv=0.5)

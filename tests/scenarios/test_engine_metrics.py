@@ -112,8 +112,8 @@ async def test_failing_engine_becomes_not_ready_gets_no_picks_then_recovers(
 
     # Unknown metrics at the first failure, not ready after failures_before_unready of them.
     await wait_engine(picker, broken, waiting=None, kv=None, ready=False)
-    assert not picker.app.scraper.ready(broken)
-    assert picker.app.scraper.snapshot(broken) is None
+    assert not picker.app.engines.scraper.ready(broken)
+    assert picker.app.engines.scraper.snapshot(broken) is None
     failed = picker.metric("kinference_engine_scrapes_total", {"result": "error"})
     failed += picker.metric("kinference_engine_scrapes_total", {"result": "timeout"})
     assert failed >= FAILURES_BEFORE_UNREADY
@@ -124,7 +124,7 @@ async def test_failing_engine_becomes_not_ready_gets_no_picks_then_recovers(
 
     engines.set(0)  # answers again
     await wait_engine(picker, broken)
-    assert picker.app.scraper.ready(broken)
+    assert picker.app.engines.scraper.ready(broken)
     assert await _reaches(picker, broken, "back")
 
 
@@ -152,7 +152,7 @@ async def test_failed_scrapes_make_metrics_unknown_before_the_worker_is_unready(
 
     engines[0].mode = Mode.FAIL
     await wait_engine(picker, flaky, waiting=None, kv=None, ready=True)
-    assert picker.app.scraper.snapshot(flaky) is None
+    assert picker.app.engines.scraper.snapshot(flaky) is None
     # Unknown metrics are neither saturated nor shunned: the worker's load is its picks in
     # flight, and picks spread over both (the idle one reads idle at every scrape, as the
     # fake engine serves nothing, so it takes more).
@@ -215,7 +215,7 @@ async def test_stale_metrics_of_a_hanging_engine_become_unknown(
     assert shed.outcome == POLICY_REJECTED, where(shed)
     engines[0].mode = Mode.HANG
     await wait_until(
-        lambda: picker.app.scraper.snapshot(hanging) is None,
+        lambda: picker.app.engines.scraper.snapshot(hanging) is None,
         what="the scraper's reading gone stale",
     )
     # Well within the scrape timeout: the stale reading must no longer count.

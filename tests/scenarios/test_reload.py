@@ -80,7 +80,7 @@ async def test_reload_applies_new_pools_and_keeps_the_old_policy_on_a_bad_file(
     gone = await pick(picker, chat(SECOND, "hello"))
     assert gone.outcome == NO_WORKERS, where(gone)
     await wait_until(
-        lambda: not picker.app.scraper.endpoints & set(new_engines.endpoints),
+        lambda: not picker.app.engines.scraper.endpoints & set(new_engines.endpoints),
         what="the removed pool's endpoints no longer scraped",
     )
 
@@ -114,5 +114,5 @@ async def test_reload_to_engine_none_keeps_the_workers_routable(
 
     path.write_text(scraped.replace("engine: vllm", "engine: none"))
     await wait_until(lambda: _reloads(picker, "ok") == 1, RELOAD_S, "the new policy applied")
-    assert not picker.app.scraper.endpoints
+    assert not picker.app.engines.scraper.endpoints
     assert await _where(picker, FIRST) in engines.endpoints

@@ -80,7 +80,7 @@ async def _outcomes(picker: RunningPicker, model: str) -> dict[str, str]:
         # a slot freed since (one less in the queue than the engine reports, so no longer
         # saturated): each pick waits for readings taken after the last one finished.
         finished = time.monotonic()
-        for endpoint in picker.app.scraper.endpoints:
+        for endpoint in picker.app.engines.scraper.endpoints:
             await wait_reading_after(picker, endpoint, finished)
         result = await pick(picker, chat(model, f"{name} work"), qos=qos)
         if result.outcome == POLICY_REJECTED:
@@ -98,7 +98,7 @@ async def _outcomes(picker: RunningPicker, model: str) -> dict[str, str]:
             assert body["model"] == OVERFLOW_MODEL
             found[name] = "provider"
         else:
-            assert result.local.endpoint in picker.app.scraper.endpoints
+            assert result.local.endpoint in picker.app.engines.scraper.endpoints
             assert body["model"] == LOCAL
             found[name] = "local"
         assert result.requested_model == model

@@ -89,7 +89,7 @@ async def test_every_shape_picks_and_pulls_unchanged(picker: RunningPicker) -> N
         body = json.dumps(request).encode()
         result = await pick(picker, body)
         assert result.outcome == OK, f"{name}: {outcome_name(result)} {result.reason}"
-        assert result.local.endpoint in picker.app.scraper.endpoints, name
+        assert result.local.endpoint in picker.app.engines.scraper.endpoints, name
         assert result.requested_model == MODEL
         pulled = await picker.client.pull_all(result.response_id)
         if name == "anthropic-messages":
