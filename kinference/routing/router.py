@@ -149,8 +149,8 @@ class Router(RouterFeedback, WorkerChoice):
 
     def _signals(self, stale_after_s: float) -> Signals:
         if self.table.has_readings():
-            waiting, kv_usage = self.table.engine_signals(self._clock(), stale_after_s)
-            return Signals(waiting, kv_usage, queued=self.table.queue_now(waiting))
+            waiting, kv_usage, queued = self.table.signals_now(self._clock(), stale_after_s)
+            return Signals(waiting, kv_usage, queued=queued)
         unknown = self._unknown  # no engine scraped: the same all-unknown arrays every Pick
         if unknown is None or len(unknown.waiting) != len(self.table.inflight):
             waiting, kv_usage = self.table.engine_signals(0.0, 0.0)
