@@ -12,7 +12,7 @@ from setuptools import Extension, setup
 NATIVE = "kinference/native"
 PREFIX_UNITS = ("_prefix", "prefix_map", "prefix_slots", "prefix_holders", "prefix_keys")
 PREFIX_UNITS += ("prefix_methods",)
-TTFT_UNITS = ("_ttft", "ttft_args", "ttft_rows")
+TTFT_UNITS = ("_ttft", "ttft_args", "ttft_rows", "ttft_signals")
 
 
 def _native(

@@ -8,23 +8,26 @@ approximate prefix index's per-block store, which slots hold which block hashes 
 (`kinference.routing.prefix_store.PyPrefixStore` is its reference); `_ttft` (`_ttft.c`,
 `ttft_args.c`, `ttft_rows.c`): the TTFT scorer's terms and scores for a few candidates
 (`kinference.routing.scorers.ttft_small` is its reference: the same bits, the same
-exceptions); `_scan` (`_scan.c`): the body scan's run over strings and brackets below the
-top level (`kinference.requests.scan_run.pure_run` is its reference: the same
-members, counts and failures), and the strict parse's pre-count of brackets and colons
-(`limit_counts`; `kinference.requests.fields.pure_limit_counts` is its reference). Each
-extension is built by `setup.py` where a C compiler is found (`pip install`, the image's
-builder stage) and is optional: without one the install still succeeds and the pure-Python
-forms run, with the same results and more CPU per Pick.
-The pure forms stay the reference the tests hold the native ones to (tests/native).
+exceptions), and a Pick's per-slot engine signals (`ttft_signals.c`, `load_signals`;
+`EngineReadings.engine_signals` and `.queue_now` are its reference); `_scan` (`_scan.c`):
+the body scan's run over strings and brackets below the top level
+(`kinference.requests.scan_run.pure_run` is its reference: the same members, counts and
+failures), and the strict parse's pre-count of brackets and colons (`limit_counts`;
+`kinference.requests.fields.pure_limit_counts` is its reference). Each extension is built by
+`setup.py` where a C compiler is found (`pip install`, the image's builder stage) and is
+optional: without one the install still succeeds and the pure-Python forms run, with the
+same results and more CPU per Pick. The pure forms stay the reference the tests hold the
+native ones to (tests/native).
 
 A caller asks for an extension through its loader here (`load_chain`, `load_ttft`), which
 answers None where it was not built (the import is tried once: a failed import costs tens of
 µs); the choice between native and pure is the caller's, made where it is composed
 (`PrefixHasher(native=False)`, `identities(..., native=False)`, `PrefixIndex(bound,
-store=PyPrefixStore())`, `TtftScorer(config, rates, native=False)`,
-`JsonScanner(native=False)` force pure; `prefix_store.new_store` chooses the store), not
-import-time state. To see whether it is active: `python -c "import kinference.native as n;
-print(n.load_chain(), n.load_ttft(), n.load_scan())"` (None: the pure forms run).
+store=PyPrefixStore())`, `TtftScorer(config, rates, native=False)`, `signals_now(...,
+native=False)`, `JsonScanner(native=False)` force pure; `prefix_store.new_store` chooses the
+store), not import-time state. To see whether it is active: `python -c "import
+kinference.native as n; print(n.load_chain(), n.load_ttft(), n.load_scan())"` (None: the
+pure forms run).
 """
 
 from __future__ import annotations
@@ -33,7 +36,15 @@ import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
-__all__ = ["Chain", "ScanRun", "load_chain", "load_limit_counts", "load_scan", "load_ttft"]
+__all__ = [
+    "Chain",
+    "ScanRun",
+    "load_chain",
+    "load_limit_counts",
+    "load_scan",
+    "load_signals",
+    "load_ttft",
+]
 
 Buffer = bytes | bytearray | memoryview
 # `_scan.run`: (data, pos, window, stack, max_depth, long_string_bytes) ->
@@ -66,6 +77,16 @@ def load_ttft() -> Callable[..., object] | None:
     except ImportError:
         return None
     return _ttft.terms
+
+
+@functools.cache
+def load_signals() -> Callable[..., object] | None:
+    """`_ttft.signals` (see its stub), or None where it was not built."""
+    try:
+        from kinference.native import _ttft
+    except ImportError:
+        return None
+    return _ttft.signals
 
 
 @functools.cache

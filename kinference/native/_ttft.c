@@ -228,6 +228,7 @@ static PyObject *terms(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 
 static PyMethodDef methods[] = {
     {"terms", (PyCFunction)(void (*)(void))terms, METH_FASTCALL, terms_doc},
+    {"signals", (PyCFunction)(void (*)(void))ttft_signals, METH_FASTCALL, terms_doc},
     {NULL, NULL, 0, NULL},
 };
 

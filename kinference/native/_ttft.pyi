@@ -28,3 +28,21 @@ def terms(
     or NotImplemented where an argument is not of the types it takes (nothing written:
     run the pure form). The same values and errors as `ttft_small.small_terms` and
     `TtftScorer._score_small`'s pure form."""
+
+def signals(
+    out: npt.NDArray[np.float64],
+    now: float,
+    max_age: float,
+    scraped_at: npt.NDArray[np.float64],
+    waiting: npt.NDArray[np.float64],
+    kv_usage: npt.NDArray[np.float64],
+    running: npt.NDArray[np.float64],
+    inflight: npt.NDArray[np.float64],
+    inflight_at_reading: npt.NDArray[np.float64],
+    batch: npt.NDArray[np.float64],
+    /,
+) -> object:
+    """Writes into `out` (3 x the columns' length) the fresh waiting, the fresh KV-cache
+    use and the queues now per slot, as `EngineReadings.engine_signals` and `.queue_now`
+    compute them; answers None, or NotImplemented (nothing written) where an argument is
+    not a C-contiguous float64 vector of the right length, or `now`/`max_age` not floats."""

@@ -66,4 +66,7 @@ int py_square(double value, double *out);
 int peers_or(const Column *learned, const Py_ssize_t *slots, Py_ssize_t count, double prior,
              double *out);
 
+/* ttft_signals.c: `_ttft.signals` (the readings' per-slot signals at one Pick). */
+PyObject *ttft_signals(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
 #endif

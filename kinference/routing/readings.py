@@ -13,6 +13,8 @@ from math import isnan
 import numpy as np
 import numpy.typing as npt
 
+from kinference.native import load_signals
+
 _FloatArray = npt.NDArray[np.float64]
 _IndexArray = npt.NDArray[np.intp]
 # A slot's batch, running_max, batch_limit, batch_floor and batch_ceiling (`batch_rows`).
@@ -54,6 +56,22 @@ class EngineReadings:
         """
         fresh = (now - self.scraped_at) <= max_age_s  # NaN (never scraped) compares False
         return np.where(fresh, self.waiting, np.nan), np.where(fresh, self.kv_usage, np.nan)
+
+    def signals_now(
+        self, now: float, max_age_s: float, *, native: bool = True
+    ) -> tuple[_FloatArray, _FloatArray, _FloatArray]:
+        """`engine_signals` and the `queue_now` of its waiting, in one C call where the
+        extension is built (`_ttft.signals`: the same values; `native=False`: numpy's)."""
+        signals = load_signals() if native else None
+        if signals is not None:
+            size = len(self.scraped_at)
+            out = np.empty(3 * size)
+            readings = (self.scraped_at, self.waiting, self.kv_usage, self.running)
+            picks = (self.inflight, self.inflight_at_reading, self.batch)
+            if signals(out, float(now), float(max_age_s), *readings, *picks) is None:
+                return out[:size], out[size : 2 * size], out[2 * size :]
+        waiting, kv_usage = self.engine_signals(now, max_age_s)
+        return waiting, kv_usage, self.queue_now(waiting)
 
     def queue_now(self, waiting: _FloatArray) -> _FloatArray:
         """The engines' queues now, from `waiting` (fresh readings, NaN where unknown),

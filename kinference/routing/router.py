@@ -36,7 +36,7 @@ from kinference.routing.features import Signals
 from kinference.routing.feedback import RouterFeedback
 from kinference.routing.filters.provider_health import ProviderHealthFilter, provider_path_for
 from kinference.routing.filters.ready import ReadyFilter
-from kinference.routing.filters.saturation import SATURATED, SMALL_CANDIDATES
+from kinference.routing.filters.saturation import SATURATED
 from kinference.routing.filters.tenant import TenantFilter
 from kinference.routing.health import ProviderHealth
 from kinference.routing.journal import Journal, NullJournal
@@ -149,8 +149,8 @@ class Router(RouterFeedback, WorkerChoice):
 
     def _signals(self, stale_after_s: float) -> Signals:
         if self.table.has_readings():
-            waiting, kv_usage = self.table.engine_signals(self._clock(), stale_after_s)
-            return Signals(waiting, kv_usage, queued=self.table.queue_now(waiting))
+            waiting, kv_usage, queued = self.table.signals_now(self._clock(), stale_after_s)
+            return Signals(waiting, kv_usage, queued=queued)
         unknown = self._unknown  # no engine scraped: the same all-unknown arrays every Pick
         if unknown is None or len(unknown.waiting) != len(self.table.inflight):
             waiting, kv_usage = self.table.engine_signals(0.0, 0.0)
@@ -235,22 +235,17 @@ class Router(RouterFeedback, WorkerChoice):
         if slots is None:
             return None
         signals, saturation = attempt.signals, self.policy.saturation
-        if not signals.known:  # no engine metrics anywhere: every ready worker is free
+        # (no engine metrics anywhere: every ready worker is free)
+        if not signals.known or not saturation.any_saturated_in(signals, slots):
             return self._local(attempt, group, slots)
-        if len(slots) <= SMALL_CANDIDATES and not saturation.any_saturated(
-            signals.queue, signals.kv_usage, slots.tolist()
-        ):  # all free, told on Python floats (what `levels` then says of each)
-            return self._local(attempt, group, slots)
-        levels = saturation.levels(signals.queue[slots], signals.kv_usage[slots])
-        if levels.any():  # the request's own cache hit adds no KV use where it is cached
-            ctx, _ = self._context(attempt, group, slots)
-            levels = saturation.levels_with_hits(
-                signals.queue[slots], signals.kv_usage[slots], ctx.cached_tokens,
-                ctx.prompt_tokens,
-            )  # fmt: skip
-        free = slots[levels < SATURATED]
+        # Some are saturated; the request's own cache hit adds no KV use where it is cached.
+        # The context made for that is the choice's too (`narrowed` to the free ones).
+        context = self._context(attempt, group, slots)
+        levels = saturation.levels_with_hits_in(signals, slots, context[0])
+        keep = levels < SATURATED
+        free = slots[keep]
         if len(free):
-            return self._local(attempt, group, free)
+            return self._local(attempt, group, free, self._narrowed(context, keep))
         attempt.note(Reason.SATURATED, f"pool {_pools(group)} is saturated")
         attempt.busy.append(Busy(group, slots, levels))
         return None

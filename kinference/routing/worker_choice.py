@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+import numpy.typing as npt
+
 from kinference.config import Target, target_api
 from kinference.kvcache.source import PreciseCachedTokens
 from kinference.requests import InferenceRequest
@@ -36,9 +39,13 @@ class WorkerChoice:
     _precise: PreciseCachedTokens | None
     _rng: random.Random
 
-    def _local(self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray) -> Decision:
+    def _local(
+        self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray,
+        context: tuple[PickContext, str | None] | None = None,
+    ) -> Decision:  # fmt: skip
+        """The choice among `slots`; `context`: their `_context`, when already made."""
         request, policy, model = attempt.query.request, self.policy, group[0].model
-        ctx, note = self._context(attempt, group, slots)
+        ctx, note = context if context is not None else self._context(attempt, group, slots)
         if len(slots) > 1 or policy.predicts_ttft:
             index = policy.pipeline.choose(ctx, self._rng)
         else:
@@ -115,6 +122,18 @@ class WorkerChoice:
             memory_batch=batch,
         )  # fmt: skip
         return ctx, note
+
+    def _narrowed(
+        self, context: tuple[PickContext, str | None], keep: npt.NDArray[np.bool_]
+    ) -> tuple[PickContext, str | None] | None:
+        """`context` of the candidates `keep` marks, as `_context` would make it for them;
+        None (make it afresh) in a precise pool, whose note may name a candidate left out."""
+        ctx, note = context
+        if keep.all():
+            return context
+        if self.policy.catalog.prefix_mode(ctx.pool) == PRECISE:
+            return None
+        return ctx.narrowed(keep), note
 
 
 def _degraded(request: InferenceRequest, precise_note: str | None) -> tuple[Outcome, str, Reason]:

@@ -13,12 +13,14 @@ QoS (batch on a busy worker, shed, overflow).
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import Field, PositiveInt
 
+from kinference.routing.features import Signals
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.table import FloatArray, IndexArray
@@ -67,6 +69,25 @@ class SaturationFilter:
         levels: Levels = saturated.astype(np.int8) + overloaded.astype(np.int8)
         return levels
 
+    def any_saturated_in(self, signals: Signals, slots: IndexArray) -> bool:
+        """Whether `levels` shows any of `slots` above FREE by `signals`."""
+        queue, kv_usage = signals.queue, signals.kv_usage
+        if len(slots) <= SMALL_CANDIDATES:  # told on Python floats
+            return self.any_saturated(queue, kv_usage, slots.tolist())
+        return bool(self.levels(queue[slots], kv_usage[slots]).any())
+
+    def levels_with_hits_in(self, signals: Signals, slots: IndexArray, ctx: PickContext) -> Levels:
+        """`levels_with_hits` of `slots` by `signals` and the Pick's `ctx` over them."""
+        queue, kv_usage = signals.queue, signals.kv_usage
+        if len(slots) <= SMALL_CANDIDATES:  # on Python floats
+            listed = self.levels_with_hits_of(
+                queue, kv_usage, slots.tolist(), ctx.cached_tokens.tolist(), ctx.prompt_tokens
+            )
+            return np.array(listed, dtype=np.int8)
+        return self.levels_with_hits(
+            queue[slots], kv_usage[slots], ctx.cached_tokens, ctx.prompt_tokens
+        )
+
     def any_saturated(self, queue: FloatArray, kv_usage: FloatArray, slots: list[int]) -> bool:
         """Whether `levels` of the `slots`' queues and KV-cache use would show any of them
         above FREE, on Python floats: every threshold is positive, so an unknown (NaN) or
@@ -83,3 +104,21 @@ class SaturationFilter:
         cached (`cached` tokens of `prompt`, per candidate)."""
         hit = cached >= OWN_HIT_SHARE * max(prompt, 1.0)
         return self.levels(waiting, np.where(hit, np.nan, kv_usage))
+
+    def levels_with_hits_of(
+        self, queue: FloatArray, kv_usage: FloatArray, slots: list[int], cached: list[float],
+        prompt: float,
+    ) -> list[int]:  # fmt: skip
+        """`levels_with_hits` of the `slots`' readings on Python floats, for a handful of
+        candidates (`cached`: aligned with `slots`). As in `any_saturated`, an unknown (NaN)
+        or negative reading is below every threshold as it is, which `levels` makes 0."""
+        depth, full = self.config.queue_depth, self.config.kv_cache
+        over_depth, over_full = 2 * depth, (1 + full) / 2
+        own = OWN_HIT_SHARE * max(prompt, 1.0)
+        item, kv = queue.item, kv_usage.item
+        levels = []
+        for slot, hit in zip(slots, cached, strict=True):
+            waiting, used = item(slot), math.nan if hit >= own else kv(slot)
+            saturated = waiting >= depth or used >= full
+            levels.append(saturated + (waiting >= over_depth or used >= over_full))
+        return levels

@@ -15,6 +15,9 @@ import random
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from kinference.requests import InferenceRequest
 from kinference.routing.features import Signals
 from kinference.routing.reasons import Reason
@@ -50,6 +53,21 @@ class PickContext:
     predicted_ttft_ms: FloatArray | None = None
     predicted_wait_ms: FloatArray | None = None  # the part of it spent behind others
     sequences: FloatArray | None = None  # what each runs and queues, as the model sees it
+
+    def narrowed(self, keep: npt.NDArray[np.bool_]) -> PickContext:
+        """This context of the candidates `keep` marks (aligned with `slots`), as it was
+        before any scorer ran: what the same Pick over those candidates alone would read."""
+        kept = keep.tolist()
+
+        def of(values: list[float] | None) -> list[float] | None:
+            return None if values is None else [v for v, k in zip(values, kept, strict=True) if k]
+
+        return PickContext(
+            self.request, self.model, self.pool, self.table, self.signals, self.slots[keep],
+            self.prompt_tokens, self.cached_tokens[keep], self.hashes,
+            footprint=of(self.footprint), memory_ahead=of(self.memory_ahead),
+            memory_batch=of(self.memory_batch),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
