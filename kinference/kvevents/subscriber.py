@@ -120,8 +120,11 @@ class EventSubscriber:
             socket.setsockopt(zmq.LINGER, 0)
             socket.setsockopt(zmq.SUBSCRIBE, feed.topic)
             socket.connect(feed.address)
+            caught_up = True
             while True:
-                parts = await socket.recv_multipart(copy=True)
+                # A message known to be queued is taken without a wait registered (NOBLOCK:
+                # ~10 µs instead of ~25-50 µs a message: a long prompt's steps come so).
+                parts = await socket.recv_multipart(0 if caught_up else zmq.NOBLOCK, copy=True)
                 events = cast(int, socket.get(zmq.EVENTS))
                 caught_up = not events & zmq.POLLIN  # no message waits behind it
                 await finish_async(self.steps(feed, parts, caught_up))
