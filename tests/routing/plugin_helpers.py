@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import random
 
 import numpy as np
 
 from kinference.bodies import Body
+from kinference.config import parse_policy
 from kinference.requests import InferenceRequest, parse_request
+from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate
+from kinference.routing.decision import RouteQuery
 from kinference.routing.features import Signals
 from kinference.routing.plugins.base import PickContext
+from kinference.routing.policy import cooldowns_of
 from kinference.routing.table import WorkerTable
 
 MODEL = "m"
@@ -19,6 +24,25 @@ def request(content: str = "hello") -> InferenceRequest:
     data = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": content}]})
     raw = data.encode()
     return parse_request(Body([raw], reserved=len(raw)))
+
+
+def pool_router(endpoints: list[str], now: float) -> Router:
+    """A Router over one pool `p` of `endpoints` serving model `m`, its clock at `now`."""
+    policy = parse_policy(
+        f"pools:\n  - {{name: p, endpoints: {json.dumps(endpoints)}, models: [m]}}\n"
+    )
+    return Router(
+        policy, table=WorkerTable(), prefix=PrefixIndex(50_000),
+        health=ProviderHealth(cooldowns_of(policy)), tenants=TenantGate(),
+        rng=random.Random(0), clock=lambda: now,
+    )  # fmt: skip
+
+
+def system_query(system: str, n: int) -> RouteQuery:
+    """A chat of model `m`: `system` as its system prompt, then the question `q{n}`."""
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": f"q{n}"}]
+    raw = json.dumps({"model": MODEL, "messages": messages}).encode()
+    return RouteQuery(parse_request(Body([raw], reserved=len(raw))))
 
 
 def context(

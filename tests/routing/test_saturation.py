@@ -156,31 +156,13 @@ def test_a_document_stays_on_the_worker_whose_kv_cache_it_fills() -> None:
     """The holder's KV cache is over the threshold (a simulator counting the document once
     per running request): a question about the document still goes there; a cold prompt
     does not."""
-    import json
-    import random
-
-    from kinference.bodies import Body
-    from kinference.config import parse_policy
-    from kinference.requests import parse_request
-    from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate
-    from kinference.routing.decision import RouteQuery
     from kinference.routing.features import EngineReading
-    from kinference.routing.policy import cooldowns_of
+    from tests.routing.plugin_helpers import pool_router
+    from tests.routing.plugin_helpers import system_query as query
 
     endpoints = ["10.0.0.1:8000", "10.0.0.2:8000"]
-    policy = parse_policy(f"pools:\n  - {{name: p, endpoints: {json.dumps(endpoints)}, "
-                          "models: [m]}\n")  # fmt: skip
     now = 100.0
-    router = Router(
-        policy, table=WorkerTable(), prefix=PrefixIndex(50_000),
-        health=ProviderHealth(cooldowns_of(policy)), tenants=TenantGate(),
-        rng=random.Random(0), clock=lambda: now,
-    )  # fmt: skip
-
-    def query(system: str, n: int) -> RouteQuery:
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": f"q{n}"}]
-        raw = json.dumps({"model": "m", "messages": messages}).encode()
-        return RouteQuery(parse_request(Body([raw], reserved=len(raw))))
+    router = pool_router(endpoints, now)
 
     document = "The tides follow the moon. " * 300
     router.remote_picked(endpoints[0], router.route(query(document, 0)).prefix_hashes)

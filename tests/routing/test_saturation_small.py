@@ -6,23 +6,16 @@ context narrowed to the free ones is what making it for them alone would give.""
 
 from __future__ import annotations
 
-import json
-import random
-
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinference.bodies import Body
-from kinference.config import parse_policy
-from kinference.requests import parse_request
-from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate, WorkerTable
+from kinference.routing import Router, WorkerTable
 from kinference.routing.attempt import Attempt
-from kinference.routing.decision import RouteQuery
 from kinference.routing.features import EngineReading
 from kinference.routing.filters.saturation import SMALL_CANDIDATES, SaturationConfig
 from kinference.routing.filters.saturation import SaturationFilter as Saturation
-from kinference.routing.policy import cooldowns_of
+from tests.routing.plugin_helpers import pool_router, system_query
 
 NOW = 50.0
 readings = st.one_of(
@@ -64,27 +57,10 @@ def test_levels_with_hits_of_says_what_levels_with_hits_says(
 ENDPOINTS = [f"10.0.0.{i}:8000" for i in range(1, 5)]
 
 
-def _router() -> Router:
-    policy = parse_policy(
-        f"pools:\n  - {{name: p, endpoints: {json.dumps(ENDPOINTS)}, models: [m]}}\n"
-    )
-    return Router(
-        policy, table=WorkerTable(), prefix=PrefixIndex(50_000),
-        health=ProviderHealth(cooldowns_of(policy)), tenants=TenantGate(),
-        rng=random.Random(0), clock=lambda: NOW,
-    )  # fmt: skip
-
-
-def _query(system: str, n: int) -> RouteQuery:
-    messages = [{"role": "system", "content": system}, {"role": "user", "content": f"q{n}"}]
-    raw = json.dumps({"model": "m", "messages": messages}).encode()
-    return RouteQuery(parse_request(Body([raw], reserved=len(raw))))
-
-
 def _saturated_but_the_holder(router: Router, document: str) -> None:
     """Worker 0 holds the document, its KV cache over the threshold; 1 is saturated by
     its queue; 2 and 3 are free."""
-    router.remote_picked(ENDPOINTS[0], router.route(_query(document, 0)).prefix_hashes)
+    router.remote_picked(ENDPOINTS[0], router.route(system_query(document, 0)).prefix_hashes)
     for endpoint, (waiting, kv) in zip(
         ENDPOINTS, [(0.0, 0.95), (9.0, 0.1), (0.0, 0.1), (1.0, 0.2)], strict=True
     ):
@@ -92,7 +68,7 @@ def _saturated_but_the_holder(router: Router, document: str) -> None:
 
 
 def test_a_pick_with_saturated_candidates_makes_its_context_once() -> None:
-    router = _router()
+    router = pool_router(ENDPOINTS, NOW)
     document = "The tides follow the moon. " * 300
     _saturated_but_the_holder(router, document)
     made: list[int] = []
@@ -103,16 +79,16 @@ def test_a_pick_with_saturated_candidates_makes_its_context_once() -> None:
         return context(*args, **kwargs)
 
     router._context = counted  # type: ignore[method-assign]
-    local = router.route(_query(document, 1)).local
+    local = router.route(system_query(document, 1)).local
     assert local is not None and local.endpoint == ENDPOINTS[0]
     assert len(made) == 1
 
 
 def test_the_narrowed_context_is_the_one_made_for_the_free_candidates() -> None:
-    router = _router()
+    router = pool_router(ENDPOINTS, NOW)
     document = "The tides follow the moon. " * 300
     _saturated_but_the_holder(router, document)
-    query = _query(document, 1)
+    query = system_query(document, 1)
     policy = router.policy
     route = policy.config.resolve_model("m")
     assert route is not None
