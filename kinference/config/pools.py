@@ -21,6 +21,10 @@ from kinference.config.fields import (
 from kinference.config.prefix import PrefixConfig
 from kinference.hostport import split_host_port
 
+# Requests one engine runs or queues, at most: a `max_batch` above it is a typo, an engine's
+# reported running or waiting count above it a broken exporter (`workers.snapshot`).
+MAX_ENGINE_REQUESTS = 1_000_000
+
 # The inference engine a pool runs, which decides how its `/metrics` are read;
 # `none` means the endpoints are not scraped (no queue or KV-cache signal).
 Engine = Literal["vllm", "sglang", "trtllm", "none"]
@@ -57,7 +61,7 @@ class Pool(PolicyModel):
     # --max-running-requests), for the TTFT model's queue and decode pressure. Unset, it
     # is learned: from the engine's readings (running while requests wait) where it is
     # scraped, and from observed TTFT (no queue at N sequences means at least N).
-    max_batch: int | None = Field(default=None, ge=1, le=1_000_000)
+    max_batch: int | None = Field(default=None, ge=1, le=MAX_ENGINE_REQUESTS)
 
     @property
     def ref(self) -> str:

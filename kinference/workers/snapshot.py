@@ -15,12 +15,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kinference.config.pools import MAX_ENGINE_REQUESTS
 from kinference.workers.engines import EngineMetrics, Series
 from kinference.workers.parse import Sample, iter_samples, newest_sample
-
-# Requests an engine can have running or waiting, at most (a pool's `max_batch` tops out
-# there too): a larger count is a broken exporter, read as this.
-MAX_COUNT = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +61,9 @@ def _values(text: str, alternatives: Iterable[Series]) -> list[float]:
 
 
 def _count(values: list[float]) -> int | None:
-    return min(max(round(sum(values)), 0), MAX_COUNT) if values else None
+    """The values' sum as a count, at most `MAX_ENGINE_REQUESTS` (clamped before rounding:
+    finite values can still sum to infinity)."""
+    return round(min(max(sum(values), 0.0), MAX_ENGINE_REQUESTS)) if values else None
 
 
 def _fraction(values: list[float]) -> float | None:

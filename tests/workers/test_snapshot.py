@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from kinference.config.pools import MAX_ENGINE_REQUESTS
 from kinference.workers import EngineKind, EngineSnapshot, Series, engine_metrics, read_snapshot
-from kinference.workers.snapshot import MAX_COUNT
+from kinference.workers.snapshot import _count
 from tests.workers.pages import triton_text, vllm_page, vllm_text
 
 
@@ -128,7 +129,9 @@ def test_series_match_on_labels() -> None:
 
 def test_a_count_past_any_engine_is_read_as_the_cap() -> None:
     """A broken exporter's 1e20 running requests would be 1e20 sequences to every
-    estimate that reads them (and loops over them): read as `MAX_COUNT`."""
+    estimate that reads them (and loops over them): read as `MAX_ENGINE_REQUESTS`; so
+    are finite samples whose sum overflows (it once failed the scrape)."""
     snap = read(vllm_text(1e20, 3e6, 0.5))
-    assert (snap.waiting, snap.running) == (MAX_COUNT, MAX_COUNT)
-    assert read(vllm_text(MAX_COUNT - 1, 0, 0.5)).waiting == MAX_COUNT - 1
+    assert (snap.waiting, snap.running) == (MAX_ENGINE_REQUESTS, MAX_ENGINE_REQUESTS)
+    assert read(vllm_text(MAX_ENGINE_REQUESTS - 1, 0, 0.5)).waiting == MAX_ENGINE_REQUESTS - 1
+    assert _count([1.7e308, 1.7e308]) == MAX_ENGINE_REQUESTS
