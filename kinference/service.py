@@ -18,11 +18,7 @@ from kinference.metrics import Metrics
 from kinference.ops.recorder import RequestRecorder
 from kinference.preparation import PickPreparation, Preparer
 from kinference.reports import Reports
-from kinference.requests import (
-    InferenceRequest,
-    RewritePlan,
-    rewrite,
-)
+from kinference.requests import InferenceRequest, RewritePlan, rewrite
 from kinference.requests.offload import Offload
 from kinference.requests.rewrite import Translation
 from kinference.requests.translation import Untranslatable
@@ -107,7 +103,8 @@ class PickerService:
         tokenizer thread (begun at push when it could be: `early`), and for a tenant whose
         cluster budget asked for a lease, its answer awaited (the decision itself,
         admission and reservation included, stays in one loop turn; the prefix index's
-        record of it, in the next, once the request is on its way: `record_later`)."""
+        record of it and the Pick's metrics, in the next, once the request is on its way:
+        `settle`)."""
         started = time.perf_counter()
         body = self.store.take(call.stream_id)
         ready = await self.preparation.ready(call.stream_id, body)
@@ -117,18 +114,19 @@ class PickerService:
             if not isinstance(ready.parsed, str) and tenants.budgeted(config, call.tenant):
                 await self.preparation.guarded(body, tenants.ready(config, call.tenant))
             self.preparation.deciding(ready)  # the rest of this Pick is one loop step
-            asyncio.get_running_loop().call_soon(self.router.flush_prefix_records)
-            return self._decided(
-                body,
-                call,
-                started,
-                ready.parsed,
-                precise=ready.precise,
-                translated=ready.translated,
-            )
+            asyncio.get_running_loop().call_soon(self.settle)
+            return self._decided(body, call, started, ready.parsed, precise=ready.precise,
+                                 translated=ready.translated, later=True)  # fmt: skip
         finally:
             if ready.held:
                 self.store.budget.release(ready.held)
+
+    def settle(self) -> None:
+        """Apply what the Picks answered so far left for after their answer (their prefix
+        records, their metrics); the loop runs it in the step after each async Pick, and a
+        reader that wants them at once (a test) calls it."""
+        self.router.flush_prefix_records()
+        self._recorder.flush()
 
     def _decided(
         self,
@@ -139,6 +137,7 @@ class PickerService:
         *,
         precise: PreciseQuery | None = None,
         translated: Translation | Untranslatable | None = None,
+        later: bool = False,
     ) -> PickResult:
         try:
             result = self._decide(body, call, parsed, precise, translated)
@@ -148,7 +147,8 @@ class PickerService:
         if result.response_id == 0:  # nothing will pull this body
             self.store.release(body)
         request_id = call.client_request_id or body.client_request_id
-        self._recorder.picked(result, request_id, time.perf_counter() - started)
+        record = self._recorder.picked_later if later else self._recorder.picked
+        record(result, request_id, time.perf_counter() - started)
         return result
 
     def _decide(

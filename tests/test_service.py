@@ -920,3 +920,38 @@ async def test_the_prefix_index_records_the_pick_once_its_answer_is_out(env: Env
     await asyncio.sleep(0)
     assert not env.router.prefix._later
     assert len(env.router.prefix) == result.destination.prefix_total
+
+
+async def _drained() -> None:
+    """Once every callback queued on the loop before this call has run (FIFO)."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.call_soon(done.set_result, None)
+    await done
+
+
+async def test_an_async_picks_metrics_are_counted_once_its_answer_is_out(env: Env) -> None:
+    result = await env.service.pick_off_loop(PickCall(env.push(chat()), client_request_id="a"))
+    assert result.outcome == Outcome.OK
+    # Not in the Pick's own step: its three metric updates are not on the request's way.
+    assert env.metric("kinference_picks_total", outcome="ok") == 0
+    assert env.metric("kinference_pick_duration_seconds_count") == 0
+    await _drained()  # the step after the answer
+    assert env.metric("kinference_picks_total", outcome="ok") == 1
+    assert env.metric("kinference_pick_reasons_total", outcome="ok", reason="none") == 1
+    assert env.metric("kinference_pick_duration_seconds_count") == 1
+    assert 0 < env.metric("kinference_pick_duration_seconds_sum") < 5
+
+
+async def test_settle_counts_the_answered_picks_at_once_in_order(env: Env) -> None:
+    first = await env.service.pick_off_loop(PickCall(env.push(chat())))
+    second = await env.service.pick_off_loop(PickCall(env.push(chat(model="nope"))))
+    assert (first.outcome, second.outcome) == (Outcome.OK, Outcome.NO_WORKERS)
+    env.service.settle()
+    assert env.metric("kinference_picks_total", outcome="ok") == 1
+    assert env.metric("kinference_picks_total", outcome="no_workers") == 1
+    assert env.metric("kinference_pick_duration_seconds_count") == 2
+    env.service.settle()  # nothing left: counted once
+    await _drained()
+    assert env.metric("kinference_pick_duration_seconds_count") == 2
+    assert not env.router.prefix._later
