@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from kinference.bodies import Body, BodyStore, Pull, Upload, new_id
+from kinference.bodies import Body, BodyStore, Pull, Upload
 from kinference.kvcache.precise import PreciseQuery
 from kinference.metrics import Metrics
 from kinference.ops.recorder import RequestRecorder
@@ -214,7 +214,7 @@ class PickerService:
             sent_shape=decision.sent_shape,
         )
         rewritten = rewrite(body, request, plan, translated)  # before any state: may refuse
-        response_id = new_id(self._ids_in_use)
+        response_id = self.store.id_source.new_id(self._ids_in_use)
         request_id = call.client_request_id or body.client_request_id
         self.inflight.add(response_id, destination, call.tenant, decision.prefix_hashes, request_id)
         # Charged in the same loop turn as the admission check: no other Pick runs between.

@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 from kinference.api import convert
 from kinference.api.framing import encode_chunk
 from kinference.app import App
-from kinference.bodies import BodyStore, ByteBudget, Pull, Upload, new_id
+from kinference.bodies import BodyStore, ByteBudget, Pull, Upload
 from kinference.config.loader import parse_policy
 from kinference.service import PickerService
 from kinference.settings import Settings
@@ -148,7 +148,7 @@ class BaselineFlow(Flow):
     def pick(self) -> None:
         raw = pb.PickRequest(body_stream_id=self.stream_id).SerializeToString()
         held = self.store.take(pb.PickRequest.FromString(raw).body_stream_id)
-        self.response_id = new_id(())
+        self.response_id = self.store.id_source.new_id(())
         self.store.park(self.response_id, held)
         pb.PickResponse(
             outcome=pb.PickResponse.OK,

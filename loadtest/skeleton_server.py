@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from kinference.api.server import build_server
 from kinference.api.servicer import PickerServicer
 from kinference.app import App
-from kinference.bodies import BodyStore, new_id
+from kinference.bodies import BodyStore
 from kinference.config import Policy
 from kinference.routing import LocalChoice, Outcome
 from kinference.service import FinalReport, PickCall, PickerService, PickResult
@@ -46,7 +46,7 @@ class SkeletonService(PickerService):
 
     def pick(self, call: PickCall) -> PickResult:
         body = self.store.take(call.stream_id)
-        response_id = new_id(_Parked(self.store))
+        response_id = self.store.id_source.new_id(_Parked(self.store))
         self.store.park(response_id, body)
         return PickResult(
             Outcome.OK,

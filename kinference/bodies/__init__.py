@@ -10,7 +10,7 @@ from kinference.bodies.body import (
     backing,
 )
 from kinference.bodies.budget import ByteBudget
-from kinference.bodies.ids import new_id
+from kinference.bodies.ids import IdSource
 from kinference.bodies.store import BodyStore, Pull
 
 __all__ = [
@@ -19,10 +19,10 @@ __all__ = [
     "BodyStore",
     "ByteBudget",
     "ChunkObserver",
+    "IdSource",
     "Observation",
     "Piece",
     "Pull",
     "Upload",
     "backing",
-    "new_id",
 ]

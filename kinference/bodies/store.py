@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from kinference.bodies.body import MAX_CHUNK_BYTES, Body, ChunkObserver, Piece, Upload
 from kinference.bodies.budget import ByteBudget
-from kinference.bodies.ids import new_id
+from kinference.bodies.ids import IdSource
 from kinference.errors import (
     AlreadyConsumed,
     InvalidArgument,
@@ -70,6 +70,7 @@ class BodyStore:
         self._observer_factory = observer_factory
         self._observe_from = observe_from_bytes
         self._clock = clock
+        self.id_source = IdSource()  # stream ids here, response ids in the service
         self._pending: dict[int, _Held] = {}
         self._consumed: dict[int, float] = {}  # stream id -> monotonic expiry, seconds
         self._parked: dict[int, _Held] = {}
@@ -118,7 +119,7 @@ class BodyStore:
         """Store a completely received body; returns its new stream id."""
         body = upload.finish()
         self._uploads -= 1
-        stream_id = new_id(self._ids)
+        stream_id = self.id_source.new_id(self._ids)
         self._pending[stream_id] = _Held(body, self._clock() + self.ttl_s)
         return stream_id, body
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 
@@ -87,7 +88,8 @@ def test_new_stream_id_avoids_pending_and_consumed(
     from kinference.bodies import ids
 
     draws = iter([11, 22, 11, 22, 33])
-    monkeypatch.setattr(ids.secrets, "randbits", lambda bits: next(draws))
+    monkeypatch.setattr(ids.os, "urandom", lambda size: next(draws).to_bytes(8, sys.byteorder))
+    store.id_source = ids.IdSource(draw_bytes=8)  # one id a read: the reads are the draws
     assert push(store, b"a")[0] == 11
     assert push(store, b"b")[0] == 22
     store.take(11)  # consumed: remembered, so not reused
