@@ -36,7 +36,7 @@ from kinference.routing.features import Signals
 from kinference.routing.feedback import RouterFeedback
 from kinference.routing.filters.provider_health import ProviderHealthFilter, provider_path_for
 from kinference.routing.filters.ready import ReadyFilter
-from kinference.routing.filters.saturation import SATURATED
+from kinference.routing.filters.saturation import free_positions
 from kinference.routing.filters.tenant import TenantFilter
 from kinference.routing.health import ProviderHealth
 from kinference.routing.journal import Journal, NullJournal
@@ -242,12 +242,11 @@ class Router(RouterFeedback, WorkerChoice):
         # The context made for that is the choice's too (`narrowed` to the free ones).
         context = self._context(attempt, group, slots)
         levels = saturation.levels_with_hits_in(signals, slots, context[0])
-        keep = levels < SATURATED
-        free = slots[keep]
-        if len(free):
-            return self._local(attempt, group, free, self._narrowed(context, keep))
+        free = free_positions(levels)
+        if free:
+            return self._local(attempt, group, *self._narrowed(context, slots, free))
         attempt.note(Reason.SATURATED, f"pool {_pools(group)} is saturated")
-        attempt.busy.append(Busy(group, slots, levels))
+        attempt.busy.append(Busy(group, slots, np.asarray(levels, dtype=np.int8)))
         return None
 
     def _ready_slots(self, attempt: Attempt, group: tuple[Target, ...]) -> IndexArray | None:

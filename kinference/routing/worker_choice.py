@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
-import numpy.typing as npt
-
 from kinference.config import Target, target_api
 from kinference.kvcache.source import PreciseCachedTokens
 from kinference.requests import InferenceRequest
@@ -124,16 +121,18 @@ class WorkerChoice:
         return ctx, note
 
     def _narrowed(
-        self, context: tuple[PickContext, str | None], keep: npt.NDArray[np.bool_]
-    ) -> tuple[PickContext, str | None] | None:
-        """`context` of the candidates `keep` marks, as `_context` would make it for them;
-        None (make it afresh) in a precise pool, whose note may name a candidate left out."""
+        self, context: tuple[PickContext, str | None], slots: IndexArray, kept: list[int]
+    ) -> tuple[IndexArray, tuple[PickContext, str | None] | None]:
+        """The candidates of `slots` at the positions `kept` (in order), and `context` of
+        them, as `_context` would make it for them; None (make it afresh) in a precise
+        pool, whose note may name a candidate left out."""
+        if len(kept) == len(slots):
+            return slots, context
         ctx, note = context
-        if keep.all():
-            return context
         if self.policy.catalog.prefix_mode(ctx.pool) == PRECISE:
-            return None
-        return ctx.narrowed(keep), note
+            return slots.take(kept), None
+        narrowed = ctx.narrowed(kept)
+        return narrowed.slots, (narrowed, note)
 
 
 def _degraded(request: InferenceRequest, precise_note: str | None) -> tuple[Outcome, str, Reason]:

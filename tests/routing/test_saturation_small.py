@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 from kinference.routing import Router, WorkerTable
 from kinference.routing.attempt import Attempt
 from kinference.routing.features import EngineReading
-from kinference.routing.filters.saturation import SMALL_CANDIDATES, SaturationConfig
+from kinference.routing.filters.saturation import (
+    OVERLOADED,
+    SATURATED,
+    SMALL_CANDIDATES,
+    SaturationConfig,
+    free_positions,
+)
 from kinference.routing.filters.saturation import SaturationFilter as Saturation
 from tests.routing.plugin_helpers import pool_router, system_query
 
@@ -97,11 +103,11 @@ def test_the_narrowed_context_is_the_one_made_for_the_free_candidates() -> None:
     slots = router._ready_slots(attempt, group)
     assert slots is not None
     whole, note = router._context(attempt, group, slots)
-    keep = np.array([True, False, True, True])
-    narrowed = router._narrowed((whole, note), keep)
+    free, narrowed = router._narrowed((whole, note), slots, [0, 2, 3])
     assert narrowed is not None
-    fresh, fresh_note = router._context(attempt, group, slots[keep])
+    fresh, fresh_note = router._context(attempt, group, slots[[0, 2, 3]])
     got = narrowed[0]
+    assert free.tolist() == fresh.slots.tolist() and free.dtype == slots.dtype
     assert got.slots.tolist() == fresh.slots.tolist()
     assert got.cached_tokens.tolist() == fresh.cached_tokens.tolist()
     assert got.footprint == fresh.footprint
@@ -109,4 +115,26 @@ def test_the_narrowed_context_is_the_one_made_for_the_free_candidates() -> None:
         fresh.prompt_tokens, fresh.hashes, fresh_note,
     )  # fmt: skip
     assert got.memory_ahead == fresh.memory_ahead and got.memory_batch == fresh.memory_batch
-    assert router._narrowed((whole, note), np.ones(4, dtype=bool)) == (whole, note)
+    assert router._narrowed((whole, note), slots, [0, 1, 2, 3]) == (slots, (whole, note))
+
+
+@settings(deadline=None, max_examples=200)
+@given(st.lists(st.integers(min_value=0, max_value=2), max_size=40))
+def test_free_positions_read_a_list_as_they_read_numpys_levels(levels: list[int]) -> None:
+    expected = np.flatnonzero(np.array(levels, dtype=np.int8) < SATURATED).tolist()
+    assert free_positions(levels) == expected
+    assert free_positions(np.array(levels, dtype=np.int8)) == expected
+
+
+def test_a_saturated_pool_keeps_numpys_levels_for_the_qos_fallback() -> None:
+    router = pool_router(ENDPOINTS, NOW)
+    for endpoint in ENDPOINTS:
+        router.engine_reading(endpoint, True, EngineReading(9.0, 2.0, 0.95, scraped_at=NOW))
+    query = system_query("The tides follow the moon. " * 300, 1)
+    route = router.policy.config.resolve_model("m")
+    assert route is not None
+    attempt = Attempt(query, route, router._signals(router.policy.engine_stale_after_s))
+    group = attempt.groups(route.primary)[0]
+    assert router._try_pool(attempt, group) is None
+    (busy,) = attempt.busy
+    assert busy.levels.dtype == np.int8 and busy.levels.tolist() == [OVERLOADED] * 4

@@ -76,14 +76,16 @@ class SaturationFilter:
             return self.any_saturated(queue, kv_usage, slots.tolist())
         return bool(self.levels(queue[slots], kv_usage[slots]).any())
 
-    def levels_with_hits_in(self, signals: Signals, slots: IndexArray, ctx: PickContext) -> Levels:
-        """`levels_with_hits` of `slots` by `signals` and the Pick's `ctx` over them."""
+    def levels_with_hits_in(
+        self, signals: Signals, slots: IndexArray, ctx: PickContext
+    ) -> Levels | list[int]:
+        """`levels_with_hits` of `slots` by `signals` and the Pick's `ctx` over them (a
+        list for a handful of candidates: `free_positions` reads either)."""
         queue, kv_usage = signals.queue, signals.kv_usage
         if len(slots) <= SMALL_CANDIDATES:  # on Python floats
-            listed = self.levels_with_hits_of(
+            return self.levels_with_hits_of(
                 queue, kv_usage, slots.tolist(), ctx.cached_tokens.tolist(), ctx.prompt_tokens
             )
-            return np.array(listed, dtype=np.int8)
         return self.levels_with_hits(
             queue[slots], kv_usage[slots], ctx.cached_tokens, ctx.prompt_tokens
         )
@@ -122,3 +124,11 @@ class SaturationFilter:
             saturated = waiting >= depth or used >= full
             levels.append(saturated + (waiting >= over_depth or used >= over_full))
         return levels
+
+
+def free_positions(levels: Levels | list[int]) -> list[int]:
+    """The positions of the candidates `levels` shows FREE, in order."""
+    if isinstance(levels, list):
+        return [position for position, level in enumerate(levels) if level < SATURATED]
+    free: list[int] = np.flatnonzero(levels < SATURATED).tolist()
+    return free
