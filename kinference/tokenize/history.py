@@ -156,6 +156,8 @@ class DecodedHistory:
         self.reused += 1
         messages = (*node.messages, *added)
         ends = _spans(array)
+        if len(ends) != len(added):  # not where `_spans` looked: keep nothing new
+            return list(messages)
         sizes = {id(m): e - s for m, (s, e) in zip(added, ends, strict=True)}
         for n in range(max(len(added) - 2, 0), len(added)):  # the last two messages' ends
             offset = base + comma.end() - 1 + ends[n][1]
@@ -177,6 +179,8 @@ class DecodedHistory:
             try:
                 ends = _spans(raw)
             except (msgspec.MsgspecError, RecursionError):  # as the decode did: not expected
+                return messages
+            if len(ends) != len(held):
                 return messages
             sizes = {id(m): e - s for m, (s, e) in zip(held, ends, strict=True)}
             picked = sorted({0, max(last - 1, 0), last})
