@@ -29,6 +29,7 @@ from kinference.kvcache.blocks import PromptBlocks
 from kinference.kvcache.precise import PreciseCaches, PreciseQuery
 from kinference.requests import InferenceRequest
 from kinference.tokenize.begun import Outcome, Profile, Started
+from kinference.tokenize.history import DecodedHistory
 from kinference.tokenize.lazy import Known, Tokenization
 from kinference.tokenize.plan import Plan, plan_of
 from kinference.tokenize.source import prompt_text
@@ -78,6 +79,7 @@ class PromptPreparer:
         self._observe = observe  # seconds per tokenized prompt
         self._thread = TokenizerThread()
         self._tokenizers: dict[Profile, PromptTokenizer] = {}  # touched on the thread only
+        self._history = DecodedHistory()  # large messages decoded once a conversation: ditto
         self._plan = plan_of(policy)
         self._tickets = itertools.count(1)
         self._later_chars = 0  # text of unfinished background work (on the thread only)
@@ -170,7 +172,7 @@ class PromptPreparer:
         None (shape not tokenized here), or, `inline`, what is left for the thread."""
         try:
             if begun is None:
-                text = prompt_text(request, body)
+                text = prompt_text(request, body, self._history)
                 if text is None:
                     return None
                 begun = self._start(plan, pools, text)

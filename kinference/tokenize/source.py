@@ -18,13 +18,16 @@ from typing import Any
 from kinference.bodies import Body
 from kinference.requests import InferenceRequest, LargeValue, Shape
 from kinference.requests.decode import Refused, strict_loads
+from kinference.tokenize.history import DecodedHistory
 from kinference.tokenize.tokenizer import PromptText, Untokenizable
 
 
-def prompt_text(request: InferenceRequest, body: Body) -> PromptText | None:
+def prompt_text(
+    request: InferenceRequest, body: Body, history: DecodedHistory | None = None
+) -> PromptText | None:
     values = request.fields.values
     if request.shape is Shape.CHAT:
-        messages = _value(values.get("messages"), body)
+        messages = _value(values.get("messages"), body, history)
         tools = _value(values.get("tools"), body)
         if not isinstance(messages, list):
             raise Untokenizable("messages is not an array")
@@ -39,8 +42,12 @@ def prompt_text(request: InferenceRequest, body: Body) -> PromptText | None:
     return None
 
 
-def _value(value: Any, body: Body) -> Any:
+def _value(value: Any, body: Body, history: DecodedHistory | None = None) -> Any:
     if isinstance(value, LargeValue):
+        if history is not None:
+            found = history.messages(body, value.start, value.end)
+            if found is not None:
+                return found
         raw = body.read_span(value.start, value.end)
         try:
             return strict_loads(raw)
