@@ -41,9 +41,6 @@ TEXT_SIZE = "c"
 # [endpoint, model, sequences beside, excess ms]: a sample of the model's busy cost, what
 # the sequences running beside a request added to its TTFT (`routing.rates`)
 BUSY = "u"
-# [endpoint, model, pending ms, excess ms]: a sample of the model's pending-prefill share,
-# the TTFT beyond the prediction without the pending prefill ahead (`routing.rates`)
-PENDING = "w"
 
 Event = list[Any]
 

@@ -81,9 +81,6 @@ class Outbox:
     def busy(self, endpoint: str, model: str, sequences: float, excess_ms: float) -> None:
         self._add([codec.BUSY, endpoint, model, sequences, excess_ms])
 
-    def pending(self, endpoint: str, model: str, pending_ms: float, excess_ms: float) -> None:
-        self._add([codec.PENDING, endpoint, model, pending_ms, excess_ms])
-
     def engine(self, endpoint: str, reading: dict[str, Any]) -> None:
         self._add([codec.ENGINE, endpoint, reading])
 

@@ -58,7 +58,7 @@ static int prefill_done(const Terms *t, Py_ssize_t slot, double per_token, doubl
     return 0;
 }
 
-/* `pending.waited_prefill(table, slot, *queued, per_token=, cached=, hashes=, share=)`, its
+/* `pending.waited_prefill(table, slot, *queued, per_token=, cached=, hashes=)`, its
  * `table.shared_pending(slot, hashes)` called back (the pending prefixes are Python's). */
 static int waited(const Terms *t, Py_ssize_t slot, double *queued, double per_token,
                   double cached) {
@@ -83,7 +83,7 @@ static int waited(const Terms *t, Py_ssize_t slot, double *queued, double per_to
         }
         left = py_min(left, pending - tokens);
     }
-    *queued = py_max(left, 0.0) * t->share;
+    *queued = py_max(left, 0.0);
     return 0;
 }
 

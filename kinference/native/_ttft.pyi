@@ -21,7 +21,6 @@ def terms(
     clock: Callable[[], float],
     hashes: tuple[int, ...],
     scoring: bool,
-    share: float,
     /,
 ) -> object:
     """Writes the TTFT model's small-form rows into `out` (rows x len(slots)): predicted,

@@ -4,15 +4,14 @@
  * cached (float64, per candidate), waiting (float64, per slot), table (a WorkerTable),
  * per_token, base, service (float64 per slot, or None), constants (9 floats: `Constants`),
  * busy (float), prompt (float or int), memory, fits, footprint (lists of floats, or None),
- * clock (the table's), hashes (tuple), scoring (bool), share (float: of the pending prefill
- * a request waits for, `waited_prefill`). What is not of these types is
+ * clock (the table's), hashes (tuple), scoring (bool). What is not of these types is
  * not taken (answer 0) rather than converted: the pure form then runs on it as it is.
  */
 #include "ttft_args.h"
 
 #include <string.h>
 
-#define ARGS 18
+#define ARGS 17
 
 int names_open(Names *names) {
     static const char *const attributes[COLUMNS] = {
@@ -211,7 +210,7 @@ int terms_open(Terms *t, const Names *names, PyObject *const *args, Py_ssize_t n
         return -1;
     }
     if (!constants(args[8], &t->c) || !number(args[9], &t->busy) ||
-        !number(args[10], &t->prompt) || !number(args[17], &t->share)) {
+        !number(args[10], &t->prompt)) {
         return 0;
     }
     return lists(t, args);

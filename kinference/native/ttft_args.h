@@ -35,7 +35,7 @@ typedef struct {
     Column rate_columns[3];
     const Column *rates[3];   /* per_token, base, service; NULL: nothing learned */
     Constants c;
-    double busy, prompt, share;  /* share: of the waited pending prefill */
+    double busy, prompt;
     double *memory, *fits, *footprint;  /* NULL: None (memory: either of the two) */
     Py_ssize_t memory_count, fits_count, footprint_count;
     PyObject *table, *clock, *hashes, *shared_pending;  /* borrowed */

@@ -5,8 +5,7 @@
 - per worker and model: the TTFT model's terms, the rates it learned and the prefix
   index's capacity estimate (labels: pool endpoints and models, bounded by the policy);
 - per model: the rates learned of the model's engines together (the busy cost a running
-  sequence adds to a TTFT, the share of a pending prefill ahead a request waits for;
-  models of the policy's pools only, never a caller's name);
+  sequence adds to a TTFT; models of the policy's pools only, never a caller's name);
 - prediction quality over the last window: TTFT (predicted vs reported) and cached tokens
   (predicted vs reported), as mean absolute error, bias and correlation.
 """
@@ -103,8 +102,6 @@ class RoutingCollector(Collector):
         for model in sorted(models):
             busy = router.learning.rates.learned_busy(model)
             family.add_metric([model, "busy_ms_per_sequence"], busy)
-            share = router.learning.rates.learned_pending_share(model)
-            family.add_metric([model, "pending_prefill_share"], share)
         yield family
 
     def _quality(self) -> Iterator[GaugeMetricFamily]:

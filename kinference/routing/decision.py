@@ -51,10 +51,6 @@ class LocalChoice:
     cached_tokens: float = 0.0  # predicted cached on this worker (its cached-tokens source)
     predicted_ttft_ms: float | None = None  # the TTFT model's estimate, when it ran
     predicted_wait_ms: float = 0.0  # the part of it spent behind other requests
-    # Of it, the pending prefill of other prompts ahead at share 1 (`TtftScorer.pending_ms`)
-    # and the share of it predicted (`Rates.pending_share`): a report teaches the share.
-    pending_ms: float = 0.0
-    pending_share: float = 1.0
     # Sequences it joined on the worker (itself included), as the TTFT model saw them, and
     # the requests ended there before the pick (`WorkerTable.ended`; NaN: not read).
     sequences: float = 0.0

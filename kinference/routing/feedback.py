@@ -107,10 +107,3 @@ class RouterFeedback:
         """Another replica's sample of `model`'s busy cost (`endpoint` served it; the
         cost is the model's engines', whichever served it)."""
         self.learning.rates.observe_busy(model, sequences, excess_ms)
-
-    def remote_pending(
-        self, endpoint: str, model: str, pending_ms: float, excess_ms: float
-    ) -> None:
-        """Another replica's sample of `model`'s pending-prefill share (`endpoint`
-        served it; the share is the model's engines', whichever served it)."""
-        self.learning.rates.observe_pending(model, pending_ms, excess_ms)

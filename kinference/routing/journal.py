@@ -57,11 +57,6 @@ class Journal(Protocol):
         `endpoint` beside `sequences` running ones took `excess_ms` beyond its predicted
         queue and prefill."""
 
-    def pending(self, endpoint: str, model: str, pending_ms: float, excess_ms: float) -> None:
-        """A sample of `model`'s pending-prefill share (`routing.rates`): a request served
-        on `endpoint` behind `pending_ms` of other prompts' prefill (at share 1) took
-        `excess_ms` beyond its prediction without it."""
-
 
 class NullJournal:
     """Standalone: the instance's own state is the whole state."""
@@ -101,7 +96,4 @@ class NullJournal:
         pass
 
     def busy(self, endpoint: str, model: str, sequences: float, excess_ms: float) -> None:
-        pass
-
-    def pending(self, endpoint: str, model: str, pending_ms: float, excess_ms: float) -> None:
         pass

@@ -28,9 +28,6 @@ PREFILL_SAMPLE_WAIT_SHARE = 0.5
 # TTFT plus the larger of that again and the queue slack, ms, waited for a batch slot.
 NO_QUEUE_SHARE, NO_QUEUE_SLACK_MS = 0.5, 50.0
 QUEUED_SLACK_MS = 250.0
-# A report teaches the pending-prefill share only where the predicted wait for a batch
-# slot (or memory) was under this, ms: a queue beside the pending prefill would blur it.
-SLOT_WAIT_FOR_SAMPLE_MS = 1.0
 # Another replica's prefill whose end never reached us (an entry lost to a trim or a gap)
 # stops counting after this many seconds; prefills take well under that.
 REMOTE_PREFILL_TTL_S = 30.0
@@ -135,14 +132,11 @@ class Learning:
             self._cached_feedback(choice, served.prompt_tokens, cached)
         prefill_ms = float("nan")
         ttft = served.ttft_ms
-        queued = ttft is None or self._queued(choice, ttft, served)
-        if ttft is not None and not queued:
-            self._pending_sample(choice, ttft, uncached)
-        # (the pending prefill ahead counted whole, whatever its learned share: a request
-        # behind much of it is a sample of that share, not of the prefill or busy cost,
-        # which a queue the reports do not tell apart would otherwise inflate)
-        wait_at_one = choice.predicted_wait_ms + (1.0 - choice.pending_share) * choice.pending_ms
-        if ttft is not None and not queued and wait_at_one <= PREFILL_SAMPLE_WAIT_SHARE * ttft:
+        if (
+            ttft is not None
+            and not self._queued(choice, ttft, served)
+            and choice.predicted_wait_ms <= PREFILL_SAMPLE_WAIT_SHARE * ttft
+        ):
             prefill_ms = self._unqueued(choice, uncached, ttft - choice.predicted_wait_ms)
         service_ms = float("nan") if served.service_ms is None else served.service_ms
         self.learn(slot, model, uncached, prefill_ms, service_ms)
@@ -155,25 +149,6 @@ class Learning:
         if served.cached_tokens is not None:
             missed -= min(served.cached_tokens, served.prompt_tokens)
         return self._batch_evidence(choice, ttft_ms, missed)
-
-    def _pending_sample(self, choice: LocalChoice, ttft_ms: float, uncached: float) -> None:
-        """A request picked where other prompts' prefill was pending ahead of it teaches
-        the share of that wait its engines impose (`Rates.observe_pending`): its TTFT
-        beyond what it takes without that wait, the worker's learned prefill of the
-        uncached tokens the engine reported and the busy cost of the sequences beside it
-        (not the prediction: its pressure term is a cost, not a TTFT), against the wait at
-        share 1. Only where no batch slot was waited for (that wait would blur it) and the
-        worker's prefill is learned."""
-        pending, slot, model = choice.pending_ms, choice.slot, choice.model
-        if choice.predicted_ttft_ms is None or pending <= 0.0:
-            return
-        if choice.predicted_wait_ms - choice.pending_share * pending > SLOT_WAIT_FOR_SAMPLE_MS:
-            return
-        alone = self.rates.prefill_ms(slot, model, uncached)
-        beside = max(choice.sequences - 1.0, 0.0)
-        excess = ttft_ms - alone - self.rates.busy_ms(model) * beside
-        if not isnan(alone) and self.rates.observe_pending(model, pending, excess):
-            self.journal.pending(choice.endpoint, model, pending, excess)
 
     def _unqueued(self, choice: LocalChoice, uncached: float, unqueued_ms: float) -> float:
         """A TTFT without its predicted queue: teaches what the sequences beside it added

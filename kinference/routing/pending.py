@@ -7,8 +7,7 @@ those blocks as cached there). Only pending prefill the new request does not sha
 wait. Entries are keyed by whatever identifies one pick (the local choice object, another
 replica's pick id) and leave at the first token, an upstream error or the release.
 What of the pending prefill a new request waits for (`waited_prefill`): not what it
-shares, nor what the engine has computed since the worker's pending prefill began, and
-of the rest the share its engines are learned to make a request wait (`routing.rates`).
+shares, nor what the engine has computed since the worker's pending prefill began.
 """
 
 from __future__ import annotations
@@ -91,22 +90,19 @@ def waited_prefill(
     per_token: float,
     cached: float,
     hashes: tuple[int, ...],
-    share: float = 1.0,
 ) -> float:
     """Of `pending` prefill tokens on the worker, those a new request waits for. vLLM's
     scheduler (v1, chunked prefill) runs a prompt being prefilled first, a chunk per step
     as large as the step's token budget leaves, and starts a new prompt only in what
     budget remains: the new one waits for the rest of what is pending, less what the
     engine has computed since it began (`WorkerTable.prefill_done`), or less what this
-    prompt shares (a cache hit in progress), whichever leaves fewer (they may overlap);
-    times `share`, the part of such a rest its engines were seen to make a request wait
-    (`Rates.pending_share`: about 1 on vLLM, 0 on engines that prefill prompts side by
-    side). `pending` is above 0 (the callers ask only then). Where the engine has computed
-    all of it by now, what it shares is not looked up: it could leave no fewer than none."""
+    prompt shares (a cache hit in progress), whichever leaves fewer (they may overlap).
+    `pending` is above 0 (the callers ask only then). Where the engine has computed all of
+    it by now, what it shares is not looked up: it could leave no fewer than none."""
     left = pending - table.prefill_done(slot, per_token)
     if left > 0.0 and cached > 0.0 and hashes:
         left = min(left, pending - table.shared_pending(slot, hashes))
-    return max(left, 0.0) * share
+    return max(left, 0.0)
 
 
 def unwaited_prefill(
@@ -115,17 +111,15 @@ def unwaited_prefill(
     cached: npt.NDArray[np.float64],
     hashes: tuple[int, ...],
     per_token: npt.NDArray[np.float64],
-    *,
-    share: float = 1.0,
 ) -> npt.NDArray[np.float64]:
     """Per candidate, the pending prefill tokens a request does not wait for
-    (`waited_prefill`'s complement, at `share`); 0 where none is pending."""
+    (`waited_prefill`'s complement); 0 where none is pending."""
     pending = table.pending_prefill[slots]
     gone = np.zeros(len(slots))
     for i in np.flatnonzero(pending > 0.0):
         queued = pending.item(i)
         gone[i] = queued - waited_prefill(
             table, int(slots[i]), queued, per_token=per_token.item(i),
-            cached=cached.item(i), hashes=hashes, share=share,
+            cached=cached.item(i), hashes=hashes,
         )  # fmt: skip
     return gone

@@ -48,7 +48,6 @@ def compile_policy(
     rates.prior_base_ms = routing.ttft.prior_prefill_base_ms
     rates.prior_busy_ms = routing.ttft.prior_busy_ms_per_sequence
     rates.prior_ms_per_token = 1000.0 / routing.ttft.prior_prefill_tokens_per_s
-    rates.prior_pending_share = routing.ttft.prior_pending_prefill_share
     scorers = build_scorers(routing, rates)
     ttft = next((s for s, _ in scorers if isinstance(s, TtftScorer)), None)
     return RoutingPolicy(

@@ -14,13 +14,7 @@ adds to its TTFT (an engine's step decodes every running sequence along with the
 prompt's prefill, so steps, and the first token, take longer on a fuller batch): the TTFT
 beyond the predicted queue and prefill, against the sequences the request joined, fitted
 through the origin by the same exponentially weighted least squares (the prefill samples
-are net of it); and `pending_share`: of the pending prefill the model predicts a request
-to wait for on its worker (other prompts picked there still without a first token), the
-share it was seen to wait (the TTFT beyond the prediction without that wait, against
-that wait, fitted through the origin the same way, within 0..1). vLLM's scheduler runs a
-prompt being prefilled first and a new one in the step's token budget it leaves, so a
-request waits for the rest of it (about 1); an engine that prefills prompts side by side
-(the benchmark's simulated engines) makes it wait for none (0).
+are net of it).
 
 Samples come from this replica's reports and, in a cluster, from every other replica's
 (`Router.remote_served` and `Router.remote_busy` fold theirs), so every replica learns the
@@ -48,11 +42,6 @@ MAX_BUSY_MS = 50.0
 # value, say from a corrupt stream entry, would overflow the fit's sums).
 MAX_BUSY_SEQUENCES = 100_000.0
 MAX_BUSY_MODELS = 1024  # models with a busy fit (names come from the policy; a bound anyway)
-# A pending-prefill wait shorter than this (ms) teaches nothing of its share: the TTFT's
-# own noise (scheduling, the gateway, a ms or two) would be all of the sample. Short
-# waits weigh little anyway (the fit weighs a sample by its wait squared).
-MIN_PENDING_SAMPLE_MS = 2.0
-MAX_PENDING_SAMPLE_MS = 600_000.0  # longer than any prefill: a corrupt value, not a wait
 
 
 def busy_sample(sequences: float, excess_ms: float) -> tuple[float, float] | None:
@@ -63,20 +52,6 @@ def busy_sample(sequences: float, excess_ms: float) -> tuple[float, float] | Non
         return None
     bound = MAX_BUSY_MS * sequences
     return sequences, min(max(excess_ms, -bound), bound)
-
-
-def pending_sample(pending_ms: float, excess_ms: float) -> tuple[float, float] | None:
-    """A pending-prefill sample as the fit takes it: the wait `pending_ms` the model saw
-    ahead at share 1 and the TTFT's `excess_ms` beyond its time without it, held within
-    -`pending_ms`..2 `pending_ms` (the noise of a short wait's TTFT goes either way, so
-    it is not cut at 0 or 1, which would bias the mean; more is a queue or a slow step,
-    not this wait); None when it says nothing (a wait under MIN_PENDING_SAMPLE_MS or past
-    MAX_PENDING_SAMPLE_MS, NaN)."""
-    if not (MIN_PENDING_SAMPLE_MS <= pending_ms <= MAX_PENDING_SAMPLE_MS):
-        return None
-    if not math.isfinite(excess_ms):
-        return None
-    return pending_ms, min(max(excess_ms, -pending_ms), 2.0 * pending_ms)
 
 
 # Exponentially weighted sums per slot: weight, x, y, x^2, x*y.
@@ -103,10 +78,6 @@ class Rates:
         # and the fitted milliseconds a sequence (one for the model's engines: a pool's
         # engines share it, and each report teaches it, not only one worker's in four).
         self._busy: dict[str, tuple[float, float, float]] = {}
-        # Of a pending prefill ahead, the share a request waits for until learned (the
-        # policy's prior), and per model the fit as for busy (sums of wait^2, wait x excess).
-        self.prior_pending_share = 1.0
-        self._pending: dict[str, tuple[float, float, float]] = {}
 
     def values(self, model: str, quantity: str, slots: IndexArray, size: int) -> FloatArray:
         """`quantity` for the slots (NaN where not learned); `size` is the table's."""
@@ -192,37 +163,6 @@ class Rates:
         squares = squares * keep + a * sequences * sequences
         products = products * keep + a * sequences * excess
         self._busy[model] = (squares, products, min(max(products / squares, 0.0), MAX_BUSY_MS))
-        return True
-
-    def pending_share(self, model: str) -> float:
-        """Of the pending prefill ahead on a worker, the share a request of `model` waits
-        for: learned, else the policy's prior (`prior_pending_share`)."""
-        fitted = self._pending.get(model)
-        return self.prior_pending_share if fitted is None else fitted[2]
-
-    def learned_pending_share(self, model: str) -> float:
-        """The learned pending-prefill share of `model` (NaN: the prior in use)."""
-        fitted = self._pending.get(model)
-        return float("nan") if fitted is None else fitted[2]
-
-    def observe_pending(self, model: str, pending_ms: float, excess_ms: float) -> bool:
-        """One request's TTFT beyond its prediction without the pending prefill ahead
-        (`excess_ms`), against that pending prefill's wait at share 1 (`pending_ms`).
-        The first sample decides the fit (a prior that keeps requests off such workers
-        would leave few samples to outvote it), later ones weigh `alpha`. False when it
-        teaches nothing (`pending_sample`)."""
-        sample = pending_sample(pending_ms, excess_ms)
-        if sample is None:
-            return False
-        pending, excess = sample
-        keep, a = 1.0 - self.alpha, self.alpha
-        fitted = self._pending.get(model)
-        if fitted is None and len(self._pending) >= MAX_BUSY_MODELS:  # forget the first
-            del self._pending[next(iter(self._pending))]
-        squares, products, _ = (0.0, 0.0, 0.0) if fitted is None else fitted
-        squares = squares * keep + a * pending * pending
-        products = products * keep + a * pending * excess
-        self._pending[model] = (squares, products, min(max(products / squares, 0.0), 1.0))
         return True
 
     def observe_service(self, slot: int, model: str, service_ms: float) -> None:

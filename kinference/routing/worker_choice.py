@@ -53,13 +53,11 @@ class WorkerChoice:
         slot = int(slots[index])
         predicted, waits = ctx.predicted_ttft_ms, ctx.predicted_wait_ms
         held, age = self.prefix.held(slot, ctx.hashes)
-        pending_ms = 0.0 if predicted is None else policy.ttft.pending_ms(ctx, index)
         choice = LocalChoice(
             self.table.endpoints[slot], slot, self.policy.catalog.pool_of(group, slot), model,
             prompt_tokens=ctx.prompt_tokens, cached_tokens=float(ctx.cached_tokens[index]),
             predicted_ttft_ms=None if predicted is None else float(predicted[index]),
             predicted_wait_ms=0.0 if waits is None else float(waits[index]), hashes=ctx.hashes,
-            pending_ms=pending_ms, pending_share=self.learning.rates.pending_share(model),
             sequences=1.0 + (0.0 if ctx.sequences is None else float(ctx.sequences[index])),
             ended_before=self.table.ended.item(slot),
             held_blocks=held, held_age=age,

@@ -120,7 +120,6 @@ def picks(draw: st.DrawFn) -> dict[str, Any]:
         "slots": draw(st.lists(st.integers(0, CAPACITY - 1), min_size=count, max_size=count)),
         "rates": [draw(rate_arrays()) for _ in range(3)],
         "busy": draw(st.none() | st.floats(0.0, 50.0)),
-        "share": draw(st.none() | st.floats(0.0, 1.0) | st.sampled_from([0.0, 1.0])),
         "config": draw(configs),
         "prompt": draw(st.floats(0.0, 1e5) | st.sampled_from([math.nan, math.inf, 7])),
         "cached": draw(maybe),
@@ -148,8 +147,6 @@ def build(case: dict[str, Any]) -> tuple[PickContext, Rates, TtftConfig]:
             rates._arrays[MODEL, name] = np.array(values, dtype=np.float64)
     if case["busy"] is not None:
         rates._busy[MODEL] = (1.0, 1.0, case["busy"])
-    if case.get("share") is not None:  # a learned pending-prefill share (None: the prior)
-        rates._pending[MODEL] = (1.0, 1.0, case["share"])
     waiting = np.array(case["waiting"], dtype=np.float64)
     ctx = PickContext(
         request(), MODEL, "default/pool", table, Signals(waiting, waiting.copy()),

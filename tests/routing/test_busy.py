@@ -159,8 +159,7 @@ def test_the_busy_rate_is_exported_per_model_of_the_policy_only() -> None:
     r.remote_busy("10.0.0.1:8000", "m", 2.0, 30.0)  # learned from another replica
     r.remote_busy("10.0.0.9:8000", "a-callers-name", 2.0, 30.0)  # not a policy model
     families = list(RoutingCollector(r).collect())
-    rates = samples(families, "kinference_model_learned_rate")  # type: ignore[arg-type]
-    busy = {key: value for key, value in rates.items() if key[1] == "busy_ms_per_sequence"}
+    busy = samples(families, "kinference_model_learned_rate")  # type: ignore[arg-type]
     assert set(busy) == {("m", "busy_ms_per_sequence"), ("n", "busy_ms_per_sequence")}
     assert busy["m", "busy_ms_per_sequence"] == 15.0
     assert math.isnan(busy["n", "busy_ms_per_sequence"])  # the prior in use

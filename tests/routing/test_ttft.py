@@ -455,7 +455,7 @@ def test_a_known_batch_leaves_no_doubt() -> None:
 
 
 def peers_or_as_it_was(array: np.ndarray | None, slots: list[int], prior: float) -> list[float]:
-    """`peers_or` before its all-known test became a sum."""
+    """`_small_peers_or` before its all-known test became a sum."""
     if array is None:
         return [prior] * len(slots)
     size = len(array)
@@ -475,9 +475,11 @@ odd_floats = st.floats() | st.sampled_from([0.0, -0.0, math.inf, -math.inf, math
     slots=st.lists(st.integers(0, 11), min_size=1, max_size=12),
     prior=st.floats(0.0, 1e4),
 )
-def testpeers_or_is_what_it_was(values: list[float] | None, slots: list[int], prior: float) -> None:
+def test_small_peers_or_is_what_it_was(
+    values: list[float] | None, slots: list[int], prior: float
+) -> None:
     array = None if values is None else np.array(values, dtype=np.float64)
-    got = ttft_small.peers_or(array, slots, prior)
+    got = ttft_small._small_peers_or(array, slots, prior)
     assert repr(got) == repr(peers_or_as_it_was(array, slots, prior))
 
 

@@ -2,7 +2,7 @@
 
     ttft = wait + prefill + busy + pressure
     wait     = max(ahead * service_ms / batch,  memory_ahead * service_ms / memory_batch)
-               + max(pending - max(done, shared_pending), 0) * ms_per_token * share
+               + max(pending - max(done, shared_pending), 0) * ms_per_token
     prefill  = base_ms + (prompt_tokens - cached_tokens) * ms_per_token
     busy     = busy_ms_per_sequence * min(sequences, batch)
     pressure = decode_pressure_ms * min(sequences / batch, 1) ** 2
@@ -16,10 +16,7 @@ wait is a batch slot freed: `service_ms / batch` apart). `pending` are uncached 
 tokens picked to the worker and still without a first token, `shared_pending` those of
 them this prompt shares (a prefix being computed there is a cache hit in progress, not a
 queue: `routing.pending`), `done` those of them the engine has computed by now if it
-prefills them one after another from when its pending prefill began (`routing.pending`),
-and `share` the part of such a rest the model's engines were seen to make a request wait
-(learned from the reports, `Rates.pending_share`: vLLM's scheduler about 1, engines that
-prefill prompts side by side 0).
+prefills them one after another from when its pending prefill began (`routing.pending`).
 `busy` is what the running sequences add to the request's own first step (each step
 decodes them beside its prefill). In precise pools whose cache size is known,
 `memory_ahead` are the requests ahead that must end before this one fits in the worker's
@@ -49,7 +46,7 @@ import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat
 
 from kinference.native import load_ttft
-from kinference.routing.pending import unwaited_prefill, waited_prefill
+from kinference.routing.pending import unwaited_prefill
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.rates import Rates
@@ -97,12 +94,6 @@ class TtftConfig(PluginConfig):
     # Share of the expected wait beyond the most seen running while a worker's batch is
     # not known (`readings.unseen_wait`), in the cost as a slot wait (1 + queue_weight).
     unsure_batch_weight: NonNegativeFloat = 1.0
-    # Of the pending prefill ahead on a worker (other prompts picked there, no first token
-    # yet, less what the engine has computed since), the share a new request waits for,
-    # until learned per model from the reports (`routing.rates`). vLLM's scheduler (v1,
-    # chunked prefill: `Scheduler.schedule` gives running requests, a prompt being
-    # prefilled among them, the step's token budget first) makes it wait for all of it.
-    prior_pending_prefill_share: float = Field(default=1.0, ge=0.0, le=1.0)
     # Weight of a new sample in the learned rates (exponential forgetting).
     learning_rate: float = Field(default=0.1, gt=0.0, le=1.0)
 
@@ -156,9 +147,8 @@ class TtftScorer:
         uncached = np.maximum(ctx.prompt_tokens - ctx.cached_tokens, 0.0)
         prefill = uncached * parts.per_token
         gone = unwaited_prefill(
-            ctx.table, ctx.slots, ctx.cached_tokens, ctx.hashes, parts.per_token,
-            share=self.rates.pending_share(ctx.model),
-        )  # fmt: skip
+            ctx.table, ctx.slots, ctx.cached_tokens, ctx.hashes, parts.per_token
+        )
         wait = parts.wait - gone * parts.per_token
         slot_wait = parts.slot_wait
         if ctx.memory_ahead is not None and ctx.memory_batch is not None:
@@ -185,9 +175,8 @@ class TtftScorer:
         if self._native is None:
             return None
         busy = self.rates.busy_ms(ctx.model, self.config.prior_busy_ms_per_sequence)
-        share = self.rates.pending_share(ctx.model)
         return native_terms(self._native, self._constants, busy, self.rates, ctx,
-                            share=share, scoring=scoring)  # fmt: skip
+                            scoring=scoring)  # fmt: skip
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray
@@ -253,21 +242,6 @@ class TtftScorer:
                  for ttft, own, share, slot, unsure_ms in terms]  # fmt: skip
         best = min(costs)
         return np.array([best / cost for cost in costs])
-
-    def pending_ms(self, ctx: PickContext, index: int) -> float:
-        """The pending prefill candidate `index` of a scored Pick would make the request
-        wait for if its engine made it wait for all of it (share 1), ms: what a report
-        then measures the learned share against (`Learning.final`)."""
-        slot = int(ctx.slots[index])
-        pending = ctx.table.pending_prefill.item(slot)
-        if pending <= 0.0:
-            return 0.0
-        learned = self.rates.peek(ctx.model, "prefill_ms_per_token")
-        per_token = ttft_small.peers_or(learned, ctx.slots.tolist(), self._ms_per_token)[index]
-        cached = ctx.cached_tokens.item(index)
-        tokens = waited_prefill(ctx.table, slot, pending, per_token=per_token,
-                                cached=cached, hashes=ctx.hashes)  # fmt: skip
-        return tokens * per_token
 
     def _unsure_share(self) -> float:
         """Cost per ms of an unknown batch's expected wait: its own and the slot it holds."""

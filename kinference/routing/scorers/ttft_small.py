@@ -48,11 +48,11 @@ def constants(config: TtftConfig, ms_per_token: float, unsure_share: float) -> t
 
 def native_terms(
     terms: NativeTerms, settings: tuple[float, ...], busy: float, rates: Rates,
-    ctx: PickContext, *, share: float, scoring: bool,
+    ctx: PickContext, *, scoring: bool,
 ) -> Rows | None:  # fmt: skip
     """`Rows` per candidate (the score only when `scoring`), by the C form; None where it
     does not take the arguments (run the pure form). `busy`: `rates.busy_ms` of the model
-    with the config's prior; `share`: `rates.pending_share` of the model."""
+    with the config's prior."""
     slots, model = ctx.slots, ctx.model
     out = np.empty((7, len(slots)))
     done = terms(
@@ -60,7 +60,7 @@ def native_terms(
         rates.peek(model, "prefill_ms_per_token"), rates.peek(model, "prefill_base_ms"),
         rates.peek(model, "service_ms"), settings, busy, ctx.prompt_tokens,
         ctx.memory_ahead, ctx.memory_batch, ctx.footprint, ctx.table.clock, ctx.hashes,
-        scoring, share,
+        scoring,
     )  # fmt: skip
     if done is NotImplemented:
         return None
@@ -73,14 +73,13 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     per candidate as lists; sets `ctx.sequences`."""
     table, model = ctx.table, ctx.model
     slots = ctx.slots.tolist()
-    per_token = peers_or(rates.peek(model, "prefill_ms_per_token"), slots,
+    per_token = _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots,
                                 ms_per_token)  # fmt: skip
-    base = peers_or(rates.peek(model, "prefill_base_ms"), slots,
+    base = _small_peers_or(rates.peek(model, "prefill_base_ms"), slots,
                            config.prior_prefill_base_ms)  # fmt: skip
-    service = peers_or(rates.peek(model, "service_ms"), slots,
+    service = _small_peers_or(rates.peek(model, "service_ms"), slots,
                               config.prior_service_ms)  # fmt: skip
     busy = rates.busy_ms(model, config.prior_busy_ms_per_sequence)
-    share = rates.pending_share(model)
     pending, waiting = table.pending_prefill, ctx.signals.waiting
     full = config.decode_pressure_ms
     prompt, cached, hashes = ctx.prompt_tokens, ctx.cached_tokens.tolist(), ctx.hashes
@@ -97,7 +96,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         queued = pending.item(slot)
         if queued > 0.0:
             queued = waited_prefill(table, slot, queued, per_token=per_token[i],
-                                    cached=cached[i], hashes=hashes, share=share)  # fmt: skip
+                                    cached=cached[i], hashes=hashes)  # fmt: skip
         for_slot = ahead * service[i] / batch
         if memory is not None and fits is not None:  # a place to run: slot and memory
             for_slot = max(for_slot, memory[i] * service[i] / fits[i])
@@ -121,7 +120,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     return predicted, wait, prefill, slot_wait, unsure
 
 
-def peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
+def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
     """`ttft._peers_or` over the slots' values of `array` (None: nothing learned yet)."""
     if array is None:
         return [prior] * len(slots)
