@@ -187,9 +187,9 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
 
 static int compute(Terms *t, double *out, int scoring) {
     Py_ssize_t n = t->count;
-    if (peers_or(t->rates[0], t->slots, n, t->c.per_token, t->per_token) < 0 ||
-        peers_or(t->rates[1], t->slots, n, t->c.base, t->base) < 0 ||
-        peers_or(t->rates[2], t->slots, n, t->c.service, t->service) < 0) {
+    if (peers_or(t->rates[0], t->slots, n, t->c.per_token, 1, t->per_token) < 0 ||
+        peers_or(t->rates[1], t->slots, n, t->c.base, 0, t->base) < 0 ||
+        peers_or(t->rates[2], t->slots, n, t->c.service, 0, t->service) < 0) {
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) { /* `batch_rows`: read once, before any candidate */

@@ -184,7 +184,7 @@ class TtftScorer:
         """The terms of the model that do not depend on the prompt, per slot."""
         config, rates, size = self.config, self.rates, len(table.inflight)
         per_token = _peers_or(rates.values(model, "prefill_ms_per_token", slots, size),
-                              self._ms_per_token)  # fmt: skip
+                              self._ms_per_token, slowest=True)  # fmt: skip
         base = _peers_or(rates.values(model, "prefill_base_ms", slots, size),
                          config.prior_prefill_base_ms)  # fmt: skip
         service = _peers_or(rates.values(model, "service_ms", slots, size),
@@ -248,13 +248,20 @@ class TtftScorer:
         return self.config.unsure_batch_weight * (1.0 + self.config.queue_weight)
 
 
-def _peers_or(values: FloatArray, prior: float) -> FloatArray:
-    """Unlearned values as the candidates' learned mean, or the prior when none is learned:
-    a worker not tried yet is taken to be like its peers, neither shunned (a pessimistic
-    prior would never let it be tried) nor favoured."""
+def _peers_or(values: FloatArray, prior: float, *, slowest: bool = False) -> FloatArray:
+    """Unlearned values as the candidates' learned mean (`slowest`: their largest), or the
+    prior when none is learned: a worker not tried yet is taken to be like its peers, not
+    shunned (a prior worse than every peer would never let it be tried). The prefill slope
+    takes the slowest peer's (`slowest`): a worker's speed is unknown until its first cold
+    prompt, and priced at the peers' mean an unknown slow engine in a mixed pool took cold
+    prompts and documents at a fast one's price (the time a first token costs, twice that;
+    a hit behind such a document queued for its unpriced rest). Among alike engines the
+    slowest peer is the mean within their spread."""
     unknown = np.isnan(values)
     if not unknown.any():
         return values
     if unknown.all():
         return np.full(len(values), prior)
-    return np.where(unknown, float(values[~unknown].mean()), values)
+    known = values[~unknown]
+    fill = float(known.max()) if slowest else float(known.mean())
+    return np.where(unknown, fill, values)

@@ -74,7 +74,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     table, model = ctx.table, ctx.model
     slots = ctx.slots.tolist()
     per_token = _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots,
-                                ms_per_token)  # fmt: skip
+                                ms_per_token, slowest=True)  # fmt: skip
     base = _small_peers_or(rates.peek(model, "prefill_base_ms"), slots,
                            config.prior_prefill_base_ms)  # fmt: skip
     service = _small_peers_or(rates.peek(model, "service_ms"), slots,
@@ -120,7 +120,9 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     return predicted, wait, prefill, slot_wait, unsure
 
 
-def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
+def _small_peers_or(
+    array: FloatArray | None, slots: list[int], prior: float, *, slowest: bool = False
+) -> list[float]:
     """`ttft._peers_or` over the slots' values of `array` (None: nothing learned yet)."""
     if array is None:
         return [prior] * len(slots)
@@ -131,5 +133,8 @@ def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) ->
     known = [value for value in values if not math.isnan(value)]
     if len(known) == len(values):
         return values
-    fill = sum(known) / len(known) if known else prior
+    if not known:
+        fill = prior
+    else:
+        fill = max(known) if slowest else sum(known) / len(known)
     return [fill if math.isnan(value) else value for value in values]
