@@ -133,8 +133,7 @@ def _small_peers_or(
     known = [value for value in values if not math.isnan(value)]
     if len(known) == len(values):
         return values
-    if not known:
-        fill = prior
-    else:
+    fill = prior  # none learned
+    if known:  # the prefill slope at the slowest peer's (`ttft._peers_or`), else the mean
         fill = max(known) if slowest else sum(known) / len(known)
     return [fill if math.isnan(value) else value for value in values]
