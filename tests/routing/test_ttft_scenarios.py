@@ -137,16 +137,3 @@ def test_twice_the_prefill_time_gets_proportionally_fewer_requests() -> None:
     learned = {ep: rates.learned("m", "prefill_ms_per_token", sim.router.table.slot(ep))
                for ep in ("fast:1", "slow:1")}  # fmt: skip
     assert learned["slow:1"] > 1.5 * learned["fast:1"], learned
-
-
-def test_unlearned_workers_are_not_taken_for_fast_ones_in_a_mixed_pool() -> None:
-    """Four workers twice as slow to prefill as the other four; distinct cold prompts 300 ms
-    apart, each served in 0.4 s, so a worker's speed is learned from its first reply. A worker
-    not learned yet is priced at the slowest learned peer's slope: the slow workers are not
-    each tried in turn at the fast ones' price (at the peers' mean, every slow one took a
-    cold prompt, 4 of 24, each twice as long as on a fast worker)."""
-    speeds = {f"f{i}:1": 0.05 for i in range(4)} | {f"s{i}:1": 0.10 for i in range(4)}
-    sim = cluster(speeds)
-    picks = run(sim, [i * 300.0 for i in range(24)], service_ms=400, chars=8000)
-    slow = sum(count for endpoint, count in picks.items() if endpoint.startswith("s"))
-    assert slow <= 2, picks

@@ -1,7 +1,8 @@
-"""A worker whose prefill slope is not learned yet is priced at its slowest learned peer's,
-not at their mean (`ttft._peers_or`, `ttft_small._small_peers_or` and the C form alike):
-its speed is unknown until it serves, and at the mean an unknown slow engine of a mixed pool
-took cold prompts at a fast one's price and hid the rest of a document it was prefilling."""
+"""The prefill pending on a worker whose slope is not learned yet drains at its slowest
+learned peer's slope, not at their mean (`ttft._peers_or`, `ttft_small._small_peers_or` and
+the C form alike): at the mean, an unknown slow engine of a mixed pool had a document taken
+as done while it still prefilled, and a hit sent there waited for the rest (h92's trace).
+The worker's own prefill stays at the peers' mean."""
 
 from __future__ import annotations
 
@@ -49,40 +50,40 @@ def test_the_unlearned_slope_is_the_slowest_peers_and_the_rest_their_mean() -> N
     assert ttft_module._peers_or(nothing, 0.1, slowest=True).tolist() == [0.1] * 4
 
 
-def test_an_unknown_worker_is_priced_at_the_slowest_learned_prefill() -> None:
+def test_an_unknown_workers_own_prefill_stays_at_the_peers_mean() -> None:
     """Two learned (fast, slow), one not: a cold 2000-token prompt there is predicted at the
-    slow one's slope, its fixed cost and service time at the peers' mean, in every form."""
+    peers' mean slope, fixed cost and service time, in every form (priced at the slowest,
+    cold documents crowded onto the learned engines' caches and evicted each other)."""
     rates = Rates(alpha=0.2)
     ctx = context(3, prompt_tokens=2000)
     fast, slow, _ = ctx.slots.tolist()
     learn(rates, fast, FAST)
     learn(rates, slow, SLOW, base=20.0)
     for model in forms(rates):
-        predicted, _ = model.predict(ctx)
-        assert predicted[2] == pytest.approx(15.0 + 2000 * SLOW, rel=0.02)
+        predicted, wait = model.predict(ctx)
+        assert predicted[2] == pytest.approx(15.0 + 2000 * (FAST + SLOW) / 2, rel=0.02)
         assert predicted[0] == pytest.approx(10.0 + 2000 * FAST, rel=0.02)
+        assert wait.tolist() == [0.0, 0.0, 0.0]
         parts = model.parts(ctx.table, ctx.slots, MODEL, ctx.signals.waiting)
         assert parts.service[2] == pytest.approx((parts.service[0] + parts.service[1]) / 2)
-        # a cold prompt goes to the learned fast worker, not to the unknown one
-        assert int(np.argmax(model.score(ctx))) == 0
+        assert parts.drain.tolist() == pytest.approx([FAST, SLOW, SLOW], rel=0.02)
 
 
-def test_alike_learned_peers_price_an_unknown_worker_within_their_spread() -> None:
-    """Engines alike but for noise: the slowest peer is their mean within the spread, so
-    an unknown worker is not shunned (it is tried where it is idle and the others are not)."""
+def test_a_learned_worker_drains_at_its_own_rate() -> None:
+    """Pending prefill on learned workers drains at their own slopes, the slowest peer's
+    only where the worker's is not known."""
+    clock = FakeClock(100.0)
+    table = WorkerTable(clock=clock)
     rates = Rates(alpha=0.2)
-    table = WorkerTable()
-    ctx = context(4, prompt_tokens=2000, table=table)
-    slots = ctx.slots.tolist()
-    for slot, per_token in zip(slots[:3], (0.050, 0.053, 0.048), strict=True):
-        learn(rates, slot, per_token)
+    ctx = context(3, prompt_tokens=100, table=table)
+    fast, slow, unknown = ctx.slots.tolist()
+    learn(rates, fast, FAST)
+    learn(rates, slow, SLOW)
+    for slot in (fast, slow, unknown):
+        table.add_pending_prefill(slot, 3000)
     for model in forms(rates):
-        predicted, _ = model.predict(ctx)
-        assert predicted[3] == pytest.approx(10.0 + 2000 * 0.053, rel=0.02)
-    for slot in slots[:3]:  # the learned ones busy, the unknown one idle: it is taken
-        table.add_inflight(slot, 6)
-    for model in forms(rates):
-        assert int(np.argmax(model.score(ctx))) == 3
+        _, wait = model.predict(ctx)
+        assert wait.tolist() == pytest.approx([3000 * FAST, 3000 * SLOW, 3000 * SLOW])
 
 
 def test_a_document_prefilling_on_an_unknown_worker_drains_at_the_slowest_rate() -> None:
