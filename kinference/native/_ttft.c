@@ -98,12 +98,12 @@ static int candidate(const Terms *t, Py_ssize_t i, const BatchRow *row, double p
         column_item(&t->columns[PENDING], slot, &queued) < 0) {
         return -1;
     }
-    double per_token = t->per_token[i], drain = t->drain[i], service = t->service[i];
+    double per_token = t->per_token[i], service = t->service[i];
     double ahead = py_max(sequences + 1.0 - batch, 0.0);
     if (queued > 0.0) {
         double cached;
         if (column_item(&t->cached, i, &cached) < 0 ||
-            waited(t, slot, &queued, drain, cached) < 0) {
+            waited(t, slot, &queued, per_token, cached) < 0) {
             return -1;
         }
     }
@@ -124,7 +124,7 @@ static int candidate(const Terms *t, Py_ssize_t i, const BatchRow *row, double p
     if (column_item(&t->cached, i, &cached) < 0) {
         return -1;
     }
-    double waited_ms = for_slot + queued * drain;
+    double waited_ms = for_slot + queued * per_token;
     double own = py_max(t->prompt - cached, 0.0) * per_token;
     double square;
     if (py_square(py_min(sequences / batch, 1.0), &square) < 0) {
@@ -187,10 +187,9 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
 
 static int compute(Terms *t, double *out, int scoring) {
     Py_ssize_t n = t->count;
-    if (peers_or(t->rates[0], t->slots, n, t->c.per_token, 0, t->per_token) < 0 ||
-        peers_or(t->rates[0], t->slots, n, t->c.per_token, 1, t->drain) < 0 ||
-        peers_or(t->rates[1], t->slots, n, t->c.base, 0, t->base) < 0 ||
-        peers_or(t->rates[2], t->slots, n, t->c.service, 0, t->service) < 0) {
+    if (peers_or(t->rates[0], t->slots, n, t->c.per_token, t->per_token) < 0 ||
+        peers_or(t->rates[1], t->slots, n, t->c.base, t->base) < 0 ||
+        peers_or(t->rates[2], t->slots, n, t->c.service, t->service) < 0) {
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) { /* `batch_rows`: read once, before any candidate */

@@ -64,7 +64,7 @@ double unsure_of_row(const BatchRow *row, double peer, double pool);
 int unseen_wait(double joined, double most, double batch, double service, double *out);
 int py_square(double value, double *out);
 int peers_or(const Column *learned, const Py_ssize_t *slots, Py_ssize_t count, double prior,
-             int slowest, double *out);
+             double *out);
 
 /* ttft_signals.c: `_ttft.signals` (the readings' per-slot signals at one Pick). */
 PyObject *ttft_signals(PyObject *module, PyObject *const *args, Py_ssize_t nargs);

@@ -162,15 +162,14 @@ static int buffers(Terms *t, const Names *names, PyObject *const *args) {
 
 static int lists(Terms *t, PyObject *const *args) {
     Py_ssize_t n = t->count, room = n + 1; /* longer lists: the pure form's */
-    t->scratch = PyMem_Malloc(sizeof(double) * (size_t)(4 * n + 5 * n + 3 * room + 1));
+    t->scratch = PyMem_Malloc(sizeof(double) * (size_t)(3 * n + 5 * n + 3 * room + 1));
     if (t->scratch == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     t->per_token = t->scratch, t->base = t->per_token + n, t->service = t->base + n;
-    t->drain = t->service + n;
-    t->rows = (BatchRow *)(t->drain + n);
-    double *lists = t->drain + n + 5 * n;
+    t->rows = (BatchRow *)(t->service + n);
+    double *lists = t->service + n + 5 * n;
     t->memory = t->fits = t->footprint = NULL;
     if (args[11] != Py_None && args[12] != Py_None) {
         if (!floats(args[11], lists, &t->memory_count, room) ||

@@ -41,7 +41,6 @@ typedef struct {
     PyObject *table, *clock, *hashes, *shared_pending;  /* borrowed */
     int scoring;
     double *per_token, *base, *service;  /* per candidate, `peers_or` */
-    double *drain; /* per candidate, the slope others' pending prefill drains at */
     BatchRow *rows;
     double *scratch;  /* one allocation: the above and the lists' copies */
 } Terms;

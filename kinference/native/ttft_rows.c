@@ -170,10 +170,9 @@ static int python_mean(const double *values, Py_ssize_t count, double *out) {
 }
 
 /* `_small_peers_or`: the slots' learned values (`learned` NULL: none learned), NaN ones
- * (and slots beyond the array) as the others' mean (`slowest`: their largest), or `prior`
- * where none is learned. */
+ * (and slots beyond the array) as the others' mean, or `prior` where none is learned. */
 int peers_or(const Column *learned, const Py_ssize_t *slots, Py_ssize_t count, double prior,
-             int slowest, double *out) {
+             double *out) {
     if (learned == NULL) {
         for (Py_ssize_t i = 0; i < count; i++) {
             out[i] = prior;
@@ -206,12 +205,7 @@ int peers_or(const Column *learned, const Py_ssize_t *slots, Py_ssize_t count, d
         }
     }
     double fill = prior;
-    if (found && found < count && slowest) { /* max(known), as Python's max() */
-        fill = known[0];
-        for (Py_ssize_t i = 1; i < found; i++) {
-            fill = known[i] > fill ? known[i] : fill;
-        }
-    } else if (found == count || (found && python_mean(known, found, &fill) < 0)) {
+    if (found == count || (found && python_mean(known, found, &fill) < 0)) {
         PyMem_Free(known);
         return found == count ? 0 : -1;
     }

@@ -24,8 +24,7 @@ KV cache and `memory_batch` how many then run at once (`kvcache.memory`): with l
 prompts on small caches the engine's memory, not its batch limit, makes requests wait.
 `ms_per_token`, `base_ms`, and `service_ms` are learned per worker and model,
 `busy_ms_per_sequence` per model (`routing.rates`); a worker not learned yet takes its
-fellow candidates' mean (the prefill pending on it drains at the slowest one's: `_peers_or`),
-and the priors below apply while none is learned.
+fellow candidates' mean, and the priors below apply while none is learned.
 
 The score is `best / cost` (the cheapest candidate scores 1), with
 `cost = ttft + (compute_weight + cache_space_weight * fullness) * prefill
@@ -107,7 +106,6 @@ class Parts:
     slot_wait: FloatArray  # of it, for a batch slot (before any wait for memory)
     base: FloatArray
     per_token: FloatArray
-    drain: FloatArray  # ms a token of the pending prefill ahead (unlearned: slowest peer's)
     pressure: FloatArray  # with the busy term (both depend on the occupancy alone)
     sequences: FloatArray  # what each runs and queues now
     service: FloatArray  # ms a request holds a batch slot after its first token
@@ -148,8 +146,10 @@ class TtftScorer:
         parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting)
         uncached = np.maximum(ctx.prompt_tokens - ctx.cached_tokens, 0.0)
         prefill = uncached * parts.per_token
-        gone = unwaited_prefill(ctx.table, ctx.slots, ctx.cached_tokens, ctx.hashes, parts.drain)
-        wait = parts.wait - gone * parts.drain
+        gone = unwaited_prefill(
+            ctx.table, ctx.slots, ctx.cached_tokens, ctx.hashes, parts.per_token
+        )
+        wait = parts.wait - gone * parts.per_token
         slot_wait = parts.slot_wait
         if ctx.memory_ahead is not None and ctx.memory_batch is not None:
             memory = np.asarray(ctx.memory_ahead) * parts.service / np.asarray(ctx.memory_batch)
@@ -183,9 +183,8 @@ class TtftScorer:
     ) -> Parts:
         """The terms of the model that do not depend on the prompt, per slot."""
         config, rates, size = self.config, self.rates, len(table.inflight)
-        slopes = rates.values(model, "prefill_ms_per_token", slots, size)
-        per_token = _peers_or(slopes, self._ms_per_token)
-        drain = _peers_or(slopes, self._ms_per_token, slowest=True)
+        per_token = _peers_or(rates.values(model, "prefill_ms_per_token", slots, size),
+                              self._ms_per_token)  # fmt: skip
         base = _peers_or(rates.values(model, "prefill_base_ms", slots, size),
                          config.prior_prefill_base_ms)  # fmt: skip
         service = _peers_or(rates.values(model, "service_ms", slots, size),
@@ -194,13 +193,12 @@ class TtftScorer:
         sequences, batch = table.occupancy(slots, waiting, config.prior_batch)
         ahead = np.maximum(sequences + 1.0 - batch, 0.0)
         slot_wait = ahead * service / batch
-        wait = slot_wait + table.pending_prefill[slots] * drain  # less `unwaited_prefill`
+        wait = slot_wait + table.pending_prefill[slots] * per_token  # less `unwaited_prefill`
         pressure = config.decode_pressure_ms * np.minimum(sequences / batch, 1.0) ** 2
         pressure = pressure + busy * np.minimum(sequences, batch)
         most = np.where(ahead > 0.0, np.nan, table.unsure(slots, table.peer_batch(slots)))
         unsure = unseen_waits(sequences + 1.0, most, batch, service)
-        return Parts(wait, slot_wait, base, per_token, drain, pressure, sequences, service,
-                     unsure)  # fmt: skip
+        return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure)
 
     def score(self, ctx: PickContext) -> FloatArray:
         """`best / cost`, the cost being the predicted TTFT plus `compute_weight` (and
@@ -250,20 +248,13 @@ class TtftScorer:
         return self.config.unsure_batch_weight * (1.0 + self.config.queue_weight)
 
 
-def _peers_or(values: FloatArray, prior: float, *, slowest: bool = False) -> FloatArray:
-    """Unlearned values as the candidates' learned mean (`slowest`: their largest), or the
-    prior when none is learned: a worker not tried yet is taken to be like its peers,
-    neither shunned (a pessimistic prior would never let it be tried) nor favoured. The
-    prefill pending on a worker whose slope is not learned drains at the slowest peer's
-    (`slowest`): a prompt arriving behind it waits for the rest, and at the peers' mean an
-    unknown slow engine of a mixed pool had a document taken as done 0.8 s in, its rest
-    unpriced (h92's trace: the hit waited 0.6 s). Its own prefill stays at the mean: priced
-    at the slowest, cold documents crowded onto the learned engines' caches (h99)."""
+def _peers_or(values: FloatArray, prior: float) -> FloatArray:
+    """Unlearned values as the candidates' learned mean, or the prior when none is learned:
+    a worker not tried yet is taken to be like its peers, neither shunned (a pessimistic
+    prior would never let it be tried) nor favoured."""
     unknown = np.isnan(values)
     if not unknown.any():
         return values
     if unknown.all():
         return np.full(len(values), prior)
-    known = values[~unknown]
-    fill = float(known.max()) if slowest else float(known.mean())
-    return np.where(unknown, fill, values)
+    return np.where(unknown, float(values[~unknown].mean()), values)

@@ -73,9 +73,8 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     per candidate as lists; sets `ctx.sequences`."""
     table, model = ctx.table, ctx.model
     slots = ctx.slots.tolist()
-    slopes = rates.peek(model, "prefill_ms_per_token")
-    per_token = _small_peers_or(slopes, slots, ms_per_token)
-    drain = _small_peers_or(slopes, slots, ms_per_token, slowest=True)
+    per_token = _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots,
+                                ms_per_token)  # fmt: skip
     base = _small_peers_or(rates.peek(model, "prefill_base_ms"), slots,
                            config.prior_prefill_base_ms)  # fmt: skip
     service = _small_peers_or(rates.peek(model, "service_ms"), slots,
@@ -96,12 +95,12 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         ahead = max(sequences + 1.0 - batch, 0.0)
         queued = pending.item(slot)
         if queued > 0.0:
-            queued = waited_prefill(table, slot, queued, per_token=drain[i],
+            queued = waited_prefill(table, slot, queued, per_token=per_token[i],
                                     cached=cached[i], hashes=hashes)  # fmt: skip
         for_slot = ahead * service[i] / batch
         if memory is not None and fits is not None:  # a place to run: slot and memory
             for_slot = max(for_slot, memory[i] * service[i] / fits[i])
-        waited = for_slot + queued * drain[i]
+        waited = for_slot + queued * per_token[i]
         own = max(prompt - cached[i], 0.0) * per_token[i]
         pressure = full * min(sequences / batch, 1.0) ** 2 + busy * min(sequences, batch)
         predicted.append(waited + base[i] + own + pressure)
@@ -121,9 +120,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     return predicted, wait, prefill, slot_wait, unsure
 
 
-def _small_peers_or(
-    array: FloatArray | None, slots: list[int], prior: float, *, slowest: bool = False
-) -> list[float]:
+def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
     """`ttft._peers_or` over the slots' values of `array` (None: nothing learned yet)."""
     if array is None:
         return [prior] * len(slots)
@@ -134,7 +131,5 @@ def _small_peers_or(
     known = [value for value in values if not math.isnan(value)]
     if len(known) == len(values):
         return values
-    fill = prior  # none learned
-    if known:  # the pending prefill's drain at the slowest peer's (`ttft._peers_or`)
-        fill = max(known) if slowest else sum(known) / len(known)
+    fill = sum(known) / len(known) if known else prior
     return [fill if math.isnan(value) else value for value in values]
