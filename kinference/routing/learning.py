@@ -102,14 +102,12 @@ class Learning:
             held = self.table.ended.item(slot) == choice.ended_before  # NaN: not read
             floor = held or not readings
             self.table.observed_batch(slot, choice.sequences, queued=False, floor=floor)
-            self.journal.batch(choice.endpoint, choice.sequences, queued=False, floor=floor)
             return False
         unqueued += max(missed, 0.0) * self.rates.ms_per_token(slot, choice.model)
         if choice.sequences >= 2.0 and ttft_ms > unqueued + choice.predicted_wait_ms + max(
             unqueued, QUEUED_SLACK_MS
         ):  # (alone on the worker it queued behind nothing: a slow engine, not a queue)
             self.table.observed_batch(slot, choice.sequences, queued=True)
-            self.journal.batch(choice.endpoint, choice.sequences, queued=True, floor=True)
             return True
         return False
 
