@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import functools
 import random
+from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from kinference.config import Policy, parse_policy
 from loadtest.tiny_model import TEMPLATE, WORDS, write_model
 
-__all__ = ["TEMPLATE", "WORDS", "write_model", "zoo"]
+__all__ = ["TEMPLATE", "WORDS", "precise_chat_policy", "write_model", "zoo"]
 
 # Llama 3's (and, but for digits, Qwen 2's) pre-tokenizer regex.
 LLAMA3 = (
@@ -69,3 +71,15 @@ def zoo() -> dict[str, str]:
         ).to_str(),
         "wordpiece": wordpiece.to_str(),
     }
+
+
+def precise_chat_policy(files: tuple[Path, Path], block_size: int) -> Policy:
+    """One pool, `chat`, of model `m` in precise mode on these tokenizer and template files."""
+    return parse_policy(f"""
+pools:
+  - name: chat
+    endpoints: ["10.0.0.5:8000"]
+    models: ["m"]
+    prefix: {{mode: precise, events: "tcp://{{host}}:5557", tokenizer: {files[0]},
+             chat_template: {files[1]}, block_size: {block_size}}}
+""")

@@ -17,14 +17,13 @@ import pytest
 from tokenizers import Tokenizer
 
 from kinference.bodies import Body
-from kinference.config import parse_policy
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
 from kinference.requests.parse import parse_request
 from kinference.tokenize import prepare
 from kinference.tokenize.prepare import PromptPreparer
 from kinference.tokenize.template import ChatTemplate
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer
-from tests.tokenize.files import WORDS, write_model
+from tests.tokenize.files import WORDS, precise_chat_policy, write_model
 
 BS = 16
 REF = "default/chat"
@@ -70,14 +69,7 @@ def caches() -> HeldEverywhere:
 
 @pytest.fixture
 def preparer(files: tuple[Path, Path], caches: HeldEverywhere) -> Iterator[PromptPreparer]:
-    policy = parse_policy(f"""
-pools:
-  - name: chat
-    endpoints: ["10.0.0.5:8000"]
-    models: ["m"]
-    prefix: {{mode: precise, events: "tcp://{{host}}:5557", tokenizer: {files[0]},
-             chat_template: {files[1]}, block_size: {BS}}}
-""")
+    policy = precise_chat_policy(files, BS)
     made = PromptPreparer(policy, caches=caches, clock=Ticking())  # type: ignore[arg-type]
     yield made
     made.close()

@@ -15,12 +15,11 @@ import msgspec
 import pytest
 
 from kinference.bodies import Body
-from kinference.config import parse_policy
 from kinference.requests import LargeValue
 from kinference.requests.fields import STRICT_PARSE_BYTES
 from kinference.requests.parse import parse_request
 from kinference.tokenize.prepare import PromptPreparer
-from tests.tokenize.files import WORDS, write_model
+from tests.tokenize.files import WORDS, precise_chat_policy, write_model
 
 BS = 16
 REF = "default/chat"
@@ -43,14 +42,7 @@ class HeldEverywhere:
 @pytest.fixture
 def preparer(tmp_path: Path) -> Iterator[PromptPreparer]:
     files = write_model(tmp_path)
-    policy = parse_policy(f"""
-pools:
-  - name: chat
-    endpoints: ["10.0.0.5:8000"]
-    models: ["m"]
-    prefix: {{mode: precise, events: "tcp://{{host}}:5557", tokenizer: {files[0]},
-             chat_template: {files[1]}, block_size: {BS}}}
-""")
+    policy = precise_chat_policy(files, BS)
     made = PromptPreparer(policy, caches=HeldEverywhere())  # type: ignore[arg-type]
     yield made
     made.close()
