@@ -84,9 +84,10 @@ class EngineReadings:
         engine never seen full (its batch unknown), the reading is taken as it is.
         """
         size = len(waiting)
-        since = self.inflight[:size] - self.inflight_at_reading[:size]
-        held = self.running[:size] + waiting + since
-        carried = np.maximum(held - self.batch[:size], 0.0)  # NaN (unknown) stays NaN
+        with np.errstate(over="ignore", invalid="ignore"):  # huge readings: inf, inf - inf: NaN
+            since = self.inflight[:size] - self.inflight_at_reading[:size]
+            held = self.running[:size] + waiting + since
+            carried = np.maximum(held - self.batch[:size], 0.0)  # NaN (unknown) stays NaN
         return np.where(np.isnan(carried), waiting, carried)
 
     def occupancy(
