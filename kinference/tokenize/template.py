@@ -5,7 +5,10 @@ The environment is HF's: a sandboxed, immutable Jinja environment with `trim_blo
 and the `raise_exception` and `strftime_now` globals; the template is given `messages`,
 `tools`, `add_generation_prompt=True` and the special tokens named in tokenizer_config.json.
 Content given as a list of text parts is joined with newlines first, as vLLM does for
-templates that expect a string.
+templates that expect a string. A conversation holding a string of `STAND_IN_CHARS` or more
+is rendered with it stood in for first (`stand_in`: the long text is copied once, into the
+output, where the whole render copies it three or four times holding the GIL); where the
+template does more with it than place it, or fails, the whole render decides.
 """
 
 from __future__ import annotations
@@ -13,12 +16,23 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from kinference.tokenize.stand_in import (
+    STAND_IN_CHARS,
+    StandInEnvironment,
+    Touched,
+    gathers,
+    holds_long,
+    rendered,
+    stand_in,
+)
+
+E = TypeVar("E", bound=ImmutableSandboxedEnvironment)
 _SPECIAL_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
 # Rendering is a Python loop per message (~10 µs each): more than this many messages are
 # not rendered (the Pick uses the approximate index), so a render stays within ~50 ms.
@@ -32,18 +46,23 @@ class TemplateError(ValueError):
 class ChatTemplate:
     """A compiled chat template and the special tokens it may refer to."""
 
-    def __init__(self, source: str, special: dict[str, str] | None = None) -> None:
-        environment = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
-        )
-        environment.filters["tojson"] = _tojson
-        environment.globals["raise_exception"] = _raise
-        environment.globals["strftime_now"] = _strftime_now
+    def __init__(
+        self,
+        source: str,
+        special: dict[str, str] | None = None,
+        stand_in_chars: int = STAND_IN_CHARS,
+    ) -> None:
         try:
-            self._template = environment.from_string(source)
+            self._template = _environment(ImmutableSandboxedEnvironment).from_string(source)
         except jinja2.TemplateError as exc:
             raise TemplateError(f"chat template does not compile: {exc}") from None
+        guarded = _environment(StandInEnvironment)
+        guarded.guard()
+        # None: the template gathers output into values (`stand_in.gathers`): always whole.
+        self._standing_in = None if gathers(guarded, source) else guarded.from_string(source)
         self.special = dict(special or {})
+        self.stand_in_chars = stand_in_chars
+        self.stood_in = 0  # renders done with stand-ins (tests, benchmarks)
 
     @classmethod
     def from_file(cls, path: str) -> ChatTemplate:
@@ -68,15 +87,42 @@ class ChatTemplate:
             raise TemplateError("messages is not an array")
         if len(messages) > MAX_MESSAGES:
             raise TemplateError(f"more than {MAX_MESSAGES} messages")
+        flat = [_flatten(m) for m in messages]
+        if self._standing_in is not None and holds_long([flat, tools], self.stand_in_chars):
+            text = self._stood_in(flat, tools)
+            if text is not None:
+                return text
         try:
             return self._template.render(
-                messages=[_flatten(m) for m in messages],
-                tools=tools,
-                add_generation_prompt=True,
-                **self.special,
+                messages=flat, tools=tools, add_generation_prompt=True, **self.special
             )
         except (jinja2.TemplateError, TypeError, ValueError, KeyError) as exc:
             raise TemplateError(f"chat template failed: {exc}") from None
+
+    def _stood_in(self, messages: list[Any], tools: list[Any] | None) -> str | None:
+        """The render with long strings stood in for, or None: the whole render decides
+        (the template did more than place them, or failed)."""
+        template = self._standing_in
+        assert template is not None
+        least = self.stand_in_chars
+        variables = {"messages": stand_in(messages, least), "tools": stand_in(tools, least)}
+        context = template.new_context({**variables, "add_generation_prompt": True, **self.special})
+        try:
+            text = rendered(template.root_render_func(context))
+        except Touched:
+            return None
+        except Exception:  # its error (or none: a stand-in's fault) comes from the whole render
+            return None
+        self.stood_in += 1
+        return text
+
+
+def _environment(kind: type[E]) -> E:
+    environment = kind(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    environment.filters["tojson"] = _tojson
+    environment.globals["raise_exception"] = _raise
+    environment.globals["strftime_now"] = _strftime_now
+    return environment
 
 
 def _token(config: dict[str, Any], key: str) -> Any:
