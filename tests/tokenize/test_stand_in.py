@@ -159,7 +159,10 @@ def test_templates_that_place_long_contents_stand_in(name: str) -> None:
         {"role": "system", "content": long},
         {"role": "user", "content": "hello " + long},
         {"role": "assistant", "content": "hi"},
-        {"role": "user", "content": [{"type": "text", "text": long}, {"type": "text", "text": "x"}]},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": long}, {"type": "text", "text": "x"}],
+        },
     ]
     stood, whole, count = _both(PLACING[name], messages)
     assert stood == whole and count == 1
