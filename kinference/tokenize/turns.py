@@ -24,8 +24,7 @@ Marks are found by a digest of the text's kind and first `LEAD_CHARS` (the linea
 system prompt or a conversation's start), then, among that lineage's few marks, furthest
 first, by comparing the text up to each one's P + `CHECK_CHARS` with the text the mark was
 left on (a compare of the few characters before that end first, then of the whole prefix:
-a memory compare, a slice at a time, where hashing the prompt to each mark's end cost
-~0.2 ms a 64 KiB turn).
+a memory compare, where hashing the prompt to each mark's end cost ~0.2 ms a 64 KiB turn).
 Marks are still keyed by the digest of that prefix (the same prefix's mark replaces the
 older one), and each keeps the digest's state there: a tokenization leaves its marks at
 growing positions of one text and hands its `PrefixDigest` over, so each mark's digest goes
@@ -56,10 +55,6 @@ MAX_PER_LINEAGE = 64  # marks per lineage (conversations on one system prompt), 
 # it): a mark keeps its text to compare the next one with, and a mark near the start of a
 # 4 MiB prompt would otherwise pin all of it with a few hundred tokens counted.
 MAX_TEXT_BYTES = 64 * 1024 * 1024
-# A kept text's prefix is compared a slice of this many characters at a time: its copy of a
-# 1 MiB prefix in one slice was a fresh mapping whose pages fault, ~0.6 ms with the GIL held
-# a 1 MiB turn (docs/benchmarks.md, h96); slices this small (<= 64 KiB) reuse the heap.
-COMPARE_CHARS = 16 * 1024
 T = TypeVar("T")
 
 
@@ -97,12 +92,7 @@ class _Kept:
         low = max(end - CHECK_CHARS, 0)
         if end > len(text) or text[low:end] != kept[low:end]:
             return False
-        if kept is text or end == len(kept):
-            return kept is text or text.startswith(kept)
-        return all(
-            text.startswith(kept[low : min(low + COMPARE_CHARS, end)], low)
-            for low in range(0, end, COMPARE_CHARS)
-        )
+        return kept is text or text.startswith(kept if end == len(kept) else kept[:end])
 
 
 class TurnMarks:

@@ -14,18 +14,9 @@ import pytest
 from tokenizers import Tokenizer
 
 from kinference.kvcache.blocks import PromptBlocks, identities
-from kinference.tokenize import turns
-from kinference.tokenize.pieces import CHECK_CHARS
 from kinference.tokenize.template import ChatTemplate
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer
-from kinference.tokenize.turns import (
-    LEAD_CHARS,
-    MAX_PER_LINEAGE,
-    Leading,
-    Mark,
-    PrefixDigest,
-    TurnMarks,
-)
+from kinference.tokenize.turns import MAX_PER_LINEAGE, Leading, Mark, PrefixDigest, TurnMarks
 from tests.tokenize.files import WORDS, write_model
 
 
@@ -127,23 +118,6 @@ def test_a_text_that_differs_before_a_mark_does_not_resume_from_it(
     ids = tokenizer.token_ids(PromptText(prompt=changed))
     assert ids.tolist() == whole.encode(changed).ids
     assert tokenizer.marks.resumed == 0
-
-
-def test_a_marks_prefix_is_compared_slice_by_slice_over_its_whole_length(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(turns, "COMPARE_CHARS", 7)  # many slices, the last one partial
-    marks = TurnMarks()
-    kept = "".join(random.Random(4).choice("ab é日") for _ in range(1000))
-    mark = Mark(900, 1, 1, 0, (), np.zeros(0, dtype=np.uint32), ())
-    marks.put(b"plain", kept, mark)
-    through = mark.through  # the text must be the kept one's up to there
-    # Past the lineage's lead (LEAD_CHARS), before the last CHECK_CHARS compared first.
-    for edit in (LEAD_CHARS, LEAD_CHARS + 6, LEAD_CHARS + 7, 500, through - CHECK_CHARS - 1):
-        changed = kept[:edit] + "x" + kept[edit + 1 :]
-        assert marks.find(b"plain", changed) is None
-    assert marks.find(b"plain", kept[:through] + "zzzz" * 20) == mark
-    assert marks.find(b"plain", kept) == mark
 
 
 def test_marks_are_bounded_per_lineage_and_in_all() -> None:
