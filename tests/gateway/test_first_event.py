@@ -69,6 +69,7 @@ def nodelay_of(*, local: tuple[str, int] | None = None, peer: tuple[str, int] | 
     raise AssertionError(f"no socket at local {local} / peer {peer}")
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="finds sockets in /proc")
 @pytest.mark.parametrize("mode", ["in-process", "remote"])
 async def test_the_first_event_reaches_the_client_before_the_second_is_sent(
     mode: str, start_picker: PickerFactory, start_gateway: GatewayFactory
