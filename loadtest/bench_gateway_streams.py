@@ -2,6 +2,7 @@
 
     python -m loadtest.bench_gateway_streams [--systems kinference,sglang-router]
         [--rates 6,12,18] [--duration 10] [--rounds 2] [--max-tokens 100]
+    python -m loadtest.bench_gateway_streams --in-flight 1,16 --time-scale 0.1 --max-tokens 8
 
 `loadtest.bench_gateway` measures what a system adds to one short request at a time (or
 16 in a closed loop, no generation time). The routing benchmark's vllm-64 regime sees
@@ -16,6 +17,11 @@ for each system and rate the time to the response head and to the first content 
 request. Systems run one after another for `--duration` s of arrivals each (then their
 streams drain), in rounds that rotate their order, so the shared machine's noise lands on
 all of them alike.
+
+With `--in-flight N,...` the arrivals are a closed loop instead: N streams at a time, each
+followed by the next as soon as it ends, for `--duration` s per system and round (the
+hop alone at 1 and at 16 in flight; a small `--time-scale` makes the engine's prefill
+short, so that its jitter does not hide the hop's).
 """
 
 from __future__ import annotations
@@ -136,15 +142,32 @@ async def poisson(client: HttpClient, system: System, rate: float, args: argpars
     into.cpu_s += sum(cpu_seconds(pid) for pid in system.pids) - cpu_before
 
 
+async def closed(client: HttpClient, system: System, streams: int, args: argparse.Namespace,
+                 into: Slice) -> None:  # fmt: skip
+    """`streams` at a time for `args.duration` s, each followed by the next when it ends."""
+    url = f"{system.url}/v1/chat/completions"
+    cpu_before = sum(cpu_seconds(pid) for pid in system.pids)
+    end = time.perf_counter() + args.duration
+
+    async def worker() -> None:
+        while time.perf_counter() < end:
+            args.sent += 1
+            body = prompt_body(args.shared, args.seed * 1_000_000 + args.sent, args.max_tokens)
+            await one_stream(client, url, body, into)
+
+    await asyncio.gather(*(worker() for _ in range(streams)))
+    into.cpu_s += sum(cpu_seconds(pid) for pid in system.pids) - cpu_before
+
+
 def started(
-    names: list[str], log_dir: Path, seqs: int
+    names: list[str], log_dir: Path, seqs: int, time_scale: float = 1.0
 ) -> contextlib.AbstractAsyncContextManager[list[System]]:
     """The engine (first) and every system named that can run here."""
 
     def engine_argv(listen: str) -> list[str]:
         port = listen.rpartition(":")[2]
         return [sys.executable, "-m", "loadtest.sim_engine", "--port", port, "--time-scale",
-                "1", "--max-num-seqs", str(seqs), "--stream-step-s", "0.1"]  # fmt: skip
+                str(time_scale), "--max-num-seqs", str(seqs), "--stream-step-s", "0.1"]  # fmt: skip
 
     spec = ServerSpec("sim-engine", engine_argv)
     return systems.started(spec, names, log_dir, prompt_body("ready?", 0, 1))
@@ -153,16 +176,20 @@ def started(
 async def run(args: argparse.Namespace) -> dict[tuple[str, float], Slice]:
     results: dict[tuple[str, float], Slice] = defaultdict(Slice)
     with tempfile.TemporaryDirectory(prefix="bench-streams-") as tmp:
-        async with started(args.systems, Path(tmp), args.max_num_seqs) as up:
+        async with started(args.systems, Path(tmp), args.max_num_seqs, args.time_scale) as up:
             client = HttpClient(connect_timeout_s=10, read_timeout_s=60)
             for system in up:  # warm every path; the engine caches the shared prefix
                 await poisson(client, system, 10.0, _warm(args), Slice())
             gc.collect()
             gc.freeze()
             for round_no in range(args.rounds):
-                for rate in args.rates:
+                for rate in args.in_flight or args.rates:
                     for system in up[round_no % len(up) :] + up[: round_no % len(up)]:
-                        await poisson(client, system, rate, args, results[system.name, rate])
+                        into = results[system.name, rate]
+                        if args.in_flight:
+                            await closed(client, system, int(rate), args, into)
+                        else:
+                            await poisson(client, system, rate, args, into)
                 print(f"round {round_no + 1}/{args.rounds} done", file=sys.stderr)
             await client.aclose()
     return results
@@ -178,8 +205,8 @@ def table(results: dict[tuple[str, float], Slice]) -> list[str]:
     names = list(dict.fromkeys(key[0] for key in results))
     rates = sorted({key[1] for key in results})
     lines = [
-        "| system | req/s | TTFT p50 | p90 | p99 | added p50 | p90 | p99 | head p50 | p99 | "
-        "CPU ms/req | requests (failed) |",
+        "| system | req/s or in flight | TTFT p50 | p90 | p99 | added p50 | p90 | p99 | "
+        "head p50 | p99 | CPU ms/req | requests (failed) |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for rate in rates:
@@ -210,7 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--prompt-bytes", type=int, default=6000, help="the shared prefix")
     cli.add_argument("--max-num-seqs", type=int, default=128, help="the engine's batch slots")
     cli.add_argument("--seed", type=int, default=1)
+    cli.add_argument(
+        "--in-flight", default="", help="closed loops of N streams, comma-separated (not --rates)"
+    )
+    cli.add_argument("--time-scale", type=float, default=1.0, help="the engine's, see sim_engine")
     args = cli.parse_args(argv)
+    args.in_flight = [float(n) for n in args.in_flight.split(",") if n]
     args.systems = [name for name in args.systems.split(",") if name]
     args.sent = 0
     args.rates = [float(rate) for rate in args.rates.split(",") if rate]

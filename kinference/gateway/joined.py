@@ -6,12 +6,19 @@ where one does. Here the head is held back until the next write, which joins it,
 the current turn of the event loop ends, whichever comes first: a body that is already at
 hand (a whole response, the first events of a stream) leaves in the same write as its head,
 and a head whose body is not is not delayed past the loop turn it was sent in.
+
+Each write leaves at once: the connection's socket has TCP_NODELAY set, whatever the event
+loop. uvloop sets it on every TCP connection; asyncio's own loop only on sockets made with
+protocol IPPROTO_TCP, which the socket the server binds (`socket.create_server`, protocol
+0) and the connections it accepts are not. Without it, a stream's second small write waits
+behind Nagle's algorithm for the client's delayed ACK of the first (up to 40 ms on Linux).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import socket
 from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -73,6 +80,9 @@ class HeadJoiningProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol over a `HeadJoiningTransport` (`uvicorn.Config(http=...)`)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         joined = HeadJoiningTransport(transport, self.loop)
         super().connection_made(cast(asyncio.Transport, joined))
 

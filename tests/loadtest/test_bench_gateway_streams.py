@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
+from typing import cast
 
+import pytest
+
+from kinference.gateway.http1 import HttpClient
+from loadtest import bench_gateway_streams as streams
 from loadtest.bench_gateway_streams import Slice, _has_content, prompt_body, table
+from loadtest.gateway_systems import System
 
 ROLE = b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'
 TOKEN = b'data: {"choices":[{"delta":{"content":" lorem"}}]}\n\n'
@@ -43,3 +51,28 @@ def test_the_table_gives_what_each_system_adds_to_the_engine_per_rate() -> None:
         in lines
     )
     assert lines[5].startswith("| kinference | 18 | 14.0 | 14.0 | 14.0 | 2.0 | 2.0 | 2.0 |")
+
+
+async def test_a_closed_loop_keeps_its_streams_in_flight_and_no_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--in-flight N`: N streams at a time, each followed by the next as it ends."""
+    now = [0.0]
+    running, most, sent = 0, 0, 0
+
+    async def one(client: object, url: str, body: bytes, into: Slice) -> None:
+        nonlocal running, most, sent
+        running += 1
+        sent += 1
+        most = max(most, running)
+        await asyncio.sleep(0)  # the others run while this one is "streaming"
+        now[0] += 0.1  # the fake clock: 0.1 s per stream
+        running -= 1
+
+    monkeypatch.setattr(streams, "one_stream", one)
+    monkeypatch.setattr(streams.time, "perf_counter", lambda: now[0])
+    args = argparse.Namespace(duration=2.0, shared="notes", seed=1, max_tokens=8, sent=0)
+    system = System("fake", "http://127.0.0.1:1")
+    await streams.closed(cast(HttpClient, None), system, 4, args, Slice())
+    assert most == 4
+    assert sent == args.sent == 20 + 3  # the clock passes 2 s at the 20th; 3 more had begun
