@@ -36,6 +36,18 @@ REMOTE_PREFILL_TTL_S = 30.0
 TEXT_SHARE_FOR_SAMPLE = 0.5
 
 
+def missing_age(held_age: int | None, held_blocks: int, kept: int) -> int | None:
+    """The age at the pick (blocks recorded on the worker since) of the first block a
+    report found missing, from the deepest held block's: a prefix is recorded deepest block
+    first, so each shallower block is one younger (or younger still, refreshed since by a
+    shorter prompt: the bound then errs high, never low). An LRU cache that lost it holds
+    fewer blocks than that; the deepest block's own age overstated it by the prompt's
+    length (h103: 4 documents' worth where the engine held 2.5)."""
+    if held_age is None:
+        return None
+    return max(held_age - max(held_blocks - 1 - kept, 0), 0)
+
+
 @dataclass(frozen=True, slots=True)
 class Served:
     """A finished request as ReportFinalToken and the picker's clock saw it."""
@@ -189,8 +201,9 @@ class Learning:
         per_block = self._tokens_per_block(choice, prompt_tokens)
         kept = min(floor(cached / per_block), len(choice.hashes))
         if kept < choice.held_blocks - 1:  # a block's rounding is no shortfall
-            self.prefix.shortfall(choice.slot, choice.hashes, kept, choice.held_age)
-            self.journal.shortfall(choice.endpoint, choice.hashes, kept, choice.held_age)
+            age = missing_age(choice.held_age, choice.held_blocks, kept)
+            self.prefix.shortfall(choice.slot, choice.hashes, kept, age)
+            self.journal.shortfall(choice.endpoint, choice.hashes, kept, age)
         else:
             self.prefix.confirmed(choice.slot, choice.held_age)
             self.journal.confirmed(choice.endpoint, choice.held_age)

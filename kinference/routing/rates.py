@@ -5,7 +5,15 @@ Three quantities per (model, worker slot), NaN until learned:
   queue ahead of them, against their uncached prompt tokens (reported `prompt_tokens -
   cached_tokens`), fitted as `base + tokens * per_token` by exponentially weighted least
   squares (each sample weighs `alpha`, older ones decay by `1 - alpha`); while the samples'
-  lengths hardly differ, `base` is the prior's and the rest is taken as per-token cost;
+  lengths hardly differ, `base` is the prior's and the rest is taken as per-token cost.
+  The slope is bounded below by what the long prompts (>= MIN_TOKENS_FOR_SLOPE uncached
+  tokens) showed over the fixed cost learned when each came: their TTFT beyond that base,
+  per token, a token-weighted mean (`slope_floor`). Delays that do not grow with the prompt
+  (event-loop lag, a queue the model did not see) lengthen short and long prompts alike, but
+  not at the same moments: when they hit the short ones more, the least-squares line
+  flattens toward 0 and a 12k-token prompt was predicted like a 48-token one (h100, h101);
+  against the concurrent base, a long prompt still shows its per-token cost, and the base
+  takes the delay;
 - `service_ms`: milliseconds from first token to final report (how long a request holds
   a batch slot), an exponentially weighted mean;
 
@@ -54,8 +62,32 @@ def busy_sample(sequences: float, excess_ms: float) -> tuple[float, float] | Non
     return sequences, min(max(excess_ms, -bound), bound)
 
 
-# Exponentially weighted sums per slot: weight, x, y, x^2, x*y.
-_SUMS = ("w", "x", "y", "xx", "xy")
+# Exponentially weighted sums per slot: weight, x, y, x^2, x*y; and of the long prompts'
+# TTFT beyond the base learned when each came, and of their tokens (`slope_floor`).
+_SUMS = ("w", "x", "y", "xx", "xy", "beyond", "long")
+
+
+def _fitted_base(w: float, sx: float, sy: float, sxx: float, sxy: float) -> float:
+    """The fixed cost as the least-squares line of the sums has it (its slope clamped at 0,
+    the floor not applied: measured against a base the floor lowered, a long prompt would
+    keep any floor), from prompts of different lengths or from short ones; NaN when the
+    base would be the prior's (no sample yet, or all alike and long): a long prompt's time
+    past a prior base would be the prior's error per token."""
+    if w <= 0.0:
+        return float("nan")
+    mean_x, mean_y = sx / w, sy / w
+    var = sxx / w - mean_x * mean_x
+    if var >= MIN_SPREAD_TOKENS**2:
+        fitted = min(max((sxy / w - mean_x * mean_y) / var, 0.0), MAX_MS_PER_TOKEN)
+        return min(max(mean_y - fitted * mean_x, 0.0), MAX_BASE_MS)
+    return mean_y if mean_x < MIN_TOKENS_FOR_SLOPE else float("nan")
+
+
+def slope_floor(beyond: float, long: float) -> float:
+    """The per-token cost the long prompts showed: their TTFT beyond the concurrent base
+    over their tokens, both summed (weighted by tokens: a 12k prompt's says more than a
+    300's); NaN while no long prompt was seen."""
+    return beyond / long if long > 0.0 else float("nan")
 
 
 class Rates:
@@ -100,18 +132,28 @@ class Rates:
         keep, a = 1.0 - self.alpha, self.alpha
         x, y = max(uncached_tokens, 0.0), max(ttft_ms, 0.0)
         sums = self._sums_of(model, size)
-        # On Python floats (numpy's fixed cost per call dominates five numbers): the same
-        # two roundings per sum as the in-place array operations, so the same values.
-        added = (a, a * x, a * y, a * x * x, a * x * y)
-        row = [old * keep + more for old, more in zip(sums[:, slot].tolist(), added, strict=True)]
-        sums[:, slot] = row
-        w, sx, sy, sxx, sxy = row
-        mean_x, mean_y = sx / w, sy / w
-        var = sxx / w - mean_x * mean_x
         slope = self._array(model, "prefill_ms_per_token", size)
         base = self._array(model, "prefill_base_ms", size)
+        # On Python floats (numpy's fixed cost per call dominates five numbers): the same
+        # two roundings per sum as the in-place array operations, so the same values.
+        old = sums[:, slot].tolist()
+        w, sx, sy, sxx, sxy = (
+            value * keep + more
+            for value, more in zip(old[:5], (a, a * x, a * y, a * x * x, a * x * y), strict=True)
+        )
+        beyond, long = old[5:]
+        fixed = _fitted_base(*old[:5])  # before this sample, as the least squares see it
+        if x >= MIN_TOKENS_FOR_SLOPE and not math.isnan(fixed):  # its time past the base
+            beyond = beyond * keep + a * min(max(y - fixed, 0.0), MAX_MS_PER_TOKEN * x)
+            long = long * keep + a * x
+        sums[:, slot] = [w, sx, sy, sxx, sxy, beyond, long]
+        floor = slope_floor(beyond, long)
+        mean_x, mean_y = sx / w, sy / w
+        var = sxx / w - mean_x * mean_x
         if var >= MIN_SPREAD_TOKENS**2:  # prompts of different lengths: fit both
             fitted = min(max((sxy / w - mean_x * mean_y) / var, 0.0), MAX_MS_PER_TOKEN)
+            if not math.isnan(floor):  # flattened by delays that hit the short ones more
+                fitted = max(fitted, floor)
             slope[slot] = fitted
             base[slot] = min(max(mean_y - fitted * mean_x, 0.0), MAX_BASE_MS)
         elif mean_x >= MIN_TOKENS_FOR_SLOPE:  # all alike and long: fixed cost as the prior's

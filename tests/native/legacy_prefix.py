@@ -1,6 +1,8 @@
 """The prefix index as it was before its block store (`kinference.routing.prefix_store`)
 was split out and written in C: the oracle the property tests hold both stores to, copied
-verbatim from main 2026-12-05 (only the class renamed)."""
+verbatim from main 2026-12-05 (only the class renamed; since h103 a shortfall keeps
+the blocks, which the reporting request prefilled again, and drops the capacity to the
+age at once)."""
 
 from __future__ import annotations
 
@@ -148,24 +150,20 @@ class LegacyPrefixIndex:
 
     def shortfall(self, slot: int, hashes: Sequence[int], kept: int, age: int | None) -> None:
         """`slot` had only the first `kept` blocks of `hashes` cached although the index
-        said more, the deepest predicted block being `age` blocks old at the pick: the rest
-        leaves its entry. When it kept less than half, its capacity estimate moves toward
-        that age, by at most a tenth a time (one report may be misread: a block boundary,
-        a prompt rendered differently by the engine)."""
+        said more, the deepest predicted block being `age` blocks old at the pick; the
+        request prefilled them again, so they stay (h101). When it kept less than half,
+        its capacity estimate drops to that age at once (h103), never below the prompt's."""
         self.flush()
         lru = self._lru.get(slot)
         if lru is None or kept >= len(hashes):
             return
-        self._last.pop(slot, None)
-        self._version += 1
         held = sum(1 for block in hashes if block in lru)
-        for block in hashes[kept:]:
-            if lru.pop(block, None) is not None:
-                self._drop_holder(block, slot)
         if age is not None and kept < held / 2:
             floor = max(len(hashes), 1)  # never below one prompt's worth
             known = self.capacity.get(slot, self.blocks_per_worker)
-            self.capacity[slot] = max(min(known, max(age, int(known * 0.9))), floor)
+            self.capacity[slot] = max(min(known, age), floor)
+            self._last.pop(slot, None)
+            self._version += 1
             self._trim(slot, lru)
 
     def confirmed(self, slot: int, age: int | None) -> None:

@@ -94,7 +94,9 @@ def test_a_request_that_queued_is_no_prefill_sample() -> None:
     assert learn.rates.learned(MODEL, "service_ms", 1) == 10
 
 
-def test_a_reported_shortfall_shrinks_the_entry_and_the_capacity() -> None:
+def test_a_reported_shortfall_shrinks_the_capacity_and_keeps_the_blocks() -> None:
+    """The engine had evicted the prefix; the request prefilled it again before its final
+    report, so the blocks stay (h101): what the report teaches is the capacity."""
     learn = learning()
     index = learn.prefix
     index.record(0, HASHES)
@@ -104,13 +106,15 @@ def test_a_reported_shortfall_shrinks_the_entry_and_the_capacity() -> None:
     assert (held, age) == (40, 239)
     picked = choice(0, prompt_tokens=640.0, cached_tokens=640.0, hashes=HASHES,
                     held_blocks=held, held_age=age)  # fmt: skip
+    learn.picked(picked)
     learn.final(picked, served(prompt_tokens=640, cached_tokens=0))
-    assert index.match(HASHES) == {}  # the prefix it no longer had left its entry
-    assert index.capacity[0] == 9_000  # toward the age (239), by a tenth of 10 000 a time
-    for _ in range(40):
-        index.record(0, HASHES)
-        index.shortfall(0, HASHES, 0, age=239)
-    assert index.capacity[0] == 239  # it kept fewer blocks than the index assumed
+    assert index.match(HASHES) == {0: 40}  # prefilled again: held, the most recent
+    # It kept fewer blocks than the index assumed: at once the age of the first block it
+    # lost, 239 - 39 (h103; a tenth of 10 000 a report before, 9 000 here).
+    assert index.capacity[0] == 200
+    assert index.match(HASHES) == {0: 40}
+    assert index.match(tuple(range(1000, 1040))) == {}  # 200 kept: the oldest 40 left
+    assert index.match(tuple(range(2000, 2040))) == {0: 40}
     summary = learn.quality.cached_tokens.summary()
     assert (summary.count, summary.mean_abs_error, summary.bias) == (1, 640.0, 640.0)
 
@@ -128,14 +132,15 @@ def test_a_short_report_while_the_worker_was_prefilling_teaches_no_eviction() ->
     assert 0 not in learn.prefix.capacity
 
 
-def test_a_partial_shortfall_keeps_the_leading_blocks_it_had() -> None:
+def test_a_partial_shortfall_keeps_every_block() -> None:
     learn = learning()
     learn.prefix.record(0, HASHES)
     held, age = learn.prefix.held(0, HASHES)
     picked = choice(0, prompt_tokens=640.0, cached_tokens=640.0, hashes=HASHES,
                     held_blocks=held, held_age=age)  # fmt: skip
     learn.final(picked, served(prompt_tokens=640, cached_tokens=160))  # 10 of 40 blocks
-    assert learn.prefix.match(HASHES) == {0: 10}
+    assert learn.prefix.match(HASHES) == {0: 40}  # the other 30 prefilled again
+    assert learn.prefix.capacity[0] == 40  # the age (0), floored at the prompt's blocks
 
 
 def test_capacity_bounds_what_the_index_keeps_and_a_deeper_hit_raises_it() -> None:

@@ -242,8 +242,8 @@ def test_held_after_match_agrees_with_a_fresh_lookup_whatever_changed_between() 
     assert index.held(1, hashes) == (5, 4)  # its deepest block, 4 recorded since
     index.record(1, hashes[:12])  # a change after the match: not the memo's answer
     assert index.held(1, hashes)[0] == 12
-    index.shortfall(0, hashes, 3, None)
-    assert index.held(0, hashes)[0] == 3
+    index.forget(0)  # (a shortfall no longer drops blocks: h101)
+    assert index.held(0, hashes) == (0, None)
     index.record(0, hashes)
     before = index.held(0, hashes)
     index.record(0, hashes)  # the same blocks again right away: nothing moves
