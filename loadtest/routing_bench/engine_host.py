@@ -32,6 +32,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     cli.add_argument("--stream-step-s", type=float, default=0.1, help="tokens per SSE chunk")
     cli.add_argument("--slow-fraction", type=float, default=0.0, help="share of slow engines")
     cli.add_argument("--slow-factor", type=float, default=2.0, help="their slowdown")
+    cli.add_argument(
+        "--prefill-side-by-side", action="store_true", help="the old simulator's prefill"
+    )
     return cli.parse_args(argv)
 
 
@@ -42,6 +45,7 @@ def config_from(args: argparse.Namespace) -> SimEngineConfig:
         capacity_blocks=args.capacity_blocks,
         max_num_seqs=args.max_num_seqs,
         stream_step_s=args.stream_step_s,
+        prefill_side_by_side=args.prefill_side_by_side,
     )
 
 

@@ -48,6 +48,7 @@ class EngineSetup:
     seed: int = 0
     slow_fraction: float = 0.0  # the last engines, this share of them, are slower ...
     slow_factor: float = 2.0  # ... by this factor at every step (prefill and decode)
+    prefill_side_by_side: bool = False  # the old simulator: no shared prefill (prefill.py)
 
     def argv(self) -> list[str]:
         return [
@@ -60,6 +61,7 @@ class EngineSetup:
             "--stream-step-s", str(self.stream_step_s),
             "--slow-fraction", str(self.slow_fraction),
             "--slow-factor", str(self.slow_factor),
+            *(["--prefill-side-by-side"] if self.prefill_side_by_side else []),
         ]  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from loadtest.mocker_engines import EVENTS_OFFSET, MockerSetup, kv_router, mockers
 from loadtest.routing_bench.engines import SIM_COUNTERS, EngineSetup, engines_running
+from loadtest.sim_engine.prefill import DEFAULT_BATCHED_TOKENS
 
 # What Dynamo's mocker counts (it keeps no prefix-cache or token counters): requests only.
 MOCKER_COUNTERS = {"requests": "vllm:e2e_request_latency_seconds_count"}
@@ -80,10 +81,16 @@ class SimFleet:
             slow = (
                 f", {setup.slow_fraction:.0%} of them {setup.slow_factor:g}x slower at everything"
             )
+        prefill = (
+            "side by side (the old simulator)"
+            if setup.prefill_side_by_side
+            else f"in turn (steps of {DEFAULT_BATCHED_TOKENS} tokens, as vLLM does)"
+        )
         return (
             f"{setup.count} simulated engines (`loadtest/sim_engine`, in their own process), "
             f"each with a prefix cache of {setup.capacity_blocks} blocks of 64 characters and "
-            f"{setup.max_num_seqs} batch slots, time scale {setup.time_scale:g}{slow}"
+            f"{setup.max_num_seqs} batch slots, prompts prefilled {prefill}, "
+            f"time scale {setup.time_scale:g}{slow}"
         )
 
     @contextlib.asynccontextmanager

@@ -120,6 +120,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cli.add_argument("--capacity-blocks", type=int, default=1536, help="sim: 64 chars each")
     cli.add_argument("--gpu-blocks", type=int, default=1024, help="mocker: 16 tokens each")
     cli.add_argument("--time-scale", type=float, default=1.0, help="sim: wall s per model s")
+    cli.add_argument(
+        "--prefill-side-by-side",
+        action="store_true",
+        help="sim: every prompt prefills on its own (the simulator before h102)",
+    )
     cli.add_argument("--dynamo", type=Path, default=Path("/tmp/dynamo-venv"))
     cli.add_argument("--dynamo-model", type=Path, default=Path("/tmp/dynamo-model"))
     cli.add_argument(
@@ -147,6 +152,7 @@ def fleet_from(args: argparse.Namespace) -> Fleet:
             slow_fraction=regime["slow_fraction"],
             time_scale=args.time_scale,
             seed=args.seed,
+            prefill_side_by_side=args.prefill_side_by_side,
         )
     )
 

@@ -38,6 +38,7 @@ class Sample:
     route_s: float = 0.0  # Push + Pick + Pull (kinference), part of the TTFT
     conversation: int = -1  # the conversation's index and the turn's number in it: the
     turn: int = -1  # same request under every router (the workload is seeded)
+    response_id: str = ""  # as the engine named it ("chatcmpl-sim<seed>-<n>": which engine)
 
     def line(self, router: str, rate: float, seed: int = 0) -> str:
         """One JSON line of `--requests`: this request as `router` served it at `rate`,
@@ -134,6 +135,7 @@ class Replay:
             route_s=outcome.pick_s,
             conversation=conversation.index,
             turn=number,
+            response_id=result.response_id,
         )
         return sample, result.text
 

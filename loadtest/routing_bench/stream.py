@@ -28,6 +28,7 @@ class StreamResult:
     """What the caller saw of one response (seconds from the request's start)."""
 
     status: int
+    response_id: str = ""  # the first event's `id`: the simulated engine's names its seed
     ttft_s: float = 0.0
     total_s: float = 0.0
     prompt_tokens: int = 0
@@ -76,6 +77,8 @@ def _on_event(result: StreamResult, event: dict[str, object], now: float, last: 
     """Record one SSE event; returns the time of the latest content chunk."""
     if isinstance(event.get("usage"), dict):
         _usage(result, event["usage"])  # type: ignore[arg-type]
+    if not result.response_id and isinstance(event.get("id"), str):
+        result.response_id = event["id"]  # type: ignore[assignment]
     content = _content(event)
     if not content:
         return last

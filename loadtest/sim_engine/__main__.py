@@ -49,6 +49,17 @@ def parser() -> argparse.ArgumentParser:
     )
     cli.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs)
     cli.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=defaults.max_num_batched_tokens,
+        help="prompt tokens prefilled per step; prompts prefill in turn (vLLM's default)",
+    )
+    cli.add_argument(
+        "--prefill-side-by-side",
+        action="store_true",
+        help="prefill every admitted prompt on its own at full speed (the old simulator)",
+    )
+    cli.add_argument(
         "--stream-step-s",
         type=float,
         default=defaults.stream_step_s,
@@ -67,6 +78,8 @@ def config_from(args: argparse.Namespace) -> SimEngineConfig:
         time_scale=args.time_scale,
         capacity_blocks=args.capacity_blocks,
         max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        prefill_side_by_side=args.prefill_side_by_side,
         api_key=args.api_key,
         stream_step_s=args.stream_step_s,
     )

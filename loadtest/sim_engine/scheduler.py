@@ -2,9 +2,12 @@
 prefill and decode timed by the cost model, on the event loop.
 
 A job is scheduled when a batch slot frees; then its prompt meets the prefix cache
-(`EngineModel.admit`), it waits its prefill (longer for more uncached tokens), and decodes.
-Each decode gap is the model's gap for the batch running at that moment, so tokens slow
-down as the batch grows. Times are model seconds times `time_scale`.
+(`EngineModel.admit`), its uncached tokens are prefilled (`prefill.py`: by default in turn
+with every other prompt on this engine, in steps of a token budget, as vLLM does), and it
+decodes. Each decode gap is the model's gap for the batch running at that moment, so tokens
+slow down as the batch grows, and a prefill step running beside the decodes delays each of
+them by that step's prompt tokens (a mixed step). Times are model seconds times
+`time_scale`.
 
 Decoding does not sleep once per token: it sleeps until a token is due and hands over
 every token due within `stream_step_s` of it in one step, and a step that wakes late
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from loadtest.engine_model import Admission, EngineModel
+from loadtest.sim_engine.prefill import Prefill
 
 
 @dataclass(slots=True)
@@ -53,6 +57,7 @@ class Scheduler:
         self,
         engine: EngineModel,
         observer: Observer,
+        prefill: Prefill,
         *,
         max_num_seqs: int,
         time_scale: float,
@@ -61,6 +66,7 @@ class Scheduler:
     ) -> None:
         self.engine = engine
         self._observer = observer
+        self._prefill = prefill
         self._max_num_seqs = max_num_seqs
         self._time_scale = time_scale
         self._stream_step_s = stream_step_s
@@ -97,7 +103,7 @@ class Scheduler:
         try:
             job.admission = self.engine.admit(job.prompt, job.completion)
             self._observer.scheduled(job)
-            await self._wait(self.engine.prefill_s(job.admission.uncached_tokens))
+            await self._prefill.prefill(job.admission.uncached_tokens)
             self._observer.first_token(job, self._clock() - job.arrived_at)
             yield 1
             async for count in self._decode(job):
@@ -111,21 +117,29 @@ class Scheduler:
         remaining = job.tokens - 1
         factor = self.engine.jitter_factor() * self._time_scale  # one draw per job
         due = self._clock()
+        stalled = self._prefill.stalled_s
         while remaining:
             gap = self.engine.decode_gap_s() * factor  # the batch as it is now
-            due += gap
+            held = self._prefill.stalled_s - stalled  # by prefill steps since the last look
+            stalled += held
+            due += gap + held
             count = 1
             horizon = max(self._clock(), due) + self._stream_step_s
             while count < remaining and due + gap <= horizon:
                 due += gap
                 count += 1
             await asyncio.sleep(max(due - self._clock(), 0.0))
-            self._observer.decoded(job, gap, count)
+            self._observe(job, gap, held, count)
             remaining -= count
             yield count
 
-    async def _wait(self, model_s: float) -> None:
-        await asyncio.sleep(model_s * self._time_scale)
+    def _observe(self, job: Job, gap: float, held: float, count: int) -> None:
+        """The step's gaps: the first token's held back by the prefill, the rest not."""
+        if held:
+            self._observer.decoded(job, gap + held, 1)
+            count -= 1
+        if count:
+            self._observer.decoded(job, gap, count)
 
     async def _acquire(self, model: str) -> None:
         if self.engine.running < self._max_num_seqs and not self._queue:

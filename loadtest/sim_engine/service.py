@@ -20,6 +20,7 @@ from starlette.types import Send
 from loadtest.engine_model import EngineModel
 from loadtest.sim_engine.config import SimEngineConfig
 from loadtest.sim_engine.metrics import SimMetrics
+from loadtest.sim_engine.prefill import Prefill, PrefillLane, SideBySide
 from loadtest.sim_engine.protocol import (
     ApiError,
     GenerateRequest,
@@ -66,6 +67,7 @@ class EngineService:
         self.scheduler = Scheduler(
             engine,
             self.metrics,
+            _prefill(engine, config),
             max_num_seqs=config.max_num_seqs,
             time_scale=config.time_scale,
             stream_step_s=config.stream_step_s,
@@ -184,6 +186,14 @@ class EngineService:
     def _request_id(self, prefix: str) -> str:
         self._ids += 1
         return f"{prefix}-sim{self.config.seed:x}-{self._ids:08x}"
+
+
+def _prefill(engine: EngineModel, config: SimEngineConfig) -> Prefill:
+    if config.prefill_side_by_side:
+        return SideBySide(engine, time_scale=config.time_scale)
+    return PrefillLane(
+        engine, budget_tokens=config.max_num_batched_tokens, time_scale=config.time_scale
+    )
 
 
 def _usage(job: Job) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from loadtest.routing_bench.replicas import policy_yaml
 from loadtest.routing_bench.routers import ROUTERS
 from loadtest.routing_bench.section import section
 from loadtest.routing_bench.stats import RunStats, quantile, summarise
-from loadtest.routing_bench.stream import StreamResult
+from loadtest.routing_bench.stream import StreamResult, _on_event
 from loadtest.routing_bench.workload import BenchSpec, conversations
 
 SPEC = BenchSpec()
@@ -119,6 +119,17 @@ def test_the_regimes_set_slots_and_speeds() -> None:
     large = options_from(parse_args(["--quick", "--regime", "vllm-64"]))
     assert isinstance(large.fleet, SimFleet) and large.fleet.setup.max_num_seqs == 64
     assert large.tuning == {}
+    assert "--prefill-side-by-side" not in setup.argv() and "in turn" in mixed.describe()
+    old = options_from(parse_args(["--quick", "--prefill-side-by-side"])).fleet
+    assert isinstance(old, SimFleet) and "--prefill-side-by-side" in old.setup.argv()
+
+
+def test_the_stream_keeps_the_engines_response_id() -> None:
+    result = StreamResult(200)
+    first = {"id": "chatcmpl-sim1f-00000002", "choices": [{"delta": {"content": "a"}}]}
+    _on_event(result, first, 0.01, 0.0)
+    _on_event(result, {"id": "other", "choices": [{"delta": {"content": "b"}}]}, 0.02, 0.01)
+    assert (result.response_id, result.text) == ("chatcmpl-sim1f-00000002", "ab")
 
 
 def test_dynamo_regime_runs_mockers_its_kv_router_and_the_precise_row() -> None:

@@ -30,13 +30,18 @@ def test_flags_make_the_config() -> None:
         [
             *("--model", "a", "--model", "b", "--seed", "4", "--time-scale", "0.5"),
             *("--capacity-blocks", "99", "--max-num-seqs", "3", "--api-key", "k"),
-            *("--stream-step-s", "0.02"),
+            *("--stream-step-s", "0.02", "--max-num-batched-tokens", "512"),
         ]
     )
     config = config_from(args)
     assert config.models == ("a", "b")
     assert (config.seed, config.time_scale, config.capacity_blocks) == (4, 0.5, 99)
     assert (config.max_num_seqs, config.api_key, config.stream_step_s) == (3, "k", 0.02)
+    assert (config.max_num_batched_tokens, config.prefill_side_by_side) == (512, False)
+    old = config_from(parser().parse_args(["--prefill-side-by-side"]))
+    assert (old.max_num_batched_tokens, old.prefill_side_by_side) == (8192, True)
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        config_from(parser().parse_args(["--max-num-batched-tokens", "0"]))
 
 
 def test_a_fleet_serves_until_sigterm() -> None:
