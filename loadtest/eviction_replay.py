@@ -23,11 +23,16 @@ CASES = ((12, 2.5), (16, 2.5), (24, 3.5))  # documents, each engine's cache in d
 
 
 class LruCache:
+    """An engine's prefix cache: `capacity` blocks, least recently used evicted first; a
+    prompt's blocks are touched deepest first, as engines free them (the leading ones stay
+    longest)."""
+
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.blocks: OrderedDict[int, None] = OrderedDict()
 
     def serve(self, hashes: Sequence[int]) -> int:
+        """Prefill a prompt of `hashes`: how many leading blocks were cached."""
         held = 0
         while held < len(hashes) and hashes[held] in self.blocks:
             held += 1

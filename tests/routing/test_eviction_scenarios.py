@@ -5,13 +5,12 @@ documents the index forgot though their engine still served them as hits)."""
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
-from collections.abc import Sequence
 
 import pytest
 
 from kinference.routing import Router
 from kinference.routing.learning import Served
+from loadtest.eviction_replay import LruCache
 from tests.routing.plugin_helpers import pool_router, system_query
 
 ENDPOINTS = [f"10.0.0.{i}:8000" for i in range(1, 5)]
@@ -47,28 +46,6 @@ def test_a_prefix_found_evicted_is_held_again_after_the_request_prefilled_it() -
     assert router.route(query).local.endpoint == holder  # type: ignore[union-attr]
 
 
-class LruEngine:
-    """An engine's prefix cache: `capacity` blocks (the index's, for the test), least
-    recently used evicted first; a prompt's blocks are touched deepest first, as engines
-    free them (the leading ones stay longest)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.blocks: OrderedDict[int, None] = OrderedDict()
-
-    def serve(self, hashes: Sequence[int]) -> int:
-        """Prefill a prompt of `hashes`: how many leading blocks were cached."""
-        held = 0
-        while held < len(hashes) and hashes[held] in self.blocks:
-            held += 1
-        for block in reversed(hashes):
-            self.blocks[block] = None
-            self.blocks.move_to_end(block)
-        while len(self.blocks) > self.capacity:
-            self.blocks.popitem(last=False)
-        return held
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_a_worker_that_evicts_gets_a_capacity_estimate_near_its_own_within_reports(
     seed: int,
@@ -82,13 +59,13 @@ def test_a_worker_that_evicts_gets_a_capacity_estimate_near_its_own_within_repor
     router = pool_router([endpoint], 50.0)
     documents = [f"Document {d}. " + DOCUMENT for d in range(6)]
     rng = random.Random(seed)
-    engine: LruEngine | None = None
+    engine: LruCache | None = None
     shortfalls = 0
     for n in range(100):
         local = router.route(system_query(rng.choice(documents), n)).local
         assert local is not None and local.endpoint == endpoint
         if engine is None:  # ~2.5 documents' blocks
-            engine = LruEngine(capacity=len(local.hashes) * 5 // 2)
+            engine = LruCache(capacity=len(local.hashes) * 5 // 2)
         router.picked(local)
         prompt = int(local.prompt_tokens)
         cached = prompt * engine.serve(local.hashes) // len(local.hashes)
