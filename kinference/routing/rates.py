@@ -67,6 +67,21 @@ def busy_sample(sequences: float, excess_ms: float) -> tuple[float, float] | Non
 _SUMS = ("w", "x", "y", "xx", "xy", "beyond", "long")
 
 
+def _spread_slope(w: float, sx: float, sy: float, sxx: float, sxy: float) -> float | None:
+    """The least-squares slope of the sums, clamped to [0, MAX_MS_PER_TOKEN], where the
+    prompts' lengths differ enough to fit one (variance >= MIN_SPREAD_TOKENS^2); else None."""
+    mean_x, mean_y = sx / w, sy / w
+    var = sxx / w - mean_x * mean_x
+    if var < MIN_SPREAD_TOKENS**2:
+        return None
+    return min(max((sxy / w - mean_x * mean_y) / var, 0.0), MAX_MS_PER_TOKEN)
+
+
+def _base(mean_x: float, mean_y: float, per_token: float) -> float:
+    """The fixed cost the samples' means leave under `per_token`, within [0, MAX_BASE_MS]."""
+    return min(max(mean_y - per_token * mean_x, 0.0), MAX_BASE_MS)
+
+
 def _fitted_base(w: float, sx: float, sy: float, sxx: float, sxy: float) -> float:
     """The fixed cost as the least-squares line of the sums has it (its slope clamped at 0,
     the floor not applied: measured against a base the floor lowered, a long prompt would
@@ -76,10 +91,9 @@ def _fitted_base(w: float, sx: float, sy: float, sxx: float, sxy: float) -> floa
     if w <= 0.0:
         return float("nan")
     mean_x, mean_y = sx / w, sy / w
-    var = sxx / w - mean_x * mean_x
-    if var >= MIN_SPREAD_TOKENS**2:
-        fitted = min(max((sxy / w - mean_x * mean_y) / var, 0.0), MAX_MS_PER_TOKEN)
-        return min(max(mean_y - fitted * mean_x, 0.0), MAX_BASE_MS)
+    fitted = _spread_slope(w, sx, sy, sxx, sxy)
+    if fitted is not None:
+        return _base(mean_x, mean_y, fitted)
     return mean_y if mean_x < MIN_TOKENS_FOR_SLOPE else float("nan")
 
 
@@ -149,21 +163,19 @@ class Rates:
         sums[:, slot] = [w, sx, sy, sxx, sxy, beyond, long]
         floor = slope_floor(beyond, long)
         mean_x, mean_y = sx / w, sy / w
-        var = sxx / w - mean_x * mean_x
-        if var >= MIN_SPREAD_TOKENS**2:  # prompts of different lengths: fit both
-            fitted = min(max((sxy / w - mean_x * mean_y) / var, 0.0), MAX_MS_PER_TOKEN)
+        fitted = _spread_slope(w, sx, sy, sxx, sxy)
+        if fitted is not None:  # prompts of different lengths: fit both
             if not math.isnan(floor):  # flattened by delays that hit the short ones more
                 fitted = max(fitted, floor)
             slope[slot] = fitted
-            base[slot] = min(max(mean_y - fitted * mean_x, 0.0), MAX_BASE_MS)
+            base[slot] = _base(mean_x, mean_y, fitted)
         elif mean_x >= MIN_TOKENS_FOR_SLOPE:  # all alike and long: fixed cost as the prior's
             fixed = min(self.prior_base_ms, mean_y)
             base[slot] = fixed
             slope[slot] = min((mean_y - fixed) / mean_x, MAX_MS_PER_TOKEN)
         else:  # short prompts say nothing of the per-token cost: it is all fixed cost
             learned = slope.item(slot)
-            per_token = 0.0 if math.isnan(learned) else learned
-            base[slot] = min(max(mean_y - per_token * mean_x, 0.0), MAX_BASE_MS)
+            base[slot] = _base(mean_x, mean_y, 0.0 if math.isnan(learned) else learned)
 
     def prefill_ms(self, slot: int, model: str, uncached_tokens: float) -> float:
         """The learned prefill of `uncached_tokens` on the worker (NaN: not learned)."""
