@@ -187,7 +187,7 @@ PyObject *kp_store_record(Store *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *kp_store_trim(Store *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *kp_store_match(Store *self, PyObject *hashes);
 PyObject *kp_store_held(Store *self, PyObject *const *args, Py_ssize_t nargs);
-PyObject *kp_store_drop(Store *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *kp_store_count(Store *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *kp_store_forget(Store *self, PyObject *arg);
 
 #if defined(__GNUC__)

@@ -1,4 +1,4 @@
-/* The methods that read and change the store: record, trim, match, held, drop, forget
+/* The methods that read and change the store: record, trim, match, held, count, forget
  * (their meaning: `kinference.routing.prefix_store.PyPrefixStore`). Each runs under the
  * store's `busy` flag: a key's `__index__` calling back into the store meets RuntimeError,
  * so no pointer into the store goes stale under a running call. */
@@ -20,7 +20,7 @@ enter(Store *self)
 #define NOT_A_SLOT (-2) /* past the C range, or not an integer: never recorded */
 #define SLOT_FAILED (-3) /* an exception set */
 
-/* The live slot's index for `trim`, `held`, `drop`, or one of the codes above: an
+/* The live slot's index for `trim`, `held`, `count`, or one of the codes above: an
  * exception but OverflowError and TypeError (a slot's `__index__` raising, or calling back
  * into the store: RuntimeError) is the caller's to raise, not "never recorded". */
 static int64_t
@@ -201,14 +201,13 @@ kp_store_held(Store *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 PyObject *
-kp_store_drop(Store *self, PyObject *const *args, Py_ssize_t nargs)
+kp_store_count(Store *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "drop(slot, hashes, start)");
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "count(slot, hashes)");
         return NULL;
     }
-    Py_ssize_t start = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
-    if ((start == -1 && PyErr_Occurred()) || enter(self) < 0) {
+    if (enter(self) < 0) {
         return NULL;
     }
     /* The slot before the hashes: its conversion runs no code with an exception pending. */
@@ -225,20 +224,6 @@ kp_store_drop(Store *self, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
         held += r;
-    }
-    for (Py_ssize_t i = start < 0 ? 0 : start; si >= 0 && i < n; i++) {
-        uint64_t key;
-        int r = kp_key_of(PyTuple_GET_ITEM(tuple, i), &key);
-        if (r < 0) {
-            goto done;
-        }
-        Bucket *e = r ? map_find(&self->slots[si].table, key) : NULL;
-        if (e != NULL) {
-            kp_evict(self, (uint32_t)si, (uint32_t)(e->val - 1));
-        }
-    }
-    if (si >= 0) {
-        kp_settle(self, (uint32_t)si);
     }
     result = PyLong_FromSsize_t(held);
 done:

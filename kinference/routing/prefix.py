@@ -130,7 +130,7 @@ class PrefixIndex:
         self.flush()
         if not self._store.has(slot) or kept >= len(hashes):
             return
-        held = self._store.drop(slot, hashes, len(hashes))  # drops none: counts the held
+        held = self._store.count(slot, hashes)
         if age is not None and kept < held / 2:
             floor = max(len(hashes), 1)  # never below one prompt's worth
             known = self.capacity.get(slot, self.blocks_per_worker)

@@ -29,7 +29,7 @@ class BlockStore(Protocol):
     def trim(self, slot: int, bound: int) -> None: ...
     def match(self, hashes: Sequence[int]) -> dict[int, int]: ...
     def held(self, slot: int, hashes: Sequence[int], known: int) -> tuple[int, int | None]: ...
-    def drop(self, slot: int, hashes: Sequence[int], start: int) -> int: ...
+    def count(self, slot: int, hashes: Sequence[int]) -> int: ...
     def forget(self, slot: int) -> None: ...
 
 
@@ -133,17 +133,12 @@ class PyPrefixStore:
         blocks = known if known > 0 else self._longest(slot, hashes)
         return blocks, self._touches.get(slot, 0) - lru[hashes[blocks - 1]]
 
-    def drop(self, slot: int, hashes: Sequence[int], start: int) -> int:
-        """`slot` lost `hashes[start:]`: they leave it. Returns how many of `hashes` (each
-        occurrence) it held before."""
+    def count(self, slot: int, hashes: Sequence[int]) -> int:
+        """How many of `hashes` (each occurrence) `slot` holds, wherever they sit."""
         lru = self._lru.get(slot)
         if lru is None:
             return 0
-        held = sum(1 for block in hashes if block in lru)
-        for block in hashes[start:]:
-            if lru.pop(block, None) is not None:
-                self._drop_holder(block, slot)
-        return held
+        return sum(1 for block in hashes if block in lru)
 
     def forget(self, slot: int) -> None:
         """Drop everything `slot` held and its touch count."""

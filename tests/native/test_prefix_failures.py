@@ -51,12 +51,12 @@ def test_an_allocation_failing_anywhere_in_a_record_leaves_a_usable_store() -> N
     assert failed > 100  # the sweep reached the record's allocations
 
 
-def test_drop_of_a_never_recorded_slot_and_no_sequence_raises_type_error() -> None:
+def test_count_of_a_never_recorded_slot_and_no_sequence_raises_type_error() -> None:
     store = native.PrefixStore()
     with pytest.raises(TypeError):  # was SystemError: the slot read over a pending error
-        store.drop(2**70, 5, 0)
+        store.count(2**70, 5)
     with pytest.raises(TypeError):
-        store.drop(0, 5, 0)
+        store.count(0, 5)
 
 
 class Failing:
@@ -72,10 +72,10 @@ def test_a_slot_whose_index_raises_is_an_error_not_a_slot_never_recorded() -> No
     with pytest.raises(ZeroDivisionError):
         store.held(Failing(), (1, 2), 0)
     with pytest.raises(ZeroDivisionError):
-        store.drop(Failing(), (1, 2), 0)
+        store.count(Failing(), (1, 2))
     # Past the C range or no integer at all: never recorded, as before.
-    assert store.held(2**70, (1,), 0) == (0, None) and store.drop(2**70, (1,), 0) == 0
-    assert store.held("0", (1,), 0) == (0, None) and store.drop("0", (1,), 0) == 0
+    assert store.held(2**70, (1,), 0) == (0, None) and store.count(2**70, (1,)) == 0
+    assert store.held("0", (1,), 0) == (0, None) and store.count("0", (1,)) == 0
     store.trim(2**70, 0)
     assert store.held(0, (1, 2), 0) == (2, 1)
 
@@ -92,7 +92,7 @@ def test_a_slot_calling_back_into_the_store_is_refused() -> None:
     for call in (
         lambda: store.trim(Sneaky(), 0),
         lambda: store.held(Sneaky(), (1, 2), 0),
-        lambda: store.drop(Sneaky(), (1, 2), 0),
+        lambda: store.count(Sneaky(), (1, 2)),
     ):
         with pytest.raises(RuntimeError, match="re-entered"):
             call()
