@@ -8,9 +8,8 @@
  * intp, lists of other than floats) answer NotImplemented before anything is computed,
  * and the caller runs the pure form; errors the pure form raises are raised alike
  * (IndexError beyond an array, ZeroDivisionError for a memory batch of 0, what the
- * table's clock or `shared_pending` raises). `pending.waited_prefill` and
- * `WorkerTable.prefill_done` are spelled here too (the clock read as often, in the same
- * order); `shared_pending` is called back, where the pure form calls it.
+ * table's clock raises). `pending.waited_prefill` and `WorkerTable.prefill_done` are
+ * spelled here too (the clock read as often, in the same order).
  */
 #include "ttft.h"
 
@@ -58,32 +57,13 @@ static int prefill_done(const Terms *t, Py_ssize_t slot, double per_token, doubl
     return 0;
 }
 
-/* `pending.waited_prefill(table, slot, *queued, per_token=, cached=, hashes=)`, its
- * `table.shared_pending(slot, hashes)` called back (the pending prefixes are Python's). */
-static int waited(const Terms *t, Py_ssize_t slot, double *queued, double per_token,
-                  double cached) {
-    double done, pending = *queued;
+/* `pending.waited_prefill(table, slot, *queued, per_token=)`. */
+static int waited(const Terms *t, Py_ssize_t slot, double *queued, double per_token) {
+    double done;
     if (prefill_done(t, slot, per_token, &done) < 0) {
         return -1;
     }
-    double left = pending - done;
-    int hashes = left > 0.0 && cached > 0.0 ? PyObject_IsTrue(t->hashes) : 0;
-    if (hashes < 0) {
-        return -1;
-    }
-    if (hashes) {
-        PyObject *args[3] = {t->table, PyLong_FromSsize_t(slot), t->hashes};
-        PyObject *shared = args[1] == NULL ? NULL : PyObject_VectorcallMethod(
-            t->shared_pending, args, 3, NULL);
-        Py_XDECREF(args[1]);
-        double tokens = shared == NULL ? -1.0 : PyFloat_AsDouble(shared);
-        Py_XDECREF(shared);
-        if (tokens == -1.0 && PyErr_Occurred()) {
-            return -1;
-        }
-        left = py_min(left, pending - tokens);
-    }
-    *queued = py_max(left, 0.0);
+    *queued = py_max(*queued - done, 0.0);
     return 0;
 }
 
@@ -100,12 +80,8 @@ static int candidate(const Terms *t, Py_ssize_t i, const BatchRow *row, double p
     }
     double per_token = t->per_token[i], service = t->service[i];
     double ahead = py_max(sequences + 1.0 - batch, 0.0);
-    if (queued > 0.0) {
-        double cached;
-        if (column_item(&t->cached, i, &cached) < 0 ||
-            waited(t, slot, &queued, per_token, cached) < 0) {
-            return -1;
-        }
+    if (queued > 0.0 && waited(t, slot, &queued, per_token) < 0) {
+        return -1;
     }
     double for_slot = ahead * service / batch;
     if (t->memory != NULL) { /* a place to run: slot and memory */
@@ -236,7 +212,6 @@ static int exec_module(PyObject *module) { return names_open(PyModule_GetState(m
 
 static int traverse(PyObject *module, visitproc visit, void *arg) {
     Names *names = PyModule_GetState(module);
-    Py_VISIT(names->shared_pending);
     for (int i = 0; i < COLUMNS; i++) {
         Py_VISIT(names->columns[i]);
     }
@@ -245,7 +220,6 @@ static int traverse(PyObject *module, visitproc visit, void *arg) {
 
 static int clear(PyObject *module) {
     Names *names = PyModule_GetState(module);
-    Py_CLEAR(names->shared_pending);
     for (int i = 0; i < COLUMNS; i++) {
         Py_CLEAR(names->columns[i]);
     }

@@ -13,7 +13,6 @@ enum {
 
 /* The module's state: the names it looks up, made once. */
 typedef struct {
-    PyObject *shared_pending;    /* the table's method's name */
     PyObject *columns[COLUMNS];  /* the table's attribute names, as in the enum */
 } Names;
 
@@ -38,7 +37,7 @@ typedef struct {
     double busy, prompt;
     double *memory, *fits, *footprint;  /* NULL: None (memory: either of the two) */
     Py_ssize_t memory_count, fits_count, footprint_count;
-    PyObject *table, *clock, *hashes, *shared_pending;  /* borrowed */
+    PyObject *table, *clock;  /* borrowed */
     int scoring;
     double *per_token, *base, *service;  /* per candidate, `peers_or` */
     BatchRow *rows;

@@ -1,13 +1,15 @@
 """Prefill picked to a worker and not done yet, by the prefix blocks it computes.
 
 A request picked to a worker prefills its uncached blocks until its first token. Another
-request sharing those blocks, picked there meanwhile, does not queue behind that prefill:
-it finds its prefix being computed (a cache hit in progress; the index already counts
-those blocks as cached there). Only pending prefill the new request does not share is a
-wait. Entries are keyed by whatever identifies one pick (the local choice object, another
+request sharing those blocks, picked there meanwhile, finds its prefix being computed: not
+its own prefill (the index already counts those blocks as cached there) but a wait all the
+same, as other prompts' pending prefill is. Which blocks are pending still matters to the
+eviction learning (a report counting blocks still being prefilled proves nothing).
+Entries are keyed by whatever identifies one pick (the local choice object, another
 replica's pick id) and leave at the first token, an upstream error or the release.
-What of the pending prefill a new request waits for (`waited_prefill`): not what it
-shares, nor what the engine has computed since the worker's pending prefill began.
+What of the pending prefill a new request waits for (`waited_prefill`): all of it but
+what the engine has computed since the worker's pending prefill began, what it shares
+included (a prefix being computed is cached only once computed).
 """
 
 from __future__ import annotations
@@ -79,37 +81,27 @@ class _Draining(Protocol):
     pending_prefill: npt.NDArray[np.float64]
 
     def prefill_done(self, slot: int, ms_per_token: float) -> float: ...
-    def shared_pending(self, slot: int, hashes: tuple[int, ...]) -> float: ...
 
 
-def waited_prefill(
-    table: _Draining,
-    slot: int,
-    pending: float,
-    *,
-    per_token: float,
-    cached: float,
-    hashes: tuple[int, ...],
-) -> float:
+def waited_prefill(table: _Draining, slot: int, pending: float, *, per_token: float) -> float:
     """Of `pending` prefill tokens on the worker, those a new request waits for. vLLM's
     scheduler (v1, chunked prefill) runs a prompt being prefilled first, a chunk per step
     as large as the step's token budget leaves, and starts a new prompt only in what
     budget remains: the new one waits for the rest of what is pending, less what the
-    engine has computed since it began (`WorkerTable.prefill_done`), or less what this
-    prompt shares (a cache hit in progress), whichever leaves fewer (they may overlap).
-    `pending` is above 0 (the callers ask only then). Where the engine has computed all of
-    it by now, what it shares is not looked up: it could leave no fewer than none."""
-    left = pending - table.prefill_done(slot, per_token)
-    if left > 0.0 and cached > 0.0 and hashes:
-        left = min(left, pending - table.shared_pending(slot, hashes))
-    return max(left, 0.0)
+    engine has computed since it began (`WorkerTable.prefill_done`). What of it the new
+    prompt shares is waited for too: those blocks are a cache hit only once computed, and
+    its first token comes after them (h107: a question asked while its 12k-token document
+    prefilled was predicted at ~40 ms, took ~0.5 s, and that report taught the engine a
+    prefill base of 539 ms or a batch of 1, which sent its later hits cold). Those shared
+    tokens are not its own prefill (the index counts them cached), so an engine prefilling
+    the document still beats one that would prefill all of it again.
+    `pending` is above 0 (the callers ask only then)."""
+    return max(pending - table.prefill_done(slot, per_token), 0.0)
 
 
 def unwaited_prefill(
     table: _Draining,
     slots: npt.NDArray[np.intp],
-    cached: npt.NDArray[np.float64],
-    hashes: tuple[int, ...],
     per_token: npt.NDArray[np.float64],
 ) -> npt.NDArray[np.float64]:
     """Per candidate, the pending prefill tokens a request does not wait for
@@ -118,8 +110,5 @@ def unwaited_prefill(
     gone = np.zeros(len(slots))
     for i in np.flatnonzero(pending > 0.0):
         queued = pending.item(i)
-        gone[i] = queued - waited_prefill(
-            table, int(slots[i]), queued, per_token=per_token.item(i),
-            cached=cached.item(i), hashes=hashes,
-        )  # fmt: skip
+        gone[i] = queued - waited_prefill(table, int(slots[i]), queued, per_token=per_token.item(i))
     return gone

@@ -274,9 +274,11 @@ def test_service_time_is_a_moving_mean_and_forgotten_with_the_worker() -> None:
     assert np.isnan(rates.values(MODEL, "service_ms", np.array([3]), 8)).all()
 
 
-def test_pending_prefill_of_a_shared_prefix_is_no_wait() -> None:
-    """A concurrent request still prefilling the document this one asks about: the blocks
-    are a cache hit in progress there, not a queue; other pending prefill still waits."""
+def test_pending_prefill_of_a_shared_prefix_is_waited_for_yet_its_holder_wins() -> None:
+    """A concurrent request still prefilling the document this one asks about: its first
+    token comes after those blocks are computed (vLLM's scheduler runs the prefill under
+    way first), so they are a wait like other prompts' pending prefill; not this one's own
+    prefill, so the holder still beats an engine that would prefill it all again."""
     table = WorkerTable(clock=frozen)
     doc = tuple(range(1, 201))  # 200 blocks of 16 tokens
     ctx = context(2, prompt_tokens=3300, cached=[3200, 0], table=table)
@@ -287,7 +289,8 @@ def test_pending_prefill_of_a_shared_prefix_is_no_wait() -> None:
     model = scorer()
     for form in (model._predict_small, model._predict_vector):
         _, wait, *_ = form(ctx)
-        assert wait.tolist() == pytest.approx([500 * PER_TOKEN, 0.0])
+        assert wait.tolist() == pytest.approx([3700 * PER_TOKEN, 0.0])
+    assert model.score(ctx).tolist()[0] == 1.0
 
 
 def test_a_cold_prompt_goes_to_the_emptier_cache() -> None:

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+
+import pytest
 
 from kinference.bodies import Body
 from kinference.config import parse_policy
@@ -137,3 +140,33 @@ def test_twice_the_prefill_time_gets_proportionally_fewer_requests() -> None:
     learned = {ep: rates.learned("m", "prefill_ms_per_token", sim.router.table.slot(ep))
                for ep in ("fast:1", "slow:1")}  # fmt: skip
     assert learned["slow:1"] > 1.5 * learned["fast:1"], learned
+
+
+def test_a_question_asked_while_its_document_prefills_waits_for_it_and_teaches_no_queue() -> None:
+    """A document's question picked to the engine still prefilling the document: the
+    engine (vLLM's scheduler, the in-turn simulator) gives it its first token after the
+    document's, so the model predicts that wait; reported so, it teaches no queue (h107:
+    predicted ~40 ms, it took ~0.5 s, and the engine was learned to run 1 at a time or
+    with a prefill base of 539 ms, which sent its later hits cold)."""
+    sim = cluster({"a:1": 0.05, "b:1": 0.05})
+    document = "a long shared document about routing " * 1300  # ~12k tokens
+    picked = []
+    for text in (document, document + " first question?"):
+        local = sim.router.route(chat(text)).local
+        assert local is not None
+        sim.router.picked(local)
+        picked.append(local)
+    doc, question = picked
+    assert question.endpoint == doc.endpoint  # the cache hit in progress
+    own = doc.prompt_tokens * 0.1  # the prior's prefill of the document, ms
+    assert question.predicted_wait_ms == pytest.approx(own, rel=0.01)  # was 0
+    for local, ttft in ((doc, 610.0), (question, 615.0)):  # one after the other
+        sim.router.first_token(local, ttft)
+    for local, ttft, cached in ((doc, 610.0, 0), (question, 615.0, 12_000)):
+        sim.router.final(local, Served(int(local.prompt_tokens), cached, (), ttft, 900.0))
+    slot = doc.slot
+    assert math.isnan(sim.router.table.batch_ceiling[slot])  # no queue was seen
+    base = sim.router.learning.rates.learned("m", "prefill_base_ms", slot)
+    assert math.isnan(base) or base < 100.0
+    later = sim.router.route(chat(document + " second question?")).local
+    assert later is not None and later.endpoint == doc.endpoint

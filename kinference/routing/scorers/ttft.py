@@ -2,7 +2,7 @@
 
     ttft = wait + prefill + busy + pressure
     wait     = max(ahead * service_ms / batch,  memory_ahead * service_ms / memory_batch)
-               + max(pending - max(done, shared_pending), 0) * ms_per_token
+               + max(pending - done, 0) * ms_per_token
     prefill  = base_ms + (prompt_tokens - cached_tokens) * ms_per_token
     busy     = busy_ms_per_sequence * min(sequences, batch)
     pressure = decode_pressure_ms * min(sequences / batch, 1) ** 2
@@ -13,15 +13,15 @@ picks when no fresh reading exists. `batch` is how many it runs at once (the poo
 `max_batch`, else seen in readings while requests waited, else learned: `WorkerTable.
 occupancy`), `ahead` the sequences beyond it that the new request would queue behind (each
 wait is a batch slot freed: `service_ms / batch` apart). `pending` are uncached prompt
-tokens picked to the worker and still without a first token, `shared_pending` those of
-them this prompt shares (a prefix being computed there is a cache hit in progress, not a
-queue: `routing.pending`), `done` those of them the engine has computed by now if it
-prefills them one after another from when its pending prefill began (`routing.pending`).
-`busy` is what the running sequences add to the request's own first step (each step
-decodes them beside its prefill). In precise pools whose cache size is known,
-`memory_ahead` are the requests ahead that must end before this one fits in the worker's
-KV cache and `memory_batch` how many then run at once (`kvcache.memory`): with long
-prompts on small caches the engine's memory, not its batch limit, makes requests wait.
+tokens picked to the worker and still without a first token (a prefix this prompt shares
+among them too: cached only once computed, `routing.pending`), `done` those of them
+the engine has computed by now if it prefills them one after another from when its
+pending prefill began (`routing.pending`). `busy` is what the running sequences add to
+the request's own first step (each step decodes them beside its prefill). In precise
+pools whose cache size is known, `memory_ahead` are the requests ahead that must end
+before this one fits in the worker's KV cache and `memory_batch` how many then run at
+once (`kvcache.memory`): with long prompts on small caches the engine's memory, not its
+batch limit, makes requests wait.
 `ms_per_token`, `base_ms`, and `service_ms` are learned per worker and model,
 `busy_ms_per_sequence` per model (`routing.rates`); a worker not learned yet takes its
 fellow candidates' mean, and the priors below apply while none is learned.
@@ -146,9 +146,7 @@ class TtftScorer:
         parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting)
         uncached = np.maximum(ctx.prompt_tokens - ctx.cached_tokens, 0.0)
         prefill = uncached * parts.per_token
-        gone = unwaited_prefill(
-            ctx.table, ctx.slots, ctx.cached_tokens, ctx.hashes, parts.per_token
-        )
+        gone = unwaited_prefill(ctx.table, ctx.slots, parts.per_token)
         wait = parts.wait - gone * parts.per_token
         slot_wait = parts.slot_wait
         if ctx.memory_ahead is not None and ctx.memory_batch is not None:

@@ -7,7 +7,7 @@ a time. `native_terms` runs `kinference.native._ttft.terms`, which computes the 
 values bit for bit (the same float operations in the same order; tests/native hold it to
 `small_terms` and to the scorer's `_score_small`), reading those arrays through the buffer
 protocol rather than as Python floats (`waited_prefill` and `WorkerTable.prefill_done`
-spelled there too; `WorkerTable.shared_pending` called back), and scores too when asked.
+spelled there too), and scores too when asked.
 `TtftScorer` chooses (`native=False` forces the reference).
 """
 
@@ -82,7 +82,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     busy = rates.busy_ms(model, config.prior_busy_ms_per_sequence)
     pending, waiting = table.pending_prefill, ctx.signals.waiting
     full = config.decode_pressure_ms
-    prompt, cached, hashes = ctx.prompt_tokens, ctx.cached_tokens.tolist(), ctx.hashes
+    prompt, cached = ctx.prompt_tokens, ctx.cached_tokens.tolist()
     memory, fits = ctx.memory_ahead, ctx.memory_batch
     predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
     unsure: list[float] = []
@@ -95,8 +95,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         ahead = max(sequences + 1.0 - batch, 0.0)
         queued = pending.item(slot)
         if queued > 0.0:
-            queued = waited_prefill(table, slot, queued, per_token=per_token[i],
-                                    cached=cached[i], hashes=hashes)  # fmt: skip
+            queued = waited_prefill(table, slot, queued, per_token=per_token[i])
         for_slot = ahead * service[i] / batch
         if memory is not None and fits is not None:  # a place to run: slot and memory
             for_slot = max(for_slot, memory[i] * service[i] / fits[i])
