@@ -47,21 +47,20 @@ class WorkerChoice:
             index = policy.pipeline.choose(ctx, self._rng)
         else:
             index = 0
-        # (`item`: the Python number at once, no numpy scalar made and converted)
-        slot, cached = int(slots.item(index)), float(ctx.cached_tokens.item(index))
+        slot = int(slots[index])
         predicted, waits = ctx.predicted_ttft_ms, ctx.predicted_wait_ms
         held, age = self.prefix.held(slot, ctx.hashes)
         choice = LocalChoice(
             self.table.endpoints[slot], slot, self.policy.catalog.pool_of(group, slot), model,
-            prompt_tokens=ctx.prompt_tokens, cached_tokens=cached,
-            predicted_ttft_ms=None if predicted is None else float(predicted.item(index)),
-            predicted_wait_ms=0.0 if waits is None else float(waits.item(index)), hashes=ctx.hashes,
-            sequences=1.0 + (0.0 if ctx.sequences is None else float(ctx.sequences.item(index))),
+            prompt_tokens=ctx.prompt_tokens, cached_tokens=float(ctx.cached_tokens[index]),
+            predicted_ttft_ms=None if predicted is None else float(predicted[index]),
+            predicted_wait_ms=0.0 if waits is None else float(waits[index]), hashes=ctx.hashes,
+            sequences=1.0 + (0.0 if ctx.sequences is None else float(ctx.sequences[index])),
             ended_before=self.table.ended.item(slot),
             held_blocks=held, held_age=age,
             settled=not self.table.shared_pending(slot, ctx.hashes),
             predicted_cached_tokens=(
-                int(cached) if attempt.query.precise is not None
+                int(ctx.cached_tokens[index]) if attempt.query.precise is not None
                 and self.policy.catalog.prefix_mode(ctx.pool) == PRECISE else None
             ),
             text_chars=request.prompt.text_chars if request.prompt.complete else 0,
