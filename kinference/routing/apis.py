@@ -13,6 +13,7 @@ from kinference.requests import Shape
 
 # The conversation shape each target API takes; the other one is translated to it.
 _CONVERSATION = {"openai": Shape.CHAT, "anthropic": Shape.ANTHROPIC_MESSAGES}
+_CONVERSATIONS = frozenset(_CONVERSATION.values())
 # Where a local engine serves a conversation that was translated for it.
 LOCAL_PATHS = {Shape.CHAT: "/v1/chat/completions", Shape.ANTHROPIC_MESSAGES: "/v1/messages"}
 
@@ -22,8 +23,7 @@ def sent_shape(shape: Shape, api: TargetApi | None) -> Shape | None:
     written); None when that API has no such request (Anthropic takes conversations only)."""
     if api is None:
         return shape
-    # (by identity: an Enum member's hash is a Python call, twice a Pick)
-    if shape is Shape.CHAT or shape is Shape.ANTHROPIC_MESSAGES:
+    if shape in _CONVERSATIONS:
         return _CONVERSATION[api]
     return shape if api == "openai" else None
 

@@ -78,13 +78,16 @@ class Attempt:
         """Targets whose conditions hold, in order, each tried alone; a model that pools
         serve without a `models:` entry has all its pools tried as one candidate set."""
         request = self.query.request
-        has_tools, hint = request.has_tools, request.hint
-        kept: list[Target] = []  # (a loop, not a generator: a Pick's steps are few)
-        for t in targets:
-            # (the prompt's size is read only by a size condition: not estimated else)
-            if t.when.matches(self._tokens(t.model) if _sized(t) else 0, has_tools, hint):
-                kept.append(t)
-        usable = tuple(kept)
+        usable = tuple(
+            t
+            for t in targets
+            if t.when.matches(
+                # (the prompt's size is read only by a size condition: not estimated else)
+                self._tokens(t.model) if _sized(t) else 0,
+                request.has_tools,
+                request.hint,
+            )
+        )
         if self.route.implicit and usable:
             return [usable]
         return [(t,) for t in usable]

@@ -252,12 +252,12 @@ class Router(RouterFeedback, WorkerChoice):
     def _ready_slots(self, attempt: Attempt, group: tuple[Target, ...]) -> IndexArray | None:
         """Ready workers of the group's pools (only the named pool, when one is named)."""
         named, catalog = attempt.query.pool, self.policy.catalog
-        found: list[IndexArray] = []
-        for target in group:
-            if target.pool is not None and (named is None or target.pool == named):
-                slots = catalog.slots(target.pool, target.model)
-                if slots is not None:
-                    found.append(slots)
+        found = [
+            slots
+            for target in group
+            if target.pool is not None and (named is None or target.pool == named)
+            if (slots := catalog.slots(target.pool, target.model)) is not None
+        ]
         if not found:
             where = f"the named pool {named}" if named else f"pool {_pools(group)}"
             attempt.note(Reason.NO_TARGET, f"{where} does not serve {group[0].model!r}")

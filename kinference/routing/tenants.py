@@ -75,17 +75,16 @@ class TenantGate:
         requested model goes by (as asked, canonical, aliases). The budget is asked last,
         so None means the request is admitted; `reserve` must follow in the same turn."""
         rule = policy.tenant_rule(tenant)
+        who = f"tenant {tenant!r}" if tenant else "the empty tenant"
         if rule is None:
             allowed = policy.default_tenant_action == "allow"
             return (
-                None
-                if allowed
-                else Rejection(Reason.TENANT_RULE, f"{_who(tenant)} matches no tenant rule")
+                None if allowed else Rejection(Reason.TENANT_RULE, f"{who} matches no tenant rule")
             )
         if not rule.allows_model(names):
-            return Rejection(Reason.TENANT_RULE, f"{_who(tenant)} may not use model {names[0]!r}")
+            return Rejection(Reason.TENANT_RULE, f"{who} may not use model {names[0]!r}")
         if not rule.allows_qos(qos):
-            return Rejection(Reason.TENANT_RULE, f"{_who(tenant)} may not use QoS class {qos}")
+            return Rejection(Reason.TENANT_RULE, f"{who} may not use QoS class {qos}")
         limit = rule.tokens_per_minute
         if limit is None:
             return None
@@ -96,7 +95,7 @@ class TenantGate:
         frees_in = self.budget.frees_in(name, limit)
         # Retry-After is whole seconds: rounded up, and at least 1 (the window is still full).
         retry = None if frees_in is None else max(math.ceil(frees_in), 1)
-        return Rejection(Reason.TENANT_BUDGET, f"{_who(tenant)} {reason}", retry)
+        return Rejection(Reason.TENANT_BUDGET, f"{who} {reason}", retry)
 
     def budgeted(self, policy: Policy, tenant: str) -> bool:
         """Whether `tenant` has a token budget (only then may `ready` have to wait)."""
@@ -168,8 +167,3 @@ class TenantGate:
             del self._tracked[tenant]
         self.budget.forget_idle()
         return len(self._tracked) < self._max_tracked
-
-
-def _who(tenant: str) -> str:
-    """The tenant as a rejection's text names it (made only for a rejection)."""
-    return f"tenant {tenant!r}" if tenant else "the empty tenant"

@@ -62,23 +62,24 @@ class ApproximateCachedTokens:
         self.index = index
 
     def cached_tokens(self, query: PrefixQuery, slots: IndexArray) -> FloatArray:
+        cached = np.zeros(len(slots))
         total = len(query.hashes)
-        matched = self.index.match(query.hashes) if total else None
+        if not total:
+            return cached
+        matched = self.index.match(query.hashes)
         if not matched:
-            return np.zeros(len(slots))
+            return cached
         per_block = _tokens_per_block(query, total)
-        beyond, prompt = _beyond_hashed(query), query.prompt_tokens
-        values: list[float] = []  # (one array at the end: no numpy call per candidate)
-        for slot in slots.tolist():
+        beyond = _beyond_hashed(query)
+        for i, slot in enumerate(slots.tolist()):
             blocks = matched.get(slot, 0)
             if blocks:
                 known = blocks * per_block
                 # Every hashed block matched a prompt longer than what is hashed: the rest
                 # is taken as the same up to its last segment (the new turn).
-                values.append(min(max(known, beyond) if blocks == total else known, prompt))
-            else:
-                values.append(0.0)
-        return np.array(values, dtype=np.float64)
+                cached[i] = min(max(known, beyond) if blocks == total else known,
+                                query.prompt_tokens)  # fmt: skip
+        return cached
 
 
 def _beyond_hashed(query: PrefixQuery) -> float:
