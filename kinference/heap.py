@@ -13,7 +13,7 @@ deployment hosts the picker in its own process):
   its own mapping: 153 MiB, the heap 16 MiB (docs/reliability.md).
 - `cache_large_blocks`: with the threshold fixed, each object of 256 KiB or more is a
   fresh mapping the kernel fills page by page on first write (~256 faults a MiB: a 1 MiB
-  `bytes` made ~0.6 ms, against ~0.06 ms for the copy alone). gRPC aio joins every
+  `bytes` made ~0.7 ms, against ~0.1 ms with its pages already there). gRPC aio joins every
   received message into one `bytes` on the event loop, so 16 pushes of 1 MiB chunks
   arriving together held the loop ~10 ms in page faults (docs/benchmarks.md, h109). The
   raw allocator is wrapped (`native/_blocks.c`) so that freed blocks of 256 KiB-4 MiB are

@@ -4,9 +4,9 @@
  * rendered prompt as `str`) from its raw allocator, malloc. The picker fixes glibc's mmap
  * threshold at 256 KiB (`heap.fix_mmap_threshold`: RSS falls back after bursts), so each
  * such block is a fresh mapping that the kernel fills page by page as it is first written:
- * ~256 page faults a MiB, ~0.9 ms against ~0.1 ms for the copy itself. gRPC aio joins each
- * received message into one `bytes` on the event loop, so 16 pushes of 1 MiB arriving
- * together held the loop ~15 ms in faults alone (docs/benchmarks.md, h109).
+ * ~256 page faults a MiB, ~0.7 ms against ~0.1 ms with the pages already there. gRPC aio
+ * joins each received message into one `bytes` on the event loop, so 16 pushes of 1 MiB
+ * arriving together held the loop ~10 ms in faults (docs/benchmarks.md, h109).
  *
  * `install` wraps the raw allocator: a request of [min_bytes, max_bytes] gets a mapping of
  * its own, rounded up to a 64 KiB class; a freed one is kept (its pages stay filled) while
