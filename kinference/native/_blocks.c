@@ -15,8 +15,9 @@
  * allocator that was there. A block's address is its mapping's plus HEADER, and the live
  * blocks are in a hash table: `free` of any other pointer costs one mask test (and a table
  * look-up for the 1 in 256 heap pointers at that page offset). The raw domain may be
- * called without the GIL, so the cache's state is under a mutex. Never uninstalled: a
- * block of ours must never reach the previous allocator.
+ * called without the GIL, so the cache's state is under a mutex (held across a fork, so a
+ * forked child never inherits it locked). Never uninstalled: a block of ours must never
+ * reach the previous allocator.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -196,6 +197,10 @@ static void *block_realloc(void *ctx, void *p, size_t n) {
     return moved;
 }
 
+static void before_fork(void) { pthread_mutex_lock(&lock); }
+
+static void after_fork(void) { pthread_mutex_unlock(&lock); }
+
 static PyObject *install(PyObject *self, PyObject *args) {
     (void)self;
     Py_ssize_t low, high, cap;
@@ -213,6 +218,12 @@ static PyObject *install(PyObject *self, PyObject *args) {
     keys = calloc(slots, sizeof(uintptr_t));
     sizes = calloc(slots, sizeof(size_t));
     if (kept == NULL || keys == NULL || sizes == NULL) {
+        free(kept);
+        free(keys);
+        free(sizes);
+        return PyErr_NoMemory();
+    }
+    if (pthread_atfork(before_fork, after_fork, after_fork) != 0) {
         free(kept);
         free(keys);
         free(sizes);

@@ -119,3 +119,28 @@ def test_it_installs_once_and_refuses_nonsense() -> None:
         print(json.dumps({"first": first, "again": again, "refused": refused}))
     """)
     assert out == {"first": True, "again": False, "refused": True}
+
+
+def test_a_forked_child_makes_large_objects() -> None:
+    """A child forked while another thread makes large objects makes them too (the
+    cache's lock is held across a fork, so no child starts with it taken)."""
+    out = _run("""
+        import os, threading
+        heap.cache_large_blocks()
+        stop = False
+        def churn() -> None:
+            while not stop:
+                b"c" * MIB
+        thread = threading.Thread(target=churn)
+        thread.start()
+        codes = []
+        for _ in range(20):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0 if len(b"k" * MIB + b"!") == MIB + 1 else 1)
+            codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        stop = True
+        thread.join()
+        print(json.dumps({"codes": sorted(set(codes))}))
+    """)
+    assert out == {"codes": [0]}
