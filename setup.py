@@ -36,6 +36,7 @@ def _native(
 
 setup(
     ext_modules=[
+        _native("_blocks"),
         _native("_chain"),
         _native("_prefix", PREFIX_UNITS, depends=("prefix.h",)),
         _native("_scan"),

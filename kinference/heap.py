@@ -1,6 +1,6 @@
 """How the picker's process keeps its heap small and its collector short.
 
-Two settings every serving entry point applies through `start_serving` (one place):
+Three settings every serving entry point applies through `start_serving` (one place):
 `kinference serve` (`App.serve`) and `kinference gateway` (`GatewayServer`, whose default
 deployment hosts the picker in its own process):
 
@@ -11,6 +11,16 @@ deployment hosts the picker in its own process):
   mapped: after two bursts to a 512 MiB budget, RSS stayed 467 MiB (the heap 346 MiB) with
   nothing held. A fixed threshold (setting it turns the sliding off) keeps every chunk in
   its own mapping: 153 MiB, the heap 16 MiB (docs/reliability.md).
+- `cache_large_blocks`: with the threshold fixed, each object of 256 KiB or more is a
+  fresh mapping the kernel fills page by page on first write (~256 faults a MiB: a 1 MiB
+  `bytes` made ~0.7 ms, against ~0.1 ms with its pages already there). gRPC aio joins every
+  received message into one `bytes` on the event loop, so 16 pushes of 1 MiB chunks
+  arriving together held the loop ~10 ms in page faults (docs/benchmarks.md, h109). The
+  raw allocator is wrapped (`native/_blocks.c`) so that freed blocks of 256 KiB-4 MiB are
+  kept, their pages filled, up to `KEPT_BLOCKS_BYTES` together, and reused by the next
+  request of their 64 KiB class; past the cap they go back to the system as before, so
+  RSS after a burst is at most that much higher. Where the extension was not built,
+  nothing changes.
 - `freeze_startup_heap`: a full collection of the cyclic GC traverses every tracked object
   with the GIL held; over the ~90,000 objects startup builds (modules, functions, the
   policy) it stopped the loop 60-100 ms beside hostile uploads. They are never garbage,
@@ -26,10 +36,16 @@ import gc
 import logging
 from collections.abc import Awaitable, Callable
 
+from kinference import native
+
 log = logging.getLogger(__name__)
 
 MMAP_THRESHOLD_BYTES = 256 * 1024  # allocations this large get a mapping of their own
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+# Freed large blocks kept for reuse (`cache_large_blocks`): sizes served, and the cap.
+KEPT_BLOCK_MIN_BYTES = MMAP_THRESHOLD_BYTES
+KEPT_BLOCK_MAX_BYTES = 4 << 20  # a 1 MiB prompt's text as UCS-4, a chunk's message
+KEPT_BLOCKS_BYTES = 32 << 20
 
 
 def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES) -> bool:
@@ -43,6 +59,15 @@ def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES) -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, nbytes))
 
 
+def cache_large_blocks() -> bool:
+    """Keep freed large blocks for reuse (see the module's docstring); False where the
+    extension is not built or it is already installed."""
+    install = native.load_blocks()
+    if install is None:
+        return False
+    return install(KEPT_BLOCK_MIN_BYTES, KEPT_BLOCK_MAX_BYTES, KEPT_BLOCKS_BYTES)
+
+
 def freeze_startup_heap() -> None:
     """Collect once, then move every surviving object out of the collector's reach."""
     gc.collect()
@@ -52,7 +77,8 @@ def freeze_startup_heap() -> None:
 async def start_serving(start: Callable[[Callable[[], None]], Awaitable[None]]) -> None:
     """Run `start` (the process's servers, the picker among them) with the heap settled.
 
-    The threshold is fixed before anything serves, so no body's chunk ever slides it.
+    The threshold is fixed and the large blocks' cache installed before anything serves,
+    so no body's chunk ever slides it.
     `start` is handed `freeze_startup_heap` and calls it once its startup allocations are
     done and before it takes requests or reports itself ready, so everything startup built
     is out of the collector's reach, what requests allocate later is not, and the full
@@ -60,4 +86,5 @@ async def start_serving(start: Callable[[Callable[[], None]], Awaitable[None]]) 
     request. Before, the heap was frozen once `start` returned, with the gateway already
     accepting: its first requests waited 28-74 ms for that collection (docs/gateway.md)."""
     fix_mmap_threshold()
+    cache_large_blocks()
     await start(freeze_startup_heap)

@@ -32,12 +32,18 @@ async def test_the_picker_freezes_its_startup_heap_before_it_reports_serving(
     monkeypatch.setattr(app.health, "set", recorded_set)
     monkeypatch.setattr(heap, "fix_mmap_threshold", lambda nbytes=heap.MMAP_THRESHOLD_BYTES: True)
     monkeypatch.setattr(heap, "freeze_startup_heap", freeze)
+    monkeypatch.setattr(heap, "cache_large_blocks", lambda: bool(events.append("blocks kept")))
     try:
         await heap.start_serving(app.start)
     finally:
         await app.server.stop(None)
         await app.close()
-    assert events == ["heap frozen", "serving ''", "serving 'kinference.v1.Picker'"]
+    assert events == [
+        "blocks kept",
+        "heap frozen",
+        "serving ''",
+        "serving 'kinference.v1.Picker'",
+    ]
 
 
 def test_the_startup_heap_is_frozen_for_real() -> None:

@@ -13,8 +13,10 @@ exceptions), and a Pick's per-slot engine signals (`ttft_signals.c`, `load_signa
 the body scan's run over strings and brackets below the top level
 (`kinference.requests.scan_run.pure_run` is its reference: the same members, counts and
 failures), and the strict parse's pre-count of brackets and colons (`limit_counts`;
-`kinference.requests.fields.pure_limit_counts` is its reference). Each extension is built by
-`setup.py` where a C compiler is found (`pip install`, the image's builder stage) and is
+`kinference.requests.fields.pure_limit_counts` is its reference); `_blocks` (`_blocks.c`):
+a bounded cache of large blocks under Python's raw allocator (`kinference.heap`; no pure
+twin: without it each large object is a fresh mapping, as glibc makes it). Each extension
+is built by `setup.py` where a C compiler is found (`pip install`, the image's builder stage) and is
 optional: without one the install still succeeds and the pure-Python forms run, with the
 same results and more CPU per Pick. The pure forms stay the reference the tests hold the
 native ones to (tests/native).
@@ -39,6 +41,7 @@ from typing import NamedTuple
 __all__ = [
     "Chain",
     "ScanRun",
+    "load_blocks",
     "load_chain",
     "load_limit_counts",
     "load_scan",
@@ -57,6 +60,16 @@ class Chain(NamedTuple):
 
     hashes: Callable[[Buffer, int, int, int, tuple[int, ...], int], tuple[int, ...]]
     identities: Callable[[Buffer, int, int], list[int]]
+
+
+@functools.cache
+def load_blocks() -> Callable[[int, int, int], bool] | None:
+    """`_blocks.install` (see its stub, `_blocks.pyi`), or None where it was not built."""
+    try:
+        from kinference.native import _blocks
+    except ImportError:
+        return None
+    return _blocks.install
 
 
 @functools.cache

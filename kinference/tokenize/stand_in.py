@@ -8,7 +8,8 @@ holding the GIL on the tokenizer thread every turn, which the event loop waits f
 messages is replaced by a `StandIn`: a `str` whose own characters are one private-use
 `MARK`, which records how it is concatenated (`+`, `sum`) and answers exactly the questions
 whose answers do not depend on anything but the real text (`len`, truth, `==`, `in`,
-`startswith`, `endswith`, `find`, `count`, `is...`: asked of the real text). Everything
+`startswith`, `endswith`, `find`, `count`, `is...`: asked of the real text), and Jinja's
+`trim` filter of one whole long text (`stand_in_trim`: Llama 3's `content | trim`). Everything
 else a template can do with it (slice it, strip it, split it, `~` it, format it, iterate,
 hash, pass it to a filter, a test or a call that is not one of those, `tojson`) raises
 `Touched`, and the caller renders the whole conversation instead. What reaches the output

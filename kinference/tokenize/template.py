@@ -31,6 +31,7 @@ from kinference.tokenize.stand_in import (
     rendered,
     stand_in,
 )
+from kinference.tokenize.stand_in_trim import trim_filter
 
 E = TypeVar("E", bound=ImmutableSandboxedEnvironment)
 _SPECIAL_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
@@ -58,6 +59,7 @@ class ChatTemplate:
             raise TemplateError(f"chat template does not compile: {exc}") from None
         guarded = _environment(StandInEnvironment)
         guarded.guard()
+        guarded.filters["trim"] = trim_filter(guarded.filters["trim"])  # Llama 3's contents
         # None: the template gathers output into values (`stand_in.gathers`): always whole.
         self._standing_in = None if gathers(guarded, source) else guarded.from_string(source)
         self.special = dict(special or {})

@@ -25,6 +25,17 @@ LLAMA3 = (
     "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
     "{% endif %}"
 )
+# Llama 3.1's system message, trimmed into a variable; and `trim` given its characters.
+TRIMMING = {
+    "llama3": LLAMA3,
+    "llama31-system": (
+        "{%- set system_message = messages[0]['content']|trim %}"
+        "{{ '<|start_header_id|>system<|end_header_id|>\\n\\n' + system_message }}"
+        "{% for message in messages[1:] %}{{ message.role + ': ' + message.content|trim }}"
+        "{% endfor %}"
+    ),
+    "trim-chars": "{% for m in messages %}{{ m.content|trim(' \\nx') + '|' }}{% endfor %}",
+}
 # Qwen 3's template, abridged: the last query's index, `startswith`, `in`, `split`, `lstrip`.
 QWEN3 = """
 {%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
@@ -82,6 +93,7 @@ TOUCHING = {
     ),
     "wordcount": "{% for m in messages %}{{ m.content|wordcount }}{{ m.content }}{% endfor %}",
     "hash": "{{ messages|map(attribute='content')|unique|list|length }}",
+    "trim-concat": "{% for m in messages %}{{ (m.content + ' ')|trim }}{% endfor %}",
     "raise": (
         "{% for m in messages %}{% if m.content|length > 70 %}"
         "{{ raise_exception('too long: ' + m.content) }}{% endif %}{{ m.content }}{% endfor %}"
@@ -142,9 +154,9 @@ def _both(source: str, messages: list[Any]) -> tuple[str | Exception, str | Exce
 
 
 @pytest.mark.parametrize("seed", range(12))
-@pytest.mark.parametrize("name", sorted({**PLACING, **TOUCHING, "llama3": LLAMA3}))
+@pytest.mark.parametrize("name", sorted({**PLACING, **TOUCHING, **TRIMMING}))
 def test_renders_equal_the_whole_render(name: str, seed: int) -> None:
-    source = {**PLACING, **TOUCHING, "llama3": LLAMA3}[name]
+    source = {**PLACING, **TOUCHING, **TRIMMING}[name]
     rng = random.Random(f"{name}-{seed}")
     for messages in _conversation(rng, 4):
         stood, whole, _ = _both(source, messages)
@@ -168,9 +180,28 @@ def test_templates_that_place_long_contents_stand_in(name: str) -> None:
     assert stood == whole and count == 1
 
 
-@pytest.mark.parametrize("name", sorted({**TOUCHING, "llama3": LLAMA3}))
+@pytest.mark.parametrize("name", sorted(TRIMMING))
+@pytest.mark.parametrize(
+    "content",
+    ["the fox " * 20, "the fox" * 20, "  \n" + "the fox" * 20 + "\n\n", " " * 100 + "x" * 70],
+)
+def test_templates_that_trim_long_contents_stand_in(name: str, content: str) -> None:
+    """Nothing to strip, whitespace at either end, and a run past the ends the filter reads."""
+    messages = [{"role": "system", "content": content}, {"role": "user", "content": content}]
+    stood, whole, count = _both(TRIMMING[name], messages)
+    assert stood == whole and count == 1
+
+
+@pytest.mark.parametrize("name", sorted(TRIMMING))
+def test_a_long_content_trimmed_to_nothing_renders_as_the_whole(name: str) -> None:
+    messages = [{"role": "system", "content": " \n" * 100}, {"role": "user", "content": "x"}]
+    stood, whole, count = _both(TRIMMING[name], messages)
+    assert stood == whole and count == 1
+
+
+@pytest.mark.parametrize("name", sorted(TOUCHING))
 def test_templates_that_touch_long_contents_render_whole(name: str) -> None:
-    source = {**TOUCHING, "llama3": LLAMA3}[name]
+    source = TOUCHING[name]
     messages = [{"role": "system", "content": "the fox " * 20}, {"role": "user", "content": "hi"}]
     stood, whole, count = _both(source, messages)
     assert str(stood) == str(whole) and count == 0
@@ -182,19 +213,34 @@ def test_short_conversations_are_rendered_whole() -> None:
     assert template.stood_in == 0
 
 
-def test_a_long_render_copies_its_long_content_once() -> None:
-    """The whole render of a ChatML template copies a long content three times before the
-    output's join (its `+` chain); with a stand-in only the output holds it."""
-    content = "the quick brown fox " * 100_000  # 2 MB
+def _render_peak(source: str, content: str) -> tuple[str, int, int]:
+    """A long system content and a short user message rendered by `source` (default stand-in
+    length): the text, tracemalloc's peak during the render, and the renders stood in."""
     messages = [{"role": "system", "content": content}, {"role": "user", "content": "hi"}]
-    template = ChatTemplate(TEMPLATE, SPECIAL)
+    template = ChatTemplate(source, SPECIAL)
     tracemalloc.start()
     try:
         text = template.render(messages)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+    return text, peak, template.stood_in
+
+
+def test_a_long_render_copies_its_long_content_once() -> None:
+    """The whole render of a ChatML template copies a long content three times before the
+    output's join (its `+` chain); with a stand-in only the output holds it."""
+    content = "the quick brown fox " * 100_000  # 2 MB
+    text, peak, _ = _render_peak(TEMPLATE, content)
     assert content in text and peak < 1.5 * len(content)
+
+
+def test_a_trimmed_long_content_is_copied_once() -> None:
+    """Llama 3 trims every content before its `+` chain: rendered whole, a 2 MB content is
+    copied there three times more; stood in (nothing to strip), only the output holds it."""
+    content = "the quick brown fox " * 100_000 + "end"
+    text, peak, stood = _render_peak(LLAMA3, content)
+    assert content in text and peak < 1.5 * len(content) and stood == 1
 
 
 def test_precise_tokens_equal_the_whole_renders(tmp_path: Path) -> None:
