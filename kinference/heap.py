@@ -34,6 +34,7 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import tracemalloc
 from collections.abc import Awaitable, Callable
 
 from kinference import native
@@ -61,9 +62,10 @@ def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES) -> bool:
 
 def cache_large_blocks() -> bool:
     """Keep freed large blocks for reuse (see the module's docstring); False where the
-    extension is not built or it is already installed."""
+    extension is not built, it is already installed, or tracemalloc traces: stopping it
+    would put back the allocator it found, and our blocks would reach that one's free."""
     install = native.load_blocks()
-    if install is None:
+    if install is None or tracemalloc.is_tracing():
         return False
     return install(KEPT_BLOCK_MIN_BYTES, KEPT_BLOCK_MAX_BYTES, KEPT_BLOCKS_BYTES)
 

@@ -51,6 +51,21 @@ def test_a_freed_large_block_is_made_again_without_faulting_its_pages() -> None:
     assert out["live_blocks"] == 0
 
 
+def test_not_installed_under_tracemalloc_whose_stop_would_unwrap_it() -> None:
+    """tracemalloc.stop() puts back the allocator it wrapped at start: had the cache been
+    installed in between, its blocks would then be freed by malloc's free."""
+    out = _run("""
+        import tracemalloc
+        tracemalloc.start()
+        installed = heap.cache_large_blocks()
+        held = [b"z" * MIB for _ in range(4)]  # ours, had it installed
+        tracemalloc.stop()
+        del held  # freed by what tracemalloc put back
+        print(json.dumps({"installed": installed, **_blocks.stats()}))
+    """)
+    assert out["installed"] is False and out["live_blocks"] == 0
+
+
 def test_the_kept_blocks_never_exceed_the_cap() -> None:
     out = _run("""
         _blocks.install(256 * 1024, 4 * MIB, 4 * MIB)
