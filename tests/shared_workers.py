@@ -58,9 +58,9 @@ class WorkerPool:
 
     def close(self) -> None:
         """All told to exit at once, then awaited within one shared bound and killed past
-        it. (Duplicates of a worker's stdin can outlive its picker in this process, so it
-        never sees EOF: each such worker used to cost the whole 2 s wait, one after the
-        other, ~6 s at the end of the suite.)"""
+        it. (A worker whose stdin has a stray duplicate in this process never sees EOF:
+        test_first_event leaked such duplicates, and each worker cost the whole 2 s wait,
+        one after the other, ~6 s at the end of the suite.)"""
         for popen in self._idle:
             _close_pipes(popen)
         deadline = time.monotonic() + _CLOSE_WAIT_S
