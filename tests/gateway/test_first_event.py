@@ -57,7 +57,7 @@ def nodelay_of(*, local: tuple[str, int] | None = None, peer: tuple[str, int] | 
     gateway runs in the test's process)."""
     for name in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError, ValueError):
-            sock = socket.socket(fileno=os.dup(int(name)))
+            sock = _socket_of(int(name))
             with sock:
                 if sock.type != socket.SOCK_STREAM or sock.family != socket.AF_INET:
                     continue
@@ -67,6 +67,17 @@ def nodelay_of(*, local: tuple[str, int] | None = None, peer: tuple[str, int] | 
                     ):
                         return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     raise AssertionError(f"no socket at local {local} / peer {peer}")
+
+
+def _socket_of(fd: int) -> socket.socket:
+    """A socket on a duplicate of `fd`; raises OSError if it is none (its duplicate closed:
+    a leaked duplicate of a parse worker's stdin kept that worker from ever seeing EOF)."""
+    duplicate = os.dup(fd)
+    try:
+        return socket.socket(fileno=duplicate)
+    except OSError:
+        os.close(duplicate)
+        raise
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="finds sockets in /proc")

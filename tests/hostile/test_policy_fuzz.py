@@ -62,7 +62,7 @@ def test_arbitrary_yaml_documents(value: Any) -> None:
     load(yaml.safe_dump(value, allow_unicode=True).encode())
 
 
-@settings(max_examples=300, deadline=None, database=None)
+@settings(max_examples=150, deadline=None, database=None)
 @given(st.binary(max_size=400))
 def test_arbitrary_bytes(data: bytes) -> None:
     load(data)

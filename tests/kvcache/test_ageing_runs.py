@@ -112,7 +112,7 @@ def _same(ages: WorkerAges, reference: oracle.WorkerAges, asked: list[int]) -> N
 
 
 @pytest.mark.parametrize("small", [0, ageing._SMALL, 10**6])
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(st.data())
 def test_runs_rank_and_count_as_the_per_block_form_does(small: int, data: st.DataObject) -> None:
     """`small`: touches of up to that many blocks to key leave their touches in Python,

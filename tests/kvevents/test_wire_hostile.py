@@ -54,7 +54,7 @@ _BATCH = st.one_of(
 )
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(_BATCH)
 def test_any_value_in_any_field_is_an_event_or_refused(batch: Any) -> None:
     with contextlib.suppress(MalformedBatch):

@@ -31,8 +31,7 @@ async def sim() -> AsyncIterator[EngineFactory]:
         return engine
 
     yield start
-    for engine in started:
-        await engine.stop()
+    await asyncio.gather(*(engine.stop() for engine in started))  # each drains ~0.2 s
 
 
 async def eventually(condition: Callable[[], Awaitable[bool]], what: str) -> None:

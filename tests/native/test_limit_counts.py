@@ -29,7 +29,7 @@ def _native() -> object:
 SOUP = st.lists(st.sampled_from([b"{", b"[", b":", b"]", b"}", b'"', b"\\", b"a", b"\xff"]))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(data=st.binary(max_size=2048) | SOUP.map(b"".join))
 def test_the_counts_equal_the_pure_ones(data: bytes) -> None:
     native = load_limit_counts()

@@ -140,7 +140,7 @@ class Operations(RuleBasedStateMachine):
         self.trio.check()
 
 
-Operations.TestCase.settings = settings(max_examples=250, stateful_step_count=60, deadline=None)
+Operations.TestCase.settings = settings(max_examples=100, stateful_step_count=60, deadline=None)
 test_random_operations_answer_alike = Operations.TestCase
 
 

@@ -92,7 +92,7 @@ def spelled(value: object, rng: random.Random) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     st.dictionaries(TEXT, JSON, max_size=6),
     st.lists(st.integers(0, 10_000), max_size=12),
@@ -106,7 +106,7 @@ def test_random_bodies_in_random_chunks(
     assert both(cut(data, points), steps=steps)[0] is None
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     st.binary(max_size=300) | st.text(alphabet='{}[]"\\:,a é1 ', max_size=300).map(str.encode),
     st.lists(st.integers(0, 400), max_size=10),

@@ -35,7 +35,7 @@ def _same(got: np.ndarray, expected: np.ndarray) -> bool:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.integers(min_value=1, max_value=12).flatmap(
         lambda n: st.lists(st.tuples(*[values] * 7), min_size=n, max_size=n)

@@ -46,14 +46,14 @@ def both(case: dict[str, Any], scoring: bool) -> tuple[tuple[object, ...], tuple
     return answers[0], answers[1]
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=picks())
 def test_the_terms_are_the_pure_forms(case: dict[str, Any]) -> None:
     native, pure = both(case, scoring=False)
     assert native == pure
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=picks())
 def test_the_scores_are_the_pure_forms(case: dict[str, Any]) -> None:
     native, pure = both(case, scoring=True)

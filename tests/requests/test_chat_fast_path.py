@@ -74,7 +74,7 @@ def _general(builder: PromptBuilder, messages: list[Any]) -> None:
         chat._add_message(builder, messages[index], "messages", index)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(_message, max_size=8), st.booleans(), st.booleans())
 def test_fast_path_equals_the_general_one(messages: list[Any], markers: bool, gap: bool) -> None:
     assert _outcome(_fast, messages, markers, gap) == _outcome(_general, messages, markers, gap)

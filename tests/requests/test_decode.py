@@ -73,7 +73,7 @@ def test_strict_loads_gives_json_loads_values_or_refuses(value: Any, ascii_only:
     _same_as_json_loads(json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass"))
 
 
-@settings(deadline=None, max_examples=500)
+@settings(deadline=None, max_examples=200)
 @given(near_json | st.text(st.characters(codec=None)))
 def test_strict_loads_accepts_no_text_json_loads_refuses(text: str) -> None:
     _same_as_json_loads(text.encode("utf-8", "surrogatepass"))
@@ -88,7 +88,7 @@ def test_strict_loads_of_any_bytes_is_json_loads_or_refused(raw: bytes) -> None:
 JSON_NUMBER = r"\A-?(0|[1-9][0-9]{0,40})(\.[0-9]{1,40})?([eE][+-]?[0-9]{1,3})?\Z"
 
 
-@settings(deadline=None, max_examples=500)
+@settings(deadline=None, max_examples=200)
 @given(st.from_regex(JSON_NUMBER))
 def test_strict_loads_reads_numbers_as_json_loads_does(text: str) -> None:
     """Long mantissas, exponents past the float range either way: the same float or int

@@ -143,7 +143,7 @@ def rewrite_matches(body: Body, request: InferenceRequest, rng: random.Random) -
     )
 
 
-@settings(max_examples=600, deadline=None, database=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(
     st.sampled_from(SAMPLE_NAMES),
     st.randoms(use_true_random=False),

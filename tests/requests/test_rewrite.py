@@ -287,7 +287,7 @@ def check_property(rng: random.Random, kind: str) -> None:
     assert (again.model, again.shape, again.hint) == (expected["model"], request.shape, None)
 
 
-@settings(max_examples=400, deadline=None, database=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(st.randoms(use_true_random=False), st.sampled_from(["whole", "scanned"]))
 def test_rewrite_property(rng: random.Random, kind: str) -> None:
     check_property(rng, kind)
