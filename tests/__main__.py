@@ -26,6 +26,10 @@ STEPS: list[tuple[str, list[str]]] = [
 
 def main() -> int:
     env = dict(os.environ, PYTHON=PY)
+    # Bytecode kept: the suite starts dozens of interpreters (servers, parse workers,
+    # benchmarks' smoke runs) that would each compile kinference again (~0.1-0.2 s), and
+    # pytest's rewritten test modules are cached the same way (__pycache__ is ignored).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     for title, command in STEPS:
         print(f"== {title}", flush=True)
         result = subprocess.run(command, cwd=ROOT, env=env, check=False)
