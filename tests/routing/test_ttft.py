@@ -11,12 +11,7 @@ from hypothesis import strategies as st
 
 from kinference.routing.pending import PendingPrefix
 from kinference.routing.rates import MIN_TOKENS_FOR_SLOPE, Rates
-from kinference.routing.readings import (
-    FREE_JOINS_PAST_MOST,
-    MAX_DOUBT_STEPS,
-    MOST_SEEN_FOR_DOUBT,
-    unseen_wait,
-)
+from kinference.routing.readings import MAX_DOUBT_STEPS, MOST_SEEN_FOR_DOUBT, unseen_wait
 from kinference.routing.scorers import ttft as ttft_module
 from kinference.routing.scorers import ttft_small
 from kinference.routing.scorers.ttft import TtftConfig, TtftScorer
@@ -496,8 +491,8 @@ def test_unseen_wait_is_nothing_where_the_small_form_skips_it(
     joined: float, most: float, batch: float, service: float
 ) -> None:
     """The small form calls `unseen_wait` only when `most >= MOST_SEEN_FOR_DOUBT` and not
-    `joined <= most + FREE_JOINS_PAST_MOST`; elsewhere it is the 0.0 it appends."""
-    if not (most >= MOST_SEEN_FOR_DOUBT and not joined <= most + FREE_JOINS_PAST_MOST):
+    `joined <= most`; elsewhere it is the 0.0 it appends."""
+    if not (most >= MOST_SEEN_FOR_DOUBT and not joined <= most):
         assert repr(unseen_wait(joined, most, batch, service)) == "0.0"
 
 
