@@ -116,7 +116,7 @@ static int candidate(const Terms *t, Py_ssize_t i, const BatchRow *row, double p
     if (ahead == 0.0) {
         most = unsure_of_row(row, peer, pool);
     }
-    if (most >= MOST_SEEN_FOR_DOUBT && !(joined <= most + FREE_JOINS_PAST_MOST) &&
+    if (most >= MOST_SEEN_FOR_DOUBT && !(joined <= most) &&
         unseen_wait(joined, most, batch, service, &unsure) < 0) {
         return -1;
     }

@@ -13,11 +13,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* `readings.BATCH_HEADROOM`, `readings.MOST_SEEN_FOR_DOUBT`, `readings.FREE_JOINS_PAST_MOST`,
- * `readings.MAX_DOUBT_STEPS` (a change there shows in the parity tests, tests/native/test_ttft.py). */
+/* `readings.BATCH_HEADROOM`, `readings.MOST_SEEN_FOR_DOUBT`, `readings.MAX_DOUBT_STEPS`
+ * (a change there shows in the parity tests, tests/native/test_ttft.py). */
 #define BATCH_HEADROOM 2.0
 #define MOST_SEEN_FOR_DOUBT 2.0
-#define FREE_JOINS_PAST_MOST 1.0
 #define MAX_DOUBT_STEPS 4096
 
 /* A read-only float64 vector: a 1-D buffer, any stride. */

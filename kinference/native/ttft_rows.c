@@ -85,7 +85,7 @@ double unsure_of_row(const BatchRow *row, double peer, double pool) {
 
 /* -1 with an error set when interrupted (a loop the pure form also runs, interruptibly). */
 int unseen_wait(double joined, double most, double batch, double service, double *out) {
-    if (!(most >= MOST_SEEN_FOR_DOUBT) || joined <= most + FREE_JOINS_PAST_MOST) {
+    if (!(most >= MOST_SEEN_FOR_DOUBT) || joined <= most) {
         *out = 0.0;
         return 0;
     }

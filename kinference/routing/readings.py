@@ -27,12 +27,6 @@ BATCH_HEADROOM = 2.0
 # An expected wait beyond the most seen running (`unseen_wait`) needs this many seen at
 # once: an engine seen running one at a time says no more of its batch than an idle one.
 MOST_SEEN_FOR_DOUBT = 2.0
-# Joins past the most seen running that `unseen_wait` lets go without a wait: the first
-# hit to join one more than the pool was ever seen running finds out whether the batch
-# holds it (on time: the floor rises, `WorkerTable.observed_batch`; late: a ceiling), at
-# the risk of one wait; doubted, no such join happens and the doubt never learns (h107:
-# vllm-64's 64-slot engines, seen running 3, sent 11 hits cold for 67-143 ms of doubt).
-FREE_JOINS_PAST_MOST = 1.0
 # Batch sizes `unseen_wait` weighs at most (most, most + 1, ...): no engine batches more,
 # and readings an engine reports are not bounded (1e20 running would loop for ever).
 MAX_DOUBT_STEPS = 4096
@@ -222,10 +216,9 @@ def unseen_wait(joined: float, most: float, batch: float, service_ms: float) -> 
     """The expected wait of the `joined`-th sequence on a worker seen running `most` at
     most, whose batch is guessed `batch`: the batch taken as any of `most`..`batch`,
     equally likely, each sequence beyond a batch b waiting `service_ms / b` (0 when `most`
-    is NaN: the batch is known, or nothing was seen; or below `MOST_SEEN_FOR_DOUBT`; and
-    for the first `FREE_JOINS_PAST_MOST` past `most`, which teach the batch); the first
-    `MAX_DOUBT_STEPS` batch sizes only."""
-    if not most >= MOST_SEEN_FOR_DOUBT or joined <= most + FREE_JOINS_PAST_MOST:
+    is NaN: the batch is known, or nothing was seen; or below `MOST_SEEN_FOR_DOUBT`); the
+    first `MAX_DOUBT_STEPS` batch sizes only."""
+    if not most >= MOST_SEEN_FOR_DOUBT or joined <= most:
         return 0.0
     total, size = 0.0, batch - most + 1.0
     candidate = most
@@ -241,7 +234,7 @@ def unseen_waits(
     joined: _FloatArray, most: _FloatArray, batch: _FloatArray, service_ms: _FloatArray
 ) -> _FloatArray:
     """`unseen_wait` per candidate."""
-    known = ~(most >= MOST_SEEN_FOR_DOUBT) | (joined <= most + FREE_JOINS_PAST_MOST)
+    known = ~(most >= MOST_SEEN_FOR_DOUBT) | (joined <= most)
     if known.all():
         return np.zeros(len(joined))
     return np.array([

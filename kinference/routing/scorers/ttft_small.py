@@ -22,7 +22,7 @@ import numpy as np
 from kinference.routing import readings
 from kinference.routing.pending import waited_prefill
 from kinference.routing.rates import Rates
-from kinference.routing.readings import FREE_JOINS_PAST_MOST, MOST_SEEN_FOR_DOUBT, unseen_wait
+from kinference.routing.readings import MOST_SEEN_FOR_DOUBT, unseen_wait
 from kinference.routing.table import FloatArray
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         if ahead == 0.0:
             most = readings.unsure_of_row(row, peer, pool)
         # (`unseen_wait` is 0 unless this holds: its call then saved)
-        if most >= MOST_SEEN_FOR_DOUBT and not joined <= most + FREE_JOINS_PAST_MOST:
+        if most >= MOST_SEEN_FOR_DOUBT and not joined <= most:
             unsure.append(unseen_wait(joined, most, batch, service[i]))
         else:
             unsure.append(0.0)
