@@ -19,7 +19,6 @@ def terms(
     fits: list[float] | None,
     footprint: list[float] | None,
     clock: Callable[[], float],
-    hashes: tuple[int, ...],
     scoring: bool,
     /,
 ) -> object:

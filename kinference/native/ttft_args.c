@@ -4,15 +4,14 @@
  * cached (float64, per candidate), waiting (float64, per slot), table (a WorkerTable),
  * per_token, base, service (float64 per slot, or None), constants (9 floats: `Constants`),
  * busy (float), prompt (float or int), memory, fits, footprint (lists of floats, or None),
- * clock (the table's), hashes (tuple; not read since h107: a prefix shared is waited
- * for as any pending prefill), scoring (bool). What is not of these types is
+ * clock (the table's), scoring (bool). What is not of these types is
  * not taken (answer 0) rather than converted: the pure form then runs on it as it is.
  */
 #include "ttft_args.h"
 
 #include <string.h>
 
-#define ARGS 17
+#define ARGS 16
 
 int names_open(Names *names) {
     static const char *const attributes[COLUMNS] = {
@@ -192,8 +191,8 @@ int terms_open(Terms *t, const Names *names, PyObject *const *args, Py_ssize_t n
         PyErr_Format(PyExc_TypeError, "terms() takes %d arguments (%zd given)", ARGS, nargs);
         return -1;
     }
-    t->table = args[4], t->clock = args[14];  /* args[15], the hashes: not read (h107) */
-    t->scoring = PyObject_IsTrue(args[16]);
+    t->table = args[4], t->clock = args[14];
+    t->scoring = PyObject_IsTrue(args[15]);
     if (t->scoring < 0) {
         return -1;
     }

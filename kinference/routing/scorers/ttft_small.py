@@ -59,8 +59,7 @@ def native_terms(
         out, slots, ctx.cached_tokens, ctx.signals.waiting, ctx.table,
         rates.peek(model, "prefill_ms_per_token"), rates.peek(model, "prefill_base_ms"),
         rates.peek(model, "service_ms"), settings, busy, ctx.prompt_tokens,
-        ctx.memory_ahead, ctx.memory_batch, ctx.footprint, ctx.table.clock, ctx.hashes,
-        scoring,
+        ctx.memory_ahead, ctx.memory_batch, ctx.footprint, ctx.table.clock, scoring,
     )  # fmt: skip
     if done is NotImplemented:
         return None
