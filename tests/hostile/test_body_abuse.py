@@ -43,7 +43,7 @@ async def test_dense_bodies_never_hold_the_event_loop(start_picker: PickerFactor
         max_buffered_bytes=256 * MiB, max_body_bytes=64 * MiB, own_parse_worker=True
     )
     client = picker.client
-    hostile = dense_body(4, MiB - 64, objects=1)
+    hostile = dense_body(6, MiB - 64, objects=1)  # ~1.4 s of the worker: clear of the floor
 
     async def hostile_caller() -> pb.PickResponse:
         pushed = await client.push(chunks_of(hostile, MiB), declared_length=len(hostile))
