@@ -38,7 +38,7 @@ from kinference.cluster.telemetry import ClusterCollector
 from kinference.config import Policy, PolicyWatcher
 from kinference.discovery import build_discovery
 from kinference.engine_feed import EngineFeed
-from kinference.heap import start_serving
+from kinference.heap import idle_blocks_returned, kept_block_bytes, start_serving
 from kinference.kvcache.precise import PreciseCaches
 from kinference.kvevents.optional import precise_parts
 from kinference.loop_lag import LoopLagMonitor
@@ -150,6 +150,7 @@ class App:
             lambda: self.session.streams, lambda: self.session.open_requests
         )
         self.metrics.watch_inflight(self.inflight.per_endpoint, lambda: self.inflight.own)
+        self.metrics.watch_heap(kept_block_bytes)
         self.metrics.watch_providers(self.router.health.active, self.router.health.now)
         self.metrics.registry.register(RoutingCollector(self.router))
         self.loop_lag = LoopLagMonitor(self.metrics.registry)
@@ -292,6 +293,7 @@ class App:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         await start_serving(self.start)
-        await stop.wait()
+        async with idle_blocks_returned():
+            await stop.wait()
         log.info("signal received: draining for up to %gs", self.settings.shutdown_grace_s)
         await self.drain_and_stop()

@@ -19,7 +19,10 @@ deployment hosts the picker in its own process):
   raw allocator is wrapped (`native/_blocks.c`) so that freed blocks of 256 KiB-4 MiB are
   kept, their pages filled, up to `KEPT_BLOCKS_BYTES` together, and reused by the next
   request of their 64 KiB class; past the cap they go back to the system as before, so
-  RSS after a burst is at most that much higher. Where the extension was not built,
+  RSS after a burst is at most that much higher, and only for a while: while the process
+  serves (`idle_blocks_returned`, around `kinference serve`'s and `kinference gateway`'s
+  run), the blocks kept `KEPT_BLOCK_IDLE_S` without being taken back are unmapped
+  (`kinference_heap_kept_bytes` shows what is kept). Where the extension was not built,
   nothing changes.
 - `freeze_startup_heap`: a full collection of the cyclic GC traverses every tracked object
   with the GIL held; over the ~90,000 objects startup builds (modules, functions, the
@@ -30,12 +33,14 @@ deployment hosts the picker in its own process):
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import gc
 import logging
 import tracemalloc
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from kinference import native
 
@@ -47,6 +52,10 @@ _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 KEPT_BLOCK_MIN_BYTES = MMAP_THRESHOLD_BYTES
 KEPT_BLOCK_MAX_BYTES = 4 << 20  # a 1 MiB prompt's text as UCS-4, a chunk's message
 KEPT_BLOCKS_BYTES = 32 << 20
+# Seconds a kept block waits to be taken back before it is unmapped: bursts seconds apart
+# keep reusing their pages, and a quiet replica's RSS falls back within a minute.
+KEPT_BLOCK_IDLE_S = 30.0
+RETURN_PERIOD_S = 1.0  # seconds between two looks for idle kept blocks
 
 
 def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES) -> bool:
@@ -64,10 +73,46 @@ def cache_large_blocks() -> bool:
     """Keep freed large blocks for reuse (see the module's docstring); False where the
     extension is not built, it is already installed, or tracemalloc traces: stopping it
     would put back the allocator it found, and our blocks would reach that one's free."""
-    install = native.load_blocks()
-    if install is None or tracemalloc.is_tracing():
+    blocks = native.load_blocks()
+    if blocks is None or tracemalloc.is_tracing():
         return False
-    return install(KEPT_BLOCK_MIN_BYTES, KEPT_BLOCK_MAX_BYTES, KEPT_BLOCKS_BYTES)
+    return blocks.install(KEPT_BLOCK_MIN_BYTES, KEPT_BLOCK_MAX_BYTES, KEPT_BLOCKS_BYTES)
+
+
+def return_idle_blocks(idle_s: float = KEPT_BLOCK_IDLE_S) -> int:
+    """Unmap the large blocks kept `idle_s` seconds or more without reuse; the bytes given
+    back (0 where the cache is not built or not installed). Cheap: a walk of at most
+    `KEPT_BLOCKS_BYTES` / 256 KiB kept blocks under the cache's lock."""
+    blocks = native.load_blocks()
+    return 0 if blocks is None else blocks.release(idle_s)
+
+
+@contextlib.asynccontextmanager
+async def idle_blocks_returned(
+    period_s: float = RETURN_PERIOD_S, idle_s: float = KEPT_BLOCK_IDLE_S
+) -> AsyncIterator[None]:
+    """While inside, look every `period_s` seconds for blocks kept `idle_s` seconds without
+    reuse and unmap them."""
+    returning = _return_forever(period_s, idle_s)
+    task = asyncio.create_task(returning, name="kinference-idle-blocks")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _return_forever(period_s: float, idle_s: float) -> None:
+    while True:
+        await asyncio.sleep(period_s)
+        return_idle_blocks(idle_s)
+
+
+def kept_block_bytes() -> int:
+    """What the large blocks' cache keeps mapped now, for reuse (0 where not built)."""
+    blocks = native.load_blocks()
+    return 0 if blocks is None else blocks.stats()["kept_bytes"]
 
 
 def freeze_startup_heap() -> None:

@@ -43,6 +43,11 @@ class Metrics:
             "Server-wide body budget (KINFERENCE_MAX_BUFFERED_BYTES).",
             registry=registry,
         )
+        self.heap_kept_bytes = Gauge(
+            "kinference_heap_kept_bytes",
+            "Freed large blocks (256 KiB-4 MiB) kept mapped for reuse; idle ones are unmapped.",
+            registry=registry,
+        )
         self.session_streams = Gauge(
             "kinference_session_streams",
             "PickerSession streams open now (one per remote-mode gateway process).",
@@ -145,6 +150,10 @@ class Metrics:
         self.buffered_limit_bytes.set(limit)
         self.buffered_bytes.set_function(used)
         self.bodies_held.set_function(held)
+
+    def watch_heap(self, kept: Callable[[], float]) -> None:
+        """The large blocks' cache (kinference.heap), read at scrape time."""
+        self.heap_kept_bytes.set_function(kept)
 
     def watch_sessions(self, streams: Callable[[], float], requests: Callable[[], float]) -> None:
         """PickerSession gauges, read at scrape time."""

@@ -24,7 +24,7 @@ from kinference.gateway.capacity import ConnectionCap, fit_open_files, linger_ro
 from kinference.gateway.guard import GuardedProtocol
 from kinference.gateway.refusals import Refusals
 from kinference.gateway.settings import GatewaySettings
-from kinference.heap import start_serving
+from kinference.heap import idle_blocks_returned, start_serving
 from kinference.settings import split_host_port
 
 _READY_POLL_S = 0.01  # how often start() checks whether uvicorn has finished starting
@@ -127,7 +127,8 @@ class GatewayServer:
         # starts in the lifespan, so its startup heap is frozen too, before uvicorn accepts.
         await start_serving(self.start)
         assert self._task is not None
-        await self._task
+        async with idle_blocks_returned():
+            await self._task
 
     def _exit(self) -> None:
         self.server.should_exit = True

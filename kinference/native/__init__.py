@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 __all__ = [
+    "Blocks",
     "Chain",
     "ScanRun",
     "load_blocks",
@@ -62,14 +63,22 @@ class Chain(NamedTuple):
     identities: Callable[[Buffer, int, int], list[int]]
 
 
+class Blocks(NamedTuple):
+    """The functions of `_blocks` (see its stub, `_blocks.pyi`)."""
+
+    install: Callable[[int, int, int], bool]
+    release: Callable[[float], int]
+    stats: Callable[[], dict[str, int]]
+
+
 @functools.cache
-def load_blocks() -> Callable[[int, int, int], bool] | None:
-    """`_blocks.install` (see its stub, `_blocks.pyi`), or None where it was not built."""
+def load_blocks() -> Blocks | None:
+    """`_blocks`'s functions, or None where the extension was not built."""
     try:
         from kinference.native import _blocks
     except ImportError:
         return None
-    return _blocks.install
+    return Blocks(_blocks.install, _blocks.release, _blocks.stats)
 
 
 @functools.cache

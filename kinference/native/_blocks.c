@@ -12,7 +12,9 @@
  * its own, rounded up to a 64 KiB class; a freed one is kept (its pages stay filled) while
  * the kept blocks total at most `cap_bytes`, and the next request of its class takes it
  * back without a fault; past the cap it is unmapped as before. Everything else goes to the
- * allocator that was there. A block's address is its mapping's plus HEADER, and the live
+ * allocator that was there. `release(idle_s)` unmaps the kept blocks nobody took back within
+ * `idle_s` seconds of their free (`heap.return_idle_blocks`, from the picker's reaper), so a
+ * burst's blocks do not stay mapped once the bursts stop. A block's address is its mapping's plus HEADER, and the live
  * blocks are in a hash table: `free` of any other pointer costs one mask test (and a table
  * look-up for the 1 in 256 heap pointers at that page offset). The raw domain may be
  * called without the GIL, so the cache's state is under a mutex (held across a fork, so a
@@ -25,14 +27,17 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #define PAGE ((uintptr_t)4096)
 #define HEADER ((uintptr_t)64) /* the block's offset in its mapping */
 #define STEP ((size_t)64 * 1024) /* class granularity */
 #define GOLDEN 0x9E3779B97F4A7C15ull
 
-typedef struct Kept {
+typedef struct Kept { /* at the start of a kept block's mapping, inside HEADER */
     struct Kept *next;
+    uint64_t kept_ns; /* CLOCK_MONOTONIC at its free: each class's list is newest first */
+    size_t mapped;    /* its mapping's size */
 } Kept;
 
 static PyMemAllocatorEx previous;
@@ -44,7 +49,13 @@ static size_t n_classes;
 static uintptr_t *keys; /* live mappings; 0 = empty slot */
 static size_t *sizes;   /* their mapped sizes */
 static size_t slots, used;
-static unsigned long long hits, unmapped;
+static unsigned long long hits, unmapped, released;
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 static size_t home(uintptr_t key) {
     return (size_t)(((key >> 12) * GOLDEN) >> 20) & (slots - 1);
@@ -172,6 +183,8 @@ static void block_free(void *ctx, void *p) {
     if (keep) {
         Kept *block = (Kept *)map;
         block->next = kept[mapped / STEP];
+        block->kept_ns = now_ns(); /* under the lock: the list stays ordered */
+        block->mapped = mapped;
         kept[mapped / STEP] = block;
         kept_bytes += mapped;
     } else {
@@ -239,21 +252,72 @@ static PyObject *install(PyObject *self, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
+static Kept *idle_of(size_t cls, uint64_t before) {
+    /* Unlinks and returns class `cls`'s blocks kept at `before` or earlier: the list is
+     * newest first, so they are its tail from the first such block on. Under the lock. */
+    Kept **at = &kept[cls];
+    while (*at != NULL && (*at)->kept_ns > before)
+        at = &(*at)->next;
+    Kept *idle = *at;
+    *at = NULL;
+    return idle;
+}
+
+static PyObject *release(PyObject *self, PyObject *args) {
+    (void)self;
+    double idle_s;
+    if (!PyArg_ParseTuple(args, "d:release", &idle_s))
+        return NULL;
+    if (!(idle_s >= 0.0)) {
+        PyErr_SetString(PyExc_ValueError, "release(idle_s >= 0)");
+        return NULL;
+    }
+    if (!installed)
+        return PyLong_FromLong(0);
+    uint64_t now = now_ns(), idle_ns = idle_s >= 1e9 ? UINT64_MAX : (uint64_t)(idle_s * 1e9);
+    uint64_t before = idle_ns > now ? 0 : now - idle_ns;
+    size_t bytes = 0;
+    Kept *idle = NULL;
+    pthread_mutex_lock(&lock);
+    for (size_t cls = 0; cls < n_classes; cls++) {
+        Kept *tail = idle_of(cls, before);
+        while (tail != NULL) { /* onto `idle`, unmapped once the lock is let go */
+            Kept *next = tail->next;
+            tail->next = idle;
+            idle = tail;
+            bytes += tail->mapped;
+            released++;
+            tail = next;
+        }
+    }
+    kept_bytes -= bytes;
+    pthread_mutex_unlock(&lock);
+    while (idle != NULL) {
+        Kept *next = idle->next;
+        munmap(idle, idle->mapped);
+        idle = next;
+    }
+    return PyLong_FromSize_t(bytes);
+}
+
 static PyObject *stats(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
     pthread_mutex_lock(&lock);
-    unsigned long long h = hits, u = unmapped;
+    unsigned long long h = hits, u = unmapped, r = released;
     size_t k = kept_bytes, live = used;
     pthread_mutex_unlock(&lock);
-    return Py_BuildValue("{s:K,s:K,s:n,s:n}", "reused", h, "unmapped", u, "kept_bytes",
-                         (Py_ssize_t)k, "live_blocks", (Py_ssize_t)live);
+    return Py_BuildValue("{s:K,s:K,s:K,s:n,s:n}", "reused", h, "unmapped", u, "released", r,
+                         "kept_bytes", (Py_ssize_t)k, "live_blocks", (Py_ssize_t)live);
 }
 
 static PyMethodDef methods[] = {
     {"install", install, METH_VARARGS,
      "install(min_bytes, max_bytes, cap_bytes) -> bool: wrap the raw allocator (once)."},
-    {"stats", stats, METH_NOARGS, "stats() -> dict: reused, unmapped, kept_bytes, live_blocks."},
+    {"release", release, METH_VARARGS,
+     "release(idle_s) -> int: unmap the blocks kept over idle_s seconds; the bytes unmapped."},
+    {"stats", stats, METH_NOARGS,
+     "stats() -> dict: reused, unmapped, released, kept_bytes, live_blocks."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,12 +1,15 @@
 """RSS of a replica after bursts to its byte budget, and where the memory it keeps sits.
 
     python -m loadtest.faults.burst_rss [--budget-mib 512] [--body-mib 8] [--rounds 2]
+        [--quiet-s 35]
 
 One `kinference serve` subprocess with `KINFERENCE_MAX_BUFFERED_BYTES` = `--budget-mib`.
 Each round pushes (1 MiB chunks, 8 at a time) chat bodies of `--body-mib` until 95 % of
 the budget is held, then picks and aborts every one, waits a second and reads the RSS. Prints
 per round the server's baseline, peak and after RSS, the after RSS split into the brk heap
-and anonymous mappings (`/proc/PID/smaps`), and the parse worker's RSS.
+and anonymous mappings (`/proc/PID/smaps`), and the parse worker's RSS; with `--quiet-s`,
+the RSS again after that many quiet seconds (past `heap.KEPT_BLOCK_IDLE_S`, the kept large
+blocks are unmapped).
 """
 
 from __future__ import annotations
@@ -82,6 +85,14 @@ async def main(args: argparse.Namespace) -> None:
                     f"{replica.children_rss_mib():.0f} MiB",
                     flush=True,
                 )
+            if args.quiet_s > 0:
+                await asyncio.sleep(args.quiet_s)
+                split = rss_by_mapping(replica.pid)
+                print(
+                    f"after {args.quiet_s:g} s quiet: server RSS {replica.rss_mib():.0f} MiB "
+                    f"(heap {split['[heap]']}, anon {split['anon']})",
+                    flush=True,
+                )
         finally:
             await fleet.close()
     print(f"load average {os.getloadavg()[0]:.2f}")
@@ -92,6 +103,9 @@ def cli() -> None:
     parser.add_argument("--budget-mib", type=int, default=512)
     parser.add_argument("--body-mib", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--quiet-s", type=float, default=0.0, help="read the RSS again after this long idle"
+    )
     uvloop.run(main(parser.parse_args()))
 
 

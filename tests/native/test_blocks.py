@@ -189,3 +189,119 @@ def test_a_forked_child_makes_large_objects() -> None:
         print(json.dumps({"codes": sorted(set(codes))}))
     """)
     assert out == {"codes": [0]}
+
+
+def test_release_unmaps_the_blocks_kept_longer_than_asked_and_only_those() -> None:
+    """A block kept 1.5 s goes back at `release(1.0)`; one freed just before stays, and is
+    then taken back without faulting. After `release(0)` nothing is kept, and the next
+    block of the released class is a fresh mapping again (its pages fault in)."""
+    out = _run("""
+        import time
+        heap.cache_large_blocks()
+        before_install = _blocks.release(0)
+        old = b"o" * (2 * MIB)  # a class of its own
+        del old
+        since = time.monotonic()
+        while time.monotonic() - since < 1.5:  # the old block ages; no sleep: a busy wait
+            pass
+        young = b"y" * MIB
+        del young
+        kept = _blocks.stats()["kept_bytes"]
+        aged = _blocks.release(1.0)
+        none_yet = _blocks.release(3600.0)
+        after = _blocks.stats()
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        b"r" * MIB  # the young block, taken back
+        reused_faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        everything = _blocks.release(0.0)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        b"f" * MIB  # its class now empty: a fresh mapping
+        fresh_faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        print(json.dumps({
+            "before_install": before_install, "kept": kept, "aged": aged,
+            "none_yet": none_yet, "after": after, "reused_faults": reused_faults,
+            "everything": everything, "fresh_faults": fresh_faults, **_blocks.stats(),
+        }))
+    """)
+    assert out["before_install"] == 0
+    assert out["aged"] == 2 * (1 << 20) + 64 * 1024  # the old block's mapping alone
+    assert out["none_yet"] == 0
+    one_mib_block = (1 << 20) + 64 * 1024
+    after = out["after"]
+    assert isinstance(after, dict)
+    assert after["kept_bytes"] == out["kept"] - out["aged"] == one_mib_block
+    assert out["reused_faults"] < 64  # the young block's pages were still there
+    assert out["everything"] == one_mib_block
+    assert out["fresh_faults"] >= 200  # 256 pages of a fresh MiB
+    assert out["released"] == 2 and out["live_blocks"] == 0
+    assert out["kept_bytes"] == one_mib_block  # the fresh one, freed as the script ended
+
+
+def test_release_refuses_nonsense() -> None:
+    out = _run("""
+        refused = 0
+        for idle in (-1.0, float("nan")):
+            try:
+                _blocks.release(idle)
+            except ValueError:
+                refused += 1
+        print(json.dumps({"refused": refused}))
+    """)
+    assert out == {"refused": 2}
+
+
+def test_threads_churning_while_another_releases_read_back_what_they_wrote() -> None:
+    """A crowd against the release: 6 threads make, fill, check and free blocks while the
+    main thread releases every kept block over and over; nothing read back differs, and once
+    they stop, a last release leaves nothing kept and the counts add up."""
+    out = _run("""
+        import threading
+        _blocks.install(256 * 1024, 4 * MIB, 16 * MIB)
+        bad, done = [], threading.Event()
+        def churn(seed: int) -> None:
+            rng = random.Random(seed)
+            held = []
+            for step in range(120):
+                size = rng.randrange(200_000, 5 * MIB)
+                fill = (seed * 17 + step) % 251
+                held.append((bytes([fill]) * size, fill))
+                if len(held) > 2 or rng.random() < 0.5:
+                    data, want = held.pop(rng.randrange(len(held)))
+                    if data.count(want) != len(data):
+                        bad.append(seed)
+        threads = [threading.Thread(target=churn, args=(seed,)) for seed in range(6)]
+        for thread in threads:
+            thread.start()
+        releases = 0
+        while any(thread.is_alive() for thread in threads):
+            releases += _blocks.release(0.0) > 0
+        for thread in threads:
+            thread.join()
+        last = _blocks.release(0.0)
+        print(json.dumps({"bad": bad, "releases": releases, **_blocks.stats()}))
+    """)
+    assert out["bad"] == []
+    assert out["releases"] > 0 and out["released"] > 0 and out["reused"] > 0
+    assert out["kept_bytes"] == 0 and out["live_blocks"] == 0
+
+
+def test_a_serving_process_returns_its_idle_blocks() -> None:
+    """`heap.idle_blocks_returned`, which `kinference serve` and `kinference gateway` run
+    while they serve: kept blocks idle past `idle_s` are unmapped by its periodic look."""
+    out = _run("""
+        import asyncio, time
+        heap.cache_large_blocks()
+        async def main() -> dict:
+            held = [bytes([i]) * MIB for i in range(6)]
+            del held
+            kept = _blocks.stats()["kept_bytes"]
+            async with heap.idle_blocks_returned(period_s=0.01, idle_s=0.05):
+                deadline = time.monotonic() + 30
+                while _blocks.stats()["kept_bytes"] and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+            return {"kept": kept, "kept_bytes_metric": heap.kept_block_bytes()}
+        print(json.dumps({**asyncio.run(main()), **_blocks.stats()}))
+    """)
+    assert out["kept"] >= 6 * (1 << 20)
+    assert out["kept_bytes"] == 0 and out["kept_bytes_metric"] == 0
+    assert out["released"] == 6
