@@ -108,12 +108,8 @@ async def test_real_process_serves_and_stops_on_sigterm(picker: RunningPicker) -
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 30
         async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
-            while not await _healthy(http, f"http://127.0.0.1:{port}/healthz"):
-                assert process.returncode is None, "the gateway exited while starting"
-                assert time.monotonic() < deadline, "the gateway never became healthy"
-                await asyncio.sleep(0.05)
+            await _wait_healthy(http, process, f"http://127.0.0.1:{port}/healthz")
         process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(15):
             _out, err = await process.communicate()
@@ -138,12 +134,8 @@ async def test_real_process_in_process_mode(tmp_path: Path) -> None:
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 30
         async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
-            while not await _healthy(http, f"http://127.0.0.1:{port}/health"):
-                assert process.returncode is None, "the gateway exited while starting"
-                assert time.monotonic() < deadline, "the gateway never became healthy"
-                await asyncio.sleep(0.05)
+            await _wait_healthy(http, process, f"http://127.0.0.1:{port}/health")
             models = (await http.get(f"http://127.0.0.1:{port}/v1/models")).json()
             assert models["object"] == "list" and models["data"]  # the built-in policy's
         async with PickerClient(f"127.0.0.1:{grpc_port}") as client:  # other callers
@@ -159,6 +151,17 @@ async def test_real_process_in_process_mode(tmp_path: Path) -> None:
         if process.returncode is None:
             process.kill()
             await process.communicate()
+
+
+async def _wait_healthy(
+    http: httpx.AsyncClient, process: asyncio.subprocess.Process, url: str
+) -> None:
+    """Until `url` answers 200; fails if the process exits or 30 s pass first."""
+    deadline = time.monotonic() + 30
+    while not await _healthy(http, url):
+        assert process.returncode is None, "the gateway exited while starting"
+        assert time.monotonic() < deadline, "the gateway never became healthy"
+        await asyncio.sleep(0.05)
 
 
 async def _healthy(http: httpx.AsyncClient, url: str) -> bool:
