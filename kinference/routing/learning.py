@@ -89,30 +89,7 @@ class Learning:
         self.journal.first_token(choice.endpoint, choice.model, ttft_ms)
         if choice.predicted_ttft_ms is not None:
             self.quality.ttft_ms.add(choice.predicted_ttft_ms, ttft_ms)
-            queued = self._batch_evidence(choice, ttft_ms, missed=choice.cached_tokens)
-            late = ttft_ms > choice.predicted_ttft_ms
-            if not queued and (late or self.rates.provisional(choice.model, choice.slot)):
-                self._late_first(choice, ttft_ms)
-
-    def _late_first(self, choice: LocalChoice, ttft_ms: float) -> None:
-        """A cold pick's first token later than predicted, found not queued: a prefill
-        sample of its worker while no final report has set its slope (`Rates.
-        observe_first`), net of the predicted wait, the sequences beside it and the fixed
-        cost. Until then a worker takes its peers' mean: on the mixed pool a slow engine
-        was priced as the fast ones for 3-4 s after its first cold token showed it twice
-        as slow, and took more cold prompts (h116). A late one, or any once one set it: an
-        early first token says the borrowed price was safe, and lowering it sent hits cold
-        on engines of 64 slots (h99)."""
-        slot, model = choice.slot, choice.model
-        if choice.cached_tokens > 0.0 or choice.predicted_wait_ms > (
-            PREFILL_SAMPLE_WAIT_SHARE * ttft_ms
-        ):
-            return
-        base = self.rates.learned(model, "prefill_base_ms", slot)
-        fixed = self.rates.prior_base_ms if isnan(base) else base
-        beside = max(choice.sequences - 1.0, 0.0)
-        unqueued = ttft_ms - choice.predicted_wait_ms - self.rates.busy_ms(model) * beside
-        self.rates.observe_first(slot, model, choice.prompt_tokens, unqueued - fixed)
+            self._batch_evidence(choice, ttft_ms, missed=choice.cached_tokens)
 
     def _batch_evidence(self, choice: LocalChoice, ttft_ms: float, missed: float) -> bool:
         """Whether the request queued at the occupancy it joined (True: it did) tells the

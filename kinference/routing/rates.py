@@ -17,11 +17,6 @@ Three quantities per (model, worker slot), NaN until learned:
 - `service_ms`: milliseconds from first token to final report (how long a request holds
   a batch slot), an exponentially weighted mean;
 
-until a worker's final reports set its slope, a provisional one from the cold first
-tokens that came later than the model priced it (`observe_first`): a first token comes
-with the prefill, the final report a reply's decode later (3-4 s on the mixed pool's slow
-engines, h116), and meanwhile a slow worker took its peers' mean;
-
 and per model (its engines alike), `busy_ms`: what each sequence running beside a request
 adds to its TTFT (an engine's step decodes every running sequence along with the new
 prompt's prefill, so steps, and the first token, take longer on a fuller batch): the TTFT
@@ -125,8 +120,6 @@ class Rates:
         self.prior_ms_per_token = 0.1
         self._arrays: dict[tuple[str, str], FloatArray] = {}  # (model, quantity) -> per slot
         self._sums: dict[str, FloatArray] = {}  # model -> the fit's sums (rows) per slot
-        # (model, slot) whose slope is still from first tokens alone (`observe_first`)
-        self._provisional: set[tuple[str, int]] = set()
         # model -> the busy fit: its weighted sums of sequences^2 and of sequences x excess,
         # and the fitted milliseconds a sequence (one for the model's engines: a pool's
         # engines share it, and each report teaches it, not only one worker's in four).
@@ -171,8 +164,6 @@ class Rates:
         floor = slope_floor(beyond, long)
         mean_x, mean_y = sx / w, sy / w
         fitted = _spread_slope(w, sx, sy, sxx, sxy)
-        if fitted is not None or mean_x >= MIN_TOKENS_FOR_SLOPE:
-            self._provisional.discard((model, slot))  # the final reports set the slope now
         if fitted is not None:  # prompts of different lengths: fit both
             if not math.isnan(floor):  # flattened by delays that hit the short ones more
                 fitted = max(fitted, floor)
@@ -185,31 +176,6 @@ class Rates:
         else:  # short prompts say nothing of the per-token cost: it is all fixed cost
             learned = slope.item(slot)
             base[slot] = _base(mean_x, mean_y, 0.0 if math.isnan(learned) else learned)
-
-    def observe_first(self, slot: int, model: str, tokens: float, prefill_ms: float) -> bool:
-        """A cold pick's first token, later than predicted, on a worker whose slope no
-        final report set yet: `prefill_ms` (its TTFT net of the predicted wait, the busy
-        cost and the fixed cost) over its `tokens` uncached prompt tokens sets the slope,
-        provisionally (an exponentially weighted mean of such samples) until a final report
-        sets it. False when it teaches nothing (final reports set the slope, or the sample
-        is too short or not a number)."""
-        key = (model, slot)
-        slope = self._array(model, "prefill_ms_per_token", slot + 1)
-        old = slope.item(slot)
-        if not math.isnan(old) and key not in self._provisional:
-            return False  # learned from final reports: they count the tokens exactly
-        if not (tokens >= MIN_TOKENS_FOR_SLOPE and math.isfinite(prefill_ms)):
-            return False
-        per_token = min(max(prefill_ms, 0.0) / tokens, MAX_MS_PER_TOKEN)
-        if key in self._provisional:
-            per_token = (1.0 - self.alpha) * old + self.alpha * per_token
-        slope[slot] = per_token
-        self._provisional.add(key)
-        return True
-
-    def provisional(self, model: str, slot: int) -> bool:
-        """Whether the worker's slope is still from first tokens alone."""
-        return (model, slot) in self._provisional
 
     def prefill_ms(self, slot: int, model: str, uncached_tokens: float) -> float:
         """The learned prefill of `uncached_tokens` on the worker (NaN: not learned)."""
@@ -268,7 +234,6 @@ class Rates:
         for sums in self._sums.values():
             if slot < sums.shape[1]:
                 sums[:, slot] = 0.0
-        self._provisional = {key for key in self._provisional if key[1] != slot}
 
     def _sums_of(self, model: str, size: int) -> FloatArray:
         """The fit's weighted sums of `model`, one row per name of `_SUMS`, a column per slot."""
