@@ -38,6 +38,10 @@ import httpx
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
 EVENTS_OFFSET = 1  # the policy's `events: "tcp://{host}:{port+1}"`
+# What a mocker logs once it bound its events port (%d), or failed to: another process took it.
+EVENTS_BOUND = b"ZmqKvEventSink bound to tcp://0.0.0.0:%d "
+EVENTS_UNBOUND = b"bind to tcp://0.0.0.0:%d failed"
+START_ATTEMPTS = 3
 HOST_PREFIX = "127.0.13."  # engine N on 127.0.13.(N + 1)
 
 
@@ -188,6 +192,20 @@ def _poll(processes: _Processes, url: str, ready: Ready, what: str) -> None:
     raise TimeoutError(f"{what} not ready after {READY_TIMEOUT_S:.0f} s")
 
 
+def _events_bound(processes: _Processes, ports: list[int]) -> bool:
+    """Whether every mocker bound its events port, from what they log (waited for)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        processes.check_alive()
+        text = processes.log.read_bytes() if processes.log.exists() else b""
+        if any(EVENTS_UNBOUND % port in text for port in ports):
+            return False
+        if all(EVENTS_BOUND % port in text for port in ports):
+            return True
+        time.sleep(0.2)  # polling their log, bounded by the deadline
+    raise TimeoutError(f"the mockers did not say they bound {ports} in {READY_TIMEOUT_S:.0f} s")
+
+
 def _lists(model: str) -> Ready:
     return lambda page: any(m.get("id") == model for m in page.get("data", []))
 
@@ -203,32 +221,45 @@ def _serves_all(count: int) -> Ready:
 @contextlib.contextmanager
 def mockers(setup: MockerSetup) -> Iterator[list[Mocker]]:
     """Fresh engines, each behind its own frontend; ready when every frontend lists the
-    model. Each publishes vLLM-format KV events on its `events_port`."""
+    model and every mocker bound its `events_port`, where it publishes vLLM-format KV
+    events. A port can be taken meanwhile (free when chosen, bound seconds later, once the
+    mocker started; an even port, as those a connection takes, since the HTTP port bound
+    to port 0 is odd): that mocker then runs without publishing anything, so they all
+    start again on other ports."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        with tempfile.TemporaryDirectory(prefix="mockers-") as store:
+            processes = _Processes(store)
+            try:
+                engines = _start_mockers(setup, processes)
+                if not _events_bound(processes, [e.events_port for e in engines]):
+                    if attempt < START_ATTEMPTS:
+                        continue
+                    raise RuntimeError(f"KV events ports taken {attempt} times in a row")
+                yield engines
+                return
+            finally:
+                processes.stop()
+
+
+def _start_mockers(setup: MockerSetup, processes: _Processes) -> list[Mocker]:
     hosts = [engine_host(index) for index in range(setup.count)]
     metrics = system_port(hosts)
-    with tempfile.TemporaryDirectory(prefix="mockers-") as store:
-        processes = _Processes(store)
-        engines = []
-        try:
-            for index, host in enumerate(hosts):
-                port = http_port(host)
-                engine = Mocker(port, port + EVENTS_OFFSET, host, metrics)
-                namespace = f"mock{index}x{os.getpid()}"
-                processes.spawn(
-                    [*setup.mocker_argv(), "--endpoint", f"dyn://{namespace}.backend.generate",
-                     "--zmq-kv-events-ports", str(engine.events_port)],
-                    DYN_SYSTEM_HOST=host, DYN_SYSTEM_PORT=str(metrics),
-                )  # fmt: skip
-                processes.spawn(
-                    [*setup.frontend_argv(host, port, "round-robin"), "--namespace", namespace]
-                )
-                engines.append(engine)
-            for engine in engines:
-                url = f"http://{engine.endpoint}/v1/models"
-                _poll(processes, url, _lists(setup.model_name), engine.endpoint)
-            yield engines
-        finally:
-            processes.stop()
+    engines = []
+    for index, host in enumerate(hosts):
+        port = http_port(host)
+        engine = Mocker(port, port + EVENTS_OFFSET, host, metrics)
+        namespace = f"mock{index}x{os.getpid()}"
+        processes.spawn(
+            [*setup.mocker_argv(), "--endpoint", f"dyn://{namespace}.backend.generate",
+             "--zmq-kv-events-ports", str(engine.events_port)],
+            DYN_SYSTEM_HOST=host, DYN_SYSTEM_PORT=str(metrics),
+        )  # fmt: skip
+        processes.spawn([*setup.frontend_argv(host, port, "round-robin"), "--namespace", namespace])
+        engines.append(engine)
+    for engine in engines:
+        url = f"http://{engine.endpoint}/v1/models"
+        _poll(processes, url, _lists(setup.model_name), engine.endpoint)
+    return engines
 
 
 @contextlib.contextmanager

@@ -119,6 +119,20 @@ class PoolCaches:
         if queue is not None:
             queue.started(key)
 
+    def stored(self, slot: int, key: int) -> bool:
+        """Whether the events that store the request `key`'s blocks came: its prompt named
+        to the end, and its last blocks not pending on the worker (one of the last two is
+        the last expected: `sent`; a prompt's blocks are stored in order). False for a
+        request not in the worker's queue."""
+        queue = self.queues.get(slot)
+        queued = queue.requests.get(key) if queue is not None else None
+        if queued is None or queued.unnamed or not queued.blocks:
+            return False
+        waiting, blocks = self.pending.get(slot), queued.blocks
+        if not waiting:
+            return True
+        return blocks[-1] not in waiting and (len(blocks) < 2 or blocks[-2] not in waiting)
+
     def finished(self, slot: int, key: int) -> None:
         """The request `key` ended: its blocks the worker holds were just used (freed now:
         the last to be evicted, tail first)."""

@@ -153,9 +153,14 @@ class PreciseCaches:
         if trust is None or caches is None:
             return
         caches.started(choice.slot, id(choice))
-        # New blocks are due unless the engine held all the prompt's full blocks already.
+        # New blocks are due unless the engine held all the prompt's full blocks already, or
+        # its events named them before this report (they usually do: the engine publishes
+        # them to us as the step that made the first token ends, and the token goes through
+        # the caller); else an engine idle from then on looked like a stalled publisher.
         cached = choice.predicted_cached_tokens or 0
-        if cached + caches.block_size <= choice.prompt_tokens:
+        if cached + caches.block_size <= choice.prompt_tokens and not caches.stored(
+            choice.slot, id(choice)
+        ):
             trust.routed(self.clock())
 
     def released(self, choice: LocalChoice) -> None:
