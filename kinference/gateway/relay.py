@@ -162,9 +162,10 @@ class Relay:
         `MAX_EVENT_BYTES`) goes out as it comes."""
         splitter, meter, transform = self._splitter, self._meter, self._transform
         response = self.response
+        read = response.next_chunk
         try:
             try:
-                async for chunk in response.chunks():
+                while (chunk := await read()) is not None:
                     first = False
                     events = splitter.feed(chunk)
                     for event in events:
