@@ -4,7 +4,8 @@ request's `accept-encoding: identity`), and its end, which gives the connection 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
 from kinference.gateway.decoded import decoder_for
@@ -29,6 +30,15 @@ class Response:
         self._closed = False
         # An upstream compressing although asked not to; raises Broken (an unknown coding).
         self._decoder = decoder_for(self.header("content-encoding"))
+        self._pieces: AsyncIterator[bytes] | None = None  # `chunks()`, read by `next_chunk`
+        # The next body bytes, or None at the end, one await at a time (what `chunks()`
+        # yields): the connection's own read when the body is not decoded, so that a
+        # relay's read per event goes through no generator.
+        self.next_chunk: Callable[[], Awaitable[bytes | None]] = (
+            functools.partial(conn.next_body, read_timeout_s)
+            if self._decoder is None
+            else self._next_decoded
+        )
 
     def header(self, name: str) -> str:
         """The first value of header `name` (lower-case), or ""."""
@@ -58,6 +68,11 @@ class Response:
                 yield piece
         if decoder is not None and (tail := decoder.end()):
             yield tail
+
+    async def _next_decoded(self) -> bytes | None:
+        if self._pieces is None:
+            self._pieces = aiter(self.chunks())
+        return await anext(self._pieces, None)
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.chunks()])

@@ -72,10 +72,10 @@ class LabelledItl(Collector):
     def add(self, model: str, counts: list[int], total_s: float) -> None:
         held = self._counts.get(model)
         if held is None:
-            held = self._counts[model] = [0] * itl_layout.BUCKETS
-            self._sums[model] = 0.0
-        for index, count in enumerate(counts):
-            held[index] += count
+            self._counts[model] = list(counts)
+            self._sums[model] = total_s
+            return
+        self._counts[model] = [have + count for have, count in zip(held, counts, strict=True)]
         self._sums[model] += total_s
 
     def collect(self) -> Iterator[HistogramMetricFamily]:

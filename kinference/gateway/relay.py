@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, Callable
 from kinference.gateway.hooks import ResponseTransform
 from kinference.gateway.http1 import Broken, Response, UpstreamError
 from kinference.gateway.port import Reports
-from kinference.gateway.sse import SseSplitter
+from kinference.gateway.sse import SseEvent, SseSplitter
 from kinference.gateway.timing import TokenClock
 from kinference.gateway.upstream import response_headers
 from kinference.gateway.usage import ResponseMeter, Usage
@@ -111,27 +111,36 @@ class Relay:
         """The chunk `body()` just yielded is its last one (the upstream is done and read)."""
         return self._whole is not None or self.response.drained
 
-    async def body(self) -> AsyncGenerator[bytes, None]:
+    def body(self) -> AsyncGenerator[bytes, None]:
         """The response body for the client; reports the first token on the way.
 
         The first token is reported once the chunk carrying it has gone to the client (when
         the HTTP layer asks for the next one), so the report's work does not hold it back.
         Once `ending` is true after a yield, nothing but the end of the iteration follows,
-        so the HTTP layer may send that chunk as the last.
+        so the HTTP layer may send that chunk as the last. One generator per kind of body,
+        reading the response's chunks itself: no generator in between on a stream's path
+        (each layer costs its creation, the event loop's hooks and a hop per chunk).
         """
+        if self._whole is not None:
+            return self._held(self._whole)
+        return self._events() if self._event_stream else self._plain()
+
+    async def _held(self, whole: bytes) -> AsyncGenerator[bytes, None]:
+        """A whole body `start()` read and transformed."""
         try:
-            if self._whole is not None:
-                yield self._whole
-            elif self._event_stream:
-                async for out in self._events():
-                    yield out
-                    self._report_first()
-            else:
-                meter = self._meter
-                async for chunk in self._chunks():
-                    self._first_due |= meter.feed(chunk)
-                    yield chunk
-                    self._report_first()
+            yield whole
+            self._complete = True
+        finally:
+            self._report_first()
+
+    async def _plain(self) -> AsyncGenerator[bytes, None]:
+        """Any other body, relayed as it comes."""
+        try:
+            meter = self._meter
+            async for chunk in self._chunks():
+                self._first_due |= meter.feed(chunk)
+                yield chunk
+                self._report_first()
             self._complete = True
         finally:
             self._report_first()  # also when the client went away: it did come
@@ -144,52 +153,73 @@ class Relay:
         return self._event_stream and not self._splitter.broken
 
     async def _events(self) -> AsyncGenerator[bytes, None]:
-        """The stream's bytes for the client, whole events only: an unfinished event's bytes
-        are held until its end (a client's parser cannot use them before), so a stream cut
-        in its middle can still end with an error event of the gateway's, which the client
-        would otherwise read glued to the partial one (an event of broken JSON, where the
-        SDKs raise a decode error instead of the API's). Without a transform the bytes go
-        out as they came, only regrouped; an endless event (past `MAX_EVENT_BYTES`) goes
-        out as it comes."""
+        """An event stream's bytes for the client, whole events only: an unfinished event's
+        bytes are held until its end (a client's parser cannot use them before), so a
+        stream cut in its middle can still end with an error event of the gateway's, which
+        the client would otherwise read glued to the partial one (an event of broken JSON,
+        where the SDKs raise a decode error instead of the API's). Without a transform the
+        bytes go out as they came, only regrouped; an endless event (past
+        `MAX_EVENT_BYTES`) goes out as it comes."""
         splitter, meter, transform = self._splitter, self._meter, self._transform
-        async for chunk in self._chunks():
-            first = False
-            events = splitter.feed(chunk)
-            for event in events:
-                first = meter.event(event) or first
-            self._first_due |= first
-            if transform is None:
-                out = splitter.forward(self.response.drained)  # the last read: its tail too
-                if out:
-                    yield out
-                continue
-            if splitter.broken:  # an endless event: from here on, bytes go out as they came
-                out = b"".join([transform.event(event) for event in events])
-                yield out + splitter.spilled
-                splitter.spilled = b""
-                transform = None
-                continue
-            out = b"".join([transform.event(event) for event in events])
-            if self.response.drained:  # the last read: its tail goes with it
-                out += splitter.take_rest() + transform.end()
-                transform = None
-            if out:
-                yield out
-        tail = splitter.take_rest() + (transform.end() if transform is not None else b"")
-        if tail:
-            yield tail
+        response = self.response
+        read = response.next_chunk
+        try:
+            try:
+                while (chunk := await read()) is not None:
+                    first = False
+                    events = splitter.feed(chunk)
+                    for event in events:
+                        first = meter.event(event) or first
+                    self._first_due |= first
+                    if transform is None:
+                        out = splitter.forward(response.drained)  # the last read: its tail too
+                    else:
+                        out, transform = self._transformed(events, transform)
+                    if out:
+                        yield out
+                        self._report_first()
+            except UpstreamError as exc:
+                if not self._after_end(exc):
+                    raise
+            tail = splitter.take_rest() + (transform.end() if transform is not None else b"")
+            if tail:
+                yield tail
+                self._report_first()
+            self._complete = True
+        finally:
+            self._report_first()  # also when the client went away: it did come
+
+    def _transformed(
+        self, events: list[SseEvent], transform: ResponseTransform
+    ) -> tuple[bytes, ResponseTransform | None]:
+        """What `transform` makes of one read's events, and the transform for the next read
+        (None once the stream's bytes go out as they come)."""
+        splitter = self._splitter
+        out = b"".join([transform.event(event) for event in events])
+        if splitter.broken:  # an endless event: from here on, bytes go out as they came
+            out, splitter.spilled = out + splitter.spilled, b""
+            return out, None
+        if self.response.drained:  # the last read: its tail goes with it
+            return out + splitter.take_rest() + transform.end(), None
+        return out, transform
 
     async def _chunks(self) -> AsyncGenerator[bytes, None]:
         try:
             async for chunk in self.response.chunks():
                 yield chunk
         except UpstreamError as exc:
-            if self._meter.ended:  # after the stream's own end: the response is whole
-                log.debug("upstream closed uncleanly after the stream's end: %s %s",
-                          type(exc).__name__, exc)  # fmt: skip
-                return
-            self._failure = f"upstream failed mid-response: {type(exc).__name__}"
-            raise
+            if not self._after_end(exc):
+                raise
+
+    def _after_end(self, exc: UpstreamError) -> bool:
+        """Whether a failed read came after the stream's own end (the response is whole:
+        its body ends there); else the failure is noted for the Abort."""
+        if self._meter.ended:
+            log.debug("upstream closed uncleanly after the stream's end: %s %s",
+                      type(exc).__name__, exc)  # fmt: skip
+            return True
+        self._failure = f"upstream failed mid-response: {type(exc).__name__}"
+        return False
 
     def _report_first(self) -> None:
         if self._first_due:

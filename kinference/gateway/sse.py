@@ -135,7 +135,15 @@ def _may_end(tail: bytes, chunk: bytes) -> bool:
 def _split_lf(data: bytes) -> tuple[list[SseEvent], bytes]:
     parts = data.split(b"\n\n")
     rest = parts.pop()
-    return [_event(part + b"\n\n", part.split(b"\n")) for part in parts if part], rest
+    events = []
+    for part in parts:
+        if not part:
+            continue
+        if part[:6] == b"data: " and b"\n" not in part:  # the common case: one data line
+            events.append(SseEvent(part + b"\n\n", "", part[6:]))
+        else:
+            events.append(_event(part + b"\n\n", part.split(b"\n")))
+    return events, rest
 
 
 def _split_any(data: bytes) -> tuple[list[SseEvent], bytes]:

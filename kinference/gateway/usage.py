@@ -132,7 +132,7 @@ _END_EVENTS = frozenset(
 def _has_content(event: dict[str, Any]) -> bool:
     choices = event.get("choices")
     if isinstance(choices, list):
-        return any(_choice_has_content(choice) for choice in choices)
+        return any(map(_choice_has_content, choices))  # no generator: once per event
     kind = event.get("type")
     return isinstance(kind, str) and (kind.endswith(".delta") or kind == "content_block_delta")
 
@@ -143,7 +143,7 @@ def _choice_has_content(choice: object) -> bool:
     if choice.get("text"):
         return True
     delta = choice.get("delta")
-    return isinstance(delta, dict) and any(delta.get(key) for key in _DELTA_KEYS)
+    return isinstance(delta, dict) and any(map(delta.get, _DELTA_KEYS))
 
 
 def _first_int(usage: dict[str, Any], keys: tuple[str, ...]) -> int | None:

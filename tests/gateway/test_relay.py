@@ -26,6 +26,7 @@ class Upstream:
         self.drained = False
         self.decoded = False
         self.closed = False
+        self._reads: AsyncIterator[bytes] | None = None
 
     def header(self, name: str) -> str:
         return dict(self.headers).get(name, "")
@@ -34,6 +35,11 @@ class Upstream:
         for index, chunk in enumerate(self._chunks):
             self.drained = index == len(self._chunks) - 1
             yield chunk
+
+    async def next_chunk(self) -> bytes | None:
+        if self._reads is None:
+            self._reads = aiter(self.chunks())
+        return await anext(self._reads, None)
 
     def close(self) -> None:
         self.closed = True
