@@ -52,13 +52,12 @@ def block_hashes(
 
 class _Known:
     """A prompt hashed last in its family: its segments as far as encoded, their UTF-8
-    (`ends`: the length after each; the family's next prompt rewrites it in place from
-    where they part) and its hashes."""
+    (`ends`: the length after each) and its hashes."""
 
     __slots__ = ("cost", "data", "ends", "hashes", "segments")
 
     def __init__(
-        self, segments: Sequence[str], data: bytearray, ends: list[int], hashes: tuple[int, ...]
+        self, segments: Sequence[str], data: bytes, ends: list[int], hashes: tuple[int, ...]
     ) -> None:
         self.segments, self.data, self.ends, self.hashes = segments, data, ends, hashes
         # What keeping it pins, about: its strings as CPython sizes them, their UTF-8, the
@@ -116,39 +115,36 @@ class PrefixHasher:
     ) -> tuple[int, ...]:
         if not segments:
             return ()
-        wanted = block_bytes * max_blocks
         family = (model, block_bytes, max_blocks, segments[0][:block_bytes])
         known = self._known.get(family)
-        reused = 0 if known is None else _reused(segments, known)
-        if (
-            known is not None
-            and reused == len(known.ends)
-            and (reused == len(segments) or known.ends[-1] >= wanted)
-        ):
+        if known is not None and _repeated(segments, known, block_bytes * max_blocks):
             self._known.move_to_end(family)  # the same prompt again (a retry, a benchmark)
-            key = (model, block_bytes, len(known.hashes), known.hashes[-1])
-            return self._interned(key, known.hashes)
-        equal = known.ends[reused - 1] if known is not None and reused else 0
-        tail, ends = _tail(segments, reused, equal, wanted)
-        count = min((equal + len(tail)) // block_bytes, max_blocks)
+            return self._interned(
+                (model, block_bytes, len(known.hashes), known.hashes[-1]), known.hashes
+            )
+        data, ends, equal = _encoded(segments, block_bytes * max_blocks, known)
+        count = min(len(data) // block_bytes, max_blocks)
         if count == 0:
             return ()
         if known is None:
-            data, hashes = tail, self._chain(model, tail, block_bytes, count)
-        else:  # the family's bytes become this prompt's, in place: only the tail is written
-            data, hashes = known.data, known.hashes
-            same = _same_blocks(data, tail, equal, block_bytes, min(count, len(hashes)))
-            data[equal:] = tail
-            if not same == len(hashes) == count:
-                try:
-                    hashes = self._chain(model, data, block_bytes, count, known=hashes, same=same)
-                except BaseException:
-                    self._remember(family, None)  # its bytes are no longer its hashes'
-                    raise
-            ends = known.ends[:reused] + ends
-        kept = _bounded(segments, known, reused, len(ends), wanted)
+            hashes = self._chain(model, data, block_bytes, count)
+        else:
+            hashes = self._continued(
+                model, data, block_bytes, count, known=known, equal=equal // block_bytes
+            )
+        kept = _bounded(segments, len(ends), block_bytes * max_blocks)
         self._remember(family, None if kept is None else _Known(kept, data, ends, hashes))
         return self._interned((model, block_bytes, count, hashes[-1]), hashes)
+
+    def _continued(
+        self, model: str, data: bytes, block_bytes: int, count: int, *, known: _Known, equal: int
+    ) -> tuple[int, ...]:
+        """The hashes of `count` blocks of `data`, whose first `equal` are `known`'s:
+        `known`'s as far as the bytes agree, the rest chained on from there."""
+        same = _same_blocks(data, known, block_bytes, count, equal)
+        if same == len(known.hashes) == count:
+            return known.hashes
+        return self._chain(model, data, block_bytes, count, known=known.hashes, same=same)
 
     def _remember(self, family: tuple[str, int, int, str], known: _Known | None) -> None:
         """Keep `known` as its family's last prompt (None, or one costing more than all may:
@@ -181,69 +177,65 @@ class PrefixHasher:
         return hashes
 
 
-def _bounded(
-    segments: Sequence[str], known: _Known | None, reused: int, count: int, wanted: int
-) -> Sequence[str] | None:
-    """The first `count` segments as a family keeps them (the `reused` leading ones equal to
-    `known`'s are `known`'s), so that what it pins stays within about twice `wanted`
-    characters and `MAX_KNOWN_SEGMENTS` strings whatever the request (a segment cut at
-    `wanted` is kept cut: it then never equals the whole one, which is encoded again, up to
-    `wanted` bytes), or None past that many segments (not kept)."""
+def _bounded(segments: Sequence[str], count: int, wanted: int) -> Sequence[str] | None:
+    """The first `count` segments as a family keeps them, so that what it pins stays within
+    about twice `wanted` characters and `MAX_KNOWN_SEGMENTS` strings whatever the request
+    (a segment cut at `wanted` is kept cut: it then never equals the whole one, which is
+    encoded again, up to `wanted` bytes), or None past that many segments (not kept)."""
     if count > MAX_KNOWN_SEGMENTS:
         return None
-    new = tuple(s if len(s) <= wanted else s[:wanted] for s in segments[reused:count])
-    return new if known is None or not reused else tuple(known.segments[:reused]) + new
+    return tuple(s if len(s) <= wanted else s[:wanted] for s in segments[:count])
 
 
-def _reused(segments: Sequence[str], known: _Known) -> int:
-    """How many leading segments equal `known`'s (the same text after the same bytes
-    encodes the same: their bytes are `known`'s; a 48 KB document with one non-ASCII letter
-    takes ~19 µs to encode, ~2 to compare)."""
-    theirs, reused = known.segments, 0
-    limit = min(len(segments), len(theirs))
-    while reused < limit and segments[reused] == theirs[reused]:
-        reused += 1
-    return reused
+def _repeated(segments: Sequence[str], known: _Known, wanted: int) -> bool:
+    """Whether `segments` encode to `known`'s bytes as far as they are hashed."""
+    encoded = len(known.ends)
+    whole = encoded == len(segments) or known.ends[-1] >= wanted
+    return whole and segments[:encoded] == known.segments
 
 
-def _same_blocks(
-    data: bytearray, tail: bytearray, equal: int, block_bytes: int, blocks: int
-) -> int:
-    """How many of the first `blocks` blocks are equal in `data` and in `data[:equal] +
-    tail`: compares in C, all the rest at once, then by halves."""
-    lo = min(equal // block_bytes, blocks)
-    if blocks * block_bytes <= equal:
+def _same_blocks(data: bytes, known: _Known, block_bytes: int, count: int, equal: int) -> int:
+    """How many of the first `count` blocks of `data` equal `known`'s, the first `equal`
+    known to: compares in C, all the rest at once, then by halves."""
+    blocks = min(count, len(known.hashes))
+    lo, theirs = min(equal, blocks), memoryview(known.data)
+    if data.startswith(theirs[lo * block_bytes : blocks * block_bytes], lo * block_bytes):
         return blocks
-    theirs = bytes(data[lo * block_bytes : blocks * block_bytes])
-    ours = memoryview(tail)
-    shift = equal - lo * block_bytes  # theirs[:shift] is equal: data[lo * block_bytes:equal]
-    if ours.nbytes >= len(theirs) - shift and theirs.startswith(ours[: len(theirs) - shift], shift):
-        return blocks
-    hi, base = blocks - 1, lo  # blocks [base, lo) are equal and one in [lo, hi] differs
+    hi = blocks - 1  # blocks [0, lo) are equal and one in [lo, hi] differs
     while lo < hi:
         mid = (lo + hi) // 2
-        end = (mid + 1 - base) * block_bytes - shift
-        if ours.nbytes >= end and theirs.startswith(ours[:end], shift):
+        if data.startswith(theirs[lo * block_bytes : (mid + 1) * block_bytes], lo * block_bytes):
             lo = mid + 1
         else:
             hi = mid
     return lo
 
 
-def _leading_bytes(segments: Sequence[str], wanted: int) -> bytearray:
+def _leading_bytes(segments: Sequence[str], wanted: int) -> bytes:
     """The UTF-8 of the joined segments, stopping once `wanted` bytes are there: a 1 MiB
     prompt is not encoded whole to hash its first 16 KiB."""
-    return _tail(segments, 0, 0, wanted)[0]
+    return _encoded(segments, wanted, None)[0]
 
 
-def _tail(
-    segments: Sequence[str], first: int, total: int, wanted: int
-) -> tuple[bytearray, list[int]]:
-    """`_leading_bytes` of the segments from `first` on, `total` bytes being before them
-    (their separator included), and the length after each segment encoded."""
-    parts: list[bytes] = []
+def _encoded(
+    segments: Sequence[str], wanted: int, known: _Known | None
+) -> tuple[bytes, list[int], int]:
+    """`_leading_bytes`, the length after each segment encoded, and how many leading bytes
+    are `known`'s: those of the leading segments equal to `known`'s, taken from it (the
+    same text after the same bytes encodes the same; a 48 KB document with one non-ASCII
+    letter takes ~19 µs to encode, ~2 to compare)."""
+    parts: list[bytes | memoryview] = []
     ends: list[int] = []
-    for index in range(first, len(segments)):
+    total = reused = equal = 0
+    if known is not None:
+        limit = min(len(segments), len(known.ends))
+        while reused < limit and segments[reused] == known.segments[reused]:
+            reused += 1
+        if reused:
+            total = equal = known.ends[reused - 1]
+            parts.append(memoryview(known.data)[:total])
+            ends.extend(known.ends[:reused])
+    for index in range(reused, len(segments)):
         if total >= wanted:
             break
         if index:
@@ -259,7 +251,7 @@ def _tail(
         parts.append(encoded)
         total += len(encoded)
         ends.append(total)
-    return bytearray().join(parts), ends
+    return b"".join(parts), ends, equal
 
 
 def _expand_references(segment: str, wanted: int) -> str:
