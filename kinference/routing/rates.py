@@ -4,8 +4,10 @@ Three quantities per (model, worker slot), NaN until learned:
 - `prefill_ms_per_token` and `prefill_base_ms`: observed TTFT of requests that found no
   queue ahead of them, against their uncached prompt tokens (reported `prompt_tokens -
   cached_tokens`), fitted as `base + tokens * per_token` by exponentially weighted least
-  squares (each sample weighs `alpha`, older ones decay by `1 - alpha`); while the samples'
-  lengths hardly differ, `base` is the prior's and the rest is taken as per-token cost.
+  squares (each sample weighs `alpha`, older ones decay by `1 - alpha`), the prior's
+  fixed cost counted as PRIOR_SAMPLES samples of 0 tokens before the first (one slow first
+  request, or one taken beside a batch, does not set a worker's fixed cost); while the
+  samples' lengths hardly differ, `base` is the prior's and the rest is per-token cost.
   The slope is bounded below by what the long prompts (>= MIN_TOKENS_FOR_SLOPE uncached
   tokens) showed over the fixed cost learned when each came: their TTFT beyond that base,
   per token, a token-weighted mean (`slope_floor`). Delays that do not grow with the prompt
@@ -41,6 +43,11 @@ MIN_SPREAD_TOKENS = 64.0  # below this spread of uncached tokens the slope is no
 # Without spread, samples this short (mean uncached tokens) leave the slope alone: their
 # time is scheduling and fixed cost, and 30 ms over 10 tokens is no 3 ms per token.
 MIN_TOKENS_FOR_SLOPE = 256.0
+# Samples the prior's fixed cost counts as in a worker's fit, a tenth (`alpha`) each, fading
+# as the worker's own come: one sample does not set it (h116: a first request of 9 tokens
+# at 45 ms, its peers' 20-24 ms, priced that fast engine out of every pick; a 5.3k document
+# and a 306-token hit slowed by a sequence beside it, a 60.8 ms base on a ~20 ms engine).
+PRIOR_SAMPLES = 2.0
 MAX_MS_PER_TOKEN = 10.0  # 100 tokens/s: slower than any engine; a fit past it is noise
 MAX_BASE_MS = 10_000.0
 # What one running sequence can add to a TTFT, at most (ms): a larger fit is a queue the
@@ -162,17 +169,21 @@ class Rates:
             long = long * keep + a * x
         sums[:, slot] = [w, sx, sy, sxx, sxy, beyond, long]
         floor = slope_floor(beyond, long)
-        mean_x, mean_y = sx / w, sy / w
-        fitted = _spread_slope(w, sx, sy, sxx, sxy)
-        if fitted is not None:  # prompts of different lengths: fit both
+        # The fit counts the prior's fixed cost as PRIOR_SAMPLES samples of 0 tokens taken
+        # before the worker's first (decayed since as the others: `a * (1 - w)` each).
+        prior = PRIOR_SAMPLES * a * max(1.0 - w, 0.0)
+        fw, fy = w + prior, sy + prior * self.prior_base_ms
+        mean_x, mean_y = sx / fw, fy / fw
+        fitted = _spread_slope(fw, sx, fy, sxx, sxy)
+        if fitted is not None:  # prompts of different lengths (or the prior's 0): fit both
             if not math.isnan(floor):  # flattened by delays that hit the short ones more
                 fitted = max(fitted, floor)
             slope[slot] = fitted
             base[slot] = _base(mean_x, mean_y, fitted)
-        elif mean_x >= MIN_TOKENS_FOR_SLOPE:  # all alike and long: fixed cost as the prior's
-            fixed = min(self.prior_base_ms, mean_y)
+        elif sx / w >= MIN_TOKENS_FOR_SLOPE:  # all alike and long: fixed cost as the prior's
+            fixed = min(self.prior_base_ms, sy / w)
             base[slot] = fixed
-            slope[slot] = min((mean_y - fixed) / mean_x, MAX_MS_PER_TOKEN)
+            slope[slot] = min((sy / w - fixed) / (sx / w), MAX_MS_PER_TOKEN)
         else:  # short prompts say nothing of the per-token cost: it is all fixed cost
             learned = slope.item(slot)
             base[slot] = _base(mean_x, mean_y, 0.0 if math.isnan(learned) else learned)
