@@ -16,11 +16,33 @@ from kinference import native
 pytestmark = pytest.mark.skipif(native.load_blocks() is None, reason="_blocks not built")
 
 _PRELUDE = """
-import json, random, resource
+import json, random, resource, threading
 from kinference import heap
 from kinference.native import _blocks
 heap.fix_mmap_threshold()
 MIB = 1 << 20
+bad = []  # the crowd's threads whose bytes read back differed
+
+def churn(seed, steps, most_held):
+    rng = random.Random(seed)
+    held = []
+    for step in range(steps):
+        size = rng.randrange(200_000, 5 * MIB)
+        fill = (seed * 31 + step) % 251
+        held.append((bytes([fill]) * size, fill))
+        if len(held) > most_held or rng.random() < 0.5:
+            data, want = held.pop(rng.randrange(len(held)))
+            if data.count(want) != len(data):
+                bad.append(seed)
+
+def crowd(count, steps, most_held):
+    \"\"\"`count` threads making, filling, checking and freeing blocks of every class.\"\"\"
+    threads = [
+        threading.Thread(target=churn, args=(seed, steps, most_held)) for seed in range(count)
+    ]
+    for thread in threads:
+        thread.start()
+    return threads
 """
 
 
@@ -126,24 +148,8 @@ def test_threads_making_and_freeing_large_objects_at_once_read_back_what_they_wr
     """A crowd: 8 threads make, fill, check and free blocks of every class at once (the
     interpreter switches threads between them), the cache small enough to fill and spill."""
     out = _run("""
-        import threading
         _blocks.install(256 * 1024, 4 * MIB, 3 * MIB)
-        bad = []
-        def churn(seed: int) -> None:
-            rng = random.Random(seed)
-            held = []
-            for step in range(80):
-                size = rng.randrange(200_000, 5 * MIB)
-                fill = (seed * 31 + step) % 251
-                held.append((bytes([fill]) * size, fill))
-                if len(held) > 3 or rng.random() < 0.5:
-                    data, want = held.pop(rng.randrange(len(held)))
-                    if data.count(want) != len(data):
-                        bad.append(seed)
-        threads = [threading.Thread(target=churn, args=(seed,)) for seed in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
+        for thread in crowd(8, steps=80, most_held=3):
             thread.join()
         print(json.dumps({"bad": bad, **_blocks.stats()}))
     """)
@@ -255,29 +261,14 @@ def test_threads_churning_while_another_releases_read_back_what_they_wrote() -> 
     main thread releases every kept block over and over; nothing read back differs, and once
     they stop, a last release leaves nothing kept and the counts add up."""
     out = _run("""
-        import threading
         _blocks.install(256 * 1024, 4 * MIB, 16 * MIB)
-        bad, done = [], threading.Event()
-        def churn(seed: int) -> None:
-            rng = random.Random(seed)
-            held = []
-            for step in range(120):
-                size = rng.randrange(200_000, 5 * MIB)
-                fill = (seed * 17 + step) % 251
-                held.append((bytes([fill]) * size, fill))
-                if len(held) > 2 or rng.random() < 0.5:
-                    data, want = held.pop(rng.randrange(len(held)))
-                    if data.count(want) != len(data):
-                        bad.append(seed)
-        threads = [threading.Thread(target=churn, args=(seed,)) for seed in range(6)]
-        for thread in threads:
-            thread.start()
+        threads = crowd(6, steps=120, most_held=2)
         releases = 0
         while any(thread.is_alive() for thread in threads):
             releases += _blocks.release(0.0) > 0
         for thread in threads:
             thread.join()
-        last = _blocks.release(0.0)
+        _blocks.release(0.0)
         print(json.dumps({"bad": bad, "releases": releases, **_blocks.stats()}))
     """)
     assert out["bad"] == []
