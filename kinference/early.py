@@ -27,12 +27,10 @@ Prepared = tuple[InferenceRequest | str, PreciseQuery | None]
 
 @dataclass(slots=True)
 class Early:
-    """One body's work begun at push: its task, the bytes reserved for its parse, and the
-    end of its hold on background tokenization (`PickPreparation.begin`)."""
+    """One body's work begun at push: its task and the bytes reserved for its parse."""
 
     task: asyncio.Task[Prepared]
     held: int
-    release: Callable[[], None]
 
 
 class EarlyStarts:
@@ -46,26 +44,20 @@ class EarlyStarts:
         return len(self._started)
 
     def begin(
-        self,
-        stream_id: int,
-        held: int,
-        work: Callable[[], Coroutine[Any, Any, Prepared]],
-        release: Callable[[], None],
+        self, stream_id: int, held: int, work: Callable[[], Coroutine[Any, Any, Prepared]]
     ) -> bool:
         """Run `work` for the body of `stream_id` (whose parse holds `held` bytes of the
-        budget, reserved by the caller, and `release` ends a hold: both returned by this
-        from now on); False (nothing started, nothing taken over) when no event loop runs
-        here."""
+        budget, reserved by the caller and returned by this from now on); False (nothing
+        started, nothing taken over) when no event loop runs here."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return False
-        self._started[stream_id] = Early(loop.create_task(work()), held, release)
+        self._started[stream_id] = Early(loop.create_task(work()), held)
         return True
 
     def take(self, stream_id: int) -> Early | None:
-        """The work begun for `stream_id`, now the Pick's (its `held` bytes and its
-        `release` with it)."""
+        """The work begun for `stream_id`, now the Pick's (its `held` bytes with it)."""
         return self._started.pop(stream_id, None)
 
     def drop(self, gone: Callable[[int], bool]) -> None:
@@ -79,4 +71,3 @@ class EarlyStarts:
         if early is not None:
             early.task.cancel()
             self._budget.release(early.held)
-            early.release()

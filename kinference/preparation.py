@@ -38,8 +38,6 @@ class Preparer(Protocol):
 
     def deciding(self) -> None: ...
 
-    def holding(self) -> Callable[[], None]: ...
-
 
 @record  # built every Pick
 class Ready:
@@ -81,15 +79,8 @@ class PickPreparation:
         held = self._loop_parse(body)
         if held is None:
             return
-        # Background tokenization waits from now until this body's Pick is decided (or its
-        # work is cancelled): its Python steps hold the GIL, which the loop needs to take
-        # the Pick in, and a slice begun between push and Pick held it up to the switch
-        # interval (docs/benchmarks.md, h115).
-        release = preparer.holding()
-        if not self._early.begin(stream_id, held, lambda: self._prepared(body), release):
-            release()
-            if held:
-                self.store.budget.release(held)
+        if not self._early.begin(stream_id, held, lambda: self._prepared(body)) and held:
+            self.store.budget.release(held)
 
     def parse(self, body: Body) -> InferenceRequest | str:
         """`body` parsed here and now (a synchronous Pick), or why it is malformed."""
@@ -114,9 +105,6 @@ class PickPreparation:
             if held:
                 self.store.budget.release(held)
             raise
-        finally:
-            if early is not None:  # the hold begun at push ends with the decision's step
-                asyncio.get_running_loop().call_soon(early.release)
 
     async def _ready(
         self, body: Body, early: asyncio.Task[Prepared] | None, held: int | None

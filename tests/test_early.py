@@ -5,8 +5,6 @@ parse's reservation returned."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable
 
 from kinference.bodies import Body
 from kinference.kvcache.precise import PreciseQuery
@@ -31,8 +29,6 @@ class CountingPreparer:
     def __init__(self) -> None:
         self.prepared: list[str] = []
         self.decided = 0  # Picks decided on a prompt tokenized at push
-        self.holds = 0  # holds on background work not released yet
-        self.held_when_decided = 0
         self.gate = asyncio.Event()
         self.gate.set()
 
@@ -43,14 +39,6 @@ class CountingPreparer:
 
     def deciding(self) -> None:
         self.decided += 1
-        self.held_when_decided = self.holds
-
-    def holding(self) -> Callable[[], None]:
-        self.holds += 1
-        return self.released
-
-    def released(self) -> None:
-        self.holds -= 1
 
 
 async def test_a_pick_finds_the_work_begun_at_push(env: Env) -> None:  # noqa: F811
@@ -61,14 +49,10 @@ async def test_a_pick_finds_the_work_begun_at_push(env: Env) -> None:  # noqa: F
         stream_id = env.push(data, chunk=64 * KiB)
         await asyncio.sleep(0)  # the work begun at push runs
         assert len(preparer.prepared) == 1
-        assert preparer.holds == 1  # background work held back from the push on ...
         result = await env.service.pick_off_loop(PickCall(stream_id))
         assert result.outcome == Outcome.OK
         assert len(preparer.prepared) == 1  # not again
         assert preparer.decided == 1  # background work held back while it was decided
-        assert preparer.held_when_decided == 1  # ... through the decision ...
-        await asyncio.sleep(0)
-        assert preparer.holds == 0  # ... and no longer
         preparer.decided = 0
         assert env.pull(result.response_id) == data
         assert env.store.budget.used == used  # the big body's parse reservation returned
@@ -83,12 +67,10 @@ async def test_work_of_a_body_that_expires_unpicked_is_cancelled(env: Env) -> No
     env.push(chat(content="a question, with words. " * (64 * KiB // 24)), chunk=64 * KiB)
     await asyncio.sleep(0)
     assert len(preparer.prepared) == 1 and env.store.budget.used > used
-    assert preparer.holds == 1
     tasks = asyncio.all_tasks() - {asyncio.current_task()}
     env.clock.now += BODY_TTL + 1
     env.service.reap()
     assert env.store.budget.used == used  # the body and its parse's reservation
-    assert preparer.holds == 0  # and its hold on background work
     await asyncio.gather(*tasks, return_exceptions=True)
     assert all(task.cancelled() for task in tasks)
 
@@ -104,27 +86,3 @@ def test_without_a_running_loop_the_pick_does_the_work(env: Env) -> None:  # noq
 
     assert asyncio.run(pick()) == Outcome.OK
     assert len(preparer.prepared) == 1
-
-
-async def test_a_synchronous_pick_ends_the_hold_begun_at_push(env: Env) -> None:  # noqa: F811
-    preparer = CountingPreparer()
-    env.prepared_by(preparer)
-    stream_id = env.push(chat())
-    assert preparer.holds == 1
-    assert env.service.pick(PickCall(stream_id)).outcome == Outcome.OK
-    assert preparer.holds == 0
-
-
-async def test_a_pick_whose_work_fails_ends_the_hold(env: Env) -> None:  # noqa: F811
-    preparer = CountingPreparer()
-    env.prepared_by(preparer)
-    preparer.gate.clear()
-    stream_id = env.push(chat())
-    await asyncio.sleep(0)
-    picking = asyncio.create_task(env.service.pick_off_loop(PickCall(stream_id)))
-    await asyncio.sleep(0)
-    picking.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await picking
-    await asyncio.sleep(0)
-    assert preparer.holds == 0

@@ -133,11 +133,6 @@ class PromptPreparer:
         self._thread.picking()
         asyncio.get_running_loop().call_soon(self._thread.picked)
 
-    def holding(self) -> Callable[[], None]:
-        """Background work waits until the returned call (once): a Pick on its way."""
-        self._thread.picking()
-        return self._thread.picked
-
     def _here(
         self,
         plan: Plan,
