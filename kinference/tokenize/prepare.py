@@ -55,9 +55,7 @@ FOREGROUND_S, FOREGROUND_STEP_PIECES, LATE_CHARS = 0.003, 4, 2 * 1024
 INLINE_BODY_BYTES = 256 * 1024
 INLINE_CHARS = 2 * 1024
 INLINE_S = 0.002
-# A background slice: this much new text at most (~1 ms; `here` waits for one), steps begun
-# within LATER_SLICE_S (cached pieces are no new text, but Python with the GIL held: h115).
-LATER_SLICE_CHARS, LATER_SLICE_S = 2048, 0.001
+LATER_SLICE_CHARS = 2048  # new text per slice of background work (~1 ms; `here` waits for one)
 MAX_LATER_CHARS = 32 * 1024 * 1024  # text held by unfinished background work, at most
 
 
@@ -255,10 +253,7 @@ class PromptPreparer:
 
     def _finish(self, begun: Tokenization, refs: list[str], ticket: int) -> None:
         """Background: tokenize a slice more of a prompt; when done, hand its blocks over."""
-        until = self._clock() + LATER_SLICE_S
-        begun.advance(
-            None, LATER_SLICE_CHARS, until, clock=self._clock, step_pieces=FOREGROUND_STEP_PIECES
-        )
+        begun.advance(None, LATER_SLICE_CHARS)
         time.sleep(0)  # hand the GIL to the event loop between slices, if it waits
         if not begun.done and self._thread.later(lambda: self._finish(begun, refs, ticket)):
             return
