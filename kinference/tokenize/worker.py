@@ -108,12 +108,9 @@ class TokenizerThread:
             self._picks += 1
 
     def picked(self) -> None:
-        """A Pick's decision ended: the thread is woken only if it holds background work
-        back (an idle thread woken took the GIL from the loop for nothing, twice a Pick)."""
         with self._ready:
             self._picks = max(self._picks - 1, 0)
-            if self._picks == 0 and self._later:
-                self._ready.notify()
+            self._ready.notify()
 
     def _put(self, queue: collections.deque[Callable[[], None]], work: Callable[[], None]) -> None:
         with self._ready:

@@ -136,24 +136,3 @@ def test_here_waits_for_a_background_slice_to_end_not_for_pick_work() -> None:
     assert impatient.here(lambda: 1) is None  # no wait allowed
     gate.set()
     impatient.close()
-
-
-def test_a_pick_ending_wakes_the_thread_only_for_background_work_it_held_back() -> None:
-    """An idle thread woken at each Pick's end took the GIL from the event loop for nothing."""
-    thread = TokenizerThread(max_pause_s=60.0)
-    wakes = []
-    notify = thread._ready.notify
-    thread._ready.notify = lambda n=1: wakes.append(n) or notify(n)  # type: ignore[method-assign]
-    thread.picking()
-    thread.picked()
-    assert wakes == []  # nothing held back: the idle thread sleeps on
-    ran = threading.Event()
-    thread.picking()
-    thread.picking()
-    assert thread.later(ran.set)
-    wakes.clear()
-    thread.picked()
-    assert wakes == [] and not ran.is_set()  # a Pick still being decided
-    thread.picked()
-    assert wakes == [1] and ran.wait(timeout=10)  # the last one: the held-back slice runs
-    thread.close()
