@@ -4,9 +4,10 @@ Each replica subscribes to every endpoint of its precise pools (ZMQ fans the str
 Dynamo's router does; nothing goes through Redis). One SUB socket and one task per endpoint,
 so a batch is attributed to the worker whose socket it came from. Each batch goes through
 that worker's `WorkerTrust` (sequence gaps, restarts, malformed batches) before its events
-reach the pool's `BlockIndex`. When the engine offers a replay socket, missed batches are
-asked for (vLLM's protocol: a DEALER sends the first missing seq, the ROUTER answers
-`(seq, payload)` pairs and `seq = -1`); live batches wait in order meanwhile. The replay
+reach the pool's `BlockIndex`. When the engine offers a replay socket (`kvevents.replay`),
+missed batches are asked for, and on subscribing all it still buffers (a PUB socket drops
+what it sent before: the engine's cache is learned at once, not from its next batch); live
+batches wait in order meanwhile, those the replay also brought dropped by seq. The replay
 is done once every missed batch came (the end marker is not waited for), or fails at its
 deadline or at `MAX_PENDING` batches fetched (what came is applied either way). A feed
 stopped or replaced stops its replay too: what it fetched would land in a slot already
@@ -27,24 +28,17 @@ import zmq.asyncio
 
 from kinference.kvcache.pool import PoolCaches
 from kinference.kvevents.events import BlockStored, Event, EventBatch
+from kinference.kvevents.replay import MAX_PENDING, fetch
 from kinference.kvevents.steps import Budget, Steps, cost, finish, finish_async
 from kinference.kvevents.trust import Distrust, Step, WorkerTrust
-from kinference.kvevents.wire import (
-    END_OF_REPLAY,
-    MalformedBatch,
-    decode_seq,
-    decode_steps,
-    encode_seq,
-)
+from kinference.kvevents.wire import MalformedBatch, decode_seq, decode_steps
 
 log = logging.getLogger(__name__)
 
 RECEIVE_HWM = 100_000  # batches queued in the socket before ZMQ drops (a gap we detect)
-REPLAY_TIMEOUT_S = 2.0  # a replay socket that says nothing for this long has failed
 REPLAY_DEADLINE_S = 10.0  # a replay not done by then has failed, whatever it still sends
 # Live batches held while a replay runs, and their payloads' bytes: more are dropped (a gap,
 # seen once the replay ends). Decoded, a 1 MiB prompt's step holds ~1.5 MB of token ids.
-MAX_PENDING = 10_000
 MAX_PENDING_BYTES = 256 * 1024 * 1024
 
 
@@ -120,6 +114,9 @@ class EventSubscriber:
             socket.setsockopt(zmq.LINGER, 0)
             socket.setsockopt(zmq.SUBSCRIBE, feed.topic)
             socket.connect(feed.address)
+            if feed.replay_address is not None and not feed.replaying:  # sent before we came
+                feed.replaying, feed.pending, feed.pending_bytes = True, [], 0
+                feed.replay = asyncio.get_running_loop().create_task(self._join(feed))
             caught_up = True
             while True:
                 # A message known to be queued is taken without a wait registered (NOBLOCK:
@@ -194,9 +191,9 @@ class EventSubscriber:
             trust.arrived(batch.ts, now, caught_up)
         if trust.distrust is not None and trust.distrust is not before:
             self._on_message(feed.pool.ref, trust.distrust.name.lower())
-        if step is Step.RESET_AND_APPLY:
+        if step is Step.RESET_AND_APPLY or step is Step.RESET_AND_REPLAY:
             feed.pool.forget(feed.slot)
-        elif step is Step.REPLAY:
+        if step is Step.REPLAY or step is Step.RESET_AND_REPLAY:
             feed.replaying, feed.pending, feed.pending_bytes = True, [(seq, batch)], 0
             until = seq if batch is not None else seq + 1
             feed.replay = asyncio.get_running_loop().create_task(
@@ -244,7 +241,7 @@ class EventSubscriber:
         if feed.replay_address is not None:
             try:
                 async with asyncio.timeout(REPLAY_DEADLINE_S):
-                    await self._fetch(feed.replay_address, start, until, got)
+                    await fetch(self._context, feed.replay_address, start, until, got)
             except (zmq.ZMQError, TimeoutError, MalformedBatch) as exc:
                 log.warning("kv events replay from %s failed: %s", feed.endpoint, exc)
         complete = all(seq in got for seq in range(start, until))
@@ -257,6 +254,27 @@ class EventSubscriber:
             await finish_async(self._apply(feed, trigger.events, now, budget))
         feed.trust.replayed(complete, now)
         self._on_message(feed.pool.ref, "replayed" if complete else "replay_incomplete")
+        await self._drain(feed, now, budget)
+
+    async def _join(self, feed: Feed) -> None:
+        """On subscribing: every batch the replay socket still buffers (vLLM's answers one
+        from the seq asked for, here 0: its oldest), then the live ones held meanwhile that
+        it did not hold (by seq), all in order through the worker's `WorkerTrust`: batch 0
+        makes it trusted; an older buffer's first batch is a gap, as when joining without."""
+        assert feed.replay_address is not None
+        got: dict[int, EventBatch] = {}
+        try:
+            async with asyncio.timeout(REPLAY_DEADLINE_S):
+                await fetch(self._context, feed.replay_address, 0, None, got)
+        except (zmq.ZMQError, TimeoutError, MalformedBatch) as exc:
+            log.warning("kv events replay from %s on joining failed: %s", feed.endpoint, exc)
+            self._on_message(feed.pool.ref, "replay_incomplete")
+        live = [(seq, batch) for seq, batch in feed.pending if seq not in got]
+        feed.pending = [(seq, got[seq]) for seq in sorted(got)] + live
+        await self._drain(feed, self._clock(), Budget())
+
+    async def _drain(self, feed: Feed, now: float, budget: Budget) -> None:
+        """The held batches, in order; the feed takes live ones again once they are done."""
         while feed.pending:
             seq, batch = feed.pending.pop(0)
             held = feed.pending
@@ -265,28 +283,3 @@ class EventSubscriber:
                 feed.pending.extend(held)
                 return
         feed.replaying, feed.pending_bytes = False, 0
-
-    async def _fetch(
-        self, address: str, start: int, until: int, got: dict[int, EventBatch]
-    ) -> None:
-        """Into `got`, the batches [start, until) the replay socket answers, until they are
-        all there, its end marker, or `MAX_PENDING` of them."""
-        socket = self._context.socket(zmq.DEALER)
-        try:
-            socket.setsockopt(zmq.LINGER, 0)
-            socket.connect(address)
-            await socket.send_multipart([b"", encode_seq(start)])
-            while True:
-                async with asyncio.timeout(REPLAY_TIMEOUT_S):
-                    parts = await socket.recv_multipart()
-                if len(parts) != 3:
-                    raise MalformedBatch(f"replay answer of {len(parts)} frames")
-                seq = decode_seq(parts[1])
-                if seq == END_OF_REPLAY:
-                    return
-                if start <= seq < until:
-                    got[seq] = await finish_async(decode_steps(parts[2], Budget()))
-                    if len(got) == until - start or len(got) >= MAX_PENDING:
-                        return
-        finally:
-            socket.close(linger=0)

@@ -8,7 +8,8 @@ since the first has been seen, in order. What breaks that, and what mends it:
   precise again once they are applied; without one, after `resync_after_s` of gap-free
   events (blocks we never heard of are then likely evicted, and those we know are right);
 - a **restart** (the sequence goes back: a new engine process): its index is cleared, and
-  it is precise again from that batch on if it is batch 0, else as after a gap;
+  it is precise again from that batch on if it is batch 0, else once the new process's
+  batches from 0 are replayed, or without a replay socket after `resync_after_s`;
 - a **malformed** batch: as a gap of one batch (replayed if possible);
 - a **stall**: a request that had to store blocks there produced its first token, and
   nothing was published for `stall_after_s` since: not precise until the next batch;
@@ -58,6 +59,7 @@ class Step(enum.Enum):
     APPLY = "apply"
     RESET_AND_APPLY = "reset_and_apply"  # clear the worker's index first
     REPLAY = "replay"  # apply it after asking for the missing ones from `replay_from`
+    RESET_AND_REPLAY = "reset_and_replay"  # both: a restarted engine's first batches missed
 
 
 @dataclass
@@ -92,6 +94,9 @@ class WorkerTrust:
             self.base = None  # a new process: its stamps may come from another clock
             if seq == 0:
                 self.distrust = None
+            elif self.can_replay:  # the new process's batches before this one
+                self.distrust, self.since, self.replay_from = Distrust.REPLAYING, now, 0
+                return Step.RESET_AND_REPLAY
             else:
                 self._lost(Distrust.RESTARTED, now, 0)
             return Step.RESET_AND_APPLY

@@ -221,6 +221,23 @@ async def test_missed_batches_are_replayed(
     assert response.local.endpoint == engines.endpoints[1]  # the replayed batch counted
 
 
+@pytest.mark.parametrize("engines", [True], indirect=True)
+async def test_what_engines_published_before_the_picker_subscribed_is_replayed(
+    start_picker: PickerFactory, engines: Engines, tmp_path: Path
+) -> None:
+    """A PUB socket drops what it sends before a subscriber joins (a replica restarted or
+    scaled out while the engines hold warm caches): with a replay socket the replica asks
+    for everything it buffers on subscribing, and knows the caches before any new batch."""
+    await engines.store(0, engines.tokens("other"))  # no subscriber yet: only buffered
+    await engines.store(1, engines.tokens(PROMPT))
+    picker = await start(start_picker, engines, tmp_path, replay=True)
+    for endpoint in engines.endpoints:
+        await wait_until(lambda e=endpoint: precise(picker, e), what=f"{endpoint} precise")
+    response = await pick(picker, PROMPT)
+    assert response.outcome == pb.PickResponse.OK, response.reason
+    assert response.local.endpoint == engines.endpoints[1]
+
+
 async def test_huge_prompts_are_not_tokenized(
     start_picker: PickerFactory, engines: Engines, tmp_path: Path
 ) -> None:

@@ -64,6 +64,16 @@ def test_sequence_going_back_is_a_restart() -> None:
     assert t.distrust is Distrust.RESTARTED and not t.trusted(2.0)
 
 
+def test_a_restart_seen_mid_stream_is_replayed_from_0_when_it_can_be() -> None:
+    t = trust(replay=True)
+    for seq in range(4):
+        t.on_batch(seq, 0.0)
+    assert t.on_batch(2, 1.0) is Step.RESET_AND_REPLAY  # the new engine's 0 and 1 missed
+    assert t.distrust is Distrust.REPLAYING and t.replay_from == 0
+    t.replayed(True, 1.1)
+    assert t.trusted(1.1)
+
+
 def test_malformed_batch_is_a_gap_of_one() -> None:
     t = trust(replay=True)
     t.on_batch(0, 0.0)
