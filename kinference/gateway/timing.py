@@ -7,7 +7,6 @@ its metrics and the gateway).
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
 from collections.abc import Callable
 
 from kinference import itl_layout
@@ -41,7 +40,7 @@ class TokenClock:
             return True
         gap = now - last
         self.gap_sum_s += gap
-        self._buckets[bisect_left(itl_layout.EDGES_MS, gap * 1000.0)] += 1  # itl_layout.bucket
+        self._buckets[itl_layout.bucket(gap * 1000.0)] += 1
         return False
 
     def first_byte(self) -> None:
