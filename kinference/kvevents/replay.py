@@ -1,6 +1,8 @@
 """Asking an engine's replay socket for batches again (vLLM's protocol: a DEALER sends the
 first seq wanted, 8 bytes big-endian; the ROUTER answers `(seq, payload)` for every batch it
-still buffers from there, then `seq = -1`)."""
+still buffers from there, then `seq = -1`). Each answer comes after empty delimiter frames:
+one from vLLM's `ZmqEventPublisher`, two from Dynamo's mocker (`--zmq-replay-ports`, which
+echoes the request's delimiter); any other leading frame is a malformed answer."""
 
 from __future__ import annotations
 
@@ -40,14 +42,20 @@ async def fetch(
         while True:
             async with asyncio.timeout(REPLAY_TIMEOUT_S):
                 parts = await socket.recv_multipart()
-            if len(parts) != 3:
-                raise MalformedBatch(f"replay answer of {len(parts)} frames")
-            seq = decode_seq(parts[1])
+            seq_frame, payload = _answer(parts)
+            seq = decode_seq(seq_frame)
             if seq == END_OF_REPLAY:
                 return
             if start <= seq and (until is None or seq < until):
-                got[seq] = await finish_async(decode_steps(parts[2], Budget()))
+                got[seq] = await finish_async(decode_steps(payload, Budget()))
                 if len(got) >= MAX_PENDING or (until is not None and len(got) == until - start):
                     return
     finally:
         socket.close(linger=0)
+
+
+def _answer(parts: list[bytes]) -> tuple[bytes, bytes]:
+    """An answer's (seq, payload), after its empty delimiter frames (one or two)."""
+    if not 3 <= len(parts) <= 4 or any(parts[:-2]):
+        raise MalformedBatch(f"replay answer of {len(parts)} frames")
+    return parts[-2], parts[-1]
