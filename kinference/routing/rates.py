@@ -180,10 +180,11 @@ class Rates:
                 fitted = max(fitted, floor)
             slope[slot] = fitted
             base[slot] = _base(mean_x, mean_y, fitted)
-        elif sx / w >= MIN_TOKENS_FOR_SLOPE:  # all alike and long: fixed cost as the prior's
-            fixed = min(self.prior_base_ms, sy / w)
+        elif (own_x := sx / w) >= MIN_TOKENS_FOR_SLOPE:  # all alike and long: the prior's base
+            own_y = sy / w  # the worker's own samples' mean TTFT, the prior's left out
+            fixed = min(self.prior_base_ms, own_y)
             base[slot] = fixed
-            slope[slot] = min((sy / w - fixed) / (sx / w), MAX_MS_PER_TOKEN)
+            slope[slot] = min((own_y - fixed) / own_x, MAX_MS_PER_TOKEN)
         else:  # short prompts say nothing of the per-token cost: it is all fixed cost
             learned = slope.item(slot)
             base[slot] = _base(mean_x, mean_y, 0.0 if math.isnan(learned) else learned)
