@@ -103,12 +103,17 @@ def litellm_installed() -> bool:
 
 
 @contextlib.asynccontextmanager
-async def kinference_in_process(log_dir: Path, engine: str) -> AsyncIterator[System]:
+async def kinference_in_process(
+    log_dir: Path, engine: str, log_level: str = "WARNING"
+) -> AsyncIterator[System]:
+    """The gateway hosting the picker; `log_level` INFO is the CLI's default, with uvicorn's
+    access log (a line a request, into the log file as a pod's stderr would go)."""
     policy = policy_file(log_dir, engine)
     extra = ["--config", str(policy), "--grpc-listen", f"127.0.0.1:{free_port()}"]
-    spec = gateway_spec(extra, {"KINFERENCE_METRICS_LISTEN": ""})
-    async with http_process(spec, log_dir, "/health") as gateway:
-        yield System("kinference", f"http://{gateway.address}", [gateway.pid])
+    env = {"KINFERENCE_METRICS_LISTEN": "", "KINFERENCE_GATEWAY_LOG_LEVEL": log_level}
+    async with http_process(gateway_spec(extra, env), log_dir, "/health") as gateway:
+        name = "kinference" if log_level == "WARNING" else f"kinference, log {log_level}"
+        yield System(name, f"http://{gateway.address}", [gateway.pid])
 
 
 @contextlib.asynccontextmanager
@@ -144,6 +149,7 @@ def openers(log_dir: Path, engine: str, probe: bytes) -> dict[str, Opener]:
     a body the peers are asked with until they answer."""
     return {
         "kinference": lambda: kinference_in_process(log_dir, engine),
+        "kinference-info": lambda: kinference_in_process(log_dir, engine, "INFO"),
         "kinference-remote": lambda: kinference_remote(log_dir, engine),
         "litellm": lambda: litellm(log_dir, engine),
         "vllm-router": lambda: peer(VLLM_ROUTER, log_dir, engine, probe),

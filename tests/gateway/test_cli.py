@@ -21,6 +21,9 @@ from tests.conftest import RunningPicker
 from tests.gateway.conftest import free_port
 
 
+SECRET = "my card number is 4111 1111 1111 1111"
+
+
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Hide any KINFERENCE_* variables of the machine running the tests."""
@@ -138,6 +141,12 @@ async def test_real_process_in_process_mode(tmp_path: Path) -> None:
             await _wait_healthy(http, process, f"http://127.0.0.1:{port}/health")
             models = (await http.get(f"http://127.0.0.1:{port}/v1/models")).json()
             assert models["object"] == "list" and models["data"]  # the built-in policy's
+            secret = {
+                "model": "nobody-serves-this",
+                "messages": [{"role": "user", "content": SECRET}],
+            }
+            asked = await http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=secret)
+            assert asked.status_code >= 400
         async with PickerClient(f"127.0.0.1:{grpc_port}") as client:  # other callers
             pushed = await client.push([b'{"model": "m", "messages": []}'])
             pick = await client.pick(pushed.stream_id)  # no such model: nothing is held
@@ -147,6 +156,11 @@ async def test_real_process_in_process_mode(tmp_path: Path) -> None:
             _out, err = await process.communicate()
         assert process.returncode == 0, err.decode()
         assert b"picker in-process" in err
+        # At the default level (INFO) each request leaves one access line: path and status,
+        # never the body (it holds the user's prompt).
+        access = f'"POST /v1/chat/completions HTTP/1.1" {asked.status_code}'.encode()
+        assert err.count(access) == 1, err.decode()
+        assert SECRET.encode() not in err
     finally:
         if process.returncode is None:
             process.kill()
