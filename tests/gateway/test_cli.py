@@ -20,7 +20,6 @@ from kinference.v1 import picker_pb2 as pb
 from tests.conftest import RunningPicker
 from tests.gateway.conftest import free_port
 
-
 SECRET = "my card number is 4111 1111 1111 1111"
 
 
