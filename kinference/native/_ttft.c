@@ -126,32 +126,21 @@ static int candidate(const Terms *t, Py_ssize_t i, const BatchRow *row, double p
     return 0;
 }
 
-/* `_score_small`'s `best / cost` per candidate, from the terms. */
+/* `_score_small`'s `best / cost` per candidate, from the terms (`spill`: each one's share
+ * of new blocks that evict, `cache_space.spill`). */
 static int score(const Terms *t, double *out, Py_ssize_t n) {
-    double most = Py_NAN;
-    int spread = 0; /* the shares follow the footprint */
-    if (t->footprint != NULL && t->c.space > 0.0) {
-        if (t->footprint_count == 0) {
-            PyErr_SetString(PyExc_ValueError, "max() arg is an empty sequence");
-            return -1;
-        }
-        most = t->footprint[0];
-        for (Py_ssize_t i = 1; i < t->footprint_count; i++) {
-            most = py_max(most, t->footprint[i]);
-        }
-        spread = most > 0.0;
-    }
+    int spread = t->spill != NULL && t->c.space > 0.0; /* the shares follow the spill */
     if (n == 0) {
         PyErr_SetString(PyExc_ValueError, "min() arg is an empty sequence");
         return -1;
     }
-    if (spread && t->footprint_count != n) {
+    if (spread && t->spill_count != n) {
         PyErr_SetString(PyExc_ValueError, "zip() arguments differ in length");
         return -1;
     }
     double *costs = out + SCORE * n, best = 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        double share = spread ? t->c.weight + t->c.space * t->footprint[i] / most : t->c.weight;
+        double share = spread ? t->c.weight + t->c.space * t->spill[i] : t->c.weight;
         double cost = out[PREDICTED * n + i] + share * out[PREFILL * n + i] +
                       t->c.queued * out[SLOT_WAIT * n + i] + t->c.doubt * out[UNSURE * n + i];
         costs[i] = py_max(cost, 1.0);

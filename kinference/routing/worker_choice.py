@@ -116,8 +116,8 @@ class WorkerChoice:
             cached = self.sources.get(mode).cached_tokens(query, slots)
         ctx = PickContext(
             request, model, pool, self.table, attempt.signals, slots, prompt_tokens, cached,
-            hashes, footprint=self.prefix.footprint(slots), memory_ahead=ahead,
-            memory_batch=batch,
+            hashes, footprint=self.prefix.footprint(slots),
+            capacity=self.prefix.capacities(slots), memory_ahead=ahead, memory_batch=batch,
         )  # fmt: skip
         return ctx, note
 

@@ -82,7 +82,7 @@ def test_the_plain_case_is_taken_and_the_same(scoring: bool) -> None:
         ({"memory": ([1.0, 0.0, 2.0], [2.0, 0.0, 3.0])}, ZeroDivisionError),
         ({"memory": ([1.0], [2.0])}, IndexError),
         ({"footprint": [1.0, 2.0]}, ValueError),  # zip(strict=True)
-        ({"footprint": []}, ValueError),  # max() of nothing
+        ({"footprint": []}, ValueError),  # no share for any candidate: zip(strict=True)
         ({"waiting": [0.0] * 2}, IndexError),
     ],
 )
@@ -105,7 +105,6 @@ def test_a_huge_negative_occupancy_overflows_its_square_as_in_python() -> None:
     [
         {"cached": np.array([1, 0, 3])},  # not float64
         {"memory": ([1, 0, 2], [2.0, 1.0, 3.0])},  # ints in the lists
-        {"footprint": (10.0, 0.0, 30.0)},  # not a list
         {"prompt": 10**400},  # no float
         {"config": {"prior_batch": 8}},
     ],

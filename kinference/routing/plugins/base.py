@@ -41,6 +41,9 @@ class PickContext:
     hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
     # Blocks the approximate prefix index holds per candidate (how full its cache is).
     footprint: list[float] | None = None
+    # Blocks each candidate's cache is estimated to keep (`PrefixIndex.capacities`): NaN
+    # where not learned; None: none known.
+    capacity: list[float] | None = None
     # Per candidate, in precise pools whose cache size is known (`kvcache.memory`): the
     # requests ahead that must end before this one fits in its KV cache, and how many then
     # run at once (this one included). None: not known (the batch limit alone bounds).
@@ -64,8 +67,8 @@ class PickContext:
         return PickContext(
             self.request, self.model, self.pool, self.table, self.signals, self.slots.take(kept),
             self.prompt_tokens, self.cached_tokens.take(kept), self.hashes,
-            footprint=of(self.footprint), memory_ahead=of(self.memory_ahead),
-            memory_batch=of(self.memory_batch),
+            footprint=of(self.footprint), capacity=of(self.capacity),
+            memory_ahead=of(self.memory_ahead), memory_batch=of(self.memory_batch),
         )  # fmt: skip
 
 

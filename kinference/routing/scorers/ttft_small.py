@@ -49,18 +49,18 @@ def constants(config: TtftConfig, ms_per_token: float, unsure_share: float) -> t
 
 def native_terms(
     terms: NativeTerms, settings: tuple[float, ...], busy: float, rates: Rates,
-    ctx: PickContext, *, scoring: bool,
+    ctx: PickContext, *, scoring: bool, spill: list[float] | None = None,
 ) -> Rows | None:  # fmt: skip
     """`Rows` per candidate (the score only when `scoring`), by the C form; None where it
     does not take the arguments (run the pure form). `busy`: `rates.busy_ms` of the model
-    with the config's prior."""
+    with the config's prior; `spill`: `cache_space.spill` of the Pick (None: no term)."""
     slots, model = ctx.slots, ctx.model
     out = np.empty((8, len(slots)))
     done = terms(
         out, slots, ctx.cached_tokens, ctx.signals.waiting, ctx.table,
         rates.peek(model, "prefill_ms_per_token"), rates.peek(model, "prefill_base_ms"),
         rates.peek(model, "service_ms"), settings, busy, ctx.prompt_tokens,
-        ctx.memory_ahead, ctx.memory_batch, ctx.footprint, ctx.table.clock, scoring,
+        ctx.memory_ahead, ctx.memory_batch, spill, ctx.table.clock, scoring,
     )  # fmt: skip
     if done is NotImplemented:
         return None
