@@ -15,8 +15,8 @@
 
 #include "ttft_args.h"
 
-/* Rows of `out`: predicted, wait, prefill, slot_wait, unsure, sequences, score, probe. */
-enum { PREDICTED, WAIT, PREFILL, SLOT_WAIT, UNSURE, SEQUENCES, SCORE, PROBE, ROWS };
+/* Rows of `out`: predicted, wait, prefill, slot_wait, unsure, sequences, score. */
+enum { PREDICTED, WAIT, PREFILL, SLOT_WAIT, UNSURE, SEQUENCES, SCORE, ROWS };
 
 /* The table's `clock()`, a float or an int as `clock() - since` takes it. */
 static int now(const Terms *t, double *out) {
@@ -69,7 +69,7 @@ static int waited(const Terms *t, Py_ssize_t slot, double *queued, double per_to
 
 /* One candidate's terms (the loop body of `small_terms`). */
 static int candidate(const Terms *t, Py_ssize_t i, const BatchRow *row, double peer,
-                     double pool, double limit, double *out, Py_ssize_t n) {
+                     double pool, double *out, Py_ssize_t n) {
     Py_ssize_t slot = t->slots[i];
     double waiting, sequences, batch, queued;
     if (column_item(&t->waiting, slot, &waiting) < 0 ||
@@ -116,31 +116,40 @@ static int candidate(const Terms *t, Py_ssize_t i, const BatchRow *row, double p
     if (ahead == 0.0) {
         most = unsure_of_row(row, peer, pool);
     }
-    int probe = is_probe(joined, most, limit);
-    if (!probe && most >= MOST_SEEN_FOR_DOUBT && !(joined <= most) &&
+    if (most >= MOST_SEEN_FOR_DOUBT && !(joined <= most) &&
         unseen_wait(joined, most, batch, service, &unsure) < 0) {
         return -1;
     }
     out[UNSURE * n + i] = unsure;
-    out[PROBE * n + i] = probe ? 1.0 : 0.0;
     return 0;
 }
 
-/* `_score_small`'s `best / cost` per candidate, from the terms (`spill`: each one's share
- * of new blocks that evict, `cache_space.spill`). */
+/* `_score_small`'s `best / cost` per candidate, from the terms. */
 static int score(const Terms *t, double *out, Py_ssize_t n) {
-    int spread = t->spill != NULL && t->c.space > 0.0; /* the shares follow the spill */
+    double most = Py_NAN;
+    int spread = 0; /* the shares follow the footprint */
+    if (t->footprint != NULL && t->c.space > 0.0) {
+        if (t->footprint_count == 0) {
+            PyErr_SetString(PyExc_ValueError, "max() arg is an empty sequence");
+            return -1;
+        }
+        most = t->footprint[0];
+        for (Py_ssize_t i = 1; i < t->footprint_count; i++) {
+            most = py_max(most, t->footprint[i]);
+        }
+        spread = most > 0.0;
+    }
     if (n == 0) {
         PyErr_SetString(PyExc_ValueError, "min() arg is an empty sequence");
         return -1;
     }
-    if (spread && t->spill_count != n) {
+    if (spread && t->footprint_count != n) {
         PyErr_SetString(PyExc_ValueError, "zip() arguments differ in length");
         return -1;
     }
     double *costs = out + SCORE * n, best = 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        double share = spread ? t->c.weight + t->c.space * t->spill[i] : t->c.weight;
+        double share = spread ? t->c.weight + t->c.space * t->footprint[i] / most : t->c.weight;
         double cost = out[PREDICTED * n + i] + share * out[PREFILL * n + i] +
                       t->c.queued * out[SLOT_WAIT * n + i] + t->c.doubt * out[UNSURE * n + i];
         costs[i] = py_max(cost, 1.0);
@@ -149,26 +158,6 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) {
         costs[i] = best / costs[i];
     }
-    return 0;
-}
-
-/* `readings.probe_limit` of the candidates. */
-static int probe_limit(const Terms *t, double *out) {
-    double limit = Py_HUGE_VAL, probing, late;
-    for (Py_ssize_t i = 0; i < t->count; i++) {
-        if (column_item(&t->columns[PROBING], t->slots[i], &probing) < 0) {
-            return -1;
-        }
-        if (probing > 0.0) {
-            *out = 0.0;
-            return 0;
-        }
-        if (column_item(&t->columns[PROBE_LATE], t->slots[i], &late) < 0) {
-            return -1;
-        }
-        limit = late < limit ? late : limit;
-    }
-    *out = limit;
     return 0;
 }
 
@@ -191,12 +180,8 @@ static int compute(Terms *t, double *out, int scoring) {
         }
     }
     double pool = most_seen_of_rows(t->rows, n), peer = peer_batch_of_rows(t->rows, n);
-    double limit;
-    if (probe_limit(t, &limit) < 0) {
-        return -1;
-    }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (candidate(t, i, &t->rows[i], peer, pool, limit, out, n) < 0) {
+        if (candidate(t, i, &t->rows[i], peer, pool, out, n) < 0) {
             return -1;
         }
     }

@@ -17,7 +17,7 @@ def terms(
     prompt: float,
     memory: list[float] | None,
     fits: list[float] | None,
-    spill: list[float] | None,
+    footprint: list[float] | None,
     clock: Callable[[], float],
     scoring: bool,
     /,

@@ -3,7 +3,7 @@
  * Positional: out (writable float64, C-contiguous, rows * len(slots)), slots (intp),
  * cached (float64, per candidate), waiting (float64, per slot), table (a WorkerTable),
  * per_token, base, service (float64 per slot, or None), constants (9 floats: `Constants`),
- * busy (float), prompt (float or int), memory, fits, spill (lists of floats, or None),
+ * busy (float), prompt (float or int), memory, fits, footprint (lists of floats, or None),
  * clock (the table's), scoring (bool). What is not of these types is
  * not taken (answer 0) rather than converted: the pure form then runs on it as it is.
  */
@@ -17,7 +17,7 @@ int names_open(Names *names) {
     static const char *const attributes[COLUMNS] = {
         "inflight", "running", "inflight_at_reading", "pending_prefill", "batch",
         "running_max", "batch_limit", "batch_floor", "batch_ceiling", "prefill_since",
-        "prefill_ended", "probing", "probe_late",
+        "prefill_ended",
     };
     for (int i = 0; i < COLUMNS; i++) {
         names->columns[i] = PyUnicode_InternFromString(attributes[i]);
@@ -166,7 +166,7 @@ static int lists(Terms *t, PyObject *const *args) {
     t->per_token = t->scratch, t->base = t->per_token + n, t->service = t->base + n;
     t->rows = (BatchRow *)(t->service + n);
     double *lists = t->service + n + 5 * n;
-    t->memory = t->fits = t->spill = NULL;
+    t->memory = t->fits = t->footprint = NULL;
     if (args[11] != Py_None && args[12] != Py_None) {
         if (!floats(args[11], lists, &t->memory_count, room) ||
             !floats(args[12], lists + room, &t->fits_count, room)) {
@@ -175,10 +175,10 @@ static int lists(Terms *t, PyObject *const *args) {
         t->memory = lists, t->fits = lists + room;
     }
     if (t->scoring && args[13] != Py_None) {
-        if (!floats(args[13], lists + 2 * room, &t->spill_count, room)) {
+        if (!floats(args[13], lists + 2 * room, &t->footprint_count, room)) {
             return 0;
         }
-        t->spill = lists + 2 * room;
+        t->footprint = lists + 2 * room;
     }
     return 1;
 }

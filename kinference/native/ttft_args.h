@@ -8,7 +8,7 @@
  * first three). */
 enum {
     INFLIGHT, RUNNING, AT_READING, PENDING, BATCH, RUNNING_MAX, BATCH_LIMIT, BATCH_FLOOR,
-    BATCH_CEILING, PREFILL_SINCE, PREFILL_ENDED, PROBING, PROBE_LATE, COLUMNS
+    BATCH_CEILING, PREFILL_SINCE, PREFILL_ENDED, COLUMNS
 };
 
 /* The module's state: the names it looks up, made once. */
@@ -35,8 +35,8 @@ typedef struct {
     const Column *rates[3];   /* per_token, base, service; NULL: nothing learned */
     Constants c;
     double busy, prompt;
-    double *memory, *fits, *spill;  /* NULL: None (memory: either of the two) */
-    Py_ssize_t memory_count, fits_count, spill_count;
+    double *memory, *fits, *footprint;  /* NULL: None (memory: either of the two) */
+    Py_ssize_t memory_count, fits_count, footprint_count;
     PyObject *table, *clock;  /* borrowed */
     int scoring;
     double *per_token, *base, *service;  /* per candidate, `peers_or` */

@@ -76,16 +76,6 @@ class PrefixIndex:
         self.flush()
         return self._store.footprint(slots.tolist())
 
-    def capacities(self, slots: npt.NDArray[np.intp]) -> list[float] | None:
-        """Blocks each slot's cache is estimated to keep (NaN: not learned); None where
-        none of them is learned."""
-        known = self.capacity
-        if not known:
-            return None
-        bound, nan = self.blocks_per_worker, float("nan")
-        return [float(min(bound, known[slot])) if slot in known else nan
-                for slot in slots.tolist()]  # fmt: skip
-
     def match(self, hashes: Sequence[int]) -> dict[int, int]:
         """Worker slot -> number of leading blocks of `hashes` it holds (only slots with > 0;
         a binary search per holder of the first block, `BlockStore.match`)."""

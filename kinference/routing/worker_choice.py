@@ -57,7 +57,6 @@ class WorkerChoice:
             predicted_wait_ms=0.0 if waits is None else float(waits[index]), hashes=ctx.hashes,
             sequences=1.0 + (0.0 if ctx.sequences is None else float(ctx.sequences[index])),
             ended_before=self.table.ended.item(slot),
-            probe=ctx.probes is not None and bool(ctx.probes[index]),
             held_blocks=held, held_age=age,
             settled=not self.table.shared_pending(slot, ctx.hashes),
             predicted_cached_tokens=(
@@ -116,8 +115,8 @@ class WorkerChoice:
             cached = self.sources.get(mode).cached_tokens(query, slots)
         ctx = PickContext(
             request, model, pool, self.table, attempt.signals, slots, prompt_tokens, cached,
-            hashes, footprint=self.prefix.footprint(slots),
-            capacity=self.prefix.capacities(slots), memory_ahead=ahead, memory_batch=batch,
+            hashes, footprint=self.prefix.footprint(slots), memory_ahead=ahead,
+            memory_batch=batch,
         )  # fmt: skip
         return ctx, note
 

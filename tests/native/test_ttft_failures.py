@@ -25,19 +25,11 @@ CASE: dict[str, Any] = {
             "running_max",
             "pending_prefill",
             "prefill_ended",
-            "probing",
         )
     }
     | {
         name: [math.nan] * CAPACITY
-        for name in (
-            "batch",
-            "batch_limit",
-            "batch_floor",
-            "batch_ceiling",
-            "prefill_since",
-            "probe_late",
-        )
+        for name in ("batch", "batch_limit", "batch_floor", "batch_ceiling", "prefill_since")
     },
     "waiting": [0.0] * CAPACITY,
     "slots": [1, 2, 3],
@@ -82,7 +74,7 @@ def test_the_plain_case_is_taken_and_the_same(scoring: bool) -> None:
         ({"memory": ([1.0, 0.0, 2.0], [2.0, 0.0, 3.0])}, ZeroDivisionError),
         ({"memory": ([1.0], [2.0])}, IndexError),
         ({"footprint": [1.0, 2.0]}, ValueError),  # zip(strict=True)
-        ({"footprint": []}, ValueError),  # no share for any candidate: zip(strict=True)
+        ({"footprint": []}, ValueError),  # max() of nothing
         ({"waiting": [0.0] * 2}, IndexError),
     ],
 )
@@ -105,6 +97,7 @@ def test_a_huge_negative_occupancy_overflows_its_square_as_in_python() -> None:
     [
         {"cached": np.array([1, 0, 3])},  # not float64
         {"memory": ([1, 0, 2], [2.0, 1.0, 3.0])},  # ints in the lists
+        {"footprint": (10.0, 0.0, 30.0)},  # not a list
         {"prompt": 10**400},  # no float
         {"config": {"prior_batch": 8}},
     ],

@@ -302,7 +302,6 @@ def test_a_cold_prompt_goes_to_the_emptier_cache() -> None:
     blocks the prompt would evict there."""
     rates = Rates()
     ctx = context(2, prompt_tokens=12_000)
-    ctx.hashes = tuple(range(1, 751))  # its 750 index blocks
     full, empty = int(ctx.slots[0]), int(ctx.slots[1])
     rates.observe_prefill(full, MODEL, 12_000, 600.0)  # learned a tenth faster
     rates.observe_prefill(empty, MODEL, 12_000, 660.0)
@@ -370,7 +369,6 @@ def test_the_small_form_gives_the_vector_forms_predictions(  # noqa: PLR0917
     for got, want in zip(small, vector, strict=True):
         assert got.tolist() == pytest.approx(want.tolist(), rel=1e-9, abs=1e-9)
     ctx.footprint = [float(37 * i % 11) for i in range(n)]
-    ctx.capacity = [12.0 if i % 4 == 0 else math.nan for i in range(n)]
     small_scores = model.score(ctx)
     ttft_module.SMALL_CANDIDATES, kept = 0, ttft_module.SMALL_CANDIDATES  # the vector form
     try:

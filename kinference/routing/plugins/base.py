@@ -41,9 +41,6 @@ class PickContext:
     hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
     # Blocks the approximate prefix index holds per candidate (how full its cache is).
     footprint: list[float] | None = None
-    # Blocks each candidate's cache is estimated to keep (`PrefixIndex.capacities`): NaN
-    # where not learned; None: none known.
-    capacity: list[float] | None = None
     # Per candidate, in precise pools whose cache size is known (`kvcache.memory`): the
     # requests ahead that must end before this one fits in its KV cache, and how many then
     # run at once (this one included). None: not known (the batch limit alone bounds).
@@ -53,8 +50,6 @@ class PickContext:
     predicted_ttft_ms: FloatArray | None = None
     predicted_wait_ms: FloatArray | None = None  # the part of it spent behind others
     sequences: FloatArray | None = None  # what each runs and queues, as the model sees it
-    # Where picking it would be the pool's probe past the most seen (no doubt priced).
-    probes: FloatArray | None = None
 
     def narrowed(self, kept: list[int]) -> PickContext:
         """This context of the candidates at the positions `kept` (of `slots`, in order), as
@@ -67,8 +62,8 @@ class PickContext:
         return PickContext(
             self.request, self.model, self.pool, self.table, self.signals, self.slots.take(kept),
             self.prompt_tokens, self.cached_tokens.take(kept), self.hashes,
-            footprint=of(self.footprint), capacity=of(self.capacity),
-            memory_ahead=of(self.memory_ahead), memory_batch=of(self.memory_batch),
+            footprint=of(self.footprint), memory_ahead=of(self.memory_ahead),
+            memory_batch=of(self.memory_batch),
         )  # fmt: skip
 
 

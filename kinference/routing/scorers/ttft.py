@@ -27,12 +27,12 @@ batch limit, makes requests wait.
 fellow candidates' mean, and the priors below apply while none is learned.
 
 The score is `best / cost` (the cheapest candidate scores 1), with
-`cost = ttft + (compute_weight + cache_space_weight * spill) * prefill
+`cost = ttft + (compute_weight + cache_space_weight * fullness) * prefill
 + queue_weight * slot_wait` (`slot_wait = ahead * service_ms / batch`, or the wait for
 memory where that is longer): a share of the compute the request takes from those after
-it, so that at equal TTFT a cache hit wins; the cache space its new blocks take where
-they evict what others would reuse (`spill`: the share of them that does not fit in the
-worker's estimated capacity beside what it holds, `cache_space.spill`); behind a full batch, the
+it, so that at equal TTFT a cache hit wins; the cache space its new blocks take, dearer
+where the cache is fuller (`fullness`: blocks the prefix index holds there over the most
+any candidate holds), since they evict what others would reuse; behind a full batch, the
 slot it then holds, which the requests after it there wait for (none where one is free);
 and where the batch is not known, the expected such wait (`readings.unseen_wait`).
 """
@@ -50,9 +50,8 @@ from kinference.routing.pending import unwaited_prefill
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.rates import Rates
-from kinference.routing.readings import MOST_SEEN_FOR_DOUBT, probe_limit, unseen_waits
+from kinference.routing.readings import unseen_waits
 from kinference.routing.scorers import ttft_small
-from kinference.routing.scorers.cache_space import spill
 from kinference.routing.scorers.ttft_small import Rows, native_terms, small_terms
 from kinference.routing.table import FloatArray, IndexArray, WorkerTable
 
@@ -79,11 +78,11 @@ class TtftConfig(PluginConfig):
     # compute it takes from the requests after it. Where two workers promise about the same
     # TTFT (the cached one busy prefilling what the request shares), the cache wins.
     compute_weight: NonNegativeFloat = 0.5
-    # Share of the request's own uncached prefill added for its new blocks that would
-    # evict held ones (`cache_space.spill`: those beyond the worker's estimated capacity,
-    # at most what it holds), which then cost their prefill again: a long cold prompt goes
-    # to a cache with room rather than to one that learned rates favour by some per cent;
-    # a worker with room pays nothing.
+    # Share of the request's own uncached prefill added at the fullest candidate cache
+    # (in proportion below it): new blocks evict others' reusable ones (which then cost
+    # their prefill again), so a long cold prompt goes to the emptiest cache rather than
+    # to one that learned rates favour by some per cent (sglang-router sends unmatched
+    # prompts to its smallest tree).
     cache_space_weight: NonNegativeFloat = 1.0
     # Share of the request's predicted wait for a batch slot added to its cost: queued
     # behind a full batch, it then holds a slot that the requests coming after it there
@@ -111,7 +110,6 @@ class Parts:
     sequences: FloatArray  # what each runs and queues now
     service: FloatArray  # ms a request holds a batch slot after its first token
     unsure: FloatArray  # the expected wait where the batch is not known (`unseen_wait`)
-    probes: FloatArray  # 1.0 where joining is the pool's probe (`readings.is_probe`)
 
 
 # (predicted TTFT, its wait, own prefill, its slot wait, the unknown batch's expected wait)
@@ -156,7 +154,7 @@ class TtftScorer:
             wait = wait + np.maximum(memory - slot_wait, 0.0)
             slot_wait = np.maximum(slot_wait, memory)  # the wait for a place to run
         predicted: FloatArray = wait + parts.base + prefill + parts.pressure
-        ctx.sequences, ctx.probes = parts.sequences, parts.probes
+        ctx.sequences = parts.sequences
         return predicted, wait, prefill, slot_wait, parts.unsure
 
     def _predict_small(self, ctx: PickContext) -> Terms:
@@ -175,9 +173,8 @@ class TtftScorer:
         if self._native is None:
             return None
         busy = self.rates.busy_ms(ctx.model, self.config.prior_busy_ms_per_sequence)
-        spilt = spill(ctx) if scoring and self.config.cache_space_weight > 0.0 else None
         return native_terms(self._native, self._constants, busy, self.rates, ctx,
-                            scoring=scoring, spill=spilt)  # fmt: skip
+                            scoring=scoring)  # fmt: skip
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray
@@ -198,26 +195,25 @@ class TtftScorer:
         pressure = config.decode_pressure_ms * np.minimum(sequences / batch, 1.0) ** 2
         pressure = pressure + busy * np.minimum(sequences, batch)
         most = np.where(ahead > 0.0, np.nan, table.unsure(slots, table.peer_batch(slots)))
-        joined = sequences + 1.0
-        limit = probe_limit(table.probing, table.probe_late, slots.tolist())
-        probe = (most >= MOST_SEEN_FOR_DOUBT) & (most < joined) & (joined <= most + 1.0)
-        probes = (probe & (joined < limit)).astype(np.float64)  # `readings.is_probe`
-        unsure = np.where(probes > 0.0, 0.0, unseen_waits(joined, most, batch, service))
-        return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure,
-                     probes)  # fmt: skip
+        unsure = unseen_waits(sequences + 1.0, most, batch, service)
+        return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure)
 
     def score(self, ctx: PickContext) -> FloatArray:
         """`best / cost`, the cost being the predicted TTFT plus `compute_weight` (and
-        `cache_space_weight` times its share that evicts, `spill`) of the request's own prefill and
+        `cache_space_weight` times the cache's fullness) of the request's own prefill and
         `queue_weight` of its wait for a batch slot (milliseconds all)."""
         if len(ctx.slots) <= SMALL_CANDIDATES:  # Python floats: a few numpy calls fewer
             return self._score_small(ctx)
         predicted, ctx.predicted_wait_ms, prefill, slot_wait, unsure = self._predict_vector(ctx)
         ctx.predicted_ttft_ms = predicted
-        weight, space = self.config.compute_weight, self.config.cache_space_weight
+        weight, space, footprint = (
+            self.config.compute_weight,
+            self.config.cache_space_weight,
+            ctx.footprint,
+        )
         share: FloatArray | float = weight
-        if space > 0.0 and (spilt := spill(ctx)) is not None:
-            share = weight + space * np.asarray(spilt)
+        if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
+            share = weight + space * np.asarray(footprint) / most
         queued = self.config.queue_weight * slot_wait + self._unsure_share() * unsure
         cost = np.maximum(predicted + share * prefill + queued, 1.0)
         return float(cost.min()) / cost
@@ -230,10 +226,14 @@ class TtftScorer:
         small = small_terms(self.config, self.rates, self._ms_per_token, ctx)
         predicted, wait, owns, slot_wait, unsure = small
         ctx.predicted_ttft_ms, ctx.predicted_wait_ms = np.array(predicted), np.array(wait)
-        weight, space = self.config.compute_weight, self.config.cache_space_weight
+        weight, space, footprint = (
+            self.config.compute_weight,
+            self.config.cache_space_weight,
+            ctx.footprint,
+        )
         shares = [weight] * len(owns)
-        if space > 0.0 and (spilt := spill(ctx)) is not None:
-            shares = [weight + space * share for share in spilt]
+        if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
+            shares = [weight + space * blocks / most for blocks in footprint]
         queued, doubt = self.config.queue_weight, self._unsure_share()
         terms = zip(predicted, owns, shares, slot_wait, unsure, strict=True)
         costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms, 1.0)
