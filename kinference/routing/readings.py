@@ -30,9 +30,6 @@ MOST_SEEN_FOR_DOUBT = 2.0
 # Batch sizes `unseen_wait` weighs at most (most, most + 1, ...): no engine batches more,
 # and readings an engine reports are not bounded (1e20 running would loop for ever).
 MAX_DOUBT_STEPS = 4096
-# The probe's batch prior (`probe_wait`): log-uniform up to vLLM's default max_num_seqs for
-# its OpenAI server (256; 1024 on GPUs of 70 GiB or more other than the A100).
-PROBE_PRIOR_CAP = 256.0
 
 
 class EngineReadings:
@@ -233,42 +230,6 @@ def unseen_wait(joined: float, most: float, batch: float, service_ms: float) -> 
     return service_ms * total / max(size, 1.0)
 
 
-def probe_limit(probing: _FloatArray, late: _FloatArray, slots: list[int]) -> float:
-    """The sequences from which no candidate may probe (`is_probe`): 0 while one of them
-    has a probe in flight (`WorkerTable.probing`), else the fewest a probe joined that came
-    late (`WorkerTable.probe_late`), inf when none did."""
-    limit = math.inf
-    for slot in slots:
-        if probing.item(slot) > 0.0:
-            return 0.0
-        limit = _fmin(limit, late.item(slot))
-    return limit
-
-
-def is_probe(joined: float, most: float, limit: float) -> bool:
-    """Whether the `joined`-th sequence on a worker seen running `most` at most (`unsure`)
-    is the pool's probe: one past the most, below `limit` (`probe_limit`: none in flight,
-    none as far came late). Its wait is priced as none: its first token on time raises
-    the floor (h81), and until then no other joins past the most without the doubt.
-    Doubting every such join kept the pool's most where it was (64-slot engines running
-    2-5 charged 67-143 ms, hits sent cold, h107/h118); a late one ends the probing there,
-    so a 4-slot pool queues one pick to it, and the doubt prices the rest as before."""
-    return (
-        MOST_SEEN_FOR_DOUBT <= most < PROBE_PRIOR_CAP
-        and most < joined <= most + 1.0
-        and joined < limit
-    )
-
-
-def probe_wait(most: float, service_ms: float) -> float:
-    """The pool's probe's expected wait (`is_probe`: the `most + 1`-th sequence): the batch
-    exactly `most` (a slot's turnover, `service_ms / most`) with its chance under a
-    log-uniform prior over `most`..`PROBE_PRIOR_CAP`, log(1 + 1/most) / log((cap + 1) / most).
-    On 4-slot engines (most 4) ~1/75 of a slot's service, enough to lose to an equal hit with
-    a free slot; on 64-slot ones not enough to send a hit cold."""
-    return service_ms * (math.log1p(1.0 / most) / most) / math.log((PROBE_PRIOR_CAP + 1.0) / most)
-
-
 def unseen_waits(
     joined: _FloatArray, most: _FloatArray, batch: _FloatArray, service_ms: _FloatArray
 ) -> _FloatArray:
@@ -311,11 +272,6 @@ def unsure_of_row(row: BatchRow, peer: float, pool: float) -> float:
     if not isnan(known) or (not isnan(peer) and not floor > peer):
         return math.nan
     return _fmax(floor, pool)
-
-
-def _fmin(a: float, b: float) -> float:
-    """The smaller of two floats, `a` when `b` is NaN (`a` is never NaN here)."""
-    return b if b < a else a
 
 
 def _fmax(a: float, b: float) -> float:
