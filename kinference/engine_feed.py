@@ -79,6 +79,7 @@ class EngineFeed:
                 kv_usage=snapshot.kv_usage,
                 adapters=snapshot.lora_adapters or frozenset(),
                 scraped_at=snapshot.scraped_at,
+                kv_capacity_tokens=snapshot.kv_capacity_tokens,
             )
         self._router.engine_reading(endpoint, ready, reading)
 

@@ -59,7 +59,8 @@ def policy(**endpoints: list[str]) -> Policy:
 
 @pytest.fixture
 async def engine() -> AsyncIterator[FakeEngine]:
-    started = await FakeEngine(text=vllm_text(2, 3, 0.5)).start()
+    size = 'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="1536"} 1\n'
+    started = await FakeEngine(text=vllm_text(2, 3, 0.5) + size).start()
     yield started
     await started.close()
 
@@ -107,5 +108,6 @@ async def test_a_scrape_reaches_the_router_and_the_other_replicas(engine: FakeEn
     assert (endpoint, ready) == (engine.endpoint, True)
     assert reading is not None
     assert (reading.waiting, reading.running, reading.kv_usage) == (2, 3, 0.5)
+    assert reading.kv_capacity_tokens == 1536 * 16
     assert sharing.published[0][0] == engine.endpoint
     assert sharing.published[0][2] is True

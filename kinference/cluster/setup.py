@@ -67,6 +67,7 @@ class EngineSharing:
                 "running": snapshot.running,
                 "kv_usage": snapshot.kv_usage,
                 "adapters": sorted(snapshot.lora_adapters or ()),
+                "kv_capacity_tokens": snapshot.kv_capacity_tokens,
             }
         self._node.outbox.engine(endpoint, reading)
 

@@ -191,6 +191,7 @@ class ClusterView:
             kv_usage=_optional(reading.get("kv_usage")),
             adapters=frozenset(reading.get("adapters", ())),
             scraped_at=self._clock() - age_s,
+            kv_capacity_tokens=_optional(reading.get("kv_capacity_tokens")),
         )
         self.router.engine_reading(endpoint, ready, engine)
 

@@ -68,9 +68,10 @@ class RoutingCollector(Collector):
         )
         capacity = GaugeMetricFamily(
             "kinference_prefix_capacity_blocks",
-            "Prefix blocks the index keeps for the worker: its LRU bound, lower once the "
-            "worker reported fewer cached tokens than predicted.",
-            labels=["endpoint"],
+            "Prefix blocks the index keeps for the worker, and which estimate bounds them "
+            "(source): the LRU bound, the KV-cache size its engine publishes (engine), or "
+            "less once it reported fewer cached tokens than predicted (learned).",
+            labels=["endpoint", "source"],
         )
         waiting, _ = table.engine_signals(router.now(), policy.engine_stale_after_s)
         for pool in policy.catalog.pools:
@@ -87,8 +88,9 @@ class RoutingCollector(Collector):
                         learned.add_metric([endpoint, model, rate], value)
         for slot, endpoint in enumerate(table.endpoints):
             pending.add_metric([endpoint], float(table.pending_prefill[slot]))
-            bound = router.prefix.blocks_per_worker
-            capacity.add_metric([endpoint], min(router.prefix.capacity.get(slot, bound), bound))
+            prefix, bound = router.prefix, router.prefix.blocks_per_worker
+            source = prefix.source(slot).value
+            capacity.add_metric([endpoint, source], min(prefix.capacity.get(slot, bound), bound))
         yield from (wait, learned, pending, capacity)
 
     def _models(self) -> Iterator[GaugeMetricFamily]:

@@ -18,8 +18,12 @@ class Catalog:
     def __init__(self, pools: Iterable[Pool], table: WorkerTable) -> None:
         self._slots: dict[tuple[str, str], IndexArray] = {}
         self._pools: dict[str, Pool] = {}
+        self._models: dict[str, tuple[str, ...]] = {}  # endpoint -> models it serves
         for pool in pools:
             self._pools[pool.ref] = pool
+            for endpoint in pool.endpoints:
+                known = self._models.get(endpoint, ())
+                self._models[endpoint] = (*known, *(m for m in pool.models if m not in known))
             slots = table.slots(pool.endpoints)
             for slot in slots.tolist():  # the pool's configured batch, or learned (None)
                 table.set_batch_limit(slot, pool.max_batch)
@@ -52,6 +56,10 @@ class Catalog:
             if slots is not None and slot in slots:
                 return target.pool or ""
         return group[0].pool or ""
+
+    def models_of(self, endpoint: str) -> tuple[str, ...]:
+        """The models `endpoint` serves in any pool (none: not in a pool)."""
+        return self._models.get(endpoint, ())
 
     def endpoints(self) -> set[str]:
         return {endpoint for pool in self._pools.values() for endpoint in pool.endpoints}

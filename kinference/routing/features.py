@@ -32,3 +32,4 @@ class EngineReading:
     kv_usage: float | None
     adapters: frozenset[str] = frozenset()
     scraped_at: float | None = None  # on the router's monotonic clock
+    kv_capacity_tokens: float | None = None  # tokens its KV cache holds, where it says

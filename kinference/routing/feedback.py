@@ -12,7 +12,9 @@ from kinference.routing.decision import LocalChoice
 from kinference.routing.features import EngineReading
 from kinference.routing.learning import Learning, Served
 from kinference.routing.pending import PendingPrefix
+from kinference.routing.policy import RoutingPolicy
 from kinference.routing.prefix import PrefixIndex
+from kinference.routing.prefix_capacity import blocks_of_tokens
 from kinference.routing.table import WorkerTable
 
 
@@ -22,6 +24,7 @@ class RouterFeedback:
     table: WorkerTable
     prefix: PrefixIndex
     learning: Learning
+    policy: RoutingPolicy
     _clock: Callable[[], float]
 
     def picked(self, choice: LocalChoice) -> None:
@@ -54,6 +57,17 @@ class RouterFeedback:
             adapters=reading.adapters,
             scraped_at=reading.scraped_at,
         )
+        if reading.kv_capacity_tokens is not None:  # unknown: what was read stays
+            self._engine_capacity(endpoint, slot, reading.kv_capacity_tokens)
+
+    def _engine_capacity(self, endpoint: str, slot: int, tokens: float) -> None:
+        """The engine's KV-cache size, in the prefix index's blocks (converted at every
+        reading: the characters per token it takes are learned as reports come)."""
+        text, models = self.learning.text, self.policy.catalog.models_of(endpoint)
+        ratios = [text.chars_per_token(model) for model in models] or [text.prior]
+        blocks = blocks_of_tokens(tokens, ratios, self.learning.block_bytes)
+        if blocks is not None:
+            self.prefix.report(slot, blocks)
 
     def remote_picked(self, endpoint: str, hashes: Sequence[int]) -> None:
         """Another replica sent a request with these prefix blocks to `endpoint`."""

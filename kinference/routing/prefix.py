@@ -14,6 +14,7 @@ import numpy.typing as npt
 from pydantic import PositiveInt
 
 from kinference.routing.plugins.config import PluginConfig
+from kinference.routing.prefix_capacity import CapacitySource
 from kinference.routing.prefix_store import BlockStore, new_store
 
 
@@ -31,10 +32,12 @@ class PrefixIndex:
     """Block hashes per worker slot (LRU-bounded) and the reverse map for matching.
 
     Eviction-aware: each worker's LRU is bounded by the smaller of `blocks_per_worker` and
-    the capacity it was seen to have. When a worker reports fewer cached tokens than the
-    index predicted (`shortfall`), its capacity is taken as the age (blocks recorded on it
-    since) of the first missing block (the blocks themselves stay: the request prefilled
-    them again); a hit on an older block raises the estimate again (`confirmed`).
+    its estimated capacity (`capacity`): the size its engine publishes (`report`, in index
+    blocks), lowered to what it was seen to keep. When a worker reports fewer cached tokens
+    than the index predicted (`shortfall`), that is the age (blocks recorded on it since) of
+    the first missing block (the blocks themselves stay: the request prefilled them again);
+    a hit on an older block raises the learned estimate again (`confirmed`), never above
+    the engine's own size.
 
     A Pick's own record may wait (`record_later`) until its answer is on its way: it is
     applied at `flush`, or first thing in any other call, so every caller sees the index
@@ -47,7 +50,10 @@ class PrefixIndex:
     def __init__(self, blocks_per_worker: int, store: BlockStore | None = None) -> None:
         self.blocks_per_worker = blocks_per_worker
         self._store = new_store() if store is None else store
-        self.capacity: dict[int, int] = {}  # slot -> estimated blocks it really keeps
+        # slot -> estimated blocks it really keeps: the smaller of the two below
+        self.capacity: dict[int, int] = {}
+        self.reported: dict[int, int] = {}  # slot -> blocks its engine says it holds
+        self._learned: dict[int, int] = {}  # slot -> blocks it was seen to keep
         self._last: dict[int, Sequence[int]] = {}  # slot -> the blocks it recorded last
         # The last `match` (its hashes object, the index version, the answer), which `held`
         # reuses at the same Pick; the version counts every change of who holds what.
@@ -106,6 +112,28 @@ class PrefixIndex:
     def _bound(self, slot: int) -> int:
         return min(self.blocks_per_worker, self.capacity.get(slot, self.blocks_per_worker))
 
+    def report(self, slot: int, blocks: int) -> None:
+        """`slot`'s engine holds `blocks` index blocks (its published KV-cache size,
+        converted): its capacity from the next record on, unless it was seen to keep less."""
+        if self.reported.get(slot) != blocks:
+            self.flush()  # a waiting record trims to the bound it was made under
+            self.reported[slot] = blocks
+            self._settle(slot)
+
+    def source(self, slot: int) -> CapacitySource:
+        """Which estimate bounds `slot`'s entry (`kinference_prefix_capacity_blocks`)."""
+        known = self.capacity.get(slot)
+        if known is None or known >= self.blocks_per_worker:
+            return CapacitySource.BOUND
+        return CapacitySource.ENGINE if known == self.reported.get(slot) else CapacitySource.LEARNED
+
+    def _settle(self, slot: int) -> None:
+        known = [kept for kept in (self._learned.get(slot), self.reported.get(slot)) if kept]
+        if known:
+            self.capacity[slot] = min(known)
+        else:
+            self.capacity.pop(slot, None)
+
     def held(self, slot: int, hashes: Sequence[int]) -> tuple[int, int | None]:
         """(leading blocks of `hashes` that `slot` holds, blocks recorded on it since the
         deepest of them was): read at Pick, before the pick refreshes them."""
@@ -134,7 +162,8 @@ class PrefixIndex:
         if age is not None and kept < held / 2:
             floor = max(len(hashes), 1)  # never below one prompt's worth
             known = self.capacity.get(slot, self.blocks_per_worker)
-            self.capacity[slot] = max(min(known, age), floor)
+            self._learned[slot] = max(min(known, age), floor)
+            self._settle(slot)
             self._last.pop(slot, None)
             self._version += 1
             self._store.trim(slot, self._bound(slot))
@@ -143,9 +172,10 @@ class PrefixIndex:
         """`slot` had the predicted blocks cached, the deepest `age` blocks old at the
         pick: a capacity estimate below that age was too small."""
         self.flush()
-        known = self.capacity.get(slot)
+        known = self._learned.get(slot)
         if known is not None and age is not None and age > known:
-            self.capacity[slot] = age
+            self._learned[slot] = age
+            self._settle(slot)
 
     def forget(self, slot: int) -> None:
         """Drop everything a worker held (it left the pool or restarted)."""
@@ -153,4 +183,5 @@ class PrefixIndex:
         self._store.forget(slot)
         self._last.pop(slot, None)
         self._version += 1
-        self.capacity.pop(slot, None)
+        for estimates in (self.capacity, self.reported, self._learned):
+            estimates.pop(slot, None)

@@ -31,6 +31,24 @@ Sources (checked when this table was written):
     running because it is the same numActiveRequests trtllm-serve exports; llm-d-router's
     `triton-tensorrt-llm` config uses "scheduled" (this iteration's batch) instead.
   TRT-LLM exports no LoRA adapter series.
+
+KV-cache size (`kv_capacity`: tokens = blocks x tokens a block; read by
+`kinference.workers.capacity`), where the engine publishes it:
+
+- vLLM: the info gauge `vllm:cache_config_info` (`log_metrics_info("cache_config", ...)`
+  in `vllm/v1/metrics/loggers.py`), one sample per data-parallel rank (`engine` label), set
+  to 1, labelled with every `CacheConfig` field as `str(value)` (`metrics_info` in
+  `vllm/config/cache.py`): `num_gpu_blocks` ("None" until profiled) and `block_size`
+  (tokens); since `kv_cache_size_tokens` exists it is the capacity in tokens, group-aware
+  (hybrid models), and is preferred.
+- SGLang: `sglang:max_total_num_tokens` (`SchedulerMetricsCollector`,
+  `python/sglang/srt/metrics/collector.py`), the KV pool's size in tokens.
+- trtllm-serve: `trtllm_kv_cache_max_blocks` x `trtllm_kv_cache_tokens_per_block`
+  (`MetricsCollector`, `tensorrt_llm/metrics/collector.py`); Triton:
+  `nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max"}` x `{..="tokens_per"}`
+  (`custom_metrics_reporter.cc`).
+- Dynamo's mocker (1.6.1) serves no such series (its page was read: `vllm:` load gauges
+  and `dynamo_*` counters only); its capacity stays unknown.
 """
 
 from __future__ import annotations
@@ -61,6 +79,28 @@ class Series:
 
 
 @dataclass(frozen=True, slots=True)
+class InfoLabel:
+    """A number carried by a label of an info gauge (the newest sample's)."""
+
+    name: str
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class KvCapacity:
+    """Where one engine kind says how many tokens its KV cache holds: `blocks` times
+    `per_block` tokens, or `blocks` alone when it counts tokens (`per_block` None)."""
+
+    blocks: Series | InfoLabel
+    per_block: Series | InfoLabel | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        parts = (self.blocks,) if self.per_block is None else (self.blocks, self.per_block)
+        return tuple(part.name for part in parts)
+
+
+@dataclass(frozen=True, slots=True)
 class EngineMetrics:
     """The series one engine kind exposes for each quantity the picker reads.
 
@@ -74,18 +114,23 @@ class EngineMetrics:
     running: tuple[Series, ...]
     kv_usage: tuple[Series, ...]
     lora_info: str | None = None
+    kv_capacity: tuple[KvCapacity, ...] = ()  # alternatives, the first one read wins
 
     @property
     def names(self) -> frozenset[str]:
         """Every metric name the parser must pick out of a page for this engine."""
         series = (*self.waiting, *self.running, *self.kv_usage)
         extra = () if self.lora_info is None else (self.lora_info,)
-        return frozenset((*(s.name for s in series), *extra))
+        sizes = (name for capacity in self.kv_capacity for name in capacity.names)
+        return frozenset((*(s.name for s in series), *extra, *sizes))
 
 
 def _triton(family: str, label: str, value: str) -> Series:
     return Series(family, ((label, value),))
 
+
+_VLLM_CACHE = "vllm:cache_config_info"
+_TRITON_KV = "nv_trt_llm_kv_cache_block_metrics"
 
 _VLLM = EngineMetrics(
     kind=EngineKind.VLLM,
@@ -94,6 +139,10 @@ _VLLM = EngineMetrics(
     running=(Series("vllm:num_requests_running"),),
     kv_usage=(Series("vllm:kv_cache_usage_perc"), Series("vllm:gpu_cache_usage_perc")),
     lora_info="vllm:lora_requests_info",
+    kv_capacity=(
+        KvCapacity(InfoLabel(_VLLM_CACHE, "kv_cache_size_tokens")),
+        KvCapacity(InfoLabel(_VLLM_CACHE, "num_gpu_blocks"), InfoLabel(_VLLM_CACHE, "block_size")),
+    ),
 )
 
 _SGLANG = EngineMetrics(
@@ -102,6 +151,7 @@ _SGLANG = EngineMetrics(
     waiting=(Series("sglang:num_queue_reqs"),),
     running=(Series("sglang:num_running_reqs"),),
     kv_usage=(Series("sglang:token_usage"),),
+    kv_capacity=(KvCapacity(Series("sglang:max_total_num_tokens")),),
 )
 
 _TRTLLM = EngineMetrics(
@@ -117,7 +167,16 @@ _TRTLLM = EngineMetrics(
     ),
     kv_usage=(
         Series("trtllm_kv_cache_utilization"),
-        _triton("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "fraction"),
+        _triton(_TRITON_KV, "kv_cache_block_type", "fraction"),
+    ),
+    kv_capacity=(
+        KvCapacity(
+            Series("trtllm_kv_cache_max_blocks"), Series("trtllm_kv_cache_tokens_per_block")
+        ),
+        KvCapacity(
+            _triton(_TRITON_KV, "kv_cache_block_type", "max"),
+            _triton(_TRITON_KV, "kv_cache_block_type", "tokens_per"),
+        ),
     ),
 )
 

@@ -7,6 +7,7 @@ all of them (sum): they share the endpoint's queue and GPUs from the picker's po
 KV-cache use is a fraction per engine, so summing would exceed 1; the fullest engine is
 reported (max), since it is the one that starts preempting or queueing first.
 Non-finite samples (NaN, ±Inf) are ignored; a quantity with no usable sample is unknown.
+The KV cache's size in tokens is read where the engine publishes it (`capacity`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kinference.config.pools import MAX_ENGINE_REQUESTS
+from kinference.workers.capacity import read_kv_capacity
 from kinference.workers.engines import EngineMetrics, Series
 from kinference.workers.parse import Sample, iter_samples, newest_sample
 
@@ -35,6 +37,7 @@ class EngineSnapshot:
     lora_adapters: frozenset[str] | None
     scraped_at: float  # scraper clock, seconds, when the page arrived
     max_lora: int | None = None  # adapter slots on the GPU (vLLM `max_lora`)
+    kv_capacity_tokens: int | None = None  # tokens its KV cache holds, where it says
 
 
 def read_snapshot(text: str, spec: EngineMetrics, scraped_at: float) -> EngineSnapshot:
@@ -47,6 +50,7 @@ def read_snapshot(text: str, spec: EngineMetrics, scraped_at: float) -> EngineSn
         lora_adapters=adapters,
         scraped_at=scraped_at,
         max_lora=max_lora,
+        kv_capacity_tokens=read_kv_capacity(text, spec.kv_capacity),
     )
 
 

@@ -3,7 +3,10 @@
 Names, label names and histogram buckets follow vLLM's v1 `PrometheusStatLogger`
 (`vllm/v1/metrics/loggers.py`), so scrapers written for vLLM read a simulated engine
 unchanged. Every series carries `model_name` and `engine` (vLLM's data-parallel rank,
-always "0" here). Gauges are read live from the scheduler at scrape time. Counters count
+always "0" here), but for `vllm:cache_config_info`, vLLM's info gauge of its cache
+configuration (set to 1; labels `block_size` in tokens, `num_gpu_blocks`, `engine`, as
+vLLM's `log_metrics_info` writes a subset of them). Gauges are read live from the scheduler
+at scrape time. Counters count
 tokens, except `request_success` (requests, by `finished_reason`).
 
 TTFT is measured on the event loop's clock, from arrival to first token, so it includes
@@ -123,6 +126,25 @@ class SimMetrics:
             running.labels(model, _ENGINE).set_function(partial(scheduler.running_for, model))
             waiting.labels(model, _ENGINE).set_function(partial(scheduler.waiting_for, model))
             usage.labels(model, _ENGINE).set_function(lambda: scheduler.kv_usage)
+        self._cache_config(scheduler)
+
+    def _cache_config(self, scheduler: Scheduler) -> None:
+        """vLLM's `vllm:cache_config_info` of the engine's prefix cache: its blocks of
+        `block_chars` characters hold `block_chars / chars_per_token` tokens each."""
+        engine = scheduler.engine
+        block_size = engine.block_chars / engine.chars_per_token
+        labels = {
+            "block_size": str(int(block_size)) if block_size.is_integer() else str(block_size),
+            "num_gpu_blocks": str(engine.capacity_blocks),
+            "engine": _ENGINE,
+        }
+        info = Gauge(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            tuple(labels),
+            registry=self.registry,
+        )
+        info.labels(**labels).set(1)
 
     def page(self) -> bytes:
         return generate_latest(self.registry)

@@ -50,7 +50,8 @@ async def test_a_late_replica_loads_readings_statistics_and_prefixes(
         client, keys, "early", outbox, own_load=lambda: {ENDPOINT: 1}, stats=stats, maxlen=1000
     )
     reading = {"at": time.time(), "ready": True, "read": True, "waiting": 4, "running": 2}
-    outbox.engine(ENDPOINT, reading | {"kv_usage": 0.5, "adapters": ["sql-lora"]})
+    size = {"kv_capacity_tokens": 8000}  # the engine's KV cache: 500 blocks of 64 bytes
+    outbox.engine(ENDPOINT, reading | {"kv_usage": 0.5, "adapters": ["sql-lora"]} | size)
     outbox.picked(ENDPOINT, "m", (11, 22, 33))
     outbox.first_token(ENDPOINT, "m", 120.0)
     outbox.itl(ENDPOINT, "m", [0, 0, 4, *[0] * 12])
@@ -75,6 +76,7 @@ async def test_a_late_replica_loads_readings_statistics_and_prefixes(
     assert table.inflight[slot] == 1  # from the early replica's load hash
     assert (table.waiting[slot], table.kv_usage[slot]) == (4, 0.5)  # from the engines hash
     assert table.lora_mask("sql-lora") is not None
+    assert prefix.capacity[slot] == 500  # its size, at the prior 4 characters a token
     assert math.isclose(table.ttft_ms("m")[slot], 120.0)  # from the statistics hash
     assert math.isclose(table.itl_ms("m")[slot], 12.5)  # bucket 2's representative gap
     assert prefix.match((11, 22, 33)) == {slot: 3}  # replayed from the stream's tail

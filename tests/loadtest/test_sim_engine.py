@@ -6,6 +6,8 @@ import json
 
 import httpx
 
+from kinference.workers import engine_metrics, read_snapshot
+from kinference.workers.parse import parse_samples
 from loadtest.sim_engine import SimEngineConfig, SimEngines, engine_seed
 from tests.loadtest.conftest import MODEL, EngineFactory, chat, events
 
@@ -141,3 +143,19 @@ async def test_a_fleet_has_distinct_seeds_and_urls() -> None:
             for url in fleet.urls:
                 assert (await client.get(f"{url}/health")).status_code == 200
         assert fleet[1].stats()["requests"] == 0
+
+
+async def test_the_metrics_page_publishes_the_cache_size_as_vllm_does(sim: EngineFactory) -> None:
+    """`vllm:cache_config_info` of the configured cache, read as a vLLM page is: blocks of
+    `block_chars` characters hold `block_chars / 4` tokens."""
+    engine = await sim(capacity_blocks=1536, block_chars=32)
+    async with httpx.AsyncClient(base_url=engine.url) as client:
+        page = (await client.get("/metrics")).text
+    (info,) = parse_samples(page, ["vllm:cache_config_info"])["vllm:cache_config_info"]
+    assert (info.labels["num_gpu_blocks"], info.labels["block_size"], info.value) == (
+        "1536",
+        "8",
+        1.0,
+    )
+    snapshot = read_snapshot(page, engine_metrics("vllm"), scraped_at=0.0)
+    assert snapshot.kv_capacity_tokens == 1536 * 8

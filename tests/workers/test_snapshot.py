@@ -115,6 +115,7 @@ def test_engine_tables() -> None:
         "vllm:kv_cache_usage_perc",
         "vllm:gpu_cache_usage_perc",
         "vllm:lora_requests_info",
+        "vllm:cache_config_info",
     }
     with pytest.raises(ValueError, match="expected one of vllm, sglang, trtllm"):
         engine_metrics("none")
