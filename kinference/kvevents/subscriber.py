@@ -7,11 +7,14 @@ that worker's `WorkerTrust` (sequence gaps, restarts, malformed batches) before 
 reach the pool's `BlockIndex`. When the engine offers a replay socket (`kvevents.replay`),
 missed batches are asked for, and on subscribing all it still buffers (a PUB socket drops
 what it sent before: the engine's cache is learned at once, not from its next batch); live
-batches wait in order meanwhile, those the replay also brought dropped by seq. The replay
-is done once every missed batch came (the end marker is not waited for), or fails at its
-deadline or at `MAX_PENDING` batches fetched (what came is applied either way). A feed
-stopped or replaced stops its replay too: what it fetched would land in a slot already
-forgotten (or another endpoint's).
+batches wait in order meanwhile, those the replay also brought dropped by seq (a live batch
+differing from the replayed one of its seq is a new process's: the engine restarted during
+the join, and only the live batches count). The replay is done once every missed batch came
+(the end marker is not waited for), or ends at one of its limits (`replay.ReplayLimits`:
+what came is applied either way, and the worker is a gap); at most `concurrency` replays
+run at once, the others holding their live batches meanwhile. A feed stopped or replaced
+stops its replay too: what it fetched would land in a slot already forgotten (or another
+endpoint's).
 """
 
 from __future__ import annotations
@@ -20,52 +23,23 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import cast
 
 import zmq
 import zmq.asyncio
 
-from kinference.kvcache.pool import PoolCaches
 from kinference.kvevents.events import BlockStored, Event, EventBatch
-from kinference.kvevents.replay import MAX_PENDING, fetch
+from kinference.kvevents.feed import Feed
+from kinference.kvevents.replay import REPLAY_WORK_PER_STEP, Outcome, ReplayLimits, fetch
 from kinference.kvevents.steps import Budget, Steps, cost, finish, finish_async
-from kinference.kvevents.trust import Distrust, Step, WorkerTrust
+from kinference.kvevents.trust import Distrust, Step
 from kinference.kvevents.wire import MalformedBatch, decode_seq, decode_steps
+
+__all__ = ["EventSubscriber", "Feed"]  # Feed: where it long was
 
 log = logging.getLogger(__name__)
 
 RECEIVE_HWM = 100_000  # batches queued in the socket before ZMQ drops (a gap we detect)
-REPLAY_DEADLINE_S = 10.0  # a replay not done by then has failed, whatever it still sends
-# Live batches held while a replay runs, and their payloads' bytes: more are dropped (a gap,
-# seen once the replay ends). Decoded, a 1 MiB prompt's step holds ~1.5 MB of token ids.
-MAX_PENDING_BYTES = 256 * 1024 * 1024
-
-
-@dataclass
-class Feed:
-    """One endpoint's subscription."""
-
-    pool: PoolCaches
-    slot: int
-    endpoint: str
-    address: str
-    replay_address: str | None
-    topic: bytes
-    trust: WorkerTrust
-    pending: list[tuple[int, EventBatch | None]] = field(default_factory=list)
-    pending_bytes: int = 0  # their payloads'
-    warned: bool = False  # a malformed message was logged since the last good one
-    replaying: bool = False
-    batches: int = 0
-    task: asyncio.Task[None] | None = None
-    replay: asyncio.Task[None] | None = None
-
-    def cancel(self) -> None:
-        """Stop reading, and replaying."""
-        for task in (self.task, self.replay):
-            if task is not None:
-                task.cancel()
 
 
 class EventSubscriber:
@@ -75,8 +49,11 @@ class EventSubscriber:
         self,
         clock: Callable[[], float],
         on_message: Callable[[str, str], None] = lambda pool, outcome: None,
+        limits: ReplayLimits | None = None,
     ) -> None:
         self._context = zmq.asyncio.Context()
+        self._limits = limits if limits is not None else ReplayLimits.of()
+        self._replays = asyncio.Semaphore(self._limits.concurrency)
         self._clock = clock
         self._on_message = on_message
         self.feeds: dict[tuple[str, int], Feed] = {}
@@ -167,10 +144,7 @@ class EventSubscriber:
             feed.trust.on_malformed(None, now)
             return
         if feed.replaying:
-            size = len(parts[2])
-            if len(feed.pending) < MAX_PENDING and feed.pending_bytes + size <= MAX_PENDING_BYTES:
-                feed.pending.append((seq, batch))
-                feed.pending_bytes += size
+            feed.hold(seq, batch, len(parts[2]))
             return
         yield from self._step(feed, seq, batch, now, budget, caught_up=caught_up)
 
@@ -238,15 +212,10 @@ class EventSubscriber:
         """Ask for [start, until), apply what comes back in order, then the held batches
         (live ones keep being held until all are applied: they come after)."""
         got: dict[int, EventBatch] = {}
-        if feed.replay_address is not None:
-            try:
-                async with asyncio.timeout(REPLAY_DEADLINE_S):
-                    await fetch(self._context, feed.replay_address, start, until, got)
-            except (zmq.ZMQError, TimeoutError, MalformedBatch) as exc:
-                log.warning("kv events replay from %s failed: %s", feed.endpoint, exc)
+        await self._fetch(feed, start, until, got)
         complete = all(seq in got for seq in range(start, until))
         now = self._clock()
-        budget = Budget()
+        budget = Budget(REPLAY_WORK_PER_STEP)
         for seq in sorted(got):
             await finish_async(self._apply(feed, got[seq].events, now, budget))
         _, trigger = feed.pending.pop(0)  # the batch that revealed the gap, if it decoded
@@ -261,17 +230,34 @@ class EventSubscriber:
         from the seq asked for, here 0: its oldest), then the live ones held meanwhile that
         it did not hold (by seq), all in order through the worker's `WorkerTrust`: batch 0
         makes it trusted; an older buffer's first batch is a gap, as when joining without."""
-        assert feed.replay_address is not None
+        feed.trust.joining(self._clock())
         got: dict[int, EventBatch] = {}
-        try:
-            async with asyncio.timeout(REPLAY_DEADLINE_S):
-                await fetch(self._context, feed.replay_address, 0, None, got)
-        except (zmq.ZMQError, TimeoutError, MalformedBatch) as exc:
-            log.warning("kv events replay from %s on joining failed: %s", feed.endpoint, exc)
+        complete = await self._fetch(feed, 0, None, got) is Outcome.COMPLETE
+        if feed.restarted(got):  # the replay's batches are another process's
+            log.warning("kv events from %s: engine restarted while joining", feed.endpoint)
+            self._on_message(feed.pool.ref, "restarted")
+            got.clear()
+            complete = True
+        elif not complete:
             self._on_message(feed.pool.ref, "replay_incomplete")
+        feed.trust.joined(min(got, default=None), complete, self._clock())
         live = [(seq, batch) for seq, batch in feed.pending if seq not in got]
         feed.pending = [(seq, got[seq]) for seq in sorted(got)] + live
-        await self._drain(feed, self._clock(), Budget())
+        await self._drain(feed, self._clock(), Budget(REPLAY_WORK_PER_STEP))
+
+    async def _fetch(
+        self, feed: Feed, start: int, until: int | None, got: dict[int, EventBatch]
+    ) -> Outcome:
+        """`replay.fetch` once this subscriber runs fewer than `concurrency` replays."""
+        if feed.replay_address is None:
+            return Outcome.FAILED
+        async with self._replays:
+            outcome = await fetch(
+                self._context, feed.replay_address, start, until, got=got, limits=self._limits
+            )
+        if outcome is not Outcome.COMPLETE:
+            log.warning("kv events replay from %s: %s", feed.endpoint, outcome.value)
+        return outcome
 
     async def _drain(self, feed: Feed, now: float, budget: Budget) -> None:
         """The held batches, in order; the feed takes live ones again once they are done."""

@@ -11,9 +11,11 @@ import zmq
 import zmq.asyncio
 
 from kinference.kvevents.events import EventBatch
-from kinference.kvevents.replay import fetch
+from kinference.kvevents.replay import Outcome, ReplayLimits, fetch
 from kinference.kvevents.wire import MalformedBatch
 from tests.kvevents.vllm_format import encode, seq_bytes, stored
+
+LIMITS = ReplayLimits.of()
 
 
 async def _answering(router: zmq.asyncio.Socket, envelope: list[bytes], last: int) -> None:
@@ -33,7 +35,11 @@ async def _fetched(envelope: list[bytes]) -> dict[int, EventBatch]:
         answering = asyncio.create_task(_answering(router, envelope, last=2))
         got: dict[int, EventBatch] = {}
         try:
-            await fetch(context, f"tcp://127.0.0.1:{port}", 0, None, got)
+            outcome = await fetch(
+                context, f"tcp://127.0.0.1:{port}", 0, None, got=got, limits=LIMITS
+            )
+            if outcome is Outcome.MALFORMED:
+                raise MalformedBatch("replay answer of a wrong framing")
         finally:
             answering.cancel()
         return got
