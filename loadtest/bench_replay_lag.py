@@ -37,9 +37,9 @@ import zmq.asyncio
 from kinference.kvcache.pool import PoolCaches
 from kinference.kvevents.subscriber import EventSubscriber, Feed
 from kinference.kvevents.trust import WorkerTrust
+from loadtest.bench_event_lag import probe
 
 BLOCK = 16
-PROBE_S = 0.001
 IDLE_S = 1.0
 
 
@@ -94,14 +94,7 @@ async def run(ports: list[int]) -> dict[str, float]:
         feeds.append(feed)
     lags: list[float] = []
     done = asyncio.Event()
-
-    async def probe() -> None:
-        while not done.is_set():
-            asked = time.perf_counter()
-            await asyncio.sleep(PROBE_S)
-            lags.append(time.perf_counter() - asked - PROBE_S)
-
-    probing = asyncio.get_running_loop().create_task(probe())
+    probing = asyncio.get_running_loop().create_task(probe(lags, done))
     await asyncio.sleep(IDLE_S)  # the machine's own noise: the loop with nothing to do
     idle, lags[:] = sorted(lags), []
     started = time.perf_counter()

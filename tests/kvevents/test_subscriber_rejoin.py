@@ -7,6 +7,7 @@ rest comes (the next live batch asks for it); nothing is left behind."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
@@ -33,24 +34,35 @@ def _batch(n: int, salt: int = 0) -> bytes:
     return vllm.encode([vllm.stored([salt + n + 1], list(range(first, first + 4)))])
 
 
-@pytest.fixture
-async def router() -> AsyncIterator[tuple[zmq.asyncio.Socket, str]]:
-    """An engine's replay ROUTER (answered by the test) and its address."""
-    context = zmq.asyncio.Context()
-    socket = context.socket(zmq.ROUTER)
-    port = socket.bind_to_random_port("tcp://127.0.0.1")
-    yield socket, f"tcp://127.0.0.1:{port}"
-    context.destroy(linger=0)
+@dataclasses.dataclass
+class _Joining:
+    """A feed joining an engine: its live PUB socket, and the replay request `client` sent
+    to the test's ROUTER."""
+
+    publisher: vllm.Publisher
+    subscriber: EventSubscriber
+    pool: PoolCaches
+    feed: Feed
+    client: bytes
 
 
-def _joining(
-    publisher: vllm.Publisher, replay: str, limits: ReplayLimits = LIMITS
-) -> tuple[EventSubscriber, PoolCaches, Feed]:
+@contextlib.asynccontextmanager
+async def _joining(
+    router: tuple[zmq.asyncio.Socket, str], limits: ReplayLimits = LIMITS
+) -> AsyncIterator[_Joining]:
+    publisher = vllm.Publisher()
     pool = PoolCaches("p", 4)
     trust = pool.trust[0] = WorkerTrust(5.0, 10.0, can_replay=True)
-    address = f"tcp://127.0.0.1:{publisher.port}"
-    feed = Feed(pool, 0, "e0", address, replay, b"", trust)
-    return EventSubscriber(lambda: 0.0, limits=limits), pool, feed
+    feed = Feed(pool, 0, "e0", f"tcp://127.0.0.1:{publisher.port}", router[1], b"", trust)
+    subscriber = EventSubscriber(lambda: 0.0, limits=limits)
+    try:
+        subscriber.add(feed)
+        client, _, start = await asyncio.wait_for(router[0].recv_multipart(), 5)
+        assert int.from_bytes(start, "big") == 0 and trust.distrust is Distrust.REPLAYING
+        yield _Joining(publisher, subscriber, pool, feed, client)
+    finally:
+        await subscriber.aclose()
+        await publisher.close()
 
 
 async def _send(router: zmq.asyncio.Socket, client: bytes, seq: int, payload: bytes) -> None:
@@ -69,14 +81,9 @@ async def test_a_join_replay_cut_short_leaves_a_gap_until_the_rest_comes(
     """Batches 0..2 come, then no end marker, a garbage answer, or more than the replay
     may take: 0..2 are applied, and the worker is a gap (it used to be precise, missing
     what the engine buffered after 2). Live batch 5 then asks for 3 and 4: precise."""
-    publisher = vllm.Publisher()
-    router_socket, address = router
-    subscriber, pool, feed = _joining(publisher, address)
-    trust = feed.trust
-    try:
-        subscriber.add(feed)
-        client, _, _ = await asyncio.wait_for(router_socket.recv_multipart(), 5)
-        assert trust.distrust is Distrust.REPLAYING
+    router_socket = router[0]
+    async with _joining(router) as joining:
+        pool, feed, client, trust = joining.pool, joining.feed, joining.client, joining.feed.trust
         for n in range(3):
             await _send(router_socket, client, n, _batch(n))
         if cut == "garbage":
@@ -85,18 +92,15 @@ async def test_a_join_replay_cut_short_leaves_a_gap_until_the_rest_comes(
             await _send(router_socket, client, 3, _batch(3))
         await wait_until(lambda: not feed.replaying, what="join replay ended")
         assert trust.distrust is Distrust.GAP and pool.index.blocks(0) == 3
-        assert not _open_dealers(subscriber)
-        await publisher.subscribed()
-        await publisher.publish(_batch(5), seq=5)
+        assert not _open_dealers(joining.subscriber)
+        await joining.publisher.subscribed()
+        await joining.publisher.publish(_batch(5), seq=5)
         client, _, start = await asyncio.wait_for(router_socket.recv_multipart(), 5)
         assert int.from_bytes(start, "big") == 3
         for n in (3, 4):
             await _send(router_socket, client, n, _batch(n))
         await wait_until(lambda: not feed.replaying, what="gap replay done")
         assert trust.distrust is None and pool.index.blocks(0) == 6
-    finally:
-        await subscriber.aclose()
-        await publisher.close()
 
 
 async def test_a_replay_socket_that_never_answers_leaves_nothing_behind(
@@ -105,24 +109,17 @@ async def test_a_replay_socket_that_never_answers_leaves_nothing_behind(
     """Silent: DEGRADED while it is waited for, then a gap (it used to read as "no
     events yet", taken as holding nothing); its socket and task end; live batch 0 makes
     the worker precise."""
-    publisher = vllm.Publisher()
-    subscriber, pool, feed = _joining(publisher, router[1])
     before = asyncio.all_tasks()
-    try:
-        subscriber.add(feed)
-        await asyncio.wait_for(router[0].recv_multipart(), 5)  # asked, never answered
-        assert feed.trust.distrust is Distrust.REPLAYING
+    async with _joining(router) as joining:  # asked, never answered
+        feed = joining.feed
         await wait_until(lambda: not feed.replaying, what="join replay given up")
         assert feed.trust.distrust is Distrust.GAP
         assert feed.replay is not None and feed.replay.done()
-        assert not _open_dealers(subscriber)
-        await publisher.subscribed()
-        await publisher.publish(_batch(0))
+        assert not _open_dealers(joining.subscriber)
+        await joining.publisher.subscribed()
+        await joining.publisher.publish(_batch(0))
         await wait_until(lambda: feed.trust.distrust is None, what="precise from batch 0")
-        assert pool.index.blocks(0) == 1
-    finally:
-        await subscriber.aclose()
-        await publisher.close()
+        assert joining.pool.index.blocks(0) == 1
     assert asyncio.all_tasks() == before
 
 
@@ -134,15 +131,12 @@ async def test_an_engine_restarted_during_the_join_counts_by_its_live_batches(
     meanwhile (held). Same seqs, other batches: the old ones are not applied and the
     new ones are (they used to be dropped as already replayed; with more of them than
     the old buffer, the new process's 4 and 5 extended the old one's blocks, precise)."""
-    publisher = vllm.Publisher()
-    router_socket, address = router
-    subscriber, pool, feed = _joining(publisher, address, ReplayLimits.of())
-    try:
-        subscriber.add(feed)
-        client, _, _ = await asyncio.wait_for(router_socket.recv_multipart(), 5)
-        await publisher.subscribed()
+    router_socket = router[0]
+    async with _joining(router, ReplayLimits.of()) as joining:
+        pool, feed, client = joining.pool, joining.feed, joining.client
+        await joining.publisher.subscribed()
         for n in range(live):  # the new process, live
-            await publisher.publish(_batch(n, salt=100))
+            await joining.publisher.publish(_batch(n, salt=100))
         await wait_until(lambda: len(feed.pending) == live, what="live batches held")
         for n in range(4):  # the old process's buffer, served before it stopped
             await _send(router_socket, client, n, _batch(n))
@@ -153,9 +147,6 @@ async def test_an_engine_restarted_during_the_join_counts_by_its_live_batches(
         for n in range(live):
             new.apply(0, decode_batch(_batch(n, salt=100)).events)
         assert set(pool.index.held(0)) == set(new.index.held(0))
-    finally:
-        await subscriber.aclose()
-        await publisher.close()
 
 
 async def test_a_buffer_no_longer_starting_at_0_is_not_asked_for_again(
@@ -164,12 +155,9 @@ async def test_a_buffer_no_longer_starting_at_0_is_not_asked_for_again(
     """The engine buffers 5..9 (0..4 are gone for good): they are applied and the worker
     is a gap (trusted after `resync_after_s`), without asking for 0..4 (vLLM would resend
     its whole buffer, the replica read it to the end, and find 0..4 missing anyway)."""
-    publisher = vllm.Publisher()
-    router_socket, address = router
-    subscriber, pool, feed = _joining(publisher, address, ReplayLimits.of())
-    try:
-        subscriber.add(feed)
-        client, _, _ = await asyncio.wait_for(router_socket.recv_multipart(), 5)
+    router_socket = router[0]
+    async with _joining(router, ReplayLimits.of()) as joining:
+        pool, feed, client = joining.pool, joining.feed, joining.client
         for n in range(5, 10):
             await _send(router_socket, client, n, _batch(n))
         await _send(router_socket, client, -1, b"")
@@ -177,9 +165,6 @@ async def test_a_buffer_no_longer_starting_at_0_is_not_asked_for_again(
         assert feed.trust.distrust is Distrust.GAP and pool.index.blocks(0) == 5
         assert feed.trust.trusted(10.0)  # after resync_after_s
         assert await router_socket.poll(100) == 0  # nothing asked again
-    finally:
-        await subscriber.aclose()
-        await publisher.close()
 
 
 async def test_a_crowd_of_engines_is_replayed_a_few_at_a_time(
