@@ -98,12 +98,16 @@ async def run(kind: str, ordinary: int) -> dict[str, float]:
     }
 
 
-async def probe(lags: list[float], done: asyncio.Event) -> None:
-    """Until `done`: sleeps `PROBE_S` at a time, appending how much later than asked it woke."""
+async def probe(lags: list[float], done: asyncio.Event, cpu: list[float] | None = None) -> None:
+    """Until `done`: sleeps `PROBE_S` at a time, appending how much later than asked it woke
+    (and to `cpu`, the CPU time the loop's thread spent meanwhile: its own work, collector
+    included, apart from time the machine gave other threads and processes)."""
     while not done.is_set():
-        asked = time.perf_counter()
+        asked, held = time.perf_counter(), time.thread_time()
         await asyncio.sleep(PROBE_S)
         lags.append(max(time.perf_counter() - asked - PROBE_S, 0.0))
+        if cpu is not None:
+            cpu.append(time.thread_time() - held)
 
 
 def main() -> None:
