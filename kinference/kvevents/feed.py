@@ -11,6 +11,8 @@ from kinference.kvcache.pool import PoolCaches
 from kinference.kvevents.events import EventBatch
 from kinference.kvevents.trust import WorkerTrust
 
+# A held batch: decoded (None: malformed), or a replayed one's payload, decoded when applied.
+Held = EventBatch | bytes | None
 # Live batches held while a replay runs, and their payloads' bytes. Decoded, a 1 MiB
 # prompt's step holds ~1.5 MB of token ids.
 MAX_PENDING = 10_000
@@ -28,7 +30,7 @@ class Feed:
     replay_address: str | None
     topic: bytes
     trust: WorkerTrust
-    pending: list[tuple[int, EventBatch | None]] = field(default_factory=list)
+    pending: list[tuple[int, Held]] = field(default_factory=list)
     pending_bytes: int = 0  # their payloads'
     warned: bool = False  # a malformed message was logged since the last good one
     replaying: bool = False
@@ -47,9 +49,3 @@ class Feed:
         if len(self.pending) < MAX_PENDING and self.pending_bytes + size <= MAX_PENDING_BYTES:
             self.pending.append((seq, batch))
             self.pending_bytes += size
-
-    def restarted(self, got: dict[int, EventBatch]) -> bool:
-        """Whether a live batch held during the join differs from the replayed batch of its
-        seq: one process publishes the same batch on both sockets, so the replay's batches
-        are another process's (the engine restarted while joining)."""
-        return any(b is not None and s in got and got[s] != b for s, b in self.pending)

@@ -29,7 +29,7 @@ import zmq
 import zmq.asyncio
 
 from kinference.kvevents.events import BlockStored, Event, EventBatch
-from kinference.kvevents.feed import Feed
+from kinference.kvevents.feed import Feed, Held
 from kinference.kvevents.replay import REPLAY_WORK_PER_STEP, Outcome, ReplayLimits, fetch
 from kinference.kvevents.steps import Budget, Steps, cost, finish, finish_async
 from kinference.kvevents.trust import Distrust, Step
@@ -211,15 +211,19 @@ class EventSubscriber:
     async def _replay(self, feed: Feed, start: int, until: int) -> None:
         """Ask for [start, until), apply what comes back in order, then the held batches
         (live ones keep being held until all are applied: they come after)."""
-        got: dict[int, EventBatch] = {}
+        got: dict[int, bytes] = {}
         await self._fetch(feed, start, until, got)
         complete = all(seq in got for seq in range(start, until))
         now = self._clock()
         budget = Budget(REPLAY_WORK_PER_STEP)
         for seq in sorted(got):
-            await finish_async(self._apply(feed, got[seq].events, now, budget))
+            batch = await self._decoded(feed, got.pop(seq), budget)
+            if batch is None:
+                complete = False
+            else:
+                await finish_async(self._apply(feed, batch.events, now, budget))
         _, trigger = feed.pending.pop(0)  # the batch that revealed the gap, if it decoded
-        if trigger is not None:
+        if isinstance(trigger, EventBatch):
             await finish_async(self._apply(feed, trigger.events, now, budget))
         feed.trust.replayed(complete, now)
         self._on_message(feed.pool.ref, "replayed" if complete else "replay_incomplete")
@@ -231,9 +235,10 @@ class EventSubscriber:
         it did not hold (by seq), all in order through the worker's `WorkerTrust`: batch 0
         makes it trusted; an older buffer's first batch is a gap, as when joining without."""
         feed.trust.joining(self._clock())
-        got: dict[int, EventBatch] = {}
+        got: dict[int, bytes] = {}
         complete = await self._fetch(feed, 0, None, got) is Outcome.COMPLETE
-        if feed.restarted(got):  # the replay's batches are another process's
+        budget = Budget(REPLAY_WORK_PER_STEP)
+        if await self._restarted(feed, got, budget):  # the replay's are another process's
             log.warning("kv events from %s: engine restarted while joining", feed.endpoint)
             self._on_message(feed.pool.ref, "restarted")
             got.clear()
@@ -243,10 +248,32 @@ class EventSubscriber:
         feed.trust.joined(min(got, default=None), complete, self._clock())
         live = [(seq, batch) for seq, batch in feed.pending if seq not in got]
         feed.pending = [(seq, got[seq]) for seq in sorted(got)] + live
-        await self._drain(feed, self._clock(), Budget(REPLAY_WORK_PER_STEP))
+        await self._drain(feed, self._clock(), budget)
+
+    async def _restarted(self, feed: Feed, got: dict[int, bytes], budget: Budget) -> bool:
+        """Whether a live batch held during the join differs from the replayed batch of its
+        seq: one process publishes the same batch on both sockets, so the replay's batches
+        are another process's (the engine restarted while joining)."""
+        for seq, held in feed.pending:
+            if isinstance(held, EventBatch) and seq in got:
+                replayed = await self._decoded(feed, got[seq], budget)
+                if replayed is not None and replayed != held:
+                    return True
+        return False
+
+    async def _decoded(self, feed: Feed, held: Held, budget: Budget) -> EventBatch | None:
+        """A held batch decoded (None: malformed, counted and logged)."""
+        if not isinstance(held, bytes):
+            return held
+        try:
+            return await finish_async(decode_steps(held, budget))
+        except MalformedBatch as exc:
+            log.warning("kv events replay from %s: %s", feed.endpoint, exc)
+            self._on_message(feed.pool.ref, "malformed")
+            return None
 
     async def _fetch(
-        self, feed: Feed, start: int, until: int | None, got: dict[int, EventBatch]
+        self, feed: Feed, start: int, until: int | None, got: dict[int, bytes]
     ) -> Outcome:
         """`replay.fetch` once this subscriber runs fewer than `concurrency` replays."""
         if feed.replay_address is None:
@@ -263,6 +290,7 @@ class EventSubscriber:
         """The held batches, in order; the feed takes live ones again once they are done."""
         while feed.pending:
             seq, batch = feed.pending.pop(0)
+            batch = await self._decoded(feed, batch, budget)
             held = feed.pending
             await finish_async(self._step(feed, seq, batch, now, budget))
             if feed.pending is not held:  # it started another replay: the rest wait for it
