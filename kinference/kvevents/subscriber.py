@@ -1,20 +1,15 @@
 """Every engine's KV events, read straight from its ZMQ PUB socket into the precise caches.
 
-Each replica subscribes to every endpoint of its precise pools (ZMQ fans the stream out, as
-Dynamo's router does; nothing goes through Redis). One SUB socket and one task per endpoint,
-so a batch is attributed to the worker whose socket it came from. Each batch goes through
-that worker's `WorkerTrust` (sequence gaps, restarts, malformed batches) before its events
-reach the pool's `BlockIndex`. When the engine offers a replay socket (`kvevents.replay`),
-missed batches are asked for, and on subscribing all it still buffers (a PUB socket drops
-what it sent before: the engine's cache is learned at once, not from its next batch); live
-batches wait in order meanwhile, those the replay also brought dropped by seq (a live batch
-differing from the replayed one of its seq is a new process's: the engine restarted during
-the join, and only the live batches count). The replay is done once every missed batch came
-(the end marker is not waited for), or ends at one of its limits (`replay.ReplayLimits`:
-what came is applied either way, and the worker is a gap); at most `concurrency` replays
-run at once, the others holding their live batches meanwhile. A feed stopped or replaced
-stops its replay too: what it fetched would land in a slot already forgotten (or another
-endpoint's).
+One SUB socket and one task per endpoint of the precise pools (ZMQ fans the stream out, as
+Dynamo's router does), so a batch is attributed to the worker whose socket it came from;
+it goes through that worker's `WorkerTrust` before its events reach the pool's index.
+With a replay socket (`kvevents.replay`), missed batches are asked for, and on subscribing
+all it still buffers (a PUB socket drops what it sent before); live batches wait in order
+meanwhile, those the replay also brought dropped by seq (one differing from the replayed
+batch of its seq is a new process's: the engine restarted during the join, and only the
+live batches count). A replay is done once every missed batch came, or ends at one of its
+limits (`replay.ReplayLimits`: what came is applied, the worker is a gap); at most
+`concurrency` run at once. A feed stopped or replaced stops its replay too.
 """
 
 from __future__ import annotations
@@ -211,6 +206,10 @@ class EventSubscriber:
     async def _replay(self, feed: Feed, start: int, until: int) -> None:
         """Ask for [start, until), apply what comes back in order, then the held batches
         (live ones keep being held until all are applied: they come after)."""
+        async with self._replays:
+            await self._replay_turn(feed, start, until)
+
+    async def _replay_turn(self, feed: Feed, start: int, until: int) -> None:
         got: dict[int, bytes] = {}
         await self._fetch(feed, start, until, got)
         complete = all(seq in got for seq in range(start, until))
@@ -235,6 +234,10 @@ class EventSubscriber:
         it did not hold (by seq), all in order through the worker's `WorkerTrust`: batch 0
         makes it trusted; an older buffer's first batch is a gap, as when joining without."""
         feed.trust.joining(self._clock())
+        async with self._replays:
+            await self._join_turn(feed)
+
+    async def _join_turn(self, feed: Feed) -> None:
         got: dict[int, bytes] = {}
         complete = await self._fetch(feed, 0, None, got) is Outcome.COMPLETE
         budget = Budget(REPLAY_WORK_PER_STEP)
@@ -275,13 +278,11 @@ class EventSubscriber:
     async def _fetch(
         self, feed: Feed, start: int, until: int | None, got: dict[int, bytes]
     ) -> Outcome:
-        """`replay.fetch` once this subscriber runs fewer than `concurrency` replays."""
-        if feed.replay_address is None:
+        """`replay.fetch`, in a replay's turn (`_replays`: 32 at once made turns 32 slices long)."""
+        address, limits = feed.replay_address, self._limits
+        if address is None:
             return Outcome.FAILED
-        async with self._replays:
-            outcome = await fetch(
-                self._context, feed.replay_address, start, until, got=got, limits=self._limits
-            )
+        outcome = await fetch(self._context, address, start, until, got=got, limits=limits)
         if outcome is not Outcome.COMPLETE:
             log.warning("kv events replay from %s: %s", feed.endpoint, outcome.value)
         return outcome
