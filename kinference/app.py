@@ -87,7 +87,7 @@ class App:
         self.outbox = Outbox() if settings.redis_url else None
         self.precise = PreciseCaches()  # pools in precise prefix mode, fed by KV events
         self.precise_events, self.preparer = precise_parts(
-            self.metrics.registry, self.precise, self.table, policy
+            self.metrics.registry, self.precise, self.table, policy, settings
         )
         self.cluster: ClusterNode | None = None
         self.sharing: EngineSharing | None = None

@@ -103,6 +103,17 @@ class Settings(BaseSettings):
     body_ttl_s: float = Field(default=60.0, gt=0)  # unpicked or unpulled bodies are dropped
     request_ttl_s: float = Field(default=900.0, gt=0)  # a pick counts as load at most this long
     shutdown_grace_s: float = Field(default=30.0, ge=0)  # drain time after SIGTERM
+    # Precise prefix mode's replays (an engine's replay socket asked for batches again: on
+    # subscribing, after a gap): what one replay may cost this replica. Answers (batches)
+    # and their bytes received per replay, the longest silence between two answers, the
+    # whole replay's time, and the replays run at once (the others wait their turn, holding
+    # live batches: a replica starting beside many warm engines). A replay cut short applies
+    # what came; the worker is then a gap (docs/architecture.md#replay-limits).
+    kv_replay_max_batches: int = Field(default=10_000, ge=1)  # vLLM buffers 10,000 batches
+    kv_replay_max_bytes: int = Field(default=64 * MiB, ge=1024)
+    kv_replay_timeout_s: float = Field(default=2.0, gt=0)
+    kv_replay_deadline_s: float = Field(default=10.0, gt=0)
+    kv_replay_concurrency: int = Field(default=4, ge=1)
     log_level: LogLevel = "INFO"
     # json: one JSON object per line (for log collectors); text: readable lines; auto: text
     # when stderr is a terminal, json otherwise.

@@ -78,14 +78,7 @@ async def run(kind: str, ordinary: int) -> dict[str, float]:
         pass
     lags: list[float] = []
     done = asyncio.Event()
-
-    async def probe() -> None:
-        while not done.is_set():
-            asked = time.perf_counter()
-            await asyncio.sleep(PROBE_S)
-            lags.append(max(time.perf_counter() - asked - PROBE_S, 0.0))
-
-    probing = asyncio.get_running_loop().create_task(probe())
+    probing = asyncio.get_running_loop().create_task(probe(lags, done))
     await asyncio.sleep(0.05)
     started = time.perf_counter()
     for seq, payload in enumerate(messages):
@@ -103,6 +96,18 @@ async def run(kind: str, ordinary: int) -> dict[str, float]:
         "seconds": round(elapsed, 3),
         "batches_per_s": round(len(messages) / elapsed),
     }
+
+
+async def probe(lags: list[float], done: asyncio.Event, cpu: list[float] | None = None) -> None:
+    """Until `done`: sleeps `PROBE_S` at a time, appending how much later than asked it woke
+    (and to `cpu`, the CPU time the loop's thread spent meanwhile: its own work, collector
+    included, apart from time the machine gave other threads and processes)."""
+    while not done.is_set():
+        asked, held = time.perf_counter(), time.thread_time()
+        await asyncio.sleep(PROBE_S)
+        lags.append(max(time.perf_counter() - asked - PROBE_S, 0.0))
+        if cpu is not None:
+            cpu.append(time.thread_time() - held)
 
 
 def main() -> None:

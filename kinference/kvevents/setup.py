@@ -11,6 +11,7 @@ from __future__ import annotations
 from kinference.config import Policy, Pool, address_for
 from kinference.kvcache.pool import PoolCaches
 from kinference.kvcache.precise import PreciseCaches
+from kinference.kvevents.replay import ReplayLimits
 from kinference.kvevents.subscriber import EventSubscriber, Feed
 from kinference.kvevents.telemetry import PreciseMetrics
 from kinference.kvevents.trust import WorkerTrust
@@ -22,16 +23,23 @@ _Wanted = tuple[str, str, str | None, bytes]  # endpoint, address, replay addres
 class PreciseEvents:
     """The subscriptions of one replica; `start` once the loop runs."""
 
-    def __init__(self, caches: PreciseCaches, table: WorkerTable, metrics: PreciseMetrics) -> None:
+    def __init__(
+        self,
+        caches: PreciseCaches,
+        table: WorkerTable,
+        metrics: PreciseMetrics,
+        limits: ReplayLimits | None = None,
+    ) -> None:
         self.caches = caches
         self.table = table
         self.metrics = metrics
+        self.limits = limits
         self.subscriber: EventSubscriber | None = None
         self._policy: Policy | None = None
         self._feeds: dict[tuple[str, int], _Wanted] = {}
 
     async def start(self, policy: Policy) -> None:
-        self.subscriber = EventSubscriber(self.caches.clock, self.metrics.message)
+        self.subscriber = EventSubscriber(self.caches.clock, self.metrics.message, self.limits)
         self.apply_policy(policy)
 
     def apply_policy(self, policy: Policy) -> None:

@@ -1,17 +1,15 @@
 """Every engine's KV events, read straight from its ZMQ PUB socket into the precise caches.
 
-Each replica subscribes to every endpoint of its precise pools (ZMQ fans the stream out, as
-Dynamo's router does; nothing goes through Redis). One SUB socket and one task per endpoint,
-so a batch is attributed to the worker whose socket it came from. Each batch goes through
-that worker's `WorkerTrust` (sequence gaps, restarts, malformed batches) before its events
-reach the pool's `BlockIndex`. When the engine offers a replay socket (`kvevents.replay`),
-missed batches are asked for, and on subscribing all it still buffers (a PUB socket drops
-what it sent before: the engine's cache is learned at once, not from its next batch); live
-batches wait in order meanwhile, those the replay also brought dropped by seq. The replay
-is done once every missed batch came (the end marker is not waited for), or fails at its
-deadline or at `MAX_PENDING` batches fetched (what came is applied either way). A feed
-stopped or replaced stops its replay too: what it fetched would land in a slot already
-forgotten (or another endpoint's).
+One SUB socket and one task per endpoint of the precise pools (ZMQ fans the stream out, as
+Dynamo's router does), so a batch is attributed to the worker whose socket it came from;
+it goes through that worker's `WorkerTrust` before its events reach the pool's index.
+With a replay socket (`kvevents.replay`), missed batches are asked for, and on subscribing
+all it still buffers (a PUB socket drops what it sent before); live batches wait in order
+meanwhile, those the replay also brought dropped by seq (one differing from the replayed
+batch of its seq is a new process's: the engine restarted during the join, and only the
+live batches count). A replay is done once every missed batch came, or ends at one of its
+limits (`replay.ReplayLimits`: what came is applied, the worker is a gap); at most
+`concurrency` run at once. A feed stopped or replaced stops its replay too.
 """
 
 from __future__ import annotations
@@ -20,52 +18,23 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import cast
 
 import zmq
 import zmq.asyncio
 
-from kinference.kvcache.pool import PoolCaches
 from kinference.kvevents.events import BlockStored, Event, EventBatch
-from kinference.kvevents.replay import MAX_PENDING, fetch
+from kinference.kvevents.feed import Feed, Held
+from kinference.kvevents.replay import REPLAY_WORK_PER_STEP, Outcome, ReplayLimits, fetch
 from kinference.kvevents.steps import Budget, Steps, cost, finish, finish_async
-from kinference.kvevents.trust import Distrust, Step, WorkerTrust
+from kinference.kvevents.trust import Distrust, Step
 from kinference.kvevents.wire import MalformedBatch, decode_seq, decode_steps
+
+__all__ = ["EventSubscriber", "Feed"]  # Feed: where it long was
 
 log = logging.getLogger(__name__)
 
 RECEIVE_HWM = 100_000  # batches queued in the socket before ZMQ drops (a gap we detect)
-REPLAY_DEADLINE_S = 10.0  # a replay not done by then has failed, whatever it still sends
-# Live batches held while a replay runs, and their payloads' bytes: more are dropped (a gap,
-# seen once the replay ends). Decoded, a 1 MiB prompt's step holds ~1.5 MB of token ids.
-MAX_PENDING_BYTES = 256 * 1024 * 1024
-
-
-@dataclass
-class Feed:
-    """One endpoint's subscription."""
-
-    pool: PoolCaches
-    slot: int
-    endpoint: str
-    address: str
-    replay_address: str | None
-    topic: bytes
-    trust: WorkerTrust
-    pending: list[tuple[int, EventBatch | None]] = field(default_factory=list)
-    pending_bytes: int = 0  # their payloads'
-    warned: bool = False  # a malformed message was logged since the last good one
-    replaying: bool = False
-    batches: int = 0
-    task: asyncio.Task[None] | None = None
-    replay: asyncio.Task[None] | None = None
-
-    def cancel(self) -> None:
-        """Stop reading, and replaying."""
-        for task in (self.task, self.replay):
-            if task is not None:
-                task.cancel()
 
 
 class EventSubscriber:
@@ -75,8 +44,11 @@ class EventSubscriber:
         self,
         clock: Callable[[], float],
         on_message: Callable[[str, str], None] = lambda pool, outcome: None,
+        limits: ReplayLimits | None = None,
     ) -> None:
         self._context = zmq.asyncio.Context()
+        self._limits = limits if limits is not None else ReplayLimits.of()
+        self._replays = asyncio.Semaphore(self._limits.concurrency)
         self._clock = clock
         self._on_message = on_message
         self.feeds: dict[tuple[str, int], Feed] = {}
@@ -167,10 +139,7 @@ class EventSubscriber:
             feed.trust.on_malformed(None, now)
             return
         if feed.replaying:
-            size = len(parts[2])
-            if len(feed.pending) < MAX_PENDING and feed.pending_bytes + size <= MAX_PENDING_BYTES:
-                feed.pending.append((seq, batch))
-                feed.pending_bytes += size
+            feed.hold(seq, batch, len(parts[2]))
             return
         yield from self._step(feed, seq, batch, now, budget, caught_up=caught_up)
 
@@ -237,20 +206,23 @@ class EventSubscriber:
     async def _replay(self, feed: Feed, start: int, until: int) -> None:
         """Ask for [start, until), apply what comes back in order, then the held batches
         (live ones keep being held until all are applied: they come after)."""
-        got: dict[int, EventBatch] = {}
-        if feed.replay_address is not None:
-            try:
-                async with asyncio.timeout(REPLAY_DEADLINE_S):
-                    await fetch(self._context, feed.replay_address, start, until, got)
-            except (zmq.ZMQError, TimeoutError, MalformedBatch) as exc:
-                log.warning("kv events replay from %s failed: %s", feed.endpoint, exc)
+        async with self._replays:
+            await self._replay_turn(feed, start, until)
+
+    async def _replay_turn(self, feed: Feed, start: int, until: int) -> None:
+        got: dict[int, bytes] = {}
+        await self._fetch(feed, start, until, got)
         complete = all(seq in got for seq in range(start, until))
         now = self._clock()
-        budget = Budget()
+        budget = Budget(REPLAY_WORK_PER_STEP)
         for seq in sorted(got):
-            await finish_async(self._apply(feed, got[seq].events, now, budget))
+            batch = await self._decoded(feed, got.pop(seq), budget)
+            if batch is None:
+                complete = False
+            else:
+                await finish_async(self._apply(feed, batch.events, now, budget))
         _, trigger = feed.pending.pop(0)  # the batch that revealed the gap, if it decoded
-        if trigger is not None:
+        if isinstance(trigger, EventBatch):
             await finish_async(self._apply(feed, trigger.events, now, budget))
         feed.trust.replayed(complete, now)
         self._on_message(feed.pool.ref, "replayed" if complete else "replay_incomplete")
@@ -261,22 +233,65 @@ class EventSubscriber:
         from the seq asked for, here 0: its oldest), then the live ones held meanwhile that
         it did not hold (by seq), all in order through the worker's `WorkerTrust`: batch 0
         makes it trusted; an older buffer's first batch is a gap, as when joining without."""
-        assert feed.replay_address is not None
-        got: dict[int, EventBatch] = {}
-        try:
-            async with asyncio.timeout(REPLAY_DEADLINE_S):
-                await fetch(self._context, feed.replay_address, 0, None, got)
-        except (zmq.ZMQError, TimeoutError, MalformedBatch) as exc:
-            log.warning("kv events replay from %s on joining failed: %s", feed.endpoint, exc)
+        feed.trust.joining(self._clock())
+        async with self._replays:
+            await self._join_turn(feed)
+
+    async def _join_turn(self, feed: Feed) -> None:
+        got: dict[int, bytes] = {}
+        complete = await self._fetch(feed, 0, None, got) is Outcome.COMPLETE
+        budget = Budget(REPLAY_WORK_PER_STEP)
+        if await self._restarted(feed, got, budget):  # the replay's are another process's
+            log.warning("kv events from %s: engine restarted while joining", feed.endpoint)
+            self._on_message(feed.pool.ref, "restarted")
+            got.clear()
+            complete = True
+        elif not complete:
             self._on_message(feed.pool.ref, "replay_incomplete")
+        feed.trust.joined(min(got, default=None), complete, self._clock())
         live = [(seq, batch) for seq, batch in feed.pending if seq not in got]
         feed.pending = [(seq, got[seq]) for seq in sorted(got)] + live
-        await self._drain(feed, self._clock(), Budget())
+        await self._drain(feed, self._clock(), budget)
+
+    async def _restarted(self, feed: Feed, got: dict[int, bytes], budget: Budget) -> bool:
+        """Whether a live batch held during the join differs from the replayed batch of its
+        seq: one process publishes the same batch on both sockets, so the replay's batches
+        are another process's (the engine restarted while joining)."""
+        for seq, held in feed.pending:
+            if isinstance(held, EventBatch) and seq in got:
+                replayed = await self._decoded(feed, got[seq], budget)
+                if replayed is not None and replayed != held:
+                    return True
+        return False
+
+    async def _decoded(self, feed: Feed, held: Held, budget: Budget) -> EventBatch | None:
+        """A held batch decoded (None: malformed, counted and logged)."""
+        if not isinstance(held, bytes):
+            return held
+        try:
+            return await finish_async(decode_steps(held, budget))
+        except MalformedBatch as exc:
+            log.warning("kv events replay from %s: %s", feed.endpoint, exc)
+            self._on_message(feed.pool.ref, "malformed")
+            return None
+
+    async def _fetch(
+        self, feed: Feed, start: int, until: int | None, got: dict[int, bytes]
+    ) -> Outcome:
+        """`replay.fetch`, in a replay's turn (`_replays`: 32 at once made turns 32 slices long)."""
+        address, limits = feed.replay_address, self._limits
+        if address is None:
+            return Outcome.FAILED
+        outcome = await fetch(self._context, address, start, until, got=got, limits=limits)
+        if outcome is not Outcome.COMPLETE:
+            log.warning("kv events replay from %s: %s", feed.endpoint, outcome.value)
+        return outcome
 
     async def _drain(self, feed: Feed, now: float, budget: Budget) -> None:
         """The held batches, in order; the feed takes live ones again once they are done."""
         while feed.pending:
             seq, batch = feed.pending.pop(0)
+            batch = await self._decoded(feed, batch, budget)
             held = feed.pending
             await finish_async(self._step(feed, seq, batch, now, budget))
             if feed.pending is not held:  # it started another replay: the rest wait for it

@@ -135,6 +135,25 @@ class WorkerTrust:
             else:
                 self.distrust, self.since = Distrust.GAP, now
 
+    def joining(self, now: float) -> None:
+        """The engine's buffer is asked for on subscribing: it may hold warm blocks not
+        known yet (REPLAYING, not AWAITING: not taken as holding nothing)."""
+        self.distrust, self.since = Distrust.REPLAYING, now
+
+    def joined(self, first: int | None, complete: bool, now: float) -> None:
+        """The join replay ended: `first`, the oldest batch it brought (None: none), and
+        whether it brought all the engine buffered. The batches it brought then go through
+        `on_batch` in order: from batch 0 the worker is precise; a buffer no longer starting
+        at 0 (batches before `first` are gone for good) or cut short is a gap (the next live
+        batch asks for the rest), trusted again after `resync_after_s`."""
+        self.next_seq = first
+        if first is None and complete:
+            self.distrust = Distrust.AWAITING  # the engine published nothing yet
+        elif first == 0 and complete:
+            self.distrust = None
+        else:
+            self.distrust, self.since, self.replay_from = Distrust.GAP, now, first or 0
+
     def routed(self, now: float) -> None:
         """A request that stored new blocks was run by this worker (its first token came)."""
         if self.waiting_since is None:

@@ -10,10 +10,11 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from kinference.kvevents.events import EventBatch
-from kinference.kvevents.replay import fetch
-from kinference.kvevents.wire import MalformedBatch
+from kinference.kvevents.replay import Outcome, ReplayLimits, fetch
+from kinference.kvevents.wire import MalformedBatch, decode_batch
 from tests.kvevents.vllm_format import encode, seq_bytes, stored
+
+LIMITS = ReplayLimits.of()
 
 
 async def _answering(router: zmq.asyncio.Socket, envelope: list[bytes], last: int) -> None:
@@ -25,15 +26,19 @@ async def _answering(router: zmq.asyncio.Socket, envelope: list[bytes], last: in
     await router.send_multipart([client, *envelope, seq_bytes(-1), b""])
 
 
-async def _fetched(envelope: list[bytes]) -> dict[int, EventBatch]:
+async def _fetched(envelope: list[bytes]) -> dict[int, bytes]:
     context = zmq.asyncio.Context()
     router = context.socket(zmq.ROUTER)
     try:
         port = router.bind_to_random_port("tcp://127.0.0.1")
         answering = asyncio.create_task(_answering(router, envelope, last=2))
-        got: dict[int, EventBatch] = {}
+        got: dict[int, bytes] = {}
         try:
-            await fetch(context, f"tcp://127.0.0.1:{port}", 0, None, got)
+            outcome = await fetch(
+                context, f"tcp://127.0.0.1:{port}", 0, None, got=got, limits=LIMITS
+            )
+            if outcome is Outcome.MALFORMED:
+                raise MalformedBatch("replay answer of a wrong framing")
         finally:
             answering.cancel()
         return got
@@ -46,7 +51,7 @@ async def _fetched(envelope: list[bytes]) -> dict[int, EventBatch]:
 async def test_answers_after_one_or_two_empty_delimiters_are_read(envelope: list[bytes]) -> None:
     got = await _fetched(envelope)
     assert sorted(got) == [0, 1, 2]
-    assert all(len(batch.events) == 1 for batch in got.values())
+    assert all(len(decode_batch(payload).events) == 1 for payload in got.values())
 
 
 @pytest.mark.parametrize("envelope", [[], [b"x"], [b"", b"", b""]], ids=["none", "topic", "three"])

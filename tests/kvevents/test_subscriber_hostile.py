@@ -10,6 +10,7 @@ counted each, logged once."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 import zmq
@@ -18,7 +19,8 @@ import zmq.asyncio
 from kinference.kvcache.blocks import PromptBlocks, identities
 from kinference.kvcache.pool import PoolCaches
 from kinference.kvcache.precise import PreciseCaches
-from kinference.kvevents import subscriber as subscriber_module
+from kinference.kvevents import feed as feed_module
+from kinference.kvevents.replay import ReplayLimits
 from kinference.kvevents.subscriber import EventSubscriber, Feed
 from kinference.kvevents.trust import Distrust, WorkerTrust
 from tests.api.helpers import wait_until
@@ -59,10 +61,10 @@ async def test_a_replay_under_way_is_dropped_with_its_feed() -> None:
 
 
 async def _replaying(
-    router: zmq.asyncio.Socket, port: int
+    router: zmq.asyncio.Socket, port: int, limits: ReplayLimits | None = None
 ) -> tuple[EventSubscriber, PoolCaches, Feed, bytes]:
     """A feed that applied batch 0, then got batch 3: replaying 1 and 2 (asked for)."""
-    subscriber = EventSubscriber(lambda: 0.0)
+    subscriber = EventSubscriber(lambda: 0.0, limits=limits)
     pool = PoolCaches("p", 4)
     trust = pool.trust[0] = WorkerTrust(5.0, 10.0, can_replay=True)
     feed = Feed(pool, 0, "e0", "tcp://127.0.0.1:9", f"tcp://127.0.0.1:{port}", b"", trust)
@@ -74,15 +76,15 @@ async def _replaying(
     return subscriber, pool, feed, client
 
 
-async def test_a_replay_that_never_ends_is_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_replay_that_never_ends_is_given_up() -> None:
     """The replay socket keeps answering with batches before the one asked for (each within
     the per-message timeout): at the replay's deadline the worker is a gap, and the live
     batches held meanwhile are applied."""
-    monkeypatch.setattr(subscriber_module, "REPLAY_DEADLINE_S", 0.3)
     context = zmq.asyncio.Context()
     router = context.socket(zmq.ROUTER)
     port = router.bind_to_random_port("tcp://127.0.0.1")
-    subscriber, pool, feed, client = await _replaying(router, port)
+    limits = dataclasses.replace(ReplayLimits.of(), deadline_s=0.3)
+    subscriber, pool, feed, client = await _replaying(router, port, limits)
     try:
         subscriber.receive(feed, [b"", vllm.seq_bytes(4), _batch(4)])  # held meanwhile
 
@@ -149,7 +151,7 @@ async def test_live_batches_held_during_a_replay_are_bounded_in_bytes(
     of payload (a count alone let 10k long-prompt steps pile up), the rest dropped; once
     the replay ends, the drop is a gap like any other."""
     size = len(_batch(5))
-    monkeypatch.setattr(subscriber_module, "MAX_PENDING_BYTES", 3 * size)
+    monkeypatch.setattr(feed_module, "MAX_PENDING_BYTES", 3 * size)
     context = zmq.asyncio.Context()
     router = context.socket(zmq.ROUTER)
     port = router.bind_to_random_port("tcp://127.0.0.1")

@@ -154,3 +154,21 @@ def test_the_first_batch_and_a_restart_take_their_own_reference() -> None:
     t.on_batch(0, 5.0)  # the engine started over: its stamps may be another clock's
     t.arrived(-100.0, 5.0, caught_up=False)
     assert t.trusted(5.0)
+
+
+def test_a_join_replay_decides_what_its_batches_make_of_the_worker() -> None:
+    """Replaying on subscribing, then: nothing buffered (no events yet); the buffer from
+    batch 0 (precise); a buffer cut short or no longer starting at 0 (a gap, its batches
+    applied in order; the next live batch past them asks for the rest)."""
+    t = trust(replay=True)
+    t.joining(1.0)
+    assert t.distrust is Distrust.REPLAYING and not t.trusted(1.0)
+    t.joined(None, True, 2.0)
+    assert t.distrust is Distrust.AWAITING
+    t.joined(0, True, 2.0)
+    assert [t.on_batch(n, 2.0) for n in range(3)] == [Step.APPLY] * 3 and t.trusted(2.0)
+    for first, complete in [(0, False), (5, True)]:
+        t = trust(replay=True)
+        t.joined(first, complete, 2.0)
+        assert t.on_batch(first, 2.0) is Step.APPLY and t.distrust is Distrust.GAP
+        assert t.on_batch(first + 4, 2.0) is Step.REPLAY and t.replay_from == first + 1
