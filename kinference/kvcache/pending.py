@@ -11,6 +11,15 @@ rest, which names the prompt from its first block, and arrives after its leading
 were stored. A block whose event never comes (its request failed, was aborted, or the
 block was named differently by the engine) is dropped after `PENDING_TTL_S`.
 
+But a block held when it was expected and evicted before its request runs will be stored
+again: that request computes it. So the held ones are noted with the request's key
+(`reused`: block -> the key of the last request expecting it), and a removal of one
+whose request still waits makes it pending (`PoolCaches.apply`). Without that, the
+prompt's leading block (a chat template's header, held by every worker) was neither held
+nor pending there, and every later prompt's match there ended before it: a document's
+second request was predicted nothing on the worker that then served it 5 168 cached
+tokens (docs/benchmarks.md, h127).
+
 One dict per worker, block -> when it was last expected, in that order (a block expected
 again moves to the end): the expired ones are at its front, taken off there. The tokenizer
 thread reads these dicts (`kvcache.reach`) one lookup at a time while the loop changes them.
@@ -20,7 +29,7 @@ from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from kinference.kvcache.blocks import BlockId
 
@@ -35,11 +44,15 @@ def expect(
     blocks: Sequence[BlockId],
     held: Mapping[BlockId, object],
     now: float,
+    reused: tuple[dict[BlockId, int], int] | None = None,
 ) -> dict[BlockId, float]:
     """`blocks` will be stored (computed, or again if evicted meanwhile): the ones not
-    held now are pending from `now` on. Answers the worker's dict (a new one if it had to
-    be cut to its bound)."""
+    held now are pending from `now` on; the held ones go into `reused`'s dict under its
+    key (the request's), if given. Answers the worker's dict (a new one if it had to be
+    cut to its bound)."""
     new = dict.fromkeys(itertools.filterfalse(held.__contains__, blocks), now)  # in C
+    if reused is not None and len(new) < len(blocks):  # some held (a cold prompt: none)
+        note(*reused, filter(held.__contains__, blocks))
     if len(waiting) + len(new) > MAX_PENDING_BLOCKS:  # drop the expired, else all
         expire(waiting, now)
         if len(waiting) + len(new) > MAX_PENDING_BLOCKS:
@@ -62,3 +75,17 @@ def fresh(waiting: Mapping[BlockId, float] | None, identity: BlockId, now: float
     """Whether `identity` is pending and not expired."""
     since = waiting.get(identity) if waiting else None
     return since is not None and now - since <= PENDING_TTL_S
+
+
+def note(reused: dict[BlockId, int], key: int, blocks: Iterable[BlockId]) -> None:
+    """The request `key` will use `blocks`, held now (bounded as pending blocks are)."""
+    if len(reused) > MAX_PENDING_BLOCKS:
+        reused.clear()
+    reused.update(dict.fromkeys(blocks, key))  # in C
+
+
+def unnote(reused: dict[BlockId, int], key: int, blocks: Sequence[BlockId]) -> None:
+    """The request `key` ran or ended: the blocks it noted are no longer its (in C, but
+    for the ones it noted)."""
+    mine = reused.items() & dict.fromkeys(blocks, key).items()
+    collections.deque(map(reused.pop, (block for block, _ in mine)), maxlen=0)

@@ -18,7 +18,7 @@ from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.index import BlockIndex
 from kinference.kvcache.memory import FITS, Room, room
-from kinference.kvcache.pending import expect, expire, fresh
+from kinference.kvcache.pending import expect, expire, fresh, unnote
 from kinference.kvcache.queue import EngineQueue, Queued, survivors
 from kinference.kvcache.reach import Reach
 from kinference.kvevents.events import Event
@@ -48,6 +48,8 @@ class PoolCaches:
     trust: dict[int, WorkerTrust] = field(default_factory=dict)
     endpoints: dict[int, str] = field(default_factory=dict)
     pending: dict[int, dict[BlockId, float]] = field(default_factory=dict)
+    # Blocks held when a request routed there expected them: -> its key (`kvcache.pending`).
+    reused: dict[int, dict[BlockId, int]] = field(default_factory=dict)
     # Lazily tokenized prompts (`PromptBlocks.ticket`): the worker each went to, and the
     # blocks of the ones tokenized to the end before their routing was known.
     claims: OrderedDict[int, int] = field(default_factory=OrderedDict)  # -> slot
@@ -64,20 +66,36 @@ class PoolCaches:
     def apply(self, slot: int, events: Iterable[Event]) -> None:
         """A batch from `slot`'s engine: into the index; what it names is no longer pending;
         what it stores was just used; that it removes any says its cache is full (a clear
-        says nothing of its size: what was held is forgotten, not evicted)."""
+        says nothing of its size: what was held is forgotten, not evicted); what it removes
+        that a waiting request will use is pending again."""
         stored, removed, cleared, cleared_stored = self.index.apply(slot, events)
         if cleared:
             self.ages.pop(slot, None)
+            self.reused.pop(slot, None)
         waiting = self.pending.get(slot)
         if waiting:  # in C: a long prompt's step names hundreds of blocks
             for named in (stored, removed, cleared_stored):
                 collections.deque(map(waiting.pop, named, itertools.repeat(None)), maxlen=0)
+        if removed and self.reused.get(slot):
+            self._evicted_before_use(slot, removed)
         ages = self._ages(slot)
         ages.touch(stored)
         ages.removed(removed)
         peak = self.peaks[slot] = max(self.peaks.get(slot, 0), self.index.blocks(slot))
         if removed:
             self.capacity = max(self.capacity or 0, peak)
+
+    def _evicted_before_use(self, slot: int, removed: Sequence[BlockId]) -> None:
+        """`removed` left the worker: those held when a request still waiting there was
+        routed will be computed and stored again when it runs (`kvcache.pending`)."""
+        reused, queue = self.reused[slot], self.queues.get(slot)
+        noted = [(b, reused[b]) for b in filter(reused.__contains__, removed)]
+        if not noted or queue is None:
+            return
+        requests = queue.requests
+        again = [b for b, key in noted if (q := requests.get(key)) is not None and not q.running]
+        if again:
+            self.expect(slot, again, self.clock())
 
     def _ages(self, slot: int) -> WorkerAges:
         found = self.ages.get(slot)
@@ -88,6 +106,7 @@ class PoolCaches:
     def forget(self, slot: int) -> None:
         self.index.forget(slot)
         self.pending.pop(slot, None)
+        self.reused.pop(slot, None)
         self.ages.pop(slot, None)
         self.peaks.pop(slot, None)
         self.queues.pop(slot, None)
@@ -99,7 +118,7 @@ class PoolCaches:
         self._ages(slot).touch(prompt.blocks[:cached_blocks])
         new = prompt.blocks[cached_blocks:usable]
         if new:
-            self.expect(slot, new, request.now)
+            self.expect(slot, new, request.now, request.key)
         queue = self.queues.get(slot)
         if queue is None:
             queue = self.queues[slot] = EngineQueue()
@@ -114,10 +133,12 @@ class PoolCaches:
                 self.tickets.pop(next(iter(self.tickets)))
 
     def started(self, slot: int, key: int) -> None:
-        """The engine runs the request `key` (its first token came)."""
+        """The engine runs the request `key` (its first token came): the blocks it uses
+        are no longer evicted before it runs."""
         queue = self.queues.get(slot)
         if queue is not None:
             queue.started(key)
+            self._ran(slot, key, queue.requests.get(key))
 
     def stored(self, slot: int, key: int) -> bool:
         """Whether the events that store the request `key`'s blocks came: its prompt named
@@ -138,10 +159,16 @@ class PoolCaches:
         the last to be evicted, tail first)."""
         queue = self.queues.get(slot)
         done = queue.finish(key) if queue is not None else None
+        self._ran(slot, key, done)
         if done is not None:
             held, blocks = self.index.held(slot), done.blocks
             known = self.index.known(slot, blocks)  # held, without a lookup each
             self._ages(slot).touch([*blocks[:known], *filter(held.__contains__, blocks[known:])])
+
+    def _ran(self, slot: int, key: int, request: Queued | None) -> None:
+        reused = self.reused.get(slot)
+        if reused and request is not None:
+            unnote(reused, key, request.blocks)
 
     def surviving(self, slot: int, blocks: Sequence[BlockId], depth: int) -> int:
         """How much of a match `slot` will still hold when a request sent now runs there:
@@ -166,12 +193,16 @@ class PoolCaches:
         extra = max(whole - len(prompt.blocks), 0) + (prompt.tokens % size + output_tokens) // size
         return room(self.queues.get(slot), self.capacity, prompt.blocks, extra)
 
-    def expect(self, slot: int, blocks: Sequence[BlockId], now: float) -> None:
+    def expect(
+        self, slot: int, blocks: Sequence[BlockId], now: float, key: int | None = None
+    ) -> None:
         """`blocks` will be stored on `slot`: the ones it does not hold now are pending
-        there (`kvcache.pending`); the ones expected longer than the TTL ago no longer."""
+        there (`kvcache.pending`); the ones expected longer than the TTL ago no longer.
+        The held ones are noted for the request `key`, if given, until it runs."""
         waiting = self.pending.get(slot, {})
         expire(waiting, now)
-        self.pending[slot] = expect(waiting, blocks, self.index.held(slot), now)
+        reused = None if key is None else (self.reused.setdefault(slot, {}), key)
+        self.pending[slot] = expect(waiting, blocks, self.index.held(slot), now, reused)
 
     def reach(self) -> Reach:
         """Follows how far some worker holds or will hold a prompt being tokenized (read
@@ -190,8 +221,7 @@ class PoolCaches:
         once they are named."""
         rest = self.rests.pop(ticket, None)
         if rest is not None:
-            self._named(ticket, rest)
-            self.expect(slot, rest, now)
+            self.expect(slot, rest, now, self._named(ticket, rest))
             return
         self.claims[ticket] = slot
         if len(self.claims) > MAX_TICKETS:
@@ -201,18 +231,22 @@ class PoolCaches:
         """The rest of a lazily tokenized prompt: pending where it went (once it is known)."""
         slot = self.claims.pop(ticket, None)
         if slot is not None:
-            self._named(ticket, blocks)
+            key = self._named(ticket, blocks)
             if slot in self.trust:
-                self.expect(slot, blocks, now)
+                self.expect(slot, blocks, now, key)
             return
         self.rests[ticket] = blocks
         if len(self.rests) > MAX_TICKETS:
             self.rests.popitem(last=False)
 
-    def _named(self, ticket: int, blocks: tuple[BlockId, ...]) -> None:
+    def _named(self, ticket: int, blocks: tuple[BlockId, ...]) -> int | None:
+        """The queued request's prompt, now named to the end; its key (None: not known)."""
         queued = self.tickets.pop(ticket, None)
-        if queued is not None and (queue := self.queues.get(queued[0])) is not None:
+        if queued is None:
+            return None
+        if (queue := self.queues.get(queued[0])) is not None:
             queue.named(queued[1], blocks)
+        return queued[1]
 
     def extend(self, slot: int, blocks: Sequence[BlockId], depth: int, now: float) -> int:
         """How far past `depth` the worker holds or is about to hold the prompt's blocks
