@@ -229,7 +229,10 @@ async def run_all(options: Options) -> list[RunStats]:
                 plan_conversations = conversations(options.spec, requests, rate, seed)
                 for router in options.routers:
                     window = None if options.drain else options.duration_s
-                    plan = RunPlan(router, rate, plan_conversations, window, options.requests)
+                    plan = RunPlan(
+                        router, rate, plan_conversations, window, options.requests,
+                        measured_s=options.duration_s,
+                    )  # fmt: skip
                     results.append(await run(plan, fleet, bench))
     return results
 

@@ -61,6 +61,8 @@ def pool(rows: Sequence[RunStats]) -> RunStats:
         key=first.key,
         load=max(stats.load for stats in rows),
         ttfts_ms=ttfts,
+        window_tok_per_s=mean([stats.window_tok_per_s for stats in rows]),
+        window_s=min(stats.window_s for stats in rows),  # 0 when one seed has no window figure
     )
 
 

@@ -4,10 +4,11 @@
 
 Each RUN.json is what `python -m loadtest.bench_routing --json RUN.json` wrote (one seed,
 or several with `--seeds`: each seed counts as a run). Prints, per regime, a table of
-min-max per router and rate (TTFT p50 and p90, hit rate, output throughput, imbalance,
-load average) and how many runs met each target (`report.checks`). With `--pooled`, first
-every run's requests pooled per router and rate (`pooled.py`) and the targets checked on
-those rows: seeds split over several commands pool as if run in one.
+min-max per router and rate (TTFT p50 and p90, hit rate, output throughput in the
+arrivals window and to the last reply, imbalance, load average) and how many runs met
+each target (`report.checks`). With `--pooled`, first every run's requests pooled per
+router and rate (`pooled.py`) and the targets checked on those rows: seeds split over
+several commands pool as if run in one.
 """
 
 from __future__ import annotations
@@ -22,18 +23,23 @@ from loadtest.routing_bench import pooled, report
 from loadtest.routing_bench.stats import RunStats
 
 Run = list[RunStats]
-COLUMNS: tuple[tuple[str, Callable[[RunStats], float], str], ...] = (
+COLUMNS: tuple[tuple[str, Callable[[RunStats], float | None], str], ...] = (
     ("TTFT p50 ms", lambda s: s.ttft_p50_ms, "{:.0f}"),
     ("TTFT p90 ms", lambda s: s.ttft_p90_ms, "{:.0f}"),
     ("hit rate", lambda s: s.hit_rate, "{:.3f}"),
-    ("output tok/s", lambda s: s.out_tok_per_s, "{:.0f}"),
+    ("output tok/s in window", lambda s: s.window_tok_per_s if s.window_s else None, "{:.0f}"),
+    ("output tok/s to last reply", lambda s: s.out_tok_per_s, "{:.0f}"),
     ("imbalance", lambda s: s.imbalance, "{:.2f}"),
     ("load 1 min", lambda s: s.load, "{:.1f}"),
 )
 
 
-def span(values: Sequence[float], form: str) -> str:
-    """`low-high` (an en dash) in `form`, or one figure when they print the same."""
+def span(figures: Sequence[float | None], form: str) -> str:
+    """`low-high` (an en dash) in `form`, or one figure when they print the same; "-" when
+    no run has the figure (None: written before it was measured)."""
+    values = [value for value in figures if value is not None]
+    if not values:
+        return "-"
     low, high = form.format(min(values)), form.format(max(values))
     return low if low == high else f"{low}\u2013{high}"
 

@@ -36,6 +36,7 @@ class RunPlan:
     conversations: list[Conversation]
     window_s: float | None = None  # no request sent after it (None: every turn)
     requests_out: Path | None = None  # each request's figures appended here, a JSON line each
+    measured_s: float = 0.0  # output tokens counted up to it (`throughput.py`; 0: window_s)
 
     @property
     def requests(self) -> int:
@@ -93,8 +94,9 @@ async def run(plan: RunPlan, fleet: Fleet, bench: Bench) -> RunStats:
             bar.close()
         after = await read_counters(http, engines.metrics_urls, engines.counters)
     stats = summarise(
-        plan.router.label, plan.rate, replay.samples, counter_deltas(before, after), seconds
-    )
+        plan.router.label, plan.rate, replay.samples, counter_deltas(before, after), seconds,
+        window_s=plan.measured_s or plan.window_s or 0.0,
+    )  # fmt: skip
     if plan.requests_out is not None:
         with plan.requests_out.open("a") as out:
             out.writelines(

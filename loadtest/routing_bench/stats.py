@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from loadtest.routing_bench.replay import Sample
+from loadtest.routing_bench.throughput import window_rate
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -33,7 +34,7 @@ class RunStats:
     ttft_p90_ms: float
     ttft_p99_ms: float
     req_per_s: float  # completed requests over the run's wall time
-    out_tok_per_s: float
+    out_tok_per_s: float  # completion tokens over the run's wall time (its tail decides it)
     imbalance: float  # requests of the busiest engine over the mean
     cv: float  # coefficient of variation of requests per engine
     seconds: float
@@ -44,6 +45,10 @@ class RunStats:
     load: float = 0.0  # the machine's 1-minute load average at the end of the run
     seed: int = 0  # the workload's and engines' seed (`--seed`, or one of `--seeds`)
     ttfts_ms: tuple[float, ...] = ()  # every completed request's TTFT, for pooling seeds
+    # Completion tokens streamed inside the arrivals window, per second of it
+    # (`throughput.py`); 0 in figures written before it was measured.
+    window_tok_per_s: float = 0.0
+    window_s: float = 0.0
 
     def row(self) -> dict[str, float | int | str]:
         return {key: getattr(self, key) for key in self.__dataclass_fields__}
@@ -55,7 +60,11 @@ def summarise(
     samples: Sequence[Sample],
     engine_deltas: Sequence[dict[str, float]],
     seconds: float,
+    *,
+    window_s: float = 0.0,
 ) -> RunStats:
+    """One run's figures; `seconds` its wall time, `window_s` its arrivals window
+    (0: the whole run)."""
     done = [sample for sample in samples if not sample.error]
     failed = [sample for sample in samples if sample.error]
     prompt = sum(sample.prompt_tokens for sample in done)
@@ -87,4 +96,6 @@ def summarise(
         route_p90_ms=quantile([sample.route_s * 1000.0 for sample in done], 0.90),
         first_error=failed[0].error[:200] if failed else "",
         ttfts_ms=tuple(ttfts),
+        window_tok_per_s=window_rate(done, window_s or seconds),
+        window_s=window_s or seconds,
     )

@@ -252,7 +252,7 @@ def test_ranges_span_the_runs_and_count_the_targets_met(tmp_path: Path) -> None:
     text = ranges.summary(paths)
     assert text.startswith("#### dynamo: range over 2 run(s)")
     assert "| kinference | 6 | 2 | 50\u201352 | 100\u2013140 | 0.700\u20130.800 |" in text
-    assert "| dynamo | 6 | 2 | 48 | 120 | 0.600 | 402 |" in text
+    assert "| dynamo | 6 | 2 | 48 | 120 | 0.600 | - | 402 |" in text  # no window figure
     assert "- 6 req/s, lowest TTFT p90: met in 1 of 2 run(s)" in text
 
 
@@ -365,4 +365,5 @@ def _check_sane(stats: RunStats) -> None:
         assert stats.engine_hit_rate == pytest.approx(stats.hit_rate, abs=0.02)
     assert 0.0 < stats.ttft_p50_ms <= stats.ttft_p90_ms <= stats.ttft_p99_ms < 30_000
     assert stats.req_per_s > 0 and stats.out_tok_per_s > stats.req_per_s
+    assert stats.window_s == 2.0 and stats.window_tok_per_s > stats.req_per_s  # --duration
     assert stats.imbalance >= 1.0
