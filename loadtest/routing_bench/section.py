@@ -40,7 +40,12 @@ def section(options: Options, results: list[RunStats], seconds: float) -> str:
         "generator, which times TTFT from the POST to the first content chunk. Hit rate: "
         "cached / prompt tokens from the responses' usage (engine hit rate: the engines' own "
         "counters, where they keep them). Imbalance: requests of the busiest engine over the "
-        "mean, from the engines' counters. Load: the 1-minute load average at the run's end.",
+        "mean, from the engines' counters. Output tok/s in window: completion tokens "
+        "streamed inside the arrivals window, per second of it, the same seconds for every "
+        "router (`routing_bench/throughput.py`; the throughput target is checked on it); to "
+        "last reply: completion tokens over the run's wall time, which ends with the last "
+        "reply (its tail decides it). "
+        "Load: the 1-minute load average at the run's end.",
         "",
         *_figures(options, results),
         "",
