@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -39,12 +40,18 @@ class Sample:
     conversation: int = -1  # the conversation's index and the turn's number in it: the
     turn: int = -1  # same request under every router (the workload is seeded)
     response_id: str = ""  # as the engine named it ("chatcmpl-sim<seed>-<n>": which engine)
+    chunk_s: tuple[float, ...] = ()  # each content chunk's time from the send (`throughput`)
 
     def line(self, router: str, rate: float, seed: int = 0) -> str:
         """One JSON line of `--requests`: this request as `router` served it at `rate`,
         in the run of `seed`."""
         fields = {"router": router, "rate": rate, "seed": seed, **dataclasses.asdict(self)}
         return json.dumps(fields, separators=(",", ":"))
+
+
+def chunk_times(ttft_s: float, gaps_s: list[float]) -> tuple[float, ...]:
+    """Each content chunk's time from the send (0.1 ms steps): the first at the TTFT."""
+    return tuple(round(t, 4) for t in itertools.accumulate(gaps_s, initial=ttft_s))
 
 
 def turn_messages(turn: Turn, replies: list[str]) -> list[dict[str, str]]:
@@ -136,6 +143,7 @@ class Replay:
             conversation=conversation.index,
             turn=number,
             response_id=result.response_id,
+            chunk_s=chunk_times(result.ttft_s, result.gaps_s),
         )
         return sample, result.text
 

@@ -10,13 +10,15 @@ measured over the same seconds, requests under way at the end count for the part
 and nothing after the window moves the figure. Tokens decoded more slowly (a busier
 engine) or a chat turn sent later (its previous turn ended later) still count less.
 
-A request's tokens are placed from its first token (`arrival_s + ttft_s`) to its end
-(`arrival_s + total_s`): the first at the first token, the rest evenly after it (the
-replay keeps no per-token times; decode runs at a near-even pace within a request).
+A request's tokens are placed where its content chunks arrived (`Sample.chunk_s`), its
+completion tokens shared evenly over its chunks (an engine may send several tokens in
+one chunk). Samples without chunk times (requests files written before them, hand-made
+samples) place the first token at the first chunk and the rest evenly up to the end.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
 from loadtest.routing_bench.replay import Sample
@@ -27,6 +29,9 @@ def tokens_by(sample: Sample, window_s: float) -> float:
     tokens = sample.completion_tokens
     if sample.error or tokens <= 0:
         return 0.0
+    if sample.chunk_s:
+        arrived = bisect.bisect_right(sample.chunk_s, window_s - sample.arrival_s)
+        return tokens * arrived / len(sample.chunk_s)
     first = sample.arrival_s + sample.ttft_s
     last = sample.arrival_s + sample.total_s
     if window_s < first:

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from loadtest.routing_bench import pooled, ranges, report
-from loadtest.routing_bench.replay import Sample
+from loadtest.routing_bench.replay import Sample, chunk_times
 from loadtest.routing_bench.stats import RunStats, summarise
 from loadtest.routing_bench.throughput import tokens_by, window_rate
 
@@ -29,6 +29,19 @@ def test_tokens_count_as_far_as_they_were_streamed_by_the_window_end() -> None:
     assert tokens_by(_sample(0.0, 0.0, 0.0, 0, error="StreamError: boom"), 9.0) == 0.0
     assert window_rate([request, _sample(0.0, 0.1, 1.0, 10)], 2.1) == pytest.approx(16 / 2.1)
     assert window_rate([request], 0.0) == 0.0
+
+
+def test_with_chunk_times_the_tokens_are_counted_where_their_chunks_arrived() -> None:
+    # 8 tokens in 4 chunks: two early, then a stall (another prompt's prefill), two late.
+    chunks = chunk_times(0.1, [0.1, 1.3, 0.1])
+    assert chunks == (0.1, 0.2, 1.5, 1.6)
+    request = dataclasses.replace(_sample(1.0, 0.1, 1.6, 8), chunk_s=chunks)
+    assert tokens_by(request, 1.05) == 0.0
+    assert tokens_by(request, 1.25) == 4.0 == tokens_by(request, 2.4)  # through the stall
+    assert tokens_by(_sample(1.0, 0.1, 1.6, 8), 2.4) == pytest.approx(1 + 7 * 1.3 / 1.5)
+    assert tokens_by(request, 2.6) == 8.0
+    # As a requests file gives them back: a list.
+    assert tokens_by(dataclasses.replace(request, chunk_s=list(chunks)), 2.5) == 6.0  # type: ignore[arg-type]
 
 
 # The same five requests under two routers. Under "late" the last one, sent just before the
