@@ -103,6 +103,8 @@ class Replay:
         return time.perf_counter() - self._start
 
     async def _conversation(self, conversation: Conversation) -> None:
+        if self._window_s is not None and conversation.arrival_s >= self._window_s:
+            return  # its user comes after the window: never sent, so not waited for either
         await self._sleep_until(conversation.arrival_s)
         replies: list[str] = []
         for number in range(len(conversation.turns)):

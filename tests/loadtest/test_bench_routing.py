@@ -274,10 +274,11 @@ class _Instant:
 async def test_with_a_window_no_turn_is_sent_after_it() -> None:
     (chat,) = [c for c in conversations(SPEC, 40, 10.0, 1) if len(c.turns) >= 3][:1]
     early = dataclasses.replace(chat, arrival_s=0.0, think_s=(0.0, 30.0, *chat.think_s[2:]))
+    late = dataclasses.replace(chat, index=99, arrival_s=30.0)  # its user comes after it
     driver = _Instant()
     replay = Replay(driver, window_s=0.5)
-    async with asyncio.timeout(10):  # it does not sit out the 30 s pause
-        await replay.run([early])
+    async with asyncio.timeout(10):  # it sits out neither the 30 s pause nor the late user
+        await replay.run([early, late])
     assert driver.sent == 2  # the first two turns; the third was due after the window
     everything = Replay(_Instant())
     quick = dataclasses.replace(early, think_s=tuple(0.0 for _ in early.think_s))
