@@ -1,6 +1,7 @@
 """The event loop's worst lag while a replica joins engines that replay their buffers.
 
     python -m loadtest.bench_replay_lag [--engines 1] [--batches 10000] [--runs 1]
+                                        [--concurrency N]
 
 Stand-in engines in a child process (`--serve`, so their sending costs this loop nothing)
 each hold `--batches` prepared batches in vLLM's replay format (a ROUTER answering
@@ -13,8 +14,9 @@ much later than asked it woke. Reported per run: the worst and p99 lag over 1 s 
 the feeds start (the machine's own noise) and while they replay, the seconds until every
 feed is done replaying, the most CPU time the loop's thread spent between two wakes of
 the probe (its own work, the collector's included, apart from the machine's scheduling),
-and the blocks each worker then holds (what was applied). The heap is frozen first, as a
-serving process's is (`heap.freeze_startup_heap`).
+and the blocks each worker then holds (what was applied). `--concurrency`: the replays
+run at once (`KINFERENCE_KV_REPLAY_CONCURRENCY`; the settings' default without it). The
+heap is frozen first, as a serving process's is (`heap.freeze_startup_heap`).
 Batches are realistic scheduler steps: one in four a 2,048-token prefill chunk (128
 blocks of 16, ~10 KB of msgpack), the rest decode steps completing 8 blocks; each
 engine's blocks are its own, chained by parent, and it holds at most `--capacity` blocks
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import dataclasses
 import gc
 import json
 import os
@@ -43,6 +46,7 @@ import zmq
 import zmq.asyncio
 
 from kinference.kvcache.pool import PoolCaches
+from kinference.kvevents.replay import ReplayLimits
 from kinference.kvevents.subscriber import EventSubscriber, Feed
 from kinference.kvevents.trust import WorkerTrust
 from loadtest.bench_event_lag import probe
@@ -97,10 +101,13 @@ async def serve(engines: int, batches: int, hwm: int, capacity: int) -> None:
     await asyncio.gather(*(answer(r, b) for (r, _), b in zip(routers, buffers, strict=True)))
 
 
-async def run(ports: list[int]) -> dict[str, float]:
+async def run(ports: list[int], concurrency: int | None) -> dict[str, float]:
     gc.collect()  # as a serving process does once started (`heap.freeze_startup_heap`)
     gc.freeze()
-    subscriber = EventSubscriber(time.monotonic)
+    limits = ReplayLimits.of()
+    if concurrency is not None:
+        limits = dataclasses.replace(limits, concurrency=concurrency)
+    subscriber = EventSubscriber(time.monotonic, limits=limits)
     pool = PoolCaches("p", BLOCK)
     feeds = []
     for slot, port in enumerate(ports):
@@ -146,6 +153,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--router-hwm", type=int, default=0)
     parser.add_argument("--capacity", type=int, default=32_768)
+    parser.add_argument("--concurrency", type=int, default=None)
     parser.add_argument("--serve", action="store_true")
     args = parser.parse_args()
     if args.serve:
@@ -158,12 +166,14 @@ def main() -> None:
     try:
         assert child.stdout is not None
         ports = json.loads(child.stdout.readline())
-        results = [asyncio.run(run(ports)) for _ in range(args.runs)]
+        results = [asyncio.run(run(ports, args.concurrency)) for _ in range(args.runs)]
     finally:
         child.kill()
         child.wait()
     for result in results:
-        print(json.dumps({"engines": args.engines, "batches": args.batches, **result}))
+        concurrency = args.concurrency or ReplayLimits.of().concurrency
+        print(json.dumps({"engines": args.engines, "batches": args.batches,
+                          "concurrency": concurrency, **result}))  # fmt: skip
     if len(results) > 1:
         worst = [r["worst_ms"] for r in results]
         print(json.dumps({"median_worst_ms": statistics.median(worst)}))
