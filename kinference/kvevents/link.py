@@ -53,7 +53,9 @@ class Link:
             socket.close(linger=0)
             raise
         self.socket, self._monitor = socket, monitor
+        self._receiving: asyncio.Future[list[bytes]] | None = None
         self.lost = asyncio.get_running_loop().create_task(_watch(monitor, feed))
+        self.lost.add_done_callback(self._interrupt)
 
     async def receive(self, wait: bool) -> list[bytes] | None:
         """The next message, None once the connection is lost for good. `wait` False: one
@@ -61,12 +63,25 @@ class Link:
         ~25-50 µs a message, as a long prompt's steps come)."""
         flags = 0 if wait else zmq.NOBLOCK
         received = cast("asyncio.Future[list[bytes]]", self.socket.recv_multipart(flags))
-        if not received.done():  # nothing queued: wait for a message or the end
-            await asyncio.wait((received, self.lost), return_when=asyncio.FIRST_COMPLETED)
-            if not received.done():
-                received.cancel()
+        if received.done():
+            return received.result()
+        if self.lost.done():
+            received.cancel()
+            return None
+        self._receiving = received  # cancelled by `_interrupt` if the connection is lost
+        try:
+            return await received
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self.lost.done() and (task is None or not task.cancelling()):
                 return None
-        return received.result()
+            raise  # the feed is stopped
+        finally:
+            self._receiving = None
+
+    def _interrupt(self, _: object) -> None:
+        if self._receiving is not None:
+            self._receiving.cancel()
 
     def caught_up(self) -> bool:
         """No message waits in the socket (behind the one just taken)."""
