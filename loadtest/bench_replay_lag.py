@@ -15,7 +15,8 @@ the feeds start (the machine's own noise) and while they replay, the seconds unt
 feed is done replaying, the most CPU time the loop's thread spent between two wakes of
 the probe (its own work, the collector's included, apart from the machine's scheduling),
 and the blocks each worker then holds (what was applied). `--concurrency`: the replays
-run at once (`KINFERENCE_KV_REPLAY_CONCURRENCY`; the settings' default without it). The
+run at once (`KINFERENCE_KV_REPLAY_CONCURRENCY`; the settings' default without it);
+`--silent N`: the first N engines' replay sockets never answer (a dead engine). The
 heap is frozen first, as a serving process's is (`heap.freeze_startup_heap`).
 Batches are realistic scheduler steps: one in four a 2,048-token prefill chunk (128
 blocks of 16, ~10 KB of msgpack), the rest decode steps completing 8 blocks; each
@@ -78,8 +79,9 @@ def buffer(engine: int, batches: int, capacity: int) -> list[bytes]:
     return out
 
 
-async def serve(engines: int, batches: int, hwm: int, capacity: int) -> None:
-    """The stand-in engines: print their replay ports, then answer every request."""
+async def serve(engines: int, batches: int, hwm: int, capacity: int, silent: int = 0) -> None:
+    """The stand-in engines: print their replay ports, then answer every request (but the
+    first `silent` engines, whose replay sockets never answer)."""
     context = zmq.asyncio.Context()
     routers, buffers = [], []
     for engine in range(engines):
@@ -98,7 +100,8 @@ async def serve(engines: int, batches: int, hwm: int, capacity: int) -> None:
                 await router.send_multipart([client, b"", seq_frame, payloads[seq]], copy=False)
             await router.send_multipart([client, b"", (-1).to_bytes(8, "big", signed=True), b""])
 
-    await asyncio.gather(*(answer(r, b) for (r, _), b in zip(routers, buffers, strict=True)))
+    answering = list(zip(routers, buffers, strict=True))[silent:]
+    await asyncio.gather(*(answer(r, b) for (r, _), b in answering))
 
 
 async def run(ports: list[int], concurrency: int | None) -> dict[str, float]:
@@ -154,14 +157,16 @@ def main() -> None:
     parser.add_argument("--router-hwm", type=int, default=0)
     parser.add_argument("--capacity", type=int, default=32_768)
     parser.add_argument("--concurrency", type=int, default=None)
+    parser.add_argument("--silent", type=int, default=0)
     parser.add_argument("--serve", action="store_true")
     args = parser.parse_args()
     if args.serve:
-        asyncio.run(serve(args.engines, args.batches, args.router_hwm, args.capacity))
+        asyncio.run(serve(args.engines, args.batches, args.router_hwm, args.capacity, args.silent))
         return
     command = [sys.executable, "-m", "loadtest.bench_replay_lag", "--serve",
                "--engines", str(args.engines), "--batches", str(args.batches),
-               "--router-hwm", str(args.router_hwm), "--capacity", str(args.capacity)]  # fmt: skip
+               "--router-hwm", str(args.router_hwm), "--capacity", str(args.capacity),
+               "--silent", str(args.silent)]  # fmt: skip
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=os.environ)
     try:
         assert child.stdout is not None
@@ -173,7 +178,8 @@ def main() -> None:
     for result in results:
         concurrency = args.concurrency or ReplayLimits.of().concurrency
         print(json.dumps({"engines": args.engines, "batches": args.batches,
-                          "concurrency": concurrency, **result}))  # fmt: skip
+                          "concurrency": concurrency, "silent": args.silent,
+                          **result}))  # fmt: skip
     if len(results) > 1:
         worst = [r["worst_ms"] for r in results]
         print(json.dumps({"median_worst_ms": statistics.median(worst)}))
