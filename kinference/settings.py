@@ -113,7 +113,7 @@ class Settings(BaseSettings):
     kv_replay_max_bytes: int = Field(default=64 * MiB, ge=1024)
     kv_replay_timeout_s: float = Field(default=2.0, gt=0)
     kv_replay_deadline_s: float = Field(default=10.0, gt=0)
-    kv_replay_concurrency: int = Field(default=4, ge=1)
+    kv_replay_concurrency: int = Field(default=2, ge=1)  # 4: twice the loop lag, h134
     log_level: LogLevel = "INFO"
     # json: one JSON object per line (for log collectors); text: readable lines; auto: text
     # when stderr is a terminal, json otherwise.

@@ -1,6 +1,7 @@
 """The event loop's worst lag while a replica joins engines that replay their buffers.
 
     python -m loadtest.bench_replay_lag [--engines 1] [--batches 10000] [--runs 1]
+                                        [--concurrency N]
 
 Stand-in engines in a child process (`--serve`, so their sending costs this loop nothing)
 each hold `--batches` prepared batches in vLLM's replay format (a ROUTER answering
@@ -13,8 +14,10 @@ much later than asked it woke. Reported per run: the worst and p99 lag over 1 s 
 the feeds start (the machine's own noise) and while they replay, the seconds until every
 feed is done replaying, the most CPU time the loop's thread spent between two wakes of
 the probe (its own work, the collector's included, apart from the machine's scheduling),
-and the blocks each worker then holds (what was applied). The heap is frozen first, as a
-serving process's is (`heap.freeze_startup_heap`).
+and the blocks each worker then holds (what was applied). `--concurrency`: the replays
+run at once (`KINFERENCE_KV_REPLAY_CONCURRENCY`; the settings' default without it);
+`--silent N`: the first N engines' replay sockets never answer (a dead engine). The
+heap is frozen first, as a serving process's is (`heap.freeze_startup_heap`).
 Batches are realistic scheduler steps: one in four a 2,048-token prefill chunk (128
 blocks of 16, ~10 KB of msgpack), the rest decode steps completing 8 blocks; each
 engine's blocks are its own, chained by parent, and it holds at most `--capacity` blocks
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import dataclasses
 import gc
 import json
 import os
@@ -43,6 +47,7 @@ import zmq
 import zmq.asyncio
 
 from kinference.kvcache.pool import PoolCaches
+from kinference.kvevents.replay import ReplayLimits
 from kinference.kvevents.subscriber import EventSubscriber, Feed
 from kinference.kvevents.trust import WorkerTrust
 from loadtest.bench_event_lag import probe
@@ -74,8 +79,9 @@ def buffer(engine: int, batches: int, capacity: int) -> list[bytes]:
     return out
 
 
-async def serve(engines: int, batches: int, hwm: int, capacity: int) -> None:
-    """The stand-in engines: print their replay ports, then answer every request."""
+async def serve(engines: int, batches: int, hwm: int, capacity: int, silent: int = 0) -> None:
+    """The stand-in engines: print their replay ports, then answer every request (but the
+    first `silent` engines, whose replay sockets never answer)."""
     context = zmq.asyncio.Context()
     routers, buffers = [], []
     for engine in range(engines):
@@ -94,13 +100,17 @@ async def serve(engines: int, batches: int, hwm: int, capacity: int) -> None:
                 await router.send_multipart([client, b"", seq_frame, payloads[seq]], copy=False)
             await router.send_multipart([client, b"", (-1).to_bytes(8, "big", signed=True), b""])
 
-    await asyncio.gather(*(answer(r, b) for (r, _), b in zip(routers, buffers, strict=True)))
+    answering = list(zip(routers, buffers, strict=True))[silent:]
+    await asyncio.gather(*(answer(r, b) for (r, _), b in answering))
 
 
-async def run(ports: list[int]) -> dict[str, float]:
+async def run(ports: list[int], concurrency: int | None) -> dict[str, float]:
     gc.collect()  # as a serving process does once started (`heap.freeze_startup_heap`)
     gc.freeze()
-    subscriber = EventSubscriber(time.monotonic)
+    limits = ReplayLimits.of()
+    if concurrency is not None:
+        limits = dataclasses.replace(limits, concurrency=concurrency)
+    subscriber = EventSubscriber(time.monotonic, limits=limits)
     pool = PoolCaches("p", BLOCK)
     feeds = []
     for slot, port in enumerate(ports):
@@ -146,24 +156,30 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--router-hwm", type=int, default=0)
     parser.add_argument("--capacity", type=int, default=32_768)
+    parser.add_argument("--concurrency", type=int, default=None)
+    parser.add_argument("--silent", type=int, default=0)
     parser.add_argument("--serve", action="store_true")
     args = parser.parse_args()
     if args.serve:
-        asyncio.run(serve(args.engines, args.batches, args.router_hwm, args.capacity))
+        asyncio.run(serve(args.engines, args.batches, args.router_hwm, args.capacity, args.silent))
         return
     command = [sys.executable, "-m", "loadtest.bench_replay_lag", "--serve",
                "--engines", str(args.engines), "--batches", str(args.batches),
-               "--router-hwm", str(args.router_hwm), "--capacity", str(args.capacity)]  # fmt: skip
+               "--router-hwm", str(args.router_hwm), "--capacity", str(args.capacity),
+               "--silent", str(args.silent)]  # fmt: skip
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=os.environ)
     try:
         assert child.stdout is not None
         ports = json.loads(child.stdout.readline())
-        results = [asyncio.run(run(ports)) for _ in range(args.runs)]
+        results = [asyncio.run(run(ports, args.concurrency)) for _ in range(args.runs)]
     finally:
         child.kill()
         child.wait()
     for result in results:
-        print(json.dumps({"engines": args.engines, "batches": args.batches, **result}))
+        concurrency = args.concurrency or ReplayLimits.of().concurrency
+        print(json.dumps({"engines": args.engines, "batches": args.batches,
+                          "concurrency": concurrency, "silent": args.silent,
+                          **result}))  # fmt: skip
     if len(results) > 1:
         worst = [r["worst_ms"] for r in results]
         print(json.dumps({"median_worst_ms": statistics.median(worst)}))

@@ -78,10 +78,18 @@ def fresh(waiting: Mapping[BlockId, float] | None, identity: BlockId, now: float
 
 
 def note(reused: dict[BlockId, int], key: int, blocks: Iterable[BlockId]) -> None:
-    """The request `key` will use `blocks`, held now (bounded as pending blocks are)."""
-    if len(reused) > MAX_PENDING_BLOCKS:
-        reused.clear()
-    reused.update(dict.fromkeys(blocks, key))  # in C
+    """The request `key` will use `blocks`, held now. Bounded as pending blocks are: past
+    the bound the oldest notes go, from the dict's front (a block noted again moves to the
+    end), so a crowd of requests beyond it keeps the newest (it cleared them all at once)."""
+    new = dict.fromkeys(blocks, key)  # in C
+    if len(new) > MAX_PENDING_BLOCKS:  # one prompt past the bound: its last blocks
+        new = dict(itertools.islice(new.items(), len(new) - MAX_PENDING_BLOCKS, None))
+    if reused:  # the ones noted before go to the end
+        collections.deque(map(reused.pop, new, itertools.repeat(None)), maxlen=0)
+    excess = len(reused) + len(new) - MAX_PENDING_BLOCKS
+    if excess > 0:  # the oldest (one pass over the front, as `expire`)
+        collections.deque(map(reused.pop, list(itertools.islice(reused, excess))), maxlen=0)
+    reused.update(new)
 
 
 def unnote(reused: dict[BlockId, int], key: int, blocks: Sequence[BlockId]) -> None:

@@ -5,6 +5,7 @@ a gap seen once the replay ends)."""
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass, field
 
 from kinference.kvcache.pool import PoolCaches
@@ -30,11 +31,13 @@ class Feed:
     replay_address: str | None
     topic: bytes
     trust: WorkerTrust
-    pending: list[tuple[int, Held]] = field(default_factory=list)
+    pending: deque[tuple[int, Held]] = field(default_factory=deque)  # taken from the front
     pending_bytes: int = 0  # their payloads'
     warned: bool = False  # a malformed message was logged since the last good one
     replaying: bool = False
     batches: int = 0
+    reconnects: int = 0  # connections ZMQ lost and reconnects by itself (`kvevents.link`)
+    reopens: int = 0  # and those it gave up on: the socket reopened
     task: asyncio.Task[None] | None = None
     replay: asyncio.Task[None] | None = None
 
@@ -43,6 +46,11 @@ class Feed:
         for task in (self.task, self.replay):
             if task is not None:
                 task.cancel()
+
+    def dropped(self) -> None:
+        """ZMQ gave up on the live connection (`kvevents.link`): reopened after a wait."""
+        self.trust.drop()
+        self.reopens += 1
 
     def hold(self, seq: int, batch: EventBatch | None, size: int) -> None:
         """A live batch (its payload `size` bytes) taken while a replay runs, if it fits."""

@@ -28,6 +28,7 @@ import zmq.asyncio
 from kinference.kvevents.steps import WORK_PER_STEP
 from kinference.kvevents.wire import (
     END_OF_REPLAY,
+    FRAMING_BYTES,
     MAX_PAYLOAD_BYTES,
     MalformedBatch,
     decode_seq,
@@ -35,7 +36,6 @@ from kinference.kvevents.wire import (
 )
 from kinference.settings import Settings
 
-_FRAMING_BYTES = 64  # a frame's allowance beyond the largest payload decoded
 # A replay's work between two turns of the loop: a quarter of a live batch's (~0.3-1 ms).
 # Its answers come queued, thousands at once, while Picks and the live feeds wait behind.
 REPLAY_WORK_PER_STEP = WORK_PER_STEP // 4
@@ -90,7 +90,7 @@ async def fetch(
     socket = context.socket(zmq.DEALER)
     try:
         socket.setsockopt(zmq.LINGER, 0)
-        socket.setsockopt(zmq.MAXMSGSIZE, min(limits.max_bytes, MAX_PAYLOAD_BYTES) + _FRAMING_BYTES)
+        socket.setsockopt(zmq.MAXMSGSIZE, min(limits.max_bytes, MAX_PAYLOAD_BYTES) + FRAMING_BYTES)
         # Every answer a replay may take is queued as it comes: the engine's ROUTER drops
         # what would exceed its own and our high-water marks (vLLM's is ZMQ's 1,000).
         socket.setsockopt(zmq.RCVHWM, limits.max_batches + 1)

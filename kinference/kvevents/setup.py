@@ -39,7 +39,9 @@ class PreciseEvents:
         self._feeds: dict[tuple[str, int], _Wanted] = {}
 
     async def start(self, policy: Policy) -> None:
-        self.subscriber = EventSubscriber(self.caches.clock, self.metrics.message, self.limits)
+        self.subscriber = EventSubscriber(
+            self.caches.clock, self.metrics.message, self.limits, on_reopen=self.metrics.reopen
+        )
         self.apply_policy(policy)
 
     def apply_policy(self, policy: Policy) -> None:

@@ -17,14 +17,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Callable
-from typing import cast
 
-import zmq
 import zmq.asyncio
 
 from kinference.kvevents.events import BlockStored, Event, EventBatch
 from kinference.kvevents.feed import Feed, Held
+from kinference.kvevents.link import Backoff, Link
 from kinference.kvevents.replay import REPLAY_WORK_PER_STEP, Outcome, ReplayLimits, fetch
 from kinference.kvevents.steps import Budget, Steps, cost, finish, finish_async
 from kinference.kvevents.trust import Distrust, Step
@@ -34,30 +34,29 @@ __all__ = ["EventSubscriber", "Feed"]  # Feed: where it long was
 
 log = logging.getLogger(__name__)
 
-RECEIVE_HWM = 100_000  # batches queued in the socket before ZMQ drops (a gap we detect)
-
 
 class EventSubscriber:
-    """Runs the feeds; `on_batch(pool_ref, outcome)` counts what happened to each message."""
+    """Runs the feeds; `on_message(pool_ref, outcome)` counts what happened to each message,
+    `on_reopen(pool_ref)` each socket reopened (`kvevents.link`)."""
 
     def __init__(
         self,
         clock: Callable[[], float],
         on_message: Callable[[str, str], None] = lambda pool, outcome: None,
         limits: ReplayLimits | None = None,
+        on_reopen: Callable[[str], None] = lambda pool: None,
     ) -> None:
         self._context = zmq.asyncio.Context()
         self._limits = limits if limits is not None else ReplayLimits.of()
         self._replays = asyncio.Semaphore(self._limits.concurrency)
         self._clock = clock
         self._on_message = on_message
+        self._on_reopen = on_reopen
         self.feeds: dict[tuple[str, int], Feed] = {}
 
     def add(self, feed: Feed) -> None:
         key = (feed.pool.ref, feed.slot)
-        old = self.feeds.pop(key, None)
-        if old is not None:
-            old.cancel()
+        self.remove(*key)
         self.feeds[key] = feed
         feed.task = asyncio.get_running_loop().create_task(
             self._run(feed), name=f"kv-events {feed.endpoint}"
@@ -80,29 +79,29 @@ class EventSubscriber:
         self._context.destroy(linger=0)
 
     async def _run(self, feed: Feed) -> None:
-        socket = self._context.socket(zmq.SUB)
-        try:
-            socket.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
-            socket.setsockopt(zmq.LINGER, 0)
-            socket.setsockopt(zmq.SUBSCRIBE, feed.topic)
-            socket.connect(feed.address)
-            if feed.replay_address is not None and not feed.replaying:  # sent before we came
-                feed.replaying, feed.pending, feed.pending_bytes = True, [], 0
-                feed.replay = asyncio.get_running_loop().create_task(self._join(feed))
-            caught_up = True
-            while True:
-                # A message known to be queued is taken without a wait registered (NOBLOCK:
-                # ~10 µs instead of ~25-50 µs a message: a long prompt's steps come so).
-                parts = await socket.recv_multipart(0 if caught_up else zmq.NOBLOCK, copy=True)
-                events = cast(int, socket.get(zmq.EVENTS))
-                caught_up = not events & zmq.POLLIN  # no message waits behind it
-                await finish_async(self.steps(feed, parts, caught_up))
-                # One batch per loop step: a backlog (an engine announcing a long prompt,
-                # or several engines at once) comes back from `recv` without yielding, and
-                # applied in one go it would hold Picks waiting for the loop behind it.
-                await asyncio.sleep(0)
-        finally:
-            socket.close(linger=0)
+        backoff = Backoff(feed.endpoint)
+        while True:
+            link = Link(self._context, feed)
+            try:  # a join asks for what was sent before we came (on reopening: if none came)
+                if feed.replay_address and not feed.replaying and feed.trust.next_seq is None:
+                    feed.replaying, feed.pending, feed.pending_bytes = True, deque(), 0
+                    feed.replay = asyncio.get_running_loop().create_task(self._join(feed))
+                await self._read(feed, link)
+            finally:
+                link.close()
+            feed.dropped()
+            self._on_reopen(feed.pool.ref)
+            await backoff.wait()
+
+    async def _read(self, feed: Feed, link: Link) -> None:
+        """The live batches, until ZMQ gives up on the connection."""
+        caught_up = True
+        while (parts := await link.receive(wait=caught_up)) is not None:
+            caught_up = link.caught_up()  # no message waits behind it
+            await finish_async(self.steps(feed, parts, caught_up))
+            # One batch per loop step: a backlog (a long prompt's steps, several engines
+            # at once) comes from `recv` without yielding, and would hold Picks behind it.
+            await asyncio.sleep(0)
 
     def receive(self, feed: Feed, parts: list[bytes], caught_up: bool = True) -> None:
         """One multipart message from the PUB socket, handled at once."""
@@ -135,6 +134,7 @@ class EventSubscriber:
             batch = None
         else:
             feed.warned = False
+        feed.trust.heard()
         if seq is None:
             feed.trust.on_malformed(None, now)
             return
@@ -163,7 +163,7 @@ class EventSubscriber:
         if step is Step.RESET_AND_APPLY or step is Step.RESET_AND_REPLAY:
             feed.pool.forget(feed.slot)
         if step is Step.REPLAY or step is Step.RESET_AND_REPLAY:
-            feed.replaying, feed.pending, feed.pending_bytes = True, [(seq, batch)], 0
+            feed.replaying, feed.pending, feed.pending_bytes = True, deque([(seq, batch)]), 0
             until = seq if batch is not None else seq + 1
             feed.replay = asyncio.get_running_loop().create_task(
                 self._replay(feed, trust.replay_from, until)
@@ -221,7 +221,7 @@ class EventSubscriber:
                 complete = False
             else:
                 await finish_async(self._apply(feed, batch.events, now, budget))
-        _, trigger = feed.pending.pop(0)  # the batch that revealed the gap, if it decoded
+        _, trigger = feed.pending.popleft()  # the batch that revealed the gap, if it decoded
         if isinstance(trigger, EventBatch):
             await finish_async(self._apply(feed, trigger.events, now, budget))
         feed.trust.replayed(complete, now)
@@ -250,7 +250,7 @@ class EventSubscriber:
             self._on_message(feed.pool.ref, "replay_incomplete")
         feed.trust.joined(min(got, default=None), complete, self._clock())
         live = [(seq, batch) for seq, batch in feed.pending if seq not in got]
-        feed.pending = [(seq, got[seq]) for seq in sorted(got)] + live
+        feed.pending = deque([(seq, got[seq]) for seq in sorted(got)] + live)
         await self._drain(feed, self._clock(), budget)
 
     async def _restarted(self, feed: Feed, got: dict[int, bytes], budget: Budget) -> bool:
@@ -290,7 +290,7 @@ class EventSubscriber:
     async def _drain(self, feed: Feed, now: float, budget: Budget) -> None:
         """The held batches, in order; the feed takes live ones again once they are done."""
         while feed.pending:
-            seq, batch = feed.pending.pop(0)
+            seq, batch = feed.pending.popleft()
             batch = await self._decoded(feed, batch, budget)
             held = feed.pending
             await finish_async(self._step(feed, seq, batch, now, budget))

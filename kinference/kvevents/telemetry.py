@@ -71,6 +71,13 @@ class PreciseMetrics:
             ["pool", "outcome"],
             registry=registry,
         )
+        self.reopened = Counter(
+            "kinference_kv_events_reopened_total",
+            "Live KV-event sockets of precise pools reopened because ZMQ ended the connection "
+            "without reconnecting (a frame over the size cap, or another protocol error).",
+            ["pool"],
+            registry=registry,
+        )
         self.tokenize_seconds = Histogram(
             "kinference_prompt_tokenize_seconds",
             "Seconds to render, tokenize and cut one prompt into engine blocks (precise mode).",
@@ -81,3 +88,6 @@ class PreciseMetrics:
 
     def message(self, pool: str, outcome: str) -> None:
         self.messages.labels(pool, outcome).inc()
+
+    def reopen(self, pool: str) -> None:
+        self.reopened.labels(pool).inc()

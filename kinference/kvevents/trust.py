@@ -15,6 +15,10 @@ since the first has been seen, in order. What breaks that, and what mends it:
   nothing was published for `stall_after_s` since: not precise until the next batch;
 - **blocks of another size** than the pool's `block_size` (a misconfiguration: none of them
   can match a prompt cut in the pool's blocks): not precise until the engine starts over;
+- a **dropped** connection: ZMQ ended the live socket's session for good (a frame over its
+  size cap, a protocol error; `kvevents.link`): not precise until a message comes through
+  the reopened socket, whose sequence then says what was missed. Kept apart from the
+  sequence's state (`stream`), which goes on as before underneath;
 - **lagging**: the subscriber applies batches more than `max_lag_s` after it could have
   (it falls behind a flooding publisher, its loop is starved): not precise until a batch
   comes within the bound again. Measured without comparing the two hosts' clocks: a batch
@@ -48,6 +52,7 @@ class Distrust(enum.Enum):
     STALLED = "publisher stalled"
     BLOCK_SIZE = "block size differs from the pool's"
     LAGGING = "events applied late"
+    DROPPED = "event connection dropped"  # a frame over the cap or a protocol error
 
 
 _RESYNCING = (Distrust.GAP, Distrust.MALFORMED, Distrust.RESTARTED)  # end after resync_after_s
@@ -71,11 +76,18 @@ class WorkerTrust:
     can_replay: bool = False
     max_lag_s: float = math.inf  # a live batch applied this much later than it could be
     next_seq: int | None = None  # the batch expected next; None before the first
-    distrust: Distrust | None = Distrust.AWAITING
-    since: float = 0.0  # when `distrust` began
+    stream: Distrust | None = Distrust.AWAITING  # what the sequence says (`distrust`)
+    since: float = 0.0  # when `stream` began
+    dropped: bool = False  # the live socket was reopened and has not heard anything yet
     waiting_since: float | None = None  # first routed request not yet followed by a batch
     replay_from: int = 0
     base: float | None = None  # least `receipt - ts` since the last current batch
+
+    @property
+    def distrust(self) -> Distrust | None:
+        """Why the worker is not trusted (as last checked), None if it is: its connection
+        dropped, else what its sequence says."""
+        return Distrust.DROPPED if self.dropped else self.stream
 
     def trusted(self, now: float) -> bool:
         self.check(now)
@@ -84,8 +96,8 @@ class WorkerTrust:
     def on_batch(self, seq: int, now: float) -> Step:
         expected, self.next_seq = self.next_seq, seq + 1
         self.waiting_since = None
-        if self.distrust is Distrust.STALLED:
-            self.distrust = None
+        if self.stream is Distrust.STALLED:
+            self.stream = None
         if expected is None:
             return self._first(seq, now)
         if seq == expected:
@@ -93,9 +105,9 @@ class WorkerTrust:
         if seq < expected:  # a PUB socket never repeats: the publisher started over
             self.base = None  # a new process: its stamps may come from another clock
             if seq == 0:
-                self.distrust = None
+                self.stream = None
             elif self.can_replay:  # the new process's batches before this one
-                self.distrust, self.since, self.replay_from = Distrust.REPLAYING, now, 0
+                self.stream, self.since, self.replay_from = Distrust.REPLAYING, now, 0
                 return Step.RESET_AND_REPLAY
             else:
                 self._lost(Distrust.RESTARTED, now, 0)
@@ -118,27 +130,27 @@ class WorkerTrust:
         else:
             self.base = min(self.base, offset)
         lagging = offset - self.base > self.max_lag_s
-        if lagging and self.distrust is None:
-            self.distrust, self.since = Distrust.LAGGING, now
-        elif not lagging and self.distrust is Distrust.LAGGING:
-            self.distrust = None
+        if lagging and self.stream is None:
+            self.stream, self.since = Distrust.LAGGING, now
+        elif not lagging and self.stream is Distrust.LAGGING:
+            self.stream = None
 
     def on_block_size(self, now: float) -> None:
         """The batch stored blocks of another size than the pool's (it is not applied)."""
-        self.distrust, self.since = Distrust.BLOCK_SIZE, now
+        self.stream, self.since = Distrust.BLOCK_SIZE, now
 
     def replayed(self, complete: bool, now: float) -> None:
         """The replay ended: every missed batch came back (`complete`), or not."""
-        if self.distrust is Distrust.REPLAYING:
+        if self.stream is Distrust.REPLAYING:
             if complete:
-                self.distrust = None
+                self.stream = None
             else:
-                self.distrust, self.since = Distrust.GAP, now
+                self.stream, self.since = Distrust.GAP, now
 
     def joining(self, now: float) -> None:
         """The engine's buffer is asked for on subscribing: it may hold warm blocks not
         known yet (REPLAYING, not AWAITING: not taken as holding nothing)."""
-        self.distrust, self.since = Distrust.REPLAYING, now
+        self.stream, self.since = Distrust.REPLAYING, now
 
     def joined(self, first: int | None, complete: bool, now: float) -> None:
         """The join replay ended: `first`, the oldest batch it brought (None: none), and
@@ -148,28 +160,42 @@ class WorkerTrust:
         batch asks for the rest), trusted again after `resync_after_s`."""
         self.next_seq = first
         if first is None and complete:
-            self.distrust = Distrust.AWAITING  # the engine published nothing yet
+            self.stream = Distrust.AWAITING  # the engine published nothing yet
         elif first == 0 and complete:
-            self.distrust = None
+            self.stream = None
         else:
-            self.distrust, self.since, self.replay_from = Distrust.GAP, now, first or 0
+            self.stream, self.since, self.replay_from = Distrust.GAP, now, first or 0
 
     def routed(self, now: float) -> None:
         """A request that stored new blocks was run by this worker (its first token came)."""
         if self.waiting_since is None:
             self.waiting_since = now
 
+    def drop(self) -> None:
+        """ZMQ ended the live connection for good (a frame over the size cap, a protocol
+        error) and the socket is being reopened: batches published meanwhile are lost, and
+        nothing says so until a message comes through the new socket (`heard`)."""
+        self.dropped = True
+
+    def heard(self) -> None:
+        """A message came through the live socket: connected (what it missed meanwhile
+        is a gap in the sequence, seen as this message goes through `on_batch`)."""
+        self.dropped = False
+
     def check(self, now: float) -> None:
-        state = self.state(now)
-        if state is not self.distrust:
+        state = self._stream_state(now)
+        if state is not self.stream:
             if state is Distrust.STALLED:
                 self.since = now
-            self.distrust = state
+            self.stream = state
 
     def state(self, now: float) -> Distrust | None:
         """What `check` makes `distrust` at `now`, without writing it: for readers on
         other threads (the metrics server's), which must not undo what the loop writes."""
-        distrust, since, waiting = self.distrust, self.since, self.waiting_since
+        return Distrust.DROPPED if self.dropped else self._stream_state(now)
+
+    def _stream_state(self, now: float) -> Distrust | None:
+        distrust, since, waiting = self.stream, self.since, self.waiting_since
         if waiting is not None and now - waiting > self.stall_after_s and distrust is None:
             return Distrust.STALLED
         if distrust in _RESYNCING and now - since >= self.resync_after_s:
@@ -178,16 +204,16 @@ class WorkerTrust:
 
     def _first(self, seq: int, now: float) -> Step:
         if seq == 0:
-            self.distrust = None
+            self.stream = None
             return Step.APPLY
         return self._gap(Distrust.GAP, now, 0)  # joined a running engine
 
     def _gap(self, why: Distrust, now: float, missing_from: int) -> Step:
         if self.can_replay:
-            self.distrust, self.since, self.replay_from = Distrust.REPLAYING, now, missing_from
+            self.stream, self.since, self.replay_from = Distrust.REPLAYING, now, missing_from
             return Step.REPLAY
         self._lost(why, now, missing_from)
         return Step.APPLY
 
     def _lost(self, why: Distrust, now: float, missing_from: int) -> None:
-        self.distrust, self.since, self.replay_from = why, now, missing_from
+        self.stream, self.since, self.replay_from = why, now, missing_from

@@ -39,6 +39,7 @@ from kinference.kvevents.unpack import ERRORS, UNPACKED_PER_UNIT, unpack_steps
 END_OF_REPLAY = -1
 _SEQ_BYTES = 8
 MAX_PAYLOAD_BYTES = 16 * 1024 * 1024  # refused undecoded: one step of a 1 MiB prompt is ~1.5 MB
+FRAMING_BYTES = 64  # a frame's allowance beyond the largest payload decoded (ZMQ's size caps)
 # An adapter's name seeds its blocks' identities (`kvcache.blocks.seed`, which keeps the last
 # 256 it saw): a longer one is refused, not kept (256 names of 16 MiB would pin 4 GiB).
 MAX_LORA_NAME_CHARS = 1024

@@ -236,3 +236,35 @@ def test_an_engine_on_another_block_size_is_not_trusted() -> None:
     subscriber.receive(feed, [b"", vllm.seq_bytes(0), _batch(0)])  # restarted, on 4s
     assert trust.trusted(100.0) and pool.index.blocks(0) == 1
     subscriber._context.destroy(linger=0)
+
+
+async def test_a_long_backlog_held_during_a_replay_is_applied_in_order() -> None:
+    """Thousands of live batches held while a replay runs (taken from the front of a deque,
+    not `list.pop(0)`), each storing the next block of one chain: once the replay ends all
+    are applied, in order (one out of order would be an orphan, or a sequence gone back)."""
+    context = zmq.asyncio.Context()
+    router = context.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    subscriber, pool, feed, client = await _replaying(router, port)
+
+    def chained(n: int) -> bytes:  # block n + 1, child of block n (batch 0's is block 1)
+        return vllm.encode([vllm.stored([n + 1], list(range(4 * n, 4 * n + 4)), parent=n)])
+
+    last = 3000
+    try:
+        for n in range(4, last + 1):
+            subscriber.receive(feed, [b"", vllm.seq_bytes(n), chained(n)])
+        assert len(feed.pending) == last - 2  # the trigger (3) and the ones after it
+        for n in (1, 2):
+            await router.send_multipart([client, b"", vllm.seq_bytes(n), chained(n)])
+        await wait_until(lambda: not feed.replaying, what="replay and backlog applied")
+        trust = feed.trust
+        assert trust.distrust is None and trust.next_seq == last + 1 and not feed.pending
+        # Batch 3 (the trigger) was taken unchained by `_replaying`: 0..2, then 3..last.
+        assert pool.index.orphans(0) == 0 and pool.index.blocks(0) == last + 1
+        first, rest = identities(range(12), 4), identities(range(12, 4 * (last + 1)), 4)
+        assert pool.index.longest(first, [0]) == {0: 3}
+        assert pool.index.longest(rest, [0]) == {0: last - 2}  # every block, chained
+    finally:
+        await subscriber.aclose()
+        context.destroy(linger=0)

@@ -172,3 +172,36 @@ def test_a_join_replay_decides_what_its_batches_make_of_the_worker() -> None:
         t.joined(first, complete, 2.0)
         assert t.on_batch(first, 2.0) is Step.APPLY and t.distrust is Distrust.GAP
         assert t.on_batch(first + 4, 2.0) is Step.REPLAY and t.replay_from == first + 1
+
+
+def test_a_dropped_connection_is_untrusted_until_the_reopened_socket_hears() -> None:
+    """ZMQ ended the live connection for good (`kvevents.link`): not trusted, whatever the
+    sequence says, until a message comes through the reopened socket; the sequence's own
+    state goes on underneath (a gap found meanwhile still asks for a replay)."""
+    t = trust(replay=True)
+    t.on_batch(0, 0.0)
+    t.drop()
+    assert not t.trusted(1.0) and t.distrust is Distrust.DROPPED
+    assert t.state(1.0) is Distrust.DROPPED and t.stream is None
+    t.heard()
+    assert t.on_batch(1, 2.0) is Step.APPLY and t.trusted(2.0)  # nothing was missed
+    t.drop()
+    t.heard()
+    assert t.on_batch(4, 3.0) is Step.REPLAY and t.replay_from == 2  # 2 and 3 were
+    assert t.distrust is Distrust.REPLAYING
+    t.replayed(True, 3.5)
+    assert t.trusted(3.5)
+
+
+def test_a_drop_does_not_end_what_the_sequence_says() -> None:
+    t = trust()
+    t.on_batch(0, 0.0)
+    t.on_batch(5, 1.0)  # a gap, without a replay socket: resynced after 10 s
+    t.drop()
+    assert not t.trusted(20.0) and t.distrust is Distrust.DROPPED  # dropped, still
+    t.heard()
+    assert t.trusted(20.0)
+    t.on_block_size(21.0)
+    t.drop()
+    t.heard()
+    assert t.distrust is Distrust.BLOCK_SIZE

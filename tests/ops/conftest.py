@@ -11,6 +11,7 @@ from kinference.config import parse_policy
 from kinference.gateway.metrics import GatewayMetrics
 from kinference.gateway.timing import TokenClock
 from kinference.gateway.usage import Usage
+from kinference.kvevents.link import MAX_FRAME_BYTES
 from loadtest.redis_server import RedisServer
 from tests.api.helpers import wait_until
 from tests.cluster.conftest import (  # noqa: F401 (fixtures, shared)
@@ -92,6 +93,10 @@ pools:
         await publisher.publish(vllm.encode([vllm.stored([1], [1, 2, 3, 4])]))
         applied = {"pool": "default/precise", "outcome": "applied"}
         await wait_until(lambda: picker.metric("kinference_kv_events_messages_total", applied) > 0)
+        # A frame over the cap: ZMQ ends the connection, and the socket is reopened.
+        await publisher.pub.send_multipart([b"", vllm.seq_bytes(1), bytes(MAX_FRAME_BYTES + 1)])
+        reopened = {"pool": "default/precise"}
+        await wait_until(lambda: picker.metric("kinference_kv_events_reopened_total", reopened) > 0)
         return await scrape(picker)
     finally:
         await publisher.close()
