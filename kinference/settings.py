@@ -73,8 +73,8 @@ class Settings(BaseSettings):
     # The shared view counts as stale (Picks answer DEGRADED) after this long without a read.
     redis_stale_after_s: float = Field(default=2.0, gt=0)
     redis_stream_maxlen: int = Field(default=20_000, ge=100)  # events entries kept (approx.)
-    # Milliseconds a replica gathers samples before publishing them (picks, prefill ends
-    # and releases go at once), and on Redis Cluster pauses between polls while entries come.
+    # Milliseconds a replica gathers events before publishing them, and pauses between
+    # reads of the others': fewer Redis commands per request, at this much propagation delay.
     redis_batch_ms: int = Field(default=15, ge=0, le=1_000)
     # Key layout: "pools" gives each pool its own hash tag (Redis Cluster spreads pools over
     # masters; a replica reads only its pools' streams); "single" is the schema before

@@ -85,7 +85,7 @@ class ClusterNode:
         self.keys = keys
         self.outbox = outbox
         self.stale_after_s = stale_after_s
-        self.batch_s = batch_s  # seconds samples gather before a flush (Cluster: polls pause)
+        self.batch_s = batch_s  # seconds events gather before a flush, and reads pause
         self._clock = clock
         self.stats = StatsBuffer(redis, keys, self.instance)
         self.shards = Shards(

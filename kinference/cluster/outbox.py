@@ -1,10 +1,7 @@
 """The cluster journal: this instance's events, queued on the Pick path, flushed in batches.
 
 Appending is a list append (no Redis, no encoding); the flusher packs hashes (to bytes) and
-sends one stream entry per flush and shard. Placement and load (a pick with its prefix
-blocks, a prefill's end, a release) go out at once: another replica picking meanwhile
-misses them, and at 18 req/s over 4 replicas a third of the picks were made with another
-replica's pick of the last batch window unseen (h130). Samples gather for the batch window. The queue is bounded: past the bound the oldest
+sends one stream entry per flush and shard. The queue is bounded: past the bound the oldest
 events are dropped and the next flush tells readers to re-read this instance's load hash
 instead of trusting the deltas they missed.
 """
@@ -31,29 +28,26 @@ class Outbox:
         self.dirty: set[str] = set()  # endpoints whose own load changed since the last flush
         self.dropped = 0  # events lost to the bound since the last flush
         self.wakeup = asyncio.Event()  # set when something waits to be flushed
-        # Set when an event must go out now (a pick, a prefill's end, a release, a
-        # blacklisting), not after the batch window.
+        # Set when an event must go out now (a blacklisting), not after the batch window.
         self.urgent_wakeup = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self._events)
 
-    def _add(self, event: list[Any], *, urgent: bool = False) -> None:
+    def _add(self, event: list[Any]) -> None:
         if len(self._events) >= self._limit:
             self._events.popleft()
             self.dropped += 1
         self._events.append(event)
         self.wakeup.set()
-        if urgent:
-            self.urgent_wakeup.set()
 
     def picked(self, endpoint: str, model: str, hashes: Sequence[int]) -> None:
         self.dirty.add(endpoint)
-        self._add([codec.PICKED, endpoint, model, hashes], urgent=True)
+        self._add([codec.PICKED, endpoint, model, hashes])
 
     def released(self, endpoint: str) -> None:
         self.dirty.add(endpoint)
-        self._add([codec.RELEASED, endpoint], urgent=True)
+        self._add([codec.RELEASED, endpoint])
 
     def first_token(self, endpoint: str, model: str, ttft_ms: float) -> None:
         self._add([codec.FIRST_TOKEN, endpoint, model, ttft_ms])
@@ -73,7 +67,7 @@ class Outbox:
         self._add([codec.PREFILLING, endpoint, pick, start, tokens, block_tokens])
 
     def prefilled(self, endpoint: str, pick: int) -> None:
-        self._add([codec.PREFILLED, endpoint, pick], urgent=True)
+        self._add([codec.PREFILLED, endpoint, pick])
 
     def shortfall(self, endpoint: str, hashes: Sequence[int], kept: int, age: int | None) -> None:
         self._add([codec.SHORTFALL, endpoint, codec.pack_hashes(hashes), kept, age])
@@ -91,7 +85,8 @@ class Outbox:
         self._add([codec.ENGINE, endpoint, reading])
 
     def cooled(self, provider: str) -> None:
-        self._add([codec.COOLED, provider], urgent=True)
+        self._add([codec.COOLED, provider])
+        self.urgent_wakeup.set()
 
     @property
     def urgent(self) -> bool:

@@ -166,8 +166,7 @@ class Shards:
     async def read(self) -> None:
         """One read of every shard's stream (raises on a Redis error; every shard then
         bootstraps again). On one Redis (plain or Sentinel) that is one XREAD BLOCK over
-        all the streams, at once again (a pick another replica published must not wait for
-        a read pause). On Cluster a command's keys must share a slot, so it is one
+        all the streams. On Cluster a command's keys must share a slot, so it is one
         pipeline of non-blocking reads (one round trip per master), polled after the read
         pause while entries come and backing off to IDLE_POLL_MAX_S while none do."""
         shards = list(self)
@@ -179,13 +178,11 @@ class Shards:
             for shard in shards:
                 shard.reader.bootstrap_needed = True
             raise
-        if not isinstance(self._wiring.reader_redis, RedisCluster):
-            return  # the next XREAD BLOCK returns as soon as an entry comes (h130)
         pause = self._wiring.batch_s
-        if not found:
+        if isinstance(self._wiring.reader_redis, RedisCluster) and not found:
             self._idle_s = min(max(2 * self._idle_s, pause, IDLE_POLL_MIN_S), IDLE_POLL_MAX_S)
             await asyncio.sleep(self._idle_s)
-        else:
+        elif found:
             self._idle_s = 0.0
             if pause:
                 await asyncio.sleep(pause)
