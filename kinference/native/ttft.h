@@ -61,6 +61,7 @@ int occupancy_of_row(const Column columns[3], Py_ssize_t slot, const BatchRow *r
 double peer_batch_of_rows(const BatchRow *rows, Py_ssize_t count);
 double most_seen_of_rows(const BatchRow *rows, Py_ssize_t count);
 double unsure_of_row(const BatchRow *row, double peer, double pool);
+int is_probe(double joined, double most, double limit);
 int unseen_wait(double joined, double most, double batch, double service, double *out);
 int py_square(double value, double *out);
 int peers_or(const Column *learned, const Py_ssize_t *slots, Py_ssize_t count, double prior,

@@ -230,6 +230,29 @@ def unseen_wait(joined: float, most: float, batch: float, service_ms: float) -> 
     return service_ms * total / max(size, 1.0)
 
 
+def probe_limit(probing: _FloatArray, late: _FloatArray, slots: list[int]) -> float:
+    """The sequences from which no candidate may probe (`is_probe`): 0 while one of them
+    has a probe in flight (`WorkerTable.probing`), else the fewest a probe joined that came
+    late (`WorkerTable.probe_late`), inf when none did."""
+    limit = math.inf
+    for slot in slots:
+        if probing.item(slot) > 0.0:
+            return 0.0
+        limit = _fmin(limit, late.item(slot))
+    return limit
+
+
+def is_probe(joined: float, most: float, limit: float) -> bool:
+    """Whether the `joined`-th sequence on a worker seen running `most` at most (`unsure`)
+    is the pool's probe: one past the most, below `limit` (`probe_limit`: none in flight,
+    none as far came late). Its wait is priced as none: its first token on time raises
+    the floor (h81), and until then no other joins past the most without the doubt.
+    Doubting every such join kept the pool's most where it was (64-slot engines running
+    2-5 charged 67-143 ms, hits sent cold, h107/h118); a late one ends the probing there,
+    so a 4-slot pool queues one pick to it, and the doubt prices the rest as before."""
+    return most >= MOST_SEEN_FOR_DOUBT and most < joined <= most + 1.0 and joined < limit
+
+
 def unseen_waits(
     joined: _FloatArray, most: _FloatArray, batch: _FloatArray, service_ms: _FloatArray
 ) -> _FloatArray:
@@ -272,6 +295,11 @@ def unsure_of_row(row: BatchRow, peer: float, pool: float) -> float:
     if not isnan(known) or (not isnan(peer) and not floor > peer):
         return math.nan
     return _fmax(floor, pool)
+
+
+def _fmin(a: float, b: float) -> float:
+    """The smaller of two floats, `a` when `b` is NaN (`a` is never NaN here)."""
+    return b if b < a else a
 
 
 def _fmax(a: float, b: float) -> float:

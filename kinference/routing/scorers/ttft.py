@@ -50,7 +50,7 @@ from kinference.routing.pending import unwaited_prefill
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.rates import Rates
-from kinference.routing.readings import unseen_waits
+from kinference.routing.readings import MOST_SEEN_FOR_DOUBT, probe_limit, unseen_waits
 from kinference.routing.scorers import ttft_small
 from kinference.routing.scorers.ttft_small import Rows, native_terms, small_terms
 from kinference.routing.table import FloatArray, IndexArray, WorkerTable
@@ -110,6 +110,7 @@ class Parts:
     sequences: FloatArray  # what each runs and queues now
     service: FloatArray  # ms a request holds a batch slot after its first token
     unsure: FloatArray  # the expected wait where the batch is not known (`unseen_wait`)
+    probes: FloatArray  # 1.0 where joining is the pool's probe (`readings.is_probe`)
 
 
 # (predicted TTFT, its wait, own prefill, its slot wait, the unknown batch's expected wait)
@@ -154,7 +155,7 @@ class TtftScorer:
             wait = wait + np.maximum(memory - slot_wait, 0.0)
             slot_wait = np.maximum(slot_wait, memory)  # the wait for a place to run
         predicted: FloatArray = wait + parts.base + prefill + parts.pressure
-        ctx.sequences = parts.sequences
+        ctx.sequences, ctx.probes = parts.sequences, parts.probes
         return predicted, wait, prefill, slot_wait, parts.unsure
 
     def _predict_small(self, ctx: PickContext) -> Terms:
@@ -195,8 +196,13 @@ class TtftScorer:
         pressure = config.decode_pressure_ms * np.minimum(sequences / batch, 1.0) ** 2
         pressure = pressure + busy * np.minimum(sequences, batch)
         most = np.where(ahead > 0.0, np.nan, table.unsure(slots, table.peer_batch(slots)))
-        unsure = unseen_waits(sequences + 1.0, most, batch, service)
-        return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure)
+        joined = sequences + 1.0
+        limit = probe_limit(table.probing, table.probe_late, slots.tolist())
+        probe = (most >= MOST_SEEN_FOR_DOUBT) & (most < joined) & (joined <= most + 1.0)
+        probes = (probe & (joined < limit)).astype(np.float64)  # `readings.is_probe`
+        unsure = np.where(probes > 0.0, 0.0, unseen_waits(joined, most, batch, service))
+        return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure,
+                     probes)  # fmt: skip
 
     def score(self, ctx: PickContext) -> FloatArray:
         """`best / cost`, the cost being the predicted TTFT plus `compute_weight` (and

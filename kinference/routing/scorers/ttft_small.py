@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from kinference.routing.scorers.ttft import TtftConfig
 
 Lists = tuple[list[float], list[float], list[float], list[float], list[float]]
-# `native_terms`' answer: predicted, wait, prefill, slot_wait, unsure, sequences, score.
+# `native_terms`' answer: predicted, wait, prefill, slot_wait, unsure, sequences, score
+# (`ctx.probes` set).
 Rows = tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]
 NativeTerms = Callable[..., object]
 
@@ -54,7 +55,7 @@ def native_terms(
     does not take the arguments (run the pure form). `busy`: `rates.busy_ms` of the model
     with the config's prior."""
     slots, model = ctx.slots, ctx.model
-    out = np.empty((7, len(slots)))
+    out = np.empty((8, len(slots)))
     done = terms(
         out, slots, ctx.cached_tokens, ctx.signals.waiting, ctx.table,
         rates.peek(model, "prefill_ms_per_token"), rates.peek(model, "prefill_base_ms"),
@@ -63,7 +64,7 @@ def native_terms(
     )  # fmt: skip
     if done is NotImplemented:
         return None
-    predicted, wait, prefill, slot_wait, unsure, sequences, score = out
+    predicted, wait, prefill, slot_wait, unsure, sequences, score, ctx.probes = out
     return predicted, wait, prefill, slot_wait, unsure, sequences, score
 
 
@@ -87,6 +88,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     unsure: list[float] = []
     rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
     pool, peer = readings.most_seen_of_rows(rows), readings.peer_batch_of_rows(rows)
+    limit, probes = readings.probe_limit(table.probing, table.probe_late, slots), [0.0] * len(slots)
     prior = config.prior_batch
     for i, slot in enumerate(slots):
         row = rows[i]
@@ -110,11 +112,14 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         if ahead == 0.0:
             most = readings.unsure_of_row(row, peer, pool)
         # (`unseen_wait` is 0 unless this holds: its call then saved)
-        if most >= MOST_SEEN_FOR_DOUBT and not joined <= most:
+        if readings.is_probe(joined, most, limit):
+            unsure.append(0.0)
+            probes[i] = 1.0
+        elif most >= MOST_SEEN_FOR_DOUBT and not joined <= most:
             unsure.append(unseen_wait(joined, most, batch, service[i]))
         else:
             unsure.append(0.0)
-    ctx.sequences = np.array(occupied)
+    ctx.sequences, ctx.probes = np.array(occupied), np.array(probes)
     return predicted, wait, prefill, slot_wait, unsure
 
 
