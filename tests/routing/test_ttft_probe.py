@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from kinference.routing.decision import LocalChoice
+from kinference.routing.journal import NullJournal
+from kinference.routing.learning import Learning
+from kinference.routing.prefix import PrefixIndex
 from kinference.routing.rates import Rates
 from kinference.routing.readings import unseen_wait
 from kinference.routing.scorers import ttft as ttft_module
 from kinference.routing.scorers.ttft import TtftConfig, TtftScorer
 from kinference.routing.table import WorkerTable
-from tests.routing.plugin_helpers import context
+from tests.routing.plugin_helpers import MODEL, context
 
 
 def frozen() -> float:
@@ -58,3 +62,33 @@ def test_one_join_past_the_most_seen_is_the_pools_probe_and_pays_no_doubt() -> N
     ctx = context(2, prompt_tokens=1600, cached=[1500, 0], table=table)
     TtftScorer(TtftConfig(), Rates()).score(ctx)
     assert ctx.probes is not None and not np.any(ctx.probes)
+
+
+def test_a_probe_is_in_flight_until_its_first_token_and_a_late_one_ends_the_probing() -> None:
+    learn = Learning(WorkerTable(), PrefixIndex(10_000), NullJournal())
+    table = learn.table
+    table.slots(f"10.0.0.{i}:8000" for i in range(2))
+    table.set_engine(1, waiting=0, running=3, kv_usage=0.1, scraped_at=1.0)
+
+    def probe(sequences: float) -> LocalChoice:
+        return LocalChoice("10.0.0.1:8000", 1, "default/pool", MODEL, prompt_tokens=500.0,
+                           predicted_ttft_ms=60.0, sequences=sequences, probe=True,
+                           ended_before=table.ended.item(1))  # fmt: skip
+
+    fourth = probe(4.0)
+    learn.picked(fourth)
+    assert table.probing.tolist()[:2] == [0.0, 1.0]
+    learn.first_token(fourth, 65.0)  # on time, none ended: the floor rises, no probe left
+    assert table.probing.tolist()[:2] == [0.0, 0.0]
+    assert table.batch_floor[1] == 4.0 and np.isnan(table.probe_late[1])
+    fifth = probe(5.0)
+    learn.picked(fifth)
+    learn.first_token(fifth, 200.0)  # late, but no certain queue: no ceiling either
+    assert table.probing[1] == 0.0 and table.probe_late[1] == 5.0
+    assert np.isnan(table.batch_ceiling[1]) and table.batch_floor[1] == 4.0
+    released = probe(5.0)
+    learn.picked(released)
+    learn.released_before_first_token(released)
+    assert table.probing[1] == 0.0
+    table.forget_batch(1)
+    assert np.isnan(table.probe_late[1])
