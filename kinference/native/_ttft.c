@@ -117,7 +117,7 @@ static int candidate(const Terms *t, Py_ssize_t i, const BatchRow *row, double p
         most = unsure_of_row(row, peer, pool);
     }
     int probe = is_probe(joined, most, limit);
-    if (!probe && most >= MOST_SEEN_FOR_DOUBT && !(joined <= most) &&
+    if (most >= MOST_SEEN_FOR_DOUBT && !(joined <= most) &&
         unseen_wait(joined, most, batch, service, &unsure) < 0) {
         return -1;
     }
@@ -161,6 +161,29 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
         costs[i] = best / costs[i];
     }
     return 0;
+}
+
+/* `readings.needed_probes` on the rows of `out`. */
+static void needed_probes(double *out, Py_ssize_t n) {
+    double safest = Py_HUGE_VAL;
+    int any = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (out[PROBE * n + i] != 0.0) {
+            any = 1;
+        } else if (out[SLOT_WAIT * n + i] == 0.0 && out[UNSURE * n + i] == 0.0) {
+            safest = py_min(safest, out[PREFILL * n + i]);
+        }
+    }
+    for (Py_ssize_t i = 0; any && i < n; i++) {
+        if (out[PROBE * n + i] == 0.0) {
+            continue;
+        }
+        if (out[PREFILL * n + i] + PROBE_SAVING_MS <= safest) {
+            out[UNSURE * n + i] = 0.0;
+        } else {
+            out[PROBE * n + i] = 0.0;
+        }
+    }
 }
 
 /* `readings.probe_limit` of the candidates. */
@@ -211,6 +234,7 @@ static int compute(Terms *t, double *out, int scoring) {
             return -1;
         }
     }
+    needed_probes(out, n);
     return scoring ? score(t, out, n) : 0;
 }
 

@@ -13,11 +13,13 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* `readings.BATCH_HEADROOM`, `readings.MOST_SEEN_FOR_DOUBT`, `readings.MAX_DOUBT_STEPS`
- * (a change there shows in the parity tests, tests/native/test_ttft.py). */
+/* `readings.BATCH_HEADROOM`, `readings.MOST_SEEN_FOR_DOUBT`, `readings.MAX_DOUBT_STEPS`,
+ * `readings.PROBE_SAVING_MS` (a change there shows in the parity tests,
+ * tests/native/test_ttft.py). */
 #define BATCH_HEADROOM 2.0
 #define MOST_SEEN_FOR_DOUBT 2.0
 #define MAX_DOUBT_STEPS 4096
+#define PROBE_SAVING_MS 20.0
 
 /* A read-only float64 vector: a 1-D buffer, any stride. */
 typedef struct {

@@ -50,7 +50,12 @@ from kinference.routing.pending import unwaited_prefill
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.rates import Rates
-from kinference.routing.readings import MOST_SEEN_FOR_DOUBT, probe_limit, unseen_waits
+from kinference.routing.readings import (
+    MOST_SEEN_FOR_DOUBT,
+    needed_probes,
+    probe_limit,
+    unseen_waits,
+)
 from kinference.routing.scorers import ttft_small
 from kinference.routing.scorers.ttft_small import Rows, native_terms, small_terms
 from kinference.routing.table import FloatArray, IndexArray, WorkerTable
@@ -155,8 +160,13 @@ class TtftScorer:
             wait = wait + np.maximum(memory - slot_wait, 0.0)
             slot_wait = np.maximum(slot_wait, memory)  # the wait for a place to run
         predicted: FloatArray = wait + parts.base + prefill + parts.pressure
-        ctx.sequences, ctx.probes = parts.sequences, parts.probes
-        return predicted, wait, prefill, slot_wait, parts.unsure
+        unsure, probes = parts.unsure, parts.probes
+        if probes.any():
+            listed, doubts = probes.tolist(), unsure.tolist()
+            needed_probes(listed, prefill.tolist(), slot_wait.tolist(), doubts)
+            unsure, probes = np.array(doubts), np.array(listed)
+        ctx.sequences, ctx.probes = parts.sequences, probes
+        return predicted, wait, prefill, slot_wait, unsure
 
     def _predict_small(self, ctx: PickContext) -> Terms:
         """`_predict` on Python floats, for a handful of candidates (numpy's fixed cost per
@@ -200,7 +210,7 @@ class TtftScorer:
         limit = probe_limit(table.probing, table.probe_late, slots.tolist())
         probe = (most >= MOST_SEEN_FOR_DOUBT) & (most < joined) & (joined <= most + 1.0)
         probes = (probe & (joined < limit)).astype(np.float64)  # `readings.is_probe`
-        unsure = np.where(probes > 0.0, 0.0, unseen_waits(joined, most, batch, service))
+        unsure = unseen_waits(joined, most, batch, service)
         return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure,
                      probes)  # fmt: skip
 

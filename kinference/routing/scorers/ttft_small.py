@@ -111,14 +111,15 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         joined, most = sequences + 1.0, math.nan
         if ahead == 0.0:
             most = readings.unsure_of_row(row, peer, pool)
-        # (`unseen_wait` is 0 unless this holds: its call then saved)
         if readings.is_probe(joined, most, limit):
-            unsure.append(0.0)
             probes[i] = 1.0
-        elif most >= MOST_SEEN_FOR_DOUBT and not joined <= most:
+        # (`unseen_wait` is 0 unless this holds: its call then saved)
+        if most >= MOST_SEEN_FOR_DOUBT and not joined <= most:
             unsure.append(unseen_wait(joined, most, batch, service[i]))
         else:
             unsure.append(0.0)
+    if any(probes):
+        readings.needed_probes(probes, prefill, slot_wait, unsure)
     ctx.sequences, ctx.probes = np.array(occupied), np.array(probes)
     return predicted, wait, prefill, slot_wait, unsure
 
