@@ -17,7 +17,7 @@ int names_open(Names *names) {
     static const char *const attributes[COLUMNS] = {
         "inflight", "running", "inflight_at_reading", "pending_prefill", "batch",
         "running_max", "batch_limit", "batch_floor", "batch_ceiling", "prefill_since",
-        "prefill_ended", "probing", "probe_late",
+        "prefill_ended",
     };
     for (int i = 0; i < COLUMNS; i++) {
         names->columns[i] = PyUnicode_InternFromString(attributes[i]);

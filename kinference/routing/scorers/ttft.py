@@ -50,12 +50,7 @@ from kinference.routing.pending import unwaited_prefill
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.rates import Rates
-from kinference.routing.readings import (
-    MOST_SEEN_FOR_DOUBT,
-    needed_probes,
-    probe_limit,
-    unseen_waits,
-)
+from kinference.routing.readings import unseen_waits
 from kinference.routing.scorers import ttft_small
 from kinference.routing.scorers.ttft_small import Rows, native_terms, small_terms
 from kinference.routing.table import FloatArray, IndexArray, WorkerTable
@@ -115,7 +110,6 @@ class Parts:
     sequences: FloatArray  # what each runs and queues now
     service: FloatArray  # ms a request holds a batch slot after its first token
     unsure: FloatArray  # the expected wait where the batch is not known (`unseen_wait`)
-    probes: FloatArray  # 1.0 where joining is the pool's probe (`readings.is_probe`)
 
 
 # (predicted TTFT, its wait, own prefill, its slot wait, the unknown batch's expected wait)
@@ -160,13 +154,8 @@ class TtftScorer:
             wait = wait + np.maximum(memory - slot_wait, 0.0)
             slot_wait = np.maximum(slot_wait, memory)  # the wait for a place to run
         predicted: FloatArray = wait + parts.base + prefill + parts.pressure
-        unsure, probes = parts.unsure, parts.probes
-        if probes.any():
-            listed, doubts = probes.tolist(), unsure.tolist()
-            needed_probes(listed, prefill.tolist(), slot_wait.tolist(), doubts)
-            unsure, probes = np.array(doubts), np.array(listed)
-        ctx.sequences, ctx.probes = parts.sequences, probes
-        return predicted, wait, prefill, slot_wait, unsure
+        ctx.sequences = parts.sequences
+        return predicted, wait, prefill, slot_wait, parts.unsure
 
     def _predict_small(self, ctx: PickContext) -> Terms:
         """`_predict` on Python floats, for a handful of candidates (numpy's fixed cost per
@@ -206,13 +195,8 @@ class TtftScorer:
         pressure = config.decode_pressure_ms * np.minimum(sequences / batch, 1.0) ** 2
         pressure = pressure + busy * np.minimum(sequences, batch)
         most = np.where(ahead > 0.0, np.nan, table.unsure(slots, table.peer_batch(slots)))
-        joined = sequences + 1.0
-        limit = probe_limit(table.probing, table.probe_late, slots.tolist())
-        probe = (most >= MOST_SEEN_FOR_DOUBT) & (most < joined) & (joined <= most + 1.0)
-        probes = (probe & (joined < limit)).astype(np.float64)  # `readings.is_probe`
-        unsure = unseen_waits(joined, most, batch, service)
-        return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure,
-                     probes)  # fmt: skip
+        unsure = unseen_waits(sequences + 1.0, most, batch, service)
+        return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure)
 
     def score(self, ctx: PickContext) -> FloatArray:
         """`best / cost`, the cost being the predicted TTFT plus `compute_weight` (and

@@ -30,8 +30,7 @@ if TYPE_CHECKING:
     from kinference.routing.scorers.ttft import TtftConfig
 
 Lists = tuple[list[float], list[float], list[float], list[float], list[float]]
-# `native_terms`' answer: predicted, wait, prefill, slot_wait, unsure, sequences, score
-# (`ctx.probes` set).
+# `native_terms`' answer: predicted, wait, prefill, slot_wait, unsure, sequences, score.
 Rows = tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]
 NativeTerms = Callable[..., object]
 
@@ -55,7 +54,7 @@ def native_terms(
     does not take the arguments (run the pure form). `busy`: `rates.busy_ms` of the model
     with the config's prior."""
     slots, model = ctx.slots, ctx.model
-    out = np.empty((8, len(slots)))
+    out = np.empty((7, len(slots)))
     done = terms(
         out, slots, ctx.cached_tokens, ctx.signals.waiting, ctx.table,
         rates.peek(model, "prefill_ms_per_token"), rates.peek(model, "prefill_base_ms"),
@@ -64,7 +63,7 @@ def native_terms(
     )  # fmt: skip
     if done is NotImplemented:
         return None
-    predicted, wait, prefill, slot_wait, unsure, sequences, score, ctx.probes = out
+    predicted, wait, prefill, slot_wait, unsure, sequences, score = out
     return predicted, wait, prefill, slot_wait, unsure, sequences, score
 
 
@@ -88,7 +87,6 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     unsure: list[float] = []
     rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
     pool, peer = readings.most_seen_of_rows(rows), readings.peer_batch_of_rows(rows)
-    limit, probes = readings.probe_limit(table.probing, table.probe_late, slots), [0.0] * len(slots)
     prior = config.prior_batch
     for i, slot in enumerate(slots):
         row = rows[i]
@@ -111,16 +109,12 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         joined, most = sequences + 1.0, math.nan
         if ahead == 0.0:
             most = readings.unsure_of_row(row, peer, pool)
-        if readings.is_probe(joined, most, limit):
-            probes[i] = 1.0
         # (`unseen_wait` is 0 unless this holds: its call then saved)
         if most >= MOST_SEEN_FOR_DOUBT and not joined <= most:
             unsure.append(unseen_wait(joined, most, batch, service[i]))
         else:
             unsure.append(0.0)
-    if any(probes):
-        readings.needed_probes(probes, prefill, slot_wait, unsure)
-    ctx.sequences, ctx.probes = np.array(occupied), np.array(probes)
+    ctx.sequences = np.array(occupied)
     return predicted, wait, prefill, slot_wait, unsure
 
 
