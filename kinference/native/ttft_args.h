@@ -18,7 +18,7 @@ typedef struct {
 
 /* The scorer's settings: its priors and weights (`TtftScorer`, `constants`). */
 typedef struct {
-    double per_token, base, service, prior_batch, full, weight, space, queued, doubt, block;
+    double per_token, base, service, prior_batch, full, weight, space, queued, doubt;
 } Constants;
 
 /* 1 out + 1 slots + cached + waiting + the table's + 3 rates. */

@@ -28,17 +28,13 @@ fellow candidates' mean, and the priors below apply while none is learned.
 
 The score is `best / cost` (the cheapest candidate scores 1), with
 `cost = ttft + (compute_weight + cache_space_weight * fullness) * prefill
-+ queue_weight * slot_wait + blocking_weight * rate * prefill**2 / 2`
-(`slot_wait = ahead * service_ms / batch`, or the wait for
++ queue_weight * slot_wait` (`slot_wait = ahead * service_ms / batch`, or the wait for
 memory where that is longer): a share of the compute the request takes from those after
 it, so that at equal TTFT a cache hit wins; the cache space its new blocks take, dearer
 where the cache is fuller (`fullness`: blocks the prefix index holds there over the most
 any candidate holds), since they evict what others would reuse; behind a full batch, the
 slot it then holds, which the requests after it there wait for (none where one is free);
-and where the batch is not known, the expected such wait (`readings.unseen_wait`); and the
-wait its prefill imposes on the requests that reach the worker meanwhile (`rate`: the
-worker's arrivals a millisecond by Little's law, `sequences / service_ms`; each waits half
-of the prefill on average: engines prefill in turn).
+and where the batch is not known, the expected such wait (`readings.unseen_wait`).
 """
 
 from __future__ import annotations
@@ -95,14 +91,6 @@ class TtftConfig(PluginConfig):
     # behind a queue is about twice its wait, and a miss on a free slot often wins
     # (least-in-flight's throughput and p90 beat a cache-only view there).
     queue_weight: NonNegativeFloat = 1.0
-    # Share of the wait the request's own uncached prefill imposes on the requests that
-    # reach that worker while it runs (engines prefill in turn: each waits for what is left
-    # of it, half of it on average), taken as arriving at the worker's rate by Little's
-    # law (sequences / service_ms a millisecond): `blocking_weight * rate * prefill**2 / 2`.
-    # A long cold document then goes to an idle engine rather than to one whose cached
-    # prompts are being asked for (vllm-64: shared prompts sent cold, or waiting ~0.6 s,
-    # behind a document prefilling on their holder); a short prompt's is a few ms.
-    blocking_weight: NonNegativeFloat = 1.0
     # Share of the expected wait beyond the most seen running while a worker's batch is
     # not known (`readings.unseen_wait`), in the cost as a slot wait (1 + queue_weight).
     unsure_batch_weight: NonNegativeFloat = 1.0
@@ -154,9 +142,8 @@ class TtftScorer:
             return self._predict_small(ctx)
         return self._predict_vector(ctx)
 
-    def _predict_vector(self, ctx: PickContext, parts: Parts | None = None) -> Terms:
-        if parts is None:
-            parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting)
+    def _predict_vector(self, ctx: PickContext) -> Terms:
+        parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting)
         uncached = np.maximum(ctx.prompt_tokens - ctx.cached_tokens, 0.0)
         prefill = uncached * parts.per_token
         gone = unwaited_prefill(ctx.table, ctx.slots, parts.per_token)
@@ -178,7 +165,7 @@ class TtftScorer:
             predicted, wait, prefill, slot_wait, unsure, ctx.sequences, _ = rows
             return predicted, wait, prefill, slot_wait, unsure
         terms = small_terms(self.config, self.rates, self._ms_per_token, ctx)
-        predicted, wait, prefill, slot_wait, unsure = (np.array(term) for term in terms[:5])
+        predicted, wait, prefill, slot_wait, unsure = (np.array(term) for term in terms)
         return predicted, wait, prefill, slot_wait, unsure
 
     def _native_rows(self, ctx: PickContext, *, scoring: bool) -> Rows | None:
@@ -217,9 +204,7 @@ class TtftScorer:
         `queue_weight` of its wait for a batch slot (milliseconds all)."""
         if len(ctx.slots) <= SMALL_CANDIDATES:  # Python floats: a few numpy calls fewer
             return self._score_small(ctx)
-        parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting)
-        terms = self._predict_vector(ctx, parts)
-        predicted, ctx.predicted_wait_ms, prefill, slot_wait, unsure = terms
+        predicted, ctx.predicted_wait_ms, prefill, slot_wait, unsure = self._predict_vector(ctx)
         ctx.predicted_ttft_ms = predicted
         weight, space, footprint = (
             self.config.compute_weight,
@@ -230,9 +215,7 @@ class TtftScorer:
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             share = weight + space * np.asarray(footprint) / most
         queued = self.config.queue_weight * slot_wait + self._unsure_share() * unsure
-        arrivals = np.where(parts.service > 0.0, parts.sequences / parts.service, 0.0)
-        blocking = self.config.blocking_weight * arrivals * prefill * prefill / 2.0
-        cost = np.maximum(predicted + share * prefill + queued + blocking, 1.0)
+        cost = np.maximum(predicted + share * prefill + queued, 1.0)
         return float(cost.min()) / cost
 
     def _score_small(self, ctx: PickContext) -> FloatArray:
@@ -241,7 +224,7 @@ class TtftScorer:
             ctx.predicted_ttft_ms, ctx.predicted_wait_ms, *_, ctx.sequences, scores = rows
             return scores
         small = small_terms(self.config, self.rates, self._ms_per_token, ctx)
-        predicted, wait, owns, slot_wait, unsure, arrivals = small
+        predicted, wait, owns, slot_wait, unsure = small
         ctx.predicted_ttft_ms, ctx.predicted_wait_ms = np.array(predicted), np.array(wait)
         weight, space, footprint = (
             self.config.compute_weight,
@@ -252,11 +235,9 @@ class TtftScorer:
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             shares = [weight + space * blocks / most for blocks in footprint]
         queued, doubt = self.config.queue_weight, self._unsure_share()
-        block = self.config.blocking_weight
-        terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, strict=True)
-        costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms
-                     + block * rate * own * own / 2.0, 1.0)
-                 for ttft, own, share, slot, unsure_ms, rate in terms]  # fmt: skip
+        terms = zip(predicted, owns, shares, slot_wait, unsure, strict=True)
+        costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms, 1.0)
+                 for ttft, own, share, slot, unsure_ms in terms]  # fmt: skip
         best = min(costs)
         return np.array([best / cost for cost in costs])
 

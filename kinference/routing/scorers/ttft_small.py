@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from kinference.routing.plugins.base import PickContext
     from kinference.routing.scorers.ttft import TtftConfig
 
-Lists = tuple[list[float], list[float], list[float], list[float], list[float], list[float]]
+Lists = tuple[list[float], list[float], list[float], list[float], list[float]]
 # `native_terms`' answer: predicted, wait, prefill, slot_wait, unsure, sequences, score.
 Rows = tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]
 NativeTerms = Callable[..., object]
@@ -41,7 +41,7 @@ def constants(config: TtftConfig, ms_per_token: float, unsure_share: float) -> t
     values = (
         ms_per_token, config.prior_prefill_base_ms, config.prior_service_ms,
         config.prior_batch, config.decode_pressure_ms, config.compute_weight,
-        config.cache_space_weight, config.queue_weight, unsure_share, config.blocking_weight,
+        config.cache_space_weight, config.queue_weight, unsure_share,
     )  # fmt: skip
     return tuple(float(value) for value in values)
 
@@ -68,9 +68,8 @@ def native_terms(
 
 
 def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: PickContext) -> Lists:
-    """(predicted TTFT, its wait, own prefill, slot wait, the unknown batch's expected wait,
-    arrivals a millisecond by Little's law: sequences / service_ms) per candidate as lists;
-    sets `ctx.sequences`."""
+    """(predicted TTFT, its wait, own prefill, slot wait, the unknown batch's expected wait)
+    per candidate as lists; sets `ctx.sequences`."""
     table, model = ctx.table, ctx.model
     slots = ctx.slots.tolist()
     per_token = _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots,
@@ -86,7 +85,6 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     memory, fits = ctx.memory_ahead, ctx.memory_batch
     predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
     unsure: list[float] = []
-    arrivals: list[float] = []
     rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
     pool, peer = readings.most_seen_of_rows(rows), readings.peer_batch_of_rows(rows)
     prior = config.prior_batch
@@ -108,7 +106,6 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         prefill.append(own)
         occupied.append(sequences)
         slot_wait.append(for_slot)
-        arrivals.append(sequences / service[i] if service[i] > 0.0 else 0.0)
         joined, most = sequences + 1.0, math.nan
         if ahead == 0.0:
             most = readings.unsure_of_row(row, peer, pool)
@@ -118,7 +115,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         else:
             unsure.append(0.0)
     ctx.sequences = np.array(occupied)
-    return predicted, wait, prefill, slot_wait, unsure, arrivals
+    return predicted, wait, prefill, slot_wait, unsure
 
 
 def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
