@@ -15,8 +15,8 @@
 
 #include "ttft_args.h"
 
-/* Rows of `out`: predicted, wait, prefill, slot_wait, unsure, sequences, score. */
-enum { PREDICTED, WAIT, PREFILL, SLOT_WAIT, UNSURE, SEQUENCES, SCORE, ROWS };
+/* Rows of `out`: predicted, wait, prefill, slot_wait, unsure, sequences, score, probe. */
+enum { PREDICTED, WAIT, PREFILL, SLOT_WAIT, UNSURE, SEQUENCES, SCORE, PROBE, ROWS };
 
 /* The table's `clock()`, a float or an int as `clock() - since` takes it. */
 static int now(const Terms *t, double *out) {
@@ -69,7 +69,7 @@ static int waited(const Terms *t, Py_ssize_t slot, double *queued, double per_to
 
 /* One candidate's terms (the loop body of `small_terms`). */
 static int candidate(const Terms *t, Py_ssize_t i, const BatchRow *row, double peer,
-                     double pool, double *out, Py_ssize_t n) {
+                     double pool, double limit, double *out, Py_ssize_t n) {
     Py_ssize_t slot = t->slots[i];
     double waiting, sequences, batch, queued;
     if (column_item(&t->waiting, slot, &waiting) < 0 ||
@@ -116,11 +116,13 @@ static int candidate(const Terms *t, Py_ssize_t i, const BatchRow *row, double p
     if (ahead == 0.0) {
         most = unsure_of_row(row, peer, pool);
     }
+    int probe = is_probe(joined, most, limit);
     if (most >= MOST_SEEN_FOR_DOUBT && !(joined <= most) &&
         unseen_wait(joined, most, batch, service, &unsure) < 0) {
         return -1;
     }
     out[UNSURE * n + i] = unsure;
+    out[PROBE * n + i] = probe ? 1.0 : 0.0;
     return 0;
 }
 
@@ -150,14 +152,59 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
     double *costs = out + SCORE * n, best = 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {
         double share = spread ? t->c.weight + t->c.space * t->footprint[i] / most : t->c.weight;
-        double cost = out[PREDICTED * n + i] + share * out[PREFILL * n + i] +
-                      t->c.queued * out[SLOT_WAIT * n + i] + t->c.doubt * out[UNSURE * n + i];
+        double service = t->service[i], own = out[PREFILL * n + i];
+        double rate = service > 0.0 ? out[SEQUENCES * n + i] / service : 0.0;
+        double cost = out[PREDICTED * n + i] + share * own + t->c.queued * out[SLOT_WAIT * n + i] +
+                      t->c.doubt * out[UNSURE * n + i] + t->c.block * rate * own * own / 2.0;
         costs[i] = py_max(cost, 1.0);
         best = i == 0 ? costs[i] : py_min(best, costs[i]);
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         costs[i] = best / costs[i];
     }
+    return 0;
+}
+
+/* `readings.needed_probes` on the rows of `out`. */
+static void needed_probes(double *out, Py_ssize_t n) {
+    double safest = Py_HUGE_VAL;
+    int any = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (out[PROBE * n + i] != 0.0) {
+            any = 1;
+        } else if (out[SLOT_WAIT * n + i] == 0.0 && out[UNSURE * n + i] == 0.0) {
+            safest = py_min(safest, out[PREFILL * n + i]);
+        }
+    }
+    for (Py_ssize_t i = 0; any && i < n; i++) {
+        if (out[PROBE * n + i] == 0.0) {
+            continue;
+        }
+        if (out[PREFILL * n + i] + PROBE_SAVING_MS <= safest) {
+            out[UNSURE * n + i] = 0.0;
+        } else {
+            out[PROBE * n + i] = 0.0;
+        }
+    }
+}
+
+/* `readings.probe_limit` of the candidates. */
+static int probe_limit(const Terms *t, double *out) {
+    double limit = Py_HUGE_VAL, probing, late;
+    for (Py_ssize_t i = 0; i < t->count; i++) {
+        if (column_item(&t->columns[PROBING], t->slots[i], &probing) < 0) {
+            return -1;
+        }
+        if (probing > 0.0) {
+            *out = 0.0;
+            return 0;
+        }
+        if (column_item(&t->columns[PROBE_LATE], t->slots[i], &late) < 0) {
+            return -1;
+        }
+        limit = late < limit ? late : limit;
+    }
+    *out = limit;
     return 0;
 }
 
@@ -180,11 +227,16 @@ static int compute(Terms *t, double *out, int scoring) {
         }
     }
     double pool = most_seen_of_rows(t->rows, n), peer = peer_batch_of_rows(t->rows, n);
+    double limit;
+    if (probe_limit(t, &limit) < 0) {
+        return -1;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (candidate(t, i, &t->rows[i], peer, pool, out, n) < 0) {
+        if (candidate(t, i, &t->rows[i], peer, pool, limit, out, n) < 0) {
             return -1;
         }
     }
+    needed_probes(out, n);
     return scoring ? score(t, out, n) : 0;
 }
 

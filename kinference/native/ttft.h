@@ -13,11 +13,13 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* `readings.BATCH_HEADROOM`, `readings.MOST_SEEN_FOR_DOUBT`, `readings.MAX_DOUBT_STEPS`
- * (a change there shows in the parity tests, tests/native/test_ttft.py). */
+/* `readings.BATCH_HEADROOM`, `readings.MOST_SEEN_FOR_DOUBT`, `readings.MAX_DOUBT_STEPS`,
+ * `readings.PROBE_SAVING_MS` (a change there shows in the parity tests,
+ * tests/native/test_ttft.py). */
 #define BATCH_HEADROOM 2.0
 #define MOST_SEEN_FOR_DOUBT 2.0
 #define MAX_DOUBT_STEPS 4096
+#define PROBE_SAVING_MS 20.0
 
 /* A read-only float64 vector: a 1-D buffer, any stride. */
 typedef struct {
@@ -61,6 +63,7 @@ int occupancy_of_row(const Column columns[3], Py_ssize_t slot, const BatchRow *r
 double peer_batch_of_rows(const BatchRow *rows, Py_ssize_t count);
 double most_seen_of_rows(const BatchRow *rows, Py_ssize_t count);
 double unsure_of_row(const BatchRow *row, double peer, double pool);
+int is_probe(double joined, double most, double limit);
 int unseen_wait(double joined, double most, double batch, double service, double *out);
 int py_square(double value, double *out);
 int peers_or(const Column *learned, const Py_ssize_t *slots, Py_ssize_t count, double prior,

@@ -1,6 +1,6 @@
 /* The readings' small forms and the TTFT model's per-value helpers, in C: the same values
  * as kinference.routing.readings (`occupancy_of_row`, `peer_batch_of_rows`,
- * `most_seen_of_rows`, `unsure_of_row`, `unseen_wait`) and ttft_small (`_small_peers_or`),
+ * `most_seen_of_rows`, `unsure_of_row`, `is_probe`, `unseen_wait`) and ttft_small (`_small_peers_or`),
  * operation for operation (see ttft.h).
  */
 #include "ttft.h"
@@ -81,6 +81,11 @@ double unsure_of_row(const BatchRow *row, double peer, double pool) {
         return Py_NAN;
     }
     return nan_max(floor, pool);
+}
+
+int is_probe(double joined, double most, double limit) {
+    return most >= MOST_SEEN_FOR_DOUBT && most < joined && joined <= most + 1.0 &&
+           joined < limit;
 }
 
 /* -1 with an error set when interrupted (a loop the pure form also runs, interruptibly). */

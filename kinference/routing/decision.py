@@ -55,6 +55,9 @@ class LocalChoice:
     # the requests ended there before the pick (`WorkerTable.ended`; NaN: not read).
     sequences: float = 0.0
     ended_before: float = math.nan
+    # Whether it joined one past the most its pool was seen running without the unknown
+    # batch's doubt, the pool's one such pick in flight (`WorkerTable.probing`).
+    probe: bool = False
     hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
     # Leading blocks the approximate index held on this worker at the pick, and how many
     # blocks had been recorded on it since the deepest of them (its age): eviction learning.

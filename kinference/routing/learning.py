@@ -80,6 +80,8 @@ class Learning:
             self._tokens_per_block(choice, choice.prompt_tokens),
         )  # fmt: skip
         self.table.start_prefill(choice.slot, id(choice), entry)
+        if choice.probe:
+            self.table.start_probe(choice.slot, id(choice))
         self.journal.prefilling(choice.endpoint, id(choice), choice.held_blocks,
                                 entry.tokens, entry.block_tokens)  # fmt: skip
 
@@ -115,6 +117,8 @@ class Learning:
             floor = held or not readings
             self.table.observed_batch(slot, choice.sequences, queued=False, floor=floor)
             return False
+        if choice.probe:  # not on time: the pool probes this far no more
+            self.table.probe_late[slot] = choice.sequences
         unqueued += max(missed, 0.0) * self.rates.ms_per_token(slot, choice.model)
         if choice.sequences >= 2.0 and ttft_ms > unqueued + choice.predicted_wait_ms + max(
             unqueued, QUEUED_SLACK_MS
@@ -128,6 +132,7 @@ class Learning:
 
     def prefill_over(self, choice: LocalChoice) -> None:
         """The pick's prefill is done or abandoned (again: a no-op)."""
+        self.table.end_probe(id(choice))
         if self.table.end_prefill(choice.slot, id(choice)):
             self.journal.prefilled(choice.endpoint, id(choice))
 

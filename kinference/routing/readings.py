@@ -230,6 +230,56 @@ def unseen_wait(joined: float, most: float, batch: float, service_ms: float) -> 
     return service_ms * total / max(size, 1.0)
 
 
+def probe_limit(probing: _FloatArray, late: _FloatArray, slots: list[int]) -> float:
+    """The sequences from which no candidate may probe (`is_probe`): 0 while one of them
+    has a probe in flight (`WorkerTable.probing`), else the fewest a probe joined that came
+    late (`WorkerTable.probe_late`), inf when none did."""
+    limit = math.inf
+    for slot in slots:
+        if probing.item(slot) > 0.0:
+            return 0.0
+        limit = _fmin(limit, late.item(slot))
+    return limit
+
+
+def is_probe(joined: float, most: float, limit: float) -> bool:
+    """Whether the `joined`-th sequence on a worker seen running `most` at most (`unsure`)
+    is the pool's probe: one past the most, below `limit` (`probe_limit`: none in flight,
+    none as far came late). Its wait is priced as none: its first token on time raises
+    the floor (h81), and until then no other joins past the most without the doubt.
+    Doubting every such join kept the pool's most where it was (64-slot engines running
+    2-5 charged 67-143 ms, hits sent cold, h107/h118); a late one ends the probing there,
+    so a 4-slot pool queues one pick to it, and the doubt prices the rest as before."""
+    return most >= MOST_SEEN_FOR_DOUBT and most < joined <= most + 1.0 and joined < limit
+
+
+# A probe pays no doubt only where it saves at least this much of the request's own
+# prefill against every candidate that takes it without doubt or queue: a hit against a
+# cold send, not one of two hits (h121: free, a 5th on 4 slots tied with a holder with a
+# free slot and queued there, mixed 6's p90 180 -> 262 ms).
+PROBE_SAVING_MS = 20.0
+
+
+def needed_probes(
+    probes: list[float], prefill: list[float], slot_wait: list[float], unsure: list[float]
+) -> None:
+    """Keep, of the candidates flagged in `probes` (1.0), those whose own prefill
+    (`prefill`, ms) is smaller by `PROBE_SAVING_MS` than that of every candidate with a
+    known free slot (no probe, no slot wait, no doubt in `unsure`); the others are no
+    probes (set 0.0) and keep their doubt. A kept probe's doubt is set to 0. In place."""
+    safest = math.inf
+    for i, probe in enumerate(probes):
+        if probe == 0.0 and slot_wait[i] == 0.0 and unsure[i] == 0.0:
+            safest = min(safest, prefill[i])
+    for i, probe in enumerate(probes):
+        if probe == 0.0:
+            continue
+        if prefill[i] + PROBE_SAVING_MS <= safest:
+            unsure[i] = 0.0
+        else:
+            probes[i] = 0.0
+
+
 def unseen_waits(
     joined: _FloatArray, most: _FloatArray, batch: _FloatArray, service_ms: _FloatArray
 ) -> _FloatArray:
@@ -272,6 +322,11 @@ def unsure_of_row(row: BatchRow, peer: float, pool: float) -> float:
     if not isnan(known) or (not isnan(peer) and not floor > peer):
         return math.nan
     return _fmax(floor, pool)
+
+
+def _fmin(a: float, b: float) -> float:
+    """The smaller of two floats, `a` when `b` is NaN (`a` is never NaN here)."""
+    return b if b < a else a
 
 
 def _fmax(a: float, b: float) -> float:

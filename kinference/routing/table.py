@@ -72,6 +72,14 @@ class WorkerTable(EngineReadings):
         self.batch_ceiling: FloatArray = np.full(capacity, np.nan)
         # The pool's `max_batch` (its engines' max_num_seqs), NaN when not configured.
         self.batch_limit: FloatArray = np.full(capacity, np.nan)
+        # Picks in flight on each worker that joined one past the most its pool was seen
+        # running, priced without the unknown batch's doubt (`readings.unseen_wait`), until
+        # their first token (or release) shows whether the batch held them.
+        self.probing: FloatArray = np.zeros(capacity)
+        # The sequences such a pick joined whose first token was not on time (NaN: none):
+        # the pool probes that far no more (a queue or not, it cannot tell).
+        self.probe_late: FloatArray = np.full(capacity, np.nan)
+        self._probes: dict[object, int] = {}  # such a pick's key -> its slot
         # Uncached prompt tokens picked to each worker that have no first token yet, and
         # (for those with prefix blocks) which blocks they compute.
         self.pending_prefill: FloatArray = np.zeros(capacity)
@@ -123,7 +131,8 @@ class WorkerTable(EngineReadings):
             ("inflight_at_reading", np.nan), ("batch", np.nan), ("waited_since", np.nan),
             ("running_max", np.nan), ("batch_floor", np.nan), ("batch_ceiling", np.nan),
             ("batch_limit", np.nan), ("pending_prefill", 0.0), ("prefill_since", np.nan),
-            ("prefill_ended", 0.0),
+            ("prefill_ended", 0.0), ("probing", 0.0),
+            ("probe_late", np.nan),
         ):  # fmt: skip
             setattr(self, name, grown(getattr(self, name), fill))
         for name, mask in self._lora.items():
@@ -176,6 +185,17 @@ class WorkerTable(EngineReadings):
             self.add_pending_prefill(slot, -entry.tokens)
         return entry is not None
 
+    def start_probe(self, slot: int, key: object) -> None:
+        """A pick joined `slot` one past its pool's most seen, without doubt (`probing`)."""
+        self._probes[key] = slot
+        self.probing[slot] = self.probing.item(slot) + 1.0
+
+    def end_probe(self, key: object) -> None:
+        """That pick's first token came (or it was released); again, or none: a no-op."""
+        slot = self._probes.pop(key, None)
+        if slot is not None:
+            self.probing[slot] = max(self.probing.item(slot) - 1.0, 0.0)
+
     def shared_pending(self, slot: int, hashes: tuple[int, ...]) -> float:
         """Of `slot`'s pending prefill, the tokens a prompt with `hashes` shares."""
         return self.pending.shared(slot, hashes)
@@ -202,7 +222,7 @@ class WorkerTable(EngineReadings):
 
     def forget_batch(self, slot: int) -> None:
         """A worker left: what was learned of its batch no longer applies to its slot."""
-        self.batch_floor[slot] = self.batch_ceiling[slot] = np.nan
+        self.batch_floor[slot] = self.batch_ceiling[slot] = self.probe_late[slot] = np.nan
 
     def set_ready(self, slot: int, ready: bool) -> None:
         self.ready[slot] = ready

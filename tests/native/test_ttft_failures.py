@@ -25,11 +25,19 @@ CASE: dict[str, Any] = {
             "running_max",
             "pending_prefill",
             "prefill_ended",
+            "probing",
         )
     }
     | {
         name: [math.nan] * CAPACITY
-        for name in ("batch", "batch_limit", "batch_floor", "batch_ceiling", "prefill_since")
+        for name in (
+            "batch",
+            "batch_limit",
+            "batch_floor",
+            "batch_ceiling",
+            "prefill_since",
+            "probe_late",
+        )
     },
     "waiting": [0.0] * CAPACITY,
     "slots": [1, 2, 3],

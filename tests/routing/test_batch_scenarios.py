@@ -191,4 +191,28 @@ def test_on_engines_of_64_slots_hits_are_not_sent_cold_once_more_joined_on_time(
         sim = run(rate_per_s=18.0, seconds=6.0, seed=seed, engines=8, slots=64)
         cold, requests = cold + len(sim.cold), requests + len(sim.arrivals)
     assert requests == 1260
-    assert cold <= 30, cold  # 19 with the floor; 56 without
+    assert cold <= 30, cold  # 5 with the probe; 19 with the floor alone; 56 without
+
+
+def test_on_engines_of_64_slots_one_probe_at_a_time_lifts_the_doubt_at_light_load() -> None:
+    """8 engines of 64 slots, 6 requests/s for 10 s, over 12 seeds: engines run 1-5, so
+    the pool's most seen stays low, and every hit joining one past it paid the unknown
+    batch's doubt (67-143 ms, twice) and went cold: 126 of 723 on main. One join past the
+    most in flight per pool is priced without it; its first token on time raises the
+    floor, and the next can go (`readings.is_probe`)."""
+    cold = requests = 0
+    for seed in range(1, 13):
+        sim = run(rate_per_s=6.0, seconds=10.0, seed=seed, engines=8, slots=64)
+        cold, requests = cold + len(sim.cold), requests + len(sim.arrivals)
+    assert requests == 723
+    assert cold <= 20, cold  # 2 with the probe
+
+
+def test_on_engines_of_4_slots_the_probe_queues_about_once_a_run() -> None:
+    """8 engines of 4 slots, 6 requests/s for 10 s, over 20 seeds: the probe joining a
+    5th queues, its late first token ends the probing at 5, and the doubt keeps the rest
+    off a 5th (20 such queues in 20 runs; none on main, which never learned the batch)."""
+    needless = 0
+    for seed in range(1, 21):
+        needless += len(run(rate_per_s=6.0, seconds=10.0, seed=seed, engines=8).needless)
+    assert needless <= 25, needless

@@ -313,6 +313,35 @@ def test_a_cold_prompt_goes_to_the_emptier_cache() -> None:
     assert scorer(rates, cache_space_weight=0).score(ctx).tolist()[0] == 1.0
 
 
+def test_a_long_cold_prompt_goes_where_it_holds_up_the_fewest_arrivals() -> None:
+    """A 12k-token document cached nowhere, one worker learned a tenth faster but running
+    2 (by Little's law ~2 arrivals a service time, each held up behind the ~0.6 s prefill
+    for half of it on average), the other idle: the idle one takes it. Without the term
+    the faster one did (vllm-64: shared prompts cold, or waiting, behind a document
+    prefilling on their holder). A short prompt holds up arrivals for a few ms: the
+    faster worker keeps it."""
+    rates, table = Rates(), WorkerTable(clock=frozen)
+    ctx = context(2, prompt_tokens=12_000, table=table)
+    busy, idle = int(ctx.slots[0]), int(ctx.slots[1])
+    table.add_inflight(busy, 2)
+    rates.observe_prefill(busy, MODEL, 12_000, 600.0)
+    rates.observe_prefill(idle, MODEL, 12_000, 660.0)
+    short = context(2, prompt_tokens=1_000, table=table)
+    for candidates in (ttft_module.SMALL_CANDIDATES, 0):  # both forms
+        ttft_module.SMALL_CANDIDATES, kept = candidates, ttft_module.SMALL_CANDIDATES
+        try:
+            for native in (True, False):  # the C form and the pure one
+                model = TtftScorer(TtftConfig(decode_pressure_ms=0), rates, native=native)
+                assert model.score(ctx).tolist()[1] == 1.0
+                assert model.score(short).tolist()[0] == 1.0
+                unblocked = TtftScorer(
+                    TtftConfig(decode_pressure_ms=0, blocking_weight=0), rates, native=native
+                )
+                assert unblocked.score(ctx).tolist()[0] == 1.0
+        finally:
+            ttft_module.SMALL_CANDIDATES = kept
+
+
 @settings(deadline=None)
 @given(
     inflight=st.lists(st.integers(0, 20), min_size=2, max_size=12),

@@ -50,6 +50,8 @@ class PickContext:
     predicted_ttft_ms: FloatArray | None = None
     predicted_wait_ms: FloatArray | None = None  # the part of it spent behind others
     sequences: FloatArray | None = None  # what each runs and queues, as the model sees it
+    # Where picking it would be the pool's probe past the most seen (no doubt priced).
+    probes: FloatArray | None = None
 
     def narrowed(self, kept: list[int]) -> PickContext:
         """This context of the candidates at the positions `kept` (of `slots`, in order), as

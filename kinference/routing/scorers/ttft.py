@@ -28,13 +28,17 @@ fellow candidates' mean, and the priors below apply while none is learned.
 
 The score is `best / cost` (the cheapest candidate scores 1), with
 `cost = ttft + (compute_weight + cache_space_weight * fullness) * prefill
-+ queue_weight * slot_wait` (`slot_wait = ahead * service_ms / batch`, or the wait for
++ queue_weight * slot_wait + blocking_weight * rate * prefill**2 / 2`
+(`slot_wait = ahead * service_ms / batch`, or the wait for
 memory where that is longer): a share of the compute the request takes from those after
 it, so that at equal TTFT a cache hit wins; the cache space its new blocks take, dearer
 where the cache is fuller (`fullness`: blocks the prefix index holds there over the most
 any candidate holds), since they evict what others would reuse; behind a full batch, the
 slot it then holds, which the requests after it there wait for (none where one is free);
-and where the batch is not known, the expected such wait (`readings.unseen_wait`).
+and where the batch is not known, the expected such wait (`readings.unseen_wait`); and the
+wait its prefill imposes on the requests that reach the worker meanwhile (`rate`: the
+worker's arrivals a millisecond by Little's law, `sequences / service_ms`; each waits half
+of the prefill on average: engines prefill in turn).
 """
 
 from __future__ import annotations
@@ -50,7 +54,12 @@ from kinference.routing.pending import unwaited_prefill
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
 from kinference.routing.rates import Rates
-from kinference.routing.readings import unseen_waits
+from kinference.routing.readings import (
+    MOST_SEEN_FOR_DOUBT,
+    needed_probes,
+    probe_limit,
+    unseen_waits,
+)
 from kinference.routing.scorers import ttft_small
 from kinference.routing.scorers.ttft_small import Rows, native_terms, small_terms
 from kinference.routing.table import FloatArray, IndexArray, WorkerTable
@@ -91,6 +100,14 @@ class TtftConfig(PluginConfig):
     # behind a queue is about twice its wait, and a miss on a free slot often wins
     # (least-in-flight's throughput and p90 beat a cache-only view there).
     queue_weight: NonNegativeFloat = 1.0
+    # Share of the wait the request's own uncached prefill imposes on the requests that
+    # reach that worker while it runs (engines prefill in turn: each waits for what is left
+    # of it, half of it on average), taken as arriving at the worker's rate by Little's
+    # law (sequences / service_ms a millisecond): `blocking_weight * rate * prefill**2 / 2`.
+    # A long cold document then goes to an idle engine rather than to one whose cached
+    # prompts are being asked for (vllm-64: shared prompts sent cold, or waiting ~0.6 s,
+    # behind a document prefilling on their holder); a short prompt's is a few ms.
+    blocking_weight: NonNegativeFloat = 1.0
     # Share of the expected wait beyond the most seen running while a worker's batch is
     # not known (`readings.unseen_wait`), in the cost as a slot wait (1 + queue_weight).
     unsure_batch_weight: NonNegativeFloat = 1.0
@@ -110,6 +127,7 @@ class Parts:
     sequences: FloatArray  # what each runs and queues now
     service: FloatArray  # ms a request holds a batch slot after its first token
     unsure: FloatArray  # the expected wait where the batch is not known (`unseen_wait`)
+    probes: FloatArray  # 1.0 where joining is the pool's probe (`readings.is_probe`)
 
 
 # (predicted TTFT, its wait, own prefill, its slot wait, the unknown batch's expected wait)
@@ -142,8 +160,9 @@ class TtftScorer:
             return self._predict_small(ctx)
         return self._predict_vector(ctx)
 
-    def _predict_vector(self, ctx: PickContext) -> Terms:
-        parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting)
+    def _predict_vector(self, ctx: PickContext, parts: Parts | None = None) -> Terms:
+        if parts is None:
+            parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting)
         uncached = np.maximum(ctx.prompt_tokens - ctx.cached_tokens, 0.0)
         prefill = uncached * parts.per_token
         gone = unwaited_prefill(ctx.table, ctx.slots, parts.per_token)
@@ -154,8 +173,13 @@ class TtftScorer:
             wait = wait + np.maximum(memory - slot_wait, 0.0)
             slot_wait = np.maximum(slot_wait, memory)  # the wait for a place to run
         predicted: FloatArray = wait + parts.base + prefill + parts.pressure
-        ctx.sequences = parts.sequences
-        return predicted, wait, prefill, slot_wait, parts.unsure
+        unsure, probes = parts.unsure, parts.probes
+        if probes.any():
+            listed, doubts = probes.tolist(), unsure.tolist()
+            needed_probes(listed, prefill.tolist(), slot_wait.tolist(), doubts)
+            unsure, probes = np.array(doubts), np.array(listed)
+        ctx.sequences, ctx.probes = parts.sequences, probes
+        return predicted, wait, prefill, slot_wait, unsure
 
     def _predict_small(self, ctx: PickContext) -> Terms:
         """`_predict` on Python floats, for a handful of candidates (numpy's fixed cost per
@@ -165,7 +189,7 @@ class TtftScorer:
             predicted, wait, prefill, slot_wait, unsure, ctx.sequences, _ = rows
             return predicted, wait, prefill, slot_wait, unsure
         terms = small_terms(self.config, self.rates, self._ms_per_token, ctx)
-        predicted, wait, prefill, slot_wait, unsure = (np.array(term) for term in terms)
+        predicted, wait, prefill, slot_wait, unsure = (np.array(term) for term in terms[:5])
         return predicted, wait, prefill, slot_wait, unsure
 
     def _native_rows(self, ctx: PickContext, *, scoring: bool) -> Rows | None:
@@ -195,8 +219,13 @@ class TtftScorer:
         pressure = config.decode_pressure_ms * np.minimum(sequences / batch, 1.0) ** 2
         pressure = pressure + busy * np.minimum(sequences, batch)
         most = np.where(ahead > 0.0, np.nan, table.unsure(slots, table.peer_batch(slots)))
-        unsure = unseen_waits(sequences + 1.0, most, batch, service)
-        return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure)
+        joined = sequences + 1.0
+        limit = probe_limit(table.probing, table.probe_late, slots.tolist())
+        probe = (most >= MOST_SEEN_FOR_DOUBT) & (most < joined) & (joined <= most + 1.0)
+        probes = (probe & (joined < limit)).astype(np.float64)  # `readings.is_probe`
+        unsure = unseen_waits(joined, most, batch, service)
+        return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure,
+                     probes)  # fmt: skip
 
     def score(self, ctx: PickContext) -> FloatArray:
         """`best / cost`, the cost being the predicted TTFT plus `compute_weight` (and
@@ -204,7 +233,9 @@ class TtftScorer:
         `queue_weight` of its wait for a batch slot (milliseconds all)."""
         if len(ctx.slots) <= SMALL_CANDIDATES:  # Python floats: a few numpy calls fewer
             return self._score_small(ctx)
-        predicted, ctx.predicted_wait_ms, prefill, slot_wait, unsure = self._predict_vector(ctx)
+        parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting)
+        terms = self._predict_vector(ctx, parts)
+        predicted, ctx.predicted_wait_ms, prefill, slot_wait, unsure = terms
         ctx.predicted_ttft_ms = predicted
         weight, space, footprint = (
             self.config.compute_weight,
@@ -215,7 +246,9 @@ class TtftScorer:
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             share = weight + space * np.asarray(footprint) / most
         queued = self.config.queue_weight * slot_wait + self._unsure_share() * unsure
-        cost = np.maximum(predicted + share * prefill + queued, 1.0)
+        arrivals = np.where(parts.service > 0.0, parts.sequences / parts.service, 0.0)
+        blocking = self.config.blocking_weight * arrivals * prefill * prefill / 2.0
+        cost = np.maximum(predicted + share * prefill + queued + blocking, 1.0)
         return float(cost.min()) / cost
 
     def _score_small(self, ctx: PickContext) -> FloatArray:
@@ -224,7 +257,7 @@ class TtftScorer:
             ctx.predicted_ttft_ms, ctx.predicted_wait_ms, *_, ctx.sequences, scores = rows
             return scores
         small = small_terms(self.config, self.rates, self._ms_per_token, ctx)
-        predicted, wait, owns, slot_wait, unsure = small
+        predicted, wait, owns, slot_wait, unsure, arrivals = small
         ctx.predicted_ttft_ms, ctx.predicted_wait_ms = np.array(predicted), np.array(wait)
         weight, space, footprint = (
             self.config.compute_weight,
@@ -235,9 +268,11 @@ class TtftScorer:
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             shares = [weight + space * blocks / most for blocks in footprint]
         queued, doubt = self.config.queue_weight, self._unsure_share()
-        terms = zip(predicted, owns, shares, slot_wait, unsure, strict=True)
-        costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms, 1.0)
-                 for ttft, own, share, slot, unsure_ms in terms]  # fmt: skip
+        block = self.config.blocking_weight
+        terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, strict=True)
+        costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms
+                     + block * rate * own * own / 2.0, 1.0)
+                 for ttft, own, share, slot, unsure_ms, rate in terms]  # fmt: skip
         best = min(costs)
         return np.array([best / cost for cost in costs])
 

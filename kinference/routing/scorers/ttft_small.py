@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from kinference.routing.plugins.base import PickContext
     from kinference.routing.scorers.ttft import TtftConfig
 
-Lists = tuple[list[float], list[float], list[float], list[float], list[float]]
-# `native_terms`' answer: predicted, wait, prefill, slot_wait, unsure, sequences, score.
+Lists = tuple[list[float], list[float], list[float], list[float], list[float], list[float]]
+# `native_terms`' answer: predicted, wait, prefill, slot_wait, unsure, sequences, score
+# (`ctx.probes` set).
 Rows = tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]
 NativeTerms = Callable[..., object]
 
@@ -41,7 +42,7 @@ def constants(config: TtftConfig, ms_per_token: float, unsure_share: float) -> t
     values = (
         ms_per_token, config.prior_prefill_base_ms, config.prior_service_ms,
         config.prior_batch, config.decode_pressure_ms, config.compute_weight,
-        config.cache_space_weight, config.queue_weight, unsure_share,
+        config.cache_space_weight, config.queue_weight, unsure_share, config.blocking_weight,
     )  # fmt: skip
     return tuple(float(value) for value in values)
 
@@ -54,7 +55,7 @@ def native_terms(
     does not take the arguments (run the pure form). `busy`: `rates.busy_ms` of the model
     with the config's prior."""
     slots, model = ctx.slots, ctx.model
-    out = np.empty((7, len(slots)))
+    out = np.empty((8, len(slots)))
     done = terms(
         out, slots, ctx.cached_tokens, ctx.signals.waiting, ctx.table,
         rates.peek(model, "prefill_ms_per_token"), rates.peek(model, "prefill_base_ms"),
@@ -63,13 +64,14 @@ def native_terms(
     )  # fmt: skip
     if done is NotImplemented:
         return None
-    predicted, wait, prefill, slot_wait, unsure, sequences, score = out
+    predicted, wait, prefill, slot_wait, unsure, sequences, score, ctx.probes = out
     return predicted, wait, prefill, slot_wait, unsure, sequences, score
 
 
 def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: PickContext) -> Lists:
-    """(predicted TTFT, its wait, own prefill, slot wait, the unknown batch's expected wait)
-    per candidate as lists; sets `ctx.sequences`."""
+    """(predicted TTFT, its wait, own prefill, slot wait, the unknown batch's expected wait,
+    arrivals a millisecond by Little's law: sequences / service_ms) per candidate as lists;
+    sets `ctx.sequences`."""
     table, model = ctx.table, ctx.model
     slots = ctx.slots.tolist()
     per_token = _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots,
@@ -85,8 +87,10 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     memory, fits = ctx.memory_ahead, ctx.memory_batch
     predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
     unsure: list[float] = []
+    arrivals: list[float] = []
     rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
     pool, peer = readings.most_seen_of_rows(rows), readings.peer_batch_of_rows(rows)
+    limit, probes = readings.probe_limit(table.probing, table.probe_late, slots), [0.0] * len(slots)
     prior = config.prior_batch
     for i, slot in enumerate(slots):
         row = rows[i]
@@ -106,16 +110,21 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         prefill.append(own)
         occupied.append(sequences)
         slot_wait.append(for_slot)
+        arrivals.append(sequences / service[i] if service[i] > 0.0 else 0.0)
         joined, most = sequences + 1.0, math.nan
         if ahead == 0.0:
             most = readings.unsure_of_row(row, peer, pool)
+        if readings.is_probe(joined, most, limit):
+            probes[i] = 1.0
         # (`unseen_wait` is 0 unless this holds: its call then saved)
         if most >= MOST_SEEN_FOR_DOUBT and not joined <= most:
             unsure.append(unseen_wait(joined, most, batch, service[i]))
         else:
             unsure.append(0.0)
-    ctx.sequences = np.array(occupied)
-    return predicted, wait, prefill, slot_wait, unsure
+    if any(probes):
+        readings.needed_probes(probes, prefill, slot_wait, unsure)
+    ctx.sequences, ctx.probes = np.array(occupied), np.array(probes)
+    return predicted, wait, prefill, slot_wait, unsure, arrivals
 
 
 def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
