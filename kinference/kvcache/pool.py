@@ -174,15 +174,10 @@ class PoolCaches:
         """How much of a match `slot` will still hold when a request sent now runs there:
         the requests ahead run first, in order (`kvcache.queue`); past the worker's
         capacity, what they compute evicts its least recently used blocks
-        (`kvcache.ageing`). A match of one block at most (a worker holding only the chat
-        template's header every prompt begins with) is taken as it is: the replay, ~1.4 ms a
-        worker with 8 requests ahead, would tell at most one block (docs/benchmarks.md,
-        h132)."""
+        (`kvcache.ageing`)."""
         ages = self.ages.get(slot)
         queue = self.queues.get(slot)
-        if depth <= 1 or ages is None or queue is None or self.capacity is None:
-            return depth
-        if not self.predict_evictions:
+        if ages is None or queue is None or self.capacity is None or not self.predict_evictions:
             return depth
         room = self.capacity - self.index.blocks(slot)
         held = self.index.held(slot)
