@@ -32,12 +32,14 @@ class CountingPreparer:
         self.gate = asyncio.Event()
         self.gate.set()
 
-    async def prepare(self, request: InferenceRequest, body: Body) -> PreciseQuery | None:
+    async def prepare(
+        self, request: InferenceRequest, body: Body, at_push: bool = False
+    ) -> PreciseQuery | None:
         self.prepared.append(request.model)
         await self.gate.wait()
         return None
 
-    def deciding(self) -> None:
+    def deciding(self, query: PreciseQuery | None = None) -> None:
         self.decided += 1
 
 
