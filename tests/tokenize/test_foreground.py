@@ -7,7 +7,6 @@ block; a Pick past its time still finishes a short rest (a next turn's new text)
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import random
 from collections.abc import Iterator, Sequence
@@ -162,32 +161,3 @@ async def test_a_late_pick_still_finishes_a_short_rest(
     preparer.foreground_s = 0.0  # past its time when it starts
     turn = await _pick(preparer, history)
     assert turn.exact and turn.blocks == _full(files, history)
-
-
-async def test_a_rest_begun_at_push_waits_for_its_picks_decision(
-    files: tuple[Path, Path], caches: HeldEverywhere, preparer: PromptPreparer
-) -> None:
-    preparer._thread._max_park_s = 600.0  # only the decision lets it start here
-    rng = random.Random(9)
-    messages = [{"role": "user", "content": _words(rng, 64 * 1024)}]
-    raw = json.dumps({"model": "m", "messages": messages}).encode()
-    body = Body([raw], reserved=len(raw))
-    query = await preparer.prepare(parse_request(body), body, at_push=True)
-    assert query is not None and not query.blocks[REF].exact and query.blocks[REF].ticket
-    tokenizer = preparer._tokenizer(next(iter(preparer._plan.profiles.values())))
-    walked = tokenizer.cache.encoded_chars
-    await asyncio.sleep(0)  # the push-time step's end (`picked`)
-
-    async def background_passed() -> None:  # background work queued now has run
-        passed: concurrent.futures.Future[None] = concurrent.futures.Future()
-        assert preparer._thread.later(lambda: passed.set_result(None))
-        await asyncio.wrap_future(passed)
-
-    await background_passed()
-    assert tokenizer.cache.encoded_chars == walked and not caches.done.is_set()  # parked
-    preparer.deciding(query)
-    await asyncio.sleep(0)
-    await asyncio.wait_for(caches.done.wait(), 60)
-    full = _full(files, messages)
-    usable = full[: (len(full) * BS - 1) // BS]
-    assert caches.completed_blocks[query.blocks[REF].ticket][: len(usable)] == usable
