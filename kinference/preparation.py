@@ -34,11 +34,9 @@ class Preparer(Protocol):
     @property
     def active(self) -> bool: ...
 
-    async def prepare(
-        self, request: InferenceRequest, body: Body, at_push: bool = False
-    ) -> PreciseQuery | None: ...
+    async def prepare(self, request: InferenceRequest, body: Body) -> PreciseQuery | None: ...
 
-    def deciding(self, query: PreciseQuery | None = None) -> None: ...
+    def deciding(self) -> None: ...
 
 
 @record  # built every Pick
@@ -133,7 +131,7 @@ class PickPreparation:
         until it ends (as while `prepare` runs: a prompt tokenized at push had its
         `prepare` end before)."""
         if ready.begun and self.preparer is not None:
-            self.preparer.deciding(ready.precise)
+            self.preparer.deciding()
 
     async def guarded(self, body: Body, step: Awaitable[T]) -> T:
         """`step`'s result; the body released if it raises or is cancelled."""
@@ -149,7 +147,7 @@ class PickPreparation:
         preparer = self.preparer
         if isinstance(parsed, str) or preparer is None or not preparer.active:
             return parsed, None
-        return parsed, await preparer.prepare(parsed, body, at_push=True)
+        return parsed, await preparer.prepare(parsed, body)
 
     def _loop_parse(self, body: Body) -> int | None:
         """None when `body` goes to the parse worker; else it is parsed on the loop, and

@@ -32,14 +32,12 @@ class CountingPreparer:
         self.gate = asyncio.Event()
         self.gate.set()
 
-    async def prepare(
-        self, request: InferenceRequest, body: Body, at_push: bool = False
-    ) -> PreciseQuery | None:
+    async def prepare(self, request: InferenceRequest, body: Body) -> PreciseQuery | None:
         self.prepared.append(request.model)
         await self.gate.wait()
         return None
 
-    def deciding(self, query: PreciseQuery | None = None) -> None:
+    def deciding(self) -> None:
         self.decided += 1
 
 

@@ -93,12 +93,9 @@ class PromptPreparer:
         self._plan = plan_of(policy)
         self.warm()  # a new pool's tokenizer, before its first Pick
 
-    async def prepare(
-        self, request: InferenceRequest, body: Body, at_push: bool = False
-    ) -> PreciseQuery | None:
+    async def prepare(self, request: InferenceRequest, body: Body) -> PreciseQuery | None:
         """The prompt's engine blocks per precise pool that may serve it (None: no such
-        pool); a prompt that cannot be tokenized gives a query naming the problem.
-        `at_push`: its Pick is still to come; its rest waits for `deciding(query)`."""
+        pool); a prompt that cannot be tokenized gives a query naming the problem."""
         plan = self._plan
         pools = plan.by_model.get(request.model)
         if not pools:
@@ -110,15 +107,13 @@ class PromptPreparer:
         self._thread.picking()
         deadline = self._clock() + self.foreground_s
         try:
-            here = self._here(plan, pools, request, body, deadline, park=at_push)
+            here = self._here(plan, pools, request, body, deadline)
             done = None if here is None else here[0]
             if here is None or isinstance(done, Started):
                 begun = done if isinstance(done, Started) else None
                 future = asyncio.wrap_future(
                     self._thread.submit(
-                        lambda: self._run(
-                            plan, pools, request, body, begun, deadline=deadline, park=at_push
-                        )
+                        lambda: self._run(plan, pools, request, body, begun, deadline=deadline)
                     )
                 )
                 async with asyncio.timeout(self.timeout_s):
@@ -132,13 +127,10 @@ class PromptPreparer:
         assert not isinstance(done, Started)  # the thread takes a prompt to its stop
         return PreciseQuery({ref: done[plan.profiles[ref]] for ref in pools})
 
-    def deciding(self, query: PreciseQuery | None = None) -> None:
-        """A Pick whose prompt was tokenized earlier (at push, `query`) is being decided:
-        background work waits until the loop's current step ends, as while `prepare` runs;
-        then its prompt's rest may start."""
+    def deciding(self) -> None:
+        """A Pick whose prompt was tokenized earlier (at push) is being decided: background
+        work waits until the loop's current step ends, as while `prepare` runs."""
         self._thread.picking()
-        if query is not None:
-            self._thread.unpark(b.ticket for b in query.blocks.values() if b.ticket)
         asyncio.get_running_loop().call_soon(self._thread.picked)
 
     def _here(
@@ -148,17 +140,13 @@ class PromptPreparer:
         request: InferenceRequest,
         body: Body,
         deadline: float,
-        *,
-        park: bool = False,
     ) -> tuple[Outcome] | None:
         """The prompt's first steps on the loop, if the thread is idle (None: it is not, or
         the body is too large to render here): `Started` if its rest needs the thread."""
         if body.size > INLINE_BODY_BYTES:
             return None
         return self._thread.here(
-            lambda: self._run(
-                plan, pools, request, body, None, deadline=deadline, inline=True, park=park
-            )
+            lambda: self._run(plan, pools, request, body, None, deadline=deadline, inline=True)
         )
 
     def _refusal(self, body: Body) -> str | None:
@@ -179,7 +167,6 @@ class PromptPreparer:
         *,
         deadline: float,
         inline: bool = False,
-        park: bool = False,
     ) -> Outcome:
         """Holding the thread's work (on it, or `here`): blocks per profile, a problem,
         None (shape not tokenized here), or, `inline`, what is left for the thread."""
@@ -189,7 +176,7 @@ class PromptPreparer:
                 if text is None:
                     return None
                 begun = self._start(plan, pools, text)
-            return self._advance(begun, deadline, inline, park)
+            return self._advance(begun, deadline, inline)
         except (Untokenizable, TemplateError, OSError) as exc:
             return f"prompt not tokenized: {exc}"
         except Exception as exc:  # a tokenizer bug must not fail the Pick
@@ -207,7 +194,7 @@ class PromptPreparer:
         return begun
 
     def _advance(
-        self, begun: Started, deadline: float, inline: bool, park: bool = False
+        self, begun: Started, deadline: float, inline: bool
     ) -> Started | dict[Profile, PromptBlocks]:
         """Tokenize each profile's prompt on to its stop (`lazy`): on the loop at most
         `INLINE_CHARS` new and steps begun within `INLINE_S`, else `_foreground`."""
@@ -226,7 +213,7 @@ class PromptPreparer:
         begun.seconds += time.perf_counter() - started
         if begun.open:
             return begun
-        return {profile: self._blocks(profile, begun, park) for profile in begun.work}
+        return {profile: self._blocks(profile, begun) for profile in begun.work}
 
     def _foreground(self, work: Tokenization, known: Known | None, deadline: float) -> None:
         """The rest of a Pick's walk (the loop's share included): within `FOREGROUND_CHARS`
@@ -242,9 +229,8 @@ class PromptPreparer:
             clock=clock, step_pieces=FOREGROUND_STEP_PIECES,
         )  # fmt: skip
 
-    def _blocks(self, profile: Profile, begun: Started, park: bool = False) -> PromptBlocks:
-        """A profile's prompt at its stop: its blocks, its rest queued for the background
-        (`park`: once its Pick is decided, `deciding`)."""
+    def _blocks(self, profile: Profile, begun: Started) -> PromptBlocks:
+        """A profile's prompt at its stop: its blocks, its rest queued for the background."""
         work = begun.work[profile]
         if isinstance(work, PromptBlocks):
             return work
@@ -257,8 +243,7 @@ class PromptPreparer:
         if self._later_chars + work.chars > MAX_LATER_CHARS:
             return work.result()  # no rest to expect: tokenized no further
         self._later_chars += work.chars
-        rest = functools.partial(self._finish, work, refs, ticket)
-        if not (self._thread.park(ticket, rest) if park else self._thread.later(rest)):
+        if not self._thread.later(lambda: self._finish(work, refs, ticket)):
             self._later_chars -= work.chars
             return work.result()
         return work.result(ticket)

@@ -18,11 +18,6 @@ while it waits, so the slice runs at full speed): under a steady stream of Picks
 is nearly always finishing an earlier prompt, and without the wait every Pick paid the
 hand-off.
 
-Background work of a prompt tokenized at push can be parked (`park`) until its Pick is
-decided (`unpark`), at most `max_park_s`: the rest of a cold prompt otherwise started right
-after its push-time steps, beside its own Pick (the Pick's arrival, decision and answer,
-waiting for the GIL and a core).
-
 The thread runs at a lower CPU priority than the event loop (`nice`, `NICE` more than the
 process's; the Rust tokenizer's worker threads, started from it, inherit it): the rest of a
 prompt tokenized in the background is ~20 ms of CPU per 64 KiB, and on a machine with few
@@ -39,7 +34,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TypeVar
 
 log = logging.getLogger(__name__)
@@ -47,7 +42,6 @@ T = TypeVar("T")
 MAX_LATER = 256  # background slices queued; more are dropped (only later Picks lose)
 MAX_PAUSE_S = 0.05  # background work waits for Picks being decided at most this long
 HERE_WAIT_S = 0.002  # `here` waits this long at most for a background slice to end
-MAX_PARK_S = 0.02  # parked background work waits for its Pick's decision at most this long
 NICE = 10  # the thread's nice value above the process's (its CPU share under contention ~10 %)
 
 
@@ -55,12 +49,10 @@ class TokenizerThread:
     def __init__(
         self,
         name: str = "kinference-tokenize",
-        *,
         max_pause_s: float = MAX_PAUSE_S,
         clock: Callable[[], float] = time.monotonic,
         here_wait_s: float = HERE_WAIT_S,
         nice: int = NICE,
-        max_park_s: float = MAX_PARK_S,
     ) -> None:
         self._urgent: collections.deque[Callable[[], None]] = collections.deque()
         self._later: collections.deque[Callable[[], None]] = collections.deque()
@@ -74,9 +66,6 @@ class TokenizerThread:
         self._background = False  # what the thread runs (or ran last) is background work
         self._here_wait_s = here_wait_s
         self._nice = nice
-        self._max_park_s = max_park_s
-        # Background work parked until its Pick is decided, by key: (deadline, work).
-        self._parked: dict[int, tuple[float, Callable[[], None]]] = {}
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -118,30 +107,11 @@ class TokenizerThread:
         """Queue background work; False if too much is queued already, or the thread is
         closed (dropped)."""
         with self._ready:
-            if len(self._later) + len(self._parked) >= MAX_LATER or self._closed:
+            if len(self._later) >= MAX_LATER or self._closed:
                 return False
             self._later.append(work)
             self._ready.notify()
         return True
-
-    def park(self, key: int, work: Callable[[], None]) -> bool:
-        """Queue background work that starts once `unpark(key)` is called or `max_park_s`
-        has passed; False if too much is queued already, or the thread is closed."""
-        with self._ready:
-            if len(self._later) + len(self._parked) >= MAX_LATER or self._closed:
-                return False
-            self._parked[key] = (self._clock() + self._max_park_s, work)
-            self._ready.notify()
-        return True
-
-    def unpark(self, keys: Iterable[int]) -> None:
-        """The parked work of `keys` may start (its Pick is being decided)."""
-        with self._ready:
-            for key in keys:
-                parked = self._parked.pop(key, None)
-                if parked is not None:
-                    self._later.append(parked[1])
-            self._ready.notify()
 
     def picking(self) -> None:
         """A Pick is under way: background work waits (see the module's docstring)."""
@@ -165,7 +135,6 @@ class TokenizerThread:
             self._closed = True
             self._urgent.clear()
             self._later.clear()
-            self._parked.clear()
             self._ready.notify()
 
     def _run(self) -> None:
@@ -187,10 +156,9 @@ class TokenizerThread:
             if self._urgent:
                 self._background = False
                 return self._urgent.popleft()
-            parked = self._unparked()
             if not self._later:
                 self._held_since = None
-                self._ready.wait(parked)
+                self._ready.wait()
                 continue
             now = self._clock()
             if self._held_since is None:
@@ -202,16 +170,6 @@ class TokenizerThread:
                 return self._later.popleft()
             self._ready.wait(wait)
         return None
-
-    def _unparked(self) -> float | None:
-        """Parked work past its deadline moved to the background queue; the time until the
-        next deadline (None: nothing parked). Called holding the condition."""
-        if not self._parked:
-            return None
-        now = self._clock()
-        for key in [k for k, (deadline, _) in self._parked.items() if deadline <= now]:
-            self._later.append(self._parked.pop(key)[1])
-        return min((d for d, _ in self._parked.values()), default=now + 1.0) - now
 
 
 def lower_priority(nice: int) -> None:

@@ -148,26 +148,3 @@ def test_the_thread_runs_below_the_loops_priority() -> None:
     assert inside.result(timeout=10) == min(before + 3, 19)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before  # not the caller's
     thread.close()
-
-
-def test_parked_work_waits_for_its_key_or_its_deadline() -> None:
-    now = [0.0]
-    thread = TokenizerThread(max_park_s=5.0, clock=lambda: now[0])
-    ran: dict[str, threading.Event] = {k: threading.Event() for k in ("a", "b", "c")}
-    assert thread.park(1, ran["a"].set) and thread.park(2, ran["b"].set)
-    assert thread.submit(lambda: None).result(timeout=10) is None  # the thread went past them
-    assert not ran["a"].is_set() and not ran["b"].is_set()
-    thread.unpark([2, 7])  # an unknown key is no error
-    assert ran["b"].wait(timeout=10) and not ran["a"].is_set()
-    now[0] = 5.0  # the first one's deadline: it starts without its key
-    assert thread.later(ran["c"].set) and ran["c"].wait(timeout=10)
-    assert ran["a"].wait(timeout=10)
-    thread.close()
-    assert not thread.park(3, lambda: None)
-
-
-def test_parked_work_counts_toward_the_background_bound() -> None:
-    thread = TokenizerThread(max_park_s=60.0)
-    accepted = sum(thread.park(key, lambda: None) for key in range(MAX_LATER + 10))
-    assert accepted == MAX_LATER and not thread.later(lambda: None)
-    thread.close()
