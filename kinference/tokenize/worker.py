@@ -17,12 +17,6 @@ under way is waited for, up to `here_wait_s` (the caller's thread lets go of the
 while it waits, so the slice runs at full speed): under a steady stream of Picks the thread
 is nearly always finishing an earlier prompt, and without the wait every Pick paid the
 hand-off.
-
-The thread runs at a lower CPU priority than the event loop (`nice`, `NICE` more than the
-process's; the Rust tokenizer's worker threads, started from it, inherit it): the rest of a
-prompt tokenized in the background is ~20 ms of CPU per 64 KiB, and on a machine with few
-cores it took the loop's core while a Pick waited for it (a Pick's answer written late). The
-loop, waking, now takes the core at once; the thread still has every core the loop leaves idle.
 """
 
 from __future__ import annotations
@@ -30,8 +24,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import logging
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -42,7 +34,6 @@ T = TypeVar("T")
 MAX_LATER = 256  # background slices queued; more are dropped (only later Picks lose)
 MAX_PAUSE_S = 0.05  # background work waits for Picks being decided at most this long
 HERE_WAIT_S = 0.002  # `here` waits this long at most for a background slice to end
-NICE = 10  # the thread's nice value above the process's (its CPU share under contention ~10 %)
 
 
 class TokenizerThread:
@@ -52,7 +43,6 @@ class TokenizerThread:
         max_pause_s: float = MAX_PAUSE_S,
         clock: Callable[[], float] = time.monotonic,
         here_wait_s: float = HERE_WAIT_S,
-        nice: int = NICE,
     ) -> None:
         self._urgent: collections.deque[Callable[[], None]] = collections.deque()
         self._later: collections.deque[Callable[[], None]] = collections.deque()
@@ -65,7 +55,6 @@ class TokenizerThread:
         self._busy = threading.Lock()  # held by whoever runs work (the thread, or `here`)
         self._background = False  # what the thread runs (or ran last) is background work
         self._here_wait_s = here_wait_s
-        self._nice = nice
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -138,7 +127,6 @@ class TokenizerThread:
             self._ready.notify()
 
     def _run(self) -> None:
-        lower_priority(self._nice)
         while True:
             with self._ready:
                 work = self._next()
@@ -170,17 +158,3 @@ class TokenizerThread:
                 return self._later.popleft()
             self._ready.wait(wait)
         return None
-
-
-def lower_priority(nice: int) -> None:
-    """The calling thread's nice value raised by `nice` (Linux: per thread; threads it starts
-    inherit it); left as it is where the platform has no per-thread priority."""
-    if nice <= 0 or sys.platform != "linux":  # elsewhere a thread id may name a process
-        return
-    try:
-        thread = threading.get_native_id()
-        os.setpriority(
-            os.PRIO_PROCESS, thread, min(os.getpriority(os.PRIO_PROCESS, thread) + nice, 19)
-        )
-    except OSError:  # not permitted here: the thread runs at the process's priority
-        log.debug("tokenizer thread priority left unchanged", exc_info=True)

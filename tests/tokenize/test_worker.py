@@ -3,8 +3,6 @@ work is bounded, and a closed thread takes no more."""
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -138,13 +136,3 @@ def test_here_waits_for_a_background_slice_to_end_not_for_pick_work() -> None:
     assert impatient.here(lambda: 1) is None  # no wait allowed
     gate.set()
     impatient.close()
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="per-thread nice values are Linux's")
-def test_the_thread_runs_below_the_loops_priority() -> None:
-    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    thread = TokenizerThread(nice=3)
-    inside = thread.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
-    assert inside.result(timeout=10) == min(before + 3, 19)
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before  # not the caller's
-    thread.close()
