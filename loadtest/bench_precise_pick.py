@@ -2,7 +2,7 @@
 prompts, and the event loop's worst stall while those Picks run.
 
     python -m loadtest.bench_precise_pick [--quick] [--sizes 4096,65536,1048576]
-        [--turn-gap-ms 100]
+        [--turn-gap-ms 100] [--cold-gap-ms 0]
 
 One picker (the real server on uvloop) in its own process (`loadtest.picker_process`),
 with a pool of 4 endpoints whose "engines" are ZMQ publishers in this one, the client's:
@@ -25,6 +25,9 @@ Workloads per prompt size S, each run in approximate mode (the baseline) and pre
   other 15); `chat-spread` x16 is the same conversations started one turn gap apart over
   the wave (conversation i of 16 begins i/16 of a gap later), the steady 16 in flight of
   users who did not all press enter in the same millisecond.
+  `--cold-gap-ms` (default 0: back to back) pauses before each cold prompt after the first:
+  back to back, a 64 KiB prompt's rest, tokenized in the background after its Pick (~20 ms
+  of CPU with the bench's tokenizer), overlaps the next prompt's Pick on a 2-core machine.
 Reported: client-side Pick RPC p50 / p99 (ms), the ratio precise / approximate, the
 largest lag of a 2 ms probe task on the picker process's loop during the workload (ms) and
 how many of its wake-ups came over 10 ms late, and the
@@ -199,10 +202,15 @@ def chat_prompts(
 
 
 async def replay(
-    bench: Bench, row: Row, conversations: list[list[Prompt]], gap_s: float = 0.0
+    bench: Bench,
+    row: Row,
+    conversations: list[list[Prompt]],
+    gap_s: float = 0.0,
+    wave_gap_s: float = 0.0,
 ) -> None:
-    """Each wave of `row.inflight` conversations at once, turn after turn; a `chat-spread`
-    wave's conversation i starts i / inflight of a turn gap after the first."""
+    """Each wave of `row.inflight` conversations at once, turn after turn, `wave_gap_s`
+    after the previous wave's end; a `chat-spread` wave's conversation i starts i /
+    inflight of a turn gap after the first."""
     spread = row.workload == SPREAD
 
     async def one(turns: list[Prompt], start_s: float) -> None:
@@ -217,6 +225,8 @@ async def replay(
             row.with_push.append(with_push)
 
     for start in range(0, len(conversations), row.inflight):
+        if start and wave_gap_s:
+            await asyncio.sleep(wave_gap_s)
         wave = conversations[start : start + row.inflight]
         starts = [i * gap_s / len(wave) if spread else 0.0 for i in range(len(wave))]
         await asyncio.gather(*(one(c, s) for c, s in zip(wave, starts, strict=True)))
@@ -247,7 +257,9 @@ async def measure(args: argparse.Namespace, files: tuple[Path, Path]) -> list[Ro
                 continue
             for mode in args.modes.split(","):
                 row = Row(size, workload, inflight, mode)
-                await run_row(files, row, conversations, args.turn_gap_ms / 1000, args.trace_stalls)
+                wave_gap_s = args.cold_gap_ms / 1000 if workload == "cold" else 0.0
+                gaps = (args.turn_gap_ms / 1000, wave_gap_s)
+                await run_row(files, row, conversations, gaps, args.trace_stalls)
                 rows.append(row)
                 print(_line(row), file=sys.stderr, flush=True)
         gc.unfreeze()
@@ -258,15 +270,16 @@ async def run_row(
     files: tuple[Path, Path],
     row: Row,
     conversations: list[list[Prompt]],
-    gap_s: float,
+    gaps: tuple[float, float],
     trace_stalls: bool = False,
 ) -> None:
+    """`gaps`: between a conversation's turns and before each wave after the first (s)."""
     publishers = [KvPublisher() for _ in range(4)]
     try:
         async with Bench(row.mode, files, publishers, trace_stalls) as bench:
             assert bench.picker is not None
             await bench.picker.lag()  # from here: the picker's startup is not the workload's
-            await replay(bench, row, conversations, gap_s)
+            await replay(bench, row, conversations, *gaps)
             row.lag_s, row.stalls = await bench.picker.lag()
     finally:
         for publisher in publishers:
@@ -312,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--quick", action="store_true")
     cli.add_argument("--sizes", default=f"{4 * KIB},{64 * KIB},{1024 * KIB}")
     cli.add_argument("--turn-gap-ms", type=float, default=100.0)
+    cli.add_argument("--cold-gap-ms", type=float, default=0.0, help="pause before a cold prompt")
     cli.add_argument("--modes", default="approximate,precise", help="for profiling one")
     cli.add_argument("--workloads", default="", help="e.g. coldx1,chatx16 (default: all)")
     cli.add_argument(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 from pathlib import Path
 from typing import cast
 
@@ -46,6 +47,7 @@ async def test_pick_latency_run_on_small_prompts(tmp_path: Path) -> None:
         quick=True,
         sizes="4096",
         turn_gap_ms=0.0,
+        cold_gap_ms=0.0,
         modes="approximate,precise",
         workloads="",
         trace_stalls=False,
@@ -98,3 +100,9 @@ async def _waves() -> None:
         elapsed = recorder.firsts[-1][1] - recorder.firsts[0][1]
         assert elapsed == (pytest.approx(0.03) if spread else 0.0)  # 3 of 4 of the gap
         assert len(row.samples) == 4
+    recorder, row = Recorder(), bench_precise_pick.Row(4096, "cold", 1, "precise")
+    await bench_precise_pick.replay(
+        cast(bench_precise_pick.Bench, recorder), row, prompts, wave_gap_s=0.05
+    )
+    times = [at for _, at in recorder.firsts]
+    assert [b - a for a, b in itertools.pairwise(times)] == [pytest.approx(0.05)] * 3  # cold gaps
