@@ -181,7 +181,8 @@ class PoolCaches:
         """How much of a match `slot` will still hold when a request sent now runs there:
         the requests ahead run first, in order (`kvcache.queue`); past the worker's
         capacity, what they compute evicts its least recently used blocks
-        (`kvcache.ageing`)."""
+        (`kvcache.ageing`). The replay is the worker's until its state changes (`replays`:
+        a Pick asks every worker, and events mostly come for a few between two Picks)."""
         ages = self.ages.get(slot)
         queue = self.queues.get(slot)
         if ages is None or queue is None or self.capacity is None or not self.predict_evictions:

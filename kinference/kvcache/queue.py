@@ -39,7 +39,7 @@ from kinference.kvcache.blocks import BlockId
 
 QUEUE_TTL_S = 600.0  # a request in flight longer than this no longer counts (lost report)
 MAX_QUEUED = 1024  # requests per worker
-# Blocks of waiting requests replayed by name per Pick and worker (~0.27 µs each); the ones
+# Blocks of waiting requests replayed by name per replay of a worker (~0.27 µs each); the ones
 # past it count as computed whole (they evict, and keep nothing of this prompt).
 MAX_REPLAYED_BLOCKS = 8192
 
