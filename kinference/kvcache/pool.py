@@ -182,7 +182,7 @@ class PoolCaches:
         the requests ahead run first, in order (`kvcache.queue`); past the worker's
         capacity, what they compute evicts its least recently used blocks
         (`kvcache.ageing`). The replay is the worker's until its state changes (`replays`:
-        a Pick asks every worker, and events mostly come for a few between two Picks)."""
+        a Pick asks every worker: only those whose state changed since are replayed again)."""
         ages = self.ages.get(slot)
         queue = self.queues.get(slot)
         if ages is None or queue is None or self.capacity is None or not self.predict_evictions:
