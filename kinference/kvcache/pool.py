@@ -19,7 +19,7 @@ from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.index import BlockIndex
 from kinference.kvcache.memory import FITS, Room, room
 from kinference.kvcache.pending import expect, expire, fresh, unnote
-from kinference.kvcache.queue import EngineQueue, Queued, survivors
+from kinference.kvcache.queue import EngineQueue, Queued, Replayed, replay
 from kinference.kvcache.reach import Reach
 from kinference.kvevents.events import Event
 from kinference.kvevents.trust import WorkerTrust
@@ -62,6 +62,9 @@ class PoolCaches:
     peaks: dict[int, int] = field(default_factory=dict)  # most blocks each worker held
     # Blocks a worker holds at most (its KV cache), learned from the workers that evicted.
     capacity: int | None = None
+    # Each worker's queue replayed (`kvcache.queue.replay`), with the queue's version and
+    # the room left it is of; dropped by any change to the worker's blocks or ages.
+    replays: dict[int, tuple[int, int, Replayed]] = field(default_factory=dict)
 
     def apply(self, slot: int, events: Iterable[Event]) -> None:
         """A batch from `slot`'s engine: into the index; what it names is no longer pending;
@@ -69,6 +72,7 @@ class PoolCaches:
         says nothing of its size: what was held is forgotten, not evicted); what it removes
         that a waiting request will use is pending again."""
         stored, removed, cleared, cleared_stored = self.index.apply(slot, events)
+        self.replays.pop(slot, None)
         if cleared:
             self.ages.pop(slot, None)
             self.reused.pop(slot, None)
@@ -98,6 +102,8 @@ class PoolCaches:
             self.expect(slot, again, self.clock())
 
     def _ages(self, slot: int) -> WorkerAges:
+        """The worker's eviction order, to change: its replay is dropped."""
+        self.replays.pop(slot, None)
         found = self.ages.get(slot)
         if found is None:
             found = self.ages[slot] = WorkerAges()
@@ -110,6 +116,7 @@ class PoolCaches:
         self.ages.pop(slot, None)
         self.peaks.pop(slot, None)
         self.queues.pop(slot, None)
+        self.replays.pop(slot, None)
 
     def sent(self, slot: int, prompt: PromptBlocks, cached_blocks: int, request: Request) -> None:
         """A request went to `slot`: its matched blocks were just used; the ones it will
@@ -174,14 +181,20 @@ class PoolCaches:
         """How much of a match `slot` will still hold when a request sent now runs there:
         the requests ahead run first, in order (`kvcache.queue`); past the worker's
         capacity, what they compute evicts its least recently used blocks
-        (`kvcache.ageing`)."""
+        (`kvcache.ageing`). The replay is the worker's until its state changes (`replays`:
+        a Pick asks every worker: only those whose state changed since are replayed again)."""
         ages = self.ages.get(slot)
         queue = self.queues.get(slot)
         if ages is None or queue is None or self.capacity is None or not self.predict_evictions:
             return depth
+        if depth == 0:
+            return depth
         room = self.capacity - self.index.blocks(slot)
-        held = self.index.held(slot)
-        return survivors(queue, ages, held=held, room=room, blocks=blocks, depth=depth)
+        cached = self.replays.get(slot)
+        if cached is None or cached[0] != queue.version or cached[1] != room:
+            replayed = replay(queue, ages, held=self.index.held(slot), room=room)
+            cached = self.replays[slot] = (queue.version, room, replayed)
+        return cached[2].surviving(blocks, depth)
 
     def room(self, slot: int, prompt: PromptBlocks, output_tokens: int) -> Room:
         """Whether a request sent to `slot` now fits in its cache beside the requests ahead

@@ -16,6 +16,11 @@ are scheduled in order, each evicting what it computes past the room left, from 
 blocks on (skipping the ones a request ahead took up), then from the blocks of the requests
 ahead, oldest first, when no older block is left; then this prompt's leading blocks still
 held are its predicted hit. All in C and numpy per request ahead: no Python step per block.
+
+Only that last step depends on the prompt: `replay` does the rest, once per state of the
+worker (its queue, its cache, its eviction order, the room left), and `Replayed.surviving`
+answers each prompt from it (`PoolCaches` keeps it until that state changes: a Pick asks
+every candidate, the busiest ones' replays ~1.4 ms each with 8 requests ahead).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from kinference.kvcache.blocks import BlockId
 
 QUEUE_TTL_S = 600.0  # a request in flight longer than this no longer counts (lost report)
 MAX_QUEUED = 1024  # requests per worker
-# Blocks of waiting requests replayed by name per Pick and worker (~0.27 µs each); the ones
+# Blocks of waiting requests replayed by name per replay of a worker (~0.27 µs each); the ones
 # past it count as computed whole (they evict, and keep nothing of this prompt).
 MAX_REPLAYED_BLOCKS = 8192
 
@@ -57,8 +62,10 @@ class EngineQueue:
     """One worker's requests in flight, by the caller's key (the pick's identity), in order."""
 
     requests: OrderedDict[int, Queued] = field(default_factory=OrderedDict)
+    version: int = 0  # changes made through these methods (a cached `replay` is of one)
 
     def add(self, key: int, request: Queued) -> None:
+        self.version += 1
         self.requests[key] = request
         if len(self.requests) > MAX_QUEUED:
             self.requests.popitem(last=False)
@@ -66,22 +73,29 @@ class EngineQueue:
     def started(self, key: int) -> None:
         found = self.requests.get(key)
         if found is not None:
+            self.version += 1
             found.running = True
 
     def named(self, key: int, blocks: tuple[BlockId, ...]) -> None:
         """A lazily tokenized prompt's blocks, now all named."""
         found = self.requests.get(key)
         if found is not None:
+            self.version += 1
             found.blocks, found.unnamed = blocks, 0
 
     def finish(self, key: int) -> Queued | None:
-        return self.requests.pop(key, None)
+        found = self.requests.pop(key, None)
+        if found is not None:
+            self.version += 1
+        return found
 
     def expire(self, now: float) -> None:
         cutoff = now - QUEUE_TTL_S
         old = [
             k for k, q in itertools.takewhile(lambda i: i[1].since < cutoff, self.requests.items())
         ]
+        if old:
+            self.version += 1
         collections.deque(map(self.requests.pop, old), maxlen=0)
 
     def work(self) -> int:
@@ -151,6 +165,24 @@ class _Replay:
             collections.deque(map(self.newer.pop, gone), maxlen=0)
 
 
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """A worker's eviction order once its requests ahead are scheduled (`replay`): what any
+    prompt sent now finds of its match there. Valid while the worker's state is as it was."""
+
+    replay: _Replay | None  # None: the requests ahead fit in the room left, nothing evicted
+
+    def surviving(self, blocks: Sequence[BlockId], depth: int) -> int:
+        """`survivors` of a prompt's leading `blocks`, `depth` of them held or pending."""
+        replay = self.replay
+        if depth == 0 or replay is None:
+            return depth
+        prefix = blocks[: depth + len(replay.newer)]  # and what the requests ahead store of it
+        found = replay.present(prefix, replay.order.ranks(prefix), replay.newer_of(prefix))
+        gone = np.flatnonzero(~found)
+        return int(gone[0]) if len(gone) else depth
+
+
 def survivors(
     queue: EngineQueue,
     ages: WorkerAges,
@@ -163,8 +195,18 @@ def survivors(
     """How many leading `blocks` the worker will hold when a request sent now is scheduled
     there, behind `queue`: of the first `depth` (held or pending there now) those not
     evicted meanwhile, and past them those the requests ahead will have stored."""
-    if depth == 0 or queue.work() <= room:
+    if depth == 0:
         return depth
+    return replay(queue, ages, held=held, room=room).surviving(blocks, depth)
+
+
+def replay(
+    queue: EngineQueue, ages: WorkerAges, *, held: Mapping[BlockId, object], room: int
+) -> Replayed:
+    """The requests ahead in `queue` scheduled on the worker's eviction order (`ages`), its
+    cache holding `held` with `room` blocks left: the part of `survivors` no prompt changes."""
+    if queue.work() <= room:
+        return Replayed(None)
     order = ages.order()
     replay = _Replay(order, len(ages.touched), held, room)
     waiting = []
@@ -188,7 +230,4 @@ def survivors(
         missing = len(request.blocks) - int(replay.present(request.blocks, ranks, newer).sum())
         replay.use(request.blocks, ranks, newer, request.decode)
         replay.compute(missing + request.unnamed + request.decode, request.blocks)
-    prefix = blocks[: depth + len(replay.newer)]  # and what the requests ahead store of it
-    found = replay.present(prefix, order.ranks(prefix), replay.newer_of(prefix))
-    gone = np.flatnonzero(~found)
-    return int(gone[0]) if len(gone) else depth
+    return Replayed(replay)
