@@ -118,7 +118,7 @@ class Learning:
             self.table.observed_batch(slot, choice.sequences, queued=False, floor=floor)
             return False
         if choice.probe:  # not on time: the pool probes this far no more
-            self.table.probe_late[slot] = choice.sequences
+            self.table.probe_came_late(slot, choice.sequences)
         unqueued += max(missed, 0.0) * self.rates.ms_per_token(slot, choice.model)
         if choice.sequences >= 2.0 and ttft_ms > unqueued + choice.predicted_wait_ms + max(
             unqueued, QUEUED_SLACK_MS

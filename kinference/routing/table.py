@@ -196,6 +196,11 @@ class WorkerTable(EngineReadings):
         if slot is not None:
             self.probing[slot] = max(self.probing.item(slot) - 1.0, 0.0)
 
+    def probe_came_late(self, slot: int, sequences: float) -> None:
+        """A probe that joined `slot` as its `sequences`-th had no first token on time:
+        the pool probes that far no more (`probe_late`)."""
+        self.probe_late[slot] = sequences
+
     def shared_pending(self, slot: int, hashes: tuple[int, ...]) -> float:
         """Of `slot`'s pending prefill, the tokens a prompt with `hashes` shares."""
         return self.pending.shared(slot, hashes)
