@@ -18,7 +18,7 @@ Three quantities per (model, worker slot), NaN until learned:
   takes the delay;
 - `service_ms`: milliseconds from first token to final report (how long a request holds
   a batch slot), an exponentially weighted mean with the prior counted as PRIOR_SAMPLES
-  samples before the first, fading alike (a warm-up's 1-token request served in 14 ms
+  samples before the first, fading alike (a warm-up's 2-token request served in 14 ms
   set a worker's service time, and through the peers' mean every unlearned worker's, to
   14 ms: arrivals by Little's law 100x too many, batch-slot waits 100x too short, h136);
 

@@ -282,7 +282,7 @@ def test_service_time_is_a_moving_mean_and_forgotten_with_the_worker() -> None:
 
 
 def test_one_short_request_does_not_set_a_workers_service_time() -> None:
-    """A warm-up's 1-token request held its slot 14 ms: the worker's service time, and
+    """A warm-up's 2-token request held its slot 14 ms: the worker's service time, and
     through the peers' mean every unlearned worker's, stays near the prior (it was 14 ms:
     arrivals by Little's law 100x too many, slot waits 100x too short, h136); the worker's
     own samples take over as they come."""
