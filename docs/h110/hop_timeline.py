@@ -13,8 +13,8 @@ def load(pat):
     return ev
 cli, eng, gw = load("cli"), load("eng"), load("gw")
 reqs = [json.loads(l) for l in open(f"{d}/req.jsonl")]
-byrid = {}
-for r in reqs: byrid[(r["router"], r["response_id"])] = r
+byrid = defaultdict(list)  # response ids repeat across a run's cells (h136)
+for r in reqs: byrid[r["response_id"]].append(r)
 csend = [(t, int(a[0]), int(a[1]), c) for t, c, k, a in cli if k == "csend"]
 cst = [x[0] for x in csend]
 eid = defaultdict(list); efirst = defaultdict(list)
@@ -45,8 +45,8 @@ for t, _, k, a in cli:
     if k != "cres": continue
     rid, started, first, cached, prompt = a[0], int(a[1]), int(a[2]), int(a[3]), int(a[4])
     rq = None
-    for key, r in byrid.items():
-        if key[1] == rid and abs(r["ttft_s"]*1e9 - (first-started)) < 2e5: rq = r
+    for r in byrid.get(rid, []):
+        if abs(r["ttft_s"]*1e9 - (first-started)) < 2e5: rq = r
     if rq is None: continue
     s1 = after(csend, cst, started, lambda x: True, first)
     if s1 is None: continue
@@ -55,7 +55,7 @@ for t, _, k, a in cli:
     i = cst.index(s1[0]) + 1
     while i < len(csend) and csend[i][0] < first and csend[i][1] != port: i += 1
     if i < len(csend) and csend[i][1] == port and csend[i][0] < first: sl = csend[i]
-    row = dict(router=rq["router"], seed=rq["seed"], conv=rq["conversation"], turn=rq["turn"], kind=rq["kind"], cached=cached, prompt=prompt,
+    row = dict(router=rq["router"], rate=rq["rate"], seed=rq["seed"], conv=rq["conversation"], turn=rq["turn"], kind=rq["kind"], cached=cached, prompt=prompt,
                ttft=(first-started)/1e6, A=(sl[0]-started)/1e6, A0=(s1[0]-started)/1e6, A12=(sl[0]-s1[0])/1e6, A12cpu=(sl[3]-s1[3])/1e6, hlen=s1[2], blen=sl[2], nsend=2 if sl is not s1 else 1)
     te, tf = pick(eid.get(rid, []), started, first), pick(efirst.get(rid, []), started, first)
     if te is None or tf is None: continue
@@ -103,7 +103,7 @@ for router in ("kinference", "sglang"):
         m = med([r.get(k) for r in H])
         if m: print(f"  {k:10s} p50 {m[0]:8.3f}  n={m[1]}")
 # pair
-key = lambda r: (r["seed"], r["conv"], r["turn"])
+key = lambda r: (r["rate"], r["seed"], r["conv"], r["turn"])
 K = {key(r): r for r in rows if r["router"] == "kinference"}
 S = {key(r): r for r in rows if r["router"] == "sglang"}
 pairs = [(K[k], S[k]) for k in K if k in S and K[k]["cached"] > 0 and S[k]["cached"] > 0 and K[k]["ttft"] < 40 and S[k]["ttft"] < 40]
@@ -112,3 +112,13 @@ for k in ("ttft", "to_eng", "A", "A0", "A12", "A12cpu", "in_total", "E", "F", "o
     diffs = [a[k]-b[k] for a, b in pairs if a.get(k) is not None and b.get(k) is not None]
     xs = sorted(diffs); kk = len(xs)//10
     print(f"  d{k:10s} p50 {st.median(diffs):7.3f} mean {st.mean(diffs):7.3f} trimmed {st.mean(xs[kk:len(xs)-kk]):7.3f}")
+print("per cell")
+for cell in sorted({k[:2] for k in K}):
+    P = [(a, b) for a, b in pairs if (a["rate"], a["seed"]) == cell]
+    out = [f"{cell} n={len(P)}"]
+    for k in ("ttft", "to_eng", "E", "F", "out_total"):
+        diffs = [a[k]-b[k] for a, b in P if a.get(k) is not None and b.get(k) is not None]
+        out.append(f"d{k} {st.median(diffs):.2f}")
+    out.append("k C %.2f Ccpu %.2f" % (st.median([a["C"] for a, b in P if a.get("C")]), st.median([a["Ccpu"] for a, b in P if a.get("Ccpu")])))
+    out.append("F k %.2f s %.2f" % (st.median([a["F"] for a, b in P]), st.median([b["F"] for a, b in P])))
+    print("  ".join(out))

@@ -48,6 +48,7 @@ def compile_policy(
     rates.prior_base_ms = routing.ttft.prior_prefill_base_ms
     rates.prior_busy_ms = routing.ttft.prior_busy_ms_per_sequence
     rates.prior_ms_per_token = 1000.0 / routing.ttft.prior_prefill_tokens_per_s
+    rates.prior_service_ms = routing.ttft.prior_service_ms
     scorers = build_scorers(routing, rates)
     ttft = next((s for s, _ in scorers if isinstance(s, TtftScorer)), None)
     return RoutingPolicy(

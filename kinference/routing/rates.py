@@ -17,7 +17,10 @@ Three quantities per (model, worker slot), NaN until learned:
   against the concurrent base, a long prompt still shows its per-token cost, and the base
   takes the delay;
 - `service_ms`: milliseconds from first token to final report (how long a request holds
-  a batch slot), an exponentially weighted mean;
+  a batch slot), an exponentially weighted mean with the prior counted as PRIOR_SAMPLES
+  samples before the first, fading alike (a warm-up's 2-token request served in 14 ms
+  set a worker's service time, and through the peers' mean every unlearned worker's, to
+  14 ms: arrivals by Little's law 100x too many, batch-slot waits 100x too short, h136);
 
 and per model (its engines alike), `busy_ms`: what each sequence running beside a request
 adds to its TTFT (an engine's step decodes every running sequence along with the new
@@ -43,10 +46,11 @@ MIN_SPREAD_TOKENS = 64.0  # below this spread of uncached tokens the slope is no
 # Without spread, samples this short (mean uncached tokens) leave the slope alone: their
 # time is scheduling and fixed cost, and 30 ms over 10 tokens is no 3 ms per token.
 MIN_TOKENS_FOR_SLOPE = 256.0
-# Samples the prior's fixed cost counts as in a worker's fit, a tenth (`alpha`) each, fading
-# as the worker's own come: one sample does not set it (h116: a first request of 9 tokens
-# at 45 ms, its peers' 20-24 ms, priced that fast engine out of every pick; a 5.3k document
-# and a 306-token hit slowed by a sequence beside it, a 60.8 ms base on a ~20 ms engine).
+# Samples the prior's fixed cost counts as in a worker's fit (and the prior service time in
+# its mean), a tenth (`alpha`) each, fading as the worker's own come: one sample does not
+# set it (h116: a first request of 9 tokens at 45 ms, its peers' 20-24 ms, priced that fast
+# engine out of every pick; a 5.3k document and a 306-token hit slowed by a sequence beside
+# it, a 60.8 ms base on a ~20 ms engine).
 PRIOR_SAMPLES = 2.0
 MAX_MS_PER_TOKEN = 10.0  # 100 tokens/s: slower than any engine; a fit past it is noise
 MAX_BASE_MS = 10_000.0
@@ -125,6 +129,8 @@ class Rates:
         self.prior_busy_ms = prior_busy_ms
         # Milliseconds a prompt token takes to prefill until learned (the policy's prior).
         self.prior_ms_per_token = 0.1
+        # Milliseconds a request holds its batch slot until learned (the policy's prior).
+        self.prior_service_ms = 2000.0
         self._arrays: dict[tuple[str, str], FloatArray] = {}  # (model, quantity) -> per slot
         self._sums: dict[str, FloatArray] = {}  # model -> the fit's sums (rows) per slot
         # model -> the busy fit: its weighted sums of sequences^2 and of sequences x excess,
@@ -232,11 +238,16 @@ class Rates:
         return True
 
     def observe_service(self, slot: int, model: str, service_ms: float) -> None:
-        """How long one request held its batch slot after its first token."""
+        """How long one request held its batch slot after its first token: into the mean,
+        whose weight (`service_weight`) starts at the prior's PRIOR_SAMPLES samples."""
         array = self._array(model, "service_ms", slot + 1)
-        old = array.item(slot)
-        value = max(service_ms, 0.0)
-        array[slot] = value if math.isnan(old) else (1 - self.alpha) * old + self.alpha * value
+        weights = self._array(model, "service_weight", slot + 1)
+        old, weight, a = array.item(slot), weights.item(slot), self.alpha
+        if math.isnan(old) or math.isnan(weight):
+            old, weight = self.prior_service_ms, PRIOR_SAMPLES * a
+        kept = (1.0 - a) * weight
+        weights[slot] = kept + a
+        array[slot] = (kept * old + a * max(service_ms, 0.0)) / (kept + a)
 
     def forget(self, slot: int) -> None:
         """A worker left: what was learned of it no longer applies to its slot."""

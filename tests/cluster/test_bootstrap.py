@@ -8,6 +8,8 @@ import random
 import time
 from collections.abc import Callable
 
+import pytest
+
 from kinference.cluster import codec
 from kinference.cluster.connection import connect
 from kinference.cluster.keys import Keys
@@ -20,7 +22,7 @@ from kinference.cluster.view import ClusterView
 from kinference.config import Policy
 from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate, WorkerTable
 from kinference.routing.policy import cooldowns_of
-from kinference.routing.rates import Rates
+from kinference.routing.rates import PRIOR_SAMPLES, Rates
 from kinference.routing.textsize import MIN_SAMPLES
 from loadtest.redis_server import RedisServer
 
@@ -149,7 +151,9 @@ def test_another_replicas_served_samples_teach_this_replicas_rates() -> None:
     view.apply(entry)
     slot = view.table.slot(ENDPOINT)
     rates = view.router.learning.rates
-    assert rates.learned("m", "service_ms", slot) == 900.0
+    kept = (1.0 - rates.alpha) * PRIOR_SAMPLES * rates.alpha  # the prior's weight, faded
+    expected = (kept * rates.prior_service_ms + rates.alpha * 900.0) / (kept + rates.alpha)
+    assert rates.learned("m", "service_ms", slot) == pytest.approx(expected)
     base, per_token = (
         rates.learned("m", q, slot) for q in ("prefill_base_ms", "prefill_ms_per_token")
     )

@@ -20,6 +20,7 @@ from kinference.routing.plugins.cached import (
 )
 from kinference.routing.prefix import PrefixIndex
 from kinference.routing.quality import ErrorWindow
+from kinference.routing.rates import PRIOR_SAMPLES
 from kinference.routing.table import IndexArray, WorkerTable
 from tests.routing.plugin_helpers import MODEL, request
 
@@ -41,6 +42,13 @@ def served(**fields: object) -> Served:
     return Served(**values)  # type: ignore[arg-type]
 
 
+def first_service(learn: Learning, sample_ms: float) -> float:
+    """A worker's service time after its first sample: the prior weighs PRIOR_SAMPLES."""
+    a, prior = learn.rates.alpha, learn.rates.prior_service_ms
+    kept = (1.0 - a) * PRIOR_SAMPLES * a
+    return (kept * prior + a * sample_ms) / (kept + a)
+
+
 def test_pending_prefill_lasts_from_pick_to_first_token() -> None:
     learn = learning()
     picked = choice(0, prompt_tokens=1000.0, cached_tokens=400.0)
@@ -59,7 +67,9 @@ def test_a_final_report_teaches_prefill_and_service_rates() -> None:
     learn.first_token(picked, 120.0)
     learn.final(picked, served(prompt_tokens=1000, cached_tokens=200, ttft_ms=120.0,
                                 service_ms=1500.0))  # fmt: skip
-    assert learn.rates.learned(MODEL, "service_ms", 1) == 1500
+    assert learn.rates.learned(MODEL, "service_ms", 1) == pytest.approx(
+        first_service(learn, 1500.0)
+    )
     base = learn.rates.learned(MODEL, "prefill_base_ms", 1)
     per_token = learn.rates.learned(MODEL, "prefill_ms_per_token", 1)
     assert base == pytest.approx(learn.rates.prior_base_ms)  # one length: the prior's
@@ -91,7 +101,7 @@ def test_a_request_that_queued_is_no_prefill_sample() -> None:
     picked = choice(1, prompt_tokens=1000.0, predicted_wait_ms=900.0)
     learn.final(picked, served(ttft_ms=1000.0, service_ms=10.0))
     assert math.isnan(learn.rates.learned(MODEL, "prefill_base_ms", 1))
-    assert learn.rates.learned(MODEL, "service_ms", 1) == 10
+    assert learn.rates.learned(MODEL, "service_ms", 1) == pytest.approx(first_service(learn, 10.0))
 
 
 def test_a_reported_shortfall_shrinks_the_capacity_and_keeps_the_blocks() -> None:

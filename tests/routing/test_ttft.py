@@ -269,13 +269,29 @@ def test_the_prefill_fit_recovers_a_linear_engine(
 
 
 def test_service_time_is_a_moving_mean_and_forgotten_with_the_worker() -> None:
-    rates = Rates(alpha=0.5)
+    rates = Rates(alpha=0.5)  # the prior (2000 ms) weighs as 2 samples of 0.5 at first
     rates.observe_service(3, MODEL, 1000)
+    assert rates.learned(MODEL, "service_ms", 3) == 1500  # (0.5 * 2000 + 0.5 * 1000) / 1
     rates.observe_service(3, MODEL, 3000)
-    assert rates.learned(MODEL, "service_ms", 3) == 2000
+    assert rates.learned(MODEL, "service_ms", 3) == 2250  # weight 1: a moving mean
     rates.forget(3)
     assert math.isnan(rates.learned(MODEL, "service_ms", 3))
     assert np.isnan(rates.values(MODEL, "service_ms", np.array([3]), 8)).all()
+    rates.observe_service(3, MODEL, 1000)  # the prior again, not the forgotten mean
+    assert rates.learned(MODEL, "service_ms", 3) == 1500
+
+
+def test_one_short_request_does_not_set_a_workers_service_time() -> None:
+    """A warm-up's 2-token request held its slot 14 ms: the worker's service time, and
+    through the peers' mean every unlearned worker's, stays near the prior (it was 14 ms:
+    arrivals by Little's law 100x too many, slot waits 100x too short, h136); the worker's
+    own samples take over as they come."""
+    rates = Rates()
+    rates.observe_service(2, MODEL, 14.0)
+    assert rates.learned(MODEL, "service_ms", 2) > 0.6 * rates.prior_service_ms
+    for _ in range(40):
+        rates.observe_service(2, MODEL, 1200.0)
+    assert rates.learned(MODEL, "service_ms", 2) == pytest.approx(1200.0, rel=0.01)
 
 
 def test_pending_prefill_of_a_shared_prefix_is_waited_for_yet_its_holder_wins() -> None:
