@@ -28,7 +28,8 @@ fellow candidates' mean, and the priors below apply while none is learned.
 
 The score is `best / cost` (the cheapest candidate scores 1), with
 `cost = ttft + (compute_weight + cache_space_weight * fullness) * prefill
-+ queue_weight * slot_wait + blocking_weight * rate * prefill**2 / 2`
++ queue_weight * slot_wait + blocking_weight * rate * prefill**2 / 2
++ decode_weight * decode_ms * sequences`
 (`slot_wait = ahead * service_ms / batch`, or the wait for
 memory where that is longer): a share of the compute the request takes from those after
 it, so that at equal TTFT a cache hit wins; the cache space its new blocks take, dearer
@@ -38,7 +39,10 @@ slot it then holds, which the requests after it there wait for (none where one i
 and where the batch is not known, the expected such wait (`readings.unseen_wait`); and the
 wait its prefill imposes on the requests that reach the worker meanwhile (`rate`: the
 worker's arrivals a millisecond by Little's law, `sequences / service_ms`; each waits half
-of the prefill on average: engines prefill in turn).
+of the prefill on average: engines prefill in turn); and the decode it slows: beside each
+sequence there its own tokens and the other's are `ms_per_sequence` slower for about half
+of a reply each, `decode_ms = ms_per_sequence * reply_tokens` a sequence (both learned per
+model from the final reports, `routing.decode`; `prior_decode_ms_per_sequence` until then).
 """
 
 from __future__ import annotations
@@ -108,6 +112,18 @@ class TtftConfig(PluginConfig):
     # prompts are being asked for (vllm-64: shared prompts sent cold, or waiting ~0.6 s,
     # behind a document prefilling on their holder); a short prompt's is a few ms.
     blocking_weight: NonNegativeFloat = 1.0
+    # Milliseconds each running sequence adds to every output token of the others on its
+    # engine, until learned (`routing.decode` learns it per model from the final reports'
+    # ITL buckets against the sequences each request joined; 0: none assumed before).
+    prior_decode_ms_per_sequence: NonNegativeFloat = 0.0
+    # Share of the decode time a placement costs beside the sequences a worker runs and
+    # queues: over the time it runs beside each of them (about half of its reply and of
+    # theirs on average), each of its tokens is `ms_per_sequence` slower and each of
+    # theirs too, so `decode_weight * ms_per_sequence * reply_tokens * sequences` ms
+    # (`reply_tokens`: the model's mean reply). At light load, where no batch is near full
+    # and the pressure term is ~0, a cache hit on a busier engine then pays for the
+    # slower decode it brings (Dynamo's mockers, 3 req/s: h131, h137).
+    decode_weight: NonNegativeFloat = 1.0
     # Share of the expected wait beyond the most seen running while a worker's batch is
     # not known (`readings.unseen_wait`), in the cost as a slot wait (1 + queue_weight).
     unsure_batch_weight: NonNegativeFloat = 1.0
@@ -197,8 +213,14 @@ class TtftScorer:
         if self._native is None:
             return None
         busy = self.rates.busy_ms(ctx.model, self.config.prior_busy_ms_per_sequence)
-        return native_terms(self._native, self._constants, busy, self.rates, ctx,
+        settings = (*self._constants, self._decode_ms(ctx.model))
+        return native_terms(self._native, settings, busy, self.rates, ctx,
                             scoring=scoring)  # fmt: skip
+
+    def _decode_ms(self, model: str) -> float:
+        """Cost per sequence a worker runs of the decode a placement there slows, ms."""
+        prior = self.config.prior_decode_ms_per_sequence
+        return self.config.decode_weight * self.rates.decode.cost_ms(model, prior)
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray
@@ -248,7 +270,8 @@ class TtftScorer:
         queued = self.config.queue_weight * slot_wait + self._unsure_share() * unsure
         arrivals = np.where(parts.service > 0.0, parts.sequences / parts.service, 0.0)
         blocking = self.config.blocking_weight * arrivals * prefill * prefill / 2.0
-        cost = np.maximum(predicted + share * prefill + queued + blocking, 1.0)
+        decode = self._decode_ms(ctx.model) * parts.sequences
+        cost = np.maximum(predicted + share * prefill + queued + blocking + decode, 1.0)
         return float(cost.min()) / cost
 
     def _score_small(self, ctx: PickContext) -> FloatArray:
@@ -268,11 +291,12 @@ class TtftScorer:
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             shares = [weight + space * blocks / most for blocks in footprint]
         queued, doubt = self.config.queue_weight, self._unsure_share()
-        block = self.config.blocking_weight
-        terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, strict=True)
+        block, decode = self.config.blocking_weight, self._decode_ms(ctx.model)
+        occupied = [0.0] * len(owns) if ctx.sequences is None else ctx.sequences.tolist()
+        terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, occupied, strict=True)
         costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms
-                     + block * rate * own * own / 2.0, 1.0)
-                 for ttft, own, share, slot, unsure_ms, rate in terms]  # fmt: skip
+                     + block * rate * own * own / 2.0 + decode * sequences, 1.0)
+                 for ttft, own, share, slot, unsure_ms, rate, sequences in terms]  # fmt: skip
         best = min(costs)
         return np.array([best / cost for cost in costs])
 
