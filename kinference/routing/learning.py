@@ -142,7 +142,7 @@ class Learning:
         if served.itl_bucket_counts:
             self.table.observe_itl(slot, model, served.itl_bucket_counts)
             self.journal.itl(choice.endpoint, model, served.itl_bucket_counts)
-            self._decode_sample(choice, served.itl_bucket_counts)
+            self._decode_sample(choice, served)
         self._text_sample(choice, served.prompt_tokens)
         uncached = choice.uncached_tokens
         if served.cached_tokens is not None and served.prompt_tokens > 0:
@@ -161,12 +161,14 @@ class Learning:
         self.learn(slot, model, uncached, prefill_ms, service_ms)
         self.journal.served(choice.endpoint, model, uncached, prefill_ms, service_ms)
 
-    def _decode_sample(self, choice: LocalChoice, counts: tuple[int, ...]) -> None:
-        """The reply's mean gap against the sequences it joined (`routing.decode`)."""
+    def _decode_sample(self, choice: LocalChoice, served: Served) -> None:
+        """The reply's mean gap against the sequences it joined and its prompt
+        (`routing.decode`)."""
         if choice.sequences < 1.0:  # the TTFT model did not run: the occupancy is unknown
             return
-        gap_ms, gaps = mean_gap_ms(counts)
-        self.rates.decode.observe(choice.model, choice.sequences - 1.0, gap_ms, gaps + 1.0)
+        gap_ms, gaps = mean_gap_ms(served.itl_bucket_counts)
+        beside, prompt = choice.sequences - 1.0, float(served.prompt_tokens)
+        self.rates.decode.observe(choice.model, beside, prompt, gap_ms, gaps + 1.0)
 
     def _queued(self, choice: LocalChoice, ttft_ms: float, served: Served) -> bool:
         """`_batch_evidence` again, knowing what the engine reported cached: a request

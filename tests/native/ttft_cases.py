@@ -108,6 +108,7 @@ configs = st.fixed_dictionaries({
     "unsure_batch_weight": st.floats(0.0, 2.0),
     "blocking_weight": st.floats(0.0, 2.0) | st.just(0.0),
     "prior_decode_ms_per_sequence": st.floats(0.0, 10.0) | st.just(0.0),
+    "prior_decode_ms_per_prompt_token": st.floats(0.0, 0.01) | st.just(0.0),
     "decode_weight": st.floats(0.0, 2.0),
 })  # fmt: skip
 
@@ -123,8 +124,9 @@ def picks(draw: st.DrawFn) -> dict[str, Any]:
         "slots": draw(st.lists(st.integers(0, CAPACITY - 1), min_size=count, max_size=count)),
         "rates": [draw(rate_arrays()) for _ in range(3)],
         "busy": draw(st.none() | st.floats(0.0, 50.0)),
-        # a learned decode slow-down: (ms per sequence, mean reply tokens)
-        "decode": draw(st.none() | st.tuples(st.floats(0.0, 50.0), st.floats(5.0, 4096.0))),
+        # a learned decode slow-down: (ms per sequence, ms per prompt token, reply tokens)
+        "decode": draw(st.none() | st.tuples(st.floats(0.0, 50.0), st.floats(0.0, 0.1)
+                                             | st.just(math.nan), st.floats(5.0, 4096.0))),
         "config": draw(configs),
         "prompt": draw(st.floats(0.0, 1e5) | st.sampled_from([math.nan, math.inf, 7])),
         "cached": draw(maybe),
@@ -153,8 +155,8 @@ def build(case: dict[str, Any]) -> tuple[PickContext, Rates, TtftConfig]:
     if case["busy"] is not None:
         rates._busy[MODEL] = (1.0, 1.0, case["busy"])
     if case.get("decode") is not None:
-        slope, tokens = case["decode"]
-        rates.decode._fits[MODEL] = [1.0, 0.0, 0.0, 0.0, 0.0, tokens, slope]
+        per_sequence, per_token, tokens = case["decode"]
+        rates.decode._fits[MODEL] = [1.0] + [0.0] * 8 + [tokens, per_sequence, per_token]
     waiting = np.array(case["waiting"], dtype=np.float64)
     ctx = PickContext(
         request(), MODEL, "default/pool", table, Signals(waiting, waiting.copy()),

@@ -39,10 +39,11 @@ slot it then holds, which the requests after it there wait for (none where one i
 and where the batch is not known, the expected such wait (`readings.unseen_wait`); and the
 wait its prefill imposes on the requests that reach the worker meanwhile (`rate`: the
 worker's arrivals a millisecond by Little's law, `sequences / service_ms`; each waits half
-of the prefill on average: engines prefill in turn); and the decode it slows: beside each
-sequence there its own tokens and the other's are `ms_per_sequence` slower for about half
-of a reply each, `decode_ms = ms_per_sequence * reply_tokens` a sequence (both learned per
-model from the final reports, `routing.decode`; `prior_decode_ms_per_sequence` until then).
+of the prefill on average: engines prefill in turn); and the decode it slows: for about
+half of a mean reply (`reply_tokens`) it runs beside each sequence there, its own steps
+slower by `ms_per_sequence` and the other's by `ms_per_prompt_token * prompt_tokens`, so
+`decode_ms = reply_tokens / 2 * (ms_per_sequence + ms_per_prompt_token * prompt_tokens)`
+(learned per model from the final reports, `routing.decode`; the priors until then).
 """
 
 from __future__ import annotations
@@ -112,17 +113,20 @@ class TtftConfig(PluginConfig):
     # prompts are being asked for (vllm-64: shared prompts sent cold, or waiting ~0.6 s,
     # behind a document prefilling on their holder); a short prompt's is a few ms.
     blocking_weight: NonNegativeFloat = 1.0
-    # Milliseconds each running sequence adds to every output token of the others on its
-    # engine, until learned (`routing.decode` learns it per model from the final reports'
-    # ITL buckets against the sequences each request joined; 0: none assumed before).
+    # The decode slow-down until learned (`routing.decode` learns both per model from the
+    # final reports' ITL buckets against the sequences each request joined and its prompt
+    # tokens): ms each sequence running beside adds to a decode step, and ms each prompt
+    # token a sequence holds adds to its neighbours' steps (0: none assumed before seen;
+    # Dynamo's mocker: ~0.0033 ms a token on a 16k-token cache, 54 ms a step at full).
     prior_decode_ms_per_sequence: NonNegativeFloat = 0.0
+    prior_decode_ms_per_prompt_token: NonNegativeFloat = 0.0
     # Share of the decode time a placement costs beside the sequences a worker runs and
-    # queues: over the time it runs beside each of them (about half of its reply and of
-    # theirs on average), each of its tokens is `ms_per_sequence` slower and each of
-    # theirs too, so `decode_weight * ms_per_sequence * reply_tokens * sequences` ms
-    # (`reply_tokens`: the model's mean reply). At light load, where no batch is near full
-    # and the pressure term is ~0, a cache hit on a busier engine then pays for the
-    # slower decode it brings (Dynamo's mockers, 3 req/s: h131, h137).
+    # queues, `sequences * reply_tokens / 2 * (ms_per_sequence + ms_per_prompt_token *
+    # prompt_tokens)`: for about half of a mean reply (`reply_tokens`, learned) it runs
+    # beside each of them; its steps are slower by what they hold and theirs by what it
+    # holds. At light load, where no batch is near full and the pressure term is ~0, a
+    # cache hit on a busier engine then pays for the slower decode it brings (Dynamo's
+    # mockers, 3 req/s: h131, h137).
     decode_weight: NonNegativeFloat = 1.0
     # Share of the expected wait beyond the most seen running while a worker's batch is
     # not known (`readings.unseen_wait`), in the cost as a slot wait (1 + queue_weight).
@@ -213,14 +217,21 @@ class TtftScorer:
         if self._native is None:
             return None
         busy = self.rates.busy_ms(ctx.model, self.config.prior_busy_ms_per_sequence)
-        settings = (*self._constants, self._decode_ms(ctx.model))
+        settings = (*self._constants, self._decode_ms(ctx))
         return native_terms(self._native, settings, busy, self.rates, ctx,
                             scoring=scoring)  # fmt: skip
 
-    def _decode_ms(self, model: str) -> float:
-        """Cost per sequence a worker runs of the decode a placement there slows, ms."""
-        prior = self.config.prior_decode_ms_per_sequence
-        return self.config.decode_weight * self.rates.decode.cost_ms(model, prior)
+    def _decode_ms(self, ctx: PickContext) -> float:
+        """The decode a placement slows, ms per sequence the worker runs and queues."""
+        config = self.config
+        if config.decode_weight == 0.0:
+            return 0.0
+        per_sequence, per_token = self.rates.decode.costs(
+            ctx.model, config.prior_decode_ms_per_sequence, config.prior_decode_ms_per_prompt_token
+        )
+        if per_token > 0.0:  # (0 * an unknown prompt's inf is no cost)
+            per_sequence += per_token * ctx.prompt_tokens
+        return config.decode_weight * per_sequence
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray
@@ -270,7 +281,7 @@ class TtftScorer:
         queued = self.config.queue_weight * slot_wait + self._unsure_share() * unsure
         arrivals = np.where(parts.service > 0.0, parts.sequences / parts.service, 0.0)
         blocking = self.config.blocking_weight * arrivals * prefill * prefill / 2.0
-        decode = self._decode_ms(ctx.model) * parts.sequences
+        decode = self._decode_ms(ctx) * parts.sequences
         cost = np.maximum(predicted + share * prefill + queued + blocking + decode, 1.0)
         return float(cost.min()) / cost
 
@@ -291,7 +302,7 @@ class TtftScorer:
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             shares = [weight + space * blocks / most for blocks in footprint]
         queued, doubt = self.config.queue_weight, self._unsure_share()
-        block, decode = self.config.blocking_weight, self._decode_ms(ctx.model)
+        block, decode = self.config.blocking_weight, self._decode_ms(ctx)
         occupied = [0.0] * len(owns) if ctx.sequences is None else ctx.sequences.tolist()
         terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, occupied, strict=True)
         costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms
