@@ -126,8 +126,10 @@ class TtftConfig(PluginConfig):
     # beside each of them; its steps are slower by what they hold and theirs by what it
     # holds. At light load, where no batch is near full and the pressure term is ~0, a
     # cache hit on a busier engine then pays for the slower decode it brings (Dynamo's
-    # mockers, 3 req/s: h131, h137).
-    decode_weight: NonNegativeFloat = 1.0
+    # mockers, 3 req/s: h131, h137). Not 1: the whole decode time (~300 ms a sequence on
+    # the mockers) outweighs every hit's TTFT saving and the router turns least-loaded,
+    # TTFT p90 146 ms against 91 (h137's sweep: 0.1 kept p90, 0.3 lost it).
+    decode_weight: NonNegativeFloat = 0.1
     # Share of the expected wait beyond the most seen running while a worker's batch is
     # not known (`readings.unseen_wait`), in the cost as a slot wait (1 + queue_weight).
     unsure_batch_weight: NonNegativeFloat = 1.0
