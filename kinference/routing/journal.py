@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+DecodeSample = tuple[float, float, float, float]  # `Journal.decode`'s
+
 
 class Journal(Protocol):
     def picked(self, endpoint: str, model: str, hashes: Sequence[int]) -> None:
@@ -57,6 +59,10 @@ class Journal(Protocol):
         `endpoint` beside `sequences` running ones took `excess_ms` beyond its predicted
         queue and prefill."""
 
+    def decode(self, endpoint: str, model: str, sample: DecodeSample) -> None:
+        """A sample of `model`'s decode slow-down (`routing.decode`) served on `endpoint`:
+        (sequences beside, prompt tokens, mean gap ms, output tokens)."""
+
 
 class NullJournal:
     """Standalone: the instance's own state is the whole state."""
@@ -96,4 +102,7 @@ class NullJournal:
         pass
 
     def busy(self, endpoint: str, model: str, sequences: float, excess_ms: float) -> None:
+        pass
+
+    def decode(self, endpoint: str, model: str, sample: DecodeSample) -> None:
         pass

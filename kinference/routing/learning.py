@@ -167,8 +167,9 @@ class Learning:
         if choice.sequences < 1.0:  # the TTFT model did not run: the occupancy is unknown
             return
         gap_ms, gaps = mean_gap_ms(served.itl_bucket_counts)
-        beside, prompt = choice.sequences - 1.0, float(served.prompt_tokens)
-        self.rates.decode.observe(choice.model, beside, prompt, gap_ms, gaps + 1.0)
+        sample = (choice.sequences - 1.0, float(served.prompt_tokens), gap_ms, gaps + 1.0)
+        if self.rates.decode.observe(choice.model, *sample):
+            self.journal.decode(choice.endpoint, choice.model, sample)
 
     def _queued(self, choice: LocalChoice, ttft_ms: float, served: Served) -> bool:
         """`_batch_evidence` again, knowing what the engine reported cached: a request

@@ -125,8 +125,14 @@ def picks(draw: st.DrawFn) -> dict[str, Any]:
         "rates": [draw(rate_arrays()) for _ in range(3)],
         "busy": draw(st.none() | st.floats(0.0, 50.0)),
         # a learned decode slow-down: (ms per sequence, ms per prompt token, reply tokens)
-        "decode": draw(st.none() | st.tuples(st.floats(0.0, 50.0), st.floats(0.0, 0.1)
-                                             | st.just(math.nan), st.floats(5.0, 4096.0))),
+        "decode": draw(
+            st.none()
+            | st.tuples(
+                st.floats(0.0, 50.0),
+                st.floats(0.0, 0.1) | st.just(math.nan),
+                st.floats(5.0, 4096.0),
+            )
+        ),
         "config": draw(configs),
         "prompt": draw(st.floats(0.0, 1e5) | st.sampled_from([math.nan, math.inf, 7])),
         "cached": draw(maybe),
