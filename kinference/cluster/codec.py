@@ -41,9 +41,6 @@ TEXT_SIZE = "c"
 # [endpoint, model, sequences beside, excess ms]: a sample of the model's busy cost, what
 # the sequences running beside a request added to its TTFT (`routing.rates`)
 BUSY = "u"
-# [endpoint, model, sequences beside, prompt tokens, mean gap ms, output tokens]: a sample
-# of the model's decode slow-down (`routing.decode`)
-DECODE = "n"
 
 Event = list[Any]
 

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from kinference.cluster import codec
-from kinference.routing.journal import DecodeSample
 
 DEFAULT_LIMIT = 200_000  # events held while Redis is unreachable (~ a few minutes of picks)
 
@@ -81,9 +80,6 @@ class Outbox:
 
     def busy(self, endpoint: str, model: str, sequences: float, excess_ms: float) -> None:
         self._add([codec.BUSY, endpoint, model, sequences, excess_ms])
-
-    def decode(self, endpoint: str, model: str, sample: DecodeSample) -> None:
-        self._add([codec.DECODE, endpoint, model, *sample])
 
     def engine(self, endpoint: str, reading: dict[str, Any]) -> None:
         self._add([codec.ENGINE, endpoint, reading])

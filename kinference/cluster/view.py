@@ -111,8 +111,6 @@ class ClusterView:
             router.remote_text(endpoint, model, float(event[3]), float(event[4]))
         elif kind == codec.BUSY:
             router.remote_busy(endpoint, model, float(event[3]), float(event[4]))
-        elif kind == codec.DECODE:
-            router.remote_decode(model, *(float(value) for value in event[3:7]))
 
     def _picked(self, instance: str, event: list[Any], *, with_load: bool) -> None:
         endpoint, hashes = str(event[1]), codec.unpack_hashes(event[3])
@@ -200,7 +198,7 @@ class ClusterView:
 
 _PREFIX_EVENTS = frozenset({codec.PREFILLING, codec.PREFILLED, codec.SHORTFALL, codec.CONFIRMED})
 _SAMPLE_EVENTS = frozenset(
-    {codec.FIRST_TOKEN, codec.ITL, codec.SERVED, codec.TEXT_SIZE, codec.BUSY, codec.DECODE}
+    {codec.FIRST_TOKEN, codec.ITL, codec.SERVED, codec.TEXT_SIZE, codec.BUSY}
 )
 
 

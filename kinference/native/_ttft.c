@@ -155,8 +155,7 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
         double service = t->service[i], own = out[PREFILL * n + i];
         double rate = service > 0.0 ? out[SEQUENCES * n + i] / service : 0.0;
         double cost = out[PREDICTED * n + i] + share * own + t->c.queued * out[SLOT_WAIT * n + i] +
-                      t->c.doubt * out[UNSURE * n + i] + t->c.block * rate * own * own / 2.0 +
-                      t->c.decode * out[SEQUENCES * n + i];
+                      t->c.doubt * out[UNSURE * n + i] + t->c.block * rate * own * own / 2.0;
         costs[i] = py_max(cost, 1.0);
         best = i == 0 ? costs[i] : py_min(best, costs[i]);
     }

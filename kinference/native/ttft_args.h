@@ -16,11 +16,9 @@ typedef struct {
     PyObject *columns[COLUMNS];  /* the table's attribute names, as in the enum */
 } Names;
 
-/* The scorer's settings: its priors and weights (`TtftScorer`, `constants`), and the
- * decode cost per sequence (`TtftScorer._decode_ms`, learned: appended at each Pick). */
+/* The scorer's settings: its priors and weights (`TtftScorer`, `constants`). */
 typedef struct {
-    double per_token, base, service, prior_batch, full, weight, space, queued, doubt, block,
-        decode;
+    double per_token, base, service, prior_batch, full, weight, space, queued, doubt, block;
 } Constants;
 
 /* 1 out + 1 slots + cached + waiting + the table's + 3 rates. */

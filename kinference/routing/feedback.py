@@ -121,9 +121,3 @@ class RouterFeedback:
         """Another replica's sample of `model`'s busy cost (`endpoint` served it; the
         cost is the model's engines', whichever served it)."""
         self.learning.rates.observe_busy(model, sequences, excess_ms)
-
-    def remote_decode(
-        self, model: str, beside: float, prompt: float, gap_ms: float, tokens: float
-    ) -> None:
-        """Another replica's sample of `model`'s decode slow-down (`routing.decode`)."""
-        self.learning.rates.decode.observe(model, beside, prompt, gap_ms, tokens)

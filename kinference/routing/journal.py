@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-DecodeSample = tuple[float, float, float, float]  # `Journal.decode`'s
-
 
 class Journal(Protocol):
     def picked(self, endpoint: str, model: str, hashes: Sequence[int]) -> None:
@@ -59,10 +57,6 @@ class Journal(Protocol):
         `endpoint` beside `sequences` running ones took `excess_ms` beyond its predicted
         queue and prefill."""
 
-    def decode(self, endpoint: str, model: str, sample: DecodeSample) -> None:
-        """A sample of `model`'s decode slow-down (`routing.decode`) served on `endpoint`:
-        (sequences beside, prompt tokens, mean gap ms, output tokens)."""
-
 
 class NullJournal:
     """Standalone: the instance's own state is the whole state."""
@@ -102,7 +96,4 @@ class NullJournal:
         pass
 
     def busy(self, endpoint: str, model: str, sequences: float, excess_ms: float) -> None:
-        pass
-
-    def decode(self, endpoint: str, model: str, sample: DecodeSample) -> None:
         pass

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from math import floor, isnan
 
 from kinference.routing.decision import LocalChoice
-from kinference.routing.decode import mean_gap_ms
 from kinference.routing.journal import Journal
 from kinference.routing.pending import PendingPrefix
 from kinference.routing.prefix import PrefixIndex
@@ -142,7 +141,6 @@ class Learning:
         if served.itl_bucket_counts:
             self.table.observe_itl(slot, model, served.itl_bucket_counts)
             self.journal.itl(choice.endpoint, model, served.itl_bucket_counts)
-            self._decode_sample(choice, served)
         self._text_sample(choice, served.prompt_tokens)
         uncached = choice.uncached_tokens
         if served.cached_tokens is not None and served.prompt_tokens > 0:
@@ -160,16 +158,6 @@ class Learning:
         service_ms = float("nan") if served.service_ms is None else served.service_ms
         self.learn(slot, model, uncached, prefill_ms, service_ms)
         self.journal.served(choice.endpoint, model, uncached, prefill_ms, service_ms)
-
-    def _decode_sample(self, choice: LocalChoice, served: Served) -> None:
-        """The reply's mean gap against the sequences it joined and its prompt
-        (`routing.decode`)."""
-        if choice.sequences < 1.0:  # the TTFT model did not run: the occupancy is unknown
-            return
-        gap_ms, gaps = mean_gap_ms(served.itl_bucket_counts)
-        sample = (choice.sequences - 1.0, float(served.prompt_tokens), gap_ms, gaps + 1.0)
-        if self.rates.decode.observe(choice.model, *sample):
-            self.journal.decode(choice.endpoint, choice.model, sample)
 
     def _queued(self, choice: LocalChoice, ttft_ms: float, served: Served) -> bool:
         """`_batch_evidence` again, knowing what the engine reported cached: a request

@@ -44,7 +44,7 @@ def compile_policy(
     """Derive the router's view of a validated policy (runs on load and reload only)."""
     routing = policy.routing
     rates = Rates(routing.ttft.learning_rate) if rates is None else rates
-    rates.alpha = rates.decode.alpha = routing.ttft.learning_rate
+    rates.alpha = routing.ttft.learning_rate
     rates.prior_base_ms = routing.ttft.prior_prefill_base_ms
     rates.prior_busy_ms = routing.ttft.prior_busy_ms_per_sequence
     rates.prior_ms_per_token = 1000.0 / routing.ttft.prior_prefill_tokens_per_s

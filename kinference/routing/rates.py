@@ -28,8 +28,7 @@ are net of it).
 
 Samples come from this replica's reports and, in a cluster, from every other replica's
 (`Router.remote_served` and `Router.remote_busy` fold theirs), so every replica learns the
-same rates. The decode slow-down a running sequence causes, per model, is `routing.decode`'s
-(`Rates.decode`).
+same rates.
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ import math
 
 import numpy as np
 
-from kinference.routing.decode import DecodeSlowdown
 from kinference.routing.table import FloatArray, IndexArray
 
 MIN_SPREAD_TOKENS = 64.0  # below this spread of uncached tokens the slope is not refitted
@@ -133,8 +131,6 @@ class Rates:
         # and the fitted milliseconds a sequence (one for the model's engines: a pool's
         # engines share it, and each report teaches it, not only one worker's in four).
         self._busy: dict[str, tuple[float, float, float]] = {}
-        # Per model, what each running sequence adds to the others' decode (`routing.decode`).
-        self.decode = DecodeSlowdown(alpha)
 
     def values(self, model: str, quantity: str, slots: IndexArray, size: int) -> FloatArray:
         """`quantity` for the slots (NaN where not learned); `size` is the table's."""

@@ -188,22 +188,3 @@ def test_another_replicas_busy_samples_teach_this_replicas_busy_cost() -> None:
     expected.observe_busy("m", 4.0, 40.0)
     assert rates.learned_busy("m") == expected.learned_busy("m")
     assert view.applied[codec.BUSY] == 5
-
-
-def test_another_replicas_decode_samples_teach_this_replicas_decode_slow_down() -> None:
-    view = view_of(WorkerTable(), PrefixIndex(1000))
-    samples = [(float(beside), prompt, 6.0 + 3.0 * beside + 0.002 * prompt, 100.0)
-               for beside in range(4) for prompt in (300.0, 5000.0)]  # fmt: skip
-    events = [[codec.DECODE, ENDPOINT, "m", *sample] for sample in samples]
-    events.append([codec.DECODE, ENDPOINT, "m", "not a number", 1.0, 1.0, 1.0])  # skipped
-    fields = codec.encode("a", 1, events, None)
-    entry = codec.decode(b"1-0", {k.encode(): str(v).encode() for k, v in fields.items()})
-    assert entry is not None
-    view.apply(entry)
-    expected = Rates()
-    for sample in samples:
-        expected.decode.observe("m", *sample)
-    decode = view.router.learning.rates.decode
-    assert decode.ms_per_sequence("m") == expected.decode.ms_per_sequence("m")
-    assert decode.ms_per_token("m") == expected.decode.ms_per_token("m")
-    assert view.applied[codec.DECODE] == len(samples) + 1

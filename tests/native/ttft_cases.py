@@ -107,9 +107,6 @@ configs = st.fixed_dictionaries({
     "queue_weight": st.floats(0.0, 2.0),
     "unsure_batch_weight": st.floats(0.0, 2.0),
     "blocking_weight": st.floats(0.0, 2.0) | st.just(0.0),
-    "prior_decode_ms_per_sequence": st.floats(0.0, 10.0) | st.just(0.0),
-    "prior_decode_ms_per_prompt_token": st.floats(0.0, 0.01) | st.just(0.0),
-    "decode_weight": st.floats(0.0, 2.0),
 })  # fmt: skip
 
 
@@ -124,15 +121,6 @@ def picks(draw: st.DrawFn) -> dict[str, Any]:
         "slots": draw(st.lists(st.integers(0, CAPACITY - 1), min_size=count, max_size=count)),
         "rates": [draw(rate_arrays()) for _ in range(3)],
         "busy": draw(st.none() | st.floats(0.0, 50.0)),
-        # a learned decode slow-down: (ms per sequence, ms per prompt token, reply tokens)
-        "decode": draw(
-            st.none()
-            | st.tuples(
-                st.floats(0.0, 50.0),
-                st.floats(0.0, 0.1) | st.just(math.nan),
-                st.floats(5.0, 4096.0),
-            )
-        ),
         "config": draw(configs),
         "prompt": draw(st.floats(0.0, 1e5) | st.sampled_from([math.nan, math.inf, 7])),
         "cached": draw(maybe),
@@ -160,9 +148,6 @@ def build(case: dict[str, Any]) -> tuple[PickContext, Rates, TtftConfig]:
             rates._arrays[MODEL, name] = np.array(values, dtype=np.float64)
     if case["busy"] is not None:
         rates._busy[MODEL] = (1.0, 1.0, case["busy"])
-    if case.get("decode") is not None:
-        per_sequence, per_token, tokens = case["decode"]
-        rates.decode._fits[MODEL] = [1.0] + [0.0] * 8 + [tokens, per_sequence, per_token]
     waiting = np.array(case["waiting"], dtype=np.float64)
     ctx = PickContext(
         request(), MODEL, "default/pool", table, Signals(waiting, waiting.copy()),

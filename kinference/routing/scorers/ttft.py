@@ -28,8 +28,7 @@ fellow candidates' mean, and the priors below apply while none is learned.
 
 The score is `best / cost` (the cheapest candidate scores 1), with
 `cost = ttft + (compute_weight + cache_space_weight * fullness) * prefill
-+ queue_weight * slot_wait + blocking_weight * rate * prefill**2 / 2
-+ decode_weight * decode_ms * sequences`
++ queue_weight * slot_wait + blocking_weight * rate * prefill**2 / 2`
 (`slot_wait = ahead * service_ms / batch`, or the wait for
 memory where that is longer): a share of the compute the request takes from those after
 it, so that at equal TTFT a cache hit wins; the cache space its new blocks take, dearer
@@ -39,11 +38,7 @@ slot it then holds, which the requests after it there wait for (none where one i
 and where the batch is not known, the expected such wait (`readings.unseen_wait`); and the
 wait its prefill imposes on the requests that reach the worker meanwhile (`rate`: the
 worker's arrivals a millisecond by Little's law, `sequences / service_ms`; each waits half
-of the prefill on average: engines prefill in turn); and the decode it slows: for about
-half of a mean reply (`reply_tokens`) it runs beside each sequence there, its own steps
-slower by `ms_per_sequence` and the other's by `ms_per_prompt_token * prompt_tokens`, so
-`decode_ms = reply_tokens / 2 * (ms_per_sequence + ms_per_prompt_token * prompt_tokens)`
-(learned per model from the final reports, `routing.decode`; the priors until then).
+of the prefill on average: engines prefill in turn).
 """
 
 from __future__ import annotations
@@ -113,23 +108,6 @@ class TtftConfig(PluginConfig):
     # prompts are being asked for (vllm-64: shared prompts sent cold, or waiting ~0.6 s,
     # behind a document prefilling on their holder); a short prompt's is a few ms.
     blocking_weight: NonNegativeFloat = 1.0
-    # The decode slow-down until learned (`routing.decode` learns both per model from the
-    # final reports' ITL buckets against the sequences each request joined and its prompt
-    # tokens): ms each sequence running beside adds to a decode step, and ms each prompt
-    # token a sequence holds adds to its neighbours' steps (0: none assumed before seen;
-    # Dynamo's mocker: ~0.0033 ms a token on a 16k-token cache, 54 ms a step at full).
-    prior_decode_ms_per_sequence: NonNegativeFloat = 0.0
-    prior_decode_ms_per_prompt_token: NonNegativeFloat = 0.0
-    # Share of the decode time a placement costs beside the sequences a worker runs and
-    # queues, `sequences * reply_tokens / 2 * (ms_per_sequence + ms_per_prompt_token *
-    # prompt_tokens)`: for about half of a mean reply (`reply_tokens`, learned) it runs
-    # beside each of them; its steps are slower by what they hold and theirs by what it
-    # holds. At light load, where no batch is near full and the pressure term is ~0, a
-    # cache hit on a busier engine then pays for the slower decode it brings (Dynamo's
-    # mockers, 3 req/s: h131, h137). Not 1: the whole decode time (~300 ms a sequence on
-    # the mockers) outweighs every hit's TTFT saving and the router turns least-loaded,
-    # TTFT p90 146 ms against 91 (h137's sweep: 0.1 kept p90, 0.3 lost it).
-    decode_weight: NonNegativeFloat = 0.1
     # Share of the expected wait beyond the most seen running while a worker's batch is
     # not known (`readings.unseen_wait`), in the cost as a slot wait (1 + queue_weight).
     unsure_batch_weight: NonNegativeFloat = 1.0
@@ -219,21 +197,8 @@ class TtftScorer:
         if self._native is None:
             return None
         busy = self.rates.busy_ms(ctx.model, self.config.prior_busy_ms_per_sequence)
-        settings = (*self._constants, self._decode_ms(ctx))
-        return native_terms(self._native, settings, busy, self.rates, ctx,
+        return native_terms(self._native, self._constants, busy, self.rates, ctx,
                             scoring=scoring)  # fmt: skip
-
-    def _decode_ms(self, ctx: PickContext) -> float:
-        """The decode a placement slows, ms per sequence the worker runs and queues."""
-        config = self.config
-        if config.decode_weight == 0.0:
-            return 0.0
-        per_sequence, per_token = self.rates.decode.costs(
-            ctx.model, config.prior_decode_ms_per_sequence, config.prior_decode_ms_per_prompt_token
-        )
-        if per_token > 0.0:  # (0 * an unknown prompt's inf is no cost)
-            per_sequence += per_token * ctx.prompt_tokens
-        return config.decode_weight * per_sequence
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray
@@ -283,8 +248,7 @@ class TtftScorer:
         queued = self.config.queue_weight * slot_wait + self._unsure_share() * unsure
         arrivals = np.where(parts.service > 0.0, parts.sequences / parts.service, 0.0)
         blocking = self.config.blocking_weight * arrivals * prefill * prefill / 2.0
-        decode = self._decode_ms(ctx) * parts.sequences
-        cost = np.maximum(predicted + share * prefill + queued + blocking + decode, 1.0)
+        cost = np.maximum(predicted + share * prefill + queued + blocking, 1.0)
         return float(cost.min()) / cost
 
     def _score_small(self, ctx: PickContext) -> FloatArray:
@@ -304,12 +268,11 @@ class TtftScorer:
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             shares = [weight + space * blocks / most for blocks in footprint]
         queued, doubt = self.config.queue_weight, self._unsure_share()
-        block, decode = self.config.blocking_weight, self._decode_ms(ctx)
-        occupied = [0.0] * len(owns) if ctx.sequences is None else ctx.sequences.tolist()
-        terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, occupied, strict=True)
+        block = self.config.blocking_weight
+        terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, strict=True)
         costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms
-                     + block * rate * own * own / 2.0 + decode * sequences, 1.0)
-                 for ttft, own, share, slot, unsure_ms, rate, sequences in terms]  # fmt: skip
+                     + block * rate * own * own / 2.0, 1.0)
+                 for ttft, own, share, slot, unsure_ms, rate in terms]  # fmt: skip
         best = min(costs)
         return np.array([best / cost for cost in costs])
 

@@ -37,9 +37,8 @@ NativeTerms = Callable[..., object]
 
 
 def constants(config: TtftConfig, ms_per_token: float, unsure_share: float) -> tuple[float, ...]:
-    """The settings `native_terms` reads (the order of `Constants` in ttft_args.h) but
-    the last, the decode cost per sequence, which the scorer appends at each Pick (it is
-    learned); `unsure_share`: the scorer's cost per ms of an unknown batch's expected wait."""
+    """The settings `native_terms` reads (the order of `Constants` in ttft_args.h);
+    `unsure_share`: the scorer's cost per ms of an unknown batch's expected wait."""
     values = (
         ms_per_token, config.prior_prefill_base_ms, config.prior_service_ms,
         config.prior_batch, config.decode_pressure_ms, config.compute_weight,
