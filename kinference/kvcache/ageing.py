@@ -285,11 +285,17 @@ class Order:
         self._shift = self._first - gone_before[at] + offsets
 
     def ranks(self, blocks: Sequence[BlockId]) -> npt.NDArray[np.int64]:
-        count = len(blocks)
+        return self.ranks_of(self.keys(blocks))
+
+    def keys(self, blocks: Sequence[BlockId]) -> npt.NDArray[np.int64]:
+        """The blocks' keys as the worker's ages name them now (a block's key changes only
+        when a touch names it or it is removed): what `ranks_of` ranks."""
         found = map(self._touched.get, blocks, itertools.repeat(_NEWEST))
-        keys = np.fromiter(found, np.int64, count)
+        return np.fromiter(found, np.int64, len(blocks))
+
+    def ranks_of(self, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         if not len(self._ids):
-            return np.full(count, UNKNOWN, dtype=np.int64)
+            return np.full(len(keys), UNKNOWN, dtype=np.int64)
         at = np.minimum(np.searchsorted(self._ids, keys >> _PLACE_BITS), len(self._ids) - 1)
         ranks = np.clip((keys & _PLACE_MASK) + self._shift[at], self._first[at], self._last[at])
         return np.where(keys != _NEWEST, ranks, UNKNOWN)

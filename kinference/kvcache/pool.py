@@ -19,8 +19,10 @@ from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.index import BlockIndex
 from kinference.kvcache.memory import FITS, Room, room
 from kinference.kvcache.pending import expect, expire, fresh, unnote
-from kinference.kvcache.queue import EngineQueue, Queued, Replayed, replay
+from kinference.kvcache.queue import EngineQueue, Queued, planned
 from kinference.kvcache.reach import Reach
+from kinference.kvcache.replan import Plan
+from kinference.kvcache.replayed import Replayed
 from kinference.kvevents.events import Event
 from kinference.kvevents.trust import WorkerTrust
 
@@ -65,6 +67,9 @@ class PoolCaches:
     # Each worker's queue replayed (`kvcache.queue.replay`), with the queue's version and
     # the room left it is of; dropped by any change to the worker's blocks or ages.
     replays: dict[int, tuple[int, int, Replayed]] = field(default_factory=dict)
+    # What each worker's last replay saw of its requests ahead (`kvcache.replan`), to replay
+    # again after event batches; dropped by a change to its queue or a touch of its ages.
+    plans: dict[int, Plan] = field(default_factory=dict)
 
     def apply(self, slot: int, events: Iterable[Event]) -> None:
         """A batch from `slot`'s engine: into the index; what it names is no longer pending;
@@ -73,6 +78,7 @@ class PoolCaches:
         that a waiting request will use is pending again."""
         stored, removed, cleared, cleared_stored = self.index.apply(slot, events)
         self.replays.pop(slot, None)
+        self._noted(slot, stored, removed, cleared)
         if cleared:
             self.ages.pop(slot, None)
             self.reused.pop(slot, None)
@@ -82,7 +88,7 @@ class PoolCaches:
                 collections.deque(map(waiting.pop, named, itertools.repeat(None)), maxlen=0)
         if removed and self.reused.get(slot):
             self._evicted_before_use(slot, removed)
-        ages = self._ages(slot)
+        ages = self._ages(slot, planned=True)
         ages.touch(stored)
         ages.removed(removed)
         peak = self.peaks[slot] = max(self.peaks.get(slot, 0), self.index.blocks(slot))
@@ -101,9 +107,29 @@ class PoolCaches:
         if again:
             self.expect(slot, again, self.clock())
 
-    def _ages(self, slot: int) -> WorkerAges:
-        """The worker's eviction order, to change: its replay is dropped."""
+    def _noted(
+        self, slot: int, stored: Sequence[BlockId], removed: Sequence[BlockId], cleared: bool
+    ) -> None:
+        """A batch's blocks to the worker's plan; the plan dropped where it cannot follow:
+        a clear, or a stored block touched before (its touch may re-key others)."""
+        plan = self.plans.get(slot)
+        if plan is None:
+            return
+        ages = self.ages.get(slot)
+        if (
+            cleared
+            or ages is None
+            or (stored and stored[0] in ages.touched)
+            or not (plan.note(stored) and plan.note(removed))
+        ):
+            del self.plans[slot]
+
+    def _ages(self, slot: int, planned: bool = False) -> WorkerAges:
+        """The worker's eviction order, to change: its replay is dropped (and its plan but
+        for an event batch's change, which the plan follows: `_noted`)."""
         self.replays.pop(slot, None)
+        if not planned:
+            self.plans.pop(slot, None)
         found = self.ages.get(slot)
         if found is None:
             found = self.ages[slot] = WorkerAges()
@@ -117,6 +143,7 @@ class PoolCaches:
         self.peaks.pop(slot, None)
         self.queues.pop(slot, None)
         self.replays.pop(slot, None)
+        self.plans.pop(slot, None)
 
     def sent(self, slot: int, prompt: PromptBlocks, cached_blocks: int, request: Request) -> None:
         """A request went to `slot`: its matched blocks were just used; the ones it will
@@ -192,9 +219,26 @@ class PoolCaches:
         room = self.capacity - self.index.blocks(slot)
         cached = self.replays.get(slot)
         if cached is None or cached[0] != queue.version or cached[1] != room:
-            replayed = replay(queue, ages, held=self.index.held(slot), room=room)
-            cached = self.replays[slot] = (queue.version, room, replayed)
+            cached = self.replays[slot] = (queue.version, room, self._replayed(slot, room))
         return cached[2].surviving(blocks, depth)
+
+    def _replayed(self, slot: int, room: int) -> Replayed:
+        """`slot`'s queue replayed: again from its plan where one follows its state, else
+        afresh (`kvcache.queue.planned`), keeping what it saw for the next batches."""
+        queue, ages, held = self.queues[slot], self.ages[slot], self.index.held(slot)
+        if queue.work() <= room:
+            return Replayed(None)
+        plan = self.plans.get(slot)
+        if plan is not None and plan.version == queue.version:
+            again = plan.again(ages.order(), len(ages.touched), held, room)
+            if again is not None:
+                return again
+        replayed, plan = planned(queue, ages, held=held, room=room)
+        if plan is None:
+            self.plans.pop(slot, None)
+        else:
+            self.plans[slot] = plan
+        return replayed
 
     def room(self, slot: int, prompt: PromptBlocks, output_tokens: int) -> Room:
         """Whether a request sent to `slot` now fits in its cache beside the requests ahead

@@ -34,8 +34,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from kinference.kvcache.ageing import UNKNOWN, Order, WorkerAges
+from kinference.kvcache.ageing import Order, WorkerAges
 from kinference.kvcache.blocks import BlockId
+from kinference.kvcache.replan import Plan, Step
+from kinference.kvcache.replayed import Replayed, _Replay
 
 QUEUE_TTL_S = 600.0  # a request in flight longer than this no longer counts (lost report)
 MAX_QUEUED = 1024  # requests per worker
@@ -103,86 +105,6 @@ class EngineQueue:
         return sum(len(q.blocks) + q.unnamed + q.decode for q in self.requests.values())
 
 
-@dataclass
-class _Replay:
-    """The eviction order while the requests ahead are scheduled."""
-
-    order: Order
-    total: int  # blocks in the old order
-    held: Mapping[BlockId, object]
-    room: int
-    evicted: int = 0  # how far eviction has gone through the old order (its places)
-    # old places now used by requests ahead (sorted)
-    taken: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
-    newer: dict[BlockId, None] = field(default_factory=dict)  # their blocks, oldest first
-    outputs: int = 0  # output blocks of theirs in `newer`
-
-    def present(
-        self, blocks: Sequence[BlockId], ranks: npt.NDArray[np.int64], newer: npt.NDArray[np.bool_]
-    ) -> npt.NDArray[np.bool_]:
-        """Which of `blocks` (of those old `ranks`, those `newer`) are held at this point."""
-        held = np.fromiter(map(self.held.__contains__, blocks), bool, len(blocks))
-        found: npt.NDArray[np.bool_] = (held & (ranks != UNKNOWN) & (ranks >= self.evicted)) | newer
-        return found
-
-    def newer_of(self, blocks: Sequence[BlockId]) -> npt.NDArray[np.bool_]:
-        return np.fromiter(map(self.newer.__contains__, blocks), bool, len(blocks))
-
-    def use(
-        self,
-        blocks: Sequence[BlockId],
-        ranks: npt.NDArray[np.int64],
-        newer: npt.NDArray[np.bool_],
-        output: int,
-    ) -> None:
-        """A request ahead uses `blocks` (hit or computed) and adds `output` blocks: all
-        newest, freed from the output's end (its tail first); the old places of the blocks
-        it hit leave the old order."""
-        ranks = ranks[~newer & (ranks != UNKNOWN) & (ranks >= self.evicted)]
-        if len(ranks):
-            self.taken = np.sort(np.concatenate((self.taken, ranks)))
-        collections.deque(map(self.newer.pop, reversed(blocks), itertools.repeat(None)), maxlen=0)
-        self.outputs += output  # output blocks have no name here: negative keys
-        self.newer.update(dict.fromkeys(range(-self.outputs, -self.outputs + output)))
-        self.newer.update(dict.fromkeys(reversed(blocks)))
-
-    def compute(self, count: int, own: Sequence[BlockId]) -> None:
-        """`count` new blocks are stored: into the room left, else evicting the oldest."""
-        fits = min(self.room, count)
-        self.room -= fits
-        need = count - fits
-        total = self.total
-        while need > 0 and self.evicted < total:  # skip the places requests ahead took
-            end = min(self.evicted + need, total)
-            skipped = int(
-                np.searchsorted(self.taken, end) - np.searchsorted(self.taken, self.evicted)
-            )
-            need -= (end - self.evicted) - skipped
-            self.evicted = end
-        if need > 0:  # then the blocks of the requests ahead, oldest first, not `own`
-            keep = set(own)
-            gone = list(itertools.islice((b for b in self.newer if b not in keep), need))
-            collections.deque(map(self.newer.pop, gone), maxlen=0)
-
-
-@dataclass(frozen=True, slots=True)
-class Replayed:
-    """A worker's eviction order once its requests ahead are scheduled (`replay`): what any
-    prompt sent now finds of its match there. Valid while the worker's state is as it was."""
-
-    replay: _Replay | None  # None: the requests ahead fit in the room left, nothing evicted
-
-    def surviving(self, blocks: Sequence[BlockId], depth: int) -> int:
-        """`survivors` of a prompt's leading `blocks`, `depth` of them held or pending."""
-        replay = self.replay
-        if depth == 0 or replay is None:
-            return depth
-        prefix = blocks[: depth + len(replay.newer)]  # and what the requests ahead store of it
-        found = replay.present(prefix, replay.order.ranks(prefix), replay.newer_of(prefix))
-        gone = np.flatnonzero(~found)
-        return int(gone[0]) if len(gone) else depth
-
-
 def survivors(
     queue: EngineQueue,
     ages: WorkerAges,
@@ -205,29 +127,57 @@ def replay(
 ) -> Replayed:
     """The requests ahead in `queue` scheduled on the worker's eviction order (`ages`), its
     cache holding `held` with `room` blocks left: the part of `survivors` no prompt changes."""
+    return planned(queue, ages, held=held, room=room)[0]
+
+
+def planned(
+    queue: EngineQueue, ages: WorkerAges, *, held: Mapping[BlockId, object], room: int
+) -> tuple[Replayed, Plan | None]:
+    """`replay`, and what it saw of each request ahead, to replay again after event batches
+    from it (`kvcache.replan`; None: nothing to replay, or the replay evicted blocks the
+    requests ahead stored, which the plan does not follow)."""
     if queue.work() <= room:
-        return Replayed(None)
+        return Replayed(None), None
     order = ages.order()
     replay = _Replay(order, len(ages.touched), held, room)
+    running: list[Step] = []
     waiting = []
     for request in queue.requests.values():
         if request.running:  # in use until it ends; its output still to come
-            ranks = order.ranks(request.blocks)
-            replay.use(request.blocks, ranks, replay.newer_of(request.blocks), request.decode)
+            keys, found, newer = _named(request.blocks, order, replay)
+            replay.use(request.blocks, order.ranks_of(keys), newer, request.decode)
+            running.append(Step(request.blocks, keys, found, newer, _extra(request)))
         else:
             waiting.append(request)
-    for request in queue.requests.values():
-        if request.running:  # what it has not stored yet, and its output
-            unstored = sum(1 for _ in itertools.filterfalse(held.__contains__, request.blocks))
-            replay.compute(unstored + request.unnamed + request.decode, request.blocks)
+    for step in running:  # what it has not stored yet, and its output
+        replay.compute(step.unstored() + step.extra, step.blocks)
+    steps = list(running)
     budget = MAX_REPLAYED_BLOCKS
     for request in waiting:  # computes the blocks it does not find
         budget -= len(request.blocks)
         if budget < 0:  # past the bound: counted as computed whole, without names
-            replay.compute(len(request.blocks) + request.unnamed + request.decode, ())
+            steps.append(
+                Step(request.blocks, None, None, None, len(request.blocks) + _extra(request))
+            )
+            replay.compute(steps[-1].extra, ())
             continue
-        ranks, newer = order.ranks(request.blocks), replay.newer_of(request.blocks)
-        missing = len(request.blocks) - int(replay.present(request.blocks, ranks, newer).sum())
+        keys, found, newer = _named(request.blocks, order, replay)
+        ranks = order.ranks_of(keys)
+        missing = len(request.blocks) - int(replay.kept(found, ranks, newer).sum())
         replay.use(request.blocks, ranks, newer, request.decode)
-        replay.compute(missing + request.unnamed + request.decode, request.blocks)
-    return Replayed(replay)
+        replay.compute(missing + _extra(request), request.blocks)
+        steps.append(Step(request.blocks, keys, found, newer, _extra(request)))
+    if replay.exhausted:
+        return Replayed(replay), None
+    return Replayed(replay), Plan(queue.version, steps, len(running), replay.newer, replay.outputs)
+
+
+def _named(
+    blocks: tuple[BlockId, ...], order: Order, replay: _Replay
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """A request's blocks' keys, which are held, which the requests before it use."""
+    return order.keys(blocks), replay.held_of(blocks), replay.newer_of(blocks)
+
+
+def _extra(request: Queued) -> int:
+    return request.unnamed + request.decode
