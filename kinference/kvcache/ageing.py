@@ -60,6 +60,7 @@ class WorkerAges:
     evicted: dict[int, int] = field(default_factory=dict)  # touch -> of its blocks, evicted
     touches: int = 0
     alias: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> touch, offset
+    splits: int = 0  # touches split (`_split`: the only re-keying of blocks not touched)
     members: dict[int, list[int]] = field(default_factory=dict)  # touch -> ids aliased to it
     lists: dict[int, tuple[BlockId, ...]] = field(default_factory=dict)  # touch -> its blocks
 
@@ -161,6 +162,7 @@ class WorkerAges:
         self.evicted[run] = self.evicted.get(run, 0) + len(tail)
         self.lists[run] = listed[:head]
         self.live[ident] = len(tail)
+        self.splits += 1
         if len(tail) >= _MIN_RUN:
             self.lists[ident] = tail
         return True

@@ -19,9 +19,9 @@ from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.index import BlockIndex
 from kinference.kvcache.memory import FITS, Room, room
 from kinference.kvcache.pending import expect, expire, fresh, unnote
-from kinference.kvcache.queue import EngineQueue, Queued, planned
+from kinference.kvcache.queue import EngineQueue, Queued
 from kinference.kvcache.reach import Reach
-from kinference.kvcache.replan import Plan
+from kinference.kvcache.replan import Plan, planned
 from kinference.kvcache.replayed import Replayed
 from kinference.kvevents.events import Event
 from kinference.kvevents.trust import WorkerTrust
@@ -67,8 +67,8 @@ class PoolCaches:
     # Each worker's queue replayed (`kvcache.queue.replay`), with the queue's version and
     # the room left it is of; dropped by any change to the worker's blocks or ages.
     replays: dict[int, tuple[int, int, Replayed]] = field(default_factory=dict)
-    # What each worker's last replay saw of its requests ahead (`kvcache.replan`), to replay
-    # again after event batches; dropped by a change to its queue or a touch of its ages.
+    # What each worker's replays saw of its requests ahead (`kvcache.replan`), to replay
+    # again after event batches, touches and queue changes; dropped by a clear.
     plans: dict[int, Plan] = field(default_factory=dict)
 
     def apply(self, slot: int, events: Iterable[Event]) -> None:
@@ -78,7 +78,7 @@ class PoolCaches:
         that a waiting request will use is pending again."""
         stored, removed, cleared, cleared_stored = self.index.apply(slot, events)
         self.replays.pop(slot, None)
-        self._noted(slot, stored, removed, cleared)
+        self._noted(slot, cleared, stored, removed)
         if cleared:
             self.ages.pop(slot, None)
             self.reused.pop(slot, None)
@@ -88,7 +88,7 @@ class PoolCaches:
                 collections.deque(map(waiting.pop, named, itertools.repeat(None)), maxlen=0)
         if removed and self.reused.get(slot):
             self._evicted_before_use(slot, removed)
-        ages = self._ages(slot, planned=True)
+        ages = self._ages(slot)
         ages.touch(stored)
         ages.removed(removed)
         peak = self.peaks[slot] = max(self.peaks.get(slot, 0), self.index.blocks(slot))
@@ -107,29 +107,16 @@ class PoolCaches:
         if again:
             self.expect(slot, again, self.clock())
 
-    def _noted(
-        self, slot: int, stored: Sequence[BlockId], removed: Sequence[BlockId], cleared: bool
-    ) -> None:
-        """A batch's blocks to the worker's plan; the plan dropped where it cannot follow:
-        a clear, or a stored block touched before (its touch may re-key others)."""
+    def _noted(self, slot: int, cleared: bool, *named: Sequence[BlockId]) -> None:
+        """Blocks a batch or a touch names to the worker's plan (`kvcache.replan`): their
+        keys or whether they are held change; a clear drops it."""
         plan = self.plans.get(slot)
-        if plan is None:
-            return
-        ages = self.ages.get(slot)
-        if (
-            cleared
-            or ages is None
-            or (stored and stored[0] in ages.touched)
-            or not (plan.note(stored) and plan.note(removed))
-        ):
+        if plan is not None and (cleared or not all(map(plan.note, named))):
             del self.plans[slot]
 
-    def _ages(self, slot: int, planned: bool = False) -> WorkerAges:
-        """The worker's eviction order, to change: its replay is dropped (and its plan but
-        for an event batch's change, which the plan follows: `_noted`)."""
+    def _ages(self, slot: int) -> WorkerAges:
+        """The worker's eviction order, to change: its replay is dropped."""
         self.replays.pop(slot, None)
-        if not planned:
-            self.plans.pop(slot, None)
         found = self.ages.get(slot)
         if found is None:
             found = self.ages[slot] = WorkerAges()
@@ -149,6 +136,7 @@ class PoolCaches:
         """A request went to `slot`: its matched blocks were just used; the ones it will
         store are pending there; it joins the worker's queue (`kvcache.queue`)."""
         usable = max(prompt.tokens - 1, 0) // prompt.block_size
+        self._noted(slot, False, prompt.blocks[:cached_blocks])
         self._ages(slot).touch(prompt.blocks[:cached_blocks])
         new = prompt.blocks[cached_blocks:usable]
         if new:
@@ -197,7 +185,9 @@ class PoolCaches:
         if done is not None:
             held, blocks = self.index.held(slot), done.blocks
             known = self.index.known(slot, blocks)  # held, without a lookup each
-            self._ages(slot).touch([*blocks[:known], *filter(held.__contains__, blocks[known:])])
+            touched = [*blocks[:known], *filter(held.__contains__, blocks[known:])]
+            self._noted(slot, False, touched)
+            self._ages(slot).touch(touched)
 
     def _ran(self, slot: int, key: int, request: Queued | None) -> None:
         reused = self.reused.get(slot)
@@ -223,21 +213,11 @@ class PoolCaches:
         return cached[2].surviving(blocks, depth)
 
     def _replayed(self, slot: int, room: int) -> Replayed:
-        """`slot`'s queue replayed: again from its plan where one follows its state, else
-        afresh (`kvcache.queue.planned`), keeping what it saw for the next batches."""
+        """`slot`'s queue replayed from what its replays saw (`kvcache.replan`)."""
         queue, ages, held = self.queues[slot], self.ages[slot], self.index.held(slot)
-        if queue.work() <= room:
-            return Replayed(None)
-        plan = self.plans.get(slot)
-        if plan is not None and plan.version == queue.version:
-            again = plan.again(ages.order(), len(ages.touched), held, room)
-            if again is not None:
-                return again
-        replayed, plan = planned(queue, ages, held=held, room=room)
-        if plan is None:
-            self.plans.pop(slot, None)
-        else:
-            self.plans[slot] = plan
+        replayed, self.plans[slot] = planned(
+            queue, ages, held=held, room=room, plan=self.plans.get(slot)
+        )
         return replayed
 
     def room(self, slot: int, prompt: PromptBlocks, output_tokens: int) -> Room:

@@ -31,19 +31,13 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-import numpy.typing as npt
-
-from kinference.kvcache.ageing import Order, WorkerAges
+from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import BlockId
-from kinference.kvcache.replan import Plan, Step
-from kinference.kvcache.replayed import Replayed, _Replay
+from kinference.kvcache.replan import planned
+from kinference.kvcache.replayed import Replayed
 
 QUEUE_TTL_S = 600.0  # a request in flight longer than this no longer counts (lost report)
 MAX_QUEUED = 1024  # requests per worker
-# Blocks of waiting requests replayed by name per replay of a worker (~0.27 µs each); the ones
-# past it count as computed whole (they evict, and keep nothing of this prompt).
-MAX_REPLAYED_BLOCKS = 8192
 
 
 @dataclass(slots=True)
@@ -128,56 +122,3 @@ def replay(
     """The requests ahead in `queue` scheduled on the worker's eviction order (`ages`), its
     cache holding `held` with `room` blocks left: the part of `survivors` no prompt changes."""
     return planned(queue, ages, held=held, room=room)[0]
-
-
-def planned(
-    queue: EngineQueue, ages: WorkerAges, *, held: Mapping[BlockId, object], room: int
-) -> tuple[Replayed, Plan | None]:
-    """`replay`, and what it saw of each request ahead, to replay again after event batches
-    from it (`kvcache.replan`; None: nothing to replay, or the replay evicted blocks the
-    requests ahead stored, which the plan does not follow)."""
-    if queue.work() <= room:
-        return Replayed(None), None
-    order = ages.order()
-    replay = _Replay(order, len(ages.touched), held, room)
-    running: list[Step] = []
-    waiting = []
-    for request in queue.requests.values():
-        if request.running:  # in use until it ends; its output still to come
-            keys, found, newer = _named(request.blocks, order, replay)
-            replay.use(request.blocks, order.ranks_of(keys), newer, request.decode)
-            running.append(Step(request.blocks, keys, found, newer, _extra(request)))
-        else:
-            waiting.append(request)
-    for step in running:  # what it has not stored yet, and its output
-        replay.compute(step.unstored() + step.extra, step.blocks)
-    steps = list(running)
-    budget = MAX_REPLAYED_BLOCKS
-    for request in waiting:  # computes the blocks it does not find
-        budget -= len(request.blocks)
-        if budget < 0:  # past the bound: counted as computed whole, without names
-            steps.append(
-                Step(request.blocks, None, None, None, len(request.blocks) + _extra(request))
-            )
-            replay.compute(steps[-1].extra, ())
-            continue
-        keys, found, newer = _named(request.blocks, order, replay)
-        ranks = order.ranks_of(keys)
-        missing = len(request.blocks) - int(replay.kept(found, ranks, newer).sum())
-        replay.use(request.blocks, ranks, newer, request.decode)
-        replay.compute(missing + _extra(request), request.blocks)
-        steps.append(Step(request.blocks, keys, found, newer, _extra(request)))
-    if replay.exhausted:
-        return Replayed(replay), None
-    return Replayed(replay), Plan(queue.version, steps, len(running), replay.newer, replay.outputs)
-
-
-def _named(
-    blocks: tuple[BlockId, ...], order: Order, replay: _Replay
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-    """A request's blocks' keys, which are held, which the requests before it use."""
-    return order.keys(blocks), replay.held_of(blocks), replay.newer_of(blocks)
-
-
-def _extra(request: Queued) -> int:
-    return request.unnamed + request.decode

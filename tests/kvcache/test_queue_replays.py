@@ -12,12 +12,13 @@ from unittest.mock import patch
 
 import numpy as np
 
+from kinference.kvcache import replan
 from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
 from kinference.kvcache.pool import PoolCaches, Request
-from kinference.kvcache.queue import MAX_REPLAYED_BLOCKS, EngineQueue, _Replay
-from kinference.kvcache.replan import Plan
-from kinference.kvcache.replayed import Replayed
+from kinference.kvcache.queue import EngineQueue
+from kinference.kvcache.replan import MAX_REPLAYED_BLOCKS, Plan
+from kinference.kvcache.replayed import Replayed, _Replay
 from kinference.kvevents.events import AllBlocksCleared, BlockRemoved, BlockStored
 
 SIZE = 4  # tokens a block
@@ -172,19 +173,24 @@ def test_cached_replays_answer_as_a_fresh_replay() -> None:
 
 
 def test_replays_after_event_batches_answer_as_a_fresh_replay() -> None:
-    """Decode steps, prefills of routed prompts and evictions between Picks, few queue
-    changes: the plan (`kvcache.replan`) replays again after the batches, and answers as a
-    fresh replay would."""
+    """Decode steps, prefills of routed prompts and evictions between Picks, fewer queue
+    changes: replays from the plan (`kvcache.replan`: keys and held blocks of requests no
+    batch named, and whole steps while the queue is unchanged) answer as a fresh replay."""
     checked = cut = 0
-    again = Plan.again
-    replanned = []
+    again, of = replan._again, replan.Plan._of
+    reused: list[bool] = []
+    looked: list[int] = []
 
-    def counted(plan: Plan, *args: Any) -> Replayed | None:
-        found = again(plan, *args)
-        replanned.append(found is not None)
+    def counted_again(*args: Any) -> Replayed | None:
+        found = again(*args)
+        reused.append(found is not None)
         return found
 
-    with patch.object(Plan, "again", counted):
+    def counted_of(plan: replan.Plan, key: int, *args: Any) -> replan.Named:
+        looked.append(key in plan.named)
+        return of(plan, key, *args)
+
+    with patch.object(replan, "_again", counted_again), patch.object(Plan, "_of", counted_of):
         for seed in range(40):
             driver = _Driver(seed)
             driver.weights = (1, 1, 2, 1, 1, 1, 0, 0, 8, 6, 3, 3)
@@ -192,7 +198,8 @@ def test_replays_after_event_batches_answer_as_a_fresh_replay() -> None:
                 driver.step()
             checked, cut = checked + driver.checked, cut + driver.cut
     assert checked > 1000 and cut > 50
-    assert sum(replanned) > 300  # replayed again from the plan, not afresh
+    assert sum(reused) > 300  # whole steps replayed again on the new order and room
+    assert sum(looked) > 1000  # a request's keys and held blocks from an earlier replay
 
 
 def _busy_worker() -> tuple[PoolCaches, tuple[BlockId, ...]]:
