@@ -89,14 +89,15 @@ class _Replay:
         fits = min(self.room, count)
         self.room -= fits
         need = count - fits
-        total = self.total
+        total, taken = self.total, self.taken
+        if need <= 0 or self.evicted >= total:
+            return need
+        below = int(taken.searchsorted(self.evicted)) if len(taken) else 0
         while need > 0 and self.evicted < total:  # skip the places requests ahead took
             end = min(self.evicted + need, total)
-            skipped = int(
-                np.searchsorted(self.taken, end) - np.searchsorted(self.taken, self.evicted)
-            )
-            need -= (end - self.evicted) - skipped
-            self.evicted = end
+            at = int(taken.searchsorted(end)) if len(taken) else 0
+            need -= (end - self.evicted) - (at - below)
+            self.evicted, below = end, at
         return need
 
 
