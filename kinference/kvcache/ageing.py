@@ -290,8 +290,7 @@ class Order:
         return self.ranks_of(self.keys(blocks))
 
     def keys(self, blocks: Sequence[BlockId]) -> npt.NDArray[np.int64]:
-        """The blocks' keys as the worker's ages name them now (a block's key changes only
-        when a touch names it or it is removed): what `ranks_of` ranks."""
+        """The blocks' keys now (what `ranks_of` ranks; see `kvcache.replan`)."""
         found = map(self._touched.get, blocks, itertools.repeat(_NEWEST))
         return np.fromiter(found, np.int64, len(blocks))
 

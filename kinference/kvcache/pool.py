@@ -209,16 +209,10 @@ class PoolCaches:
         room = self.capacity - self.index.blocks(slot)
         cached = self.replays.get(slot)
         if cached is None or cached[0] != queue.version or cached[1] != room:
-            cached = self.replays[slot] = (queue.version, room, self._replayed(slot, room))
+            held, plan = self.index.held(slot), self.plans.get(slot)  # `kvcache.replan`
+            replayed, self.plans[slot] = planned(queue, ages, held=held, room=room, plan=plan)
+            cached = self.replays[slot] = (queue.version, room, replayed)
         return cached[2].surviving(blocks, depth)
-
-    def _replayed(self, slot: int, room: int) -> Replayed:
-        """`slot`'s queue replayed from what its replays saw (`kvcache.replan`)."""
-        queue, ages, held = self.queues[slot], self.ages[slot], self.index.held(slot)
-        replayed, self.plans[slot] = planned(
-            queue, ages, held=held, room=room, plan=self.plans.get(slot)
-        )
-        return replayed
 
     def room(self, slot: int, prompt: PromptBlocks, output_tokens: int) -> Room:
         """Whether a request sent to `slot` now fits in its cache beside the requests ahead
