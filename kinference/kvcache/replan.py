@@ -73,8 +73,6 @@ class Plan:
     running: int = 0
     newer: dict[BlockId, None] | None = None
     outputs: int = 0
-    keys: tuple[int, ...] = ()  # the queue's keys, in its order, at the last replay
-    waiting: int = 0  # blocks of the waiting steps named (the replay's bound)
 
     def note(self, blocks: Iterable[BlockId]) -> bool:
         """A batch or a touch named `blocks`; False when the plan is no longer worth keeping."""
@@ -115,8 +113,6 @@ def planned(
         return Replayed(None), plan
     order = ages.order()
     plan._renamed()
-    if plan.version != queue.version and plan.newer is not None:
-        _appended(queue, plan)
     if plan.version == queue.version and plan.newer is not None:
         found = _again(queue, plan, _Replay(order, len(ages.touched), held, room))
         if found is not None:
@@ -157,33 +153,9 @@ def _afresh(queue: EngineQueue, plan: Plan, replay: _Replay) -> Replayed:
         steps.append(Step(key, newer, _extra(request)))
     plan.named = {key: plan.named[key] for key in requests if key in plan.named}
     plan.version, plan.steps, plan.running = queue.version, steps, len(running)
-    plan.keys, plan.waiting = tuple(requests), MAX_REPLAYED_BLOCKS - budget
     plan.newer = None if replay.exhausted else replay.newer
     plan.outputs = replay.outputs
     return Replayed(replay)
-
-
-def _appended(queue: EngineQueue, plan: Plan) -> None:
-    """A request sent since the last replay, and no other change to the queue: its step
-    after the others (which blocks the requests before it use: the last replay's `newer`)."""
-    requests = queue.requests
-    if queue.version != plan.version + 1 or len(requests) != len(plan.keys) + 1:
-        return
-    key, request = next(reversed(requests.items()))
-    if request.running or tuple(requests)[:-1] != plan.keys:
-        return
-    assert plan.newer is not None
-    blocks, newer = request.blocks, dict(plan.newer)
-    plan.waiting += len(blocks)
-    if plan.waiting > MAX_REPLAYED_BLOCKS:
-        plan.steps.append(Step(key, None, len(blocks) + _extra(request)))
-    else:
-        mask = np.fromiter(map(newer.__contains__, blocks), bool, len(blocks))
-        plan.steps.append(Step(key, mask, _extra(request)))
-        newer.update(dict.fromkeys(range(-plan.outputs - request.decode, -plan.outputs)))
-        newer.update(dict.fromkeys(blocks))
-        plan.outputs += request.decode
-    plan.newer, plan.version, plan.keys = newer, queue.version, (*plan.keys, key)
 
 
 def _again(queue: EngineQueue, plan: Plan, replay: _Replay) -> Replayed | None:
