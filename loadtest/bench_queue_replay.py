@@ -7,7 +7,8 @@ of 100-400 blocks in flight (the first few running); each Pick asks every worker
 surviving match of a prompt on a shared document, then goes to one of them (a `sent`: that
 worker's replay is dropped) and a request ends on another. Between Picks `--events`
 event batches on average (each: 16 new blocks stored, 16 oldest evicted, on a random worker)
-drop their worker's replay. Both paths' answers are compared on every call.
+drop their worker's replay (the cached path then replays from its plan, `kvcache.replan`).
+Both paths' answers are compared on every call.
 
     python -m loadtest.bench_queue_replay --events 0 0.5 2 8
 """

@@ -60,6 +60,7 @@ class WorkerAges:
     evicted: dict[int, int] = field(default_factory=dict)  # touch -> of its blocks, evicted
     touches: int = 0
     alias: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> touch, offset
+    splits: int = 0  # touches split (`_split`: the only re-keying of blocks not touched)
     members: dict[int, list[int]] = field(default_factory=dict)  # touch -> ids aliased to it
     lists: dict[int, tuple[BlockId, ...]] = field(default_factory=dict)  # touch -> its blocks
 
@@ -161,6 +162,7 @@ class WorkerAges:
         self.evicted[run] = self.evicted.get(run, 0) + len(tail)
         self.lists[run] = listed[:head]
         self.live[ident] = len(tail)
+        self.splits += 1
         if len(tail) >= _MIN_RUN:
             self.lists[ident] = tail
         return True
@@ -285,11 +287,16 @@ class Order:
         self._shift = self._first - gone_before[at] + offsets
 
     def ranks(self, blocks: Sequence[BlockId]) -> npt.NDArray[np.int64]:
-        count = len(blocks)
+        return self.ranks_of(self.keys(blocks))
+
+    def keys(self, blocks: Sequence[BlockId]) -> npt.NDArray[np.int64]:
+        """The blocks' keys now (what `ranks_of` ranks; see `kvcache.replan`)."""
         found = map(self._touched.get, blocks, itertools.repeat(_NEWEST))
-        keys = np.fromiter(found, np.int64, count)
+        return np.fromiter(found, np.int64, len(blocks))
+
+    def ranks_of(self, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         if not len(self._ids):
-            return np.full(count, UNKNOWN, dtype=np.int64)
+            return np.full(len(keys), UNKNOWN, dtype=np.int64)
         at = np.minimum(np.searchsorted(self._ids, keys >> _PLACE_BITS), len(self._ids) - 1)
         ranks = np.clip((keys & _PLACE_MASK) + self._shift[at], self._first[at], self._last[at])
         return np.where(keys != _NEWEST, ranks, UNKNOWN)

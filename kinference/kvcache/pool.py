@@ -19,8 +19,10 @@ from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.index import BlockIndex
 from kinference.kvcache.memory import FITS, Room, room
 from kinference.kvcache.pending import expect, expire, fresh, unnote
-from kinference.kvcache.queue import EngineQueue, Queued, Replayed, replay
+from kinference.kvcache.queue import EngineQueue, Queued
 from kinference.kvcache.reach import Reach
+from kinference.kvcache.replan import Plan, planned
+from kinference.kvcache.replayed import Replayed
 from kinference.kvevents.events import Event
 from kinference.kvevents.trust import WorkerTrust
 
@@ -65,6 +67,9 @@ class PoolCaches:
     # Each worker's queue replayed (`kvcache.queue.replay`), with the queue's version and
     # the room left it is of; dropped by any change to the worker's blocks or ages.
     replays: dict[int, tuple[int, int, Replayed]] = field(default_factory=dict)
+    # What each worker's replays saw of its requests ahead (`kvcache.replan`), to replay
+    # again after event batches, touches and queue changes; dropped by a clear.
+    plans: dict[int, Plan] = field(default_factory=dict)
 
     def apply(self, slot: int, events: Iterable[Event]) -> None:
         """A batch from `slot`'s engine: into the index; what it names is no longer pending;
@@ -73,6 +78,7 @@ class PoolCaches:
         that a waiting request will use is pending again."""
         stored, removed, cleared, cleared_stored = self.index.apply(slot, events)
         self.replays.pop(slot, None)
+        self._noted(slot, cleared, stored, removed)
         if cleared:
             self.ages.pop(slot, None)
             self.reused.pop(slot, None)
@@ -101,6 +107,13 @@ class PoolCaches:
         if again:
             self.expect(slot, again, self.clock())
 
+    def _noted(self, slot: int, cleared: bool, *named: Sequence[BlockId]) -> None:
+        """Blocks a batch or a touch names to the worker's plan (`kvcache.replan`): their
+        keys or whether they are held change; a clear drops it."""
+        plan = self.plans.get(slot)
+        if plan is not None and (cleared or not all(map(plan.note, named))):
+            del self.plans[slot]
+
     def _ages(self, slot: int) -> WorkerAges:
         """The worker's eviction order, to change: its replay is dropped."""
         self.replays.pop(slot, None)
@@ -117,11 +130,13 @@ class PoolCaches:
         self.peaks.pop(slot, None)
         self.queues.pop(slot, None)
         self.replays.pop(slot, None)
+        self.plans.pop(slot, None)
 
     def sent(self, slot: int, prompt: PromptBlocks, cached_blocks: int, request: Request) -> None:
         """A request went to `slot`: its matched blocks were just used; the ones it will
         store are pending there; it joins the worker's queue (`kvcache.queue`)."""
         usable = max(prompt.tokens - 1, 0) // prompt.block_size
+        self._noted(slot, False, prompt.blocks[:cached_blocks])
         self._ages(slot).touch(prompt.blocks[:cached_blocks])
         new = prompt.blocks[cached_blocks:usable]
         if new:
@@ -170,7 +185,9 @@ class PoolCaches:
         if done is not None:
             held, blocks = self.index.held(slot), done.blocks
             known = self.index.known(slot, blocks)  # held, without a lookup each
-            self._ages(slot).touch([*blocks[:known], *filter(held.__contains__, blocks[known:])])
+            touched = [*blocks[:known], *filter(held.__contains__, blocks[known:])]
+            self._noted(slot, False, touched)
+            self._ages(slot).touch(touched)
 
     def _ran(self, slot: int, key: int, request: Queued | None) -> None:
         reused = self.reused.get(slot)
@@ -192,7 +209,8 @@ class PoolCaches:
         room = self.capacity - self.index.blocks(slot)
         cached = self.replays.get(slot)
         if cached is None or cached[0] != queue.version or cached[1] != room:
-            replayed = replay(queue, ages, held=self.index.held(slot), room=room)
+            held, plan = self.index.held(slot), self.plans.get(slot)  # `kvcache.replan`
+            replayed, self.plans[slot] = planned(queue, ages, held=held, room=room, plan=plan)
             cached = self.replays[slot] = (queue.version, room, replayed)
         return cached[2].surviving(blocks, depth)
 

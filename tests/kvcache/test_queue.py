@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kinference.kvcache import queue as queue_module
+from kinference.kvcache import replan as replan_module
 from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.queue import QUEUE_TTL_S, EngineQueue, Queued, survivors
 
@@ -91,7 +91,7 @@ def test_past_the_replay_bound_requests_ahead_count_as_computed_whole(
     queue.add(1, Queued((30, 31), 0, 0, 0.0))
     queue.add(2, Queued((1, 2, 3, 4), 0, 0, 0.0))  # would keep ours, past the bound
     assert _survivors(queue, ages, held, 0) == 4
-    monkeypatch.setattr(queue_module, "MAX_REPLAYED_BLOCKS", 3)
+    monkeypatch.setattr(replan_module, "MAX_REPLAYED_BLOCKS", 3)
     assert _survivors(queue, ages, held, 0) == 0  # 2 + 4 evicted, all named blocks ours first
 
 

@@ -7,13 +7,18 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Mapping, Sequence
+from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 
+from kinference.kvcache import replan
 from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
 from kinference.kvcache.pool import PoolCaches, Request
-from kinference.kvcache.queue import MAX_REPLAYED_BLOCKS, EngineQueue, _Replay
+from kinference.kvcache.queue import EngineQueue
+from kinference.kvcache.replan import MAX_REPLAYED_BLOCKS, Plan
+from kinference.kvcache.replayed import Replayed, _Replay
 from kinference.kvevents.events import AllBlocksCleared, BlockRemoved, BlockStored
 
 SIZE = 4  # tokens a block
@@ -77,6 +82,8 @@ class _Driver:
         # a few documents, each prompt one of them and a question: shared prefixes
         self.documents = [[self.rng.randrange(50) for _ in range(SIZE * 6)] for _ in range(3)]
         self.checked = self.cut = 0
+        self.sent_tokens: dict[int, list[list[int]]] = {s: [] for s in range(SLOTS)}
+        self.weights = (6, 3, 5, 2, 2, 1, 1, 1, 8, 0, 0, 0)
 
     def tokens(self) -> list[int]:
         document = self.rng.choice(self.documents)[: SIZE * self.rng.randrange(7)]
@@ -85,13 +92,16 @@ class _Driver:
     def step(self) -> None:
         rng, pool = self.rng, self.pool
         slot = rng.randrange(SLOTS)
-        op = rng.choices(range(9), (6, 3, 5, 2, 2, 1, 1, 1, 8))[0]
+        op = rng.choices(range(len(self.weights)), self.weights)[0]
         if op == 0:  # stores a prompt's leading blocks under new engine hashes
-            tokens = self.tokens()
-            whole = len(tokens) // SIZE * SIZE
-            hashes = tuple(itertools.islice(self.hashes, whole // SIZE))
-            pool.apply(slot, [BlockStored(hashes, None, tuple(tokens[:whole]), SIZE)])
-            self.live[slot].extend(hashes)
+            self.store(slot, self.tokens())
+        elif op == 9:  # a decode step's new blocks (tokens never seen)
+            self.store(slot, [rng.randrange(10**6, 10**7) for _ in range(SIZE * rng.randint(1, 3))])
+        elif op == 10 and self.sent_tokens[slot]:  # a prefill: a routed prompt's blocks
+            self.store(slot, rng.choice(self.sent_tokens[slot]))
+        elif op == 11 and self.live[slot]:  # the oldest evicted
+            gone, self.live[slot] = self.live[slot][:2], self.live[slot][2:]
+            pool.apply(slot, [BlockRemoved(tuple(gone))])
         elif op == 1 and self.live[slot]:  # evicts some
             gone = rng.sample(self.live[slot], rng.randint(1, len(self.live[slot])))
             self.live[slot] = [h for h in self.live[slot] if h not in gone]
@@ -113,8 +123,15 @@ class _Driver:
         else:
             self.pick()
 
+    def store(self, slot: int, tokens: list[int]) -> None:
+        whole = len(tokens) // SIZE * SIZE
+        hashes = tuple(itertools.islice(self.hashes, whole // SIZE))
+        self.pool.apply(slot, [BlockStored(hashes, None, tuple(tokens[:whole]), SIZE)])
+        self.live[slot].extend(hashes)
+
     def send(self, slot: int) -> None:
         tokens = self.tokens()
+        self.sent_tokens[slot].append(tokens)
         blocks = tuple(identities(tokens, SIZE))
         key, ticket = next(self.keys), next(self.tickets)
         if blocks and self.rng.random() < 0.3:
@@ -153,6 +170,36 @@ def test_cached_replays_answer_as_a_fresh_replay() -> None:
             driver.step()
         checked, cut = checked + driver.checked, cut + driver.cut
     assert checked > 1000 and cut > 50  # the replay evicted part of many matches
+
+
+def test_replays_after_event_batches_answer_as_a_fresh_replay() -> None:
+    """Decode steps, prefills of routed prompts and evictions between Picks, fewer queue
+    changes: replays from the plan (`kvcache.replan`: keys and held blocks of requests no
+    batch named, and whole steps while the queue is unchanged) answer as a fresh replay."""
+    checked = cut = 0
+    again, of = replan._again, replan.Plan._of
+    reused: list[bool] = []
+    looked: list[int] = []
+
+    def counted_again(*args: Any) -> Replayed | None:
+        found = again(*args)
+        reused.append(found is not None)
+        return found
+
+    def counted_of(plan: replan.Plan, key: int, *args: Any) -> replan.Named:
+        looked.append(key in plan.named)
+        return of(plan, key, *args)
+
+    with patch.object(replan, "_again", counted_again), patch.object(Plan, "_of", counted_of):
+        for seed in range(40):
+            driver = _Driver(seed)
+            driver.weights = (1, 1, 2, 1, 1, 1, 0, 0, 8, 6, 3, 3)
+            for _ in range(300):
+                driver.step()
+            checked, cut = checked + driver.checked, cut + driver.cut
+    assert checked > 1000 and cut > 50
+    assert sum(reused) > 300  # whole steps replayed again on the new order and room
+    assert sum(looked) > 1000  # a request's keys and held blocks from an earlier replay
 
 
 def _busy_worker() -> tuple[PoolCaches, tuple[BlockId, ...]]:
