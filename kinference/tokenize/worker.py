@@ -17,13 +17,6 @@ under way is waited for, up to `here_wait_s` (the caller's thread lets go of the
 while it waits, so the slice runs at full speed): under a steady stream of Picks the thread
 is nearly always finishing an earlier prompt, and without the wait every Pick paid the
 hand-off.
-
-While the thread has work, the GIL's switch interval is `busy_switch_s` (1 ms) instead of
-CPython's 5 ms, and back to what it was once the thread is idle: the event loop, asking for
-the GIL while the thread runs Python (a 1 MiB prompt's parse, render and cuts: ~3 ms a
-Pick, 16 at once in a burst), waits up to one interval each time it asks, and a loop step
-that asks twice (its `epoll_wait` and a socket call) was a stall over 10 ms
-(docs/benchmarks.md, h141). Without precise work the thread never runs: nothing changes.
 """
 
 from __future__ import annotations
@@ -31,7 +24,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -42,7 +34,6 @@ T = TypeVar("T")
 MAX_LATER = 256  # background slices queued; more are dropped (only later Picks lose)
 MAX_PAUSE_S = 0.05  # background work waits for Picks being decided at most this long
 HERE_WAIT_S = 0.002  # `here` waits this long at most for a background slice to end
-BUSY_SWITCH_S = 0.001  # the GIL's switch interval while the thread has work (None: unchanged)
 
 
 class TokenizerThread:
@@ -52,7 +43,6 @@ class TokenizerThread:
         max_pause_s: float = MAX_PAUSE_S,
         clock: Callable[[], float] = time.monotonic,
         here_wait_s: float = HERE_WAIT_S,
-        busy_switch_s: float | None = BUSY_SWITCH_S,
     ) -> None:
         self._urgent: collections.deque[Callable[[], None]] = collections.deque()
         self._later: collections.deque[Callable[[], None]] = collections.deque()
@@ -65,9 +55,6 @@ class TokenizerThread:
         self._busy = threading.Lock()  # held by whoever runs work (the thread, or `here`)
         self._background = False  # what the thread runs (or ran last) is background work
         self._here_wait_s = here_wait_s
-        self._busy_switch_s = busy_switch_s
-        self._idle_switch_s = sys.getswitchinterval()  # restored whenever the thread idles
-        self._switched = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -140,28 +127,16 @@ class TokenizerThread:
             self._ready.notify()
 
     def _run(self) -> None:
-        try:
-            while True:
-                with self._ready:
-                    work = self._next()
-                    if work is None:
-                        return
-                self._switch(busy=True)
-                try:
-                    with self._busy:
-                        work()
-                except Exception:  # background work has no waiter: log, keep the thread
-                    log.exception("background tokenizer work failed")
-        finally:
-            self._switch(busy=False)
-
-    def _switch(self, busy: bool) -> None:
-        """The switch interval for a busy thread (`busy_switch_s`), or back to the idle one."""
-        if self._busy_switch_s is None or busy == self._switched:
-            return
-        self._switched = busy
-        fast = min(self._busy_switch_s, self._idle_switch_s)
-        sys.setswitchinterval(fast if busy else self._idle_switch_s)
+        while True:
+            with self._ready:
+                work = self._next()
+                if work is None:
+                    return
+            try:
+                with self._busy:
+                    work()
+            except Exception:  # background work has no waiter: log, keep the thread
+                log.exception("background tokenizer work failed")
 
     def _next(self) -> Callable[[], None] | None:
         """The next work to run (None: closed); called holding the condition."""
@@ -171,7 +146,6 @@ class TokenizerThread:
                 return self._urgent.popleft()
             if not self._later:
                 self._held_since = None
-                self._switch(busy=False)
                 self._ready.wait()
                 continue
             now = self._clock()
