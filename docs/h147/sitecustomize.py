@@ -135,6 +135,34 @@ if os.environ.get("H147_TRACE") and "gateway" in _argv:
     except Exception as e:
         print("h147 probe: no subscriber timing", e, file=sys.stderr)
 
+    try:
+        from kinference.tokenize import worker as TW
+        of_submit = TW.TokenizerThread.submit
+        def submit(self, work):
+            rec = cur.get(); t_q = pc()
+            box = {}
+            def timed():
+                box["run0"] = pc(); c0 = time.thread_time()
+                try:
+                    return work()
+                finally:
+                    box["run1"] = pc(); box["cpu"] = (time.thread_time() - c0) * 1e3
+            fut = of_submit(self, timed)
+            if rec is not None:
+                rec.setdefault("tok", []).append(("submit", t_q, box))
+            return fut
+        TW.TokenizerThread.submit = submit
+        of_here = TW.TokenizerThread.here
+        def here(self, work):
+            rec = cur.get(); t0 = pc(); c0 = time.thread_time()
+            r = of_here(self, work)
+            if rec is not None:
+                rec.setdefault("tok", []).append(("here", t0, {"run0": t0, "run1": pc(), "cpu": (time.thread_time() - c0) * 1e3, "done": r is not None}))
+            return r
+        TW.TokenizerThread.here = here
+    except Exception as e:
+        print("h147 probe: no tokenizer timing", e, file=sys.stderr)
+
     of_clock = TM.TokenClock.__init__
     def clock_init(self, *a, **k):
         of_clock(self, *a, **k)
