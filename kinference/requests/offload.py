@@ -17,6 +17,10 @@ worst beside hostile parses (docs/reliability.md). So that work runs in a worker
   estimates it, are reserved from the server-wide body budget until the job ends
   (RESOURCE_EXHAUSTED when they cannot be); only the job under way holds a reservation,
   not those waiting their turn. The worker returns the request trimmed to a small size.
+- a chat prompt's messages over `KINFERENCE_TOKENIZE_WORKER_BYTES`, for precise pools, are
+  decoded and rendered through the chat template in the worker (`tokenize/remote.py`), so
+  that their long C calls never hold the picker's GIL; the text comes back as the answer's
+  payload.
 
 A job runs as a task of its own: a caller that goes away stops waiting, the job still ends
 (its budget is released then). A job over its deadline (`job_deadline_s`) kills the
@@ -31,11 +35,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-from kinference.bodies import Body, BodyStore, ByteBudget, Observation
+from kinference.bodies import Body, BodyStore, ByteBudget, Observation, Piece
 from kinference.errors import ResourceExhausted, ServerBusy, Unavailable
 from kinference.requests.parse import InferenceRequest
 from kinference.requests.process import WorkerLost, WorkerProcess
@@ -169,6 +173,22 @@ class Offload:
             else:
                 abandoned()
             raise
+
+    async def render(self, job: Any, payload: Sequence[Piece]) -> tuple[Any, bytes]:
+        """A large chat prompt's messages (`payload`, their JSON) decoded and rendered in
+        the worker as `job` (a `tokenize.remote.RenderJob`) says: its answer and the texts
+        (`tokenize/remote.py`). Raises Unavailable when the worker died, failed, or ran past
+        its deadline."""
+        shipped = sum(len(piece) for piece in payload)
+        return await self._job(partial(self._render, job, payload), shipped)
+
+    async def _render(self, job: Any, payload: Sequence[Piece]) -> tuple[Any, bytes]:
+        await self._worker.send("render", job, payload)
+        kind, data, texts = await self._worker.receive_frame()
+        answer, rss = self._answer((kind, data), "rendered")
+        if rss > self._recycle_rss_bytes:  # in this job's turn: no other job uses the worker
+            await self._worker.replace()
+        return answer, texts
 
     async def start(self) -> None:
         """Start the worker with the server and wait until it answers (its interpreter

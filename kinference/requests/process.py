@@ -56,6 +56,14 @@ class WorkerProcess:
         except asyncio.IncompleteReadError as exc:
             raise self._lost() from exc
 
+    async def receive_frame(self) -> tuple[str, Any, bytes]:
+        """A frame with its payload (`frames.receive_frame`)."""
+        running = await self._started()
+        try:
+            return await frames.receive_frame(running.reader)
+        except asyncio.IncompleteReadError as exc:
+            raise self._lost() from exc
+
     async def start(self) -> None:
         """Start the worker ahead of its first job: the interpreter's start and imports
         (~0.2-0.4 s, in the child) then delay no request."""
