@@ -2,8 +2,7 @@
 
 A frame is an 8-byte header (two little-endian uint32: the length of a pickled
 `(kind, data)` message, then of a raw payload), the message, then the payload (body bytes,
-never pickled, so that they are written from the body's own pieces without a join; from the
-worker, a rendered prompt's UTF-8 text, decoded off the event loop: `tokenize/remote.py`). Both
+never pickled, so that they are written from the body's own pieces without a join). Both
 ends are this package's code, so pickle is safe here: nothing a caller sends is unpickled
 (bodies only ever travel as payload bytes).
 """
@@ -45,19 +44,12 @@ async def send(
 
 
 async def receive(reader: asyncio.StreamReader) -> tuple[str, Any]:
-    """One frame from the worker, its payload (if any) dropped; raises IncompleteReadError
+    """One frame from the worker (its frames carry no payload); raises IncompleteReadError
     when the worker is gone."""
-    kind, data, _payload = await receive_frame(reader)
-    return kind, data
-
-
-async def receive_frame(reader: asyncio.StreamReader) -> tuple[str, Any, bytes]:
-    """One frame from the worker with its payload (a rendered prompt's text, `render`)."""
     sizes = await reader.readexactly(_HEADER.size)
-    message_bytes, payload_bytes = _HEADER.unpack(sizes)
+    message_bytes, _payload_bytes = _HEADER.unpack(sizes)
     kind, data = pickle.loads(await reader.readexactly(message_bytes))
-    payload = await reader.readexactly(payload_bytes) if payload_bytes else b""
-    return kind, data, payload
+    return kind, data
 
 
 def read(stream: IO[bytes]) -> tuple[str, Any, bytes] | None:
@@ -74,10 +66,8 @@ def read(stream: IO[bytes]) -> tuple[str, Any, bytes] | None:
     return kind, data, payload
 
 
-def write(stream: IO[bytes], kind: str, data: Any, payload: bytes = b"") -> None:
-    stream.write(encode(kind, data, len(payload)))
-    if payload:
-        stream.write(payload)
+def write(stream: IO[bytes], kind: str, data: Any) -> None:
+    stream.write(encode(kind, data))
     stream.flush()
 
 

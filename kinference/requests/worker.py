@@ -19,7 +19,8 @@ It reads frames (`frames.py`) on stdin and answers on stdout, one job at a time:
 
 - `render` (a `tokenize.remote.RenderJob`; a chat's messages JSON as payload): decodes and
   renders them (`tokenize.remote.Renders`, which keeps the decoded history and templates
-  across jobs), answers `rendered` with the outcomes and its memory, the texts as payload.
+  across jobs), answers `rendered` with the outcomes, its memory and the texts' size, then
+  writes the texts to the pipe named by `KINFERENCE_WORKER_TEXTS_FD`.
 
 A job that raises anything else answers `failed`. The cyclic collector stays off (the
 parse's objects are trees that reference counting frees) and runs once after each job.
@@ -43,6 +44,7 @@ from kinference.requests import frames
 from kinference.requests.cost import parse_cost, translation_cost
 from kinference.requests.fields import MalformedRequest, scan_body
 from kinference.requests.parse import InferenceRequest, parse_request
+from kinference.requests.process import TEXTS_FD_ENV
 from kinference.requests.rewrite import Translation, translation
 from kinference.requests.scan import JsonScanner
 from kinference.requests.shapes import Shape
@@ -100,9 +102,18 @@ def _job(kind: str, data: Any, payload: bytes, inbox: IO[bytes], outbox: IO[byte
             frames.write(outbox, "translated", (_translation(body, request, sent), _rss_bytes()))
     elif kind == "render":
         rendered, texts = _renders().run(data, payload)
-        frames.write(outbox, "rendered", (rendered, _rss_bytes()), texts)
+        frames.write(outbox, "rendered", (rendered, _rss_bytes(), len(texts)))
+        _texts_pipe().write(texts)  # read by the picker once it has the answer
+        _texts_pipe().flush()
     else:
         raise ValueError(f"unknown job {kind!r}")
+
+
+@functools.cache
+def _texts_pipe() -> IO[bytes]:
+    """Where rendered texts go (`process.WorkerProcess.texts`): not stdout, whose bytes the
+    picker's event loop reads."""
+    return os.fdopen(int(os.environ[TEXTS_FD_ENV]), "wb")
 
 
 @functools.cache
@@ -111,6 +122,10 @@ def _renders() -> Renders:
     loads a template engine)."""
     from kinference.tokenize.remote import Renders
 
+    # The collection after each job would walk the tokenizer's and the template engine's
+    # imports (~50,000 objects, ~15 ms a job); they live as long as the worker.
+    gc.collect()
+    gc.freeze()
     return Renders()
 
 

@@ -337,10 +337,15 @@ class PromptPreparer:
         return [self._thread.submit(functools.partial(self._warm, p)) for p in profiles]
 
     async def warmed(self) -> None:
-        """`warm`, waited for up to `WARM_S` (before SERVING); a failure comes at Picks."""
+        """`warm`, waited for up to `WARM_S` (before SERVING), with the parse worker's
+        renders (`remote`); a failure comes at Picks."""
+        templates = {p[1] for p in self._plan.profiles.values() if p[1] is not None}
+        remote = self.remote.warm(sorted(templates)) if self.remote else asyncio.sleep(0)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(WARM_S):
-                await asyncio.gather(*map(asyncio.wrap_future, self.warm()), return_exceptions=True)
+                await asyncio.gather(
+                    *map(asyncio.wrap_future, self.warm()), remote, return_exceptions=True
+                )
 
     def _warm(self, profile: Profile) -> None:
         self._tokenizer(profile).warm()

@@ -6,8 +6,9 @@ messages (msgspec, 5.6-10 ms a MiB) and the render's output join (3-4 ms). So a 
 messages were left unparsed at Pick (a `LargeValue`: over 1 MiB) with a span of at least
 `KINFERENCE_TOKENIZE_WORKER_BYTES` is decoded and rendered in the parse worker
 (`requests/worker.py`, the process big bodies are parsed in, one job at a time): the
-messages' bytes go there, the rendered text comes back as the frame's payload (UTF-8) and
-becomes a `str` on the tokenizer thread (one C call of ~0.1-0.5 ms a MiB).
+messages' bytes go there, the rendered text comes back (UTF-8) through a pipe of its own,
+read on a thread into a fresh mapping (the loop neither copies nor decodes it), and becomes
+a `str` on the tokenizer thread (one C call of ~0.1-0.5 ms a MiB).
 
 The worker keeps a `DecodedHistory` of its own, so a conversation's next turn decodes there
 only the messages it adds, as the tokenizer thread did; it loads each chat template once
@@ -60,7 +61,7 @@ class RenderAnswer:
 class Worker(Protocol):
     """The parse worker as the picker reaches it (`requests.offload.Offload.render`)."""
 
-    async def render(self, job: RenderJob, payload: Sequence[Piece]) -> tuple[Any, bytes]: ...
+    async def render(self, job: RenderJob, payload: Sequence[Piece]) -> tuple[Any, memoryview]: ...
 
 
 class RemoteRender:
@@ -90,22 +91,33 @@ class RemoteRender:
     async def texts(
         self, job: RenderJob, span: LargeValue, body: Body
     ) -> tuple[dict[str, memoryview] | str, int] | None:
-        """Each template's rendered text (UTF-8, a view of what came back: no copy on the
-        loop), or the prompt's problem, and the JSON bytes the worker decoded; None when the
-        worker could not (render it here)."""
+        """Each template's rendered text (UTF-8, a view of what came back: no copy), or the
+        prompt's problem, and the JSON bytes the worker decoded; None when the worker could
+        not (render it here)."""
         try:
             answer, payload = await self._worker.render(job, body.views(span.start, span.end))
         except Unavailable as exc:
             log.warning("rendering a large prompt in the parse worker failed: %s", exc)
             return None
         assert isinstance(answer, RenderAnswer)
-        texts, at, view = {}, 0, memoryview(payload)
+        texts, at, view = {}, 0, payload
         for template, outcome in zip(job.templates, answer.outcomes, strict=True):
             if isinstance(outcome, str):
                 return outcome, answer.decoded_bytes
             texts[template] = view[at : at + outcome]
             at += outcome
         return texts, answer.decoded_bytes
+
+    async def warm(self, templates: Sequence[str]) -> None:
+        """Have the worker import what renders need and load `templates` (~0.1 s), so that
+        the first large prompt does not wait for it."""
+        if self.min_bytes and templates:
+            body = Body([_WARM], reserved=0)
+            span = LargeValue(0, len(_WARM), "[")
+            await self.texts(RenderJob(tuple(templates), None), span, body)
+
+
+_WARM = b'[{"role": "user", "content": "warm"}]'
 
 
 class Renders:

@@ -166,7 +166,7 @@ class Lost:
 
     calls = 0
 
-    async def render(self, job: RenderJob, payload: Sequence[Piece]) -> tuple[Any, bytes]:
+    async def render(self, job: RenderJob, payload: Sequence[Piece]) -> tuple[Any, memoryview]:
         self.calls += 1
         raise Unavailable("the parse worker stopped")
 
