@@ -86,9 +86,8 @@ class App:
         self.table = WorkerTable()
         self.outbox = Outbox() if settings.redis_url else None
         self.precise = PreciseCaches()  # pools in precise prefix mode, fed by KV events
-        offload = offload or Offload()
         self.precise_events, self.preparer = precise_parts(
-            self.metrics.registry, self.precise, self.table, policy, settings, offload=offload
+            self.metrics.registry, self.precise, self.table, policy, settings
         )
         self.cluster: ClusterNode | None = None
         self.sharing: EngineSharing | None = None
@@ -132,7 +131,7 @@ class App:
             self.metrics,
             shared_gap=self.cluster.gap if self.cluster is not None else lambda: None,
             recorder=RequestRecorder(self.metrics, TenantLabels(settings.metrics_max_tenants)),
-            offload=offload,
+            offload=offload or Offload(),
             preparer=self.preparer,
         )
         self.health = HealthServicer()

@@ -114,10 +114,6 @@ class Settings(BaseSettings):
     kv_replay_timeout_s: float = Field(default=2.0, gt=0)
     kv_replay_deadline_s: float = Field(default=10.0, gt=0)
     kv_replay_concurrency: int = Field(default=2, ge=1)  # 4: twice the loop lag, h134
-    # Precise mode: a chat's messages spans of at least this many bytes (only those over
-    # 1 MiB are left unparsed at Pick) are decoded and rendered in the parse worker process,
-    # not on the tokenizer thread, whose long C calls there held the loop (h145); 0: never.
-    tokenize_worker_bytes: int = Field(default=MiB, ge=0)
     log_level: LogLevel = "INFO"
     # json: one JSON object per line (for log collectors); text: readable lines; auto: text
     # when stderr is a terminal, json otherwise.

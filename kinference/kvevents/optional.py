@@ -13,7 +13,6 @@ from prometheus_client import CollectorRegistry
 from kinference.config import Policy
 from kinference.config.prefix import PRECISE_MODULES
 from kinference.kvcache.precise import PreciseCaches
-from kinference.requests.offload import Offload
 from kinference.routing import WorkerTable
 from kinference.settings import Settings
 
@@ -28,24 +27,17 @@ def precise_parts(
     table: WorkerTable,
     policy: Policy,
     settings: Settings,
-    *,
-    offload: Offload | None = None,
 ) -> tuple[PreciseEvents | None, PromptPreparer | None]:
     """The event subscriptions and the prompt tokenizer of precise prefix mode, when the
     kv-events extra is installed (without it, no pool can be in precise mode: validation
-    refuses it); `settings` bound what a replay may cost, and which prompts are rendered in
-    `offload`'s parse worker."""
+    refuses it); `settings` bound what a replay may cost."""
     if any(importlib.util.find_spec(name) is None for name in PRECISE_MODULES):
         return None, None
     from kinference.kvevents.replay import ReplayLimits
     from kinference.kvevents.setup import PreciseEvents
     from kinference.kvevents.telemetry import PreciseMetrics
     from kinference.tokenize.prepare import PromptPreparer
-    from kinference.tokenize.remote import RemoteRender
 
     metrics = PreciseMetrics(registry, caches)
-    remote = RemoteRender(offload, settings.tokenize_worker_bytes) if offload else None
-    preparer = PromptPreparer(
-        policy, caches=caches, observe=metrics.tokenize_seconds.observe, remote=remote
-    )
+    preparer = PromptPreparer(policy, caches=caches, observe=metrics.tokenize_seconds.observe)
     return PreciseEvents(caches, table, metrics, ReplayLimits.of(settings)), preparer

@@ -17,10 +17,6 @@ worst beside hostile parses (docs/reliability.md). So that work runs in a worker
   estimates it, are reserved from the server-wide body budget until the job ends
   (RESOURCE_EXHAUSTED when they cannot be); only the job under way holds a reservation,
   not those waiting their turn. The worker returns the request trimmed to a small size.
-- a chat prompt's messages over `KINFERENCE_TOKENIZE_WORKER_BYTES`, for precise pools, are
-  decoded and rendered through the chat template in the worker (`tokenize/remote.py`), so
-  that their long C calls never hold the picker's GIL; the text comes back through a pipe
-  of its own, read off the loop.
 
 A job runs as a task of its own: a caller that goes away stops waiting, the job still ends
 (its budget is released then). A job over its deadline (`job_deadline_s`) kills the
@@ -35,11 +31,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
 
-from kinference.bodies import Body, BodyStore, ByteBudget, Observation, Piece
+from kinference.bodies import Body, BodyStore, ByteBudget, Observation
 from kinference.errors import ResourceExhausted, ServerBusy, Unavailable
 from kinference.requests.parse import InferenceRequest
 from kinference.requests.process import WorkerLost, WorkerProcess
@@ -173,22 +169,6 @@ class Offload:
             else:
                 abandoned()
             raise
-
-    async def render(self, job: Any, payload: Sequence[Piece]) -> tuple[Any, memoryview]:
-        """A large chat prompt's messages (`payload`, their JSON) decoded and rendered in
-        the worker as `job` (a `tokenize.remote.RenderJob`) says: its answer and the texts,
-        read off the loop (`WorkerProcess.texts`; `tokenize/remote.py`). Raises Unavailable
-        when the worker died, failed, or ran past its deadline."""
-        shipped = sum(len(piece) for piece in payload)
-        return await self._job(partial(self._render, job, payload), shipped)
-
-    async def _render(self, job: Any, payload: Sequence[Piece]) -> tuple[Any, memoryview]:
-        await self._worker.send("render", job, payload)
-        answer, rss, size = self._answer(await self._worker.receive(), "rendered")
-        texts = await self._worker.texts(size) if size else memoryview(b"")
-        if rss > self._recycle_rss_bytes:  # in this job's turn: no other job uses the worker
-            await self._worker.replace()
-        return answer, texts
 
     async def start(self) -> None:
         """Start the worker with the server and wait until it answers (its interpreter

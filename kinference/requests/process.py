@@ -8,8 +8,6 @@ import asyncio
 import contextlib
 import fcntl
 import logging
-import mmap
-import os
 import subprocess
 import sys
 from asyncio.streams import FlowControlMixin
@@ -24,8 +22,6 @@ log = logging.getLogger(__name__)
 _COMMAND = (sys.executable, "-m", "kinference.requests.worker")
 _PIPE_BYTES = 1 << 20  # fewer wake-ups per MiB sent (Linux's default pipe-max-size)
 _EXIT_WAIT_S = 2.0  # how long a closed worker may take to exit before it is killed
-# The environment variable naming the worker's end of its texts pipe (`texts`).
-TEXTS_FD_ENV = "KINFERENCE_WORKER_TEXTS_FD"
 
 
 class WorkerLost(Exception):
@@ -59,16 +55,6 @@ class WorkerProcess:
             return await frames.receive(running.reader)
         except asyncio.IncompleteReadError as exc:
             raise self._lost() from exc
-
-    async def texts(self, size: int) -> memoryview:
-        """`size` bytes the worker writes to its texts pipe after its answer (a rendered
-        prompt, `tokenize/remote.py`), read on a thread of the default executor: the loop
-        neither copies nor decodes them (~1.5 ms of its CPU a MiB through the frames' pipe)."""
-        running = await self._started()
-        data = await asyncio.to_thread(_read_exactly, running.texts, size)
-        if len(data) != size:
-            raise self._lost()
-        return data
 
     async def start(self) -> None:
         """Start the worker ahead of its first job: the interpreter's start and imports
@@ -118,31 +104,15 @@ class _Running:
         popen: subprocess.Popen[bytes],
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        texts: int,
     ) -> None:
         self.popen = popen
         self.reader = reader
         self.writer = writer
-        self.texts = texts  # the read end of the worker's texts pipe (blocking)
 
     @classmethod
     async def start(cls, command: Sequence[str]) -> _Running:
         # vfork + exec: ~1 ms whatever the picker's size, no wait for the child to be ready.
-        texts, end = os.pipe()
-        _widen(end)
-        try:
-            popen = subprocess.Popen(  # noqa: ASYNC220
-                command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                pass_fds=(end,),
-                env={**os.environ, TEXTS_FD_ENV: str(end)},
-            )
-        except BaseException:
-            os.close(texts)
-            raise
-        finally:
-            os.close(end)
+        popen = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # noqa: ASYNC220
         assert popen.stdin is not None and popen.stdout is not None
         for pipe in (popen.stdin, popen.stdout):
             _widen(pipe.fileno())
@@ -153,11 +123,10 @@ class _Running:
             lambda: FlowControlMixin(loop), popen.stdin
         )
         writer = asyncio.StreamWriter(transport, protocol, None, loop)
-        return cls(popen, reader, writer, texts)
+        return cls(popen, reader, writer)
 
     def kill(self) -> None:
         self.writer.close()
-        self._close_texts()
         with contextlib.suppress(ProcessLookupError):
             self.popen.kill()
         self._reap()
@@ -168,33 +137,10 @@ class _Running:
             await asyncio.to_thread(self.popen.wait, _EXIT_WAIT_S)
         except subprocess.TimeoutExpired:
             self.kill()
-        self._close_texts()
-
-    def _close_texts(self) -> None:
-        """Once the worker is gone (a read under way then sees the pipe's end, or EBADF)."""
-        texts, self.texts = self.texts, -1
-        if texts >= 0:
-            with contextlib.suppress(OSError):
-                os.close(texts)
 
     def _reap(self) -> None:
         """Collect the exit status off the loop (a killed process exits at once)."""
         asyncio.get_running_loop().run_in_executor(None, self.popen.wait)
-
-
-def _read_exactly(fd: int, size: int) -> memoryview:
-    """`size` bytes from `fd`, or none (its end came first, or it was closed). Into a fresh
-    mapping: its pages are zeroed and faulted in by the reads, which let go of the GIL."""
-    view, got = memoryview(mmap.mmap(-1, size)), 0
-    while got < size:
-        try:
-            read = os.readv(fd, [view[got:]])
-        except OSError:
-            break
-        if not read:
-            break
-        got += read
-    return view if got == size else memoryview(b"")
 
 
 def _widen(fileno: int) -> None:

@@ -17,11 +17,6 @@ It reads frames (`frames.py`) on stdin and answers on stdout, one job at a time:
   as payload): parses it, answers `cost` (`cost.translation_cost`), and after `go` answers
   `translated` with the `rewrite.Translation` (or the `Untranslatable`), and its memory.
 
-- `render` (a `tokenize.remote.RenderJob`; a chat's messages JSON as payload): decodes and
-  renders them (`tokenize.remote.Renders`, which keeps the decoded history and templates
-  across jobs), answers `rendered` with the outcomes, its memory and the texts' size, then
-  writes the texts to the pipe named by `KINFERENCE_WORKER_TEXTS_FD`.
-
 A job that raises anything else answers `failed`. The cyclic collector stays off (the
 parse's objects are trees that reference counting frees) and runs once after each job.
 The worker stops at the end of stdin: when the picker closes it, or dies. The
@@ -32,11 +27,10 @@ machine dense uploads waited so long for the worker that they hit the idle timeo
 
 from __future__ import annotations
 
-import functools
 import gc
 import os
 import signal
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from kinference.bodies import Body
 from kinference.heap import fix_mmap_threshold
@@ -44,15 +38,11 @@ from kinference.requests import frames
 from kinference.requests.cost import parse_cost, translation_cost
 from kinference.requests.fields import MalformedRequest, scan_body
 from kinference.requests.parse import InferenceRequest, parse_request
-from kinference.requests.process import TEXTS_FD_ENV
 from kinference.requests.rewrite import Translation, translation
 from kinference.requests.scan import JsonScanner
 from kinference.requests.shapes import Shape
 from kinference.requests.shipping import rebuilt, returned
 from kinference.requests.translation import Untranslatable
-
-if TYPE_CHECKING:
-    from kinference.tokenize.remote import Renders
 
 
 def main() -> None:
@@ -100,33 +90,8 @@ def _job(kind: str, data: Any, payload: bytes, inbox: IO[bytes], outbox: IO[byte
         answer = frames.read(inbox)
         if answer is not None and answer[0] == "go":
             frames.write(outbox, "translated", (_translation(body, request, sent), _rss_bytes()))
-    elif kind == "render":
-        rendered, texts = _renders().run(data, payload)
-        frames.write(outbox, "rendered", (rendered, _rss_bytes(), len(texts)))
-        _texts_pipe().write(texts)  # read by the picker once it has the answer
-        _texts_pipe().flush()
     else:
         raise ValueError(f"unknown job {kind!r}")
-
-
-@functools.cache
-def _texts_pipe() -> IO[bytes]:
-    """Where rendered texts go (`process.WorkerProcess.texts`): not stdout, whose bytes the
-    picker's event loop reads."""
-    return os.fdopen(int(os.environ[TEXTS_FD_ENV]), "wb")
-
-
-@functools.cache
-def _renders() -> Renders:
-    """The worker's renders (imported at the first: a worker without precise pools never
-    loads a template engine)."""
-    from kinference.tokenize.remote import Renders
-
-    # The collection after each job would walk the tokenizer's and the template engine's
-    # imports (~50,000 objects, ~15 ms a job); they live as long as the worker.
-    gc.collect()
-    gc.freeze()
-    return Renders()
 
 
 def _translation(

@@ -15,10 +15,6 @@ class Plan:
     profiles: dict[str, Profile]  # precise pool ref -> its profile
     by_model: dict[str, tuple[str, ...]]  # requested model or alias -> precise pool refs
 
-    def among(self, pools: Sequence[str]) -> list[Profile]:
-        """The profiles of `pools`, in order."""
-        return [self.profiles[ref] for ref in pools]
-
     def refs(self, profile: Profile, among: Sequence[str]) -> list[str]:
         return [ref for ref in among if self.profiles[ref] == profile]
 

@@ -10,9 +10,6 @@ after the Pick, between other Picks' work, so that the next turn finds its piece
 and its blocks join the chosen worker's pending blocks (`PreciseCaches.completed`). The loop
 only waits: the Rust tokenizer runs without the GIL and every Python step is small (a piece
 of ~1 KiB). A prompt that takes longer than `timeout_s` is routed approximately (DEGRADED).
-A chat whose messages are too large to have been parsed at Pick is decoded and rendered in
-the parse worker process first, when there is one (`remote`): their long C calls would
-hold the GIL the loop waits for.
 """
 
 from __future__ import annotations
@@ -35,7 +32,6 @@ from kinference.tokenize.begun import Outcome, Profile, Started
 from kinference.tokenize.history import DecodedHistory
 from kinference.tokenize.lazy import Known, Tokenization
 from kinference.tokenize.plan import Plan, plan_of
-from kinference.tokenize.remote import RemoteRender, text_of
 from kinference.tokenize.source import prompt_text
 from kinference.tokenize.template import TemplateError
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer, Untokenizable
@@ -75,11 +71,8 @@ class PromptPreparer:
         observe: Callable[[float], None] = lambda seconds: None,
         foreground_s: float = FOREGROUND_S,
         clock: Callable[[], float] = time.perf_counter,
-        remote: RemoteRender | None = None,
     ) -> None:
-        """`remote`: where large chat prompts are decoded and rendered (None: here)."""
         self.timeout_s = timeout_s
-        self.remote = remote
         self.foreground_s = foreground_s
         self._clock = clock  # for the Picks' time bounds (`INLINE_S`, `foreground_s`)
         self._caches = caches  # read from the thread (see PoolCaches.reach)
@@ -89,7 +82,6 @@ class PromptPreparer:
         self._history = DecodedHistory()  # large messages decoded once a conversation: ditto
         self._plan = plan_of(policy)
         self._tickets = itertools.count(1)
-        self.remote_decoded_bytes = 0  # JSON decoded by the parse worker for Picks (`remote`)
         self._later_chars = 0  # text of unfinished background work (on the thread only)
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -112,25 +104,19 @@ class PromptPreparer:
         if refused is not None:
             return PreciseQuery({}, f"prompt not tokenized: {refused}")
         self._loop = loop = asyncio.get_running_loop()
-        until = loop.time() + self.timeout_s
-        rendered = await self._rendered(plan, pools, request, body, until)
-        if isinstance(rendered, PreciseQuery):
-            return rendered
         self._thread.picking()
         deadline = self._clock() + self.foreground_s
         try:
-            here = None if rendered else self._here(plan, pools, request, body, deadline)
+            here = self._here(plan, pools, request, body, deadline)
             done = None if here is None else here[0]
             if here is None or isinstance(done, Started):
                 begun = done if isinstance(done, Started) else None
                 future = asyncio.wrap_future(
                     self._thread.submit(
-                        lambda: self._run(
-                            plan, pools, request, body, begun, deadline=deadline, rendered=rendered
-                        )
+                        lambda: self._run(plan, pools, request, body, begun, deadline=deadline)
                     )
                 )
-                async with asyncio.timeout_at(until):
+                async with asyncio.timeout(self.timeout_s):
                     done = await asyncio.shield(future)
         except TimeoutError:
             return PreciseQuery({}, f"prompt not tokenized within {self.timeout_s:g}s")
@@ -140,32 +126,6 @@ class PromptPreparer:
             return None if done is None else PreciseQuery({}, done)
         assert not isinstance(done, Started)  # the thread takes a prompt to its stop
         return PreciseQuery({ref: done[plan.profiles[ref]] for ref in pools})
-
-    async def _rendered(
-        self,
-        plan: Plan,
-        pools: tuple[str, ...],
-        request: InferenceRequest,
-        body: Body,
-        until: float,
-    ) -> dict[str, memoryview] | PreciseQuery | None:
-        """A large chat's text per template, rendered in the parse worker (`remote`), or
-        the query naming its problem; None: the tokenizer thread renders it (not large, or
-        the worker could not)."""
-        job = None if self.remote is None else self.remote.job(request, plan.among(pools))
-        if job is None:
-            return None
-        assert self.remote is not None
-        try:
-            async with asyncio.timeout_at(until):
-                found = await self.remote.texts(*job, body)
-        except TimeoutError:
-            return PreciseQuery({}, f"prompt not tokenized within {self.timeout_s:g}s")
-        if found is None:
-            return None
-        texts, decoded = found
-        self.remote_decoded_bytes += decoded
-        return PreciseQuery({}, texts) if isinstance(texts, str) else texts
 
     def deciding(self) -> None:
         """A Pick whose prompt was tokenized earlier (at push) is being decided: background
@@ -207,17 +167,15 @@ class PromptPreparer:
         *,
         deadline: float,
         inline: bool = False,
-        rendered: dict[str, memoryview] | None = None,
     ) -> Outcome:
         """Holding the thread's work (on it, or `here`): blocks per profile, a problem,
-        None (shape not tokenized here), or, `inline`, what is left for the thread.
-        `rendered`: the chat's text per template, rendered in the parse worker."""
+        None (shape not tokenized here), or, `inline`, what is left for the thread."""
         try:
             if begun is None:
-                text = None if rendered else prompt_text(request, body, self._history)
-                if text is None and not rendered:
+                text = prompt_text(request, body, self._history)
+                if text is None:
                     return None
-                begun = self._start(plan, pools, text, rendered)
+                begun = self._start(plan, pools, text)
             return self._advance(begun, deadline, inline)
         except (Untokenizable, TemplateError, OSError) as exc:
             return f"prompt not tokenized: {exc}"
@@ -225,24 +183,12 @@ class PromptPreparer:
             log.exception("tokenizing a prompt failed")
             return f"prompt not tokenized: {type(exc).__name__}"
 
-    def _start(
-        self,
-        plan: Plan,
-        pools: tuple[str, ...],
-        text: PromptText | None,
-        rendered: dict[str, memoryview] | None = None,
-    ) -> Started:
+    def _start(self, plan: Plan, pools: tuple[str, ...], text: PromptText) -> Started:
         started = time.perf_counter()
         begun = Started()
-        texts: dict[str | None, PromptText] = {}  # by template: `rendered`, decoded once
         for profile in {plan.profiles[ref] for ref in pools}:
             refs = plan.refs(profile, pools)
-            template = profile[1]
-            if rendered and template is not None and template not in texts:
-                texts[template] = PromptText(rendered=text_of(rendered[template]))
-            chosen = texts.get(template, text) if rendered else text
-            assert chosen is not None  # `remote` renders for every template, or for none
-            work = self._tokenizer(profile).start(chosen)
+            work = self._tokenizer(profile).start(text)
             begun.add(profile, refs, work, self._known(refs))
         begun.seconds = time.perf_counter() - started
         return begun
@@ -337,15 +283,10 @@ class PromptPreparer:
         return [self._thread.submit(functools.partial(self._warm, p)) for p in profiles]
 
     async def warmed(self) -> None:
-        """`warm`, waited for up to `WARM_S` (before SERVING), with the parse worker's
-        renders (`remote`); a failure comes at Picks."""
-        templates = {p[1] for p in self._plan.profiles.values() if p[1] is not None}
-        remote = self.remote.warm(sorted(templates)) if self.remote else asyncio.sleep(0)
+        """`warm`, waited for up to `WARM_S` (before SERVING); a failure comes at Picks."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(WARM_S):
-                await asyncio.gather(
-                    *map(asyncio.wrap_future, self.warm()), remote, return_exceptions=True
-                )
+                await asyncio.gather(*map(asyncio.wrap_future, self.warm()), return_exceptions=True)
 
     def _warm(self, profile: Profile) -> None:
         self._tokenizer(profile).warm()

@@ -44,27 +44,20 @@ def prompt_text(
 
 def _value(value: Any, body: Body, history: DecodedHistory | None = None) -> Any:
     if isinstance(value, LargeValue):
-        return span_value(body, value.start, value.end, history)
+        if history is not None:
+            found = history.messages(body, value.start, value.end)
+            if found is not None:
+                return found
+        raw = body.read_span(value.start, value.end)
+        try:
+            return strict_loads(raw)
+        except Refused:
+            pass
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise Untokenizable(f"a prompt field does not parse: {exc}") from None
     return value
-
-
-def span_value(body: Body, start: int, end: int, history: DecodedHistory | None = None) -> Any:
-    """The JSON value in body[start:end] (a `LargeValue`'s span): from `history` where it
-    takes it, else msgspec's decode, else `json.loads`'s (which decides what msgspec
-    refuses); Untokenizable if it does not parse."""
-    if history is not None:
-        found = history.messages(body, start, end)
-        if found is not None:
-            return found
-    raw = body.read_span(start, end)
-    try:
-        return strict_loads(raw)
-    except Refused:
-        pass
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise Untokenizable(f"a prompt field does not parse: {exc}") from None
 
 
 def _token_id(value: Any) -> bool:

@@ -45,7 +45,6 @@ class PromptText:
     tools: list[Any] | None = None
     prompt: str | None = None
     token_ids: tuple[int, ...] | None = None
-    rendered: str | None = None  # chat messages rendered through the template already
 
 
 class PromptTokenizer:
@@ -91,8 +90,6 @@ class PromptTokenizer:
             ids = np.asarray(text.token_ids, dtype=np.uint32)
             named = identities(ids, self.block_size)
             return PromptBlocks(len(ids), self.block_size, tuple(named))
-        if text.rendered is not None:  # by the same template elsewhere (`remote`)
-            return self._tokenization(text.rendered, special=False)
         if text.messages is not None:
             if self._template is None:
                 raise Untokenizable("the pool has no chat_template for chat requests")
