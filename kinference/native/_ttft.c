@@ -15,6 +15,9 @@
 
 #include "ttft_args.h"
 
+#include <math.h>
+#include <stdint.h>
+
 /* Rows of `out`: predicted, wait, prefill, slot_wait, unsure, sequences, score, probe. */
 enum { PREDICTED, WAIT, PREFILL, SLOT_WAIT, UNSURE, SEQUENCES, SCORE, PROBE, ROWS };
 
@@ -254,8 +257,156 @@ static PyObject *terms(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     return failed ? NULL : Py_NewRef(Py_None);
 }
 
+/* `MaxScorePicker.pick`'s constants (kinference.routing.plugins.pick). */
+#define TIE 1e-9
+#define HOME_TOLERANCE 0.1
+#define CHOOSE_ARGS 19
+
+/* `pick._mix`: splitmix64's finaliser. */
+static uint64_t mix(uint64_t value) {
+    value = (value ^ (value >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    value = (value ^ (value >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return value ^ (value >> 31);
+}
+
+/* A read-only 1-D vector of uint64 (the candidates' endpoint ids, per slot): 1 held, 0 not
+ * such a buffer (nothing held), -1 an error. */
+static int hold_ids(PyObject *object, Py_buffer *view) {
+    if (PyObject_GetBuffer(object, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError) &&
+            !PyErr_ExceptionMatches(PyExc_BufferError)) {
+            return -1;
+        }
+        PyErr_Clear();
+        return 0;
+    }
+    const char *format = view->format == NULL ? "" : view->format;
+    if (*format == '@' || *format == '=' || *format == '<') {
+        format++;
+    }
+    if (view->ndim != 1 || view->itemsize != 8 || format[0] == '\0' || format[1] != '\0' ||
+        (format[0] != 'L' && format[0] != 'Q')) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+/* `Pipeline._weighted_small` of the scores alone (row SCORE becomes the weighted totals),
+ * then `MaxScorePicker.pick` on them: the index, or -1 where the pick is left to Python
+ * (equal bests drawn at random; a cold prefix's near bests without its key or the ids). */
+static Py_ssize_t pick(const Terms *t, double *out, double weight, int has_home, int home_ok,
+                       uint64_t home, const uint64_t *ids, Py_ssize_t id_count) {
+    Py_ssize_t n = t->count;
+    double *totals = out + SCORE * n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double score = totals[i];
+        totals[i] = weight * (Py_IS_NAN(score) ? 0.5 : py_min(py_max(score, 0.0), 1.0));
+    }
+    if (n == 1) {
+        return 0;
+    }
+    double best = totals[0];
+    for (Py_ssize_t i = 1; i < n; i++) {
+        if (totals[i] > best) {
+            best = totals[i];
+        }
+    }
+    if (has_home) { /* `any(cached)`: a NaN is true, as a float's truth */
+        for (Py_ssize_t i = 0; i < t->cached.size; i++) {
+            if (*(const double *)(t->cached.data + i * t->cached.stride) != 0.0) {
+                has_home = 0;
+                break;
+            }
+        }
+    }
+    double floor = has_home ? best - py_max(fabs(best) * HOME_TOLERANCE, TIE) : best - TIE;
+    Py_ssize_t first = -1, near = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (totals[i] >= floor) {
+            first = near++ ? first : i;
+        }
+    }
+    if (near == 1) {
+        return first;
+    }
+    if (!has_home || !home_ok || ids == NULL) {
+        return -1;
+    }
+    Py_ssize_t chosen = -1;
+    uint64_t top = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t slot = t->slots[i];
+        if (!(totals[i] >= floor)) {
+            continue;
+        }
+        if (slot < 0 || slot >= id_count) {
+            return -1;
+        }
+        uint64_t rank = mix(home ^ ids[slot]);
+        if (chosen < 0 || rank > top) {
+            chosen = i, top = rank;
+        }
+    }
+    return chosen;
+}
+
+PyDoc_STRVAR(choose_doc, "See _ttft.pyi.");
+
+static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != CHOOSE_ARGS) {
+        PyErr_Format(PyExc_TypeError, "choose() takes %d arguments (%zd given)", CHOOSE_ARGS,
+                     nargs);
+        return NULL;
+    }
+    if (!PyFloat_CheckExact(args[16]) || (args[17] != Py_None && !PyLong_CheckExact(args[17]))) {
+        return Py_NewRef(Py_NotImplemented);
+    }
+    double weight = PyFloat_AS_DOUBLE(args[16]);
+    int has_home = args[17] != Py_None, home_ok = 0;
+    uint64_t home = 0;
+    if (has_home) {
+        home = PyLong_AsUnsignedLongLong(args[17]);
+        if (home == (uint64_t)-1 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                return NULL;
+            }
+            PyErr_Clear(); /* negative or past 64 bits: Python ranks the near bests */
+        } else {
+            home_ok = 1;
+        }
+    }
+    Py_buffer ids;
+    int have_ids = 0;
+    if (args[18] != Py_None && (have_ids = hold_ids(args[18], &ids)) < 0) {
+        return NULL;
+    }
+    Terms t;
+    int taken = terms_open(&t, PyModule_GetState(module), args, 16, ROWS);
+    if (taken > 0 && !t.scoring) {
+        taken = 0; /* the choice needs the scores */
+    }
+    PyObject *answer = NULL;
+    if (taken < 0) {
+        answer = NULL;
+    } else if (taken == 0) {
+        answer = Py_NewRef(Py_NotImplemented);
+    } else if (compute(&t, t.out, 1) == 0) {
+        Py_ssize_t index = pick(&t, t.out, weight, has_home, home_ok, home,
+                                have_ids ? (const uint64_t *)ids.buf : NULL,
+                                have_ids ? ids.shape[0] : 0);
+        answer = PyLong_FromSsize_t(index);
+    }
+    terms_close(&t);
+    if (have_ids) {
+        PyBuffer_Release(&ids);
+    }
+    return answer;
+}
+
 static PyMethodDef methods[] = {
     {"terms", (PyCFunction)(void (*)(void))terms, METH_FASTCALL, terms_doc},
+    {"choose", (PyCFunction)(void (*)(void))choose, METH_FASTCALL, choose_doc},
     {"signals", (PyCFunction)(void (*)(void))ttft_signals, METH_FASTCALL, terms_doc},
     {NULL, NULL, 0, NULL},
 };

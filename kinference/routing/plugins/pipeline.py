@@ -12,11 +12,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from math import isnan
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from kinference.routing.plugins.base import PickContext, Picker, Scorer
-from kinference.routing.plugins.pick import home_key
+from kinference.routing.plugins.pick import MaxScorePicker, home_key
 from kinference.routing.table import FloatArray
 
 NEUTRAL = 0.5
@@ -57,20 +58,48 @@ def clamped(scores: FloatArray) -> FloatArray:
     return clipped
 
 
+@runtime_checkable
+class FusedScorer(Protocol):
+    """A scorer that, as the only one answering, also makes the choice in one native call
+    for a small candidate set (the TTFT scorer: `_ttft.choose`)."""
+
+    def choose_small(
+        self, ctx: PickContext, weight: float, home: int | None, ids: object
+    ) -> tuple[int, FloatArray] | None: ...
+
+
 class Pipeline:
-    """The weighted scorers (weight > 0 only) and the picker of one policy."""
+    """The weighted scorers (weight > 0 only) and the picker of one policy.
+
+    With `MaxScorePicker` and a `FusedScorer` among the scorers, a set of up to
+    `SMALL_TOTALS` candidates is scored and chosen in one C call when every other scorer
+    answers None (at the defaults, the LoRA scorer with no adapter loaded): the same
+    totals and the same choice as the general path (tests/native/test_choose.py), the
+    random tie-break and a cold prefix's home without ids left to the picker. `fused=False`
+    forces the general path."""
 
     def __init__(
-        self, scorers: Sequence[tuple[Scorer, float]], picker: Picker, costs: PluginCosts
-    ) -> None:
+        self, scorers: Sequence[tuple[Scorer, float]], picker: Picker, costs: PluginCosts,
+        *, fused: bool = True,
+    ) -> None:  # fmt: skip
         self.scorers = tuple((scorer, weight) for scorer, weight in scorers if weight > 0)
         self.picker = picker
         self.costs = costs
+        self._fused: tuple[Scorer, float, tuple[Scorer, ...]] | None = None
+        found = [(s, w) for s, w in self.scorers if isinstance(s, FusedScorer)]
+        if fused and found and isinstance(picker, MaxScorePicker):
+            scorer, weight = found[0]
+            others = tuple(other for other, _ in self.scorers if other is not scorer)
+            self._fused = (scorer, weight, others)
 
     def choose(self, ctx: PickContext, rng: random.Random) -> int:
         """The index (into `ctx.slots`) of the chosen candidate."""
-        clock, add = time.perf_counter_ns, self.costs.add
         small = len(ctx.slots) <= SMALL_TOTALS
+        if small and self._fused is not None:
+            index = self._choose_fused(ctx, rng, *self._fused)
+            if index is not None:
+                return index
+        clock, add = time.perf_counter_ns, self.costs.add
         listed: list[float] | None = None  # the totals as Python floats (`small`)
         vector: FloatArray | None = None
         started = clock()  # each step's time runs from the end of the one before
@@ -97,6 +126,40 @@ class Pipeline:
             names = [endpoints[slot] for slot in ctx.slots.tolist()]
             index = self.picker.pick(totals, rng, home, names)
         add(self.picker.name, clock() - started)
+        return index
+
+
+    def _choose_fused(
+        self, ctx: PickContext, rng: random.Random, scorer: Scorer, weight: float,
+        others: tuple[Scorer, ...],
+    ) -> int | None:  # fmt: skip
+        """`choose` by the fused scorer's one C call; None where another scorer answers or
+        the C form is not taken (the general path then runs, from the start)."""
+        started = time.perf_counter_ns()
+        for other in others:  # (scorers read the context only: asking again is harmless)
+            if other.score(ctx) is not None:
+                return None
+        picker = self.picker
+        assert isinstance(picker, MaxScorePicker) and isinstance(scorer, FusedScorer)
+        table = ctx.table
+        chosen = scorer.choose_small(ctx, weight, home_key(ctx.hashes),
+                                     picker.slot_ids(table.endpoints))  # fmt: skip
+        if chosen is None:
+            return None
+        index, totals = chosen
+        if index < 0:  # equal bests, or a cold prefix's near bests: the picker's own way
+            listed = totals.tolist()
+            home = None if any(ctx.cached_tokens.tolist()) else home_key(ctx.hashes)
+            if home is None:
+                index = picker.pick(listed, rng)
+            else:
+                names = [table.endpoints[slot] for slot in ctx.slots.tolist()]
+                index = picker.pick(listed, rng, home, names)
+        add = self.costs.add
+        add(scorer.name, time.perf_counter_ns() - started)  # scores and choice
+        for other in others:
+            add(other.name, 0)
+        add(picker.name, 0)
         return index
 
 

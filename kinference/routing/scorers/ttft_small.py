@@ -68,6 +68,30 @@ def native_terms(
     return predicted, wait, prefill, slot_wait, unsure, sequences, score
 
 
+def native_choice(
+    choose: NativeTerms, settings: tuple[float, ...], busy: float, rates: Rates,
+    ctx: PickContext, weight: float, home: int | None, ids: object,
+) -> tuple[int, FloatArray] | None:  # fmt: skip
+    """`_ttft.choose`: the terms and scores (`native_terms`' with `scoring`, set on `ctx`
+    as `TtftScorer.score` sets them) and the choice among the candidates when this scorer
+    is the only one answering, `weight` its weight: (the index, or -1 where the picker
+    must choose, and the weighted totals); None where the C form does not take the
+    arguments (nothing computed: run the pipeline)."""
+    slots, model = ctx.slots, ctx.model
+    out = np.empty((8, len(slots)))
+    index = choose(
+        out, slots, ctx.cached_tokens, ctx.signals.waiting, ctx.table,
+        rates.peek(model, "prefill_ms_per_token"), rates.peek(model, "prefill_base_ms"),
+        rates.peek(model, "service_ms"), settings, busy, ctx.prompt_tokens,
+        ctx.memory_ahead, ctx.memory_batch, ctx.footprint, ctx.table.clock, True,
+        weight, home, ids,
+    )  # fmt: skip
+    if not isinstance(index, int):
+        return None
+    ctx.predicted_ttft_ms, ctx.predicted_wait_ms, _, _, _, ctx.sequences, totals, ctx.probes = out
+    return index, totals
+
+
 def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: PickContext) -> Lists:
     """(predicted TTFT, its wait, own prefill, slot wait, the unknown batch's expected wait,
     arrivals a millisecond by Little's law: sequences / service_ms) per candidate as lists;
