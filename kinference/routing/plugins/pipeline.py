@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from math import isnan
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -68,6 +68,9 @@ class FusedScorer(Protocol):
     ) -> tuple[int, FloatArray] | None: ...
 
 
+Fused = tuple[FusedScorer, str, float, tuple[Scorer, ...], MaxScorePicker]
+
+
 class Pipeline:
     """The weighted scorers (weight > 0 only) and the picker of one policy.
 
@@ -85,12 +88,15 @@ class Pipeline:
         self.scorers = tuple((scorer, weight) for scorer, weight in scorers if weight > 0)
         self.picker = picker
         self.costs = costs
-        self._fused: tuple[Scorer, float, tuple[Scorer, ...]] | None = None
+        # (the fused scorer, its name and weight, the other scorers, the picker): checked
+        # here once (a runtime Protocol's isinstance costs µs)
+        self._fused: Fused | None = None
         found = [(s, w) for s, w in self.scorers if isinstance(s, FusedScorer)]
         if fused and found and isinstance(picker, MaxScorePicker):
             scorer, weight = found[0]
             others = tuple(other for other, _ in self.scorers if other is not scorer)
-            self._fused = (scorer, weight, others)
+            fusing = cast(FusedScorer, scorer)
+            self._fused = (fusing, scorer.name, weight, others, picker)
 
     def choose(self, ctx: PickContext, rng: random.Random) -> int:
         """The index (into `ctx.slots`) of the chosen candidate."""
@@ -130,8 +136,8 @@ class Pipeline:
 
 
     def _choose_fused(
-        self, ctx: PickContext, rng: random.Random, scorer: Scorer, weight: float,
-        others: tuple[Scorer, ...],
+        self, ctx: PickContext, rng: random.Random, scorer: FusedScorer, name: str,
+        weight: float, others: tuple[Scorer, ...], picker: MaxScorePicker,
     ) -> int | None:  # fmt: skip
         """`choose` by the fused scorer's one C call; None where another scorer answers or
         the C form is not taken (the general path then runs, from the start)."""
@@ -139,8 +145,6 @@ class Pipeline:
         for other in others:  # (scorers read the context only: asking again is harmless)
             if other.score(ctx) is not None:
                 return None
-        picker = self.picker
-        assert isinstance(picker, MaxScorePicker) and isinstance(scorer, FusedScorer)
         table = ctx.table
         chosen = scorer.choose_small(ctx, weight, home_key(ctx.hashes),
                                      picker.slot_ids(table.endpoints))  # fmt: skip
@@ -156,7 +160,7 @@ class Pipeline:
                 names = [table.endpoints[slot] for slot in ctx.slots.tolist()]
                 index = picker.pick(listed, rng, home, names)
         add = self.costs.add
-        add(scorer.name, time.perf_counter_ns() - started)  # scores and choice
+        add(name, time.perf_counter_ns() - started)  # scores and choice
         for other in others:
             add(other.name, 0)
         add(picker.name, 0)
