@@ -46,9 +46,9 @@ __all__ = [
     "ScanRun",
     "load_blocks",
     "load_chain",
+    "load_choose",
     "load_limit_counts",
     "load_scan",
-    "load_choose",
     "load_signals",
     "load_ttft",
 ]

@@ -17,6 +17,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Rows of `out`: predicted, wait, prefill, slot_wait, unsure, sequences, score, probe. */
 enum { PREDICTED, WAIT, PREFILL, SLOT_WAIT, UNSURE, SEQUENCES, SCORE, PROBE, ROWS };
@@ -260,7 +261,7 @@ static PyObject *terms(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 /* `MaxScorePicker.pick`'s constants (kinference.routing.plugins.pick). */
 #define TIE 1e-9
 #define HOME_TOLERANCE 0.1
-#define CHOOSE_ARGS 19
+#define CHOOSE_ARGS 24
 
 /* `pick._mix`: splitmix64's finaliser. */
 static uint64_t mix(uint64_t value) {
@@ -351,6 +352,86 @@ static Py_ssize_t pick(const Terms *t, double *out, double weight, int has_home,
     return chosen;
 }
 
+/* The saturation filter's check of the candidates (`SaturationFilter.levels_with_hits_of`,
+ * any level above FREE): queues and KV-cache use per slot, the thresholds, and the cached
+ * tokens from which a candidate's KV use is the request's own (`OWN_HIT_SHARE` of the
+ * prompt). `on` 0: no check (queue None). */
+typedef struct {
+    int on, held;
+    Py_buffer views[2];
+    Column queue, kv;
+    double depth, full, own;
+} Guard;
+
+static int guard_column(Guard *g, PyObject *object, Column *out) {
+    Py_buffer *view = &g->views[g->held];
+    if (PyObject_GetBuffer(object, view, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError) &&
+            !PyErr_ExceptionMatches(PyExc_BufferError)) {
+            return -1;
+        }
+        PyErr_Clear();
+        return 0;
+    }
+    g->held++;
+    const char *format = view->format == NULL ? "" : view->format;
+    if (*format == '@' || *format == '=' || *format == '<') {
+        format++;
+    }
+    if (view->ndim != 1 || view->itemsize != 8 || strcmp(format, "d") != 0) {
+        return 0;
+    }
+    out->data = view->buf, out->size = view->shape[0], out->stride = view->strides[0];
+    return 1;
+}
+
+/* args: queue, kv_usage (float64 per slot; queue None: no check), depth, full, own. */
+static int guard_open(Guard *g, PyObject *const *args) {
+    if (args[0] == Py_None) {
+        return 1;
+    }
+    for (int i = 2; i < 5; i++) {
+        if (!PyFloat_CheckExact(args[i])) {
+            return 0;
+        }
+    }
+    g->depth = PyFloat_AS_DOUBLE(args[2]), g->full = PyFloat_AS_DOUBLE(args[3]);
+    g->own = PyFloat_AS_DOUBLE(args[4]);
+    int taken = guard_column(g, args[0], &g->queue);
+    if (taken > 0) {
+        taken = guard_column(g, args[1], &g->kv);
+    }
+    g->on = taken > 0;
+    return taken;
+}
+
+static void guard_close(Guard *g) {
+    for (int i = 0; i < g->held; i++) {
+        PyBuffer_Release(&g->views[i]);
+    }
+    g->held = 0;
+}
+
+/* 1 where a candidate is saturated, 0 none, -1 an error (an index out of range). */
+static int any_saturated(const Terms *t, const Guard *g) {
+    for (Py_ssize_t i = 0; i < t->count; i++) {
+        Py_ssize_t slot = t->slots[i];
+        double waiting, used, hit;
+        if (column_item(&g->queue, slot, &waiting) < 0 || column_item(&t->cached, i, &hit) < 0) {
+            return -1;
+        }
+        if (hit >= g->own) {
+            used = Py_NAN;
+        } else if (column_item(&g->kv, slot, &used) < 0) {
+            return -1;
+        }
+        if (waiting >= g->depth || used >= g->full) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(choose_doc, "See _ttft.pyi.");
 
 static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -386,11 +467,21 @@ static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t narg
     if (taken > 0 && !t.scoring) {
         taken = 0; /* the choice needs the scores */
     }
+    Guard guard = {0};
+    if (taken > 0) {
+        taken = guard_open(&guard, args + 19);
+    }
     PyObject *answer = NULL;
+    int saturated = 0;
+    if (taken > 0 && guard.on && (saturated = any_saturated(&t, &guard)) < 0) {
+        taken = -1;
+    }
     if (taken < 0) {
         answer = NULL;
     } else if (taken == 0) {
         answer = Py_NewRef(Py_NotImplemented);
+    } else if (saturated) {
+        answer = PyLong_FromLong(-2);
     } else if (compute(&t, t.out, 1) == 0) {
         Py_ssize_t index = pick(&t, t.out, weight, has_home, home_ok, home,
                                 have_ids ? (const uint64_t *)ids.buf : NULL,
@@ -398,6 +489,7 @@ static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t narg
         answer = PyLong_FromSsize_t(index);
     }
     terms_close(&t);
+    guard_close(&guard);
     if (have_ids) {
         PyBuffer_Release(&ids);
     }

@@ -202,16 +202,17 @@ class TtftScorer:
                             scoring=scoring)  # fmt: skip
 
     def choose_small(
-        self, ctx: PickContext, weight: float, home: int | None, ids: object
-    ) -> tuple[int, FloatArray] | None:
+        self, ctx: PickContext, weight: float, home: int | None, ids: object,
+        guard: tuple[object, object, float, float, float] | None = None,
+    ) -> tuple[int, FloatArray] | None:  # fmt: skip
         """A small pool's scores and choice in one C call, when this scorer is the only one
         answering (`Pipeline.choose`): `ttft_small.native_choice`; None where it is not
         built or does not take the arguments."""
         if self._choose is None or len(ctx.slots) > SMALL_CANDIDATES:
             return None
         busy = self.rates.busy_ms(ctx.model, self.config.prior_busy_ms_per_sequence)
-        return native_choice(self._choose, self._constants, busy, self.rates, ctx, weight,
-                             home, ids)  # fmt: skip
+        return native_choice(self._choose, self._constants, busy, self.rates, ctx,
+                             weight=weight, home=home, ids=ids, guard=guard)  # fmt: skip
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray

@@ -34,6 +34,7 @@ Lists = tuple[list[float], list[float], list[float], list[float], list[float], l
 # (`ctx.probes` set).
 Rows = tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]
 NativeTerms = Callable[..., object]
+_UNGUARDED = (None, None, 0.0, 0.0, 0.0)  # `native_choice` without the saturation check
 
 
 def constants(config: TtftConfig, ms_per_token: float, unsure_share: float) -> tuple[float, ...]:
@@ -70,13 +71,16 @@ def native_terms(
 
 def native_choice(
     choose: NativeTerms, settings: tuple[float, ...], busy: float, rates: Rates,
-    ctx: PickContext, weight: float, home: int | None, ids: object,
+    ctx: PickContext, *, weight: float, home: int | None, ids: object,
+    guard: tuple[object, object, float, float, float] | None,
 ) -> tuple[int, FloatArray] | None:  # fmt: skip
     """`_ttft.choose`: the terms and scores (`native_terms`' with `scoring`, set on `ctx`
     as `TtftScorer.score` sets them) and the choice among the candidates when this scorer
     is the only one answering, `weight` its weight: (the index, or -1 where the picker
-    must choose, and the weighted totals); None where the C form does not take the
-    arguments (nothing computed: run the pipeline)."""
+    must choose, or -2 where `guard` (the queues, KV-cache use, queue depth, KV-cache
+    threshold and own-hit tokens of the saturation filter) finds a candidate saturated,
+    before anything is computed; and the weighted totals); None where the C form does not
+    take the arguments (nothing computed: run the pipeline)."""
     slots, model = ctx.slots, ctx.model
     out = np.empty((8, len(slots)))
     index = choose(
@@ -84,10 +88,12 @@ def native_choice(
         rates.peek(model, "prefill_ms_per_token"), rates.peek(model, "prefill_base_ms"),
         rates.peek(model, "service_ms"), settings, busy, ctx.prompt_tokens,
         ctx.memory_ahead, ctx.memory_batch, ctx.footprint, ctx.table.clock, True,
-        weight, home, ids,
+        weight, home, ids, *(guard or _UNGUARDED),
     )  # fmt: skip
     if not isinstance(index, int):
         return None
+    if index == -2:
+        return index, out[6]
     ctx.predicted_ttft_ms, ctx.predicted_wait_ms, _, _, _, ctx.sequences, totals, ctx.probes = out
     return index, totals
 
