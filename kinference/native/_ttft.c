@@ -17,7 +17,6 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 /* Rows of `out`: predicted, wait, prefill, slot_wait, unsure, sequences, score, probe. */
 enum { PREDICTED, WAIT, PREFILL, SLOT_WAIT, UNSURE, SEQUENCES, SCORE, PROBE, ROWS };
@@ -270,29 +269,6 @@ static uint64_t mix(uint64_t value) {
     return value ^ (value >> 31);
 }
 
-/* A read-only 1-D vector of uint64 (the candidates' endpoint ids, per slot): 1 held, 0 not
- * such a buffer (nothing held), -1 an error. */
-static int hold_ids(PyObject *object, Py_buffer *view) {
-    if (PyObject_GetBuffer(object, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_TypeError) &&
-            !PyErr_ExceptionMatches(PyExc_BufferError)) {
-            return -1;
-        }
-        PyErr_Clear();
-        return 0;
-    }
-    const char *format = view->format == NULL ? "" : view->format;
-    if (*format == '@' || *format == '=' || *format == '<') {
-        format++;
-    }
-    if (view->ndim != 1 || view->itemsize != 8 || format[0] == '\0' || format[1] != '\0' ||
-        (format[0] != 'L' && format[0] != 'Q')) {
-        PyBuffer_Release(view);
-        return 0;
-    }
-    return 1;
-}
-
 /* `Pipeline._weighted_small` of the scores alone (row SCORE becomes the weighted totals),
  * then `MaxScorePicker.pick` on them: the index, or -1 where the pick is left to Python
  * (equal bests drawn at random; a cold prefix's near bests without its key or the ids). */
@@ -364,25 +340,15 @@ typedef struct {
 } Guard;
 
 static int guard_column(Guard *g, PyObject *object, Column *out) {
-    Py_buffer *view = &g->views[g->held];
-    if (PyObject_GetBuffer(object, view, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_TypeError) &&
-            !PyErr_ExceptionMatches(PyExc_BufferError)) {
-            return -1;
-        }
-        PyErr_Clear();
-        return 0;
+    int taken = hold_vector(object, &g->views[g->held], "d", PyBUF_SIMPLE);
+    if (taken > 0) {
+        g->held++; /* released by guard_close, taken or not */
     }
-    g->held++;
-    const char *format = view->format == NULL ? "" : view->format;
-    if (*format == '@' || *format == '=' || *format == '<') {
-        format++;
+    if (taken == 1) {
+        Py_buffer *view = &g->views[g->held - 1];
+        out->data = view->buf, out->size = view->shape[0], out->stride = view->strides[0];
     }
-    if (view->ndim != 1 || view->itemsize != 8 || strcmp(format, "d") != 0) {
-        return 0;
-    }
-    out->data = view->buf, out->size = view->shape[0], out->stride = view->strides[0];
-    return 1;
+    return taken == 2 ? 0 : taken;
 }
 
 /* args: queue, kv_usage (float64 per slot; queue None: no check), depth, full, own. */
@@ -459,8 +425,15 @@ static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t narg
     }
     Py_buffer ids;
     int have_ids = 0;
-    if (args[18] != Py_None && (have_ids = hold_ids(args[18], &ids)) < 0) {
-        return NULL;
+    if (args[18] != Py_None) { /* the candidates' endpoint ids, per slot (uint64) */
+        have_ids = hold_vector(args[18], &ids, "LQ", PyBUF_C_CONTIGUOUS);
+        if (have_ids < 0) {
+            return NULL;
+        }
+        if (have_ids == 2) { /* not such a vector: Python ranks the near bests */
+            PyBuffer_Release(&ids);
+            have_ids = 0;
+        }
     }
     Terms t;
     int taken = terms_open(&t, PyModule_GetState(module), args, 16, ROWS);

@@ -28,35 +28,18 @@ def terms(
     run the pure form). The same values and errors as `ttft_small.small_terms` and
     `TtftScorer._score_small`'s pure form."""
 
-def choose(
-    out: npt.NDArray[np.float64],
-    slots: npt.NDArray[np.intp],
-    cached: npt.NDArray[np.float64],
-    waiting: npt.NDArray[np.float64],
-    table: object,
-    per_token: npt.NDArray[np.float64] | None,
-    base: npt.NDArray[np.float64] | None,
-    service: npt.NDArray[np.float64] | None,
-    constants: tuple[float, ...],
-    busy: float,
-    prompt: float,
-    memory: list[float] | None,
-    fits: list[float] | None,
-    footprint: list[float] | None,
-    clock: Callable[[], float],
-    scoring: bool,
-    weight: float,
-    home: int | None,
-    ids: npt.NDArray[np.uint64] | None,
-    /,
-) -> object:
-    """`terms` with `scoring` (its first 16 arguments), then the pipeline's choice when
-    the TTFT scorer is the only one answering: row 6 of `out` becomes the weighted totals
-    (`weight` times the clamped score) and the answer is `MaxScorePicker.pick`'s index on
-    them, with `home` the key of the prompt's home (or None) and `ids` the endpoint ids
-    per table slot (`MaxScorePicker.slot_ids`); -1 where the pick is left to Python (equal
-    bests are drawn at random; a cold prefix's near bests without a 64-bit key or ids);
-    NotImplemented where an argument is not taken (nothing computed: run the pure form)."""
+def choose(*args: object) -> object:
+    """`terms`' 16 arguments (`scoring` true), then weight (float), home (int or None), ids
+    (uint64 per table slot, or None), queue, kv_usage (float64 per slot; queue None: no
+    saturation check), queue_depth, kv_cache, own (floats): the pipeline's choice when the
+    TTFT scorer is the only one answering. First, with `queue`, the saturation filter's
+    check of the candidates (`levels_with_hits_of`, a candidate's KV use left out where
+    its cached tokens reach `own`): -2 where one is saturated (nothing computed). Else the
+    rows of `terms`, row 6 becoming the weighted totals (`weight` times the clamped
+    score), and `MaxScorePicker.pick`'s index on them, `home` the key of the prompt's
+    home; -1 where the pick is left to Python (equal bests are drawn at random; a cold
+    prefix's near bests without a 64-bit key or ids). NotImplemented where an argument
+    is not taken (nothing computed: run the pure form)."""
 
 def signals(
     out: npt.NDArray[np.float64],
