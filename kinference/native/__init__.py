@@ -9,7 +9,9 @@ approximate prefix index's per-block store, which slots hold which block hashes 
 `ttft_args.c`, `ttft_rows.c`): the TTFT scorer's terms and scores for a few candidates
 (`kinference.routing.scorers.ttft_small` is its reference: the same bits, the same
 exceptions), and a Pick's per-slot engine signals (`ttft_signals.c`, `load_signals`;
-`EngineReadings.engine_signals` and `.queue_now` are its reference); `_scan` (`_scan.c`):
+`EngineReadings.engine_signals` and `.queue_now` are its reference), and a small pool's
+terms, scores and choice in one call when the TTFT scorer is the only one answering
+(`load_choose`; `Pipeline.choose`'s general path is its reference); `_scan` (`_scan.c`):
 the body scan's run over strings and brackets below the top level
 (`kinference.requests.scan_run.pure_run` is its reference: the same members, counts and
 failures), and the strict parse's pre-count of brackets and colons (`limit_counts`;
@@ -44,6 +46,7 @@ __all__ = [
     "ScanRun",
     "load_blocks",
     "load_chain",
+    "load_choose",
     "load_limit_counts",
     "load_scan",
     "load_signals",
@@ -99,6 +102,17 @@ def load_ttft() -> Callable[..., object] | None:
     except ImportError:
         return None
     return _ttft.terms
+
+
+@functools.cache
+def load_choose() -> Callable[..., object] | None:
+    """`_ttft.choose` (see its stub): a small pool's TTFT terms, scores and choice in one
+    call; None where it was not built."""
+    try:
+        from kinference.native import _ttft
+    except ImportError:
+        return None
+    return _ttft.choose
 
 
 @functools.cache

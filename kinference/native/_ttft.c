@@ -15,6 +15,9 @@
 
 #include "ttft_args.h"
 
+#include <math.h>
+#include <stdint.h>
+
 /* Rows of `out`: predicted, wait, prefill, slot_wait, unsure, sequences, score, probe. */
 enum { PREDICTED, WAIT, PREFILL, SLOT_WAIT, UNSURE, SEQUENCES, SCORE, PROBE, ROWS };
 
@@ -254,8 +257,221 @@ static PyObject *terms(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     return failed ? NULL : Py_NewRef(Py_None);
 }
 
+/* `MaxScorePicker.pick`'s constants (kinference.routing.plugins.pick). */
+#define TIE 1e-9
+#define HOME_TOLERANCE 0.1
+#define CHOOSE_ARGS 24
+
+/* `pick._mix`: splitmix64's finaliser. */
+static uint64_t mix(uint64_t value) {
+    value = (value ^ (value >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    value = (value ^ (value >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return value ^ (value >> 31);
+}
+
+/* `Pipeline._weighted_small` of the scores alone (row SCORE becomes the weighted totals),
+ * then `MaxScorePicker.pick` on them: the index, or -1 where the pick is left to Python
+ * (equal bests drawn at random; a cold prefix's near bests without its key or the ids). */
+static Py_ssize_t pick(const Terms *t, double *out, double weight, int has_home, int home_ok,
+                       uint64_t home, const uint64_t *ids, Py_ssize_t id_count) {
+    Py_ssize_t n = t->count;
+    double *totals = out + SCORE * n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double score = totals[i];
+        totals[i] = weight * (Py_IS_NAN(score) ? 0.5 : py_min(py_max(score, 0.0), 1.0));
+    }
+    if (n == 1) {
+        return 0;
+    }
+    double best = totals[0];
+    for (Py_ssize_t i = 1; i < n; i++) {
+        if (totals[i] > best) {
+            best = totals[i];
+        }
+    }
+    if (has_home) { /* `any(cached)`: a NaN is true, as a float's truth */
+        for (Py_ssize_t i = 0; i < t->cached.size; i++) {
+            if (*(const double *)(t->cached.data + i * t->cached.stride) != 0.0) {
+                has_home = 0;
+                break;
+            }
+        }
+    }
+    double floor = has_home ? best - py_max(fabs(best) * HOME_TOLERANCE, TIE) : best - TIE;
+    Py_ssize_t first = -1, near = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (totals[i] >= floor) {
+            first = near++ ? first : i;
+        }
+    }
+    if (near == 1) {
+        return first;
+    }
+    if (!has_home || !home_ok || ids == NULL) {
+        return -1;
+    }
+    Py_ssize_t chosen = -1;
+    uint64_t top = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t slot = t->slots[i];
+        if (!(totals[i] >= floor)) {
+            continue;
+        }
+        if (slot < 0 || slot >= id_count) {
+            return -1;
+        }
+        uint64_t rank = mix(home ^ ids[slot]);
+        if (chosen < 0 || rank > top) {
+            chosen = i, top = rank;
+        }
+    }
+    return chosen;
+}
+
+/* The saturation filter's check of the candidates (`SaturationFilter.levels_with_hits_of`,
+ * any level above FREE): queues and KV-cache use per slot, the thresholds, and the cached
+ * tokens from which a candidate's KV use is the request's own (`OWN_HIT_SHARE` of the
+ * prompt). `on` 0: no check (queue None). */
+typedef struct {
+    int on, held;
+    Py_buffer views[2];
+    Column queue, kv;
+    double depth, full, own;
+} Guard;
+
+static int guard_column(Guard *g, PyObject *object, Column *out) {
+    int taken = hold_vector(object, &g->views[g->held], "d", PyBUF_SIMPLE);
+    if (taken > 0) {
+        g->held++; /* released by guard_close, taken or not */
+    }
+    if (taken == 1) {
+        Py_buffer *view = &g->views[g->held - 1];
+        out->data = view->buf, out->size = view->shape[0], out->stride = view->strides[0];
+    }
+    return taken == 2 ? 0 : taken;
+}
+
+/* args: queue, kv_usage (float64 per slot; queue None: no check), depth, full, own. */
+static int guard_open(Guard *g, PyObject *const *args) {
+    if (args[0] == Py_None) {
+        return 1;
+    }
+    for (int i = 2; i < 5; i++) {
+        if (!PyFloat_CheckExact(args[i])) {
+            return 0;
+        }
+    }
+    g->depth = PyFloat_AS_DOUBLE(args[2]), g->full = PyFloat_AS_DOUBLE(args[3]);
+    g->own = PyFloat_AS_DOUBLE(args[4]);
+    int taken = guard_column(g, args[0], &g->queue);
+    if (taken > 0) {
+        taken = guard_column(g, args[1], &g->kv);
+    }
+    g->on = taken > 0;
+    return taken;
+}
+
+static void guard_close(Guard *g) {
+    for (int i = 0; i < g->held; i++) {
+        PyBuffer_Release(&g->views[i]);
+    }
+    g->held = 0;
+}
+
+/* 1 where a candidate is saturated, 0 none, -1 an error (an index out of range). */
+static int any_saturated(const Terms *t, const Guard *g) {
+    for (Py_ssize_t i = 0; i < t->count; i++) {
+        Py_ssize_t slot = t->slots[i];
+        double waiting, used, hit;
+        if (column_item(&g->queue, slot, &waiting) < 0 || column_item(&t->cached, i, &hit) < 0) {
+            return -1;
+        }
+        if (hit >= g->own) {
+            used = Py_NAN;
+        } else if (column_item(&g->kv, slot, &used) < 0) {
+            return -1;
+        }
+        if (waiting >= g->depth || used >= g->full) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(choose_doc, "See _ttft.pyi.");
+
+static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != CHOOSE_ARGS) {
+        PyErr_Format(PyExc_TypeError, "choose() takes %d arguments (%zd given)", CHOOSE_ARGS,
+                     nargs);
+        return NULL;
+    }
+    if (!PyFloat_CheckExact(args[16]) || (args[17] != Py_None && !PyLong_CheckExact(args[17]))) {
+        return Py_NewRef(Py_NotImplemented);
+    }
+    double weight = PyFloat_AS_DOUBLE(args[16]);
+    int has_home = args[17] != Py_None, home_ok = 0;
+    uint64_t home = 0;
+    if (has_home) {
+        home = PyLong_AsUnsignedLongLong(args[17]);
+        if (home == (uint64_t)-1 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                return NULL;
+            }
+            PyErr_Clear(); /* negative or past 64 bits: Python ranks the near bests */
+        } else {
+            home_ok = 1;
+        }
+    }
+    Py_buffer ids;
+    int have_ids = 0;
+    if (args[18] != Py_None) { /* the candidates' endpoint ids, per slot (uint64) */
+        have_ids = hold_vector(args[18], &ids, "LQ", PyBUF_C_CONTIGUOUS);
+        if (have_ids < 0) {
+            return NULL;
+        }
+        if (have_ids == 2) { /* not such a vector: Python ranks the near bests */
+            PyBuffer_Release(&ids);
+            have_ids = 0;
+        }
+    }
+    Terms t;
+    int taken = terms_open(&t, PyModule_GetState(module), args, 16, ROWS);
+    if (taken > 0 && !t.scoring) {
+        taken = 0; /* the choice needs the scores */
+    }
+    Guard guard = {0};
+    if (taken > 0) {
+        taken = guard_open(&guard, args + 19);
+    }
+    PyObject *answer = NULL;
+    int saturated = 0;
+    if (taken > 0 && guard.on && (saturated = any_saturated(&t, &guard)) < 0) {
+        taken = -1;
+    }
+    if (taken < 0) {
+        answer = NULL;
+    } else if (taken == 0) {
+        answer = Py_NewRef(Py_NotImplemented);
+    } else if (saturated) {
+        answer = PyLong_FromLong(-2);
+    } else if (compute(&t, t.out, 1) == 0) {
+        Py_ssize_t index = pick(&t, t.out, weight, has_home, home_ok, home,
+                                have_ids ? (const uint64_t *)ids.buf : NULL,
+                                have_ids ? ids.shape[0] : 0);
+        answer = PyLong_FromSsize_t(index);
+    }
+    terms_close(&t);
+    guard_close(&guard);
+    if (have_ids) {
+        PyBuffer_Release(&ids);
+    }
+    return answer;
+}
+
 static PyMethodDef methods[] = {
     {"terms", (PyCFunction)(void (*)(void))terms, METH_FASTCALL, terms_doc},
+    {"choose", (PyCFunction)(void (*)(void))choose, METH_FASTCALL, choose_doc},
     {"signals", (PyCFunction)(void (*)(void))ttft_signals, METH_FASTCALL, terms_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -28,6 +28,19 @@ def terms(
     run the pure form). The same values and errors as `ttft_small.small_terms` and
     `TtftScorer._score_small`'s pure form."""
 
+def choose(*args: object) -> object:
+    """`terms`' 16 arguments (`scoring` true), then weight (float), home (int or None), ids
+    (uint64 per table slot, or None), queue, kv_usage (float64 per slot; queue None: no
+    saturation check), queue_depth, kv_cache, own (floats): the pipeline's choice when the
+    TTFT scorer is the only one answering. First, with `queue`, the saturation filter's
+    check of the candidates (`levels_with_hits_of`, a candidate's KV use left out where
+    its cached tokens reach `own`): -2 where one is saturated (nothing computed). Else the
+    rows of `terms`, row 6 becoming the weighted totals (`weight` times the clamped
+    score), and `MaxScorePicker.pick`'s index on them, `home` the key of the prompt's
+    home; -1 where the pick is left to Python (equal bests are drawn at random; a cold
+    prefix's near bests without a 64-bit key or ids). NotImplemented where an argument
+    is not taken (nothing computed: run the pure form)."""
+
 def signals(
     out: npt.NDArray[np.float64],
     now: float,

@@ -43,9 +43,7 @@ static int native_format(const char *format, const char *codes) {
     return format[0] != '\0' && format[1] == '\0' && strchr(codes, format[0]) != NULL;
 }
 
-/* A 1-D buffer of 8-byte items of `codes`: 1 held, 0 not such a buffer, -1 error. */
-static int hold(Terms *t, PyObject *object, const char *codes, int flags) {
-    Py_buffer *view = &t->views[t->held];
+int hold_vector(PyObject *object, Py_buffer *view, const char *codes, int flags) {
     if (PyObject_GetBuffer(object, view, flags | PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
         if (!PyErr_ExceptionMatches(PyExc_TypeError) &&
             !PyErr_ExceptionMatches(PyExc_BufferError)) {
@@ -54,9 +52,17 @@ static int hold(Terms *t, PyObject *object, const char *codes, int flags) {
         PyErr_Clear();
         return 0;
     }
-    t->held++;
     int shaped = view->ndim == 1 || (flags & PyBUF_WRITABLE); /* out: rows x candidates */
-    return shaped && view->itemsize == 8 && native_format(view->format, codes);
+    return shaped && view->itemsize == 8 && native_format(view->format, codes) ? 1 : 2;
+}
+
+/* A 1-D buffer of 8-byte items of `codes`: 1 held, 0 not such a buffer, -1 error. */
+static int hold(Terms *t, PyObject *object, const char *codes, int flags) {
+    int taken = hold_vector(object, &t->views[t->held], codes, flags);
+    if (taken > 0) {
+        t->held++; /* released by terms_close, taken or not */
+    }
+    return taken == 2 ? 0 : taken;
 }
 
 static int column(Terms *t, PyObject *object, Column *out) {

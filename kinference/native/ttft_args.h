@@ -45,6 +45,10 @@ typedef struct {
 } Terms;
 
 int names_open(Names *names);
+/* A 1-D buffer of 8-byte items of the struct codes `codes` (`flags` added to the request;
+ * PyBUF_WRITABLE takes any shape): 1 held and such, 2 held but not such (release it), 0
+ * not a buffer (nothing held), -1 an error. */
+int hold_vector(PyObject *object, Py_buffer *view, const char *codes, int flags);
 /* 1: taken; 0: not taken (NotImplemented, nothing computed); -1: an error is set. */
 int terms_open(Terms *t, const Names *names, PyObject *const *args, Py_ssize_t nargs,
                Py_ssize_t rows);

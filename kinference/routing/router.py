@@ -41,6 +41,7 @@ from kinference.routing.filters.tenant import TenantFilter
 from kinference.routing.health import ProviderHealth
 from kinference.routing.journal import Journal, NullJournal
 from kinference.routing.learning import Learning
+from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.cached import (
     PRECISE,
     ApproximateCachedTokens,
@@ -236,11 +237,14 @@ class Router(RouterFeedback, WorkerChoice):
             return None
         signals, saturation = attempt.signals, self.policy.saturation
         # (no engine metrics anywhere: every ready worker is free)
-        if not signals.known or not saturation.any_saturated_in(signals, slots):
+        if not signals.known:
             return self._local(attempt, group, slots)
+        decision, context = self._unless_saturated(attempt, group, slots)
+        if decision is not None:
+            return decision
+        assert context is not None  # (made whenever no decision is)
         # Some are saturated; the request's own cache hit adds no KV use where it is cached.
         # The context made for that is the choice's too (`narrowed` to the free ones).
-        context = self._context(attempt, group, slots)
         levels = saturation.levels_with_hits_in(signals, slots, context[0])
         free = free_positions(levels)
         if free:
@@ -248,6 +252,24 @@ class Router(RouterFeedback, WorkerChoice):
         attempt.note(Reason.SATURATED, f"pool {_pools(group)} is saturated")
         attempt.busy.append(Busy(group, slots, np.asarray(levels, dtype=np.int8)))
         return None
+
+    def _unless_saturated(
+        self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray
+    ) -> tuple[Decision | None, tuple[PickContext, str | None] | None]:
+        """The choice among `slots` where none is saturated by the Pick's engine signals
+        (and the context made for it, if one was); else None, and the Pick's context
+        (`_context`) for the saturated path."""
+        policy, saturation = self.policy, self.policy.saturation
+        if policy.predicts_ttft and policy.pipeline.fuses(len(slots)):
+            # A small pool: the saturation check (the request's own cache hits counted),
+            # the scores and the choice in one C call. (The same answer as the check
+            # below and then the choice: a level counting hits is never above the level
+            # without them, and where one is, `levels_with_hits_in` decides as it does.)
+            context = self._context(attempt, group, slots)
+            return self._local_unless(attempt, group, slots, context, saturation), context
+        if not saturation.any_saturated_in(attempt.signals, slots):
+            return self._local(attempt, group, slots), None
+        return None, self._context(attempt, group, slots)
 
     def _ready_slots(self, attempt: Attempt, group: tuple[Target, ...]) -> IndexArray | None:
         """Ready workers of the group's pools (only the named pool, when one is named)."""

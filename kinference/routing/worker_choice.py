@@ -7,6 +7,7 @@ A mixin of `Router` (`kinference.routing.router`), which owns the state read her
 from __future__ import annotations
 
 import random
+from typing import cast
 
 from kinference.config import Target, target_api
 from kinference.kvcache.source import PreciseCachedTokens
@@ -15,9 +16,11 @@ from kinference.routing.apis import LOCAL_PATHS, sent_shape
 from kinference.routing.attempt import Attempt
 from kinference.routing.blocks import PrefixHasher
 from kinference.routing.decision import Decision, LocalChoice, Outcome
+from kinference.routing.filters.saturation import SaturationFilter
 from kinference.routing.learning import Learning
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.cached import PRECISE, CachedTokenSources, PrefixQuery
+from kinference.routing.plugins.pipeline import SATURATED
 from kinference.routing.policy import RoutingPolicy
 from kinference.routing.prefix import PrefixIndex
 from kinference.routing.reasons import Reason
@@ -41,10 +44,21 @@ class WorkerChoice:
         context: tuple[PickContext, str | None] | None = None,
     ) -> Decision:  # fmt: skip
         """The choice among `slots`; `context`: their `_context`, when already made."""
+        decision = self._local_unless(attempt, group, slots, context, None)
+        return cast(Decision, decision)  # (no guard: always a decision)
+
+    def _local_unless(
+        self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray,
+        context: tuple[PickContext, str | None] | None, guard: SaturationFilter | None,
+    ) -> Decision | None:  # fmt: skip
+        """`_local`, or None where `guard` finds a candidate saturated (`Pipeline.choose`;
+        given only where the pipeline runs: `policy.predicts_ttft`)."""
         request, policy, model = attempt.query.request, self.policy, group[0].model
         ctx, note = context if context is not None else self._context(attempt, group, slots)
         if len(slots) > 1 or policy.predicts_ttft:
-            index = policy.pipeline.choose(ctx, self._rng)
+            index = policy.pipeline.choose(ctx, self._rng, guard)
+            if index == SATURATED:
+                return None
         else:
             index = 0
         slot = int(slots[index])

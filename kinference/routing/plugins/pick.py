@@ -17,6 +17,9 @@ import random
 from hashlib import blake2b
 from typing import ClassVar
 
+import numpy as np
+import numpy.typing as npt
+
 from kinference.routing.table import FloatArray
 
 TIE = 1e-9  # totals closer than this are a tie
@@ -36,6 +39,22 @@ class MaxScorePicker:
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}
+        # `slot_ids`: the ids of a table's endpoints by slot, and the list they are of
+        self._slot_ids: npt.NDArray[np.uint64] = np.zeros(0, dtype=np.uint64)
+        self._of: list[str] | None = None
+
+    def slot_ids(self, endpoints: list[str]) -> npt.NDArray[np.uint64]:
+        """The endpoint hash (`_id`) of each of a worker table's `endpoints`, by slot, for
+        the C choice (`_ttft.choose`). A table only appends endpoints: the array grows
+        with the list, and is made afresh for another list."""
+        ids = self._slot_ids
+        if endpoints is self._of and len(ids) == len(endpoints):
+            return ids
+        known = len(ids) if endpoints is self._of and len(ids) < len(endpoints) else 0
+        more = [self._ids.get(name) or self._id(name) for name in endpoints[known:]]
+        ids = np.concatenate((ids[:known], np.array(more, dtype=np.uint64)))
+        self._slot_ids, self._of = ids, endpoints
+        return ids
 
     def pick(
         self,

@@ -12,17 +12,20 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from math import isnan
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 
+from kinference.routing.filters.saturation import OWN_HIT_SHARE, SaturationFilter, free_positions
 from kinference.routing.plugins.base import PickContext, Picker, Scorer
-from kinference.routing.plugins.pick import home_key
+from kinference.routing.plugins.pick import MaxScorePicker, home_key
 from kinference.routing.table import FloatArray
 
 NEUTRAL = 0.5
 # Up to this many candidates the weighted totals are summed on Python floats (numpy's fixed
 # cost per call is then the larger one); past it, as arrays. Both give the same totals.
 SMALL_TOTALS = 16
+SATURATED = -1  # `choose`'s answer where its guard finds a candidate saturated
 
 
 @dataclass(slots=True)
@@ -57,20 +60,66 @@ def clamped(scores: FloatArray) -> FloatArray:
     return clipped
 
 
+@runtime_checkable
+class FusedScorer(Protocol):
+    """A scorer that, as the only one answering, also makes the choice in one native call
+    for a small candidate set (the TTFT scorer: `_ttft.choose`)."""
+
+    def choose_small(
+        self, ctx: PickContext, weight: float, home: int | None, ids: object,
+        guard: tuple[object, object, float, float, float] | None = None,
+    ) -> tuple[int, FloatArray] | None: ...  # fmt: skip
+
+
+Fused = tuple[FusedScorer, str, float, tuple[Scorer, ...], MaxScorePicker]
+
+
 class Pipeline:
-    """The weighted scorers (weight > 0 only) and the picker of one policy."""
+    """The weighted scorers (weight > 0 only) and the picker of one policy.
+
+    With `MaxScorePicker` and a `FusedScorer` among the scorers, a set of up to
+    `SMALL_TOTALS` candidates is scored and chosen in one C call when every other scorer
+    answers None (at the defaults, the LoRA scorer with no adapter loaded): the same
+    totals and the same choice as the general path (tests/native/test_choose.py), the
+    random tie-break and a cold prefix's home without ids left to the picker. `fused=False`
+    forces the general path."""
 
     def __init__(
-        self, scorers: Sequence[tuple[Scorer, float]], picker: Picker, costs: PluginCosts
-    ) -> None:
+        self, scorers: Sequence[tuple[Scorer, float]], picker: Picker, costs: PluginCosts,
+        *, fused: bool = True,
+    ) -> None:  # fmt: skip
         self.scorers = tuple((scorer, weight) for scorer, weight in scorers if weight > 0)
         self.picker = picker
         self.costs = costs
+        # (the fused scorer, its name and weight, the other scorers, the picker): checked
+        # here once (a runtime Protocol's isinstance costs µs)
+        self._fused: Fused | None = None
+        found = [(s, w) for s, w in self.scorers if isinstance(s, FusedScorer)]
+        if fused and found and isinstance(picker, MaxScorePicker):
+            scorer, weight = found[0]
+            others = tuple(other for other, _ in self.scorers if other is not scorer)
+            fusing = cast(FusedScorer, scorer)
+            self._fused = (fusing, scorer.name, weight, others, picker)
 
-    def choose(self, ctx: PickContext, rng: random.Random) -> int:
-        """The index (into `ctx.slots`) of the chosen candidate."""
-        clock, add = time.perf_counter_ns, self.costs.add
+    def fuses(self, candidates: int) -> bool:
+        """Whether a Pick over this many candidates is chosen in one C call, where it is
+        built (`guard` then checks saturation there too)."""
+        return candidates <= SMALL_TOTALS and self._fused is not None
+
+    def choose(
+        self, ctx: PickContext, rng: random.Random, guard: SaturationFilter | None = None
+    ) -> int:
+        """The index (into `ctx.slots`) of the chosen candidate; with `guard`, SATURATED
+        (nothing chosen, no scorer run) where it finds a candidate saturated by
+        `ctx.signals` (`levels_with_hits_in`)."""
         small = len(ctx.slots) <= SMALL_TOTALS
+        if small and self._fused is not None:
+            index = self._choose_fused(ctx, rng, guard, self._fused)
+            if index is not None:
+                return index
+        if guard is not None and _saturated(guard, ctx):
+            return SATURATED
+        clock, add = time.perf_counter_ns, self.costs.add
         listed: list[float] | None = None  # the totals as Python floats (`small`)
         vector: FloatArray | None = None
         started = clock()  # each step's time runs from the end of the one before
@@ -98,6 +147,50 @@ class Pipeline:
             index = self.picker.pick(totals, rng, home, names)
         add(self.picker.name, clock() - started)
         return index
+
+    def _choose_fused(
+        self, ctx: PickContext, rng: random.Random, guard: SaturationFilter | None, fused: Fused
+    ) -> int | None:
+        """`choose` by the fused scorer's one C call; None where another scorer answers or
+        the C form is not taken (the general path then runs, from the start)."""
+        started = time.perf_counter_ns()
+        scorer, name, weight, others, picker = fused
+        for other in others:  # (scorers read the context only: asking again is harmless)
+            if other.score(ctx) is not None:
+                return None
+        table, checks = ctx.table, None
+        if guard is not None:
+            signals, config = ctx.signals, guard.config
+            own = OWN_HIT_SHARE * max(ctx.prompt_tokens, 1.0)
+            checks = (signals.queue, signals.kv_usage, float(config.queue_depth),
+                      float(config.kv_cache), float(own))  # fmt: skip
+        chosen = scorer.choose_small(ctx, weight, home_key(ctx.hashes),
+                                     picker.slot_ids(table.endpoints), checks)  # fmt: skip
+        if chosen is None:
+            return None
+        index, totals = chosen
+        if index == -2:  # a candidate saturated: nothing computed
+            return SATURATED
+        if index < 0:  # equal bests, or a cold prefix's near bests: the picker's own way
+            listed = totals.tolist()
+            home = None if any(ctx.cached_tokens.tolist()) else home_key(ctx.hashes)
+            if home is None:
+                index = picker.pick(listed, rng)
+            else:
+                names = [table.endpoints[slot] for slot in ctx.slots.tolist()]
+                index = picker.pick(listed, rng, home, names)
+        add = self.costs.add
+        add(name, time.perf_counter_ns() - started)  # scores and choice
+        for other in others:
+            add(other.name, 0)
+        add(picker.name, 0)
+        return index
+
+
+def _saturated(guard: SaturationFilter, ctx: PickContext) -> bool:
+    """Whether `guard` shows a candidate of `ctx` above FREE, counting its cache hits."""
+    levels = guard.levels_with_hits_in(ctx.signals, ctx.slots, ctx)
+    return len(free_positions(levels)) < len(ctx.slots)
 
 
 def _weighted(totals: FloatArray | None, weight: float, scores: FloatArray) -> FloatArray:

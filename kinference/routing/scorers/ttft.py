@@ -49,7 +49,7 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat
 
-from kinference.native import load_ttft
+from kinference.native import load_choose, load_ttft
 from kinference.routing.pending import unwaited_prefill
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.config import PluginConfig
@@ -61,7 +61,7 @@ from kinference.routing.readings import (
     unseen_waits,
 )
 from kinference.routing.scorers import ttft_small
-from kinference.routing.scorers.ttft_small import Rows, native_terms, small_terms
+from kinference.routing.scorers.ttft_small import Rows, native_choice, native_terms, small_terms
 from kinference.routing.table import FloatArray, IndexArray, WorkerTable
 
 
@@ -146,6 +146,7 @@ class TtftScorer:
         self.rates = rates
         self._ms_per_token = 1000.0 / config.prior_prefill_tokens_per_s
         self._native = load_ttft() if native else None
+        self._choose = load_choose() if native else None
         self._constants = ttft_small.constants(config, self._ms_per_token, self._unsure_share())
 
     def predict(self, ctx: PickContext) -> tuple[FloatArray, FloatArray]:
@@ -199,6 +200,19 @@ class TtftScorer:
         busy = self.rates.busy_ms(ctx.model, self.config.prior_busy_ms_per_sequence)
         return native_terms(self._native, self._constants, busy, self.rates, ctx,
                             scoring=scoring)  # fmt: skip
+
+    def choose_small(
+        self, ctx: PickContext, weight: float, home: int | None, ids: object,
+        guard: tuple[object, object, float, float, float] | None = None,
+    ) -> tuple[int, FloatArray] | None:  # fmt: skip
+        """A small pool's scores and choice in one C call, when this scorer is the only one
+        answering (`Pipeline.choose`): `ttft_small.native_choice`; None where it is not
+        built or does not take the arguments."""
+        if self._choose is None or len(ctx.slots) > SMALL_CANDIDATES:
+            return None
+        busy = self.rates.busy_ms(ctx.model, self.config.prior_busy_ms_per_sequence)
+        return native_choice(self._choose, self._constants, busy, self.rates, ctx,
+                             weight=weight, home=home, ids=ids, guard=guard)  # fmt: skip
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray

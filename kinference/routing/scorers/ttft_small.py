@@ -34,6 +34,7 @@ Lists = tuple[list[float], list[float], list[float], list[float], list[float], l
 # (`ctx.probes` set).
 Rows = tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]
 NativeTerms = Callable[..., object]
+_UNGUARDED = (None, None, 0.0, 0.0, 0.0)  # `native_choice` without the saturation check
 
 
 def constants(config: TtftConfig, ms_per_token: float, unsure_share: float) -> tuple[float, ...]:
@@ -54,18 +55,48 @@ def native_terms(
     """`Rows` per candidate (the score only when `scoring`), by the C form; None where it
     does not take the arguments (run the pure form). `busy`: `rates.busy_ms` of the model
     with the config's prior."""
-    slots, model = ctx.slots, ctx.model
-    out = np.empty((8, len(slots)))
-    done = terms(
-        out, slots, ctx.cached_tokens, ctx.signals.waiting, ctx.table,
-        rates.peek(model, "prefill_ms_per_token"), rates.peek(model, "prefill_base_ms"),
-        rates.peek(model, "service_ms"), settings, busy, ctx.prompt_tokens,
-        ctx.memory_ahead, ctx.memory_batch, ctx.footprint, ctx.table.clock, scoring,
-    )  # fmt: skip
+    out = np.empty((8, len(ctx.slots)))
+    done = terms(*_arguments(out, settings, busy, rates, ctx), scoring)
     if done is NotImplemented:
         return None
     predicted, wait, prefill, slot_wait, unsure, sequences, score, ctx.probes = out
     return predicted, wait, prefill, slot_wait, unsure, sequences, score
+
+
+def native_choice(
+    choose: NativeTerms, settings: tuple[float, ...], busy: float, rates: Rates,
+    ctx: PickContext, *, weight: float, home: int | None, ids: object,
+    guard: tuple[object, object, float, float, float] | None,
+) -> tuple[int, FloatArray] | None:  # fmt: skip
+    """`_ttft.choose`: the terms and scores (`native_terms`' with `scoring`, set on `ctx`
+    as `TtftScorer.score` sets them) and the choice among the candidates when this scorer
+    is the only one answering, `weight` its weight: (the index, or -1 where the picker
+    must choose, or -2 where `guard` (the queues, KV-cache use, queue depth, KV-cache
+    threshold and own-hit tokens of the saturation filter) finds a candidate saturated,
+    before anything is computed; and the weighted totals); None where the C form does not
+    take the arguments (nothing computed: run the pipeline)."""
+    out = np.empty((8, len(ctx.slots)))
+    arguments = _arguments(out, settings, busy, rates, ctx)
+    index = choose(*arguments, True, weight, home, ids, *(guard or _UNGUARDED))
+    if not isinstance(index, int):
+        return None
+    if index == -2:
+        return index, out[6]
+    ctx.predicted_ttft_ms, ctx.predicted_wait_ms, _, _, _, ctx.sequences, totals, ctx.probes = out
+    return index, totals
+
+
+def _arguments(
+    out: FloatArray, settings: tuple[float, ...], busy: float, rates: Rates, ctx: PickContext
+) -> tuple[object, ...]:
+    """`_ttft.terms`' arguments but the last (`scoring`), `_ttft.choose`'s first 15."""
+    table, model = ctx.table, ctx.model
+    return (
+        out, ctx.slots, ctx.cached_tokens, ctx.signals.waiting, table,
+        rates.peek(model, "prefill_ms_per_token"), rates.peek(model, "prefill_base_ms"),
+        rates.peek(model, "service_ms"), settings, busy, ctx.prompt_tokens,
+        ctx.memory_ahead, ctx.memory_batch, ctx.footprint, table.clock,
+    )  # fmt: skip
 
 
 def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: PickContext) -> Lists:
