@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from kinference.kvcache.ageing import Order, WorkerAges
+from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import BlockId
+from kinference.kvcache.order import Order
 from kinference.kvcache.replayed import Replayed, _Replay
 
 if TYPE_CHECKING:
@@ -64,8 +65,9 @@ class Step:
 @dataclass
 class Plan:
     """What a worker's replays saw: each queued request's `Named` (all named again once
-    `splits` is not the worker's); the steps of the last replay of the queue's `version`, `running` of them
-    first, with the `newer` blocks and `outputs` it ended with (None: it evicted some)."""
+    `splits` is not the worker's); the steps of the last replay of the queue's `version`,
+    `running` of them first, with the `newer` blocks and `outputs` it ended with (None: it
+    evicted some)."""
 
     splits: int
     named: dict[int, Named] = field(default_factory=dict)
