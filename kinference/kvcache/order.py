@@ -58,6 +58,12 @@ class Order:
     def ranks_of(self, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         if not len(self._ids):
             return np.full(len(keys), UNKNOWN, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self._ids, keys >> _PLACE_BITS), len(self._ids) - 1)
-        ranks = np.clip((keys & _PLACE_MASK) + self._shift[at], self._first[at], self._last[at])
-        return np.where(keys != _NEWEST, ranks, UNKNOWN)
+        # ufuncs and ndarray methods, in place: numpy's function wrappers (`np.clip`'s
+        # above all) cost more than the work on a request's ~100 keys
+        at = self._ids.searchsorted(keys >> _PLACE_BITS)
+        np.minimum(at, len(self._ids) - 1, out=at)
+        ranks: npt.NDArray[np.int64] = (keys & _PLACE_MASK) + self._shift.take(at)
+        np.maximum(ranks, self._first.take(at), out=ranks)  # `np.clip`, as it computes it
+        np.minimum(ranks, self._last.take(at), out=ranks)
+        ranks[keys == _NEWEST] = UNKNOWN
+        return ranks
