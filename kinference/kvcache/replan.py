@@ -49,10 +49,6 @@ class Named:
     blocks: tuple[BlockId, ...]
     keys: npt.NDArray[np.int64]
     held: npt.NDArray[np.bool_]
-    unstored: int = field(init=False)  # blocks not held (a running request stores them)
-
-    def __post_init__(self) -> None:
-        self.unstored = len(self.blocks) - int(np.count_nonzero(self.held))
 
 
 @dataclass(slots=True)
@@ -176,7 +172,7 @@ def _afresh(queue: EngineQueue, plan: Plan, replay: _Replay) -> Replayed:
             waiting.append(key)
     for step in running:  # what it has not stored yet, and its output
         blocks = requests[step.key].blocks
-        replay.compute(plan.named[step.key].unstored + step.extra, blocks)
+        replay.compute(_unstored(plan.named[step.key]) + step.extra, blocks)
     steps = list(running)
     budget = MAX_REPLAYED_BLOCKS
     for key in waiting:  # computes the blocks it does not find
@@ -209,7 +205,7 @@ def _again(queue: EngineQueue, plan: Plan, replay: _Replay) -> Replayed | None:
         assert step.newer is not None
         replay.take(order.ranks_of(named.keys), step.newer)
     for step in running:
-        if replay.advance(plan.named[step.key].unstored + step.extra) > 0:
+        if replay.advance(_unstored(plan.named[step.key]) + step.extra) > 0:
             return None
     for step in plan.steps[plan.running :]:
         missing = 0
@@ -223,6 +219,10 @@ def _again(queue: EngineQueue, plan: Plan, replay: _Replay) -> Replayed | None:
     assert plan.newer is not None
     replay.newer, replay.outputs = plan.newer, plan.outputs
     return Replayed(replay)
+
+
+def _unstored(named: Named) -> int:
+    return len(named.blocks) - int(named.held.sum())
 
 
 def _extra(request: Queued) -> int:
