@@ -27,12 +27,9 @@ import numpy as np
 import numpy.typing as npt
 
 from kinference.kvcache.blocks import BlockId
+from kinference.kvcache.order import _PLACE_BITS, Order
 from kinference.routing.chain import parted
 
-_NEWEST = np.iinfo(np.int64).max  # a block not held yet (about to be stored): used last
-UNKNOWN = _NEWEST  # the rank of a block not held
-_PLACE_BITS = 24  # a block's key: its touch's number, then its place from the touch's end
-_PLACE_MASK = (1 << _PLACE_BITS) - 1
 _NONE = -1  # the key of a block no touch names (keys are never negative)
 _MAX_RUNS = 64  # runs of one touch's blocks counted in Python; more: `np.unique`
 _SMALL = 64  # blocks leaving their touches counted in Python (numpy's calls cost more)
@@ -259,44 +256,3 @@ def _by_touch(touches: npt.NDArray[np.int64]) -> Iterable[tuple[int, int]]:
     for touch, start, end in zip(touches[starts_at].tolist(), starts_at, ends_at, strict=True):
         totals[touch] = totals.get(touch, 0) + end - start
     return totals.items()
-
-
-class Order:
-    """A snapshot of a worker's eviction order (`WorkerAges.ranks`), per id a block's key can
-    name (a live touch, or one re-pointed into one), ascending: what a block's place there
-    adds up to as a rank (blocks used before its touch, less its touch's evicted tail, plus
-    the id's offset), and the ranks its touch spans."""
-
-    def __init__(self, ages: WorkerAges) -> None:
-        self._touched = ages.touched
-        touches = np.fromiter(ages.live.keys(), np.int64, len(ages.live))
-        counts = np.fromiter(ages.live.values(), np.int64, len(ages.live))
-        if len(touches) > 1 and bool((touches[1:] < touches[:-1]).any()):  # a split's tail
-            by_age = np.argsort(touches)
-            touches, counts = touches[by_age], counts[by_age]
-        older = np.cumsum(counts) - counts
-        evicted = map(ages.evicted.get, touches.tolist(), itertools.repeat(0))
-        gone_before = np.fromiter(evicted, np.int64, len(touches))
-        moved = np.fromiter(itertools.chain(*ages.alias.values()), np.int64).reshape(-1, 2)
-        ids = np.concatenate((touches, np.fromiter(ages.alias.keys(), np.int64)))
-        at = np.concatenate((np.arange(len(touches)), np.searchsorted(touches, moved[:, 0])))
-        offsets = np.concatenate((np.zeros(len(touches), np.int64), moved[:, 1]))
-        by_id = np.argsort(ids) if len(moved) else slice(None)
-        self._ids, at, offsets = ids[by_id], at[by_id], offsets[by_id]
-        self._first, self._last = older[at], older[at] + counts[at] - 1
-        self._shift = self._first - gone_before[at] + offsets
-
-    def ranks(self, blocks: Sequence[BlockId]) -> npt.NDArray[np.int64]:
-        return self.ranks_of(self.keys(blocks))
-
-    def keys(self, blocks: Sequence[BlockId]) -> npt.NDArray[np.int64]:
-        """The blocks' keys now (what `ranks_of` ranks; see `kvcache.replan`)."""
-        found = map(self._touched.get, blocks, itertools.repeat(_NEWEST))
-        return np.fromiter(found, np.int64, len(blocks))
-
-    def ranks_of(self, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        if not len(self._ids):
-            return np.full(len(keys), UNKNOWN, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self._ids, keys >> _PLACE_BITS), len(self._ids) - 1)
-        ranks = np.clip((keys & _PLACE_MASK) + self._shift[at], self._first[at], self._last[at])
-        return np.where(keys != _NEWEST, ranks, UNKNOWN)

@@ -7,10 +7,12 @@ ages (their keys), in its held blocks, and among the blocks the requests before 
 (`newer`). A block's key changes only when a touch names it or it is removed, or when a
 touch splits an earlier one (`WorkerAges.splits`); whether it is held, only when a batch
 stores or removes it. So a `Plan` keeps each queued request's keys and held blocks, the
-blocks batches and touches name since mark the requests to look up again, and a queue
-unchanged since the last replay keeps its `newer` masks too (which blocks the requests
-before each use does not depend on the cache, while the replay evicts none of theirs:
-`_Replay.exhausted`): the replay then runs on the new order and room in numpy alone. Same
+blocks batches and touches name since mark the requests to look up again (a touch that
+splits an earlier one re-keys its tail: all of them). And the steps' `newer` masks (which
+blocks the requests before each use) do not depend on the cache while the replay evicts none of
+theirs (`_Replay.exhausted`): a queue unchanged since the last replay keeps them, one
+changed since (a request sent, started, ended) gets them in one pass over sets
+(`_restep`), and the replay then runs on the new order and room in numpy alone. Same
 steps, same answers (`tests/kvcache/test_queue_replays.py` compares them with a fresh
 replay after random batches and queue changes).
 """
@@ -24,8 +26,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from kinference.kvcache.ageing import Order, WorkerAges
+from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import BlockId
+from kinference.kvcache.order import Order
 from kinference.kvcache.replayed import Replayed, _Replay
 
 if TYPE_CHECKING:
@@ -61,9 +64,10 @@ class Step:
 
 @dataclass
 class Plan:
-    """What a worker's replays saw: each queued request's `Named`, valid while `splits` is
-    the worker's; the steps of the last replay of the queue's `version`, `running` of them
-    first, with the `newer` blocks and `outputs` it ended with (None: it evicted some)."""
+    """What a worker's replays saw: each queued request's `Named` (all named again once
+    `splits` is not the worker's); the steps of the last replay of the queue's `version`,
+    `running` of them first, with the `newer` blocks and `outputs` it ended with (None: it
+    evicted some)."""
 
     splits: int
     named: dict[int, Named] = field(default_factory=dict)
@@ -107,17 +111,50 @@ def planned(
     """The requests ahead in `queue` scheduled on the worker's eviction order (`ages`), its
     cache holding `held` with `room` blocks left (`kvcache.queue.replay`), from `plan` where
     it still holds; and the plan for the next."""
-    if plan is None or plan.splits != ages.splits:
+    if plan is None:
         plan = Plan(ages.splits)
+    elif plan.splits != ages.splits:  # blocks re-keyed: every request's keys named again
+        plan.splits, plan.named, plan.noted = ages.splits, {}, []
     if queue.work() <= room:
         return Replayed(None), plan
     order = ages.order()
     plan._renamed()
-    if plan.version == queue.version and plan.newer is not None:
+    if plan.newer is not None:  # the last replay evicted none of the requests ahead's blocks
+        if plan.version != queue.version:
+            _restep(queue, plan)
         found = _again(queue, plan, _Replay(order, len(ages.touched), held, room))
         if found is not None:
             return found, plan
     return _afresh(queue, plan, _Replay(order, len(ages.touched), held, room)), plan
+
+
+def _restep(queue: EngineQueue, plan: Plan) -> None:
+    """`plan`'s steps for the queue as it is now (a request sent, started, ended): each
+    step's `newer` mask from the blocks the steps before it use, in one pass over sets,
+    as `_afresh` would name them while it evicts none of them (`_again` checks that)."""
+    requests = queue.requests
+    keys = [k for k, q in requests.items() if q.running]
+    running = len(keys)
+    keys += [k for k, q in requests.items() if not q.running]
+    seen: set[BlockId] = set()  # the blocks of the steps so far, and their outputs' keys
+    steps: list[Step] = []
+    outputs, budget = 0, MAX_REPLAYED_BLOCKS
+    for at, key in enumerate(keys):
+        request = requests[key]
+        blocks = request.blocks
+        if at >= running:
+            budget -= len(blocks)
+            if budget < 0:  # past the bound: counted as computed whole, without names
+                steps.append(Step(key, None, len(blocks) + _extra(request)))
+                continue
+        newer = np.fromiter(map(seen.__contains__, blocks), bool, len(blocks))
+        seen.update(blocks)
+        seen.update(range(-outputs - request.decode, -outputs))  # `_Replay.use`'s keys
+        outputs += request.decode
+        steps.append(Step(key, newer, _extra(request)))
+    plan.named = {key: plan.named[key] for key in requests if key in plan.named}
+    plan.version, plan.steps, plan.running = queue.version, steps, running
+    plan.newer, plan.outputs = dict.fromkeys(seen), outputs
 
 
 def _afresh(queue: EngineQueue, plan: Plan, replay: _Replay) -> Replayed:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from kinference.kvcache.ageing import UNKNOWN, Order
 from kinference.kvcache.blocks import BlockId
+from kinference.kvcache.order import UNKNOWN, Order
 
 
 @dataclass

@@ -13,17 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from kinference.kvcache.ageing import (
-    _NEWEST,
-    _NONE,
-    _PLACE_BITS,
-    _PLACE_MASK,
-    _STRIDE,
-    UNKNOWN,
-    _by_touch,
-)
+from kinference.kvcache.ageing import _NONE, _STRIDE, _by_touch
 from kinference.kvcache.ageing import WorkerAges as RunAges
 from kinference.kvcache.blocks import BlockId
+from kinference.kvcache.order import _NEWEST, _PLACE_BITS, _PLACE_MASK, UNKNOWN
 
 
 @dataclass

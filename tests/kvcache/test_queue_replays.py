@@ -66,11 +66,33 @@ def reference(
     return int(gone[0]) if len(gone) else depth
 
 
+def _same_as_afresh(pool: PoolCaches, slot: int) -> None:
+    """The worker's replay, as cached and planned, is a fresh replay's state: what it evicted
+    of the old order, the places taken there, the room left and the requests' blocks."""
+    cached, queue = pool.replays.get(slot), pool.queues[slot]
+    if cached is None or cached[0] != queue.version:  # not asked since (a depth of 0)
+        return
+    ages, held = pool.ages[slot], pool.index.held(slot)
+    fresh = replan.planned(queue, ages, held=held, room=cached[1])[0].replay
+    found = cached[2].replay
+    if fresh is None or found is None:
+        assert fresh is found
+        return
+    assert (found.evicted, found.room, found.outputs) == (fresh.evicted, fresh.room, fresh.outputs)
+    assert found.taken.tolist() == fresh.taken.tolist()
+    assert found.newer.keys() == fresh.newer.keys()
+    assert not fresh.exhausted or list(found.newer) == list(fresh.newer)
+    order = ages.order()
+    for named in pool.plans[slot].named.values():  # kept for the next replays: as named now
+        assert named.keys.tolist() == order.keys(named.blocks).tolist()
+        assert named.held.tolist() == fresh.held_of(named.blocks).tolist()
+
+
 class _Driver:
     """Random events, queue changes and Picks on one pool, each Pick checked against a fresh
     replay."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, document_blocks: int = 6) -> None:
         self.rng = random.Random(seed)
         self.pool = PoolCaches("p", SIZE, clock=lambda: 0.0)
         self.hashes = itertools.count(1)
@@ -80,13 +102,17 @@ class _Driver:
         self.queued: dict[int, list[int]] = {s: [] for s in range(SLOTS)}
         self.lazy: list[tuple[int, tuple[BlockId, ...]]] = []
         # a few documents, each prompt one of them and a question: shared prefixes
-        self.documents = [[self.rng.randrange(50) for _ in range(SIZE * 6)] for _ in range(3)]
+        self.documents = [
+            [self.rng.randrange(50) for _ in range(SIZE * document_blocks)] for _ in range(3)
+        ]
+        self.document_blocks = document_blocks
         self.checked = self.cut = 0
         self.sent_tokens: dict[int, list[list[int]]] = {s: [] for s in range(SLOTS)}
         self.weights = (6, 3, 5, 2, 2, 1, 1, 1, 8, 0, 0, 0)
 
     def tokens(self) -> list[int]:
-        document = self.rng.choice(self.documents)[: SIZE * self.rng.randrange(7)]
+        document = self.rng.choice(self.documents)
+        document = document[: SIZE * self.rng.randrange(self.document_blocks + 1)]
         return document + [self.rng.randrange(1000) for _ in range(self.rng.randrange(40))]
 
     def step(self) -> None:
@@ -158,6 +184,7 @@ class _Driver:
             held = pool.index.held(slot)
             args = {"held": held, "room": room, "blocks": blocks, "depth": depth}
             assert found == reference(queue, ages, **args)
+            _same_as_afresh(pool, slot)
             self.checked += 1
             self.cut += found < depth
 
@@ -172,34 +199,75 @@ def test_cached_replays_answer_as_a_fresh_replay() -> None:
     assert checked > 1000 and cut > 50  # the replay evicted part of many matches
 
 
-def test_replays_after_event_batches_answer_as_a_fresh_replay() -> None:
-    """Decode steps, prefills of routed prompts and evictions between Picks, fewer queue
-    changes: replays from the plan (`kvcache.replan`: keys and held blocks of requests no
-    batch named, and whole steps while the queue is unchanged) answer as a fresh replay."""
-    checked = cut = 0
-    again, of = replan._again, replan.Plan._of
-    reused: list[bool] = []
-    looked: list[int] = []
+def _planned_runs(document_blocks: int) -> dict[str, int]:
+    """40 seeded runs with decode steps (fresh blocks), prefills of routed prompts and
+    evictions between Picks, fewer queue changes; every Pick checked against a fresh replay
+    (`_Driver.pick`). Counts how the replays went: `reused` whole steps replayed again on
+    the new order and room (`_again`), `requeued` those after the queue changed (a send, a
+    start, an end: `_restep`), `resplit` those after a touch split blocks' keys, `looked`
+    requests' keys and held blocks from an earlier replay."""
+    counts = dict.fromkeys(("checked", "cut", "reused", "requeued", "resplit", "looked"), 0)
+    again, of, restep = replan._again, replan.Plan._of, replan._restep
+    last: list[str] = []
 
-    def counted_again(*args: Any) -> Replayed | None:
-        found = again(*args)
-        reused.append(found is not None)
+    def counted_again(queue: EngineQueue, plan: Plan, replay: _Replay) -> Replayed | None:
+        found = again(queue, plan, replay)
+        if found is not None:
+            counts["reused"] += 1
+            for how in last:
+                counts[how] += 1
+        last.clear()
         return found
 
-    def counted_of(plan: replan.Plan, key: int, *args: Any) -> replan.Named:
-        looked.append(key in plan.named)
+    def counted_restep(queue: EngineQueue, plan: Plan) -> None:
+        last.append("requeued")
+        restep(queue, plan)
+
+    def counted_of(plan: Plan, key: int, *args: Any) -> replan.Named:
+        counts["looked"] += key in plan.named
         return of(plan, key, *args)
 
-    with patch.object(replan, "_again", counted_again), patch.object(Plan, "_of", counted_of):
+    planned = replan.planned
+
+    def counted_planned(queue: EngineQueue, ages: WorkerAges, **kwargs: Any) -> Any:
+        plan = kwargs.get("plan")
+        last.clear()
+        if plan is not None and plan.splits != ages.splits and plan.newer is not None:
+            last.append("resplit")
+        return planned(queue, ages, **kwargs)
+
+    with (
+        patch.object(replan, "_again", counted_again),
+        patch.object(replan, "_restep", counted_restep),
+        patch.object(Plan, "_of", counted_of),
+        patch("kinference.kvcache.pool.planned", counted_planned),
+    ):
         for seed in range(40):
-            driver = _Driver(seed)
+            driver = _Driver(seed, document_blocks)
             driver.weights = (1, 1, 2, 1, 1, 1, 0, 0, 8, 6, 3, 3)
             for _ in range(300):
                 driver.step()
-            checked, cut = checked + driver.checked, cut + driver.cut
-    assert checked > 1000 and cut > 50
-    assert sum(reused) > 300  # whole steps replayed again on the new order and room
-    assert sum(looked) > 1000  # a request's keys and held blocks from an earlier replay
+            counts["checked"] += driver.checked
+            counts["cut"] += driver.cut
+    return counts
+
+
+def test_replays_after_event_batches_answer_as_a_fresh_replay() -> None:
+    """Replays from the plan (`kvcache.replan`: keys and held blocks of requests no batch
+    named, whole steps after batches and queue changes) answer as a fresh replay."""
+    counts = _planned_runs(6)
+    assert counts["checked"] > 1000 and counts["cut"] > 50
+    assert counts["reused"] > 300  # whole steps replayed again on the new order and room
+    assert counts["requeued"] > 300  # ... after a send, start or end, without a full replay
+    assert counts["looked"] > 1000  # a request's keys and held blocks from an earlier replay
+
+
+def test_replays_after_split_touches_answer_as_a_fresh_replay() -> None:
+    """Documents of 24 blocks: touches repeat an earlier touch's head and split it
+    (`WorkerAges._split` re-keys its tail); the plan keeps its steps, names keys again."""
+    counts = _planned_runs(24)
+    assert counts["checked"] > 1000 and counts["cut"] > 50
+    assert counts["resplit"] > 20 and counts["requeued"] > 300
 
 
 def _busy_worker() -> tuple[PoolCaches, tuple[BlockId, ...]]:
