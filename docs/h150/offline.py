@@ -16,24 +16,19 @@ def run(seed):
     bad = cold = 0
     for n in range(60):
         d = n if n < 2 else rng.randrange(2)
-        q = system_query(docs[d], n)
         text = docs[d] + f"q{n} " + "why? " * rng.randrange(10, 40)
         q = system_query(text, n)
+        router.table.set_ready(router.table.slot(EPS[1]), n >= 2)  # the first two on worker 0
         local = router.route(q).local
-        if n < 2 and local.endpoint != EPS[0]:  # pin the first two to worker 0
-            from dataclasses import replace
-        eng = engines[local.endpoint if n >= 2 else EPS[0]]
-        if n < 2 and local.endpoint != EPS[0]:
-            local = None
-        if local is None:
-            continue
+        eng = engines[local.endpoint]
         router.picked(local)
         adm = eng.admit(text, "answer " * 40)
         prompt = int(local.prompt_tokens)
         cached = min(adm.cached_tokens, prompt)
         if local.cached_tokens >= prompt / 2 and cached == 0: bad += 1
         cold += cached == 0
-        router.first_token(local, 10 + 0.05 * (prompt - cached))
-        router.final(local, Served(prompt, cached, (), 10.0, 500.0))
+        ttft_ms = 10 + 0.05 * (prompt - cached)
+        router.first_token(local, ttft_ms)
+        router.final(local, Served(prompt, cached, (), ttft_ms, 500.0))
     return bad, cold
 print([run(s) for s in range(6)])
