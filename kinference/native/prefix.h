@@ -30,6 +30,7 @@
 #define MIN_BUCKETS 8
 #define MIN_NODES 16
 #define PREFETCH 8 /* blocks ahead whose bucket `record` loads early */
+#define MAX_WALK 4096 /* nodes `held` walks for an age (prefix_store.MAX_WALK) */
 
 /* Bytes for `n` items of `size` after `head` bytes, or SIZE_MAX (which every PyMem call
  * refuses, returning NULL) where that is past what PyMem allocates: no product wraps. */

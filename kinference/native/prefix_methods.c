@@ -153,6 +153,23 @@ kp_store_match(Store *self, PyObject *hashes)
     return matched;
 }
 
+/* Node `x`'s age: the distinct blocks more recent than it, walked from the most recent
+ * end, at most MAX_WALK; past that the blocks recorded since, at most the slot's blocks - 1
+ * (`kinference.routing.prefix_store.MAX_WALK`). */
+static long long
+age_of(const Slot *s, uint32_t x)
+{
+    uint32_t i = s->tail;
+    for (long long rank = 0; rank < MAX_WALK && i != NIL; rank++, i = s->nodes[i].prev) {
+        if (i == x) {
+            return rank;
+        }
+    }
+    long long since = (long long)(s->touches - s->nodes[x].touch);
+    long long most = (long long)s->count - 1;
+    return since < most ? since : most;
+}
+
 static PyObject *
 held_tuple(Store *self, int64_t si, PyObject *tuple, Py_ssize_t known)
 {
@@ -172,8 +189,7 @@ held_tuple(Store *self, int64_t si, PyObject *tuple, Py_ssize_t known)
         }
         return NULL;
     }
-    long long age = (long long)(s->touches - s->nodes[e->val - 1].touch);
-    return Py_BuildValue("(nL)", blocks, age);
+    return Py_BuildValue("(nL)", blocks, age_of(s, (uint32_t)(e->val - 1)));
 }
 
 PyObject *

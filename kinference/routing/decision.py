@@ -60,7 +60,8 @@ class LocalChoice:
     probe: bool = False
     hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
     # Leading blocks the approximate index held on this worker at the pick, and how many
-    # blocks had been recorded on it since the deepest of them (its age): eviction learning.
+    # distinct blocks had been recorded on it since the deepest of them (its age:
+    # `routing.prefix_store.MAX_WALK`): eviction learning.
     held_blocks: int = 0
     held_age: int | None = None
     # False when blocks the index counts on the worker were still being prefilled there

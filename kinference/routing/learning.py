@@ -37,7 +37,7 @@ TEXT_SHARE_FOR_SAMPLE = 0.5
 
 
 def missing_age(held_age: int | None, held_blocks: int, kept: int) -> int | None:
-    """The age at the pick (blocks recorded on the worker since) of the first block a
+    """The age at the pick (distinct blocks recorded on the worker since) of the first block a
     report found missing, from the deepest held block's: a prefix is recorded deepest block
     first, so each shallower block is one younger (or younger still, refreshed since by a
     shorter prompt: the bound then errs high, never low). An LRU cache that lost it holds

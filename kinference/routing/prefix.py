@@ -34,10 +34,10 @@ class PrefixIndex:
     Eviction-aware: each worker's LRU is bounded by the smaller of `blocks_per_worker` and
     its estimated capacity (`capacity`): the size its engine publishes (`report`, in index
     blocks), lowered to what it was seen to keep. When a worker reports fewer cached tokens
-    than the index predicted (`shortfall`), that is the age (blocks recorded on it since) of
-    the first missing block (the blocks themselves stay: the request prefilled them again);
-    a hit on an older block raises the learned estimate again (`confirmed`), never above
-    the engine's own size.
+    than the index predicted (`shortfall`), that is the age (distinct blocks recorded on it
+    since: `prefix_store.MAX_WALK`) of the first missing block (the blocks themselves stay:
+    the request prefilled them again); a hit on an older block raises the learned estimate
+    again (`confirmed`), never above the engine's own size.
 
     A Pick's own record may wait (`record_later`) until its answer is on its way: it is
     applied at `flush`, or first thing in any other call, so every caller sees the index
@@ -135,8 +135,9 @@ class PrefixIndex:
             self.capacity.pop(slot, None)
 
     def held(self, slot: int, hashes: Sequence[int]) -> tuple[int, int | None]:
-        """(leading blocks of `hashes` that `slot` holds, blocks recorded on it since the
-        deepest of them was): read at Pick, before the pick refreshes them."""
+        """(leading blocks of `hashes` that `slot` holds, distinct blocks recorded on it
+        since the deepest of them was: its age, `prefix_store.MAX_WALK`): read at Pick,
+        before the pick refreshes them."""
         self.flush()
         memo = self._matched
         known = 0

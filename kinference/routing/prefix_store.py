@@ -14,9 +14,19 @@ the cluster's codec); the native store refuses others in `record` and finds none
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol
+
+# A block's age on a slot: how many distinct blocks the slot recorded since it was last
+# recorded, i.e. more recent than it in its LRU (what an LRU cache of that many blocks would
+# have evicted it after). Not the blocks recorded since, which count a prompt recorded again
+# each time: two documents asked about in turn on one worker aged each other by a document
+# a question, so an eviction between them taught a capacity of many documents (h150).
+# Found by walking the LRU from its most recent end, at most `MAX_WALK` blocks; past that,
+# the blocks recorded since (at most the slot's blocks), an upper bound.
+MAX_WALK = 4096
 
 
 class BlockStore(Protocol):
@@ -125,13 +135,18 @@ class PyPrefixStore:
         return lo
 
     def held(self, slot: int, hashes: Sequence[int], known: int) -> tuple[int, int | None]:
-        """(leading blocks of `hashes` that `slot` holds, blocks recorded on it since the
-        deepest of them was); `known`, when > 0, is that count as a `match` found it."""
+        """(leading blocks of `hashes` that `slot` holds, the deepest one's age); `known`,
+        when > 0, is that count as a `match` found it. The age is the distinct blocks more
+        recent than it on `slot` (its LRU stack distance, `MAX_WALK`)."""
         lru = self._lru.get(slot)
         if not hashes or lru is None or hashes[0] not in lru:
             return 0, None
         blocks = known if known > 0 else self._longest(slot, hashes)
-        return blocks, self._touches.get(slot, 0) - lru[hashes[blocks - 1]]
+        deepest = hashes[blocks - 1]
+        for rank, block in enumerate(itertools.islice(reversed(lru), MAX_WALK)):
+            if block == deepest:
+                return blocks, rank
+        return blocks, min(self._touches.get(slot, 0) - lru[deepest], len(lru) - 1)
 
     def count(self, slot: int, hashes: Sequence[int]) -> int:
         """How many of `hashes` (each occurrence) `slot` holds, wherever they sit."""

@@ -2,7 +2,7 @@
 was split out and written in C: the oracle the property tests hold both stores to, copied
 verbatim from main 2026-12-05 (only the class renamed; since h103 a shortfall keeps
 the blocks, which the reporting request prefilled again, and drops the capacity to the
-age at once)."""
+age at once; since h150 an age counts distinct blocks, not blocks recorded)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+
+from kinference.routing.prefix_store import MAX_WALK
 
 
 class LegacyPrefixIndex:
@@ -146,7 +148,11 @@ class LegacyPrefixIndex:
             blocks = memo[2].get(slot, 0)  # what `match` found at this Pick
         else:
             blocks = self._longest(slot, hashes)
-        return blocks, self._touches.get(slot, 0) - lru[hashes[blocks - 1]]
+        deepest = hashes[blocks - 1]  # its age: distinct blocks more recent (h150)
+        more_recent = list(lru)[::-1][:MAX_WALK]
+        if deepest in more_recent:
+            return blocks, more_recent.index(deepest)
+        return blocks, min(self._touches.get(slot, 0) - lru[deepest], len(lru) - 1)
 
     def shortfall(self, slot: int, hashes: Sequence[int], kept: int, age: int | None) -> None:
         """`slot` had only the first `kept` blocks of `hashes` cached although the index

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from kinference.routing import Router
+from kinference.routing.decision import RouteQuery
 from kinference.routing.learning import Served
 from loadtest.eviction_replay import LruCache
 from tests.routing.plugin_helpers import pool_router, system_query
@@ -78,3 +79,49 @@ def test_a_worker_that_evicts_gets_a_capacity_estimate_near_its_own_within_repor
     estimate = router.prefix.capacity[router.table.slot(endpoint)]
     document = len(local.hashes)
     assert engine.capacity <= estimate <= engine.capacity + document
+
+
+def test_two_documents_a_worker_cannot_hold_together_stop_being_predicted_there() -> None:
+    """h148's mixed seed-2 thrash, h150: two documents whose questions all go to one worker
+    whose cache (its published size: 2.5 documents here) cannot hold both beside what its
+    requests add; each question records its document again. A question found its document
+    evicted (cached 0): the worker kept fewer blocks than the other document and what came
+    since. Its capacity estimate must drop below the two documents, so that the index
+    stops predicting both there. On main every question on the other document aged it by a
+    whole document (blocks recorded since, not distinct ones): the lost block's age read
+    five documents, the estimate stayed at the engine's size and the index kept promising
+    both (h148: 8 questions sent cold to the worker the index said held them, ~650 ms)."""
+    endpoint = ENDPOINTS[0]
+    router = pool_router([endpoint], 50.0)
+    a, b = (f"Document {name}. " + DOCUMENT for name in "AB")
+    slot = router.table.slot(endpoint)
+    both = [router.route(_question(text, 99)).prefix_hashes for text in (a, b)]
+    other = router.route(_question(a, 98)).prefix_hashes
+    document = next(i for i, (x, y) in enumerate(zip(both[0], other, strict=False)) if x != y)
+    router.prefix.report(slot, document * 5 // 2)  # the engine's published size
+    for n, (text, cached) in enumerate(((a, 0), (b, 0), (b, 1 << 30), (b, 1 << 30))):
+        assert _asked(router, text, n, cached) == endpoint
+    assert all(router.prefix.match(hashes).get(slot) for hashes in both)  # both predicted
+    assert _asked(router, a, 9, 0) == endpoint  # A again: the engine had evicted it
+    held = [router.prefix.match(hashes).get(slot, 0) for hashes in both]
+    assert held[0] >= document - 2  # A prefilled again: held
+    assert held[1] < document // 2  # B no longer predicted there beside it
+    assert router.prefix.capacity[slot] < 2 * document
+
+
+def _asked(router: Router, text: str, n: int, cached_tokens: int) -> str:
+    """`_served` for question `n` on `text`."""
+    local = router.route(_question(text, n)).local
+    assert local is not None
+    router.picked(local)
+    prompt = int(local.prompt_tokens)
+    cached = min(cached_tokens, prompt)
+    ttft_ms = 10.0 + 0.05 * (prompt - cached)
+    router.first_token(local, ttft_ms)
+    router.final(local, Served(prompt, cached, (), ttft_ms, 500.0))
+    return local.endpoint
+
+
+def _question(document: str, n: int) -> RouteQuery:
+    """Question `n` on `document`: a few blocks of its own after it, as the benchmark's."""
+    return system_query(document + f" Question {n}: " + "why is that so? " * 12, n)
