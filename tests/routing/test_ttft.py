@@ -413,8 +413,6 @@ def test_the_small_form_gives_the_vector_forms_predictions(  # noqa: PLR0917
         if learned[i] is not None:
             rates.observe_prefill(slot, MODEL, 500 + 100 * i, 20 + learned[i] * (500 + 100 * i))
             rates.observe_service(slot, MODEL, 1000 * learned[i])
-        table.add_running_tokens(slot, 900.0 * inflight[i])
-    rates._decode[MODEL] = (0.002, 80.0)  # the decode slow-down learned (`routing.rates`)
     ctx.signals = type(ctx.signals)(table.waiting.copy(), table.kv_usage.copy())
     model = scorer(rates)
     small = model._predict_small(ctx)
