@@ -15,7 +15,7 @@ from kinference.config.fields import ItemError, PolicyModel
 from kinference.routing.filters.saturation import SaturationConfig
 from kinference.routing.prefix import PrefixIndexConfig
 from kinference.routing.scorers.prefix import BalanceConfig
-from kinference.routing.scorers.ttft import TtftConfig
+from kinference.routing.scorers.ttft_config import TtftConfig
 
 
 class Weights(PolicyModel):

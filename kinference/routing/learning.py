@@ -64,7 +64,7 @@ class Learning:
         self.table = table
         self.prefix = prefix
         self.journal = journal
-        self.rates = Rates()
+        self.rates = Rates()  # the TTFT model's defaults until the policy's (`compile_policy`)
         self.text = TextSize()  # characters per token per model
         self.quality = PredictionQuality.empty()
         self.block_bytes = 64  # of the policy in force (set by the router on reload)

@@ -43,12 +43,10 @@ def compile_policy(
 ) -> RoutingPolicy:
     """Derive the router's view of a validated policy (runs on load and reload only)."""
     routing = policy.routing
-    rates = Rates(routing.ttft.learning_rate) if rates is None else rates
-    rates.alpha = routing.ttft.learning_rate
-    rates.prior_base_ms = routing.ttft.prior_prefill_base_ms
-    rates.prior_busy_ms = routing.ttft.prior_busy_ms_per_sequence
-    rates.prior_ms_per_token = 1000.0 / routing.ttft.prior_prefill_tokens_per_s
-    rates.prior_service_ms = routing.ttft.prior_service_ms
+    if rates is None:
+        rates = Rates(routing.ttft)
+    else:  # the router's: what it learned carries over to the reloaded priors
+        rates.configure(routing.ttft)
     scorers = build_scorers(routing, rates)
     ttft = next((s for s, _ in scorers if isinstance(s, TtftScorer)), None)
     return RoutingPolicy(

@@ -40,6 +40,7 @@ import math
 
 import numpy as np
 
+from kinference.routing.scorers.ttft_config import TtftConfig
 from kinference.routing.table import FloatArray, IndexArray
 
 MIN_SPREAD_TOKENS = 64.0  # below this spread of uncached tokens the slope is not refitted
@@ -118,25 +119,30 @@ def slope_floor(beyond: float, long: float) -> float:
 class Rates:
     """Learned rates per model, as arrays indexed by worker slot."""
 
-    def __init__(
-        self, alpha: float = 0.1, prior_base_ms: float = 15.0, prior_busy_ms: float = 0.0
-    ) -> None:
-        self.alpha = alpha
-        # The fixed cost assumed when every sample has the same prompt length (the fit
-        # cannot tell fixed from per-token cost then); set from the policy's prior.
-        self.prior_base_ms = prior_base_ms
-        # Milliseconds a running sequence adds to a TTFT until learned (the policy's prior).
-        self.prior_busy_ms = prior_busy_ms
-        # Milliseconds a prompt token takes to prefill until learned (the policy's prior).
-        self.prior_ms_per_token = 0.1
-        # Milliseconds a request holds its batch slot until learned (the policy's prior).
-        self.prior_service_ms = 2000.0
+    def __init__(self, config: TtftConfig | None = None) -> None:
+        """Priors and learning rate from `config` (the policy's `routing: ttft:`; its
+        defaults when None): `configure`."""
+        self.configure(TtftConfig() if config is None else config)
         self._arrays: dict[tuple[str, str], FloatArray] = {}  # (model, quantity) -> per slot
         self._sums: dict[str, FloatArray] = {}  # model -> the fit's sums (rows) per slot
         # model -> the busy fit: its weighted sums of sequences^2 and of sequences x excess,
         # and the fitted milliseconds a sequence (one for the model's engines: a pool's
         # engines share it, and each report teaches it, not only one worker's in four).
         self._busy: dict[str, tuple[float, float, float]] = {}
+
+    def configure(self, config: TtftConfig) -> None:
+        """Take the TTFT model's priors and learning rate (on load and on every reload;
+        what was learned stays)."""
+        self.alpha = config.learning_rate  # the weight of a new sample
+        # The fixed cost assumed when every sample has the same prompt length (the fit
+        # cannot tell fixed from per-token cost then).
+        self.prior_base_ms = config.prior_prefill_base_ms
+        # Milliseconds a running sequence adds to a TTFT until learned.
+        self.prior_busy_ms = config.prior_busy_ms_per_sequence
+        # Milliseconds a prompt token takes to prefill until learned.
+        self.prior_ms_per_token = 1000.0 / config.prior_prefill_tokens_per_s
+        # Milliseconds a request holds its batch slot until learned.
+        self.prior_service_ms = config.prior_service_ms
 
     def values(self, model: str, quantity: str, slots: IndexArray, size: int) -> FloatArray:
         """`quantity` for the slots (NaN where not learned); `size` is the table's."""

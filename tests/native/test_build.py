@@ -13,7 +13,8 @@ import pytest
 
 from kinference.routing.prefix_store import PyPrefixStore, new_store
 from kinference.routing.rates import Rates
-from kinference.routing.scorers.ttft import TtftConfig, TtftScorer
+from kinference.routing.scorers.ttft import TtftScorer
+from kinference.routing.scorers.ttft_config import TtftConfig
 
 
 def test_ci_with_a_compiler_runs_the_native_prefix_store() -> None:

@@ -17,7 +17,8 @@ from kinference.routing.features import Signals
 from kinference.routing.pending import PendingPrefix
 from kinference.routing.plugins.base import PickContext
 from kinference.routing.rates import Rates
-from kinference.routing.scorers.ttft import TtftConfig, TtftScorer
+from kinference.routing.scorers.ttft import TtftScorer
+from kinference.routing.scorers.ttft_config import TtftConfig
 from kinference.routing.table import WorkerTable
 from tests.routing.plugin_helpers import MODEL, request
 

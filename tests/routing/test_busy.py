@@ -25,6 +25,7 @@ from kinference.routing.rates import (
     Rates,
     busy_sample,
 )
+from kinference.routing.scorers.ttft_config import TtftConfig
 from tests.routing.plugin_helpers import MODEL
 
 LENGTHS = (200, 1800, 600, 1400, 1000)
@@ -107,7 +108,7 @@ def test_a_lone_request_or_a_queue_it_did_not_see_is_no_busy_sample() -> None:
     ],
 )
 def test_a_hostile_sample_teaches_nothing(sequences: float, excess: float) -> None:
-    rates = Rates(prior_busy_ms=3.0)
+    rates = Rates(TtftConfig(prior_busy_ms_per_sequence=3.0))
     assert not rates.observe_busy(MODEL, sequences, excess)
     assert busy_sample(sequences, excess) is None
     assert rates.busy_ms(MODEL) == 3.0 and math.isnan(rates.learned_busy(MODEL))
@@ -116,7 +117,7 @@ def test_a_hostile_sample_teaches_nothing(sequences: float, excess: float) -> No
 def test_one_sample_moves_the_fit_by_at_most_the_bound_either_way() -> None:
     assert busy_sample(2.0, 1e9) == (2.0, 2 * MAX_BUSY_MS)
     assert busy_sample(2.0, -1e9) == (2.0, -2 * MAX_BUSY_MS)
-    rates = Rates(alpha=0.1)
+    rates = Rates(TtftConfig(learning_rate=0.1))
     for _ in range(20):
         rates.observe_busy(MODEL, 4.0, 40.0)
     rates.observe_busy(MODEL, 4.0, -1e300)  # a misread prefill does not wipe the fit

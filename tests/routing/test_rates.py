@@ -6,7 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kinference.config import parse_policy
+from kinference.routing.policy import compile_policy
 from kinference.routing.rates import Rates
+from kinference.routing.scorers.ttft_config import TtftConfig
+from kinference.routing.table import WorkerTable
 
 MODEL = "m"
 
@@ -143,7 +147,7 @@ def test_a_consistent_worker_is_learned_despite_the_prior(
     10 to 1800 tokens are predicted within a fifth of the way to the prior's fixed cost
     after 10 samples, within 2.5 % after 30."""
     samples, share = samples_share
-    rates = Rates(prior_base_ms=15.0)
+    rates = Rates(TtftConfig(prior_prefill_base_ms=15.0))
     lengths = (10.0, 600.0, 1800.0)
     for index in range(samples):
         tokens = lengths[index % 3]
@@ -152,3 +156,44 @@ def test_a_consistent_worker_is_learned_despite_the_prior(
     assert abs(rates.learned(MODEL, "prefill_base_ms", 0) - base) <= off
     for tokens in lengths:
         assert abs(rates.prefill_ms(0, MODEL, tokens) - base - per_token * tokens) <= off
+
+
+def test_the_priors_and_learning_rate_are_the_ttft_configs_and_follow_a_reload() -> None:
+    """One home per default: `Rates` reads its priors and learning rate from the policy's
+    `routing: ttft:` (`TtftConfig`), at construction and again on a reload, keeping what
+    it learned."""
+    defaults = TtftConfig()
+    rates = Rates()
+    assert (rates.alpha, rates.prior_base_ms, rates.prior_busy_ms) == (
+        defaults.learning_rate,
+        defaults.prior_prefill_base_ms,
+        defaults.prior_busy_ms_per_sequence,
+    )
+    assert rates.prior_ms_per_token == 1000.0 / defaults.prior_prefill_tokens_per_s
+    assert rates.prior_service_ms == defaults.prior_service_ms
+    rates.observe_service(0, MODEL, 100.0)
+    learned = rates.learned(MODEL, "service_ms", 0)
+    table = WorkerTable()
+    policy = parse_policy(RELOADED)
+    assert compile_policy(policy, table, rates).ttft.rates is rates
+    assert (rates.alpha, rates.prior_base_ms, rates.prior_busy_ms) == (0.25, 7.0, 2.0)
+    assert (rates.prior_ms_per_token, rates.prior_service_ms) == (0.5, 900.0)
+    assert rates.learned(MODEL, "service_ms", 0) == learned
+    fresh = compile_policy(policy, table).ttft.rates
+    assert (fresh.alpha, fresh.prior_ms_per_token, fresh.prior_service_ms) == (0.25, 0.5, 900.0)
+
+
+RELOADED = """
+pools:
+  - namespace: default
+    name: chat
+    endpoints: ["10.0.0.1:8000"]
+    models: ["m"]
+routing:
+  ttft:
+    learning_rate: 0.25
+    prior_prefill_base_ms: 7
+    prior_busy_ms_per_sequence: 2
+    prior_prefill_tokens_per_s: 2000
+    prior_service_ms: 900
+"""

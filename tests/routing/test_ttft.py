@@ -14,7 +14,8 @@ from kinference.routing.rates import MIN_TOKENS_FOR_SLOPE, Rates
 from kinference.routing.readings import MAX_DOUBT_STEPS, MOST_SEEN_FOR_DOUBT, unseen_wait
 from kinference.routing.scorers import ttft as ttft_module
 from kinference.routing.scorers import ttft_small
-from kinference.routing.scorers.ttft import TtftConfig, TtftScorer
+from kinference.routing.scorers.ttft import TtftScorer
+from kinference.routing.scorers.ttft_config import TtftConfig
 from kinference.routing.table import WorkerTable
 from tests.clock import FakeClock
 from tests.routing.plugin_helpers import MODEL, context
@@ -203,7 +204,7 @@ def test_a_learned_busy_cost_sends_a_small_hit_to_an_idle_worker() -> None:
 
 
 def test_the_busy_fit_goes_through_the_origin_and_ignores_a_lone_request() -> None:
-    rates = Rates(alpha=0.2, prior_busy_ms=3.0)
+    rates = Rates(TtftConfig(learning_rate=0.2, prior_busy_ms_per_sequence=3.0))
     assert rates.busy_ms(MODEL) == 3.0  # the prior until a sample
     rates.observe_busy(MODEL, 0.0, 500.0)  # alone on its worker: says nothing
     assert rates.busy_ms(MODEL) == 3.0
@@ -218,7 +219,7 @@ def test_the_busy_fit_goes_through_the_origin_and_ignores_a_lone_request() -> No
 
 
 def test_learned_rates_replace_the_priors_per_worker() -> None:
-    rates = Rates(alpha=0.2)
+    rates = Rates(TtftConfig(learning_rate=0.2))
     ctx = context(2, prompt_tokens=1000)
     slow = int(ctx.slots[1])
     for tokens in (200, 1800, 600, 1400, 1000) * 6:  # a worker twice the prior's time
@@ -247,7 +248,10 @@ def test_the_prefill_fit_recovers_a_linear_engine(
 ) -> None:
     # The slope with the prior's fixed cost right (a wrong one tilts the line by its fading
     # share, `test_rates.test_a_consistent_worker_is_learned_despite_the_prior`).
-    rates, right = Rates(alpha=0.3), Rates(alpha=0.3, prior_base_ms=base)
+    rates, right = (
+        Rates(TtftConfig(learning_rate=0.3)),
+        Rates(TtftConfig(learning_rate=0.3, prior_prefill_base_ms=base)),
+    )
     for count in tokens:
         rates.observe_prefill(0, MODEL, count, base + per_token * count)
         right.observe_prefill(0, MODEL, count, base + per_token * count)
@@ -269,7 +273,9 @@ def test_the_prefill_fit_recovers_a_linear_engine(
 
 
 def test_service_time_is_a_moving_mean_and_forgotten_with_the_worker() -> None:
-    rates = Rates(alpha=0.5)  # the prior (2000 ms) weighs as 2 samples of 0.5 at first
+    rates = Rates(
+        TtftConfig(learning_rate=0.5)
+    )  # the prior (2000 ms) weighs as 2 samples of 0.5 at first
     rates.observe_service(3, MODEL, 1000)
     assert rates.learned(MODEL, "service_ms", 3) == 1500  # (0.5 * 2000 + 0.5 * 1000) / 1
     rates.observe_service(3, MODEL, 3000)

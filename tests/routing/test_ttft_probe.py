@@ -12,7 +12,8 @@ from kinference.routing.prefix import PrefixIndex
 from kinference.routing.rates import Rates
 from kinference.routing.readings import unseen_wait
 from kinference.routing.scorers import ttft as ttft_module
-from kinference.routing.scorers.ttft import TtftConfig, TtftScorer
+from kinference.routing.scorers.ttft import TtftScorer
+from kinference.routing.scorers.ttft_config import TtftConfig
 from kinference.routing.table import WorkerTable
 from tests.routing.plugin_helpers import MODEL, context
 

@@ -27,7 +27,7 @@ from kinference.routing.table import FloatArray
 
 if TYPE_CHECKING:
     from kinference.routing.plugins.base import PickContext
-    from kinference.routing.scorers.ttft import TtftConfig
+    from kinference.routing.scorers.ttft_config import TtftConfig
 
 Lists = tuple[list[float], list[float], list[float], list[float], list[float], list[float]]
 # `native_terms`' answer: predicted, wait, prefill, slot_wait, unsure, sequences, score
