@@ -188,18 +188,37 @@ static void needed_probes(double *out, Py_ssize_t n) {
     }
 }
 
-/* `readings.probe_limit` of the candidates. */
+/* `batch_rows` of `count` slots into `rows`. */
+static int batch_rows(const Terms *t, const Py_ssize_t *slots, Py_ssize_t count,
+                      BatchRow *rows) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t slot = slots[i];
+        BatchRow *row = &rows[i];
+        if (column_item(&t->columns[BATCH], slot, &row->seen) < 0 ||
+            column_item(&t->columns[RUNNING_MAX], slot, &row->most) < 0 ||
+            column_item(&t->columns[BATCH_LIMIT], slot, &row->limit) < 0 ||
+            column_item(&t->columns[BATCH_FLOOR], slot, &row->floor) < 0 ||
+            column_item(&t->columns[BATCH_CEILING], slot, &row->ceiling) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* `readings.probe_limit` of the pool's ready slots (the candidates where none given). */
 static int probe_limit(const Terms *t, double *out) {
+    const Py_ssize_t *slots = t->pool != NULL ? t->pool : t->slots;
+    Py_ssize_t count = t->pool != NULL ? t->pool_count : t->count;
     double limit = Py_HUGE_VAL, probing, late;
-    for (Py_ssize_t i = 0; i < t->count; i++) {
-        if (column_item(&t->columns[PROBING], t->slots[i], &probing) < 0) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (column_item(&t->columns[PROBING], slots[i], &probing) < 0) {
             return -1;
         }
         if (probing > 0.0) {
             *out = 0.0;
             return 0;
         }
-        if (column_item(&t->columns[PROBE_LATE], t->slots[i], &late) < 0) {
+        if (column_item(&t->columns[PROBE_LATE], slots[i], &late) < 0) {
             return -1;
         }
         limit = late < limit ? late : limit;
@@ -215,18 +234,14 @@ static int compute(Terms *t, double *out, int scoring) {
         peers_or(t->rates[2], t->slots, n, t->c.service, t->service) < 0) {
         return -1;
     }
-    for (Py_ssize_t i = 0; i < n; i++) { /* `batch_rows`: read once, before any candidate */
-        Py_ssize_t slot = t->slots[i];
-        BatchRow *row = &t->rows[i];
-        if (column_item(&t->columns[BATCH], slot, &row->seen) < 0 ||
-            column_item(&t->columns[RUNNING_MAX], slot, &row->most) < 0 ||
-            column_item(&t->columns[BATCH_LIMIT], slot, &row->limit) < 0 ||
-            column_item(&t->columns[BATCH_FLOOR], slot, &row->floor) < 0 ||
-            column_item(&t->columns[BATCH_CEILING], slot, &row->ceiling) < 0) {
-            return -1;
-        }
+    /* `batch_rows`: read once, before any candidate; then the pool's, its evidence */
+    if (batch_rows(t, t->slots, n, t->rows) < 0 ||
+        (t->pool != NULL && batch_rows(t, t->pool, t->pool_count, t->pool_rows) < 0)) {
+        return -1;
     }
-    double pool = most_seen_of_rows(t->rows, n), peer = peer_batch_of_rows(t->rows, n);
+    Py_ssize_t known = t->pool != NULL ? t->pool_count : n;
+    double pool = most_seen_of_rows(t->pool_rows, known);
+    double peer = peer_batch_of_rows(t->pool_rows, known);
     double limit;
     if (probe_limit(t, &limit) < 0) {
         return -1;

@@ -20,10 +20,12 @@ def terms(
     footprint: list[float] | None,
     clock: Callable[[], float],
     scoring: bool,
+    pool: npt.NDArray[np.intp] | None,
     /,
 ) -> object:
     """Writes the TTFT model's small-form rows into `out` (rows x len(slots)): predicted,
-    wait, prefill, slot_wait, unsure, sequences and (`scoring`) the score; answers None,
+    wait, prefill, slot_wait, unsure, sequences and (`scoring`) the score, the batch
+    evidence read over `pool` (the pool's ready slots; None: `slots`); answers None,
     or NotImplemented where an argument is not of the types it takes (nothing written:
     run the pure form). The same values and errors as `ttft_small.small_terms` and
     `TtftScorer._score_small`'s pure form."""

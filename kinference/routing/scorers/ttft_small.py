@@ -61,6 +61,7 @@ def native_terms(
         rates.peek(model, "prefill_ms_per_token"), rates.peek(model, "prefill_base_ms"),
         rates.peek(model, "service_ms"), settings, busy, ctx.prompt_tokens,
         ctx.memory_ahead, ctx.memory_batch, ctx.footprint, ctx.table.clock, scoring,
+        ctx.pool_slots,
     )  # fmt: skip
     if done is NotImplemented:
         return None
@@ -89,8 +90,10 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     unsure: list[float] = []
     arrivals: list[float] = []
     rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
-    pool, peer = readings.most_seen_of_rows(rows), readings.peer_batch_of_rows(rows)
-    limit, probes = readings.probe_limit(table.probing, table.probe_late, slots), [0.0] * len(slots)
+    ready = slots if ctx.pool_slots is None else ctx.pool_slots.tolist()  # the pool's
+    known = rows if ctx.pool_slots is None else table.batch_rows(ready)
+    pool, peer = readings.most_seen_of_rows(known), readings.peer_batch_of_rows(known)
+    limit, probes = readings.probe_limit(table.probing, table.probe_late, ready), [0.0] * len(slots)
     prior = config.prior_batch
     for i, slot in enumerate(slots):
         row = rows[i]
