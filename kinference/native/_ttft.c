@@ -191,18 +191,37 @@ static void needed_probes(double *out, Py_ssize_t n) {
     }
 }
 
-/* `readings.probe_limit` of the candidates. */
+/* `batch_rows` of `count` slots into `rows`. */
+static int batch_rows(const Terms *t, const Py_ssize_t *slots, Py_ssize_t count,
+                      BatchRow *rows) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t slot = slots[i];
+        BatchRow *row = &rows[i];
+        if (column_item(&t->columns[BATCH], slot, &row->seen) < 0 ||
+            column_item(&t->columns[RUNNING_MAX], slot, &row->most) < 0 ||
+            column_item(&t->columns[BATCH_LIMIT], slot, &row->limit) < 0 ||
+            column_item(&t->columns[BATCH_FLOOR], slot, &row->floor) < 0 ||
+            column_item(&t->columns[BATCH_CEILING], slot, &row->ceiling) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* `readings.probe_limit` of the pool's ready slots (the candidates where none given). */
 static int probe_limit(const Terms *t, double *out) {
+    const Py_ssize_t *slots = t->pool != NULL ? t->pool : t->slots;
+    Py_ssize_t count = t->pool != NULL ? t->pool_count : t->count;
     double limit = Py_HUGE_VAL, probing, late;
-    for (Py_ssize_t i = 0; i < t->count; i++) {
-        if (column_item(&t->columns[PROBING], t->slots[i], &probing) < 0) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (column_item(&t->columns[PROBING], slots[i], &probing) < 0) {
             return -1;
         }
         if (probing > 0.0) {
             *out = 0.0;
             return 0;
         }
-        if (column_item(&t->columns[PROBE_LATE], t->slots[i], &late) < 0) {
+        if (column_item(&t->columns[PROBE_LATE], slots[i], &late) < 0) {
             return -1;
         }
         limit = late < limit ? late : limit;
@@ -218,18 +237,14 @@ static int compute(Terms *t, double *out, int scoring) {
         peers_or(t->rates[2], t->slots, n, t->c.service, t->service) < 0) {
         return -1;
     }
-    for (Py_ssize_t i = 0; i < n; i++) { /* `batch_rows`: read once, before any candidate */
-        Py_ssize_t slot = t->slots[i];
-        BatchRow *row = &t->rows[i];
-        if (column_item(&t->columns[BATCH], slot, &row->seen) < 0 ||
-            column_item(&t->columns[RUNNING_MAX], slot, &row->most) < 0 ||
-            column_item(&t->columns[BATCH_LIMIT], slot, &row->limit) < 0 ||
-            column_item(&t->columns[BATCH_FLOOR], slot, &row->floor) < 0 ||
-            column_item(&t->columns[BATCH_CEILING], slot, &row->ceiling) < 0) {
-            return -1;
-        }
+    /* `batch_rows`: read once, before any candidate; then the pool's, its evidence */
+    if (batch_rows(t, t->slots, n, t->rows) < 0 ||
+        (t->pool != NULL && batch_rows(t, t->pool, t->pool_count, t->pool_rows) < 0)) {
+        return -1;
     }
-    double pool = most_seen_of_rows(t->rows, n), peer = peer_batch_of_rows(t->rows, n);
+    Py_ssize_t known = t->pool != NULL ? t->pool_count : n;
+    double pool = most_seen_of_rows(t->pool_rows, known);
+    double peer = peer_batch_of_rows(t->pool_rows, known);
     double limit;
     if (probe_limit(t, &limit) < 0) {
         return -1;
@@ -260,7 +275,7 @@ static PyObject *terms(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 /* `MaxScorePicker.pick`'s constants (kinference.routing.plugins.pick). */
 #define TIE 1e-9
 #define HOME_TOLERANCE 0.1
-#define CHOOSE_ARGS 24
+#define CHOOSE_ARGS 25
 
 /* `pick._mix`: splitmix64's finaliser. */
 static uint64_t mix(uint64_t value) {
@@ -406,14 +421,14 @@ static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t narg
                      nargs);
         return NULL;
     }
-    if (!PyFloat_CheckExact(args[16]) || (args[17] != Py_None && !PyLong_CheckExact(args[17]))) {
+    if (!PyFloat_CheckExact(args[17]) || (args[18] != Py_None && !PyLong_CheckExact(args[18]))) {
         return Py_NewRef(Py_NotImplemented);
     }
-    double weight = PyFloat_AS_DOUBLE(args[16]);
-    int has_home = args[17] != Py_None, home_ok = 0;
+    double weight = PyFloat_AS_DOUBLE(args[17]);
+    int has_home = args[18] != Py_None, home_ok = 0;
     uint64_t home = 0;
     if (has_home) {
-        home = PyLong_AsUnsignedLongLong(args[17]);
+        home = PyLong_AsUnsignedLongLong(args[18]);
         if (home == (uint64_t)-1 && PyErr_Occurred()) {
             if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
                 return NULL;
@@ -425,8 +440,8 @@ static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t narg
     }
     Py_buffer ids;
     int have_ids = 0;
-    if (args[18] != Py_None) { /* the candidates' endpoint ids, per slot (uint64) */
-        have_ids = hold_vector(args[18], &ids, "LQ", PyBUF_C_CONTIGUOUS);
+    if (args[19] != Py_None) { /* the candidates' endpoint ids, per slot (uint64) */
+        have_ids = hold_vector(args[19], &ids, "LQ", PyBUF_C_CONTIGUOUS);
         if (have_ids < 0) {
             return NULL;
         }
@@ -436,13 +451,13 @@ static PyObject *choose(PyObject *module, PyObject *const *args, Py_ssize_t narg
         }
     }
     Terms t;
-    int taken = terms_open(&t, PyModule_GetState(module), args, 16, ROWS);
+    int taken = terms_open(&t, PyModule_GetState(module), args, 17, ROWS);
     if (taken > 0 && !t.scoring) {
         taken = 0; /* the choice needs the scores */
     }
     Guard guard = {0};
     if (taken > 0) {
-        taken = guard_open(&guard, args + 19);
+        taken = guard_open(&guard, args + 20);
     }
     PyObject *answer = NULL;
     int saturated = 0;

@@ -20,16 +20,18 @@ def terms(
     footprint: list[float] | None,
     clock: Callable[[], float],
     scoring: bool,
+    pool: npt.NDArray[np.intp] | None,
     /,
 ) -> object:
     """Writes the TTFT model's small-form rows into `out` (rows x len(slots)): predicted,
-    wait, prefill, slot_wait, unsure, sequences and (`scoring`) the score; answers None,
+    wait, prefill, slot_wait, unsure, sequences and (`scoring`) the score, the batch
+    evidence read over `pool` (the pool's ready slots; None: `slots`); answers None,
     or NotImplemented where an argument is not of the types it takes (nothing written:
     run the pure form). The same values and errors as `ttft_small.small_terms` and
     `TtftScorer._score_small`'s pure form."""
 
 def choose(*args: object) -> object:
-    """`terms`' 16 arguments (`scoring` true), then weight (float), home (int or None), ids
+    """`terms`' 17 arguments (`scoring` true), then weight (float), home (int or None), ids
     (uint64 per table slot, or None), queue, kv_usage (float64 per slot; queue None: no
     saturation check), queue_depth, kv_cache, own (floats): the pipeline's choice when the
     TTFT scorer is the only one answering. First, with `queue`, the saturation filter's

@@ -4,14 +4,15 @@
  * cached (float64, per candidate), waiting (float64, per slot), table (a WorkerTable),
  * per_token, base, service (float64 per slot, or None), constants (10 floats: `Constants`),
  * busy (float), prompt (float or int), memory, fits, footprint (lists of floats, or None),
- * clock (the table's), scoring (bool). What is not of these types is
+ * clock (the table's), scoring (bool), pool (intp: the pool's ready slots, or None). What
+ * is not of these types is
  * not taken (answer 0) rather than converted: the pure form then runs on it as it is.
  */
 #include "ttft_args.h"
 
 #include <string.h>
 
-#define ARGS 16
+#define ARGS 17
 
 int names_open(Names *names) {
     static const char *const attributes[COLUMNS] = {
@@ -150,6 +151,14 @@ static int buffers(Terms *t, const Names *names, PyObject *const *args) {
             return taken;
         }
     }
+    t->pool = NULL, t->pool_count = 0;
+    if (args[16] != Py_None) {
+        if ((taken = hold(t, args[16], "lqn", PyBUF_C_CONTIGUOUS)) <= 0) {
+            return taken;
+        }
+        t->pool = t->views[t->held - 1].buf;
+        t->pool_count = t->views[t->held - 1].shape[0];
+    }
     for (int i = 0; i < 3; i++) {
         t->rates[i] = NULL;
         if (args[5 + i] != Py_None) {
@@ -163,15 +172,16 @@ static int buffers(Terms *t, const Names *names, PyObject *const *args) {
 }
 
 static int lists(Terms *t, PyObject *const *args) {
-    Py_ssize_t n = t->count, room = n + 1; /* longer lists: the pure form's */
-    t->scratch = PyMem_Malloc(sizeof(double) * (size_t)(3 * n + 5 * n + 3 * room + 1));
+    Py_ssize_t n = t->count, room = n + 1, p = t->pool_count; /* longer lists: pure form's */
+    t->scratch = PyMem_Malloc(sizeof(double) * (size_t)(3 * n + 5 * n + 5 * p + 3 * room + 1));
     if (t->scratch == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     t->per_token = t->scratch, t->base = t->per_token + n, t->service = t->base + n;
     t->rows = (BatchRow *)(t->service + n);
-    double *lists = t->service + n + 5 * n;
+    t->pool_rows = t->pool != NULL ? t->rows + n : t->rows;
+    double *lists = t->service + n + 5 * n + 5 * p;
     t->memory = t->fits = t->footprint = NULL;
     if (args[11] != Py_None && args[12] != Py_None) {
         if (!floats(args[11], lists, &t->memory_count, room) ||

@@ -21,8 +21,8 @@ typedef struct {
     double per_token, base, service, prior_batch, full, weight, space, queued, doubt, block;
 } Constants;
 
-/* 1 out + 1 slots + cached + waiting + the table's + 3 rates. */
-#define VIEWS (4 + COLUMNS + 3)
+/* 1 out + 1 slots + cached + waiting + the table's + 3 rates + the pool's slots. */
+#define VIEWS (4 + COLUMNS + 3 + 1)
 
 typedef struct {
     Py_buffer views[VIEWS];
@@ -30,6 +30,8 @@ typedef struct {
     double *out;
     const Py_ssize_t *slots;  /* intp */
     Py_ssize_t count;
+    const Py_ssize_t *pool;   /* intp, the pool's ready slots; NULL: None (`slots`) */
+    Py_ssize_t pool_count;
     Column cached, waiting, columns[COLUMNS];
     Column rate_columns[3];
     const Column *rates[3];   /* per_token, base, service; NULL: nothing learned */
@@ -40,7 +42,7 @@ typedef struct {
     PyObject *table, *clock;  /* borrowed */
     int scoring;
     double *per_token, *base, *service;  /* per candidate, `peers_or` */
-    BatchRow *rows;
+    BatchRow *rows, *pool_rows;  /* pool_rows: `rows` where `pool` is NULL */
     double *scratch;  /* one allocation: the above and the lists' copies */
 } Terms;
 

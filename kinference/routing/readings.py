@@ -91,8 +91,9 @@ class EngineReadings:
         return np.where(np.isnan(carried), waiting, carried)
 
     def occupancy(
-        self, slots: _IndexArray, waiting: _FloatArray, prior_batch: float
-    ) -> tuple[_FloatArray, _FloatArray]:
+        self, slots: _IndexArray, waiting: _FloatArray, prior_batch: float,
+        peer: float | None = None,
+    ) -> tuple[_FloatArray, _FloatArray]:  # fmt: skip
         """(sequences on each candidate now, the batch it runs at once).
 
         Sequences: the fresh reading (`waiting` not NaN) of running + waiting carried
@@ -106,7 +107,8 @@ class EngineReadings:
         to that ceiling). A candidate with neither a full reading nor a ceiling takes
         its fellow candidates' (`peer_batch`) as its ceiling unless it ran more: a pool's
         engines are alike, and each learning its batch by a request queueing there for a
-        second cost a queue per engine (few-slots, 18 req/s).
+        second cost a queue per engine (few-slots, 18 req/s). `peer`: the pool's
+        `peer_batch` where the pool is more than `slots` (None: the candidates').
         """
         inflight, fresh_waiting = self.inflight[slots], waiting[slots]
         running = self.running[slots]
@@ -119,7 +121,8 @@ class EngineReadings:
         floor = np.fmax(most, self.batch_floor[slots])
         guess = np.fmax(BATCH_HEADROOM * floor, prior_batch)  # NaN floor: the prior
         ceiling = self.batch_ceiling[slots]
-        peer = self.peer_batch(slots)  # for those it does not contradict
+        if peer is None:
+            peer = self.peer_batch(slots)  # for those it does not contradict
         ceiling = np.where(np.isnan(ceiling) & ~(floor > peer), peer, ceiling)
         ceiling = np.where(np.isnan(ceiling), np.nan, np.fmax(ceiling, floor))  # >= floor
         guess = np.fmin(guess, ceiling)  # NaN ceiling: no cap
@@ -132,8 +135,8 @@ class EngineReadings:
         return sequences, np.maximum(batch, 1.0)
 
     def peer_batch(self, slots: _IndexArray) -> float:
-        """The mean batch the candidates were seen to run (a full reading) or queue past
-        (a ceiling), NaN when none was."""
+        """The mean batch the slots (the pool's ready workers: `PickContext.pool_slots`)
+        were seen to run (a full reading) or queue past (a ceiling), NaN when none was."""
         seen, most = self.batch[slots], self.running_max[slots]
         full = np.where(np.isnan(seen), np.nan, np.fmax(seen, most))
         ceiling = self.batch_ceiling[slots]
@@ -185,19 +188,28 @@ class EngineReadings:
             guess = max(took_all if isnan(ceiling) else min(took_all, ceiling), guess)
         return sequences, max(guess, 1.0)
 
-    def unsure(self, slots: _IndexArray, peer: float) -> _FloatArray:
-        """Per candidate, the most sequences any candidate was seen running (or joined
-        unqueued) where its own batch is not known (no full reading, no configured batch,
-        no ceiling of its own or its peers'), else NaN: the batch is somewhere from there
-        to the guess. The pool's most, not the worker's own: engines of a pool are alike,
-        and one seen running 1 may well run 8 (Dynamo's mockers, 1-3 of 8 at 3 req/s)."""
+    def unsure(self, slots: _IndexArray, peer: float, pool: float | None = None) -> _FloatArray:
+        """Per candidate, the most sequences any worker of the pool was seen running (or
+        joined unqueued: `pool`, `most_seen`; None: any candidate) where its own batch is
+        not known (no full reading, no configured batch, no ceiling of its own or its
+        peers'), else NaN: the batch is somewhere from there to the guess. The pool's most,
+        not the worker's own: engines of a pool are alike, and one seen running 1 may well
+        run 8 (Dynamo's mockers, 1-3 of 8 at 3 req/s)."""
         seen, limit = self.batch[slots], self.batch_limit[slots]
         floor = np.fmax(self.running_max[slots], self.batch_floor[slots])
         known = ~np.isnan(seen) | ~np.isnan(limit) | ~np.isnan(self.batch_ceiling[slots])
         if not isnan(peer):
             known = known | ~(floor > peer)  # the peers' batch is its ceiling
-        pool = float(np.nanmax(floor)) if not np.isnan(floor).all() else math.nan
+        if pool is None:
+            pool = self.most_seen(slots, floor)
         return np.where(known, np.nan, np.fmax(floor, pool))
+
+    def most_seen(self, slots: _IndexArray, floor: _FloatArray | None = None) -> float:
+        """The most sequences any of the slots was seen running or joined unqueued
+        (`floor`: their `fmax(running_max, batch_floor)`, when already read)."""
+        if floor is None:
+            floor = np.fmax(self.running_max[slots], self.batch_floor[slots])
+        return float(np.nanmax(floor)) if not np.isnan(floor).all() else math.nan
 
     def unsure_of(self, slot: int, peer: float, pool: float) -> float:
         """`unsure` of one slot on Python floats (`pool`: `most_seen_of` the candidates)."""
@@ -231,9 +243,12 @@ def unseen_wait(joined: float, most: float, batch: float, service_ms: float) -> 
 
 
 def probe_limit(probing: _FloatArray, late: _FloatArray, slots: list[int]) -> float:
-    """The sequences from which no candidate may probe (`is_probe`): 0 while one of them
-    has a probe in flight (`WorkerTable.probing`), else the fewest a probe joined that came
-    late (`WorkerTable.probe_late`), inf when none did."""
+    """The sequences from which no candidate may probe (`is_probe`): 0 while one of the
+    slots has a probe in flight (`WorkerTable.probing`), else the fewest a probe joined
+    that came late (`WorkerTable.probe_late`), inf when none did. The slots are the pool's
+    ready workers (`PickContext.pool_slots`), not only the candidates the filters kept:
+    the saturation filter leaving out the worker whose probe came late let the pool probe
+    as far again (a 5th queued 1,381 ms on a 4-slot engine, h148)."""
     limit = math.inf
     for slot in slots:
         if probing.item(slot) > 0.0:

@@ -248,7 +248,8 @@ class Router(RouterFeedback, WorkerChoice):
         levels = saturation.levels_with_hits_in(signals, slots, context[0])
         free = free_positions(levels)
         if free:
-            return self._local(attempt, group, *self._narrowed(context, slots, free))
+            kept, narrowed = self._narrowed(context, slots, free)
+            return self._local(attempt, group, kept, narrowed, pool_slots=slots)
         attempt.note(Reason.SATURATED, f"pool {_pools(group)} is saturated")
         attempt.busy.append(Busy(group, slots, np.asarray(levels, dtype=np.int8)))
         return None

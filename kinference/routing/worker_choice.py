@@ -42,19 +42,24 @@ class WorkerChoice:
     def _local(
         self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray,
         context: tuple[PickContext, str | None] | None = None,
+        pool_slots: IndexArray | None = None,
     ) -> Decision:  # fmt: skip
-        """The choice among `slots`; `context`: their `_context`, when already made."""
-        decision = self._local_unless(attempt, group, slots, context, None)
+        """The choice among `slots`; `context`: their `_context`, when already made;
+        `pool_slots`: the ready workers the filters narrowed to `slots` (None: the same)."""
+        decision = self._local_unless(attempt, group, slots, context, None, pool_slots=pool_slots)
         return cast(Decision, decision)  # (no guard: always a decision)
 
     def _local_unless(
         self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray,
         context: tuple[PickContext, str | None] | None, guard: SaturationFilter | None,
+        *, pool_slots: IndexArray | None = None,
     ) -> Decision | None:  # fmt: skip
         """`_local`, or None where `guard` finds a candidate saturated (`Pipeline.choose`;
         given only where the pipeline runs: `policy.predicts_ttft`)."""
         request, policy, model = attempt.query.request, self.policy, group[0].model
-        ctx, note = context if context is not None else self._context(attempt, group, slots)
+        ctx, note = (
+            context if context is not None else self._context(attempt, group, slots, pool_slots)
+        )
         if len(slots) > 1 or policy.predicts_ttft:
             index = policy.pipeline.choose(ctx, self._rng, guard)
             if index == SATURATED:
@@ -96,8 +101,9 @@ class WorkerChoice:
         )
 
     def _context(
-        self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray
-    ) -> tuple[PickContext, str | None]:
+        self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray,
+        pool_slots: IndexArray | None = None,
+    ) -> tuple[PickContext, str | None]:  # fmt: skip
         """The Pick's context: the prompt's blocks and each candidate's cached tokens; and
         why a precise pool fell back to the approximate index, if it did."""
         request, settings, model = attempt.query.request, self.policy.prefix, group[0].model
@@ -130,7 +136,7 @@ class WorkerChoice:
             cached = self.sources.get(mode).cached_tokens(query, slots)
         ctx = PickContext(
             request, model, pool, self.table, attempt.signals, slots, prompt_tokens, cached,
-            hashes, footprint=self.prefix.footprint(slots), memory_ahead=ahead,
+            hashes, pool_slots, footprint=self.prefix.footprint(slots), memory_ahead=ahead,
             memory_batch=batch,
         )  # fmt: skip
         return ctx, note

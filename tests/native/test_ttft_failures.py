@@ -84,6 +84,9 @@ def test_the_plain_case_is_taken_and_the_same(scoring: bool) -> None:
         ({"footprint": [1.0, 2.0]}, ValueError),  # zip(strict=True)
         ({"footprint": []}, ValueError),  # max() of nothing
         ({"waiting": [0.0] * 2}, IndexError),
+        ({"pool": [1, 2, 3, CAPACITY]}, IndexError),  # the pool's slots beyond the table
+        ({"pool": [-1, 0, 1, 2, 3]}, None),
+        ({"pool": []}, None),  # no evidence: NaN peer and most, no limit
     ],
 )
 def test_failures_are_the_pure_forms(change: dict[str, Any], error: type | None) -> None:
@@ -108,10 +111,13 @@ def test_a_huge_negative_occupancy_overflows_its_square_as_in_python() -> None:
         {"footprint": (10.0, 0.0, 30.0)},  # not a list
         {"prompt": 10**400},  # no float
         {"config": {"prior_batch": 8}},
+        {"pool": np.array([1, 2, 3], dtype=np.int32)},  # not intp
     ],
 )
 def test_what_it_does_not_take_falls_back_to_the_pure_form(change: dict[str, Any]) -> None:
     case = CASE | {key: value for key, value in change.items() if key != "cached"}
+    if isinstance(change.get("pool"), np.ndarray):  # given as it is (`build` makes intp)
+        case["pool"] = change["pool"]
     if "cached" in change:
         case["cached"] = list(change["cached"])
     mine, pure, taken = answers(case)
@@ -143,7 +149,7 @@ def test_a_table_without_its_arrays_raises_attribute_error() -> None:
         native.terms(
             out, ctx.slots, ctx.cached_tokens, ctx.signals.waiting, object(), None, None,
             None, TtftScorer(config, rates)._constants, 0.0, 100.0, None, None, None,
-            lambda *a, **k: 0.0, True,
+            lambda *a, **k: 0.0, True, None,
         )  # fmt: skip
 
 
@@ -152,7 +158,7 @@ def test_a_short_out_or_a_wrong_count_of_arguments_is_refused() -> None:
     constants = TtftScorer(config, rates)._constants
     args = [np.empty((7, 2)), ctx.slots, ctx.cached_tokens, ctx.signals.waiting, ctx.table,
             None, None, None, constants, 0.0, 100.0, None, None, None,
-            lambda *a, **k: 0.0, True]  # fmt: skip
+            lambda *a, **k: 0.0, True, None]  # fmt: skip
     with pytest.raises(ValueError, match="smaller"):
         native.terms(*args)
     with pytest.raises(TypeError):

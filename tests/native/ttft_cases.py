@@ -129,6 +129,8 @@ def picks(draw: st.DrawFn) -> dict[str, Any]:
         "footprint": draw(st.none() | maybe),
         "shared": draw(st.lists(st.integers(0, 12), max_size=4)),
         "hashes": draw(st.sampled_from([(), HASHES])),
+        # the pool's ready slots the filters narrowed to `slots` (None: no filter did)
+        "pool": draw(st.none() | st.lists(st.integers(0, CAPACITY - 1), max_size=CAPACITY)),
     }
 
 
@@ -150,10 +152,13 @@ def build(case: dict[str, Any]) -> tuple[PickContext, Rates, TtftConfig]:
     if case["busy"] is not None:
         rates._busy[MODEL] = (1.0, 1.0, case["busy"])
     waiting = np.array(case["waiting"], dtype=np.float64)
+    pool = case.get("pool")
+    if pool is not None and not isinstance(pool, np.ndarray):
+        pool = np.array(pool, dtype=np.intp)
     ctx = PickContext(
         request(), MODEL, "default/pool", table, Signals(waiting, waiting.copy()),
         np.array(case["slots"], dtype=np.intp), case["prompt"],
-        np.array(case["cached"], dtype=np.float64), case["hashes"],
+        np.array(case["cached"], dtype=np.float64), case["hashes"], pool,
         footprint=case["footprint"],
     )  # fmt: skip
     if case["memory"] is not None:
@@ -169,8 +174,8 @@ def bits(values: object) -> bytes:
 
 
 def run(scorer: TtftScorer, ctx: PickContext, scoring: bool) -> tuple[object, ...]:
-    """What the small form answers and sets (bit for bit, -0.0 included), or the error's
-    type."""
+    """What the small form answers and sets (bit for bit, -0.0 included: the sequences
+    and the probes too), or the error's type."""
     try:
         if scoring:
             scores = scorer._score_small(ctx)
@@ -180,5 +185,5 @@ def run(scorer: TtftScorer, ctx: PickContext, scoring: bool) -> tuple[object, ..
             answered = scorer._predict_small(ctx)
     except Exception as error:  # the type is what both must share
         return (type(error),)
-    assert ctx.sequences is not None
-    return (*(bits(array) for array in answered), bits(ctx.sequences))
+    assert ctx.sequences is not None and ctx.probes is not None
+    return (*(bits(array) for array in answered), bits(ctx.sequences), bits(ctx.probes))

@@ -380,6 +380,8 @@ def test_a_long_cold_prompt_goes_where_it_holds_up_the_fewest_arrivals() -> None
         max_size=12,
     ),
     shared=st.lists(st.integers(0, 40), min_size=12, max_size=12),
+    probes=st.lists(st.sampled_from(["none", "late", "flight"]), min_size=12, max_size=12),
+    left_out=st.lists(st.booleans(), min_size=12, max_size=12),
 )
 def test_the_small_form_gives_the_vector_forms_predictions(  # noqa: PLR0917
     inflight: list[int],
@@ -388,7 +390,12 @@ def test_the_small_form_gives_the_vector_forms_predictions(  # noqa: PLR0917
     cached: list[float],
     batches: list[tuple[str, int]],
     shared: list[int],
+    probes: list[str],
+    left_out: list[bool],
 ) -> None:
+    """On random tables, the pool's probes in flight or late included, and with some of
+    the pool's ready workers left out by the filters (their batch evidence read over the
+    whole pool: `PickContext.pool_slots`)."""
     table, rates = WorkerTable(clock=frozen), Rates()
     n = len(inflight)
     ctx = context(n, prompt_tokens=3000, cached=cached[:n], table=table)
@@ -413,13 +420,25 @@ def test_the_small_form_gives_the_vector_forms_predictions(  # noqa: PLR0917
         if learned[i] is not None:
             rates.observe_prefill(slot, MODEL, 500 + 100 * i, 20 + learned[i] * (500 + 100 * i))
             rates.observe_service(slot, MODEL, 1000 * learned[i])
+        if probes[i] == "late":
+            table.probe_came_late(slot, float(2 + inflight[i] % 5))
+        elif probes[i] == "flight":
+            table.start_probe(slot, ("probe", i))
     ctx.signals = type(ctx.signals)(table.waiting.copy(), table.kv_usage.copy())
+    kept = [i for i in range(n) if not left_out[i]]
+    if kept and len(kept) < n:  # the filters left some out
+        ctx = ctx.narrowed(kept)
+        ctx.hashes = hashes
+        assert ctx.pool_slots is not None and len(ctx.pool_slots) == n
     model = scorer(rates)
     small = model._predict_small(ctx)
+    small_probes = ctx.probes
     vector = model._predict_vector(ctx)
     for got, want in zip(small, vector, strict=True):
         assert got.tolist() == pytest.approx(want.tolist(), rel=1e-9, abs=1e-9)
-    ctx.footprint = [float(37 * i % 11) for i in range(n)]
+    assert small_probes is not None and ctx.probes is not None
+    assert small_probes.tolist() == ctx.probes.tolist()
+    ctx.footprint = [float(37 * i % 11) for i in range(len(ctx.slots))]
     small_scores = model.score(ctx)
     ttft_module.SMALL_CANDIDATES, kept = 0, ttft_module.SMALL_CANDIDATES  # the vector form
     try:

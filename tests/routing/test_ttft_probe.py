@@ -4,18 +4,22 @@ unknown batch's doubt while none is in flight and none as far came late."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from kinference.routing.decision import LocalChoice
+from kinference.routing.decision import LocalChoice, RouteQuery
+from kinference.routing.features import EngineReading
 from kinference.routing.journal import NullJournal
 from kinference.routing.learning import Learning
 from kinference.routing.prefix import PrefixIndex
 from kinference.routing.rates import Rates
 from kinference.routing.readings import unseen_wait
+from kinference.routing.router import Router
 from kinference.routing.scorers import ttft as ttft_module
 from kinference.routing.scorers.ttft import TtftScorer
 from kinference.routing.scorers.ttft_config import TtftConfig
 from kinference.routing.table import WorkerTable
-from tests.routing.plugin_helpers import MODEL, context
+from tests.routing.plugin_helpers import MODEL, context, pool_router
+from tests.routing.plugin_helpers import system_query as query
 
 
 def frozen() -> float:
@@ -118,3 +122,52 @@ def test_no_probe_where_another_holder_has_a_free_slot() -> None:
                 assert alone.probes is not None and alone.probes.tolist() == [1.0, 0.0, 0.0]
             finally:
                 ttft_module.SMALL_CANDIDATES = kept
+
+
+def _filtered_pool(late: bool) -> tuple[Router, list[str], RouteQuery]:
+    """Mixed 6, 60 s (h148): A ran 4 and its probe past 4 came late (`late`; else it is
+    still in flight), then two documents filled A's KV cache (the saturation filter leaves
+    it out); B, running 4 too, holds the next prompt's prefix, C is idle and cold."""
+    endpoints = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"]
+    now = 100.0
+    router = pool_router(endpoints, now)
+    system = "You answer questions about the tides. " * 40
+    router.remote_picked(endpoints[1], router.route(query(system, 0)).prefix_hashes)
+    for endpoint, running, kv in zip(endpoints, (4.0, 4.0, 0.0), (0.95, 0.1, 0.0), strict=True):
+        router.engine_reading(endpoint, True, EngineReading(0.0, running, kv, scraped_at=now))
+    if late:
+        router.table.probe_came_late(router.table.slot(endpoints[0]), 5.0)
+    else:
+        router.table.start_probe(router.table.slot(endpoints[0]), "in flight")
+    return router, endpoints, query(system, 1)
+
+
+@pytest.mark.parametrize("late", [True, False])
+def test_the_pool_remembers_its_probe_on_a_worker_the_filters_leave_out(late: bool) -> None:
+    """`probe_limit` and the batch evidence read the pool's ready workers serving the
+    model, not only the candidates the filters kept: with A out (its KV cache full), a
+    5th on B is no probe while A's probe as far came late or is in flight (B's 5th queued
+    for 1,381 ms there). In all three forms (C, small list, vector)."""
+    for native in (True, False):
+        for candidates in (ttft_module.SMALL_CANDIDATES, 0):  # small form, vector form
+            ttft_module.SMALL_CANDIDATES, kept = candidates, ttft_module.SMALL_CANDIDATES
+            try:
+                router, endpoints, asked = _filtered_pool(late)
+                if not native:
+                    for scorer, _ in router.policy.pipeline.scorers:
+                        if isinstance(scorer, TtftScorer):
+                            scorer._native = None
+                choice = router.route(asked).local
+                assert choice is not None and choice.endpoint != endpoints[0]  # filtered
+                assert not choice.probe, (native, candidates, choice)
+            finally:
+                ttft_module.SMALL_CANDIDATES = kept
+
+
+def test_without_the_left_out_workers_probe_the_hit_is_the_pools_probe() -> None:
+    """The control of the test above: A's probe neither late nor in flight, B's 5th is the
+    pool's probe (the scenario does reach `is_probe`)."""
+    router, endpoints, asked = _filtered_pool(late=True)
+    router.table.probe_late[router.table.slot(endpoints[0])] = np.nan
+    choice = router.route(asked).local
+    assert choice is not None and choice.endpoint == endpoints[1] and choice.probe

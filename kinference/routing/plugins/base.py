@@ -39,6 +39,10 @@ class PickContext:
     prompt_tokens: float
     cached_tokens: FloatArray
     hashes: tuple[int, ...] = ()  # the prompt's approximate prefix blocks
+    # The pool's ready workers serving the model, before the filters narrowed them to
+    # `slots` (None: `slots` are all of them). What the pool learned of its batch (the
+    # probe in flight or late, the batches seen: `readings`) is read over these.
+    pool_slots: IndexArray | None = None
     # Blocks the approximate prefix index holds per candidate (how full its cache is).
     footprint: list[float] | None = None
     # Per candidate, in precise pools whose cache size is known (`kvcache.memory`): the
@@ -64,6 +68,7 @@ class PickContext:
         return PickContext(
             self.request, self.model, self.pool, self.table, self.signals, self.slots.take(kept),
             self.prompt_tokens, self.cached_tokens.take(kept), self.hashes,
+            pool_slots=self.slots if self.pool_slots is None else self.pool_slots,
             footprint=of(self.footprint), memory_ahead=of(self.memory_ahead),
             memory_batch=of(self.memory_batch),
         )  # fmt: skip

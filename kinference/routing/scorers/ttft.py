@@ -112,7 +112,8 @@ class TtftScorer:
 
     def _predict_vector(self, ctx: PickContext, parts: Parts | None = None) -> Terms:
         if parts is None:
-            parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting)
+            parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting,
+                               ctx.pool_slots)  # fmt: skip
         uncached = np.maximum(ctx.prompt_tokens - ctx.cached_tokens, 0.0)
         prefill = uncached * parts.per_token
         gone = unwaited_prefill(ctx.table, ctx.slots, parts.per_token)
@@ -164,9 +165,11 @@ class TtftScorer:
                              weight=weight, home=home, ids=ids, guard=guard)  # fmt: skip
 
     def parts(
-        self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray
-    ) -> Parts:
-        """The terms of the model that do not depend on the prompt, per slot."""
+        self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray,
+        pool: IndexArray | None = None,
+    ) -> Parts:  # fmt: skip
+        """The terms of the model that do not depend on the prompt, per slot (`pool`: the
+        ready workers the filters narrowed to `slots`, whose batch evidence counts too)."""
         config, rates, size = self.config, self.rates, len(table.inflight)
         per_token = _peers_or(rates.values(model, "prefill_ms_per_token", slots, size),
                               self._ms_per_token)  # fmt: skip
@@ -175,15 +178,18 @@ class TtftScorer:
         service = _peers_or(rates.values(model, "service_ms", slots, size),
                             config.prior_service_ms)  # fmt: skip
         busy = rates.busy_ms(model, config.prior_busy_ms_per_sequence)
-        sequences, batch = table.occupancy(slots, waiting, config.prior_batch)
+        pool = slots if pool is None else pool
+        peer = table.peer_batch(pool)
+        sequences, batch = table.occupancy(slots, waiting, config.prior_batch, peer)
         ahead = np.maximum(sequences + 1.0 - batch, 0.0)
         slot_wait = ahead * service / batch
         wait = slot_wait + table.pending_prefill[slots] * per_token  # less `unwaited_prefill`
         pressure = config.decode_pressure_ms * np.minimum(sequences / batch, 1.0) ** 2
         pressure = pressure + busy * np.minimum(sequences, batch)
-        most = np.where(ahead > 0.0, np.nan, table.unsure(slots, table.peer_batch(slots)))
+        most_seen = table.most_seen(pool) if pool is not slots else None
+        most = np.where(ahead > 0.0, np.nan, table.unsure(slots, peer, most_seen))
         joined = sequences + 1.0
-        limit = probe_limit(table.probing, table.probe_late, slots.tolist())
+        limit = probe_limit(table.probing, table.probe_late, pool.tolist())
         probe = (most >= MOST_SEEN_FOR_DOUBT) & (most < joined) & (joined <= most + 1.0)
         probes = (probe & (joined < limit)).astype(np.float64)  # `readings.is_probe`
         unsure = unseen_waits(joined, most, batch, service)
@@ -196,7 +202,8 @@ class TtftScorer:
         `queue_weight` of its wait for a batch slot (milliseconds all)."""
         if len(ctx.slots) <= SMALL_CANDIDATES:  # Python floats: a few numpy calls fewer
             return self._score_small(ctx)
-        parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting)
+        parts = self.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting,
+                           ctx.pool_slots)  # fmt: skip
         terms = self._predict_vector(ctx, parts)
         predicted, ctx.predicted_wait_ms, prefill, slot_wait, unsure = terms
         ctx.predicted_ttft_ms = predicted

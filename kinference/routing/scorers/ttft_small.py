@@ -56,7 +56,7 @@ def native_terms(
     does not take the arguments (run the pure form). `busy`: `rates.busy_ms` of the model
     with the config's prior."""
     out = np.empty((8, len(ctx.slots)))
-    done = terms(*_arguments(out, settings, busy, rates, ctx), scoring)
+    done = terms(*_arguments(out, settings, busy, rates, ctx), scoring, ctx.pool_slots)
     if done is NotImplemented:
         return None
     predicted, wait, prefill, slot_wait, unsure, sequences, score, ctx.probes = out
@@ -77,7 +77,7 @@ def native_choice(
     take the arguments (nothing computed: run the pipeline)."""
     out = np.empty((8, len(ctx.slots)))
     arguments = _arguments(out, settings, busy, rates, ctx)
-    index = choose(*arguments, True, weight, home, ids, *(guard or _UNGUARDED))
+    index = choose(*arguments, True, ctx.pool_slots, weight, home, ids, *(guard or _UNGUARDED))
     if not isinstance(index, int):
         return None
     if index == -2:
@@ -89,7 +89,8 @@ def native_choice(
 def _arguments(
     out: FloatArray, settings: tuple[float, ...], busy: float, rates: Rates, ctx: PickContext
 ) -> tuple[object, ...]:
-    """`_ttft.terms`' arguments but the last (`scoring`), `_ttft.choose`'s first 15."""
+    """`_ttft.terms`' arguments but the last two (`scoring`, the pool's slots), `_ttft.choose`'s
+    first 15."""
     table, model = ctx.table, ctx.model
     return (
         out, ctx.slots, ctx.cached_tokens, ctx.signals.waiting, table,
@@ -120,8 +121,10 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     unsure: list[float] = []
     arrivals: list[float] = []
     rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
-    pool, peer = readings.most_seen_of_rows(rows), readings.peer_batch_of_rows(rows)
-    limit, probes = readings.probe_limit(table.probing, table.probe_late, slots), [0.0] * len(slots)
+    ready = slots if ctx.pool_slots is None else ctx.pool_slots.tolist()  # the pool's
+    known = rows if ctx.pool_slots is None else table.batch_rows(ready)
+    pool, peer = readings.most_seen_of_rows(known), readings.peer_batch_of_rows(known)
+    limit, probes = readings.probe_limit(table.probing, table.probe_late, ready), [0.0] * len(slots)
     prior = config.prior_batch
     for i, slot in enumerate(slots):
         row = rows[i]
