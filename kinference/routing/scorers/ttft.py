@@ -38,7 +38,12 @@ slot it then holds, which the requests after it there wait for (none where one i
 and where the batch is not known, the expected such wait (`readings.unseen_wait`); and the
 wait its prefill imposes on the requests that reach the worker meanwhile (`rate`: the
 worker's arrivals a millisecond by Little's law, `sequences / service_ms`; each waits half
-of the prefill on average: engines prefill in turn).
+of the prefill on average: engines prefill in turn); and the decode it slows,
+`decode_weight * ms_per_kv_token * reply_tokens / 2 * (running_tokens + sequences *
+prompt_tokens)`: for about half of a mean reply it runs beside what the worker runs, its
+steps slower by the KV tokens running there (`WorkerTable.running_tokens`) and each of
+theirs by its own prompt's (`ms_per_kv_token` and `reply_tokens` learned per model from the
+final reports, `routing.rates`; no term until then at the default prior 0).
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ import numpy as np
 from kinference.native import load_choose, load_ttft
 from kinference.routing.pending import unwaited_prefill
 from kinference.routing.plugins.base import PickContext
-from kinference.routing.rates import Rates
+from kinference.routing.rates import MAX_KV_TOKENS, Rates
 from kinference.routing.readings import (
     MOST_SEEN_FOR_DOUBT,
     needed_probes,
@@ -148,7 +153,8 @@ class TtftScorer:
         if self._native is None:
             return None
         busy = self.rates.busy_ms(ctx.model, self.config.prior_busy_ms_per_sequence)
-        return native_terms(self._native, self._constants, busy, self.rates, ctx,
+        settings = (*self._constants, *self.decode_costs(ctx))
+        return native_terms(self._native, settings, busy, self.rates, ctx,
                             scoring=scoring)  # fmt: skip
 
     def choose_small(
@@ -161,8 +167,22 @@ class TtftScorer:
         if self._choose is None or len(ctx.slots) > SMALL_CANDIDATES:
             return None
         busy = self.rates.busy_ms(ctx.model, self.config.prior_busy_ms_per_sequence)
-        return native_choice(self._choose, self._constants, busy, self.rates, ctx,
+        settings = (*self._constants, *self.decode_costs(ctx))
+        return native_choice(self._choose, settings, busy, self.rates, ctx,
                              weight=weight, home=home, ids=ids, guard=guard)  # fmt: skip
+
+    def decode_costs(self, ctx: PickContext) -> tuple[float, float]:
+        """The decode a placement slows, in the cost: (ms per KV token running on the
+        worker, ms per sequence it runs and queues); (0, 0) while no slope is known."""
+        weight = self.config.decode_weight
+        if weight == 0.0:
+            return 0.0, 0.0
+        slope, reply = self.rates.decode(ctx.model)
+        if not (slope > 0.0 and reply > 0.0):
+            return 0.0, 0.0
+        per_token = weight * slope * reply / 2.0
+        prompt = ctx.prompt_tokens  # (an unknown prompt's inf counts as none)
+        return per_token, per_token * (prompt if 0.0 < prompt <= MAX_KV_TOKENS else 0.0)
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray,
@@ -218,7 +238,12 @@ class TtftScorer:
         queued = self.config.queue_weight * slot_wait + self._unsure_share() * unsure
         arrivals = np.where(parts.service > 0.0, parts.sequences / parts.service, 0.0)
         blocking = self.config.blocking_weight * arrivals * prefill * prefill / 2.0
-        cost = np.maximum(predicted + share * prefill + queued + blocking, 1.0)
+        cost = predicted + share * prefill + queued + blocking
+        per_token, per_sequence = self.decode_costs(ctx)
+        if per_token != 0.0 or per_sequence != 0.0:
+            running = ctx.table.running_tokens[ctx.slots]
+            cost = cost + (per_token * running + per_sequence * parts.sequences)
+        cost = np.maximum(cost, 1.0)
         return float(cost.min()) / cost
 
     def _score_small(self, ctx: PickContext) -> FloatArray:
@@ -239,10 +264,19 @@ class TtftScorer:
             shares = [weight + space * blocks / most for blocks in footprint]
         queued, doubt = self.config.queue_weight, self._unsure_share()
         block = self.config.blocking_weight
-        terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, strict=True)
+        per_token, per_sequence = self.decode_costs(ctx)
+        if per_token != 0.0 or per_sequence != 0.0:  # read before the lists are zipped
+            running = ctx.table.running_tokens
+            tokens = [running.item(slot) for slot in ctx.slots.tolist()]
+            sequences = ctx.sequences.tolist() if ctx.sequences is not None else []
+            decode = [per_token * kv + per_sequence * seqs
+                      for kv, seqs in zip(tokens, sequences, strict=True)]  # fmt: skip
+        else:
+            decode = [0.0] * len(owns)
+        terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, decode, strict=True)
         costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms
-                     + block * rate * own * own / 2.0, 1.0)
-                 for ttft, own, share, slot, unsure_ms, rate in terms]  # fmt: skip
+                     + block * rate * own * own / 2.0 + slowed, 1.0)
+                 for ttft, own, share, slot, unsure_ms, rate, slowed in terms]  # fmt: skip
         best = min(costs)
         return np.array([best / cost for cost in costs])
 
