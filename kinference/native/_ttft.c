@@ -150,14 +150,17 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
     }
     double *costs = out + SCORE * n, best = 0.0;
     /* The decode slowed (`TtftScorer.decode_costs`), into the score row first: the running
-     * KV tokens are read before the lists are zipped, as `_score_small` reads them. */
-    int decode = t->c.kv_token != 0.0 || t->c.kv_sequence != 0.0;
+     * KV tokens are read before the lists are zipped, as `_score_small` reads them; capped
+     * by the prefill the candidate's hit saves. */
+    int decode = t->c.kv_token != 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        double tokens = 0.0;
-        if (decode && column_item(&t->columns[RUNNING_TOKENS], t->slots[i], &tokens) < 0) {
+        double tokens = 0.0, cached = 0.0;
+        if (decode && (column_item(&t->columns[RUNNING_TOKENS], t->slots[i], &tokens) < 0 ||
+                       column_item(&t->cached, i, &cached) < 0)) {
             return -1;
         }
-        costs[i] = decode ? t->c.kv_token * tokens + t->c.kv_sequence * out[SEQUENCES * n + i]
+        costs[i] = decode ? py_min(t->c.kv_token * tokens,
+                                   py_min(cached, t->prompt) * t->per_token[i])
                           : 0.0;
     }
     if (spread && t->footprint_count != n) {

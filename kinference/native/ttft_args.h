@@ -17,11 +17,11 @@ typedef struct {
 } Names;
 
 /* The scorer's settings: its priors and weights (`TtftScorer`, `constants`), then the
- * decode costs, per running KV token and per sequence (`TtftScorer.decode_costs`, learned:
- * appended at each Pick). */
+ * decode cost per running KV token (`TtftScorer.decode_costs`, learned: appended at each
+ * Pick; capped per candidate by the prefill its hit saves). */
 typedef struct {
     double per_token, base, service, prior_batch, full, weight, space, queued, doubt, block,
-        kv_token, kv_sequence;
+        kv_token;
 } Constants;
 
 /* 1 out + 1 slots + cached + waiting + the table's + 3 rates + the pool's slots. */

@@ -130,50 +130,45 @@ def scored(rates: Rates, ctx: object, **config: float) -> list[list[float]]:
     return answers
 
 
-def test_a_small_gain_hit_on_a_worker_whose_kv_tokens_slow_its_decode_goes_elsewhere() -> None:
+def test_a_hit_on_a_worker_whose_kv_tokens_slow_its_decode_loses_at_most_what_it_saves() -> None:
     """A chat turn with 300 of 2000 tokens cached on a worker running 8000 KV tokens (two
-    documents) and the other worker idle: once the slope is learned the idle one takes it
-    (its hit saves ~30 ms; the documents would slow each of its ~100 tokens by 16 ms). With
-    1900 cached the holder keeps it at this weight; without a slope learned it keeps it too
-    (the term is 0: no change)."""
+    documents) and the other worker idle: the documents would slow each of its ~100 tokens
+    by 16 ms, more than its hit saves (~30 ms), so the term is capped at the saving: the
+    holder is priced as if cold (its edge left is the share of its smaller own prefill), and
+    a worker it saves nothing on gets no decode term. Without a slope the term is 0."""
     table = WorkerTable(clock=frozen)
     ctx = context(2, prompt_tokens=2000, cached=[300, 0], table=table)
     busy = int(ctx.slots[0])
     table.add_inflight(busy, 2)
     table.add_running_tokens(busy, 8000.0)
     rates = Rates()
-    for scores in scored(rates, ctx, decode_pressure_ms=0):
+    before = scored(rates, ctx, decode_pressure_ms=0, compute_weight=0, blocking_weight=0)
+    for scores in before:
         assert scores[0] == 1.0  # nothing learned: the hit wins
     decode_learned(rates)
+    model = TtftScorer(TtftConfig(decode_pressure_ms=0), rates)
+    (per_kv_token,) = model.decode_costs(ctx)
+    assert per_kv_token * 8000.0 > 300 * 1000.0 / TtftConfig().prior_prefill_tokens_per_s
+    for scores in scored(rates, ctx, decode_pressure_ms=0, compute_weight=0, blocking_weight=0):
+        assert scores == pytest.approx([1.0, 1.0], rel=1e-12)  # priced cold: a tie
     for scores in scored(rates, ctx, decode_pressure_ms=0):
-        assert scores[1] == 1.0 and scores[0] < 1.0
+        assert scores[0] == 1.0 and scores[1] > before[0][1]
     for scores in scored(rates, ctx, decode_pressure_ms=0, decode_weight=0):
         assert scores[0] == 1.0
-    kept = context(2, prompt_tokens=2000, cached=[1900, 0], table=table)
-    for scores in scored(rates, kept, decode_pressure_ms=0, decode_weight=0.02):
-        assert scores[0] == 1.0
 
 
-def test_a_long_prompt_is_dearer_beside_running_sequences() -> None:
-    """Equal KV tokens running on both, more sequences on the first: a 6000-token document
-    slows each of them, so it goes to the one running fewer; a 10-token prompt hardly slows
-    anyone (the term's difference is then ~1 % of the document's)."""
+def test_the_cold_candidates_carry_no_decode_term() -> None:
+    """Nothing cached anywhere: the cap is 0 everywhere, so running KV tokens change no
+    score (cold spreading is the other terms' business)."""
     table = WorkerTable(clock=frozen)
     doc = context(2, prompt_tokens=6000, table=table)
-    many, few = (int(slot) for slot in doc.slots)
-    table.add_inflight(many, 3)
-    table.add_inflight(few, 1)
-    for slot in (many, few):
-        table.add_running_tokens(slot, 3000.0)
+    table.add_running_tokens(int(doc.slots[0]), 30000.0)
     rates = Rates()
     decode_learned(rates)
-    for scores in scored(rates, doc, decode_pressure_ms=0, blocking_weight=0):
-        assert scores[1] == 1.0 and scores[0] < 0.99
-    short = context(2, prompt_tokens=10, table=table)
-    model = TtftScorer(TtftConfig(decode_pressure_ms=0, blocking_weight=0), rates)
-    per_token, per_sequence = model.decode_costs(short)
-    assert per_sequence == per_token * 10
-    assert model.decode_costs(context(2, prompt_tokens=math.inf, table=table))[1] == 0.0
+    priced = scored(rates, doc)
+    unpriced = scored(rates, doc, decode_weight=0)
+    for got, want in zip(priced, unpriced, strict=True):
+        assert got == want
 
 
 def test_the_small_and_vector_forms_price_the_decode_alike() -> None:
@@ -189,6 +184,7 @@ def test_the_small_and_vector_forms_price_the_decode_alike() -> None:
         assert scores == pytest.approx(answers[0], rel=1e-12)
     unpriced = scored(rates, ctx, decode_weight=0)[0]
     assert int(np.argmax(unpriced)) == 2  # the full hit, on a worker running 3400 tokens
-    assert int(np.argmax(answers[0])) == 0  # at the mocker's slope: the idle worker
+    assert int(np.argmax(answers[0])) == 2  # capped at what it saves: still the full hit
+    assert answers[0][0] > unpriced[0]  # ... by less against the idle worker
     priced = answers[0]  # the busiest worker dearer against the idle one
     assert priced[4] / priced[0] < unpriced[4] / unpriced[0]

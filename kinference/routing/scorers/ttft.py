@@ -39,10 +39,11 @@ and where the batch is not known, the expected such wait (`readings.unseen_wait`
 wait its prefill imposes on the requests that reach the worker meanwhile (`rate`: the
 worker's arrivals a millisecond by Little's law, `sequences / service_ms`; each waits half
 of the prefill on average: engines prefill in turn); and the decode it slows,
-`decode_weight * ms_per_kv_token * reply_tokens / 2 * (running_tokens + sequences *
-prompt_tokens)`: for about half of a mean reply it runs beside what the worker runs, its
-steps slower by the KV tokens running there (`WorkerTable.running_tokens`) and each of
-theirs by its own prompt's (`ms_per_kv_token` and `reply_tokens` learned per model from the
+`min(decode_weight * ms_per_kv_token * reply_tokens / 2 * running_tokens, cached_tokens *
+ms_per_token)`: for about half of a mean reply it runs beside what the worker runs, its
+steps slower by the KV tokens running there (`WorkerTable.running_tokens`), capped by the
+prefill its cache hit there saves, so decode pressure alone never prices a hit above its
+cold cost (a cold candidate carries none) (`ms_per_kv_token` and `reply_tokens` learned per model from the
 final reports, `routing.rates`; no term until then at the default prior 0).
 """
 
@@ -56,7 +57,7 @@ import numpy as np
 from kinference.native import load_choose, load_ttft
 from kinference.routing.pending import unwaited_prefill
 from kinference.routing.plugins.base import PickContext
-from kinference.routing.rates import MAX_KV_TOKENS, Rates
+from kinference.routing.rates import Rates
 from kinference.routing.readings import (
     MOST_SEEN_FOR_DOUBT,
     needed_probes,
@@ -171,18 +172,18 @@ class TtftScorer:
         return native_choice(self._choose, settings, busy, self.rates, ctx,
                              weight=weight, home=home, ids=ids, guard=guard)  # fmt: skip
 
-    def decode_costs(self, ctx: PickContext) -> tuple[float, float]:
+    def decode_costs(self, ctx: PickContext) -> tuple[float]:
         """The decode a placement slows, in the cost: (ms per KV token running on the
-        worker, ms per sequence it runs and queues); (0, 0) while no slope is known."""
+        worker,); (0,) while no slope is known. Per candidate the term is capped by the
+        prefill its cache hit saves (`cached * ms_per_token`): decode pressure alone never
+        prices a hit above its cold cost."""
         weight = self.config.decode_weight
         if weight == 0.0:
-            return 0.0, 0.0
+            return (0.0,)
         slope, reply = self.rates.decode(ctx.model)
         if not (slope > 0.0 and reply > 0.0):
-            return 0.0, 0.0
-        per_token = weight * slope * reply / 2.0
-        prompt = ctx.prompt_tokens  # (an unknown prompt's inf counts as none)
-        return per_token, per_token * (prompt if 0.0 < prompt <= MAX_KV_TOKENS else 0.0)
+            return (0.0,)
+        return (weight * slope * reply / 2.0,)
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray,
@@ -239,10 +240,11 @@ class TtftScorer:
         arrivals = np.where(parts.service > 0.0, parts.sequences / parts.service, 0.0)
         blocking = self.config.blocking_weight * arrivals * prefill * prefill / 2.0
         cost = predicted + share * prefill + queued + blocking
-        per_token, per_sequence = self.decode_costs(ctx)
-        if per_token != 0.0 or per_sequence != 0.0:
+        (per_kv_token,) = self.decode_costs(ctx)
+        if per_kv_token != 0.0:  # capped by the prefill the hit saves
             running = ctx.table.running_tokens[ctx.slots]
-            cost = cost + (per_token * running + per_sequence * parts.sequences)
+            saved = np.minimum(ctx.cached_tokens, ctx.prompt_tokens) * parts.per_token
+            cost = cost + np.minimum(per_kv_token * running, saved)
         cost = np.maximum(cost, 1.0)
         return float(cost.min()) / cost
 
@@ -264,13 +266,15 @@ class TtftScorer:
             shares = [weight + space * blocks / most for blocks in footprint]
         queued, doubt = self.config.queue_weight, self._unsure_share()
         block = self.config.blocking_weight
-        per_token, per_sequence = self.decode_costs(ctx)
-        if per_token != 0.0 or per_sequence != 0.0:  # read before the lists are zipped
-            running = ctx.table.running_tokens
-            tokens = [running.item(slot) for slot in ctx.slots.tolist()]
-            sequences = ctx.sequences.tolist() if ctx.sequences is not None else []
-            decode = [per_token * kv + per_sequence * seqs
-                      for kv, seqs in zip(tokens, sequences, strict=True)]  # fmt: skip
+        (per_kv_token,) = self.decode_costs(ctx)
+        if per_kv_token != 0.0:  # read before the lists are zipped; capped by what a hit saves
+            running, slots = ctx.table.running_tokens, ctx.slots.tolist()
+            tokens = [running.item(slot) for slot in slots]
+            per_token = ttft_small.prefill_ms_per_token(self.rates, ctx.model, slots,
+                                                        self._ms_per_token)  # fmt: skip
+            prompt, cached = ctx.prompt_tokens, ctx.cached_tokens.tolist()
+            decode = [min(per_kv_token * kv, min(hit, prompt) * rate)
+                      for kv, hit, rate in zip(tokens, cached, per_token, strict=True)]  # fmt: skip
         else:
             decode = [0.0] * len(owns)
         terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, decode, strict=True)
