@@ -43,8 +43,9 @@ of the prefill on average: engines prefill in turn); and the decode it slows,
 ms_per_token)`: for about half of a mean reply it runs beside what the worker runs, its
 steps slower by the KV tokens running there (`WorkerTable.running_tokens`), capped by the
 prefill its cache hit there saves, so decode pressure alone never prices a hit above its
-cold cost (a cold candidate carries none) (`ms_per_kv_token` and `reply_tokens` learned per model from the
-final reports, `routing.rates`; no term until then at the default prior 0).
+cold cost (a cold candidate carries none); `ms_per_kv_token` and `reply_tokens` learned
+per model from the final reports (`routing.rates`; no term until then at the default
+prior 0).
 """
 
 from __future__ import annotations

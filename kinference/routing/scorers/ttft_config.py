@@ -63,9 +63,10 @@ class TtftConfig(PluginConfig):
     # steps slower by the KV tokens running there, so `decode = ms_per_kv_token *
     # reply_tokens / 2 * running_tokens`, capped per candidate by the prefill its cache
     # hit saves (`cached_tokens * ms_per_token`: a hit is never priced above its cold cost
-    # by decode pressure alone; a cold candidate carries none; h151). At light load, where no batch is near full and the pressure term
-    # is ~0, a small-gain cache hit on a worker whose running KV tokens slow its decode
-    # then loses to a quieter one (Dynamo's mockers, 3 req/s: output tokens in the window
+    # by decode pressure alone; a cold candidate carries none; h151). At light load, where
+    # no batch is near full and the pressure term is ~0, a small-gain cache hit on a
+    # worker whose running KV tokens slow its decode then loses to a quieter one (h143,
+    # uncapped, Dynamo's mockers, 3 req/s: output tokens in the window
     # 209 -> 224 and 256 -> 264 a seed, TTFT p90 unchanged, hit rate 0.66 -> 0.54; 0.1
     # moved less, h143). Not 1: the whole decode time (seconds on the mockers) outweighs
     # every hit's TTFT saving.
