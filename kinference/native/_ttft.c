@@ -168,7 +168,7 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
     return 0;
 }
 
-/* `readings.needed_probes` on the rows of `out`. */
+/* `doubt.needed_probes` on the rows of `out`. */
 static void needed_probes(double *out, Py_ssize_t n) {
     double safest = Py_HUGE_VAL;
     int any = 0;
@@ -208,7 +208,7 @@ static int batch_rows(const Terms *t, const Py_ssize_t *slots, Py_ssize_t count,
     return 0;
 }
 
-/* `readings.probe_limit` of the pool's ready slots (the candidates where none given). */
+/* `doubt.probe_limit` of the pool's ready slots (the candidates where none given). */
 static int probe_limit(const Terms *t, double *out) {
     const Py_ssize_t *slots = t->pool != NULL ? t->pool : t->slots;
     Py_ssize_t count = t->pool != NULL ? t->pool_count : t->count;

@@ -13,8 +13,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* `readings.BATCH_HEADROOM`, `readings.MOST_SEEN_FOR_DOUBT`, `readings.MAX_DOUBT_STEPS`,
- * `readings.PROBE_SAVING_MS` (a change there shows in the parity tests,
+/* `readings.BATCH_HEADROOM`, `doubt.MOST_SEEN_FOR_DOUBT`, `doubt.MAX_DOUBT_STEPS`,
+ * `doubt.PROBE_SAVING_MS` (a change there shows in the parity tests,
  * tests/native/test_ttft.py). */
 #define BATCH_HEADROOM 2.0
 #define MOST_SEEN_FOR_DOUBT 2.0

@@ -1,6 +1,6 @@
 /* The readings' small forms and the TTFT model's per-value helpers, in C: the same values
  * as kinference.routing.readings (`occupancy_of_row`, `peer_batch_of_rows`,
- * `most_seen_of_rows`, `unsure_of_row`, `is_probe`, `unseen_wait`) and ttft_small (`_small_peers_or`),
+ * `most_seen_of_rows`, `unsure_of_row`), kinference.routing.doubt (`is_probe`, `unseen_wait`) and ttft_small (`_small_peers_or`),
  * operation for operation (see ttft.h).
  */
 #include "ttft.h"

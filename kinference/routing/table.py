@@ -73,7 +73,7 @@ class WorkerTable(EngineReadings):
         # The pool's `max_batch` (its engines' max_num_seqs), NaN when not configured.
         self.batch_limit: FloatArray = np.full(capacity, np.nan)
         # Picks in flight on each worker that joined one past the most its pool was seen
-        # running, priced without the unknown batch's doubt (`readings.unseen_wait`), until
+        # running, priced without the unknown batch's doubt (`doubt.unseen_wait`), until
         # their first token (or release) shows whether the batch held them.
         self.probing: FloatArray = np.zeros(capacity)
         # The sequences such a pick joined whose first token was not on time (NaN: none):

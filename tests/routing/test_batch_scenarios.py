@@ -199,7 +199,7 @@ def test_on_engines_of_64_slots_one_probe_at_a_time_lifts_the_doubt_at_light_loa
     the pool's most seen stays low, and every hit joining one past it paid the unknown
     batch's doubt (67-143 ms, twice) and went cold: 126 of 723 on main. One join past the
     most in flight per pool is priced without it; its first token on time raises the
-    floor, and the next can go (`readings.is_probe`)."""
+    floor, and the next can go (`doubt.is_probe`)."""
     cold = requests = 0
     for seed in range(1, 13):
         sim = run(rate_per_s=6.0, seconds=10.0, seed=seed, engines=8, slots=64)

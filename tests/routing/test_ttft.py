@@ -9,9 +9,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from kinference.routing.doubt import MAX_DOUBT_STEPS, MOST_SEEN_FOR_DOUBT, unseen_wait
 from kinference.routing.pending import PendingPrefix
 from kinference.routing.rates import MIN_TOKENS_FOR_SLOPE, Rates
-from kinference.routing.readings import MAX_DOUBT_STEPS, MOST_SEEN_FOR_DOUBT, unseen_wait
 from kinference.routing.scorers import ttft as ttft_module
 from kinference.routing.scorers import ttft_small
 from kinference.routing.scorers.ttft import TtftScorer

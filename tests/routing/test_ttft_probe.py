@@ -1,4 +1,4 @@
-"""The pool's one probe past the most seen running (`readings.is_probe`): priced without the
+"""The pool's one probe past the most seen running (`doubt.is_probe`): priced without the
 unknown batch's doubt while none is in flight and none as far came late."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from kinference.routing.decision import LocalChoice, RouteQuery
+from kinference.routing.doubt import unseen_wait
 from kinference.routing.features import EngineReading
 from kinference.routing.journal import NullJournal
 from kinference.routing.learning import Learning
 from kinference.routing.prefix import PrefixIndex
 from kinference.routing.rates import Rates
-from kinference.routing.readings import unseen_wait
 from kinference.routing.router import Router
 from kinference.routing.scorers import ttft as ttft_module
 from kinference.routing.scorers.ttft import TtftScorer

@@ -35,7 +35,7 @@ it, so that at equal TTFT a cache hit wins; the cache space its new blocks take,
 where the cache is fuller (`fullness`: blocks the prefix index holds there over the most
 any candidate holds), since they evict what others would reuse; behind a full batch, the
 slot it then holds, which the requests after it there wait for (none where one is free);
-and where the batch is not known, the expected such wait (`readings.unseen_wait`); and the
+and where the batch is not known, the expected such wait (`doubt.unseen_wait`); and the
 wait its prefill imposes on the requests that reach the worker meanwhile (`rate`: the
 worker's arrivals a millisecond by Little's law, `sequences / service_ms`; each waits half
 of the prefill on average: engines prefill in turn).
@@ -49,15 +49,15 @@ from typing import ClassVar
 import numpy as np
 
 from kinference.native import load_choose, load_ttft
-from kinference.routing.pending import unwaited_prefill
-from kinference.routing.plugins.base import PickContext
-from kinference.routing.rates import Rates
-from kinference.routing.readings import (
+from kinference.routing.doubt import (
     MOST_SEEN_FOR_DOUBT,
     needed_probes,
     probe_limit,
     unseen_waits,
 )
+from kinference.routing.pending import unwaited_prefill
+from kinference.routing.plugins.base import PickContext
+from kinference.routing.rates import Rates
 from kinference.routing.scorers import ttft_small
 from kinference.routing.scorers.ttft_config import TtftConfig
 from kinference.routing.scorers.ttft_small import Rows, native_choice, native_terms, small_terms
@@ -76,7 +76,7 @@ class Parts:
     sequences: FloatArray  # what each runs and queues now
     service: FloatArray  # ms a request holds a batch slot after its first token
     unsure: FloatArray  # the expected wait where the batch is not known (`unseen_wait`)
-    probes: FloatArray  # 1.0 where joining is the pool's probe (`readings.is_probe`)
+    probes: FloatArray  # 1.0 where joining is the pool's probe (`doubt.is_probe`)
 
 
 # (predicted TTFT, its wait, own prefill, its slot wait, the unknown batch's expected wait)
@@ -191,7 +191,7 @@ class TtftScorer:
         joined = sequences + 1.0
         limit = probe_limit(table.probing, table.probe_late, pool.tolist())
         probe = (most >= MOST_SEEN_FOR_DOUBT) & (most < joined) & (joined <= most + 1.0)
-        probes = (probe & (joined < limit)).astype(np.float64)  # `readings.is_probe`
+        probes = (probe & (joined < limit)).astype(np.float64)  # `doubt.is_probe`
         unsure = unseen_waits(joined, most, batch, service)
         return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure,
                      probes)  # fmt: skip

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kinference.routing import readings
+from kinference.routing import doubt, readings
+from kinference.routing.doubt import MOST_SEEN_FOR_DOUBT, unseen_wait
 from kinference.routing.pending import waited_prefill
 from kinference.routing.rates import Rates
-from kinference.routing.readings import MOST_SEEN_FOR_DOUBT, unseen_wait
 from kinference.routing.table import FloatArray
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     ready = slots if ctx.pool_slots is None else ctx.pool_slots.tolist()  # the pool's
     known = rows if ctx.pool_slots is None else table.batch_rows(ready)
     pool, peer = readings.most_seen_of_rows(known), readings.peer_batch_of_rows(known)
-    limit, probes = readings.probe_limit(table.probing, table.probe_late, ready), [0.0] * len(slots)
+    limit, probes = doubt.probe_limit(table.probing, table.probe_late, ready), [0.0] * len(slots)
     prior = config.prior_batch
     for i, slot in enumerate(slots):
         row = rows[i]
@@ -148,7 +148,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         joined, most = sequences + 1.0, math.nan
         if ahead == 0.0:
             most = readings.unsure_of_row(row, peer, pool)
-        if readings.is_probe(joined, most, limit):
+        if doubt.is_probe(joined, most, limit):
             probes[i] = 1.0
         # (`unseen_wait` is 0 unless this holds: its call then saved)
         if most >= MOST_SEEN_FOR_DOUBT and not joined <= most:
@@ -156,7 +156,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         else:
             unsure.append(0.0)
     if any(probes):
-        readings.needed_probes(probes, prefill, slot_wait, unsure)
+        doubt.needed_probes(probes, prefill, slot_wait, unsure)
     ctx.sequences, ctx.probes = np.array(occupied), np.array(probes)
     return predicted, wait, prefill, slot_wait, unsure, arrivals
 
