@@ -164,8 +164,9 @@ class Pipeline:
             own = OWN_HIT_SHARE * max(ctx.prompt_tokens, 1.0)
             checks = (signals.queue, signals.kv_usage, float(config.queue_depth),
                       float(config.kv_cache), float(own))  # fmt: skip
-        chosen = scorer.choose_small(ctx, weight, home_key(ctx.hashes),
-                                     picker.slot_ids(table.endpoints), checks)  # fmt: skip
+        key = home_key(ctx.hashes)
+        chosen = scorer.choose_small(ctx, weight, key, picker.slot_ids(table.endpoints),
+                                     checks)  # fmt: skip
         if chosen is None:
             return None
         index, totals = chosen
@@ -173,7 +174,7 @@ class Pipeline:
             return SATURATED
         if index < 0:  # equal bests, or a cold prefix's near bests: the picker's own way
             listed = totals.tolist()
-            home = None if any(ctx.cached_tokens.tolist()) else home_key(ctx.hashes)
+            home = None if any(ctx.cached_tokens.tolist()) else key
             if home is None:
                 index = picker.pick(listed, rng)
             else:
