@@ -41,9 +41,6 @@ TEXT_SIZE = "c"
 # [endpoint, model, sequences beside, excess ms]: a sample of the model's busy cost, what
 # the sequences running beside a request added to its TTFT (`routing.rates`)
 BUSY = "u"
-# [endpoint, sequences joined, queued 0/1, floor 0/1]: what a first token told of the
-# endpoint's batch (`WorkerTable.observed_batch`), so every replica learns it from all picks
-BATCH = "j"
 
 Event = list[Any]
 

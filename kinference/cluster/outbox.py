@@ -81,9 +81,6 @@ class Outbox:
     def busy(self, endpoint: str, model: str, sequences: float, excess_ms: float) -> None:
         self._add([codec.BUSY, endpoint, model, sequences, excess_ms])
 
-    def batch(self, endpoint: str, sequences: float, *, queued: bool, floor: bool) -> None:
-        self._add([codec.BATCH, endpoint, sequences, int(queued), int(floor)])
-
     def engine(self, endpoint: str, reading: dict[str, Any]) -> None:
         self._add([codec.ENGINE, endpoint, reading])
 

@@ -36,7 +36,7 @@ IDLE_POLL_MIN_S = 0.005
 # Carried in the endpoint's pool shard. PREFILLING must travel with the PICKED before it.
 _EVENTS_WITH_ENDPOINT = frozenset(
     {codec.PICKED, codec.RELEASED, codec.FIRST_TOKEN, codec.ITL, codec.ENGINE,
-     codec.PREFILLING, codec.PREFILLED, codec.SHORTFALL, codec.CONFIRMED, codec.BATCH}
+     codec.PREFILLING, codec.PREFILLED, codec.SHORTFALL, codec.CONFIRMED}
 )  # fmt: skip
 
 

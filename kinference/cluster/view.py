@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kinference.cluster import codec
-from kinference.config.pools import MAX_ENGINE_REQUESTS
 from kinference.itl_layout import BUCKETS as ITL_BUCKETS
 from kinference.routing.features import EngineReading
 from kinference.routing.pending import PendingPrefix
@@ -138,11 +137,6 @@ class ClusterView:
             router.remote_shortfall(endpoint, codec.unpack_hashes(event[2]), int(event[3]), age)
         elif kind == codec.CONFIRMED:
             router.remote_confirmed(endpoint, None if event[2] is None else int(event[2]))
-        elif kind == codec.BATCH:
-            sequences = float(event[2])
-            if not 1.0 <= sequences <= MAX_ENGINE_REQUESTS:
-                raise ValueError("a batch observation out of range")
-            router.remote_batch(endpoint, sequences, queued=bool(event[3]), floor=bool(event[4]))
 
     def _add(self, instance: str, endpoint: str, delta: int) -> None:
         counts = self.load.setdefault(instance, {})
@@ -202,9 +196,7 @@ class ClusterView:
         self.router.engine_reading(endpoint, ready, engine)
 
 
-_PREFIX_EVENTS = frozenset(
-    {codec.PREFILLING, codec.PREFILLED, codec.SHORTFALL, codec.CONFIRMED, codec.BATCH}
-)
+_PREFIX_EVENTS = frozenset({codec.PREFILLING, codec.PREFILLED, codec.SHORTFALL, codec.CONFIRMED})
 _SAMPLE_EVENTS = frozenset(
     {codec.FIRST_TOKEN, codec.ITL, codec.SERVED, codec.TEXT_SIZE, codec.BUSY}
 )

@@ -97,11 +97,6 @@ class RouterFeedback:
     def remote_confirmed(self, endpoint: str, age: int | None) -> None:
         self.prefix.confirmed(self.table.slot(endpoint), age)
 
-    def remote_batch(self, endpoint: str, sequences: float, *, queued: bool, floor: bool) -> None:
-        """What another replica's first token told of `endpoint`'s batch: every replica
-        raises the floor (or sets the ceiling) from all replicas' picks, not its share."""
-        self.table.observed_batch(self.table.slot(endpoint), sequences, queued=queued, floor=floor)
-
     def remote_load(self, endpoint: str, delta: int) -> None:
         """Another replica's requests in flight on `endpoint` changed by `delta`."""
         self.table.add_inflight(self.table.slot(endpoint), delta)

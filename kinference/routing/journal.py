@@ -57,11 +57,6 @@ class Journal(Protocol):
         `endpoint` beside `sequences` running ones took `excess_ms` beyond its predicted
         queue and prefill."""
 
-    def batch(self, endpoint: str, sequences: float, *, queued: bool, floor: bool) -> None:
-        """What a first token told of `endpoint`'s batch (`WorkerTable.observed_batch`):
-        a request that joined `sequences` (itself included) queued or not; `floor`: its
-        no-queue raises the batch's floor."""
-
 
 class NullJournal:
     """Standalone: the instance's own state is the whole state."""
@@ -101,7 +96,4 @@ class NullJournal:
         pass
 
     def busy(self, endpoint: str, model: str, sequences: float, excess_ms: float) -> None:
-        pass
-
-    def batch(self, endpoint: str, sequences: float, *, queued: bool, floor: bool) -> None:
         pass

@@ -116,7 +116,6 @@ class Learning:
             held = self.table.ended.item(slot) == choice.ended_before  # NaN: not read
             floor = held or not readings
             self.table.observed_batch(slot, choice.sequences, queued=False, floor=floor)
-            self.journal.batch(choice.endpoint, choice.sequences, queued=False, floor=floor)
             return False
         if choice.probe:  # not on time: the pool probes this far no more
             self.table.probe_came_late(slot, choice.sequences)
@@ -125,7 +124,6 @@ class Learning:
             unqueued, QUEUED_SLACK_MS
         ):  # (alone on the worker it queued behind nothing: a slow engine, not a queue)
             self.table.observed_batch(slot, choice.sequences, queued=True)
-            self.journal.batch(choice.endpoint, choice.sequences, queued=True, floor=True)
             return True
         return False
 

@@ -1,8 +1,7 @@
 """Replicas sharing through Redis what the TTFT model and the prefix index learn: the
 prefills in progress (a shared prefix being computed is a hit in progress on every
 replica), the evictions learned from reported cached tokens, characters per token and
-the busy cost of the model's running sequences, and what first tokens tell of a worker's
-batch."""
+the busy cost of the model's running sequences."""
 
 from __future__ import annotations
 
@@ -157,26 +156,6 @@ async def test_the_busy_cost_learned_by_one_replica_is_learned_by_all(
     (c,) = await start_replicas(1, TWO_WORKERS)
     seeded = c.app.router.learning.rates.learned_busy(MODEL)
     assert 0.0 < seeded <= MAX_BUSY_MS
-
-
-def batch_floor(replica: RunningPicker, endpoint: str) -> float:
-    table = replica.app.router.table
-    return float(table.batch_floor[table.slot(endpoint)])
-
-
-async def test_a_batch_learned_by_one_replica_is_learned_by_all(start_replicas) -> None:
-    """Three requests in flight on A's workers, each first token on time: A learns that
-    its worker ran that many without a queue (the batch's floor) and so does B, which
-    served none of them (before, each replica learned from its own quarter of the first
-    tokens, and a replica not yet sure of a batch sent hits cold to spare the doubt)."""
-    a, b = await start_replicas(2, TWO_WORKERS)
-    held = [await pick_ok(a, cold(n)) for n in range(3)]
-    for picked in held:
-        await a.client.first_token(picked.response_id, ttft_ms=1)
-    floors = {picked.local.endpoint: batch_floor(a, picked.local.endpoint) for picked in held}
-    assert max(floors.values()) >= 2.0  # one worker ran two of them at once, on time
-    for endpoint, floor in floors.items():
-        await wait_until(lambda e=endpoint, f=floor: batch_floor(b, e) == f, what="B's floor")
 
 
 async def busy_counted(client: RedisClient) -> bool:
