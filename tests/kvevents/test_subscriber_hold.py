@@ -72,16 +72,14 @@ def _removed(block: int) -> bytes:
 
 
 @pytest.fixture
-async def engine() -> AsyncIterator[Engine]:
+async def engine(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Engine]:
+    monkeypatch.setattr(hold, "HOLD_S", 30.0)  # unless a test bounds it
     running = Engine()
     yield running
     await running.subscriber.aclose()
 
 
-async def test_a_batch_waits_for_the_first_token_its_worker_owes(
-    engine: Engine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(hold, "HOLD_S", 30.0)
+async def test_a_batch_waits_for_the_first_token_its_worker_owes(engine: Engine) -> None:
     engine.send((0, _stored(1)))
     await asyncio.sleep(0.2)
     assert engine.feed.batches == 0  # held (applied at once before)
@@ -90,10 +88,7 @@ async def test_a_batch_waits_for_the_first_token_its_worker_owes(
     assert engine.pool.index.blocks(0) == 1 and engine.outcomes == ["applied"]
 
 
-async def test_a_request_that_leaves_without_a_token_ends_the_hold(
-    engine: Engine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(hold, "HOLD_S", 30.0)
+async def test_a_request_that_leaves_without_a_token_ends_the_hold(engine: Engine) -> None:
     engine.send((0, _stored(1)))
     await asyncio.sleep(0.1)
     engine.pool.finished(0, REQUEST)  # aborted before its first token
@@ -110,19 +105,13 @@ async def test_the_hold_is_bounded(engine: Engine, monkeypatch: pytest.MonkeyPat
     assert engine.feed.trust.trusted(0.0)
 
 
-async def test_no_hold_when_no_request_awaits_a_token(
-    engine: Engine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(hold, "HOLD_S", 30.0)
+async def test_no_hold_when_no_request_awaits_a_token(engine: Engine) -> None:
     engine.pool.started(0, REQUEST)  # running: its token came
     engine.send((0, _stored(1)))
     await wait_until(lambda: engine.feed.batches == 1, 2.0, "the batch applied at once")
 
 
-async def test_a_backlog_is_not_held_and_stays_in_order(
-    engine: Engine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(hold, "HOLD_S", 30.0)
+async def test_a_backlog_is_not_held_and_stays_in_order(engine: Engine) -> None:
     engine.send((0, _stored(1)), (1, _removed(1)), (2, _stored(2)), (3, _removed(2)))
     await wait_until(lambda: engine.feed.batches == 3, 2.0, "all but the last, unheld")
     assert engine.pool.index.blocks(0) == 1  # block 2 stored; its removal is the last
@@ -134,10 +123,7 @@ async def test_a_backlog_is_not_held_and_stays_in_order(
     assert engine.outcomes == ["applied"] * 4 and engine.feed.trust.trusted(0.0)
 
 
-async def test_a_gap_behind_a_held_batch_is_seen(
-    engine: Engine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(hold, "HOLD_S", 30.0)
+async def test_a_gap_behind_a_held_batch_is_seen(engine: Engine) -> None:
     engine.send((0, _stored(1)))
     await asyncio.sleep(0.1)
     engine.send((2, _stored(2)))  # 1 lost, sent while 0 is held
