@@ -24,7 +24,6 @@ import zmq.asyncio
 
 from kinference.kvevents.events import BlockStored, Event, EventBatch
 from kinference.kvevents.feed import Feed, Held
-from kinference.kvevents.hold import hold
 from kinference.kvevents.link import Backoff, Link
 from kinference.kvevents.replay import REPLAY_WORK_PER_STEP, Outcome, ReplayLimits, fetch
 from kinference.kvevents.steps import Budget, Steps, cost, finish, finish_async
@@ -97,11 +96,11 @@ class EventSubscriber:
     async def _read(self, feed: Feed, link: Link) -> None:
         """The live batches until ZMQ gives up on the connection, one per loop step (a
         backlog comes from `recv` without yielding: Picks would wait behind it); one with
-        none behind it after a first token its worker owes, if soon (`kvevents.hold`)."""
+        none behind it after a first token its worker owes, if soon (`kvevents.feed`)."""
         caught_up = True
         while (parts := await link.receive(wait=caught_up)) is not None:
             if caught_up := link.caught_up():  # no message waits behind it
-                await hold(feed.pool, feed.slot)
+                await feed.first_token()
             await finish_async(self.steps(feed, parts, caught_up))
             await asyncio.sleep(0)
 

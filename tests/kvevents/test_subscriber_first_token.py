@@ -1,6 +1,6 @@
 """A live batch with none behind it, from a worker where a request routed by this replica
-awaits its first token, is held until that token is reported or `HOLD_S` passed
-(`kvevents.hold`); a backlog is not held, the batches stay in order, none is lost, and a
+awaits its first token, is held until that token is reported or `FIRST_TOKEN_WAIT_S` passed
+(`kvevents.feed`); a backlog is not held, the batches stay in order, none is lost, and a
 sequence gap is seen as before."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import zmq
 
 from kinference.kvcache.pool import PoolCaches
 from kinference.kvcache.queue import EngineQueue, Queued
-from kinference.kvevents import hold
+from kinference.kvevents import feed as feeds
 from kinference.kvevents.subscriber import EventSubscriber, Feed
 from kinference.kvevents.trust import Distrust, WorkerTrust
 from tests.api.helpers import wait_until
@@ -73,7 +73,7 @@ def _removed(block: int) -> bytes:
 
 @pytest.fixture
 async def engine(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Engine]:
-    monkeypatch.setattr(hold, "HOLD_S", 30.0)  # unless a test bounds it
+    monkeypatch.setattr(feeds, "FIRST_TOKEN_WAIT_S", 30.0)  # unless a test bounds it
     running = Engine()
     yield running
     await running.subscriber.aclose()
@@ -88,15 +88,15 @@ async def test_a_batch_waits_for_the_first_token_its_worker_owes(engine: Engine)
     assert engine.pool.index.blocks(0) == 1 and engine.outcomes == ["applied"]
 
 
-async def test_a_request_that_leaves_without_a_token_ends_the_hold(engine: Engine) -> None:
+async def test_a_request_that_leaves_without_a_token_ends_the_wait(engine: Engine) -> None:
     engine.send((0, _stored(1)))
     await asyncio.sleep(0.1)
     engine.pool.finished(0, REQUEST)  # aborted before its first token
     await wait_until(lambda: engine.feed.batches == 1, 2.0, "the batch applied")
 
 
-async def test_the_hold_is_bounded(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hold, "HOLD_S", 0.05)
+async def test_the_wait_is_bounded(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(feeds, "FIRST_TOKEN_WAIT_S", 0.05)
     loop = asyncio.get_running_loop()
     start = loop.time()
     engine.send((0, _stored(1)))
@@ -105,13 +105,13 @@ async def test_the_hold_is_bounded(engine: Engine, monkeypatch: pytest.MonkeyPat
     assert engine.feed.trust.trusted(0.0)
 
 
-async def test_no_hold_when_no_request_awaits_a_token(engine: Engine) -> None:
+async def test_no_wait_when_no_request_awaits_a_token(engine: Engine) -> None:
     engine.pool.started(0, REQUEST)  # running: its token came
     engine.send((0, _stored(1)))
     await wait_until(lambda: engine.feed.batches == 1, 2.0, "the batch applied at once")
 
 
-async def test_a_backlog_is_not_held_and_stays_in_order(engine: Engine) -> None:
+async def test_a_backlog_does_not_wait_and_stays_in_order(engine: Engine) -> None:
     engine.send((0, _stored(1)), (1, _removed(1)), (2, _stored(2)), (3, _removed(2)))
     await wait_until(lambda: engine.feed.batches == 3, 2.0, "all but the last, unheld")
     assert engine.pool.index.blocks(0) == 1  # block 2 stored; its removal is the last
@@ -123,7 +123,7 @@ async def test_a_backlog_is_not_held_and_stays_in_order(engine: Engine) -> None:
     assert engine.outcomes == ["applied"] * 4 and engine.feed.trust.trusted(0.0)
 
 
-async def test_a_gap_behind_a_held_batch_is_seen(engine: Engine) -> None:
+async def test_a_gap_behind_a_waiting_batch_is_seen(engine: Engine) -> None:
     engine.send((0, _stored(1)))
     await asyncio.sleep(0.1)
     engine.send((2, _stored(2)))  # 1 lost, sent while 0 is held
