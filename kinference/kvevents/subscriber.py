@@ -94,14 +94,13 @@ class EventSubscriber:
             await backoff.wait()
 
     async def _read(self, feed: Feed, link: Link) -> None:
-        """The live batches until ZMQ gives up on the connection, one per loop step (a
-        backlog comes from `recv` without yielding: Picks would wait behind it); one with
-        none behind it after a first token its worker owes, if soon (`kvevents.feed`)."""
+        """The live batches, until ZMQ gives up on the connection."""
         caught_up = True
         while (parts := await link.receive(wait=caught_up)) is not None:
-            if caught_up := link.caught_up():  # no message waits behind it
-                await feed.first_token()
+            caught_up = link.caught_up()  # no message waits behind it
             await finish_async(self.steps(feed, parts, caught_up))
+            # One batch per loop step: a backlog (a long prompt's steps, several engines
+            # at once) comes from `recv` without yielding, and would hold Picks behind it.
             await asyncio.sleep(0)
 
     def receive(self, feed: Feed, parts: list[bytes], caught_up: bool = True) -> None:
@@ -124,8 +123,12 @@ class EventSubscriber:
             batch: EventBatch | None = yield from decode_steps(parts[2], budget)
         except MalformedBatch as exc:
             # Logged once until a good one comes (a flood of them is counted, not logged).
-            level = logging.DEBUG if feed.warned else logging.WARNING
-            log.log(level, "kv events from %s: %s", feed.endpoint, exc)
+            log.log(
+                logging.DEBUG if feed.warned else logging.WARNING,
+                "kv events from %s: %s",
+                feed.endpoint,
+                exc,
+            )
             feed.warned = True
             self._on_message(feed.pool.ref, "malformed")
             batch = None
