@@ -1,0 +1,7 @@
+#!/bin/bash
+for v in base br br base; do for m in asis; do
+  echo "$v $m $(date -u +%H:%M:%S) load $(cut -d' ' -f1 /proc/loadavg)"
+  (cd /tmp/h154/$v && PYTHONPATH=/tmp/h154/$v /work/wt/h154/.venv/bin/python /tmp/h154/lag.py $m 3)
+done; done
+for i in 1 2; do echo "br held $(date -u +%H:%M:%S) load $(cut -d' ' -f1 /proc/loadavg)"; (cd /tmp/h154/br && PYTHONPATH=/tmp/h154/br /work/wt/h154/.venv/bin/python /tmp/h154/lag.py held 3); done
+echo "end $(date -u +%H:%M:%S) load $(cut -d' ' -f1 /proc/loadavg)"
