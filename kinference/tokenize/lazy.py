@@ -20,7 +20,14 @@ from typing import Protocol
 import numpy as np
 
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
-from kinference.tokenize.pieces import CHECK_CHARS, PIECE_CHARS, Cutter, Ids, Piece
+from kinference.tokenize.pieces import (
+    CHECK_CHARS,
+    FIRST_PIECES_CHARS,
+    PIECE_CHARS,
+    Cutter,
+    Ids,
+    Piece,
+)
 from kinference.tokenize.turns import Leading, Mark, PrefixDigest, TurnMarks
 
 # The prompt's blocks so far -> how many of the leading ones some worker holds or is about to
@@ -75,9 +82,20 @@ class Tokenization:
         self._opened = 0  # the position of the last open mark left
         self._advanced = False  # `advance` was called (then it catches up first: `catch_up`)
         self._reached = False  # the last `advance` stopped at a block no worker holds
+        # A Pick's stops leave no marks (only later Picks need them): `leave_marks` does,
+        # after the answer, or the next `advance` or `catch_up` first.
+        self.defer_marks = False
+        self._marks_due = False
+        self._short = False  # the next step is one short piece (`resume`)
 
-    def resume(self, mark: Mark) -> None:
-        """Start from a mark of an earlier tokenization of a text with the same start."""
+    def resume(self, mark: Mark, short: bool = False) -> None:
+        """Start from a mark of an earlier tokenization of a text with the same start;
+        `short`: the next step is one short piece (`FIRST_PIECES_CHARS`), as from a text's
+        start: a Pick's text past its history (a next turn's new messages, a new question
+        on a shared system prompt) is held by no worker past its first block or two (the
+        engine stored the previous prompt, not the reply as tokenized here), and the rest
+        is needed only by later Picks (tokenized after this one: `prepare`)."""
+        self._short = short
         self._cutter.resume(mark.position, mark.made)
         self._steps, self.tokens, self._tail = mark.steps, mark.tokens, mark.tail
         self.blocks, self._parts = list(mark.blocks), list(mark.parts)
@@ -89,6 +107,7 @@ class Tokenization:
         Picks in flight on one new system prompt walk it once between them, each starting
         its next slice where the furthest one got, not where it stopped itself."""
         cutter = self._cutter
+        self.leave_marks()  # a Pick's stop's, before resuming elsewhere drops them
         if self._marks is None or self.done:
             return False
         found = self._marks.find(
@@ -164,11 +183,23 @@ class Tokenization:
             self._step(count)
             spent += self.encoded_chars - before
             if known is not None and known(self.blocks) < len(self.blocks):
-                self._leave_mark()
+                self._stop()
                 self._reached = True
                 return True
-        self._leave_mark()
+        self._stop()
         return False
+
+    def leave_marks(self) -> None:
+        """Leave the marks a deferred stop did not (`defer_marks`), if any."""
+        if self._marks_due:
+            self._marks_due = False
+            self._leave_mark()
+
+    def _stop(self) -> None:
+        if self.defer_marks:
+            self._marks_due = True
+        else:
+            self._leave_mark()
 
     def _leave_mark(self) -> None:
         """Leave the state at the last checked cut passed for a next turn (`turns`), at
@@ -228,7 +259,11 @@ class Tokenization:
 
     def _step(self, count: int) -> None:
         self._steps += 1
-        pieces = self._cutter.next_pieces(count)
+        short, self._short = self._short, False
+        if short:
+            pieces = self._cutter.next_pieces(1, FIRST_PIECES_CHARS[0])
+        else:
+            pieces = self._cutter.next_pieces(count)
         if not pieces:
             return
         special = self._special and pieces[0].start == 0

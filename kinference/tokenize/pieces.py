@@ -169,12 +169,15 @@ class Cutter:
         low = max(position - MAX_END_CHARS, 0)
         return any(m.end() == position for m in ends.finditer(self.text, low, position))
 
-    def next_pieces(self, count: int) -> list[Piece]:
-        """Up to `count` more pieces (fewer at the end of the text)."""
+    def next_pieces(self, count: int, first_chars: int | None = None) -> list[Piece]:
+        """Up to `count` more pieces (fewer at the end of the text); the first of them
+        `first_chars` long at least, if given, else as their place in the text says."""
         pieces: list[Piece] = []
         while len(pieces) < count and self.position < len(self.text):
             begin, length = self.position, PIECE_CHARS
-            if self._made < len(FIRST_PIECES_CHARS):
+            if first_chars is not None and not pieces:
+                length = first_chars
+            elif self._made < len(FIRST_PIECES_CHARS):
                 length = FIRST_PIECES_CHARS[self._made]
             end, opens = self._cut_after(begin, length)
             pieces.append(Piece(begin, end, self._name(begin, end, opens), opens))

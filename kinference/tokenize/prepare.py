@@ -203,6 +203,7 @@ class PromptPreparer:
             work = begun.work[profile]
             assert isinstance(work, Tokenization)
             known = begun.known[profile]
+            work.defer_marks = inline  # on the loop: left after the answer (`_blocks`)
             if inline:
                 until = min(self._clock() + INLINE_S, deadline)
                 work.advance(known, INLINE_CHARS, until, clock=self._clock)
@@ -237,22 +238,27 @@ class PromptPreparer:
         work.seconds = begun.seconds
         self._observe(work.seconds)
         if work.done:
+            if not self._thread.later(work.leave_marks):  # for later Picks: after this one
+                work.leave_marks()
             return work.result()
         refs = begun.refs[profile]
         ticket = next(self._tickets)
         if self._later_chars + work.chars > MAX_LATER_CHARS:
+            work.leave_marks()
             return work.result()  # no rest to expect: tokenized no further
         self._later_chars += work.chars
         if not self._thread.later(lambda: self._finish(work, refs, ticket)):
             self._later_chars -= work.chars
+            work.leave_marks()
             return work.result()
-        return work.result(ticket)
+        return work.result(ticket)  # its first slice leaves the marks (`catch_up`)
 
     def _known(self, refs: list[str]) -> Known | None:
         return self._caches.reach(refs) if self._caches is not None else None
 
     def _finish(self, begun: Tokenization, refs: list[str], ticket: int) -> None:
         """Background: tokenize a slice more of a prompt; when done, hand its blocks over."""
+        begun.defer_marks = False  # its first slice leaves the Pick's marks too
         begun.advance(None, LATER_SLICE_CHARS)
         time.sleep(0)  # hand the GIL to the event loop between slices, if it waits
         if not begun.done and self._thread.later(lambda: self._finish(begun, refs, ticket)):
