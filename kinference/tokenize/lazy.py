@@ -20,14 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
-from kinference.tokenize.pieces import (
-    CHECK_CHARS,
-    FIRST_PIECES_CHARS,
-    PIECE_CHARS,
-    Cutter,
-    Ids,
-    Piece,
-)
+from kinference.tokenize.pieces import CHECK_CHARS, PIECE_CHARS, Cutter, Ids, Piece
 from kinference.tokenize.turns import Leading, Mark, PrefixDigest, TurnMarks
 
 # The prompt's blocks so far -> how many of the leading ones some worker holds or is about to
@@ -76,25 +69,20 @@ class Tokenization:
         # (position, pieces made, tokens, full blocks, tail, parts).
         self._cut: _Cut | None = None
         self._step_cut: _Cut | None = None  # the cut `_cut` was at the previous step's end
-        self._marked = 0  # the position of the last mark left (`_leave_mark`)
+        self._marked = 0  # the position of the last mark left (`leave_marks`)
         # The states at message ends passed (`pieces`: `opens`), to leave open marks at.
         self._opens: list[_Cut] = []
         self._opened = 0  # the position of the last open mark left
         self._advanced = False  # `advance` was called (then it catches up first: `catch_up`)
         self._reached = False  # the last `advance` stopped at a block no worker holds
-        # A Pick's stops leave no marks (only later Picks need them): `leave_marks` does,
-        # after the answer, or the next `advance` or `catch_up` first.
-        self.defer_marks = False
-        self._marks_due = False
         self._short = False  # the next step is one short piece (`resume`)
 
     def resume(self, mark: Mark, short: bool = False) -> None:
         """Start from a mark of an earlier tokenization of a text with the same start;
-        `short`: the next step is one short piece (`FIRST_PIECES_CHARS`), as from a text's
-        start: a Pick's text past its history (a next turn's new messages, a new question
-        on a shared system prompt) is held by no worker past its first block or two (the
-        engine stored the previous prompt, not the reply as tokenized here), and the rest
-        is needed only by later Picks (tokenized after this one: `prepare`)."""
+        `short`: the next step is one short piece, as from a text's start: a Pick's text past
+        its history (a next turn's new messages, a new question on a shared system prompt) is
+        held by no worker past its first blocks (the engine stored the previous prompt, not
+        the reply as tokenized here); the rest only later Picks need (`prepare`)."""
         self._short = short
         self._cutter.resume(mark.position, mark.made)
         self._steps, self.tokens, self._tail = mark.steps, mark.tokens, mark.tail
@@ -107,7 +95,7 @@ class Tokenization:
         Picks in flight on one new system prompt walk it once between them, each starting
         its next slice where the furthest one got, not where it stopped itself."""
         cutter = self._cutter
-        self.leave_marks()  # a Pick's stop's, before resuming elsewhere drops them
+        self.leave_marks()  # a Pick's stop's (`advance`), before a resume drops them
         if self._marks is None or self.done:
             return False
         found = self._marks.find(
@@ -163,12 +151,14 @@ class Tokenization:
         *,
         clock: Callable[[], float] = time.perf_counter,
         step_pieces: int = MAX_STEP_PIECES,
+        marks: bool = True,
     ) -> bool:
         """Tokenize on until a block no worker holds (`known`: answers True, nothing after
         it can match), the end, `budget_chars` of new text tokenized or `clock()` passing
         `until` (checked between steps: one step at least), whichever comes first; a step
         cuts at most `step_pieces` pieces. From its second call on, it first catches up
-        (`catch_up`)."""
+        (`catch_up`). Its stop leaves marks (`leave_marks`) unless not `marks` (a Pick's
+        on the loop: only later Picks need them, left after its answer)."""
         if self._advanced:
             self.catch_up()
         self._advanced, self._reached = True, False
@@ -183,25 +173,15 @@ class Tokenization:
             self._step(count)
             spent += self.encoded_chars - before
             if known is not None and known(self.blocks) < len(self.blocks):
-                self._stop()
+                if marks:
+                    self.leave_marks()
                 self._reached = True
                 return True
-        self._stop()
+        if marks:
+            self.leave_marks()
         return False
 
     def leave_marks(self) -> None:
-        """Leave the marks a deferred stop did not (`defer_marks`), if any."""
-        if self._marks_due:
-            self._marks_due = False
-            self._leave_mark()
-
-    def _stop(self) -> None:
-        if self.defer_marks:
-            self._marks_due = True
-        else:
-            self._leave_mark()
-
-    def _leave_mark(self) -> None:
         """Leave the state at the last checked cut passed for a next turn (`turns`), at
         every stop, not only at the end: a Pick's tokenization stops where no worker holds
         the prompt, and its rest, left to the background, may not be done by the next turn
@@ -260,10 +240,9 @@ class Tokenization:
     def _step(self, count: int) -> None:
         self._steps += 1
         short, self._short = self._short, False
-        if short:
-            pieces = self._cutter.next_pieces(1, FIRST_PIECES_CHARS[0])
-        else:
-            pieces = self._cutter.next_pieces(count)
+        pieces = (
+            self._cutter.next_pieces(1, short=True) if short else self._cutter.next_pieces(count)
+        )
         if not pieces:
             return
         special = self._special and pieces[0].start == 0

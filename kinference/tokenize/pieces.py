@@ -169,14 +169,14 @@ class Cutter:
         low = max(position - MAX_END_CHARS, 0)
         return any(m.end() == position for m in ends.finditer(self.text, low, position))
 
-    def next_pieces(self, count: int, first_chars: int | None = None) -> list[Piece]:
-        """Up to `count` more pieces (fewer at the end of the text); the first of them
-        `first_chars` long at least, if given, else as their place in the text says."""
+    def next_pieces(self, count: int, short: bool = False) -> list[Piece]:
+        """Up to `count` more pieces (fewer at the end of the text); `short`: the first of
+        them as short as a text's first piece, wherever it starts."""
         pieces: list[Piece] = []
         while len(pieces) < count and self.position < len(self.text):
             begin, length = self.position, PIECE_CHARS
-            if first_chars is not None and not pieces:
-                length = first_chars
+            if short and not pieces:
+                length = FIRST_PIECES_CHARS[0]
             elif self._made < len(FIRST_PIECES_CHARS):
                 length = FIRST_PIECES_CHARS[self._made]
             end, opens = self._cut_after(begin, length)

@@ -203,10 +203,9 @@ class PromptPreparer:
             work = begun.work[profile]
             assert isinstance(work, Tokenization)
             known = begun.known[profile]
-            work.defer_marks = inline  # on the loop: left after the answer (`_blocks`)
             if inline:
                 until = min(self._clock() + INLINE_S, deadline)
-                work.advance(known, INLINE_CHARS, until, clock=self._clock)
+                work.advance(known, INLINE_CHARS, until, clock=self._clock, marks=False)
             else:
                 self._foreground(work, known, deadline)
             if work.done or not inline or work.reached:
@@ -258,7 +257,6 @@ class PromptPreparer:
 
     def _finish(self, begun: Tokenization, refs: list[str], ticket: int) -> None:
         """Background: tokenize a slice more of a prompt; when done, hand its blocks over."""
-        begun.defer_marks = False  # its first slice leaves the Pick's marks too
         begun.advance(None, LATER_SLICE_CHARS)
         time.sleep(0)  # hand the GIL to the event loop between slices, if it waits
         if not begun.done and self._thread.later(lambda: self._finish(begun, refs, ticket)):
