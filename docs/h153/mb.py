@@ -105,7 +105,14 @@ def install_stamps() -> None:
     wrap(pool.PoolCaches, "reach", "caches.reach")
     wrap(reach.Reach, "__call__", "known()")
     wrap(prepare.PromptPreparer, "_blocks", "_blocks")
-    wrap(lazy.Tokenization, "_leave_mark", "_leave_mark")
+    wrap(
+        lazy.Tokenization,
+        "leave_marks" if hasattr(lazy.Tokenization, "leave_marks") else "_leave_mark",
+        "leave marks",
+    )
+    from kinference.tokenize import worker
+
+    wrap(worker.TokenizerThread, "here", "here (the loop's share)")
 
 
 async def round_(
@@ -130,6 +137,8 @@ async def round_(
         query = await preparer.prepare(request, body)
         cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
         steps = dict(STAMPS)
+        if stamps:
+            steps["prepare"] = cpu
         assert query is not None and query.problem is None, query
         blocks = query.blocks[ref]
         longest = pool.index.longest(blocks.blocks, range(SLOTS))

@@ -29,6 +29,7 @@ from kinference.tokenize.prepare import INLINE_CHARS, PromptPreparer
 from kinference.tokenize.template import ChatTemplate
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer
 from tests.tokenize.files import WORDS, precise_chat_policy, write_model
+from tests.tokenize.test_turn_decode import HeldEverywhere
 
 BS = 16
 
@@ -89,16 +90,6 @@ def test_a_next_turns_pick_tokenizes_a_short_piece_past_its_history(
     done = work.result()
     assert done.exact and done.tokens == len(exact) and list(done.blocks) == whole
     assert work.ids().tolist() == exact
-
-
-class HeldEverywhere:
-    """Precise caches where some worker holds every block named (a walk goes to its end)."""
-
-    def reach(self, refs: object) -> object:
-        return len
-
-    def completed(self, *_: object) -> None:
-        pass
 
 
 @pytest.fixture
