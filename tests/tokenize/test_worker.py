@@ -145,7 +145,7 @@ def test_background_work_waits_a_moment_after_the_last_pick(
     """After a Pick is decided the loop sends its request on (`SETTLE_S`): the background
     work only later Picks need waits that long (on main it ran at once)."""
     monkeypatch.setattr(worker, "SETTLE_S", 0.3)
-    thread = TokenizerThread()
+    thread = TokenizerThread(max_pause_s=10.0)
     ran = threading.Event()
     thread.picking()
     assert thread.later(ran.set)
