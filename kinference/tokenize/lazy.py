@@ -69,15 +69,21 @@ class Tokenization:
         # (position, pieces made, tokens, full blocks, tail, parts).
         self._cut: _Cut | None = None
         self._step_cut: _Cut | None = None  # the cut `_cut` was at the previous step's end
-        self._marked = 0  # the position of the last mark left (`_leave_mark`)
+        self._marked = 0  # the position of the last mark left (`leave_marks`)
         # The states at message ends passed (`pieces`: `opens`), to leave open marks at.
         self._opens: list[_Cut] = []
         self._opened = 0  # the position of the last open mark left
         self._advanced = False  # `advance` was called (then it catches up first: `catch_up`)
         self._reached = False  # the last `advance` stopped at a block no worker holds
+        self._short = False  # the next step is one short piece (`resume`)
 
-    def resume(self, mark: Mark) -> None:
-        """Start from a mark of an earlier tokenization of a text with the same start."""
+    def resume(self, mark: Mark, short: bool = False) -> None:
+        """Start from a mark of an earlier tokenization of a text with the same start;
+        `short`: the next step is one short piece, as from a text's start: a Pick's text past
+        its history (a next turn's new messages, a new question on a shared system prompt) is
+        held by no worker past its first blocks (the engine stored the previous prompt, not
+        the reply as tokenized here); the rest only later Picks need (`prepare`)."""
+        self._short = short
         self._cutter.resume(mark.position, mark.made)
         self._steps, self.tokens, self._tail = mark.steps, mark.tokens, mark.tail
         self.blocks, self._parts = list(mark.blocks), list(mark.parts)
@@ -89,6 +95,7 @@ class Tokenization:
         Picks in flight on one new system prompt walk it once between them, each starting
         its next slice where the furthest one got, not where it stopped itself."""
         cutter = self._cutter
+        self.leave_marks()  # a Pick's stop's (`advance`), before a resume drops them
         if self._marks is None or self.done:
             return False
         found = self._marks.find(
@@ -144,12 +151,14 @@ class Tokenization:
         *,
         clock: Callable[[], float] = time.perf_counter,
         step_pieces: int = MAX_STEP_PIECES,
+        marks: bool = True,
     ) -> bool:
         """Tokenize on until a block no worker holds (`known`: answers True, nothing after
         it can match), the end, `budget_chars` of new text tokenized or `clock()` passing
         `until` (checked between steps: one step at least), whichever comes first; a step
         cuts at most `step_pieces` pieces. From its second call on, it first catches up
-        (`catch_up`)."""
+        (`catch_up`). Its stop leaves marks (`leave_marks`) unless not `marks` (a Pick's
+        on the loop: only later Picks need them, left after its answer)."""
         if self._advanced:
             self.catch_up()
         self._advanced, self._reached = True, False
@@ -164,13 +173,15 @@ class Tokenization:
             self._step(count)
             spent += self.encoded_chars - before
             if known is not None and known(self.blocks) < len(self.blocks):
-                self._leave_mark()
+                if marks:
+                    self.leave_marks()
                 self._reached = True
                 return True
-        self._leave_mark()
+        if marks:
+            self.leave_marks()
         return False
 
-    def _leave_mark(self) -> None:
+    def leave_marks(self) -> None:
         """Leave the state at the last checked cut passed for a next turn (`turns`), at
         every stop, not only at the end: a Pick's tokenization stops where no worker holds
         the prompt, and its rest, left to the background, may not be done by the next turn
@@ -228,7 +239,10 @@ class Tokenization:
 
     def _step(self, count: int) -> None:
         self._steps += 1
-        pieces = self._cutter.next_pieces(count)
+        short, self._short = self._short, False
+        pieces = (
+            self._cutter.next_pieces(1, short=True) if short else self._cutter.next_pieces(count)
+        )
         if not pieces:
             return
         special = self._special and pieces[0].start == 0

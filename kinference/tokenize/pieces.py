@@ -169,12 +169,15 @@ class Cutter:
         low = max(position - MAX_END_CHARS, 0)
         return any(m.end() == position for m in ends.finditer(self.text, low, position))
 
-    def next_pieces(self, count: int) -> list[Piece]:
-        """Up to `count` more pieces (fewer at the end of the text)."""
+    def next_pieces(self, count: int, short: bool = False) -> list[Piece]:
+        """Up to `count` more pieces (fewer at the end of the text); `short`: the first of
+        them as short as a text's first piece, wherever it starts."""
         pieces: list[Piece] = []
         while len(pieces) < count and self.position < len(self.text):
             begin, length = self.position, PIECE_CHARS
-            if self._made < len(FIRST_PIECES_CHARS):
+            if short and not pieces:
+                length = FIRST_PIECES_CHARS[0]
+            elif self._made < len(FIRST_PIECES_CHARS):
                 length = FIRST_PIECES_CHARS[self._made]
             end, opens = self._cut_after(begin, length)
             pieces.append(Piece(begin, end, self._name(begin, end, opens), opens))

@@ -205,7 +205,7 @@ class PromptPreparer:
             known = begun.known[profile]
             if inline:
                 until = min(self._clock() + INLINE_S, deadline)
-                work.advance(known, INLINE_CHARS, until, clock=self._clock)
+                work.advance(known, INLINE_CHARS, until, clock=self._clock, marks=False)
             else:
                 self._foreground(work, known, deadline)
             if work.done or not inline or work.reached:
@@ -237,16 +237,20 @@ class PromptPreparer:
         work.seconds = begun.seconds
         self._observe(work.seconds)
         if work.done:
+            if not self._thread.later(work.leave_marks):  # for later Picks: after this one
+                work.leave_marks()
             return work.result()
         refs = begun.refs[profile]
         ticket = next(self._tickets)
         if self._later_chars + work.chars > MAX_LATER_CHARS:
+            work.leave_marks()
             return work.result()  # no rest to expect: tokenized no further
         self._later_chars += work.chars
         if not self._thread.later(lambda: self._finish(work, refs, ticket)):
             self._later_chars -= work.chars
+            work.leave_marks()
             return work.result()
-        return work.result(ticket)
+        return work.result(ticket)  # its first slice leaves the marks (`catch_up`)
 
     def _known(self, refs: list[str]) -> Known | None:
         return self._caches.reach(refs) if self._caches is not None else None

@@ -132,7 +132,7 @@ class PromptTokenizer:
         work = Tokenization(cutter, self, self.block_size, special, self.marks, prefix=prefix)
         mark = self.marks.find(cutter.kind, text, prefix, cutter.can_cut_at)
         if mark is not None:  # a conversation's next turn: its history is tokenized
-            work.resume(mark)
+            work.resume(mark, short=True)
         return work
 
     def tokens(self, text: str, pieces: list[Piece], special: bool) -> tuple[list[Ids], int]:

@@ -5,9 +5,9 @@ One thread owns every tokenizer and its caches, so they need no locks. Work a Pi
 tokenized lazily), which runs in short slices (it re-queues itself) so that a Pick never
 waits behind more than one slice. Background slices also wait while a Pick is being decided
 (`picking` .. `picked`: its tokens handed back, then routed on the loop), since their
-Python steps hold the GIL the event loop needs then; but not for longer than
-`max_pause_s`, so that under a steady stream of Picks the next turns still find their
-pieces tokenized.
+Python steps hold the GIL the event loop needs then, and `SETTLE_S` after (the loop sends
+the Pick's request on to its engine); but not for longer than `max_pause_s`, so that under
+a steady stream of Picks the next turns still find their pieces tokenized.
 
 Small Pick work runs on the caller's thread instead (`here`), when the thread is idle and
 no Pick waits: a hand-off there and back costs ~1 ms of GIL switches, more than a cold
@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_LATER = 256  # background slices queued; more are dropped (only later Picks lose)
 MAX_PAUSE_S = 0.05  # background work waits for Picks being decided at most this long
+# ... and this long after the last one was (wall clock): the loop sends its request on then.
+SETTLE_S = 0.003
 HERE_WAIT_S = 0.002  # `here` waits this long at most for a background slice to end
 
 
@@ -52,6 +54,7 @@ class TokenizerThread:
         self._max_pause_s = max_pause_s
         self._clock = clock
         self._held_since: float | None = None  # background work held back by Picks since
+        self._picked_at = -SETTLE_S  # `time.monotonic()` at the last `picked`
         self._busy = threading.Lock()  # held by whoever runs work (the thread, or `here`)
         self._background = False  # what the thread runs (or ran last) is background work
         self._here_wait_s = here_wait_s
@@ -110,6 +113,7 @@ class TokenizerThread:
     def picked(self) -> None:
         with self._ready:
             self._picks = max(self._picks - 1, 0)
+            self._picked_at = time.monotonic()
             self._ready.notify()
 
     def _put(self, queue: collections.deque[Callable[[], None]], work: Callable[[], None]) -> None:
@@ -152,9 +156,10 @@ class TokenizerThread:
             if self._held_since is None:
                 self._held_since = now
             wait = self._held_since + self._max_pause_s - now
-            if self._picks == 0 or wait <= 0:
+            settle = 0.0 if self._picks else self._picked_at + SETTLE_S - time.monotonic()
+            if (self._picks == 0 and settle <= 0) or wait <= 0:
                 self._held_since = None  # a held-back slice runs; the pause starts again
                 self._background = True
                 return self._later.popleft()
-            self._ready.wait(wait)
+            self._ready.wait(min(wait, settle) if self._picks == 0 else wait)
         return None

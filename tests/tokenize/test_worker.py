@@ -10,6 +10,7 @@ from typing import TypeVar
 
 import pytest
 
+from kinference.tokenize import worker
 from kinference.tokenize.worker import MAX_LATER, TokenizerThread
 
 T = TypeVar("T")
@@ -136,3 +137,20 @@ def test_here_waits_for_a_background_slice_to_end_not_for_pick_work() -> None:
     assert impatient.here(lambda: 1) is None  # no wait allowed
     gate.set()
     impatient.close()
+
+
+def test_background_work_waits_a_moment_after_the_last_pick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a Pick is decided the loop sends its request on (`SETTLE_S`): the background
+    work only later Picks need waits that long (on main it ran at once)."""
+    monkeypatch.setattr(worker, "SETTLE_S", 0.3)
+    thread = TokenizerThread(max_pause_s=10.0)
+    ran = threading.Event()
+    thread.picking()
+    assert thread.later(ran.set)
+    picked = time.monotonic()
+    thread.picked()
+    assert ran.wait(timeout=10)
+    assert time.monotonic() - picked >= 0.25
+    thread.close()
