@@ -17,13 +17,11 @@ import random
 import time
 from collections.abc import Callable
 
-import numpy as np
-
 from kinference.config import Policy, Target, target_api
 from kinference.kvcache.precise import PreciseCaches
 from kinference.kvcache.source import PreciseCachedTokens
 from kinference.routing.apis import sent_shape
-from kinference.routing.attempt import Attempt, Busy
+from kinference.routing.attempt import Attempt
 from kinference.routing.blocks import PrefixHasher
 from kinference.routing.decision import (
     Decision,
@@ -36,12 +34,10 @@ from kinference.routing.features import Signals
 from kinference.routing.feedback import RouterFeedback
 from kinference.routing.filters.provider_health import ProviderHealthFilter, provider_path_for
 from kinference.routing.filters.ready import ReadyFilter
-from kinference.routing.filters.saturation import free_positions
 from kinference.routing.filters.tenant import TenantFilter
 from kinference.routing.health import ProviderHealth
 from kinference.routing.journal import Journal, NullJournal
 from kinference.routing.learning import Learning
-from kinference.routing.plugins.base import PickContext
 from kinference.routing.plugins.cached import (
     PRECISE,
     ApproximateCachedTokens,
@@ -49,19 +45,20 @@ from kinference.routing.plugins.cached import (
 )
 from kinference.routing.plugins.pipeline import PluginCosts
 from kinference.routing.policy import RoutingPolicy, compile_policy
+from kinference.routing.pool_target import PoolTarget, pools_of
 from kinference.routing.prefix import PrefixIndex
 from kinference.routing.reasons import Reason
-from kinference.routing.table import IndexArray, WorkerTable
+from kinference.routing.table import WorkerTable
 from kinference.routing.tenants import TenantGate
-from kinference.routing.worker_choice import WorkerChoice
 
 
-class Router(RouterFeedback, WorkerChoice):
+class Router(RouterFeedback, PoolTarget):
     """Decides per Pick from the policy in force and the shared state it owns: the worker
     table, the prefix index, provider health, tenant admission and the learned rates.
     Everything that changes that state (policy reloads, reports, engine readings, other
     replicas' events) goes through its methods (the reports' and readings' are
-    `RouterFeedback`'s, the choice of a pool's worker `WorkerChoice`'s)."""
+    `RouterFeedback`'s, a pool target's try `PoolTarget`'s and the choice of its worker
+    `WorkerChoice`'s)."""
 
     def __init__(
         self,
@@ -188,7 +185,7 @@ class Router(RouterFeedback, WorkerChoice):
         return None
 
     def _batch_or_shed(self, attempt: Attempt) -> Decision:
-        pools = ", ".join(_pools(busy.group) for busy in attempt.busy)
+        pools = ", ".join(pools_of(busy.group) for busy in attempt.busy)
         if attempt.query.qos is QoS.DEFERRABLE:
             reason = f"pool {pools} is saturated: DEFERRABLE requests are shed first"
             return Decision(Outcome.POLICY_REJECTED, reason=reason, code=Reason.SHED_SATURATED)
@@ -226,79 +223,3 @@ class Router(RouterFeedback, WorkerChoice):
             max_tokens_field=target.max_tokens_field,
             sent_shape=shape if shape is not request.shape else None,
         )
-
-    def _try_pool(self, attempt: Attempt, group: tuple[Target, ...]) -> Decision | None:
-        if sent_shape(attempt.query.request.shape, target_api(group[0], None)) is None:
-            what = attempt.query.request.shape.value
-            attempt.note(Reason.NO_TARGET, f"pool {_pools(group)} takes no {what} requests")
-            return None
-        slots = self._ready_slots(attempt, group)
-        if slots is None:
-            return None
-        signals, saturation = attempt.signals, self.policy.saturation
-        # (no engine metrics anywhere: every ready worker is free)
-        if not signals.known:
-            return self._local(attempt, group, slots)
-        decision, context = self._unless_saturated(attempt, group, slots)
-        if decision is not None:
-            return decision
-        assert context is not None  # (made whenever no decision is)
-        # Some are saturated; the request's own cache hit adds no KV use where it is cached.
-        # The context made for that is the choice's too (`narrowed` to the free ones).
-        levels = saturation.levels_with_hits_in(signals, slots, context[0])
-        free = free_positions(levels)
-        if free:
-            kept, narrowed = self._narrowed(context, slots, free)
-            return self._local(attempt, group, kept, narrowed, pool_slots=slots)
-        attempt.note(Reason.SATURATED, f"pool {_pools(group)} is saturated")
-        attempt.busy.append(Busy(group, slots, np.asarray(levels, dtype=np.int8)))
-        return None
-
-    def _unless_saturated(
-        self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray
-    ) -> tuple[Decision | None, tuple[PickContext, str | None] | None]:
-        """The choice among `slots` where none is saturated by the Pick's engine signals
-        (and the context made for it, if one was); else None, and the Pick's context
-        (`_context`) for the saturated path."""
-        policy, saturation = self.policy, self.policy.saturation
-        if policy.predicts_ttft and policy.pipeline.fuses(len(slots)):
-            # A small pool: the saturation check (the request's own cache hits counted),
-            # the scores and the choice in one C call. (The same answer as the check
-            # below and then the choice: a level counting hits is never above the level
-            # without them, and where one is, `levels_with_hits_in` decides as it does.)
-            context = self._context(attempt, group, slots)
-            return self._local_unless(attempt, group, slots, context, saturation), context
-        if not saturation.any_saturated_in(attempt.signals, slots):
-            return self._local(attempt, group, slots), None
-        return None, self._context(attempt, group, slots)
-
-    def _ready_slots(self, attempt: Attempt, group: tuple[Target, ...]) -> IndexArray | None:
-        """Ready workers of the group's pools (only the named pool, when one is named)."""
-        named, catalog = attempt.query.pool, self.policy.catalog
-        found = [
-            slots
-            for target in group
-            if target.pool is not None and (named is None or target.pool == named)
-            if (slots := catalog.slots(target.pool, target.model)) is not None
-        ]
-        if not found:
-            where = f"the named pool {named}" if named else f"pool {_pools(group)}"
-            attempt.note(Reason.NO_TARGET, f"{where} does not serve {group[0].model!r}")
-            return None
-        slots = found[0] if len(found) == 1 else _union(found)
-        slots = self._ready.filter_slots(self.table, slots)
-        if not len(slots):
-            attempt.note(Reason.NO_READY_ENDPOINT, f"pool {_pools(group)} has no ready endpoint")
-            return None
-        return slots
-
-
-def _union(found: list[IndexArray]) -> IndexArray:
-    """Slots of several pools, sorted, each once. Not `np.unique`: its first call imports
-    numpy.ma (11 ms idle, ~80 ms seen under load), on the loop, in the Pick that made it."""
-    merged = np.sort(np.concatenate(found))
-    return merged[np.concatenate(([True], merged[1:] != merged[:-1]))]
-
-
-def _pools(group: tuple[Target, ...]) -> str:
-    return ", ".join(str(target.pool) for target in group)

@@ -97,3 +97,58 @@ def test_the_small_and_the_vector_totals_agree(monkeypatch: pytest.MonkeyPatch) 
     for scorer, _ in scorers:  # and the totals themselves, value for value
         small = pipeline_module._weighted_small(None, 0.25, scorer.values.tolist())
         assert small == (0.25 * clamped(scorer.values)).tolist()
+
+
+class Counted(Fixed):
+    """A fixed scorer counting how often it is asked; `values` None answers None."""
+
+    def __init__(self, name: str, values: list[float] | None) -> None:
+        super().__init__(name, values or [])
+        self.answers = None if values is None else self.values
+        self.asked = 0
+
+    def score(self, ctx: PickContext) -> FloatArray | None:
+        self.asked += 1
+        return self.answers
+
+
+class FakeFused(Counted):
+    """A `FusedScorer` whose one call chooses by its own scores alone (None: not taken)."""
+
+    def __init__(self, values: list[float], taken: bool) -> None:
+        super().__init__("fused", values)
+        self.taken = taken
+
+    def choose_small(
+        self, ctx: PickContext, weight: float, home: int | None, ids: object,
+        guard: tuple[object, object, float, float, float] | None = None,
+    ) -> tuple[int, FloatArray] | None:  # fmt: skip
+        if not self.taken:
+            return None
+        totals = weight * clamped(self.values)
+        return int(np.argmax(totals)), totals
+
+
+@pytest.mark.parametrize("taken", [True, False])
+@pytest.mark.parametrize("answers", [[None, None], [None, [0.0, 0.9]], [[0.0, 0.9], None]])
+def test_the_fused_path_asks_each_other_scorer_once(
+    taken: bool, answers: list[list[float] | None]
+) -> None:
+    """Where another scorer answers (or the C form is not taken), the general path runs
+    with what the fused path already asked: each scorer asked once a Pick, the same choice
+    as the general path alone, and every plugin's cost counted once."""
+    chosen = []
+    for fused in (True, False):
+        main = FakeFused([0.8, 0.1], taken)
+        others = [Counted(f"other{i}", values) for i, values in enumerate(answers)]
+        costs = PluginCosts()
+        pipeline = Pipeline(
+            [(main, 1.0), *((other, 1.0) for other in others)], MaxScorePicker(), costs,
+            fused=fused,
+        )  # fmt: skip
+        chosen.append(pipeline.choose(context(2), random.Random(0)))
+        assert [other.asked for other in others] == [1, 1]
+        general = not (fused and taken and answers == [None, None])
+        assert main.asked == (1 if general else 0)
+        assert costs.calls == {"fused": 1, "other0": 1, "other1": 1, "max_score": 1}
+    assert chosen[0] == chosen[1]

@@ -71,7 +71,11 @@ class FusedScorer(Protocol):
     ) -> tuple[int, FloatArray] | None: ...  # fmt: skip
 
 
-Fused = tuple[FusedScorer, str, float, tuple[Scorer, ...], MaxScorePicker]
+# (the other scorers go with their positions in `Pipeline.scorers`)
+Fused = tuple[FusedScorer, str, float, tuple[tuple[int, Scorer], ...], MaxScorePicker]
+# What the fused path asked the other scorers, by position: (answer, CPU nanoseconds); the
+# general path takes those answers instead of asking again.
+Asked = dict[int, tuple[FloatArray | None, int]]
 
 
 class Pipeline:
@@ -97,7 +101,11 @@ class Pipeline:
         found = [(s, w) for s, w in self.scorers if isinstance(s, FusedScorer)]
         if fused and found and isinstance(picker, MaxScorePicker):
             scorer, weight = found[0]
-            others = tuple(other for other, _ in self.scorers if other is not scorer)
+            others = tuple(
+                (position, other)
+                for position, (other, _) in enumerate(self.scorers)
+                if other is not scorer
+            )
             fusing = cast(FusedScorer, scorer)
             self._fused = (fusing, scorer.name, weight, others, picker)
 
@@ -113,8 +121,9 @@ class Pipeline:
         (nothing chosen, no scorer run) where it finds a candidate saturated by
         `ctx.signals` (`levels_with_hits_in`)."""
         small = len(ctx.slots) <= SMALL_TOTALS
+        asked: Asked = {}
         if small and self._fused is not None:
-            index = self._choose_fused(ctx, rng, guard, self._fused)
+            index = self._choose_fused(ctx, rng, guard, self._fused, asked)
             if index is not None:
                 return index
         if guard is not None and _saturated(guard, ctx):
@@ -123,14 +132,15 @@ class Pipeline:
         listed: list[float] | None = None  # the totals as Python floats (`small`)
         vector: FloatArray | None = None
         started = clock()  # each step's time runs from the end of the one before
-        for scorer, weight in self.scorers:
-            scores = scorer.score(ctx)
+        for position, (scorer, weight) in enumerate(self.scorers):
+            answer = asked.get(position)  # (asked already by the fused path: not again)
+            scores = scorer.score(ctx) if answer is None else answer[0]
             if scores is not None and small:
                 listed = _weighted_small(listed, weight, scores.tolist())
             elif scores is not None:
                 vector = _weighted(vector, weight, scores)
             now = clock()
-            add(scorer.name, now - started)
+            add(scorer.name, now - started + (0 if answer is None else answer[1]))
             started = now
         # Python floats go to the picker as they are (it reads a handful of them as such)
         totals: FloatArray | list[float] = (
@@ -149,14 +159,19 @@ class Pipeline:
         return index
 
     def _choose_fused(
-        self, ctx: PickContext, rng: random.Random, guard: SaturationFilter | None, fused: Fused
-    ) -> int | None:
+        self, ctx: PickContext, rng: random.Random, guard: SaturationFilter | None,
+        fused: Fused, asked: Asked,
+    ) -> int | None:  # fmt: skip
         """`choose` by the fused scorer's one C call; None where another scorer answers or
-        the C form is not taken (the general path then runs, from the start)."""
-        started = time.perf_counter_ns()
+        the C form is not taken (the general path then runs, with the other scorers'
+        answers left in `asked`)."""
+        clock = time.perf_counter_ns
+        started = clock()
         scorer, name, weight, others, picker = fused
-        for other in others:  # (scorers read the context only: asking again is harmless)
-            if other.score(ctx) is not None:
+        for position, other in others:
+            scores = other.score(ctx)
+            if scores is not None:  # (the time so far is the others' asking: its)
+                _asked(asked, others, position, scores, clock() - started)
                 return None
         table, checks = ctx.table, None
         if guard is not None:
@@ -167,7 +182,8 @@ class Pipeline:
         key = home_key(ctx.hashes)
         chosen = scorer.choose_small(ctx, weight, key, picker.slot_ids(table.endpoints),
                                      checks)  # fmt: skip
-        if chosen is None:
+        if chosen is None:  # (every other answered None: the general path asks none again)
+            _asked(asked, others, len(self.scorers), None, 0)
             return None
         index, totals = chosen
         if index == -2:  # a candidate saturated: nothing computed
@@ -181,11 +197,24 @@ class Pipeline:
                 names = [table.endpoints[slot] for slot in ctx.slots.tolist()]
                 index = picker.pick(listed, rng, home, names)
         add = self.costs.add
-        add(name, time.perf_counter_ns() - started)  # scores and choice
-        for other in others:
+        add(name, clock() - started)  # the others' asking, scores and choice
+        for _, other in others:
             add(other.name, 0)
         add(picker.name, 0)
         return index
+
+
+def _asked(
+    asked: Asked, others: tuple[tuple[int, Scorer], ...], last: int,
+    scores: FloatArray | None, nanoseconds: int,
+) -> None:  # fmt: skip
+    """Into `asked`: the others before position `last` answered None; the one at `last`
+    (if one is) answered `scores`, taking `nanoseconds` (all the others' asking)."""
+    for position, _ in others:
+        if position < last:
+            asked[position] = (None, 0)
+        elif position == last:
+            asked[position] = (scores, nanoseconds)
 
 
 def _saturated(guard: SaturationFilter, ctx: PickContext) -> bool:
