@@ -19,8 +19,6 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol
 
-import numpy as np
-
 # A block's age on a slot: how many distinct blocks the slot recorded since it was last
 # recorded, i.e. more recent than it in its LRU (what an LRU cache of that many blocks would
 # have evicted it after). Not the blocks recorded since, which count a prompt recorded again
@@ -29,13 +27,6 @@ import numpy as np
 # Found by walking the LRU from its most recent end, at most `MAX_WALK` blocks; past that,
 # the blocks recorded since (at most the slot's blocks), an upper bound.
 MAX_WALK = 4096
-# `PyPrefixStore` counts it instead of walking (the walk cost ~40-250 µs a Pick, h159): a
-# byte per touch number of a slot's last `WINDOW` to `2 * WINDOW` touches (≤ 128 KiB a
-# slot), 1 while it is its block's last touch; the age is the 1s after the block's (a
-# block's record again zeroes its previous touch; evicted blocks are older than every block
-# asked about). A block touched before those bytes is walked to, as before, only where they
-# hold fewer than `MAX_WALK` 1s (else it is at least that old).
-WINDOW = 16 * MAX_WALK
 
 
 class BlockStore(Protocol):
@@ -71,8 +62,6 @@ class PyPrefixStore:
         self._holders: dict[int, tuple[int, ...]] = {}
         self._lru: dict[int, OrderedDict[int, int]] = {}  # slot -> block -> touch number
         self._touches: dict[int, int] = {}  # slot -> blocks recorded on it so far
-        # slot -> (the touch number of its first byte, a byte per touch: `WINDOW`)
-        self._last: dict[int, tuple[int, bytearray]] = {}
 
     def __len__(self) -> int:
         """Distinct blocks held by any slot."""
@@ -91,23 +80,14 @@ class PyPrefixStore:
         """`slot` holds `hashes`, the earliest most recent; then `trim` to `bound`."""
         lru = self._lru.setdefault(slot, OrderedDict())
         touch = before = self._touches.get(slot, 0)
-        base, last = self._last.setdefault(slot, (before + 1, bytearray()))
-        last += b"\x01" * len(hashes)  # (before the loop: a block twice in `hashes` too)
-        holders, get, refresh = self._holders, lru.get, lru.move_to_end  # no lookups
-        for touch, block in enumerate(reversed(hashes), before + 1):  # ~750 at 48 KB
-            old = get(block)
-            if old is None:
-                holders[block] = (*holders.get(block, ()), slot)
-            else:
+        holders, refresh = self._holders, lru.move_to_end  # ~750 steps at 48 KB: no lookups
+        for touch, block in enumerate(reversed(hashes), before + 1):
+            if block in lru:
                 refresh(block)
-                if old >= base:
-                    last[old - base] = 0  # no longer its block's last touch
+            else:
+                holders[block] = (*holders.get(block, ()), slot)
             lru[block] = touch
         self._touches[slot] = touch
-        if len(last) >= 2 * WINDOW:
-            cut = len(last) - WINDOW
-            del last[:cut]
-            self._last[slot] = (base + cut, last)
         self._trim(slot, lru, bound)
 
     def trim(self, slot: int, bound: int) -> None:
@@ -163,15 +143,10 @@ class PyPrefixStore:
             return 0, None
         blocks = known if known > 0 else self._longest(slot, hashes)
         deepest = hashes[blocks - 1]
-        touch, (base, last) = lru[deepest], self._last[slot]
-        start = max(touch + 1 - base, 0)  # counted: the last touches after its own
-        rank = int(np.count_nonzero(np.frombuffer(last, np.uint8, len(last) - start, start)))
-        if touch < base and rank < MAX_WALK:  # before the window, past too few: walked
-            walk = itertools.islice(reversed(lru), MAX_WALK)
-            rank = next((rank for rank, block in enumerate(walk) if block == deepest), MAX_WALK)
-        if rank < MAX_WALK:
-            return blocks, rank
-        return blocks, min(self._touches.get(slot, 0) - touch, len(lru) - 1)
+        for rank, block in enumerate(itertools.islice(reversed(lru), MAX_WALK)):
+            if block == deepest:
+                return blocks, rank
+        return blocks, min(self._touches.get(slot, 0) - lru[deepest], len(lru) - 1)
 
     def count(self, slot: int, hashes: Sequence[int]) -> int:
         """How many of `hashes` (each occurrence) `slot` holds, wherever they sit."""
@@ -185,4 +160,3 @@ class PyPrefixStore:
         for block in self._lru.pop(slot, OrderedDict()):
             self._drop_holder(block, slot)
         self._touches.pop(slot, None)
-        self._last.pop(slot, None)
