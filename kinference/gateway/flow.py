@@ -27,6 +27,7 @@ from kinference.gateway.http1 import (
     Response,
     UpstreamError,
 )
+from kinference.gateway.http1_send import REPLAY_MAX
 from kinference.gateway.port import AbortReason, PickAsk, Picked, PickerPort, Reports
 from kinference.gateway.relay import FinishObserver, Relay
 from kinference.gateway.timing import TokenClock
@@ -232,8 +233,8 @@ class Flow:
         reports: Reports,
     ) -> Response:
         pick, extras = picked
-        body = self._pulled(pick.response_id, pick.body_total_bytes, extras.body)
         try:
+            body = self._body(pick.response_id, pick.body_total_bytes, extras.body)
             return await self._http.request(method, url, headers, body)
         except (grpc.aio.AioRpcError, PullMismatch) as exc:
             detail = f"PullBody: {_describe(exc)}"
@@ -243,16 +244,26 @@ class Flow:
             reason, error = _upstream_failure(exc)
             raise _aborted(reports, reason, f"upstream: {_describe(exc)}", error) from None
 
-    async def _pulled(
+    def _body(
         self, response_id: int, expected: int, inline: bytes | None
-    ) -> AsyncIterator[bytes | memoryview]:
-        """PullBody, or the body the pick carried inline, checked to be exactly
-        `body_total_bytes` long (spec: callers may enforce)."""
-        if inline is not None:
-            if len(inline) != expected:
-                raise PullMismatch(f"the pick carried {len(inline)} bytes, announced {expected}")
-            yield inline
-            return
+    ) -> list[bytes | memoryview] | AsyncIterator[bytes | memoryview]:
+        """The body to send upstream, checked to be exactly `body_total_bytes` long (spec:
+        callers may enforce): at hand (the body the pick carried inline, or one of at most
+        `REPLAY_MAX` bytes the picker holds in this process, pulled at once: no stream to
+        wait on, the upstream request holds it until its answer anyway) or PullBody's."""
+        pieces: list[bytes | memoryview] | None = [inline] if inline is not None else None
+        if pieces is None and expected <= REPLAY_MAX:
+            pieces = self._picker.pull_at_hand(response_id)
+        if pieces is None:
+            return self._pulled(response_id, expected)
+        total = sum(map(len, pieces)) if len(pieces) != 1 else len(pieces[0])
+        if total != expected:
+            source = "the pick carried" if inline is not None else "PullBody sent"
+            raise PullMismatch(f"{source} {total} bytes, the pick announced {expected}")
+        return pieces
+
+    async def _pulled(self, response_id: int, expected: int) -> AsyncIterator[bytes | memoryview]:
+        """PullBody, checked to be exactly `body_total_bytes` long."""
         total = 0
         async for chunk in self._picker.pull(response_id):
             total += len(chunk)

@@ -199,6 +199,20 @@ class LocalPicker:
         finally:
             self.service.close_pull(pull, completed=completed)
 
+    def pull_at_hand(self, response_id: int) -> list[bytes | memoryview]:
+        """`pull`'s pieces, all at once: the body is in this process's store."""
+        try:
+            pull = self.service.open_pull(response_id)
+        except PickerError as error:
+            raise rpc_error(error) from None
+        completed = False
+        try:
+            pieces = list(pull.messages())
+            completed = True
+        finally:
+            self.service.close_pull(pull, completed=completed)
+        return pieces
+
     def reports(self, response_id: int) -> LocalReports:
         return LocalReports(self.service, response_id)
 

@@ -134,13 +134,18 @@ class Relay:
             self._report_first()
 
     async def _plain(self) -> AsyncGenerator[bytes, None]:
-        """Any other body, relayed as it comes."""
+        """Any other body, relayed as it comes (read as `_events` reads: no generator in
+        between)."""
+        meter, read = self._meter, self.response.next_chunk
         try:
-            meter = self._meter
-            async for chunk in self._chunks():
-                self._first_due |= meter.feed(chunk)
-                yield chunk
-                self._report_first()
+            try:
+                while (chunk := await read()) is not None:
+                    self._first_due |= meter.feed(chunk)
+                    yield chunk
+                    self._report_first()
+            except UpstreamError as exc:
+                if not self._after_end(exc):
+                    raise
             self._complete = True
         finally:
             self._report_first()  # also when the client went away: it did come
