@@ -53,8 +53,7 @@ class Incoming:
     header_map: dict[str, str] = field(default_factory=dict)  # first value of each name
     # Told when the relay finishes: the HTTP layer's metrics (status, usage, timing).
     on_finish: FinishObserver | None = None
-    # The body when it arrived whole with its head, else None (then `body` yields all of
-    # it); taken before `body` is iterated, if at all.
+    # The body when it arrived whole with its head, else None (then `body` yields it all).
     whole: Callable[[], Awaitable[bytes | None]] | None = None
 
     def __post_init__(self) -> None:
@@ -72,7 +71,7 @@ class Pushed:
 
 
 class PullMismatch(Exception):
-    """PullBody ended with a byte count other than the pick's `body_total_bytes`."""
+    """The body to send is not the pick's `body_total_bytes` long."""
 
 
 class Flow:
@@ -247,23 +246,18 @@ class Flow:
     def _body(
         self, response_id: int, expected: int, inline: bytes | None
     ) -> list[bytes | memoryview] | AsyncIterator[bytes | memoryview]:
-        """The body to send upstream, checked to be exactly `body_total_bytes` long (spec:
-        callers may enforce): at hand (the body the pick carried inline, or one of at most
-        `REPLAY_MAX` bytes the picker holds in this process, pulled at once: no stream to
-        wait on, the upstream request holds it until its answer anyway) or PullBody's."""
-        pieces: list[bytes | memoryview] | None = [inline] if inline is not None else None
+        """The body for upstream, at hand (inline in the pick, or up to `REPLAY_MAX` bytes
+        held in this process: no stream) or PullBody's; its length checked (spec: may be)."""
+        pieces: list[bytes | memoryview] | None = None if inline is None else [inline]
         if pieces is None and expected <= REPLAY_MAX:
             pieces = self._picker.pull_at_hand(response_id)
         if pieces is None:
             return self._pulled(response_id, expected)
-        total = sum(map(len, pieces)) if len(pieces) != 1 else len(pieces[0])
-        if total != expected:
-            source = "the pick carried" if inline is not None else "PullBody sent"
-            raise PullMismatch(f"{source} {total} bytes, the pick announced {expected}")
+        if (total := sum(map(len, pieces))) != expected:
+            raise PullMismatch(f"{total} bytes at hand, the pick announced {expected}")
         return pieces
 
     async def _pulled(self, response_id: int, expected: int) -> AsyncIterator[bytes | memoryview]:
-        """PullBody, checked to be exactly `body_total_bytes` long."""
         total = 0
         async for chunk in self._picker.pull(response_id):
             total += len(chunk)
@@ -275,22 +269,18 @@ class Flow:
 def _aborted(
     reports: Reports, reason: AbortReason, detail: str, error: GatewayError
 ) -> GatewayError:
-    reports.abort(reason, detail)
-    log.warning(
-        "abort %s: %s", pb.AbortRequest.Reason.Name(reason), detail
-    )  # details name hosts and statuses, never bodies or credentials
+    reports.abort(reason, detail)  # details name hosts and statuses, never bodies or keys
+    log.warning("abort %s: %s", pb.AbortRequest.Reason.Name(reason), detail)
     return error
 
 
 def _upstream_failure(exc: UpstreamError) -> tuple[AbortReason, GatewayError]:
     if isinstance(exc, ConnectFailed):
-        return pb.AbortRequest.NOT_DISPATCHED, errors.upstream_failed(
-            "the upstream could not be reached"
-        )
+        unreachable = errors.upstream_failed("the upstream could not be reached")
+        return pb.AbortRequest.NOT_DISPATCHED, unreachable
     if isinstance(exc, ReadTimeout):
-        return pb.AbortRequest.REASON_UNSPECIFIED, errors.upstream_timeout(
-            "the upstream did not answer in time"
-        )
+        late = errors.upstream_timeout("the upstream did not answer in time")
+        return pb.AbortRequest.REASON_UNSPECIFIED, late
     return pb.AbortRequest.REASON_UNSPECIFIED, errors.upstream_failed("the upstream failed")
 
 
@@ -301,8 +291,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def _provider_ref(pick: pb.PickResponse) -> str:
-    ref = pick.provider.backend_ref
-    return f"{ref.namespace}/{ref.name}"
+    return f"{pick.provider.backend_ref.namespace}/{pick.provider.backend_ref.name}"
 
 
 def _log_dispatch(incoming: Incoming, pick: pb.PickResponse, target: Target, status: int) -> None:
