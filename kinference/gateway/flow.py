@@ -27,7 +27,6 @@ from kinference.gateway.http1 import (
     Response,
     UpstreamError,
 )
-from kinference.gateway.http1_send import REPLAY_MAX
 from kinference.gateway.port import AbortReason, PickAsk, Picked, PickerPort, Reports
 from kinference.gateway.relay import FinishObserver, Relay
 from kinference.gateway.timing import TokenClock
@@ -53,7 +52,8 @@ class Incoming:
     header_map: dict[str, str] = field(default_factory=dict)  # first value of each name
     # Told when the relay finishes: the HTTP layer's metrics (status, usage, timing).
     on_finish: FinishObserver | None = None
-    # The body when it arrived whole with its head, else None (then `body` yields it all).
+    # The body when it arrived whole with its head, else None (then `body` yields all of
+    # it); taken before `body` is iterated, if at all.
     whole: Callable[[], Awaitable[bytes | None]] | None = None
 
     def __post_init__(self) -> None:
@@ -71,7 +71,7 @@ class Pushed:
 
 
 class PullMismatch(Exception):
-    """The body to send is not the pick's `body_total_bytes` long."""
+    """PullBody ended with a byte count other than the pick's `body_total_bytes`."""
 
 
 class Flow:
@@ -232,8 +232,8 @@ class Flow:
         reports: Reports,
     ) -> Response:
         pick, extras = picked
+        body = self._pulled(pick.response_id, pick.body_total_bytes, extras.body)
         try:
-            body = self._body(pick.response_id, pick.body_total_bytes, extras.body)
             return await self._http.request(method, url, headers, body)
         except (grpc.aio.AioRpcError, PullMismatch) as exc:
             detail = f"PullBody: {_describe(exc)}"
@@ -243,21 +243,16 @@ class Flow:
             reason, error = _upstream_failure(exc)
             raise _aborted(reports, reason, f"upstream: {_describe(exc)}", error) from None
 
-    def _body(
+    async def _pulled(
         self, response_id: int, expected: int, inline: bytes | None
-    ) -> list[bytes | memoryview] | AsyncIterator[bytes | memoryview]:
-        """The body for upstream, at hand (inline in the pick, or up to `REPLAY_MAX` bytes
-        held in this process: no stream) or PullBody's; its length checked (spec: may be)."""
-        pieces: list[bytes | memoryview] | None = None if inline is None else [inline]
-        if pieces is None and expected <= REPLAY_MAX:
-            pieces = self._picker.pull_at_hand(response_id)
-        if pieces is None:
-            return self._pulled(response_id, expected)
-        if (total := sum(map(len, pieces))) != expected:
-            raise PullMismatch(f"{total} bytes at hand, the pick announced {expected}")
-        return pieces
-
-    async def _pulled(self, response_id: int, expected: int) -> AsyncIterator[bytes | memoryview]:
+    ) -> AsyncIterator[bytes | memoryview]:
+        """PullBody, or the body the pick carried inline, checked to be exactly
+        `body_total_bytes` long (spec: callers may enforce)."""
+        if inline is not None:
+            if len(inline) != expected:
+                raise PullMismatch(f"the pick carried {len(inline)} bytes, announced {expected}")
+            yield inline
+            return
         total = 0
         async for chunk in self._picker.pull(response_id):
             total += len(chunk)
@@ -269,18 +264,22 @@ class Flow:
 def _aborted(
     reports: Reports, reason: AbortReason, detail: str, error: GatewayError
 ) -> GatewayError:
-    reports.abort(reason, detail)  # details name hosts and statuses, never bodies or keys
-    log.warning("abort %s: %s", pb.AbortRequest.Reason.Name(reason), detail)
+    reports.abort(reason, detail)
+    log.warning(
+        "abort %s: %s", pb.AbortRequest.Reason.Name(reason), detail
+    )  # details name hosts and statuses, never bodies or credentials
     return error
 
 
 def _upstream_failure(exc: UpstreamError) -> tuple[AbortReason, GatewayError]:
     if isinstance(exc, ConnectFailed):
-        unreachable = errors.upstream_failed("the upstream could not be reached")
-        return pb.AbortRequest.NOT_DISPATCHED, unreachable
+        return pb.AbortRequest.NOT_DISPATCHED, errors.upstream_failed(
+            "the upstream could not be reached"
+        )
     if isinstance(exc, ReadTimeout):
-        late = errors.upstream_timeout("the upstream did not answer in time")
-        return pb.AbortRequest.REASON_UNSPECIFIED, late
+        return pb.AbortRequest.REASON_UNSPECIFIED, errors.upstream_timeout(
+            "the upstream did not answer in time"
+        )
     return pb.AbortRequest.REASON_UNSPECIFIED, errors.upstream_failed("the upstream failed")
 
 
@@ -291,7 +290,8 @@ def _describe(exc: BaseException) -> str:
 
 
 def _provider_ref(pick: pb.PickResponse) -> str:
-    return f"{pick.provider.backend_ref.namespace}/{pick.provider.backend_ref.name}"
+    ref = pick.provider.backend_ref
+    return f"{ref.namespace}/{ref.name}"
 
 
 def _log_dispatch(incoming: Incoming, pick: pb.PickResponse, target: Target, status: int) -> None:

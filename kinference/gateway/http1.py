@@ -114,13 +114,10 @@ class HttpClient:
         method: str,
         url: str,
         headers: list[tuple[str, str]],
-        body: AsyncIterable[Chunk] | list[Chunk],
+        body: AsyncIterable[Chunk],
     ) -> Response:
-        """Send the request (the caller sets `content-length`); returns at the response head.
-        `body` as it comes, or all of it at hand (a list: no stream to wait on)."""
+        """Send the request (the caller sets `content-length`); returns at the response head."""
         origin, target = split(url)
-        # A body at hand is read once over both attempts (`send` sends the rest of it).
-        rest = iter(body) if isinstance(body, list) else body
         head = request_head(method, target, origin, headers)  # checked before connecting
         if self._closed:
             raise ConnectFailed("the upstream client is closed")
@@ -135,7 +132,7 @@ class HttpClient:
         held = reused and length > REPLAY_MAX  # out of the budget, while the race lasts
         sent = self._replay.hold(length, _RACE_S) if held else Sent()
         try:
-            await send(conn, head, sent, rest, self.read_timeout_s)
+            await send(conn, head, sent, body, self.read_timeout_s)
         except Broken:
             if not (reused and conn.silent and sent.chunks is not None):
                 raise
@@ -144,7 +141,7 @@ class HttpClient:
             # The keep-alive race: the server closed the pooled connection as the request
             # went out, nothing came back and all of the body sent is here: once more, afresh.
             conn = await self._connect(origin)
-            await send(conn, head, sent, rest, self.read_timeout_s)
+            await send(conn, head, sent, body, self.read_timeout_s)
         finally:
             if held:
                 self._replay.let_go(sent)

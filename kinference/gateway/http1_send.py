@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterable, Iterator
+from collections.abc import AsyncIterable
 from urllib.parse import urlsplit
 
 from kinference.gateway.http1_conn import Broken, Conn, ConnectFailed, Origin
@@ -88,31 +88,20 @@ class ReplayBudget:
 
 
 async def send(
-    conn: Conn,
-    head: bytes,
-    sent: Sent,
-    body: AsyncIterable[Chunk] | Iterator[Chunk],
-    timeout_s: float,
+    conn: Conn, head: bytes, sent: Sent, body: AsyncIterable[Chunk], timeout_s: float
 ) -> None:
-    """Send `head`, the chunks `sent` kept from an attempt before, then the rest of `body`
-    (as it comes, or at hand: an iterator); returns once the response head arrived.
-    Whatever fails drops the connection."""
+    """Send `head`, the chunks `sent` kept from an attempt before, then the rest of `body`;
+    returns once the response head arrived. Whatever fails drops the connection."""
     conn.asked = True
     pending: bytes | None = head
     try:
         for chunk in list(sent.chunks or ()):
             await _write(conn, pending, chunk, timeout_s)
             pending = None
-        if isinstance(body, Iterator):
-            for chunk in body:
-                sent.keep(chunk)
-                await _write(conn, pending, chunk, timeout_s)
-                pending = None
-        else:
-            async for chunk in body:
-                sent.keep(chunk)
-                await _write(conn, pending, chunk, timeout_s)
-                pending = None
+        async for chunk in body:
+            sent.keep(chunk)
+            await _write(conn, pending, chunk, timeout_s)
+            pending = None
         if pending is not None:
             await conn.write(pending, timeout_s)
         # Awaited as it is (no shield): a cancelled wait drops the connection below, and

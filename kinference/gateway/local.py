@@ -19,7 +19,7 @@ from kinference import itl_layout
 from kinference.api import convert, extensions
 from kinference.api.extensions import PickExtras
 from kinference.api.status import status_code
-from kinference.bodies import Pull, Upload
+from kinference.bodies import Upload
 from kinference.errors import IdleTimeout, PickerError
 from kinference.gateway.port import AbortReason, BodyChunks, PickAsk, Picked, QosClass
 from kinference.gateway.timing import TokenClock
@@ -187,7 +187,10 @@ class LocalPicker:
             raise rpc_error(error) from None
 
     async def pull(self, response_id: int) -> AsyncIterator[bytes | memoryview]:
-        pull = self._opened(response_id)
+        try:
+            pull = self.service.open_pull(response_id)
+        except PickerError as error:
+            raise rpc_error(error) from None
         completed = False
         try:
             for piece in pull.messages():
@@ -195,23 +198,6 @@ class LocalPicker:
             completed = True
         finally:
             self.service.close_pull(pull, completed=completed)
-
-    def pull_at_hand(self, response_id: int) -> list[bytes | memoryview]:
-        """`pull`'s pieces, all at once: the body is in this process's store."""
-        pull = self._opened(response_id)
-        try:
-            pieces = list(pull.messages())
-        except BaseException:
-            self.service.close_pull(pull, completed=False)
-            raise
-        self.service.close_pull(pull, completed=True)
-        return pieces
-
-    def _opened(self, response_id: int) -> Pull:
-        try:
-            return self.service.open_pull(response_id)
-        except PickerError as error:
-            raise rpc_error(error) from None
 
     def reports(self, response_id: int) -> LocalReports:
         return LocalReports(self.service, response_id)

@@ -90,11 +90,6 @@ class PickerPort(Protocol):
         """The body to send upstream, chunk by chunk."""
         ...
 
-    def pull_at_hand(self, response_id: int) -> list[bytes | memoryview] | None:
-        """The whole body to send upstream, pulled at once when the picker holds it in this
-        process (no stream to wait on); None: read it with `pull`."""
-        ...
-
     def reports(self, response_id: int) -> Reports: ...
 
     async def serving(self) -> bool:

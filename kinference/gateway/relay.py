@@ -134,18 +134,13 @@ class Relay:
             self._report_first()
 
     async def _plain(self) -> AsyncGenerator[bytes, None]:
-        """Any other body, relayed as it comes (read as `_events` reads: no generator in
-        between)."""
-        meter, read = self._meter, self.response.next_chunk
+        """Any other body, relayed as it comes."""
         try:
-            try:
-                while (chunk := await read()) is not None:
-                    self._first_due |= meter.feed(chunk)
-                    yield chunk
-                    self._report_first()
-            except UpstreamError as exc:
-                if not self._after_end(exc):
-                    raise
+            meter = self._meter
+            async for chunk in self._chunks():
+                self._first_due |= meter.feed(chunk)
+                yield chunk
+                self._report_first()
             self._complete = True
         finally:
             self._report_first()  # also when the client went away: it did come

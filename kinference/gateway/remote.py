@@ -159,9 +159,6 @@ class RemotePicker:
     def pull(self, response_id: int) -> AsyncIterator[bytes]:
         return self.client.pull(response_id)
 
-    def pull_at_hand(self, response_id: int) -> None:
-        return None  # across the channel: PullBody (or the body inline in the pick)
-
     def reports(self, response_id: int) -> Reports:
         session = self.sessions.current()
         if session is not None:
