@@ -66,6 +66,12 @@ class TokenizerThread:
         """Pick work submitted and not started."""
         return len(self._urgent)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and nothing running (a waiter may wake before the thread lets go
+        of `_busy` after the work it waited for)."""
+        return not self._urgent and not self._later and not self._busy.locked()
+
     def submit(self, work: Callable[[], T]) -> concurrent.futures.Future[T]:
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
 

@@ -115,6 +115,10 @@ async def test_a_pick_on_the_loop_leaves_its_marks_after_its_answer(
     preparer: PromptPreparer, files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await asyncio.wait_for(asyncio.gather(*map(asyncio.wrap_future, preparer.warm())), 30)
+    for _ in range(3000):  # the warm-up's future is set before the thread is free
+        if preparer._thread.idle:
+            break
+        await asyncio.sleep(0.01)
     loop_thread = threading.get_ident()
     put_on: list[int] = []
     put = turns.TurnMarks.put
