@@ -171,7 +171,9 @@ class App:
             own_load=lambda: self.inflight.own,
             pools=lambda: self.policy.pools,  # read again each second: reloads open shards
         )
-        self.sharing = EngineSharing(self.cluster, self.engines.retarget)
+        self.sharing = EngineSharing(
+            self.cluster, self.engines.retarget, lambda: self.policy.routing.engine_metrics
+        )
         self.engines.share(self.sharing)
         self.cluster.add_loop("leadership", self.sharing.claim, LEADERSHIP_S)
         self._providers = ProviderSharing(

@@ -116,7 +116,9 @@ class SharedBlacklist:
         if self._syncs % SCAN_EVERY == 0:
             self._scanned = await _scan_providers(self._redis, self._keys)
         self._syncs += 1
-        await self._poll({*providers, *self._scanned, *self._health.active()})
+        polled = {*providers, *self._scanned, *self._health.active()}
+        if polled:  # none: nothing to read (an idle gateway of self-hosted engines)
+            await self._poll(polled)
         return written
 
     async def refresh(self, provider: str) -> None:

@@ -24,7 +24,7 @@ from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import Keys
 from kinference.cluster.members import Membership
 from kinference.cluster.outbox import Outbox
-from kinference.cluster.replication import Publisher, Reader
+from kinference.cluster.replication import Publisher, Reader, read_block_ms
 from kinference.cluster.shards import Shard, Shards, Wiring
 from kinference.cluster.stats import StatsBuffer
 from kinference.cluster.view import ClusterView
@@ -92,6 +92,7 @@ class ClusterNode:
             Wiring(
                 redis, reader_redis, keys, router, outbox, own_load, self.stats,
                 self.instance, stream_maxlen, batch_s, on_cooled, clock,
+                read_block_ms(stale_after_s),
             )
         )  # fmt: skip
         self._pools = pools  # the pools the policy routes to now

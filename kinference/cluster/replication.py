@@ -30,7 +30,10 @@ log = logging.getLogger(__name__)
 
 SEQ_FIELD = "~seq"  # in a load hash: the flush sequence number the counts are as of
 READ_COUNT = 1_000  # stream entries per XREAD
-READ_BLOCK_MS = 100  # milliseconds an XREAD waits for new entries: bounds the stale check
+# Milliseconds an XREAD waits for new entries, at most: an idle replica reads twice a second
+# (10 times at 100 ms: most of its idle Redis traffic). A quarter of the stale threshold
+# below that, so that an idle reader's last read is never near stale (`read_block_ms`).
+READ_BLOCK_MS = 500
 TAIL_ENTRIES = 2_000  # recent entries a new replica replays to warm its prefix index
 
 
@@ -45,6 +48,11 @@ end
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1
 """
+
+
+def read_block_ms(stale_after_s: float) -> int:
+    """How long a read waits: `READ_BLOCK_MS`, or a quarter of `stale_after_s` if shorter."""
+    return max(min(READ_BLOCK_MS, int(stale_after_s * 1000 / 4)), 1)
 
 
 class Publisher:

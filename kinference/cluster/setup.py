@@ -18,7 +18,9 @@ from kinference.cluster.leader import ScrapeLeadership
 from kinference.cluster.leases import LeasedBudget
 from kinference.cluster.node import ClusterNode, new_instance_id
 from kinference.cluster.outbox import Outbox
+from kinference.cluster.readings import ReadingThrottle, refresh_after
 from kinference.cluster.replication import READ_BLOCK_MS
+from kinference.config.routing import EngineMetricsSettings
 from kinference.routing import ProviderHealth
 from kinference.routing.router import Router
 from kinference.settings import Settings
@@ -31,8 +33,16 @@ BLACKLIST_POLL_S = 0.25  # seconds between polls of the blacklist keys (bounds a
 class EngineSharing:
     """Which pools this replica scrapes, and the publication of what it scraped."""
 
-    def __init__(self, node: ClusterNode, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        node: ClusterNode,
+        on_change: Callable[[], None],
+        metrics: Callable[[], EngineMetricsSettings | None] = lambda: None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self._node = node
+        self._metrics = metrics  # the policy's `engine_metrics` settings now (None: send all)
+        self._throttle = ReadingThrottle(wall)
         self._leadership = ScrapeLeadership(node.redis, node.keys, node.instance)
         self._on_change = on_change  # the scrape targets must be recomputed
         self._pools: frozenset[str] = frozenset()  # pools that have engines to scrape
@@ -56,23 +66,33 @@ class EngineSharing:
     def _set(self, led: frozenset[str] | None) -> None:
         if led != self.led:
             self.led = led
+            self._throttle.forget()
             self._on_change()
 
     def publish(self, endpoint: str, snapshot: EngineSnapshot | None, ready: bool) -> None:
-        reading: dict[str, Any] = {"at": time.time(), "ready": ready, "read": snapshot is not None}
-        reading["by"] = self._node.instance  # the scraping replica, for `kinference state`
-        if snapshot is not None:
-            reading |= {
-                "waiting": snapshot.waiting,
-                "running": snapshot.running,
-                "kv_usage": snapshot.kv_usage,
-                "adapters": sorted(snapshot.lora_adapters or ()),
-                "kv_capacity_tokens": snapshot.kv_capacity_tokens,
-            }
-        self._node.outbox.engine(endpoint, reading)
+        """Share a scrape's reading (or, unchanged and recent, not yet: `readings`)."""
+        metrics = self._metrics()
+        refresh_s = refresh_after(metrics.stale_after_s, metrics.interval_s) if metrics else 0.0
+        scraped = _content(snapshot, ready)
+        for name, content, at in self._throttle.scraped(endpoint, scraped, refresh_s):
+            # "by": the scraping replica, for `kinference state`
+            self._node.outbox.engine(name, {"at": at, **content, "by": self._node.instance})
 
     async def resign(self) -> None:
         await self._leadership.resign()
+
+
+def _content(snapshot: EngineSnapshot | None, ready: bool) -> dict[str, Any]:
+    reading: dict[str, Any] = {"ready": ready, "read": snapshot is not None}
+    if snapshot is not None:
+        reading |= {
+            "waiting": snapshot.waiting,
+            "running": snapshot.running,
+            "kv_usage": snapshot.kv_usage,
+            "adapters": sorted(snapshot.lora_adapters or ()),
+            "kv_capacity_tokens": snapshot.kv_capacity_tokens,
+        }
+    return reading
 
 
 class ProviderSharing:

@@ -65,6 +65,7 @@ class Wiring:
     batch_s: float
     on_cooled: Callable[[str], None] = lambda provider: None  # another replica blacklisted
     clock: Callable[[], float] = time.monotonic
+    read_block_ms: int = READ_BLOCK_MS  # how long an idle read waits (`read_block_ms`)
 
 
 class Shards:
@@ -202,7 +203,8 @@ class Shards:
             ]
         else:
             streams = {shard.keys.events(): shard.reader.last_id for shard in shards}
-            reply = await redis.xread(streams, count=READ_COUNT, block=READ_BLOCK_MS)
+            block = self._wiring.read_block_ms
+            reply = await redis.xread(streams, count=READ_COUNT, block=block)
             by_name = {_text(name): [(name, entries)] for name, entries in reply or ()}
             answers = [by_name.get(shard.keys.events()) for shard in shards]
         for shard, answer in zip(shards, answers, strict=True):

@@ -415,3 +415,21 @@ def test_cli_errors(
     monkeypatch.setenv("KINFERENCE_REDIS_URL", "")
     assert main(["providers", "list"]) == 2
     assert "KINFERENCE_REDIS_URL" in one_line_error(capsys)
+
+
+async def test_with_no_provider_a_poll_sends_nothing(
+    server: RedisServer, replica: ReplicaFactory
+) -> None:
+    """An idle gateway of self-hosted engines names no provider: its polls (four a second)
+    cost no Redis command but the periodic SCAN for keys set elsewhere."""
+    idle = replica("r1")
+    server.cli("CONFIG", "RESETSTAT")
+    for _ in range(8):
+        await idle.blacklist.sync_once([])
+    calls = server.cli("INFO", "commandstats")
+    assert "cmdstat_eval" not in calls and "cmdstat_hgetall" not in calls
+    assert "'cmdstat_scan': {'calls': 2," in calls  # one SCAN in SCAN_EVERY syncs
+    blacklist_by_hand(server, P)  # a key set elsewhere is found, then read
+    for _ in range(4):
+        await idle.blacklist.sync_once([])
+    assert idle.health.cooled(P) is not None
