@@ -10,22 +10,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from kinference.cluster.connection import RedisClient, connect
+from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import Keys
 from kinference.cluster.leases import LeasedBudget
 from kinference.cluster.setup import BUDGET_MIN_GAP_S, Clients, leased_budget
 from kinference.settings import Settings
-from loadtest.redis_server import RedisServer
 
 TENANT = "team-a"
 LIMIT = 100_000
-
-
-@pytest.fixture
-async def client(redis_server: RedisServer) -> AsyncIterator[RedisClient]:
-    redis = connect(redis_server.url)
-    yield redis
-    await redis.aclose()
 
 
 @pytest.fixture
