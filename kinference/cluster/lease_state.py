@@ -100,13 +100,21 @@ class TenantLeases:
 class LeaseBook:
     """Every tenant this replica leases for, and the tokens it has not yet sent to Redis."""
 
-    def __init__(self, wall: Callable[[], float]) -> None:
+    def __init__(
+        self, wall: Callable[[], float], on_new: Callable[[], None] = lambda: None
+    ) -> None:
+        """`on_new` is called when a tenant is first seen (it wakes an idle lease loop)."""
         self._tenants: dict[str, TenantLeases] = {}
         self.unsent = Unsent()
         self._wall = wall
+        self._on_new = on_new
 
     def __iter__(self) -> Iterator[tuple[str, TenantLeases]]:
         return iter(list(self._tenants.items()))
+
+    @property
+    def empty(self) -> bool:
+        return not self._tenants
 
     def get(self, tenant: str) -> TenantLeases | None:
         return self._tenants.get(tenant)
@@ -116,6 +124,7 @@ class LeaseBook:
         state = self._tenants.get(tenant)
         if state is None:
             state = self._tenants[tenant] = TenantLeases(limit, self._wall())
+            self._on_new()
         state.limit, state.seen = limit, self._wall()
         return state
 
@@ -146,6 +155,11 @@ class Unsent:
     def __len__(self) -> int:
         """(tenant, second) entries of charges not yet sent."""
         return len(self._owed)
+
+    @property
+    def empty(self) -> bool:
+        """No charge and no usage waiting to be sent."""
+        return not self._owed and not self._usage
 
     def owe(self, tenant: str, second: int, tokens: int) -> None:
         self.dropped += _add_bounded(self._owed, (tenant, second), tokens)

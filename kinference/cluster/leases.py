@@ -49,10 +49,10 @@ LEASE_WAIT_S = 0.5  # seconds a Pick waits for the lease round it asked for, the
 class LeasedBudget:
     """Implements `kinference.routing.budget.Budget` for a replica in a cluster.
 
-    The node calls `sync_once` every ~100 ms (sooner when `wakeup` is set, but not more often
-    than every ~10 ms); a round that raises marks the budget disconnected until a round
-    succeeds (`set_connected` lets the node say so earlier). Picks never wait: everything but
-    `sync_once` is synchronous and local.
+    The node calls `sync_once` every ~100 ms (every few seconds while `idle`; sooner when
+    `wakeup` is set, but not more often than every ~10 ms); a round that raises marks the
+    budget disconnected until a round succeeds (`set_connected` lets the node say so
+    earlier). Picks never wait: everything but `sync_once` is synchronous and local.
     """
 
     def __init__(
@@ -77,7 +77,8 @@ class LeasedBudget:
         self._wall = wall
         self._script = LeaseScript(redis, keys)
         self._usage = UsageWriter(redis, keys)
-        self._book = LeaseBook(wall)
+        self.wakeup = asyncio.Event()  # set when a tenant wants a lease now (or is new)
+        self._book = LeaseBook(wall, on_new=self.wakeup.set)
         self._unsent = self._book.unsent
         # (tenant, reserved at) -> (tokens drawn from leases, tokens charged beyond them)
         self._reserved: dict[tuple[str, float], tuple[int, int]] = {}
@@ -85,10 +86,13 @@ class LeasedBudget:
         # Whether the last round failed: only then is Redis taken to be away (a replica that
         # has not tried yet admits one request, as when its leases ran out, not a share).
         self.offline = False
-        self.wakeup = asyncio.Event()  # set when a tenant wants a lease now
         self._rounds = 0  # lease rounds begun
         self._answered = 0  # the newest round that ended, answered or failed
         self._round_ended = asyncio.Event()  # set (and replaced) as each round ends
+
+    @property
+    def idle(self) -> bool:  # no tenant known, nothing unsent, Redis answering
+        return self.connected and self._book.empty and self._unsent.empty
 
     def exhausted(self, tenant: str, limit: int) -> str | None:
         state = self._book.touch(tenant, limit)
@@ -225,6 +229,8 @@ class LeasedBudget:
         """Whether Redis answers (also set by each `sync_once`): while it does not, a tenant
         without leases left gets `limit / replicas` per minute instead of one request."""
         self.connected, self.offline = connected, not connected
+        if not connected:
+            self.wakeup.set()  # an idle loop starts its rounds (each PINGs) again
 
     async def sync_once(self) -> None:
         """One round: charge owed tokens and lease slices (one EVALSHA per tenant that needs

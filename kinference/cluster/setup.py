@@ -128,6 +128,7 @@ class ProviderSharing:
 
 BUDGET_SYNC_S = 0.1  # seconds between lease rounds when no tenant is waiting for one
 BUDGET_MIN_GAP_S = 0.01  # seconds: a tenant waiting for a lease gets one this soon
+BUDGET_IDLE_S = 5.0  # seconds between lease rounds with no tenant, nothing unsent (`idle`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +169,7 @@ def leased_budget(
 
     async def sync() -> None:
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(BUDGET_SYNC_S):
+            async with asyncio.timeout(BUDGET_IDLE_S if budget.idle else BUDGET_SYNC_S):
                 await budget.wakeup.wait()
         await budget.sync_once()
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from kinference.cluster.connection import RedisClient, connect
 from kinference.config import parse_policy
 from loadtest.redis_server import RedisServer
 from tests.conftest import MODEL, PickerFactory, RunningPicker
@@ -26,6 +27,14 @@ def redis_server() -> Iterator[RedisServer]:
     server = RedisServer().start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+async def client(redis_server: RedisServer) -> AsyncIterator[RedisClient]:
+    """A client of `redis_server`."""
+    redis = connect(redis_server.url)
+    yield redis
+    await redis.aclose()
 
 
 @pytest.fixture

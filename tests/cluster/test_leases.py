@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 from redis.exceptions import RedisError
 
 from kinference.cluster import lease_state, leases
-from kinference.cluster.connection import RedisClient, connect
+from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import Keys
 from kinference.cluster.lease_state import LEASE_LIFE_S
 from kinference.cluster.leases import LeasedBudget
@@ -35,13 +35,6 @@ class Clocks:
 
     def clock(self) -> float:
         return self.now - 1_000_000_000.0
-
-
-@pytest.fixture
-async def client(redis_server: RedisServer) -> AsyncIterator[RedisClient]:
-    redis = connect(redis_server.url)
-    yield redis
-    await redis.aclose()
 
 
 @pytest.fixture
