@@ -148,17 +148,32 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
         PyErr_SetString(PyExc_ValueError, "min() arg is an empty sequence");
         return -1;
     }
+    double *costs = out + SCORE * n, best = 0.0;
+    /* The decode slowed (`TtftScorer.decode_costs`), into the score row first: the running
+     * KV tokens are read before the lists are zipped, as `_score_small` reads them; capped
+     * by the prefill the candidate's hit saves. */
+    int decode = t->c.kv_token != 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double tokens = 0.0, cached = 0.0;
+        if (decode && (column_item(&t->columns[RUNNING_TOKENS], t->slots[i], &tokens) < 0 ||
+                       column_item(&t->cached, i, &cached) < 0)) {
+            return -1;
+        }
+        costs[i] = decode ? py_min(t->c.kv_token * tokens,
+                                   py_min(cached, t->prompt) * t->per_token[i])
+                          : 0.0;
+    }
     if (spread && t->footprint_count != n) {
         PyErr_SetString(PyExc_ValueError, "zip() arguments differ in length");
         return -1;
     }
-    double *costs = out + SCORE * n, best = 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {
         double share = spread ? t->c.weight + t->c.space * t->footprint[i] / most : t->c.weight;
         double service = t->service[i], own = out[PREFILL * n + i];
         double rate = service > 0.0 ? out[SEQUENCES * n + i] / service : 0.0;
         double cost = out[PREDICTED * n + i] + share * own + t->c.queued * out[SLOT_WAIT * n + i] +
-                      t->c.doubt * out[UNSURE * n + i] + t->c.block * rate * own * own / 2.0;
+                      t->c.doubt * out[UNSURE * n + i] + t->c.block * rate * own * own / 2.0 +
+                      costs[i];
         costs[i] = py_max(cost, 1.0);
         best = i == 0 ? costs[i] : py_min(best, costs[i]);
     }

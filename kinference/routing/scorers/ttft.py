@@ -38,7 +38,14 @@ slot it then holds, which the requests after it there wait for (none where one i
 and where the batch is not known, the expected such wait (`doubt.unseen_wait`); and the
 wait its prefill imposes on the requests that reach the worker meanwhile (`rate`: the
 worker's arrivals a millisecond by Little's law, `sequences / service_ms`; each waits half
-of the prefill on average: engines prefill in turn).
+of the prefill on average: engines prefill in turn); and the decode it slows,
+`min(decode_weight * ms_per_kv_token * reply_tokens / 2 * running_tokens, cached_tokens *
+ms_per_token)`: for about half of a mean reply it runs beside what the worker runs, its
+steps slower by the KV tokens running there (`WorkerTable.running_tokens`), capped by the
+prefill its cache hit there saves, so decode pressure alone never prices a hit above its
+cold cost (a cold candidate carries none); `ms_per_kv_token` and `reply_tokens` learned
+per model from the final reports (`routing.rates`; no term until then at the default
+prior 0).
 """
 
 from __future__ import annotations
@@ -148,7 +155,8 @@ class TtftScorer:
         if self._native is None:
             return None
         busy = self.rates.busy_ms(ctx.model, self.config.prior_busy_ms_per_sequence)
-        return native_terms(self._native, self._constants, busy, self.rates, ctx,
+        settings = (*self._constants, *self.decode_costs(ctx))
+        return native_terms(self._native, settings, busy, self.rates, ctx,
                             scoring=scoring)  # fmt: skip
 
     def choose_small(
@@ -161,8 +169,22 @@ class TtftScorer:
         if self._choose is None or len(ctx.slots) > SMALL_CANDIDATES:
             return None
         busy = self.rates.busy_ms(ctx.model, self.config.prior_busy_ms_per_sequence)
-        return native_choice(self._choose, self._constants, busy, self.rates, ctx,
+        settings = (*self._constants, *self.decode_costs(ctx))
+        return native_choice(self._choose, settings, busy, self.rates, ctx,
                              weight=weight, home=home, ids=ids, guard=guard)  # fmt: skip
+
+    def decode_costs(self, ctx: PickContext) -> tuple[float]:
+        """The decode a placement slows, in the cost: (ms per KV token running on the
+        worker,); (0,) while no slope is known. Per candidate the term is capped by the
+        prefill its cache hit saves (`cached * ms_per_token`): decode pressure alone never
+        prices a hit above its cold cost."""
+        weight = self.config.decode_weight
+        if weight == 0.0:
+            return (0.0,)
+        slope, reply = self.rates.decode(ctx.model)
+        if not (slope > 0.0 and reply > 0.0):
+            return (0.0,)
+        return (weight * slope * reply / 2.0,)
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray,
@@ -218,7 +240,13 @@ class TtftScorer:
         queued = self.config.queue_weight * slot_wait + self._unsure_share() * unsure
         arrivals = np.where(parts.service > 0.0, parts.sequences / parts.service, 0.0)
         blocking = self.config.blocking_weight * arrivals * prefill * prefill / 2.0
-        cost = np.maximum(predicted + share * prefill + queued + blocking, 1.0)
+        cost = predicted + share * prefill + queued + blocking
+        (per_kv_token,) = self.decode_costs(ctx)
+        if per_kv_token != 0.0:  # capped by the prefill the hit saves
+            running = ctx.table.running_tokens[ctx.slots]
+            saved = np.minimum(ctx.cached_tokens, ctx.prompt_tokens) * parts.per_token
+            cost = cost + np.minimum(per_kv_token * running, saved)
+        cost = np.maximum(cost, 1.0)
         return float(cost.min()) / cost
 
     def _score_small(self, ctx: PickContext) -> FloatArray:
@@ -239,10 +267,21 @@ class TtftScorer:
             shares = [weight + space * blocks / most for blocks in footprint]
         queued, doubt = self.config.queue_weight, self._unsure_share()
         block = self.config.blocking_weight
-        terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, strict=True)
+        (per_kv_token,) = self.decode_costs(ctx)
+        if per_kv_token != 0.0:  # read before the lists are zipped; capped by what a hit saves
+            running, slots = ctx.table.running_tokens, ctx.slots.tolist()
+            tokens = [running.item(slot) for slot in slots]
+            per_token = ttft_small.prefill_ms_per_token(self.rates, ctx.model, slots,
+                                                        self._ms_per_token)  # fmt: skip
+            prompt, cached = ctx.prompt_tokens, ctx.cached_tokens.tolist()
+            decode = [min(per_kv_token * kv, min(hit, prompt) * rate)
+                      for kv, hit, rate in zip(tokens, cached, per_token, strict=True)]  # fmt: skip
+        else:
+            decode = [0.0] * len(owns)
+        terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, decode, strict=True)
         costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms
-                     + block * rate * own * own / 2.0, 1.0)
-                 for ttft, own, share, slot, unsure_ms, rate in terms]  # fmt: skip
+                     + block * rate * own * own / 2.0 + slowed, 1.0)
+                 for ttft, own, share, slot, unsure_ms, rate, slowed in terms]  # fmt: skip
         best = min(costs)
         return np.array([best / cost for cost in costs])
 

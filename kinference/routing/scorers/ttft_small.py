@@ -161,6 +161,11 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     return predicted, wait, prefill, slot_wait, unsure, arrivals
 
 
+def prefill_ms_per_token(rates: Rates, model: str, slots: list[int], prior: float) -> list[float]:
+    """The candidates' prefill ms per uncached token as `small_terms` reads them."""
+    return _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots, prior)
+
+
 def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
     """`ttft._peers_or` over the slots' values of `array` (None: nothing learned yet)."""
     if array is None:
