@@ -151,7 +151,8 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
     double *costs = out + SCORE * n, best = 0.0;
     /* The decode slowed (`TtftScorer.decode_costs`), into the score row first: the running
      * KV tokens are read before the lists are zipped, as `_score_small` reads them; capped
-     * by the prefill the candidate's hit saves. */
+     * at a multiple of the prefill the candidate's hit saves where that saving is large
+     * enough (`ttft_small.capped_decode`). */
     int decode = t->c.kv_token != 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {
         double tokens = 0.0, cached = 0.0;
@@ -159,9 +160,11 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
                        column_item(&t->cached, i, &cached) < 0)) {
             return -1;
         }
-        costs[i] = decode ? py_min(t->c.kv_token * tokens,
-                                   py_min(cached, t->prompt) * t->per_token[i])
-                          : 0.0;
+        double slowed = t->c.kv_token * tokens;
+        double saved = py_min(cached, t->prompt) * t->per_token[i];
+        costs[i] = !decode                   ? 0.0
+                   : saved >= t->c.cap_above ? py_min(slowed, t->c.cap_multiple * saved)
+                                             : slowed;
     }
     if (spread && t->footprint_count != n) {
         PyErr_SetString(PyExc_ValueError, "zip() arguments differ in length");

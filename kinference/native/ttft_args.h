@@ -17,11 +17,12 @@ typedef struct {
 } Names;
 
 /* The scorer's settings: its priors and weights (`TtftScorer`, `constants`), then the
- * decode cost per running KV token (`TtftScorer.decode_costs`, learned: appended at each
- * Pick; capped per candidate by the prefill its hit saves). */
+ * decode cost per running KV token and its cap (`TtftScorer.decode_costs`, learned:
+ * appended at each Pick; capped at `cap_multiple` times the prefill a candidate's hit
+ * saves where that saving is at least `cap_above` ms). */
 typedef struct {
     double per_token, base, service, prior_batch, full, weight, space, queued, doubt, block,
-        kv_token;
+        kv_token, cap_above, cap_multiple;
 } Constants;
 
 /* 1 out + 1 slots + cached + waiting + the table's + 3 rates + the pool's slots. */

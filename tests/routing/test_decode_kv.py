@@ -142,16 +142,18 @@ def test_a_hit_on_a_worker_whose_kv_tokens_slow_its_decode_loses_at_most_what_it
     table.add_inflight(busy, 2)
     table.add_running_tokens(busy, 8000.0)
     rates = Rates()
+    h151 = {"decode_cap_above_ms": 0.0}  # every candidate capped at its saving
     before = scored(rates, ctx, decode_pressure_ms=0, compute_weight=0, blocking_weight=0)
     for scores in before:
         assert scores[0] == 1.0  # nothing learned: the hit wins
     decode_learned(rates)
     model = TtftScorer(TtftConfig(decode_pressure_ms=0), rates)
-    (per_kv_token,) = model.decode_costs(ctx)
+    per_kv_token, *_ = model.decode_costs(ctx)
     assert per_kv_token * 8000.0 > 300 * 1000.0 / TtftConfig().prior_prefill_tokens_per_s
-    for scores in scored(rates, ctx, decode_pressure_ms=0, compute_weight=0, blocking_weight=0):
+    bare = {"decode_pressure_ms": 0.0, "compute_weight": 0.0, "blocking_weight": 0.0}
+    for scores in scored(rates, ctx, **bare, **h151):
         assert scores == pytest.approx([1.0, 1.0], rel=1e-12)  # priced cold: a tie
-    for scores in scored(rates, ctx, decode_pressure_ms=0):
+    for scores in scored(rates, ctx, decode_pressure_ms=0, **h151):
         assert scores[0] == 1.0 and scores[1] > before[0][1]
     for scores in scored(rates, ctx, decode_pressure_ms=0, decode_weight=0):
         assert scores[0] == 1.0
@@ -165,7 +167,7 @@ def test_the_cold_candidates_carry_no_decode_term() -> None:
     table.add_running_tokens(int(doc.slots[0]), 30000.0)
     rates = Rates()
     decode_learned(rates)
-    priced = scored(rates, doc)
+    priced = scored(rates, doc, decode_cap_above_ms=0)
     unpriced = scored(rates, doc, decode_weight=0)
     for got, want in zip(priced, unpriced, strict=True):
         assert got == want
@@ -179,7 +181,7 @@ def test_the_small_and_vector_forms_price_the_decode_alike() -> None:
         table.add_running_tokens(slot, 1700.0 * i)
     rates = Rates()
     decode_learned(rates, 0.0031, 87.0)
-    answers = scored(rates, ctx)
+    answers = scored(rates, ctx, decode_cap_above_ms=0)
     for scores in answers[1:]:
         assert scores == pytest.approx(answers[0], rel=1e-12)
     unpriced = scored(rates, ctx, decode_weight=0)[0]
@@ -188,3 +190,43 @@ def test_the_small_and_vector_forms_price_the_decode_alike() -> None:
     assert answers[0][0] > unpriced[0]  # ... by less against the idle worker
     priced = answers[0]  # the busiest worker dearer against the idle one
     assert priced[4] / priced[0] < unpriced[4] / unpriced[0]
+
+
+def test_a_short_hit_is_priced_uncapped_and_a_long_one_keeps_its_cap() -> None:
+    """At the default (`decode_cap_above_ms` 60): a chat whose hit saves 30 ms on a worker
+    running 8000 KV tokens carries the whole term and goes to the idle worker; a document
+    whose hit saves 500 ms there keeps it (its term capped at the saving), and its cold
+    candidate (now running one request) carries its running tokens' term uncapped."""
+    table = WorkerTable(clock=frozen)
+    chat = context(2, prompt_tokens=2000, cached=[300, 0], table=table)
+    busy, idle = (int(slot) for slot in chat.slots)
+    table.add_inflight(busy, 2)
+    table.add_running_tokens(busy, 8000.0)
+    rates = Rates()
+    decode_learned(rates)
+    for scores in scored(rates, chat, decode_pressure_ms=0):
+        assert scores[1] == 1.0 and scores[0] < 1.0
+    doc = context(2, prompt_tokens=6000, cached=[5000, 0], table=table)
+    table.add_inflight(idle, 1)
+    table.add_running_tokens(idle, 2000.0)
+    h151 = scored(rates, doc, decode_pressure_ms=0, decode_cap_above_ms=0)[0]
+    for scores in scored(rates, doc, decode_pressure_ms=0):
+        assert scores[0] == 1.0 and scores[1] < h151[1]  # the hit's term alike, capped
+
+
+def test_a_cap_at_a_multiple_of_the_saving_gives_up_a_hit_for_more_than_it_saves() -> None:
+    """Every candidate capped (`decode_cap_above_ms` 0) at twice its saving: the chat's
+    30-ms hit on the busy worker is priced 30 ms above cold, so the idle worker wins;
+    at once its saving (h151) the two tie on the bare costs."""
+    table = WorkerTable(clock=frozen)
+    ctx = context(2, prompt_tokens=2000, cached=[300, 0], table=table)
+    busy = int(ctx.slots[0])
+    table.add_inflight(busy, 2)
+    table.add_running_tokens(busy, 8000.0)
+    rates = Rates()
+    decode_learned(rates)
+    bare = {"decode_pressure_ms": 0.0, "compute_weight": 0.0, "blocking_weight": 0.0}
+    for scores in scored(rates, ctx, decode_cap_above_ms=0, decode_cap_multiple=2, **bare):
+        assert scores[1] == 1.0 and scores[0] < 1.0
+    for scores in scored(rates, ctx, decode_cap_above_ms=0, decode_cap_multiple=1, **bare):
+        assert scores == pytest.approx([1.0, 1.0], rel=1e-12)

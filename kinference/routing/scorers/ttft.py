@@ -39,13 +39,14 @@ and where the batch is not known, the expected such wait (`doubt.unseen_wait`); 
 wait its prefill imposes on the requests that reach the worker meanwhile (`rate`: the
 worker's arrivals a millisecond by Little's law, `sequences / service_ms`; each waits half
 of the prefill on average: engines prefill in turn); and the decode it slows,
-`min(decode_weight * ms_per_kv_token * reply_tokens / 2 * running_tokens, cached_tokens *
-ms_per_token)`: for about half of a mean reply it runs beside what the worker runs, its
-steps slower by the KV tokens running there (`WorkerTable.running_tokens`), capped by the
-prefill its cache hit there saves, so decode pressure alone never prices a hit above its
-cold cost (a cold candidate carries none); `ms_per_kv_token` and `reply_tokens` learned
-per model from the final reports (`routing.rates`; no term until then at the default
-prior 0).
+`decode_weight * ms_per_kv_token * reply_tokens / 2 * running_tokens`: for about half of a
+mean reply it runs beside what the worker runs, its steps slower by the KV tokens running
+there (`WorkerTable.running_tokens`); where the prefill its cache hit there saves
+(`saved = min(cached_tokens, prompt_tokens) * ms_per_token`) is at least
+`decode_cap_above_ms`, capped at `decode_cap_multiple * saved`, so decode pressure alone
+does not give up a long prompt's hit (`ttft_small.capped_decode`); `ms_per_kv_token` and
+`reply_tokens` learned per model from the final reports (`routing.rates`; no term until
+then at the default prior 0).
 """
 
 from __future__ import annotations
@@ -173,18 +174,19 @@ class TtftScorer:
         return native_choice(self._choose, settings, busy, self.rates, ctx,
                              weight=weight, home=home, ids=ids, guard=guard)  # fmt: skip
 
-    def decode_costs(self, ctx: PickContext) -> tuple[float]:
+    def decode_costs(self, ctx: PickContext) -> tuple[float, float, float]:
         """The decode a placement slows, in the cost: (ms per KV token running on the
-        worker,); (0,) while no slope is known. Per candidate the term is capped by the
-        prefill its cache hit saves (`cached * ms_per_token`): decode pressure alone never
-        prices a hit above its cold cost."""
-        weight = self.config.decode_weight
-        if weight == 0.0:
-            return (0.0,)
+        worker, the saving from which a candidate's term is capped, the cap's multiple of
+        it); the first 0 while no slope is known. Per candidate: `ttft_small.
+        capped_decode`."""
+        config = self.config
+        cap = (config.decode_cap_above_ms, config.decode_cap_multiple)
+        if config.decode_weight == 0.0:
+            return 0.0, *cap
         slope, reply = self.rates.decode(ctx.model)
         if not (slope > 0.0 and reply > 0.0):
-            return (0.0,)
-        return (weight * slope * reply / 2.0,)
+            return 0.0, *cap
+        return config.decode_weight * slope * reply / 2.0, *cap
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray,
@@ -241,11 +243,11 @@ class TtftScorer:
         arrivals = np.where(parts.service > 0.0, parts.sequences / parts.service, 0.0)
         blocking = self.config.blocking_weight * arrivals * prefill * prefill / 2.0
         cost = predicted + share * prefill + queued + blocking
-        (per_kv_token,) = self.decode_costs(ctx)
-        if per_kv_token != 0.0:  # capped by the prefill the hit saves
-            running = ctx.table.running_tokens[ctx.slots]
+        per_kv_token, above, multiple = self.decode_costs(ctx)
+        if per_kv_token != 0.0:  # capped by a multiple of what a large enough hit saves
+            slowed = per_kv_token * ctx.table.running_tokens[ctx.slots]
             saved = np.minimum(ctx.cached_tokens, ctx.prompt_tokens) * parts.per_token
-            cost = cost + np.minimum(per_kv_token * running, saved)
+            cost = cost + np.where(saved >= above, np.minimum(slowed, multiple * saved), slowed)
         cost = np.maximum(cost, 1.0)
         return float(cost.min()) / cost
 
@@ -267,14 +269,15 @@ class TtftScorer:
             shares = [weight + space * blocks / most for blocks in footprint]
         queued, doubt = self.config.queue_weight, self._unsure_share()
         block = self.config.blocking_weight
-        (per_kv_token,) = self.decode_costs(ctx)
+        per_kv_token, above, multiple = self.decode_costs(ctx)
         if per_kv_token != 0.0:  # read before the lists are zipped; capped by what a hit saves
             running, slots = ctx.table.running_tokens, ctx.slots.tolist()
             tokens = [running.item(slot) for slot in slots]
             per_token = ttft_small.prefill_ms_per_token(self.rates, ctx.model, slots,
                                                         self._ms_per_token)  # fmt: skip
             prompt, cached = ctx.prompt_tokens, ctx.cached_tokens.tolist()
-            decode = [min(per_kv_token * kv, min(hit, prompt) * rate)
+            decode = [ttft_small.capped_decode(per_kv_token * kv, min(hit, prompt) * rate,
+                                               above, multiple)
                       for kv, hit, rate in zip(tokens, cached, per_token, strict=True)]  # fmt: skip
         else:
             decode = [0.0] * len(owns)

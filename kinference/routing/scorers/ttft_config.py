@@ -71,6 +71,13 @@ class TtftConfig(PluginConfig):
     # moved less, h143). Not 1: the whole decode time (seconds on the mockers) outweighs
     # every hit's TTFT saving.
     decode_weight: NonNegativeFloat = 0.3
+    # Which candidates' decode term is capped, and at what: a candidate whose cache hit
+    # saves at least `decode_cap_above_ms` of prefill (`min(cached, prompt) *
+    # ms_per_token`) has its term capped at `decode_cap_multiple` times that saving;
+    # the others (shorter hits, and cold candidates when above 0) carry it uncapped.
+    # 0 and 1: h151's cap for every candidate (a cold one then carries none).
+    decode_cap_above_ms: NonNegativeFloat = 60.0
+    decode_cap_multiple: NonNegativeFloat = 1.0
     # Share of the expected wait beyond the most seen running while a worker's batch is
     # not known (`doubt.unseen_wait`), in the cost as a slot wait (1 + queue_weight).
     unsure_batch_weight: NonNegativeFloat = 1.0

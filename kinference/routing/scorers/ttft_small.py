@@ -166,6 +166,13 @@ def prefill_ms_per_token(rates: Rates, model: str, slots: list[int], prior: floa
     return _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots, prior)
 
 
+def capped_decode(slowed: float, saved: float, above: float, multiple: float) -> float:
+    """A candidate's decode term: `slowed` (ms), capped at `multiple` times the prefill its
+    hit saves (`saved`, ms) where that saving is at least `above` (`TtftConfig.
+    decode_cap_above_ms`); the C (`_ttft.c`'s score) and the vector form alike."""
+    return min(slowed, multiple * saved) if saved >= above else slowed
+
+
 def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
     """`ttft._peers_or` over the slots' values of `array` (None: nothing learned yet)."""
     if array is None:
