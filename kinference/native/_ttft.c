@@ -110,6 +110,8 @@ static int candidate(const Terms *t, Py_ssize_t i, const BatchRow *row, double p
         return -1;
     }
     double pressure = t->c.full * square + t->busy * py_min(sequences, batch);
+    /* The idle share of its batch, held in the score row until `score` reads it there. */
+    out[SCORE * n + i] = 1.0 - py_min(sequences / batch, 1.0);
     out[PREDICTED * n + i] = waited_ms + t->base[i] + own + pressure;
     out[WAIT * n + i] = waited_ms;
     out[PREFILL * n + i] = own;
@@ -152,7 +154,8 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
     /* The decode slowed (`TtftScorer.decode_costs`), into the score row first: the running
      * KV tokens are read before the lists are zipped, as `_score_small` reads them; capped
      * at a multiple of the prefill the candidate's hit saves where that saving is large
-     * enough (`ttft_small.capped_decode`). */
+     * enough, else beyond that cap only by the idle share of its batch (`candidate` left it
+     * in the row; `ttft_small.capped_decode`). */
     int decode = t->c.kv_token != 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {
         double tokens = 0.0, cached = 0.0;
@@ -160,11 +163,12 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
                        column_item(&t->cached, i, &cached) < 0)) {
             return -1;
         }
-        double slowed = t->c.kv_token * tokens;
+        double slowed = t->c.kv_token * tokens, idle = costs[i];
         double saved = py_min(cached, t->prompt) * t->per_token[i];
+        double capped = py_min(slowed, t->c.cap_multiple * saved);
         costs[i] = !decode                   ? 0.0
-                   : saved >= t->c.cap_above ? py_min(slowed, t->c.cap_multiple * saved)
-                                             : slowed;
+                   : saved >= t->c.cap_above ? capped
+                                             : capped + (slowed - capped) * idle;
     }
     if (spread && t->footprint_count != n) {
         PyErr_SetString(PyExc_ValueError, "zip() arguments differ in length");

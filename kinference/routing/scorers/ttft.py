@@ -44,7 +44,10 @@ mean reply it runs beside what the worker runs, its steps slower by the KV token
 there (`WorkerTable.running_tokens`); where the prefill its cache hit there saves
 (`saved = min(cached_tokens, prompt_tokens) * ms_per_token`) is at least
 `decode_cap_above_ms`, capped at `decode_cap_multiple * saved`, so decode pressure alone
-does not give up a long prompt's hit (`ttft_small.capped_decode`); `ms_per_kv_token` and
+does not give up a long prompt's hit; elsewhere (short hits, cold candidates) the part
+beyond that cap counts by the idle share of the candidate's batch (`1 - min(sequences /
+batch, 1)`): a short prompt spreads from a lightly loaded holder and keeps its hit on a
+full one (`ttft_small.capped_decode`); `ms_per_kv_token` and
 `reply_tokens` learned per model from the final reports (`routing.rates`; no term until
 then at the default prior 0).
 """
@@ -85,6 +88,7 @@ class Parts:
     service: FloatArray  # ms a request holds a batch slot after its first token
     unsure: FloatArray  # the expected wait where the batch is not known (`unseen_wait`)
     probes: FloatArray  # 1.0 where joining is the pool's probe (`doubt.is_probe`)
+    idle: FloatArray  # the idle share of the batch, 1 - min(sequences / batch, 1)
 
 
 # (predicted TTFT, its wait, own prefill, its slot wait, the unknown batch's expected wait)
@@ -217,8 +221,9 @@ class TtftScorer:
         probe = (most >= MOST_SEEN_FOR_DOUBT) & (most < joined) & (joined <= most + 1.0)
         probes = (probe & (joined < limit)).astype(np.float64)  # `doubt.is_probe`
         unsure = unseen_waits(joined, most, batch, service)
+        idle = 1.0 - np.minimum(sequences / batch, 1.0)
         return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure,
-                     probes)  # fmt: skip
+                     probes, idle)  # fmt: skip
 
     def score(self, ctx: PickContext) -> FloatArray:
         """`best / cost`, the cost being the predicted TTFT plus `compute_weight` (and
@@ -247,7 +252,8 @@ class TtftScorer:
         if per_kv_token != 0.0:  # capped by a multiple of what a large enough hit saves
             slowed = per_kv_token * ctx.table.running_tokens[ctx.slots]
             saved = np.minimum(ctx.cached_tokens, ctx.prompt_tokens) * parts.per_token
-            cost = cost + np.where(saved >= above, np.minimum(slowed, multiple * saved), slowed)
+            capped = np.minimum(slowed, multiple * saved)
+            cost = cost + np.where(saved >= above, capped, capped + (slowed - capped) * parts.idle)
         cost = np.maximum(cost, 1.0)
         return float(cost.min()) / cost
 
@@ -257,7 +263,7 @@ class TtftScorer:
             ctx.predicted_ttft_ms, ctx.predicted_wait_ms, *_, ctx.sequences, scores = rows
             return scores
         small = small_terms(self.config, self.rates, self._ms_per_token, ctx)
-        predicted, wait, owns, slot_wait, unsure, arrivals = small
+        predicted, wait, owns, slot_wait, unsure, arrivals, idle = small
         ctx.predicted_ttft_ms, ctx.predicted_wait_ms = np.array(predicted), np.array(wait)
         weight, space, footprint = (
             self.config.compute_weight,
@@ -277,8 +283,9 @@ class TtftScorer:
                                                         self._ms_per_token)  # fmt: skip
             prompt, cached = ctx.prompt_tokens, ctx.cached_tokens.tolist()
             decode = [ttft_small.capped_decode(per_kv_token * kv, min(hit, prompt) * rate,
-                                               above, multiple)
-                      for kv, hit, rate in zip(tokens, cached, per_token, strict=True)]  # fmt: skip
+                                               above, multiple, free)
+                      for kv, hit, rate, free in zip(tokens, cached, per_token, idle,
+                                                     strict=True)]  # fmt: skip
         else:
             decode = [0.0] * len(owns)
         terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, decode, strict=True)

@@ -74,7 +74,9 @@ class TtftConfig(PluginConfig):
     # Which candidates' decode term is capped, and at what: a candidate whose cache hit
     # saves at least `decode_cap_above_ms` of prefill (`min(cached, prompt) *
     # ms_per_token`) has its term capped at `decode_cap_multiple` times that saving;
-    # the others (shorter hits, and cold candidates when above 0) carry it uncapped.
+    # the others (shorter hits, and cold candidates when above 0) carry it capped alike
+    # plus what lies beyond that cap times the idle share of their batch (1 - sequences /
+    # batch): uncapped on an idle worker, capped on a full one.
     # 0 and 1: h151's cap for every candidate (a cold one then carries none).
     decode_cap_above_ms: NonNegativeFloat = 60.0
     decode_cap_multiple: NonNegativeFloat = 1.0
