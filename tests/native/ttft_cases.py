@@ -111,7 +111,8 @@ configs = st.fixed_dictionaries({
     "blocking_weight": st.floats(0.0, 2.0) | st.just(0.0),
     "decode_weight": st.floats(0.0, 2.0) | st.just(0.0),
     "prior_decode_ms_per_kv_token": st.floats(0.0, 0.1) | st.just(0.0),
-    "decode_cap_above_ms": st.floats(0.0, 200.0) | st.just(0.0),
+    # 1e300: every candidate's term beyond its cap by the idle share of its batch (h162)
+    "decode_cap_above_ms": st.floats(0.0, 200.0) | st.sampled_from([0.0, 1e300]),
     "decode_cap_multiple": st.floats(0.0, 5.0) | st.just(1.0),
 })  # fmt: skip
 

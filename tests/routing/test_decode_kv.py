@@ -18,6 +18,7 @@ from kinference.routing.rates import MAX_MS_PER_KV_TOKEN, Rates
 from kinference.routing.scorers import ttft as ttft_module
 from kinference.routing.scorers.ttft import TtftScorer
 from kinference.routing.scorers.ttft_config import TtftConfig
+from kinference.routing.scorers.ttft_small import capped_decode
 from kinference.routing.table import WorkerTable
 from tests.routing.plugin_helpers import MODEL, context
 
@@ -230,3 +231,40 @@ def test_a_cap_at_a_multiple_of_the_saving_gives_up_a_hit_for_more_than_it_saves
         assert scores[1] == 1.0 and scores[0] < 1.0
     for scores in scored(rates, ctx, decode_cap_above_ms=0, decode_cap_multiple=1, **bare):
         assert scores == pytest.approx([1.0, 1.0], rel=1e-12)
+
+
+def test_a_short_hits_term_beyond_its_cap_counts_by_the_idle_share_of_its_batch() -> None:
+    """`capped_decode`: a short hit (or a cold candidate) carries its saving's cap plus what
+    lies beyond it times the idle share of its batch; a long hit its cap whatever the load."""
+    assert capped_decode(240.0, 30.0, 60.0, 1.0, 1.0) == 240.0  # idle: uncapped
+    assert capped_decode(240.0, 30.0, 60.0, 1.0, 0.0) == 30.0  # full: h151's cap
+    assert capped_decode(240.0, 30.0, 60.0, 1.0, 0.25) == 30.0 + 210.0 * 0.25
+    assert capped_decode(240.0, 0.0, 60.0, 1.0, 0.5) == 120.0  # cold: half its term
+    assert capped_decode(240.0, 500.0, 60.0, 1.0, 1.0) == 240.0  # long hit, under its cap
+    assert capped_decode(900.0, 500.0, 60.0, 1.0, 1.0) == 500.0  # long hit: capped, idle or not
+
+
+@pytest.mark.parametrize("running", [8, 12])
+def test_a_short_hit_on_a_full_holder_is_priced_as_h151_and_spreads_from_a_light_one(
+    running: int,
+) -> None:
+    """The chat's 30-ms hit on a worker running 8000 KV tokens: with 2 of its 8 slots
+    taken the term is mostly uncapped and the idle worker wins (light load: spread); with
+    its batch full (8, or 12 queued) the idle share is 0 and every form prices it exactly
+    as h151's cap at the saving does (heavy load: the hit is kept at its cold cost)."""
+    table = WorkerTable(clock=frozen)
+    chat = context(2, prompt_tokens=2000, cached=[300, 0], table=table)
+    busy = int(chat.slots[0])
+    table.add_inflight(busy, 2)
+    table.add_running_tokens(busy, 8000.0)
+    rates = Rates()
+    decode_learned(rates)
+    for scores in scored(rates, chat, decode_pressure_ms=0):
+        assert scores[1] == 1.0 and scores[0] < 1.0
+    light = scored(rates, chat, decode_pressure_ms=0, decode_cap_above_ms=0)
+    assert light[0][0] == 1.0  # h151 kept the hit even on the lightly loaded holder
+    table.add_inflight(busy, running - 2)
+    h151 = scored(rates, chat, decode_pressure_ms=0, decode_cap_above_ms=0)
+    scaled = scored(rates, chat, decode_pressure_ms=0)
+    for got, want in zip(scaled, h151, strict=True):
+        assert got == pytest.approx(want, rel=1e-12)

@@ -119,10 +119,8 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     full = config.decode_pressure_ms
     prompt, cached = ctx.prompt_tokens, ctx.cached_tokens.tolist()
     memory, fits = ctx.memory_ahead, ctx.memory_batch
-    predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
+    predicted, wait, prefill, occupied, slot_wait, arrivals, idle = [], [], [], [], [], [], []
     unsure: list[float] = []
-    arrivals: list[float] = []
-    idle: list[float] = []
     rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
     ready = slots if ctx.pool_slots is None else ctx.pool_slots.tolist()  # the pool's
     known = rows if ctx.pool_slots is None else table.batch_rows(ready)
