@@ -110,8 +110,11 @@ static int candidate(const Terms *t, Py_ssize_t i, const BatchRow *row, double p
         return -1;
     }
     double pressure = t->c.full * square + t->busy * py_min(sequences, batch);
-    /* The idle share of its batch, held in the score row until `score` reads it there. */
-    out[SCORE * n + i] = 1.0 - py_min(sequences / batch, 1.0);
+    /* The light share of its batch, held in the score row until `score` reads it there
+     * (`ttft_small.light_share`). */
+    out[SCORE * n + i] = t->c.light_below > 0.0
+                             ? py_max(1.0 - py_min(sequences / batch, 1.0) / t->c.light_below, 0.0)
+                             : 0.0;
     out[PREDICTED * n + i] = waited_ms + t->base[i] + own + pressure;
     out[WAIT * n + i] = waited_ms;
     out[PREFILL * n + i] = own;

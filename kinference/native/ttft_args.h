@@ -22,7 +22,7 @@ typedef struct {
  * saves where that saving is at least `cap_above` ms). */
 typedef struct {
     double per_token, base, service, prior_batch, full, weight, space, queued, doubt, block,
-        kv_token, cap_above, cap_multiple;
+        kv_token, cap_above, cap_multiple, light_below;
 } Constants;
 
 /* 1 out + 1 slots + cached + waiting + the table's + 3 rates + the pool's slots. */

@@ -88,7 +88,7 @@ class Parts:
     service: FloatArray  # ms a request holds a batch slot after its first token
     unsure: FloatArray  # the expected wait where the batch is not known (`unseen_wait`)
     probes: FloatArray  # 1.0 where joining is the pool's probe (`doubt.is_probe`)
-    idle: FloatArray  # the idle share of the batch, 1 - min(sequences / batch, 1)
+    idle: FloatArray  # the light share of the batch (`ttft_small.light_share`)
 
 
 # (predicted TTFT, its wait, own prefill, its slot wait, the unknown batch's expected wait)
@@ -178,13 +178,13 @@ class TtftScorer:
         return native_choice(self._choose, settings, busy, self.rates, ctx,
                              weight=weight, home=home, ids=ids, guard=guard)  # fmt: skip
 
-    def decode_costs(self, ctx: PickContext) -> tuple[float, float, float]:
+    def decode_costs(self, ctx: PickContext) -> tuple[float, float, float, float]:
         """The decode a placement slows, in the cost: (ms per KV token running on the
         worker, the saving from which a candidate's term is capped, the cap's multiple of
         it); the first 0 while no slope is known. Per candidate: `ttft_small.
         capped_decode`."""
         config = self.config
-        cap = (config.decode_cap_above_ms, config.decode_cap_multiple)
+        cap = (config.decode_cap_above_ms, config.decode_cap_multiple, config.decode_light_below)
         if config.decode_weight == 0.0:
             return 0.0, *cap
         slope, reply = self.rates.decode(ctx.model)
@@ -221,7 +221,9 @@ class TtftScorer:
         probe = (most >= MOST_SEEN_FOR_DOUBT) & (most < joined) & (joined <= most + 1.0)
         probes = (probe & (joined < limit)).astype(np.float64)  # `doubt.is_probe`
         unsure = unseen_waits(joined, most, batch, service)
-        idle = 1.0 - np.minimum(sequences / batch, 1.0)
+        below = config.decode_light_below  # the light share (`ttft_small.light_share`)
+        idle = (np.maximum(1.0 - np.minimum(sequences / batch, 1.0) / below, 0.0) if below > 0.0
+                else np.zeros_like(sequences))  # fmt: skip
         return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure,
                      probes, idle)  # fmt: skip
 
@@ -248,7 +250,7 @@ class TtftScorer:
         arrivals = np.where(parts.service > 0.0, parts.sequences / parts.service, 0.0)
         blocking = self.config.blocking_weight * arrivals * prefill * prefill / 2.0
         cost = predicted + share * prefill + queued + blocking
-        per_kv_token, above, multiple = self.decode_costs(ctx)
+        per_kv_token, above, multiple, _ = self.decode_costs(ctx)
         if per_kv_token != 0.0:  # capped by a multiple of what a large enough hit saves
             slowed = per_kv_token * ctx.table.running_tokens[ctx.slots]
             saved = np.minimum(ctx.cached_tokens, ctx.prompt_tokens) * parts.per_token
@@ -275,7 +277,7 @@ class TtftScorer:
             shares = [weight + space * blocks / most for blocks in footprint]
         queued, doubt = self.config.queue_weight, self._unsure_share()
         block = self.config.blocking_weight
-        per_kv_token, above, multiple = self.decode_costs(ctx)
+        per_kv_token, above, multiple, _ = self.decode_costs(ctx)
         if per_kv_token != 0.0:  # read before the lists are zipped; capped by what a hit saves
             running, slots = ctx.table.running_tokens, ctx.slots.tolist()
             tokens = [running.item(slot) for slot in slots]

@@ -75,11 +75,15 @@ class TtftConfig(PluginConfig):
     # saves at least `decode_cap_above_ms` of prefill (`min(cached, prompt) *
     # ms_per_token`) has its term capped at `decode_cap_multiple` times that saving;
     # the others (shorter hits, and cold candidates when above 0) carry it capped alike
-    # plus what lies beyond that cap times the idle share of their batch (1 - sequences /
-    # batch): uncapped on an idle worker, capped on a full one.
+    # plus what lies beyond that cap times the light share of their batch,
+    # `max(1 - min(sequences / batch, 1) / decode_light_below, 0)`: uncapped on an idle
+    # worker, capped from `decode_light_below` of its batch taken up (0: capped always;
+    # 1: by the idle share; 0.375: measured on Dynamo's mockers, holders' occupancy at
+    # Pick mostly 0-0.25 at 3 req/s, 0.25-0.5 at 9, docs/benchmarks.md h163).
     # 0 and 1: h151's cap for every candidate (a cold one then carries none).
     decode_cap_above_ms: NonNegativeFloat = 60.0
     decode_cap_multiple: NonNegativeFloat = 1.0
+    decode_light_below: NonNegativeFloat = 0.375
     # Share of the expected wait beyond the most seen running while a worker's batch is
     # not known (`doubt.unseen_wait`), in the cost as a slot wait (1 + queue_weight).
     unsure_batch_weight: NonNegativeFloat = 1.0

@@ -140,7 +140,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         waited = for_slot + queued * per_token[i]
         own = max(prompt - cached[i], 0.0) * per_token[i]
         pressure = full * min(sequences / batch, 1.0) ** 2 + busy * min(sequences, batch)
-        idle.append(1.0 - min(sequences / batch, 1.0))
+        idle.append(light_share(sequences, batch, config.decode_light_below))
         predicted.append(waited + base[i] + own + pressure)
         wait.append(waited)
         prefill.append(own)
@@ -166,6 +166,12 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
 def prefill_ms_per_token(rates: Rates, model: str, slots: list[int], prior: float) -> list[float]:
     """The candidates' prefill ms per uncached token as `small_terms` reads them."""
     return _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots, prior)
+
+
+def light_share(sequences: float, batch: float, below: float) -> float:
+    """How lightly a candidate's batch is taken up: 1 idle, falling to 0 at `below` of it
+    (`TtftConfig.decode_light_below`; 0 where that is 0); the C and vector forms alike."""
+    return max(1.0 - min(sequences / batch, 1.0) / below, 0.0) if below > 0.0 else 0.0
 
 
 def capped_decode(slowed: float, saved: float, above: float, multiple: float, idle: float) -> float:
