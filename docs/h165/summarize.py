@@ -1,6 +1,6 @@
 """h165: medians, ranges and exact two-sided Mann-Whitney p over ab.sh's run files.
 
-    python docs/h165/summarize.py DIR [DIR ...]
+python docs/h165/summarize.py DIR [DIR ...]
 """
 
 import re
@@ -51,13 +51,16 @@ def main() -> None:
                     runs.setdefault((row, name, side), {}).setdefault("v", []).append(float(val))
     print("| row | figure | base median [range] | new median [range] | n | p |")
     print("|---|---|---|---|---|--:|")
-    keys = sorted({(r, n) for r, n, _ in runs}, key=lambda k: (k[0], ["p50", "p99", "lag", "stalls"].index(k[1])))
+    keys = sorted(
+        {(r, n) for r, n, _ in runs},
+        key=lambda k: (k[0], ["p50", "p99", "lag", "stalls"].index(k[1])),
+    )
     for row, name in keys:
         a = runs[(row, name, "base")]["v"]
         b = runs[(row, name, "new")]["v"]
 
         def fmt(xs: list[float]) -> str:
-            return f"{statistics.median(xs):g} [{min(xs):g}–{max(xs):g}]"
+            return f"{statistics.median(xs):g} [{min(xs):g}-{max(xs):g}]"
 
         print(f"| {row} | {name} | {fmt(a)} | {fmt(b)} | {len(a)}/{len(b)} | {mw_p(a, b):.3f} |")
         print(f"<!-- {row} {name} base {a} new {b} -->")
