@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+FORGET_S = 60.0  # seconds: an endpoint not scraped this long is forgotten (pods come and go)
 Reading = Mapping[str, Any]  # the reading's content, without its time ("at") or sender
 
 
@@ -36,6 +37,12 @@ class ReadingThrottle:
         self._latest: dict[str, tuple[Reading, float]] = {}  # the last scrape, its time
         self._sent: dict[str, tuple[Reading, float]] = {}  # the last sent, its time
 
+    @property
+    def tracked(self) -> int:
+        """Endpoints whose last scrape is remembered (those scraped in the last `FORGET_S`,
+        once a reading has gone out since)."""
+        return len(self._latest)
+
     def scraped(
         self, endpoint: str, reading: Reading, refresh_s: float
     ) -> list[tuple[str, Reading, float]]:
@@ -46,7 +53,11 @@ class ReadingThrottle:
         if sent is not None and sent[0] == reading and now - sent[1] < refresh_s:
             return []
         out = [(endpoint, reading, now)]
-        for other, (latest, at) in self._latest.items():
+        for other, (latest, at) in list(self._latest.items()):
+            if now - at > FORGET_S:  # gone from the pools: kept, it would be kept forever
+                del self._latest[other]
+                self._sent.pop(other, None)
+                continue
             last = self._sent.get(other)
             if other == endpoint or now - at > refresh_s or last is None:
                 continue  # not scraped lately (no longer led), or never sent: on its own

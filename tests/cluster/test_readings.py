@@ -9,7 +9,7 @@ from typing import Any, cast
 from kinference.cluster.keys import Keys
 from kinference.cluster.node import ClusterNode
 from kinference.cluster.outbox import Outbox
-from kinference.cluster.readings import ReadingThrottle, refresh_after
+from kinference.cluster.readings import FORGET_S, ReadingThrottle, refresh_after
 from kinference.cluster.replication import read_block_ms
 from kinference.cluster.setup import EngineSharing
 from kinference.config.routing import EngineMetricsSettings
@@ -129,3 +129,16 @@ def test_an_idle_read_waits_half_a_second_or_a_quarter_of_the_stale_threshold() 
     assert read_block_ms(2.0) == 500  # the default threshold
     assert read_block_ms(0.4) == 100
     assert read_block_ms(0.001) == 1
+
+
+def test_an_endpoint_gone_from_the_pools_is_forgotten() -> None:
+    """Pods come and go with new addresses: the leader does not keep every one it scraped."""
+    clock = Clock()
+    throttle = ReadingThrottle(clock)
+    for pod in range(50):
+        throttle.scraped(f"10.0.0.{pod}:8000", IDLE, 0.4)
+    clock.now += FORGET_S + 1
+    assert throttle.scraped("10.0.1.1:8000", BUSY, 0.4) == [("10.0.1.1:8000", BUSY, clock.now)]
+    assert throttle.tracked == 1
+    clock.now += 0.1  # the one still scraped is remembered: unchanged and recent, not sent
+    assert throttle.scraped("10.0.1.1:8000", BUSY, 0.4) == []
