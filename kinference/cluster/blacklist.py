@@ -164,13 +164,14 @@ class SharedBlacklist:
         pipe.eval(_SERVER_ID, 1, self._keys.blacklist(""))  # the key routes it on a Cluster
         _queue_reads(pipe, self._keys, ordered)
         replies = await pipe.execute()
-        if self._restarted(_text(replies[0] or b"")):
-            return  # its missing keys were lost, not cleared
+        # After a restart a missing key was lost, not cleared; a key found is real (written
+        # since: another replica's announcement, read by `refresh`), adopted all the same.
+        restarted = self._restarted(_text(replies[0] or b""))
         for provider, entry in zip(ordered, _entries(ordered, replies[1:]), strict=True):
-            if entry is None:
-                self._health.clear_published(provider)
-            else:
+            if entry is not None:
                 self._adopt(entry)
+            elif not restarted:
+                self._health.clear_published(provider)
 
     def _restarted(self, server: str) -> bool:
         """A new Redis process (restart, failover) may have lost keys: write every cool-down

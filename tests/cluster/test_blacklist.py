@@ -433,3 +433,24 @@ async def test_with_no_provider_a_poll_sends_nothing(
     for _ in range(4):
         await idle.blacklist.sync_once([])
     assert idle.health.cooled(P) is not None
+
+
+async def test_a_cooldown_announced_after_a_redis_restart_is_adopted_at_once(
+    replica: ReplicaFactory,
+) -> None:
+    """A replica that last polled before Redis restarted (an idle gateway of self-hosted
+    engines polls nothing, h161) learns of the restart at its next poll. When that poll is
+    the read of a provider another replica just announced, the key it finds is real: it is
+    adopted then, not a SCAN later; only a missing key proves nothing after a restart."""
+    own = RedisServer().start()
+    try:
+        a, b = replica("a", url=own.url), replica("b", url=own.url)
+        await a.blacklist.sync_once([Q])  # a poll: `a` knows this Redis process
+        own.restart()  # empty, a new process
+        b.health.report(P, UNAUTHORIZED, "401")
+        assert await b.blacklist.sync_once([]) == [P]  # written; `b` announces it
+        await a.blacklist.refresh(P)  # `a` reads the announced key
+        cooldown = a.health.cooled(P)
+        assert cooldown is not None and cooldown.reason == UNAUTHORIZED
+    finally:
+        own.stop()
