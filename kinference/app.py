@@ -8,7 +8,7 @@ import logging
 import random
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from grpc_health.v1 import health_pb2
@@ -29,6 +29,7 @@ from kinference.cluster.setup import (
     LEADERSHIP_S,
     Clients,
     EngineSharing,
+    LeaseLoop,
     ProviderSharing,
     build_node,
     connect_clients,
@@ -93,9 +94,7 @@ class App:
         self.sharing: EngineSharing | None = None
         self._providers: ProviderSharing | None = None
         clients = connect_clients(settings) if self.outbox is not None else None
-        tenant_budget, sync_budgets = (
-            leased_budget(clients, self._replicas, settings) if clients else (None, None)
-        )
+        leases = leased_budget(clients, self._replicas, settings) if clients else None
         self.inflight = InFlight(
             self.table,
             settings.request_ttl_s,
@@ -107,15 +106,15 @@ class App:
             table=self.table,
             prefix=PrefixIndex(policy.routing.prefix.lru_blocks_per_worker),
             health=ProviderHealth(cooldowns_of(policy)),
-            tenants=TenantGate(budget=tenant_budget),
+            tenants=TenantGate(budget=leases.budget if leases else None),
             rng=random.Random(),
             journal=self.outbox,
             precise=self.precise,
         )
         self.engines = EngineFeed(policy, self.router, self.metrics.registry)
         self.policy = policy
-        if self.outbox is not None and clients is not None and sync_budgets is not None:
-            self._build_cluster(self.outbox, clients, sync_budgets)
+        if self.outbox is not None and clients is not None and leases is not None:
+            self._build_cluster(self.outbox, clients, leases)
         # With discovery, the file's policy is merged with the discovered pools first.
         self.discovery = build_discovery(settings, policy, self.apply_policy, registry)
         self.watcher: PolicyWatcher | None = None
@@ -159,9 +158,7 @@ class App:
         self._metrics_server: Any = None
         self._reaper: asyncio.Task[None] | None = None
 
-    def _build_cluster(
-        self, outbox: Outbox, clients: Clients, sync_budgets: Callable[[], Awaitable[None]]
-    ) -> None:
+    def _build_cluster(self, outbox: Outbox, clients: Clients, leases: LeaseLoop) -> None:
         self.cluster = build_node(
             self.settings,
             clients=clients,
@@ -170,6 +167,7 @@ class App:
             outbox=outbox,
             own_load=lambda: self.inflight.own,
             pools=lambda: self.policy.pools,  # read again each second: reloads open shards
+            on_lost=leases.lost,  # the lease loop sends nothing while idle
         )
         self.sharing = EngineSharing(
             self.cluster, self.engines.retarget, lambda: self.policy.routing.engine_metrics
@@ -180,7 +178,7 @@ class App:
             self.cluster, self.router.health, lambda: [p.ref for p in self.policy.providers]
         )
         self.cluster.add_loop("blacklist", self._providers.sync, 0.0)
-        self.cluster.add_loop("budgets", sync_budgets, BUDGET_MIN_GAP_S)
+        self.cluster.add_loop("budgets", leases.step, BUDGET_MIN_GAP_S)
         self.metrics.registry.register(ClusterCollector(self.cluster))
 
     def _replicas(self) -> int:

@@ -78,8 +78,10 @@ class ClusterNode:
         on_cooled: Callable[[str], None] = lambda provider: None,
         instance: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_lost: Callable[[], None] = lambda: None,
     ) -> None:
         self.instance = instance or new_instance_id()
+        self._on_lost = on_lost  # called at each failure of a loop (the budget's loop sleeps)
         self.redis = redis
         self.reader_redis = reader_redis
         self.keys = keys
@@ -233,6 +235,7 @@ class ClusterNode:
         if self.connected or not self.last_error:
             log.warning("Redis unavailable, picking from the local view: %s", text)
         self.connected, self.last_error = False, text[:200]
+        self._on_lost()
 
     async def suspend(self, name: str) -> None:
         """Stop one loop (e.g. "read": every shard's reads) until `resume`; the rest go on."""

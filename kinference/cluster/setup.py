@@ -7,7 +7,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.exceptions import RedisError
 
@@ -153,11 +153,22 @@ def connect_clients(settings: Settings) -> Clients:
     )
 
 
-def leased_budget(
-    clients: Clients, replicas: Callable[[], int], settings: Settings
-) -> tuple[LeasedBudget, Callable[[], Awaitable[None]]]:
-    """Tenant budgets leased from Redis, and the background step that keeps them topped up
-    (`tenant_budget_offline`, `tenant_budget_expected_replicas` from `settings`)."""
+class LeaseLoop(NamedTuple):
+    """Tenant budgets leased from Redis, and the background step that keeps them topped up."""
+
+    budget: LeasedBudget
+    step: Callable[[], Awaitable[None]]
+
+    def lost(self) -> None:
+        """Another loop found Redis failing (`ClusterNode`'s `on_lost`): an idle lease loop
+        sends nothing, so this is how the budget learns it (its rounds PING until Redis
+        answers; meanwhile a tenant without leases gets the offline share)."""
+        self.budget.set_connected(False)
+
+
+def leased_budget(clients: Clients, replicas: Callable[[], int], settings: Settings) -> LeaseLoop:
+    """The tenant budgets and their lease step (`tenant_budget_offline`,
+    `tenant_budget_expected_replicas` from `settings`)."""
     budget = LeasedBudget(
         clients.redis,
         clients.keys,
@@ -173,7 +184,7 @@ def leased_budget(
                 await budget.wakeup.wait()
         await budget.sync_once()
 
-    return budget, sync
+    return LeaseLoop(budget, sync)
 
 
 def build_node(
@@ -185,6 +196,7 @@ def build_node(
     outbox: Outbox,
     own_load: Callable[[], Mapping[str, int]],
     pools: Callable[[], Collection[Any]] = tuple,
+    on_lost: Callable[[], None] = lambda: None,
 ) -> ClusterNode:
     return ClusterNode(
         redis=clients.redis,
@@ -199,6 +211,7 @@ def build_node(
         batch_s=settings.redis_batch_ms / 1000,
         stream_maxlen=settings.redis_stream_maxlen,
         instance=clients.instance,
+        on_lost=on_lost,
     )
 
 
