@@ -7,10 +7,14 @@ idle CPU with Redis. A reading now goes out at once when it differs from the las
 for that endpoint (readiness, a failed scrape, any metric); an unchanged one only once the
 last one sent is `refresh_s` old, so that the other replicas' copy never goes stale:
 
-    refresh_s = (stale_after_s - interval_s) / 2
+    refresh_s = min((stale_after_s - interval_s) / 2,
+                    stale_after_s - interval_s * (1 + SCRAPE_JITTER) - timeout_s - SLACK_S)
 
-A reading there is at most refresh_s + interval_s old (plus the stream's delay) when the
-next one arrives, well inside `stale_after_s`. When one reading goes out, the others due
+After a reading withheld, the next comes at most an interval (and its jitter) plus a scrape's
+timeout later (the next scrape starts an interval after this one began, and may answer just
+inside its timeout), so a copy there is at most refresh_s + that old (plus the flush's batch
+window and the stream's delay, `SLACK_S`) when the next arrives: inside `stale_after_s`.
+When one reading goes out, the others due
 within half a refresh go with it (stamped with their own scrape's time), so an idle pool's
 readings travel together, one flush per refresh rather than one per endpoint.
 """
@@ -21,12 +25,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 FORGET_S = 60.0  # seconds: an endpoint not scraped this long is forgotten (pods come and go)
+SCRAPE_JITTER = 0.1  # the scraper's: each interval is interval_s * (1 ± 0.1) (`workers.scrape`)
+SLACK_S = 0.05  # seconds: the flush's batch window (15 ms) and the stream's delay, at most
 Reading = Mapping[str, Any]  # the reading's content, without its time ("at") or sender
 
 
-def refresh_after(stale_after_s: float, interval_s: float) -> float:
+def refresh_after(stale_after_s: float, interval_s: float, timeout_s: float) -> float:
     """Seconds after which an unchanged reading is sent again (0: every reading is sent)."""
-    return max((stale_after_s - interval_s) / 2, 0.0)
+    late = interval_s * (1 + SCRAPE_JITTER) + timeout_s + SLACK_S  # the next reading, at most
+    return max(min((stale_after_s - interval_s) / 2, stale_after_s - late), 0.0)
 
 
 class ReadingThrottle:

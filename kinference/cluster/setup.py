@@ -72,7 +72,11 @@ class EngineSharing:
     def publish(self, endpoint: str, snapshot: EngineSnapshot | None, ready: bool) -> None:
         """Share a scrape's reading (or, unchanged and recent, not yet: `readings`)."""
         metrics = self._metrics()
-        refresh_s = refresh_after(metrics.stale_after_s, metrics.interval_s) if metrics else 0.0
+        refresh_s = (
+            refresh_after(metrics.stale_after_s, metrics.interval_s, metrics.timeout_s)
+            if metrics
+            else 0.0
+        )
         scraped = _content(snapshot, ready)
         for name, content, at in self._throttle.scraped(endpoint, scraped, refresh_s):
             # "by": the scraping replica, for `kinference state`
