@@ -16,14 +16,13 @@ messages nest as deep as in the whole). The digest is taken over the body's piec
 are (no join), and hashlib lets go of the GIL while it hashes (~0.7 ms a MiB on a core, the
 loop free meanwhile). The messages are the whole span's (a test holds them equal to its
 decode); a span that is not a valid continuation, or that msgspec refuses, gives None and
-the caller decodes it whole as before (its value or error unchanged). What a span adds is
-decoded in pieces (`pieced`, with the body scan's long strings): no decode call reads more
-than ~64 KiB of JSON, where one call on a 1 MiB span held the GIL 2-10 ms (h169).
+the caller decodes it whole as before (its value or error unchanged).
 
 Nodes are left at the last two messages' ends a span adds (its next turn, or a retry of the
 last message), and, for a span whose lead (its first `LEAD_BYTES`, a system prompt's or a
 conversation's start) was seen before but matched no node, at its first message's end too
-(where the pieced decode found it). Bounded in nodes and in the bytes of JSON their messages were
+(found by msgspec's scan of the span's values, ~1 ms a MiB: paid once a system prompt, and
+never by a lead seen once). Bounded in nodes and in the bytes of JSON their messages were
 decoded from (each message counted once, however many nodes share it), least recently used
 dropped. Used from the tokenizer's one thread (or with its work lock held).
 """
@@ -33,23 +32,24 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from kinference.bodies import Body
-from kinference.tokenize.pieced import Span, decode_array
 
 LEAD_BYTES = 256  # the span's start naming its lineage (a system prompt, a conversation)
 TAIL_BYTES = 16  # bytes before a node's offset compared before its digest is computed
 MAX_NODES = 256
 MAX_BYTES = 32 * 1024 * 1024  # JSON bytes of the kept messages, each message once
 _SLOT_BYTES = 8  # a node's tuple slot, counted with the messages' bytes
+_WHITE = b" \t\n\r"  # JSON's whitespace
+_SPACE = re.compile(rb"[ \t\n\r]*")
 _COMMA = re.compile(rb"[ \t\n\r]*,[ \t\n\r]*")
 _CLOSE = re.compile(rb"[ \t\n\r]*\]")
 
-_Key = tuple[bytes, int, bytes]
-Spans = list[Span]  # lineage, offset, digest of the span's bytes to the offset
+_Key = tuple[bytes, int, bytes]  # lineage, offset, digest of the span's bytes to the offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,24 +103,18 @@ class DecodedHistory:
     def held_bytes(self) -> int:
         return self._bytes
 
-    def messages(
-        self, body: Body, start: int, end: int, strings: Sequence[Span] = ()
-    ) -> list[Any] | None:
+    def messages(self, body: Body, start: int, end: int) -> list[Any] | None:
         """The JSON array in body[start:end] decoded, taking kept messages where its bytes
-        begin as a node's span did; None if not decoded here (see the module's doc).
-        `strings`: the body's long strings (`LongString` spans, in order), decoded apart."""
+        begin as a node's span did; None if not decoded here (see the module's doc)."""
         if end - start <= LEAD_BYTES:
             return None
         lead = hashlib.sha256(body.read_span(start, start + LEAD_BYTES)).digest()
         digest = _Digest(body, start)
         found = self._find(lead, body, start, end, digest)
         if found is None:
-            inside = _within(strings, start, end)
-            return self._whole(lead, body.read_span(start, end), digest, inside)
+            return self._whole(lead, body.read_span(start, end), digest)
         offset, node = found
-        rest = body.read_span(start + offset, end)
-        inside = _within(strings, start + offset, end)
-        return self._extend(lead, offset, node, rest, digest, strings=inside)
+        return self._extend(lead, offset, node, body.read_span(start + offset, end), digest)
 
     def _find(
         self, lead: bytes, body: Body, start: int, end: int, digest: _Digest
@@ -144,10 +138,10 @@ class DecodedHistory:
         return key[1], node
 
     def _extend(
-        self, lead: bytes, base: int, node: _Node, rest: bytes, digest: _Digest, *, strings: Spans
+        self, lead: bytes, base: int, node: _Node, rest: bytes, digest: _Digest
     ) -> list[Any] | None:
         """The node's messages and those `rest` (the span from the node's offset `base`
-        on; `strings` in it) adds, decoded as an array of their own."""
+        on) adds, decoded as an array of their own."""
         if _CLOSE.fullmatch(rest):  # the same messages again (a retried turn)
             self.reused += 1
             return list(node.messages)
@@ -155,14 +149,15 @@ class DecodedHistory:
         if comma is None:
             return None
         array = b"[" + rest[comma.end() :]  # its byte i is rest's comma.end() + i - 1
-        shift = comma.end() - 1
-        decoded = decode_array(array, [(s - shift, e - shift) for s, e in strings if s > shift])
-        if decoded is None or not decoded.values:  # `, ]` (a trailing comma) is refused whole
+        added = _decode(array)
+        if not added:  # `, ]` (a trailing comma) is no continuation; decoded whole: refused
             return None
-        added, ends = decoded.values, decoded.spans
         self.decoded_bytes += len(array)
         self.reused += 1
         messages = (*node.messages, *added)
+        ends = _spans(array)
+        if len(ends) != len(added):  # not where `_spans` looked: keep nothing new
+            return list(messages)
         sizes = {id(m): e - s for m, (s, e) in zip(added, ends, strict=True)}
         for n in range(max(len(added) - 2, 0), len(added)):  # the last two messages' ends
             offset = base + comma.end() - 1 + ends[n][1]
@@ -172,19 +167,25 @@ class DecodedHistory:
                 self._put(key, tail, messages[: len(node.messages) + n + 1], sizes)
         return list(messages)
 
-    def _whole(self, lead: bytes, raw: bytes, digest: _Digest, strings: Spans) -> list[Any] | None:
-        """The span decoded whole (in pieces: `pieced`), nodes left for the spans after it:
-        at its last message's end, and, if its lead was seen, at its first and last but one."""
-        decoded = decode_array(raw, strings)
-        if decoded is None or not decoded.values:
-            return None if decoded is None else decoded.values
-        messages, ends = decoded.values, decoded.spans
+    def _whole(self, lead: bytes, raw: bytes, digest: _Digest) -> list[Any] | None:
+        """The span decoded whole (as before), nodes left for the spans after it: at its
+        last message's end, and, if its lead was seen, at its first and last but one."""
+        messages = _decode(raw)
+        if not messages:
+            return messages
         self.decoded_bytes += len(raw)
         held, last = tuple(messages), len(messages) - 1
         if lead in self._tails:
+            try:
+                ends = _spans(raw)
+            except (msgspec.MsgspecError, RecursionError):  # as the decode did: not expected
+                return messages
+            if len(ends) != len(held):
+                return messages
             sizes = {id(m): e - s for m, (s, e) in zip(held, ends, strict=True)}
             picked = sorted({0, max(last - 1, 0), last})
         else:  # the span's bytes counted on its last message (never held without it)
+            ends = [(0, 0)] * last + [(0, _last_end(raw))]
             sizes, picked = {id(held[last]): ends[last][1]}, [last]
         for n in picked:
             offset = ends[n][1]
@@ -234,6 +235,30 @@ class DecodedHistory:
                     del self._tails[key[0]]
 
 
-def _within(strings: Sequence[Span], start: int, end: int) -> Spans:
-    """The long strings inside body[start:end], as offsets in it."""
-    return [(s - start, e - start) for s, e in strings if start <= s and e <= end]
+def _decode(raw: bytes) -> list[Any] | None:
+    """msgspec's value of `raw` if it is an array; None where it refuses (the caller then
+    decodes the span as before: `json.loads` decides) or it is no array."""
+    try:
+        value = msgspec.json.decode(raw)
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+    return value if isinstance(value, list) else None
+
+
+def _spans(array: bytes) -> list[tuple[int, int]]:
+    """Where each value of a valid JSON array starts and ends in it."""
+    spans, position = [], array.index(b"[") + 1  # after whitespace only: it is valid
+    for n, value in enumerate(msgspec.json.decode(array, type=list[msgspec.Raw])):
+        found = (_COMMA if n else _SPACE).match(array, position)
+        position = found.end() if found is not None else position
+        spans.append((position, position + len(value)))
+        position += len(value)
+    return spans
+
+
+def _last_end(array: bytes) -> int:
+    """Where the last value of a valid, non-empty JSON array ends in it."""
+    end = array.rindex(b"]")
+    while array[end - 1] in _WHITE:
+        end -= 1
+    return end

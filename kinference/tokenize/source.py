@@ -13,17 +13,13 @@ Anthropic messages, embeddings) have no engine chat template to apply here: None
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from kinference.bodies import Body
 from kinference.requests import InferenceRequest, LargeValue, Shape
 from kinference.requests.decode import Refused, strict_loads
 from kinference.tokenize.history import DecodedHistory
-from kinference.tokenize.pieced import Span
 from kinference.tokenize.tokenizer import PromptText, Untokenizable
-
-Spans = Sequence[Span]
 
 
 def prompt_text(
@@ -31,8 +27,7 @@ def prompt_text(
 ) -> PromptText | None:
     values = request.fields.values
     if request.shape is Shape.CHAT:
-        strings = [(s.start, s.end) for s in request.fields.long_strings]
-        messages = _value(values.get("messages"), body, history, strings)
+        messages = _value(values.get("messages"), body, history)
         tools = _value(values.get("tools"), body)
         if not isinstance(messages, list):
             raise Untokenizable("messages is not an array")
@@ -47,12 +42,10 @@ def prompt_text(
     return None
 
 
-def _value(
-    value: Any, body: Body, history: DecodedHistory | None = None, strings: Spans = ()
-) -> Any:
+def _value(value: Any, body: Body, history: DecodedHistory | None = None) -> Any:
     if isinstance(value, LargeValue):
         if history is not None:
-            found = history.messages(body, value.start, value.end, strings)
+            found = history.messages(body, value.start, value.end)
             if found is not None:
                 return found
         raw = body.read_span(value.start, value.end)
