@@ -29,23 +29,12 @@ from typing import Any
 
 from kinference.bodies import Body
 from kinference.client import split_chunks
-from kinference.config import Policy, parse_policy
 from kinference.requests.parse import parse_request
 from kinference.tokenize.prepare import PromptPreparer
 from kinference.tokenize.tokenizer import PromptTokenizer
 from loadtest.bench_precise_pick import BLOCK, MODEL, chat_prompts, cold_prompts
 from loadtest.tiny_model import write_model
-
-
-def policy(files: tuple[Path, Path]) -> Policy:
-    return parse_policy(f"""
-pools:
-  - name: p
-    endpoints: ["10.0.0.5:8000"]
-    models: ["{MODEL}"]
-    prefix: {{mode: precise, events: "tcp://{{host}}:5557", tokenizer: {files[0]},
-             chat_template: {files[1]}, block_size: {BLOCK}}}
-""")
+from tests.tokenize.files import precise_chat_policy
 
 
 class HeldEverywhere:
@@ -94,12 +83,15 @@ async def run(size: int, rounds: int, calls: Calls) -> float:
     for wave in waves:
         bodies = []
         for prompt in wave:
-            body = Body(list(split_chunks(prompt.body)), reserved=0)
+            raw = prompt.body.replace(f'"model": "{MODEL}"'.encode(), b'"model": "m"', 1)
+            body = Body(list(split_chunks(raw)), reserved=0)  # the test policy's model
             bodies.append((parse_request(body), body))
         parsed.append(bodies)
     busy = 0.0
     for _ in range(rounds):
-        preparer = PromptPreparer(policy(files), caches=HeldEverywhere(), clock=lambda: 0.0)  # type: ignore[arg-type]
+        preparer = PromptPreparer(
+            precise_chat_policy(files, BLOCK), caches=HeldEverywhere(), clock=lambda: 0.0
+        )  # type: ignore[arg-type]
         await asyncio.wrap_future(preparer.warm()[0])
         await asyncio.wrap_future(preparer._thread.submit(lambda: sys.setprofile(calls)))
         for bodies in parsed:
