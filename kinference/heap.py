@@ -24,13 +24,6 @@ deployment hosts the picker in its own process):
   run), the blocks kept `KEPT_BLOCK_IDLE_S` without being taken back are unmapped
   (`kinference_heap_kept_bytes` shows what is kept). Where the extension was not built,
   nothing changes.
-- `fill_ahead`: what was freed is all the cache can give, so a burst larger than the last
-  one (a fresh process's first above all: 16 pushes of 1 MiB faulted ~2,000 pages in one
-  loop iteration, a 70 ms stall) still joined into fresh pages on the loop. The cache keeps
-  `FILLED_AHEAD_BLOCKS` blocks of a full chunk's message class filled ahead of need (within
-  the cap, spared by the idle return): a thread of the extension's own, without the GIL,
-  maps and populates one whenever a request takes one (docs/benchmarks.md, h168). Those
-  ~17 MiB stay mapped while the process lives.
 - `freeze_startup_heap`: a full collection of the cyclic GC traverses every tracked object
   with the GIL held; over the ~90,000 objects startup builds (modules, functions, the
   policy) it stopped the loop 60-100 ms beside hostile uploads. They are never garbage,
@@ -50,7 +43,6 @@ import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from kinference import native
-from kinference.bodies.body import MAX_CHUNK_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +52,6 @@ _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 KEPT_BLOCK_MIN_BYTES = MMAP_THRESHOLD_BYTES
 KEPT_BLOCK_MAX_BYTES = 4 << 20  # a 1 MiB prompt's text as UCS-4, a chunk's message
 KEPT_BLOCKS_BYTES = 32 << 20
-# Kept filled ahead (`fill_ahead`): a full chunk's received message as `bytes` (framing and
-# object header < 64 bytes), as many as a burst of 16 pushes receives at once.
-FILLED_AHEAD_BYTES = MAX_CHUNK_BYTES + 64
-FILLED_AHEAD_BLOCKS = 16
 # Seconds a kept block waits to be taken back before it is unmapped: bursts seconds apart
 # keep reusing their pages, and a quiet replica's RSS falls back within a minute.
 KEPT_BLOCK_IDLE_S = 30.0
@@ -89,13 +77,6 @@ def cache_large_blocks() -> bool:
     if blocks is None or tracemalloc.is_tracing():
         return False
     return blocks.install(KEPT_BLOCK_MIN_BYTES, KEPT_BLOCK_MAX_BYTES, KEPT_BLOCKS_BYTES)
-
-
-def fill_ahead(nbytes: int = FILLED_AHEAD_BYTES, count: int = FILLED_AHEAD_BLOCKS) -> bool:
-    """Keep `count` blocks of `nbytes`' class filled ahead of need (see the module's
-    docstring); False where the cache is not built or not installed."""
-    blocks = native.load_blocks()
-    return blocks is not None and blocks.fill_ahead(nbytes, count)
 
 
 def return_idle_blocks(idle_s: float = KEPT_BLOCK_IDLE_S) -> int:
@@ -143,8 +124,8 @@ def freeze_startup_heap() -> None:
 async def start_serving(start: Callable[[Callable[[], None]], Awaitable[None]]) -> None:
     """Run `start` (the process's servers, the picker among them) with the heap settled.
 
-    The threshold is fixed and the large blocks' cache installed (and filling ahead) before
-    anything serves, so no body's chunk ever slides it.
+    The threshold is fixed and the large blocks' cache installed before anything serves,
+    so no body's chunk ever slides it.
     `start` is handed `freeze_startup_heap` and calls it once its startup allocations are
     done and before it takes requests or reports itself ready, so everything startup built
     is out of the collector's reach, what requests allocate later is not, and the full
@@ -152,6 +133,5 @@ async def start_serving(start: Callable[[Callable[[], None]], Awaitable[None]]) 
     request. Before, the heap was frozen once `start` returned, with the gateway already
     accepting: its first requests waited 28-74 ms for that collection (docs/gateway.md)."""
     fix_mmap_threshold()
-    if cache_large_blocks():
-        fill_ahead()
+    cache_large_blocks()
     await start(freeze_startup_heap)

@@ -32,8 +32,7 @@ async def test_the_picker_freezes_its_startup_heap_before_it_reports_serving(
     monkeypatch.setattr(app.health, "set", recorded_set)
     monkeypatch.setattr(heap, "fix_mmap_threshold", lambda nbytes=heap.MMAP_THRESHOLD_BYTES: True)
     monkeypatch.setattr(heap, "freeze_startup_heap", freeze)
-    monkeypatch.setattr(heap, "cache_large_blocks", lambda: not events.append("blocks kept"))
-    monkeypatch.setattr(heap, "fill_ahead", lambda: bool(events.append("blocks filled ahead")))
+    monkeypatch.setattr(heap, "cache_large_blocks", lambda: bool(events.append("blocks kept")))
     try:
         await heap.start_serving(app.start)
     finally:
@@ -41,7 +40,6 @@ async def test_the_picker_freezes_its_startup_heap_before_it_reports_serving(
         await app.close()
     assert events == [
         "blocks kept",
-        "blocks filled ahead",
         "heap frozen",
         "serving ''",
         "serving 'kinference.v1.Picker'",

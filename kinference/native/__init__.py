@@ -71,7 +71,6 @@ class Blocks(NamedTuple):
 
     install: Callable[[int, int, int], bool]
     release: Callable[[float], int]
-    fill_ahead: Callable[[int, int], bool]
     stats: Callable[[], dict[str, int]]
 
 
@@ -82,7 +81,7 @@ def load_blocks() -> Blocks | None:
         from kinference.native import _blocks
     except ImportError:
         return None
-    return Blocks(_blocks.install, _blocks.release, _blocks.fill_ahead, _blocks.stats)
+    return Blocks(_blocks.install, _blocks.release, _blocks.stats)
 
 
 @functools.cache

@@ -14,11 +14,7 @@
  * back without a fault; past the cap it is unmapped as before. Everything else goes to the
  * allocator that was there. `release(idle_s)` unmaps the kept blocks nobody took back within
  * `idle_s` seconds of their free (`heap.return_idle_blocks`, from the picker's reaper), so a
- * burst's blocks do not stay mapped once the bursts stop. `fill_ahead(nbytes, count)` keeps
- * `count` blocks of one class kept and filled ahead of need (within the cap, spared by
- * `release`): a thread of its own, without the GIL, maps and populates one whenever a request
- * takes one, so a burst that outgrows what was freed before (a fresh process's first, or one
- * larger than the last) finds its pages there too instead of faulting them in where it runs. A block's address is its mapping's plus HEADER, and the live
+ * burst's blocks do not stay mapped once the bursts stop. A block's address is its mapping's plus HEADER, and the live
  * blocks are in a hash table: `free` of any other pointer costs one mask test (and a table
  * look-up for the 1 in 256 heap pointers at that page offset). The raw domain may be
  * called without the GIL, so the cache's state is under a mutex (held across a fork, so a
@@ -48,16 +44,12 @@ static PyMemAllocatorEx previous;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int installed;
 static size_t min_bytes, max_bytes, cap_bytes, kept_bytes;
-static Kept **kept;    /* per class (mapped size / STEP), LIFO */
-static size_t *counts; /* kept blocks per class */
-static size_t ahead_cls, ahead_count; /* `fill_ahead`'s class and count (0: none) */
-static pthread_cond_t wanted = PTHREAD_COND_INITIALIZER; /* the filler's wake-up */
-static int filling; /* the filler thread runs (not in a forked child) */
+static Kept **kept; /* per class (mapped size / STEP), LIFO */
 static size_t n_classes;
 static uintptr_t *keys; /* live mappings; 0 = empty slot */
 static size_t *sizes;   /* their mapped sizes */
 static size_t slots, used;
-static unsigned long long hits, unmapped, released, filled;
+static unsigned long long hits, unmapped, released;
 
 static uint64_t now_ns(void) {
     struct timespec t;
@@ -136,45 +128,6 @@ static size_t mapped_of(const void *p) { /* the mapped size of our block `p`, el
     return size;
 }
 
-static void keep(Kept *block, size_t mapped) { /* onto its class's list; under the lock */
-    size_t cls = mapped / STEP;
-    block->next = kept[cls];
-    block->kept_ns = now_ns(); /* under the lock: the list stays ordered */
-    block->mapped = mapped;
-    kept[cls] = block;
-    counts[cls]++;
-    kept_bytes += mapped;
-}
-
-static int short_ahead(void) { /* fewer than `ahead_count` kept, and room: under the lock */
-    return counts[ahead_cls] < ahead_count && kept_bytes + ahead_cls * STEP <= cap_bytes;
-}
-
-static void *fill(void *unused) { /* the filler thread: never touches Python */
-    (void)unused;
-    pthread_mutex_lock(&lock);
-    for (;;) {
-        while (!short_ahead())
-            pthread_cond_wait(&wanted, &lock);
-        size_t mapped = ahead_cls * STEP;
-        pthread_mutex_unlock(&lock);
-        void *map = mmap(NULL, mapped, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-        pthread_mutex_lock(&lock);
-        if (map == MAP_FAILED) {
-            ahead_count = 0; /* no memory to spare: stop filling ahead */
-        } else if (mapped != ahead_cls * STEP || !short_ahead()) {
-            pthread_mutex_unlock(&lock); /* freed blocks filled the class meanwhile */
-            munmap(map, mapped);
-            pthread_mutex_lock(&lock);
-        } else {
-            keep((Kept *)map, mapped);
-            filled++;
-        }
-    }
-    return NULL;
-}
-
 static void *block_malloc(void *ctx, size_t n) {
     (void)ctx;
     if (n < min_bytes || n > max_bytes)
@@ -184,12 +137,9 @@ static void *block_malloc(void *ctx, size_t n) {
     void *map = kept[cls];
     if (map != NULL) {
         kept[cls] = kept[cls]->next;
-        counts[cls]--;
         kept_bytes -= mapped;
         hits++;
     }
-    if (cls == ahead_cls && filling && short_ahead())
-        pthread_cond_signal(&wanted);
     pthread_mutex_unlock(&lock);
     if (map == NULL) {
         map = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -229,13 +179,19 @@ static void block_free(void *ctx, void *p) {
     }
     size_t mapped = sizes[i];
     take_out(i);
-    int kept_it = kept_bytes + mapped <= cap_bytes;
-    if (kept_it)
-        keep((Kept *)map, mapped);
-    else
+    int keep = kept_bytes + mapped <= cap_bytes;
+    if (keep) {
+        Kept *block = (Kept *)map;
+        block->next = kept[mapped / STEP];
+        block->kept_ns = now_ns(); /* under the lock: the list stays ordered */
+        block->mapped = mapped;
+        kept[mapped / STEP] = block;
+        kept_bytes += mapped;
+    } else {
         unmapped++;
+    }
     pthread_mutex_unlock(&lock);
-    if (!kept_it)
+    if (!keep)
         munmap((void *)map, mapped);
 }
 
@@ -258,11 +214,6 @@ static void before_fork(void) { pthread_mutex_lock(&lock); }
 
 static void after_fork(void) { pthread_mutex_unlock(&lock); }
 
-static void after_fork_child(void) {
-    filling = 0; /* the filler thread is not in the child */
-    pthread_mutex_unlock(&lock);
-}
-
 static PyObject *install(PyObject *self, PyObject *args) {
     (void)self;
     Py_ssize_t low, high, cap;
@@ -276,20 +227,17 @@ static PyObject *install(PyObject *self, PyObject *args) {
         Py_RETURN_FALSE;
     n_classes = ((size_t)high + HEADER + STEP - 1) / STEP + 1;
     kept = calloc(n_classes, sizeof(Kept *));
-    counts = calloc(n_classes, sizeof(size_t));
     slots = 1024;
     keys = calloc(slots, sizeof(uintptr_t));
     sizes = calloc(slots, sizeof(size_t));
-    if (kept == NULL || counts == NULL || keys == NULL || sizes == NULL) {
+    if (kept == NULL || keys == NULL || sizes == NULL) {
         free(kept);
-        free(counts);
         free(keys);
         free(sizes);
         return PyErr_NoMemory();
     }
-    if (pthread_atfork(before_fork, after_fork, after_fork_child) != 0) {
+    if (pthread_atfork(before_fork, after_fork, after_fork) != 0) {
         free(kept);
-        free(counts);
         free(keys);
         free(sizes);
         return PyErr_NoMemory();
@@ -304,11 +252,11 @@ static PyObject *install(PyObject *self, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
-static Kept *idle_of(size_t cls, uint64_t before, size_t spared) {
-    /* Unlinks and returns class `cls`'s blocks kept at `before` or earlier but its newest
-     * `spared`: the list is newest first, so they are its tail. Under the lock. */
+static Kept *idle_of(size_t cls, uint64_t before) {
+    /* Unlinks and returns class `cls`'s blocks kept at `before` or earlier: the list is
+     * newest first, so they are its tail from the first such block on. Under the lock. */
     Kept **at = &kept[cls];
-    for (; *at != NULL && ((*at)->kept_ns > before || spared > 0); spared -= spared > 0)
+    while (*at != NULL && (*at)->kept_ns > before)
         at = &(*at)->next;
     Kept *idle = *at;
     *at = NULL;
@@ -332,10 +280,9 @@ static PyObject *release(PyObject *self, PyObject *args) {
     Kept *idle = NULL;
     pthread_mutex_lock(&lock);
     for (size_t cls = 0; cls < n_classes; cls++) {
-        Kept *tail = idle_of(cls, before, cls == ahead_cls ? ahead_count : 0);
+        Kept *tail = idle_of(cls, before);
         while (tail != NULL) { /* onto `idle`, unmapped once the lock is let go */
             Kept *next = tail->next;
-            counts[cls]--;
             tail->next = idle;
             idle = tail;
             bytes += tail->mapped;
@@ -353,42 +300,14 @@ static PyObject *release(PyObject *self, PyObject *args) {
     return PyLong_FromSize_t(bytes);
 }
 
-static PyObject *fill_ahead(PyObject *self, PyObject *args) {
-    (void)self;
-    Py_ssize_t nbytes, count;
-    if (!PyArg_ParseTuple(args, "nn:fill_ahead", &nbytes, &count))
-        return NULL;
-    if (count < 0) {
-        PyErr_SetString(PyExc_ValueError, "fill_ahead(nbytes, count >= 0)");
-        return NULL;
-    }
-    if (!installed || (size_t)nbytes < min_bytes || (size_t)nbytes > max_bytes)
-        Py_RETURN_FALSE;
-    int started = 1;
-    pthread_mutex_lock(&lock);
-    ahead_cls = ((size_t)nbytes + HEADER + STEP - 1) / STEP;
-    ahead_count = (size_t)count;
-    if (!filling) {
-        pthread_t thread;
-        filling = pthread_create(&thread, NULL, fill, NULL) == 0;
-        started = filling && pthread_detach(thread) == 0;
-    }
-    pthread_cond_signal(&wanted);
-    pthread_mutex_unlock(&lock);
-    if (!started)
-        Py_RETURN_FALSE;
-    Py_RETURN_TRUE;
-}
-
 static PyObject *stats(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
     pthread_mutex_lock(&lock);
-    unsigned long long h = hits, u = unmapped, r = released, f = filled;
+    unsigned long long h = hits, u = unmapped, r = released;
     size_t k = kept_bytes, live = used;
     pthread_mutex_unlock(&lock);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:n,s:n}", "reused", h, "unmapped", u, "released", r,
-                         "filled_ahead", f,
+    return Py_BuildValue("{s:K,s:K,s:K,s:n,s:n}", "reused", h, "unmapped", u, "released", r,
                          "kept_bytes", (Py_ssize_t)k, "live_blocks", (Py_ssize_t)live);
 }
 
@@ -397,8 +316,6 @@ static PyMethodDef methods[] = {
      "install(min_bytes, max_bytes, cap_bytes) -> bool: wrap the raw allocator (once)."},
     {"release", release, METH_VARARGS,
      "release(idle_s) -> int: unmap the blocks kept over idle_s seconds; the bytes unmapped."},
-    {"fill_ahead", fill_ahead, METH_VARARGS,
-     "fill_ahead(nbytes, count) -> bool: keep count blocks of nbytes' class filled ahead."},
     {"stats", stats, METH_NOARGS,
      "stats() -> dict: reused, unmapped, released, kept_bytes, live_blocks."},
     {NULL, NULL, 0, NULL},

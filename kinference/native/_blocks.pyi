@@ -7,13 +7,6 @@ def release(idle_s: float, /) -> int:
     """Unmap the kept blocks freed `idle_s` seconds ago or earlier and not taken back since;
     the bytes unmapped (0 where `install` was not called)."""
 
-def fill_ahead(nbytes: int, count: int, /) -> bool:
-    """Keep `count` blocks of `nbytes`' class kept with their pages filled, within the cap,
-    spared by `release`: a thread of the extension's own maps and populates one whenever a
-    request takes one. False where `install` was not called, `nbytes` is outside its range
-    or the thread could not start."""
-
 def stats() -> dict[str, int]:
     """reused (requests served by a kept block), unmapped (freed past the cap), released
-    (kept blocks unmapped by `release`), filled_ahead (blocks `fill_ahead`'s thread mapped),
-    kept_bytes, live_blocks (ours in use)."""
+    (kept blocks unmapped by `release`), kept_bytes, live_blocks (ours in use)."""
