@@ -67,7 +67,7 @@ from kinference.client import PickerClient, split_chunks
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer
 from loadtest.kv_publisher import EngineBlocks, HeldBlocks, KvPublisher
 from loadtest.picker_process import PickerProcess
-from loadtest.precise_pick_stats import Row, dump, load, spread, table
+from loadtest.precise_pick_stats import Row, dump, load, per_run, spread, table
 from loadtest.tiny_model import WORDS, write_model
 
 MODEL = "tiny"
@@ -312,12 +312,13 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--pool", type=Path, nargs="+", help="only pool these --json files")
     args = cli.parse_args(argv)
     if args.pool:
-        print(table(load(args.pool)))
+        rows = load(args.pool)
+        print(f"{table(rows)}\n\n{per_run(rows)}")
         return 0
     with tempfile.TemporaryDirectory(prefix="bench-precise-") as work:
         files = write_model(Path(work))
         rows = uvloop.run(measure(args, files))
-    print(table(rows))
+    print(f"{table(rows)}\n\n{per_run(rows)}")
     print(f"\n{statistics.mean(len(r.samples) for r in rows):.0f} picks per row-run on average")
     return 0
 

@@ -123,6 +123,23 @@ def table(rows: Iterable[Row]) -> str:
     return "\n".join(lines)
 
 
+def per_run(rows: Iterable[Row]) -> str:
+    """Per row key, each run's Pick p99, loop stalls over 10 ms and worst lag, in run order."""
+    lines = []
+    for pooled in pool(rows):
+        size, workload, inflight, mode = pooled.key
+        runs = pooled.runs
+        lines.append(
+            f"{size // KIB} KiB {workload} x{inflight} {mode}, per run: Pick p99 (ms) "
+            + ", ".join(f"{run.pct(0.99):.2f}" for run in runs)
+            + "; stalls > 10 ms "
+            + ", ".join(str(run.stalls) for run in runs)
+            + "; worst lag (ms) "
+            + ", ".join(f"{run.lag_s * 1000:.1f}" for run in runs)
+        )
+    return "\n".join(lines)
+
+
 def dump(rows: Iterable[Row], meta: dict[str, Any], path: Path) -> None:
     """The rows with every Pick (s), and what the run was (`meta`), as JSON."""
     document = {"meta": meta, "rows": [dataclasses.asdict(row) for row in rows]}

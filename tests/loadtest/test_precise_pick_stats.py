@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from loadtest import bench_precise_pick
-from loadtest.precise_pick_stats import Row, dump, load, pool, spread, table
+from loadtest.precise_pick_stats import Row, dump, load, per_run, pool, spread, table
 
 
 def _row(mode: str, run: int, picks_ms: list[float], stalls: int = 0, lag_ms: float = 1.0) -> Row:
@@ -48,6 +48,10 @@ def test_runs_pool_per_row_with_stalls_per_run() -> None:
     assert "| 64 KiB | cold | 1 | precise | 3 | 180 | 3.00 / 3.00 / 6.00 / 7.00 | 2 |" in lines[3]
     assert "(= max" not in table(rows)
     assert "3.00 (= max, n < 100) / 3.00" in table(rows[3:4])
+    assert per_run(rows).splitlines()[1] == (
+        "64 KiB cold x1 precise, per run: Pick p99 (ms) 7.00, 3.00, 6.00;"
+        " stalls > 10 ms 2, 0, 1; worst lag (ms) 14.0, 4.0, 11.0"
+    )
 
 
 def test_json_files_pool_as_one_run_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
