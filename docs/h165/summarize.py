@@ -8,8 +8,9 @@ import statistics
 import sys
 from pathlib import Path
 
-LINE = re.compile(
-    r"^(\d+) KiB (\S+) x(\d+) precise: p50 ([\d.]+) ms p99 ([\d.]+) ms lag ([\d.]+) ms \((\d+) over"
+LINE = re.compile(  # h166 added p90 and max; p99 is by nearest rank (under 100 Picks: the max)
+    r"^(\d+) KiB (\S+) x(\d+) precise: p50 ([\d.]+) ms (?:p90 [\d.]+ ms )?p99 ([\d.]+) ms "
+    r"(?:max [\d.]+ ms )?lag ([\d.]+) ms \((\d+) over"
 )
 
 

@@ -19,6 +19,7 @@ from kinference.kvevents.wire import decode_batch
 from loadtest import bench_precise_pick
 from loadtest.bench_precise_mocker import policy
 from loadtest.kv_publisher import STEP_BLOCKS, payloads
+from loadtest.precise_pick_stats import Row, load, pool, table
 from loadtest.tiny_model import write_model
 from tests.virtual_time import run_virtual
 
@@ -40,29 +41,47 @@ def test_mocker_policy_validates(tmp_path: Path) -> None:
         assert pool.prefix.mode == mode
 
 
+def _args(**overrides: object) -> argparse.Namespace:
+    """The bench's command line at `--quick` on 4 KiB prompts, back to back."""
+    options: dict[str, object] = {
+        "quick": True,
+        "sizes": "4096",
+        "turn_gap_ms": 0.0,
+        "cold_gap_ms": 0.0,
+        "modes": "approximate,precise",
+        "workloads": "",
+        "trace_stalls": False,
+        "repeat": 1,
+        "json": None,
+    }
+    return argparse.Namespace(**{**options, **overrides})
+
+
 @pytest.mark.timeout(300)
 async def test_pick_latency_run_on_small_prompts(tmp_path: Path) -> None:
     files = write_model(tmp_path)
-    args = argparse.Namespace(
-        quick=True,
-        sizes="4096",
-        turn_gap_ms=0.0,
-        cold_gap_ms=0.0,
-        modes="approximate,precise",
-        workloads="",
-        trace_stalls=False,
-    )
-    rows = await bench_precise_pick.measure(args, files)
+    dumped = tmp_path / "picks.json"
+    rows = await bench_precise_pick.measure(_args(json=dumped), files)
     assert {(r.workload, r.inflight, r.mode) for r in rows} == {
         (w, i, m) for w, i in (("cold", 1), ("chat", 1), ("chat", 16), ("chat-spread", 16))
         for m in ("approximate", "precise")
     }  # fmt: skip
     assert all(r.samples and r.pct(0.99) > 0 for r in rows)
-    assert "| 4 KiB | chat | 16 |" in bench_precise_pick.table(rows)
+    assert "| 4 KiB | chat | 16 | precise | 1 |" in table(rows)
+    assert load([dumped]) == rows  # every run's Picks, as measured
+
+
+@pytest.mark.timeout(300)
+async def test_a_repeated_row_runs_again_with_a_fresh_picker(tmp_path: Path) -> None:
+    files = write_model(tmp_path)
+    args = _args(modes="precise", workloads="coldx1", repeat=2)
+    rows = await bench_precise_pick.measure(args, files)
+    assert [(r.workload, r.run) for r in rows] == [("cold", 0), ("cold", 1)]
+    assert [len(p.samples) for p in pool(rows)] == [2 * len(rows[0].samples)]
 
 
 def test_by_turn_sets_first_turns_apart() -> None:
-    row = bench_precise_pick.Row(4096, "chat", 16, "precise")
+    row = Row(4096, "chat", 16, "precise")
     row.samples = [0.001 * (i % 10 + 1) for i in range(100)] + [0.02, 0.03]
     row.turns = [1 + i % 5 for i in range(100)] + [0, 0]
     line = bench_precise_pick.by_turn(row)
@@ -92,7 +111,7 @@ async def _waves() -> None:
     conversations = [[f"c{i}"] for i in range(4)]
     for workload, spread in (("chat-spread", True), ("chat", False)):
         recorder = Recorder()
-        row = bench_precise_pick.Row(4096, workload, 4, "precise")
+        row = Row(4096, workload, 4, "precise")
         bench = cast(bench_precise_pick.Bench, recorder)
         prompts = cast(list[list[bench_precise_pick.Prompt]], conversations)
         await bench_precise_pick.replay(bench, row, prompts, gap_s=0.04)
@@ -100,7 +119,7 @@ async def _waves() -> None:
         elapsed = recorder.firsts[-1][1] - recorder.firsts[0][1]
         assert elapsed == (pytest.approx(0.03) if spread else 0.0)  # 3 of 4 of the gap
         assert len(row.samples) == 4
-    recorder, row = Recorder(), bench_precise_pick.Row(4096, "cold", 1, "precise")
+    recorder, row = Recorder(), Row(4096, "cold", 1, "precise")
     await bench_precise_pick.replay(
         cast(bench_precise_pick.Bench, recorder), row, prompts, wave_gap_s=0.05
     )
