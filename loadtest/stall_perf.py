@@ -7,7 +7,7 @@
 process (every thread's native stack, 1999 Hz, on CLOCK_MONOTONIC: the clock of Python's
 `perf_counter`) and writes each stall's window beside it (`PATH.PID.json`). A stall whose
 loop waited for the GIL cannot be sampled from Python (the sampler needs the GIL too); perf
-sees who held it. Per stall, in this order: `gc` (the loop's collections cover half the
+sees who held it. Per stall, in this order: `gc` (the loop's collections' CPU time is half the
 stall), `process off core` (its threads were on a core less than half the stall: the
 machine was busy), `GIL held by the tokenizer thread` (it had at least the loop's samples),
 else `loop's own work` named by the Python sampler's innermost kinference frame.

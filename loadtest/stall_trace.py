@@ -4,11 +4,15 @@
 probe is more than `SAMPLE_AFTER_S` late (the loop has not run its timer), samples the loop
 thread's Python stack every millisecond (`sys._current_frames`), keyed by the probe's sleep
 (one key = one stall); and a `gc.callbacks` hook that notes every collection the loop thread
-runs (its generation, span and what it freed). At the end, `report` prints one line per
-stall over the bound: how late, the loop thread's CPU time meanwhile (close to the lateness:
-the loop worked; far below: it waited for the GIL or a core), the collections inside it and
-the stack seen most (the innermost kinference frames, the innermost frame at all and the
-outermost: the task or callback the loop was in), then the stalls counted by cause.
+runs (its generation, span, CPU time and what it freed). A stall is put on collections by
+their CPU time, not their span: the span ends in a Python callback, where the loop thread
+gives the GIL to a thread that waited through the collection, so it also counts that
+thread's turn (docs/benchmarks.md, h167: spans of 6-27 ms over collections of 0.1-2.8 ms).
+At the end, `report` prints one line per stall over the bound: how late, the loop thread's
+CPU time meanwhile (close to the lateness: the loop worked; far below: it waited for the GIL
+or a core), the collections inside it and the stack seen most (the innermost kinference
+frames, the innermost frame at all and the outermost: the task or callback the loop was in),
+then the stalls counted by cause.
 
 A sample needs the GIL: a C call that holds it (a collection, a large parse) is seen at the
 Python line that made it, once it returns. The sampler's own wake-ups take the GIL too (a
@@ -59,11 +63,11 @@ class StallTrace:
     others: dict[float, Counter[str]] = field(default_factory=dict)  # other threads' frames
     cpu: dict[float, dict[str, float]] = field(default_factory=dict)  # thread -> ms on a core
     names: dict[int, str] = field(default_factory=dict)  # native thread id -> Python name
-    collections: deque[tuple[float, float, int, int]] = field(
+    collections: deque[tuple[float, float, int, int, float]] = field(
         default_factory=lambda: deque(maxlen=GC_KEPT)
-    )  # (start, end, generation, collected), on the loop thread
+    )  # (start, end, generation, collected, CPU ms), on the loop thread
     stopped: threading.Event = field(default_factory=threading.Event)
-    _gc_began: float = 0.0
+    _gc_began: tuple[float, float] = (0.0, 0.0)  # perf_counter, thread_time
 
     perf: subprocess.Popen[bytes] | None = None
 
@@ -93,7 +97,7 @@ class StallTrace:
                 s.late_ms,
                 s.loop_cpu_ms,
                 self._top(s.asked),
-                sum(ms for _, ms, _ in self.gc_in(s.asked, s.due + s.late_ms / 1000)),
+                sum(cpu for _, _, _, cpu in self.gc_in(s.asked, s.due + s.late_ms / 1000)),
             )
             for s in stalls
         ]
@@ -103,11 +107,13 @@ class StallTrace:
     def _collection(self, phase: str, info: dict[str, Any]) -> None:
         if threading.get_ident() != self.loop_thread:
             return
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.thread_time()
         if phase == "start":
-            self._gc_began = now
+            self._gc_began = (now, cpu)
         else:
-            self.collections.append((self._gc_began, now, info["generation"], info["collected"]))
+            began, began_cpu = self._gc_began
+            cpu_ms = (cpu - began_cpu) * 1000
+            self.collections.append((began, now, info["generation"], info["collected"], cpu_ms))
 
     def _sample(self) -> None:
         episode, began = 0.0, {}
@@ -138,11 +144,12 @@ class StallTrace:
         seen = self.samples.get(asked, Counter()).most_common(1)
         return seen[0][0] if seen else ""
 
-    def gc_in(self, start: float, end: float) -> list[tuple[int, float, int]]:
-        """(generation, ms, collected) of the loop's collections overlapping [start, end]."""
+    def gc_in(self, start: float, end: float) -> list[tuple[int, float, int, float]]:
+        """(generation, span ms, collected, CPU ms) of the loop's collections overlapping
+        [start, end]."""
         return [
-            (gen, (b - a) * 1000, freed)
-            for a, b, gen, freed in self.collections
+            (gen, (b - a) * 1000, freed, cpu)
+            for a, b, gen, freed, cpu in self.collections
             if b >= start and a <= end
         ]
 
@@ -154,13 +161,17 @@ class StallTrace:
             gcs = self.gc_in(stall.asked, stall.due + stall.late_ms / 1000)
             seen = self.samples.get(stall.asked, Counter())
             top = seen.most_common(2)
-            gc_ms = sum(ms for _, ms, _ in gcs)
+            gc_ms = sum(cpu for _, _, _, cpu in gcs)
             cause = _cause(gc_ms, stall, top)
             causes[cause] += 1
             cpu = self.cpu.get(stall.asked, {})
             busy = sorted(cpu.items(), key=lambda kv: -kv[1])[:3]
             others = self.others.get(stall.asked, Counter()).most_common(3)
-            gc_text = " ".join(f"gen{g} {ms:.1f}ms/{freed}" for g, ms, freed in gcs if ms >= 1)
+            gc_text = " ".join(
+                f"gen{g} {cpu:.1f}ms CPU ({ms:.1f} span)/{freed}"
+                for g, ms, freed, cpu in gcs
+                if ms >= 1
+            )
             print(
                 f"  {stall.late_ms:.1f} / {stall.loop_cpu_ms:.1f} / {stall.process_cpu_ms:.1f}"
                 f" [{cause}] gc: {gc_text or '-'}; {seen.total()} samples:"
