@@ -6,19 +6,14 @@ Joins the bench's requests to the gateway's records with h147's `an.load` and pr
 kind (doc, shared, chat-first, chat-next), the p50 / mean in ms of each step.
 """
 
-import importlib.util
 import json
 import os
 import statistics
 import sys
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location(
-    "h147_an", os.path.join(_HERE, "..", "h147", "an.py")
-)
-assert _spec is not None and _spec.loader is not None
-h147 = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(h147)
+import h172_load
+
+h147 = h172_load.script("h147_an", "h147/an.py")
 
 STEPS = [
     ("commit->pick", "commit", "pick0"),

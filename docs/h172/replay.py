@@ -10,18 +10,13 @@ canned completions) are not. Kinds by shape: a system message of a document, a s
 system prompt, a first chat turn, a follow-up.
 """
 
-import importlib.util
 import json
 import os
 import sys
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location(
-    "h153_mb", os.path.join(_HERE, "..", "h153", "mb.py")
-)
-assert _spec is not None and _spec.loader is not None
-mb = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mb)
+import h172_load
+
+mb = h172_load.script("h153_mb", "h153/mb.py")
 
 
 def kind(messages: list[dict]) -> str:

@@ -3,18 +3,13 @@ stamps on the precise Pick's path from push to `ready`: `commit_push` returned, 
 task's start and end (`PickPreparation._prepared`), `PromptPreparer.prepare` entry and exit,
 and the loop thread's CPU in `_start` (render + marks) and `_advance` (encode, blocks)."""
 
-import importlib.util
 import os
 import sys
 import time
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location(
-    "h147_probe", os.path.join(_HERE, "..", "h147", "sitecustomize.py")
-)
-assert _spec is not None and _spec.loader is not None
-probe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(probe)
+import h172_load
+
+probe = h172_load.script("h147_probe", "h147/sitecustomize.py")
 
 if os.environ.get("H147_TRACE") and "gateway" in " ".join(sys.argv):
     from kinference import preparation as P
