@@ -4,11 +4,7 @@ A Pick always follows its PushBody, and what it waits for in precise prefix mode
 parse, the chat template, the prompt's first tokens and the check of who holds them) needs
 the body only, not the Pick's call: so `PickerService.commit_push` starts it as a task, and
 the Pick finds it done or under way (the gap between the two calls, a round trip to the
-caller, is work the loop does instead of waiting). A Pick that comes before its task's
-first step (the in-process gateway picks right after its push, in the same loop turn) runs
-the work itself instead (`Early.awaited`): a task it would await wakes it only two loop
-turns after it ends (~0.2 ms p50 on Dynamo's mockers, more while other streams' reads and
-KV events take those turns). Bounded like the Pick's own work: only
+caller, is work the loop does instead of waiting). Bounded like the Pick's own work: only
 bodies whose parse runs on the loop (`requests/loop_cost.py`), at most one task per body
 waiting for its Pick (the body budget bounds those), the tokenizer's own queue bound and
 timeout; a body dropped before its Pick (TTL) has its task cancelled and its reservation
@@ -18,7 +14,7 @@ returned (`drop`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,16 +31,6 @@ class Early:
 
     task: asyncio.Task[Prepared]
     held: int
-    work: Callable[[], Coroutine[Any, Any, Prepared]]
-    started: bool = False  # the task took its first step
-
-    def awaited(self) -> Awaitable[Prepared]:
-        """What its Pick awaits: the task (shielded: a cancelled Pick leaves it to the body's
-        drop), or, the task not started yet, the work in the Pick's own task."""
-        if self.started:
-            return asyncio.shield(self.task)
-        self.task.cancel()  # before its first step: it never runs
-        return self.work()
 
 
 class EarlyStarts:
@@ -67,13 +53,7 @@ class EarlyStarts:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return False
-
-        async def run() -> Prepared:
-            early.started = True
-            return await work()
-
-        early = Early(loop.create_task(run()), held, work)
-        self._started[stream_id] = early
+        self._started[stream_id] = Early(loop.create_task(work()), held)
         return True
 
     def take(self, stream_id: int) -> Early | None:

@@ -8,6 +8,7 @@ the parse worker), its translation when a target takes another API and it has la
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
@@ -99,18 +100,18 @@ class PickPreparation:
         early = self._early.take(stream_id)
         held = early.held if early is not None else self._loop_parse(body)
         try:
-            return await self._ready(body, early.awaited() if early is not None else None, held)
+            return await self._ready(body, early.task if early is not None else None, held)
         except BaseException:
             if held:
                 self.store.budget.release(held)
             raise
 
     async def _ready(
-        self, body: Body, early: Awaitable[Prepared] | None, held: int | None
+        self, body: Body, early: asyncio.Task[Prepared] | None, held: int | None
     ) -> Ready:
         preparer, precise = self.preparer, None
         if early is not None:
-            parsed, precise = await self.guarded(body, early)
+            parsed, precise = await self.guarded(body, asyncio.shield(early))
             return Ready(parsed, precise, await self._translated(body, parsed), held, True)
         elif held is not None:
             parsed = parsed_body(body)

@@ -28,14 +28,12 @@ class CountingPreparer:
 
     def __init__(self) -> None:
         self.prepared: list[str] = []
-        self.tasks: list[asyncio.Task[object] | None] = []  # the task each ran in
         self.decided = 0  # Picks decided on a prompt tokenized at push
         self.gate = asyncio.Event()
         self.gate.set()
 
     async def prepare(self, request: InferenceRequest, body: Body) -> PreciseQuery | None:
         self.prepared.append(request.model)
-        self.tasks.append(asyncio.current_task())
         await self.gate.wait()
         return None
 
@@ -75,19 +73,6 @@ async def test_work_of_a_body_that_expires_unpicked_is_cancelled(env: Env) -> No
     assert env.store.budget.used == used  # the body and its parse's reservation
     await asyncio.gather(*tasks, return_exceptions=True)
     assert all(task.cancelled() for task in tasks)
-
-
-async def test_a_pick_before_its_work_began_does_it_in_its_own_task(env: Env) -> None:  # noqa: F811
-    """The in-process gateway picks right after its push: the task begun at push has not
-    taken a step yet, and awaiting it would cost the Pick two loop turns after it ends."""
-    preparer = CountingPreparer()
-    env.prepared_by(preparer)
-    stream_id = env.push(chat())
-    result = await env.service.pick_off_loop(PickCall(stream_id))  # in this loop turn
-    assert result.outcome == Outcome.OK
-    assert preparer.tasks == [asyncio.current_task()]  # once, in the Pick's task
-    await asyncio.sleep(0)
-    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
 
 
 def test_without_a_running_loop_the_pick_does_the_work(env: Env) -> None:  # noqa: F811
