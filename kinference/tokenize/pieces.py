@@ -4,8 +4,9 @@ A tokenizer's pre-tokenizer splits text at word boundaries with a regex whose lo
 one character, and BPE merges never cross those splits, so a text cut where the pre-tokenizer
 splits anyway tokenizes as the concatenation of its pieces' tokens. Candidate cuts are where
 that holds for the regexes in use (GPT-2, Llama 3, Qwen 2, SentencePiece's Metaspace): before
-a single space between two ASCII letters (` ?\\p{L}+` keeps the space with the next word), or
-after a newline followed by an ASCII letter (a newline run ends there). Each candidate is
+a single space between two ASCII letters (` ?\\p{L}+` keeps the space with the next word) or
+two ASCII digits, or after a newline followed by an ASCII letter or digit, or by a space and
+one (a newline run ends there). Each candidate is
 checked with the model's own tokenizer before it is used: the `CHECK_CHARS` either side of it
 must tokenize as the two halves do (which also catches normalizers or prefix spaces added at
 a text's start); a cut that fails is not used and the piece grows to the next one. Where
@@ -42,7 +43,7 @@ PIECE_CHARS = 1024  # a piece ends at the first checked cut this far past its st
 # ... but the first ones are shorter: a prompt no worker holds is known after ~256 characters.
 FIRST_PIECES_CHARS = (256, 512)
 CHECK_CHARS = 32  # context either side of a cut that must tokenize the same when cut
-_CANDIDATE = re.compile(r"[A-Za-z](?= [A-Za-z])|\n(?=[A-Za-z])")
+_CANDIDATE = re.compile(r"[A-Za-z](?= [A-Za-z])|[0-9](?= [0-9])|\n(?= ?[A-Za-z0-9])")
 _SEARCH_CHARS = 1024  # candidates looked at past the nominal boundary per attempt
 _TRIES = 4  # candidates checked per cut before the piece grows by another PIECE_CHARS
 MAX_END_CHARS = 32  # characters an `ends` token (a message's end) may take, at most

@@ -14,6 +14,18 @@ most candidates, and is always yes:
   so the pre-token holding the letter ends at the cut, and the next one starts there; the
   only character past the cut any alternative reads is the space, which fails where the end
   of the left half fails. The right half is the whole text from the cut (no lookbehind).
+- Before a space between two ASCII digits: the digit alternatives (` ?\\p{N}+`,
+  `\\p{N}{1,3}`, `\\p{N}`) stop at the space, the digits' groups count from where their run
+  starts, the same in the whole and the left half; the space goes with the next number
+  (GPT-2) or alone (`\\s+`: Llama 3's and Qwen 2's `\\s+(?!\\S)` fails before a digit), the
+  same in the whole and the right half. (A mock engine's replies are token ids written as
+  numbers: a next turn's new text, cut here rather than at its message's end.)
+- After a newline before a space and an ASCII letter or digit: a whitespace run ending in
+  that newline is one pre-token in the whole (GPT-2's `\\s+(?!\\S)` backs off the space that
+  a letter or digit follows; Llama 3's `\\s*[\\r\\n]+` ends at the newline, as does the
+  punctuation alternative's `[\\r\\n]*`) as at the left half's end, and the right half's
+  space goes with the word or number (or alone) as in the whole. This is where a reply that
+  begins with a space follows a chat turn's generation prompt.
 - After a newline before an ASCII letter: Llama 3's `\\s*[\\r\\n]+` ends a whitespace run at
   its last newline, and the punctuation alternative's `[\\r\\n]*` stops at the letter as at
   the end; for GPT-2, whose `\\s+(?!\\S)` keeps a run of two or more whitespace characters
@@ -55,6 +67,8 @@ SPLITS = (  # Llama 3's, Qwen 2's (digits one at a time)
 )
 _NORMAL_FORMS = {"NFC", "NFD", "NFKC", "NFKD"}  # none of them changes ASCII text
 _LETTERS = frozenset(string.ascii_letters)
+_DIGITS = frozenset(string.digits)
+_ALNUM = _LETTERS | _DIGITS
 _PRINTABLE = frozenset(chr(c) for c in range(0x21, 0x7F))  # ASCII, not whitespace
 
 
@@ -119,8 +133,12 @@ class SureCuts:
         """`sure` of a window with no added token in it."""
         if at < 2 or at + 1 >= len(window):
             return False
-        if window[at] == " ":
-            good = window[at - 1] in _LETTERS and window[at + 1] in _LETTERS
+        left, right = window[at - 1], window[at + 1]
+        if window[at] == " ":  # between two letters or two digits, or after a newline
+            good = (left in _LETTERS and right in _LETTERS) or (
+                left in _DIGITS and right in _DIGITS
+            )
+            good = good or (left == "\n" and right in _ALNUM)
         elif window[at - 1] == "\n":
             good = window[at] in _LETTERS and (self._newline_any or window[at - 2] in _PRINTABLE)
         else:

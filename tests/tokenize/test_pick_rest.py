@@ -48,22 +48,27 @@ def _ids(files: tuple[Path, Path], messages: list[Any]) -> list[int]:
     return list(Tokenizer.from_file(str(files[0])).encode(text, add_special_tokens=False).ids)
 
 
-def _conversation(rng: random.Random) -> tuple[list[Any], list[Any]]:
-    """A first turn, and the next one: the reply and a new question after it."""
+def _conversation(rng: random.Random, numbers: bool = False) -> tuple[list[Any], list[Any]]:
+    """A first turn, and the next one: the reply and a new question after it; `numbers`: a
+    reply as Dynamo's mock engine writes one (token ids as numbers, each after a space)."""
     first = [
         {"role": "system", "content": _words(rng, 6000)},
         {"role": "user", "content": _words(rng, 400)},
     ]
-    reply = {"role": "assistant", "content": _words(rng, 600)}
+    said = "".join(f" {rng.randint(70, 1600)}" for _ in range(120)) if numbers else None
+    reply = {"role": "assistant", "content": said or _words(rng, 600)}
     return first, [*first, reply, {"role": "user", "content": _words(rng, 500)}]
 
 
+@pytest.mark.parametrize("numbers", [False, True])
 def test_a_next_turns_pick_tokenizes_a_short_piece_past_its_history(
-    files: tuple[Path, Path],
+    files: tuple[Path, Path], numbers: bool
 ) -> None:
+    """A reply of numbers after a space (Dynamo's mocker): main cut it nowhere, resuming
+    at an earlier mark and encoding the whole reply and more."""
     rng = random.Random(7)
     tokenizer = PromptTokenizer.from_files(str(files[0]), str(files[1]), BS)
-    first, second = _conversation(rng)
+    first, second = _conversation(rng, numbers)
     tokenizer.blocks(PromptText(messages=first))  # tokenized to its end: a mark there
     held = len(_ids(files, first)) // BS  # the engine stored the first prompt's full blocks
 
@@ -73,7 +78,7 @@ def test_a_next_turns_pick_tokenizes_a_short_piece_past_its_history(
     work = tokenizer.start(PromptText(messages=second))
     assert not isinstance(work, PromptBlocks)
     resumed = work.position
-    assert resumed > 6000  # from the first turn's mark
+    assert resumed == len(ChatTemplate.from_file(str(files[1])).render(first))  # its end
     assert work.advance(known, INLINE_CHARS) is True  # stopped at a block nobody holds
     # One short piece of the ~1.1 KiB new text (on main: two pieces, all of it).
     assert 0 < work.encoded_chars <= FIRST_PIECES_CHARS[0] + PIECE_CHARS // 4

@@ -20,7 +20,7 @@ from tests.tokenize.files import TEMPLATE, WORDS, write_model, zoo
 
 _ODD = ["  ", "\n\n", " \n", "  \n", "\r\n", "\t", "\t\n", "!\n", "é", "日本語", "ﬁ", "\u0301"]
 _ODD += ["\u00a0", "\u2028", "\x1c", "123456", "'s", "'LL", "<|im_start|>", "<|im_end|>"]
-_ODD += ["[UNK]", "<|begin_of_text|>"]
+_ODD += ["[UNK]", "<|begin_of_text|>", "12 345 6789", "\n 42 7", "\n word", "\n\n 9"]
 
 
 @functools.cache
@@ -89,6 +89,11 @@ def test_what_is_not_sure(tokenizers: dict[str, Tokenizer]) -> None:
     assert not llama3.sure("hello world <|im_end|>", at)  # an added token in the window
     assert not llama3.sure("hell1 world", at) and not llama3.sure("helloé world", 6)
     assert not llama3.sure("hello  world", at) and not llama3.sure("hello", at)
+    for sure in (gpt2, llama3):  # digits, and a newline before a space and a word or number
+        assert sure.sure("12345 67890", at) and sure.sure("12.\n 1234", 4)
+        assert sure.sure("word\n word", at) and sure.sure("   \n word", 4)
+        assert not sure.sure("12345  6789", at) and not sure.sure("1234a 6789", at)
+        assert not sure.sure("word\n  two", at) and not sure.sure("word\n .23", at)
     qwen2 = SureCuts.of(tokenizers["qwen2-nfc"])
     assert qwen2 is not None and qwen2.sure("hello world", at)
     assert not qwen2.sure("hello world é", at)  # the normalizer may change it
