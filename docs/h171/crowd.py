@@ -9,28 +9,16 @@ import asyncio
 import json
 import random
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tokenizers import Tokenizer
+from fuzz import BS, FILES, HF, TEMPLATE, words
 
 from kinference.bodies import Body
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
 from kinference.requests.parse import parse_request
 from kinference.tokenize.prepare import PromptPreparer
-from kinference.tokenize.template import ChatTemplate
-from tests.tokenize.files import WORDS, precise_chat_policy, write_model
-
-BS = 16
-FILES = write_model(Path(tempfile.mkdtemp()))
-HF = Tokenizer.from_file(str(FILES[0]))
-TEMPLATE = ChatTemplate.from_file(str(FILES[1]))
-
-
-def words(rng: random.Random, chars: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(chars // 5 + 1))[:chars]
+from tests.tokenize.files import precise_chat_policy
 
 
 def message(rng: random.Random, role: str, most: int) -> dict[str, str]:
