@@ -110,13 +110,16 @@ async def stream_chat(
         if response.status_code != 200:
             detail = (await response.aread())[:200]
             raise StreamError(f"{url} answered {response.status_code}: {detail!r}")
-        last = 0.0
+        last, done = 0.0, False
+        # Read on to the body's end after [DONE] (as OpenAI's SDK does): a response left
+        # unread closes its connection, and every request would then open a new one.
         async for line in response.aiter_lines():
-            if not line.startswith(_DATA):
+            if done or not line.startswith(_DATA):
                 continue
             payload = line[len(_DATA) :].strip()
             if payload == "[DONE]":
-                break
+                done = True
+                continue
             seen = result.chunks
             last = _on_event(result, json.loads(payload), time.perf_counter() - started, last)
             if on_first is not None and seen == 0 and result.chunks == 1:
