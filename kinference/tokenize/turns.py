@@ -50,10 +50,7 @@ from kinference.tokenize.pieces import CHECK_CHARS, Ids
 LEAD_CHARS = 256  # the text's start naming its lineage
 MAX_MARKS = 512  # marks kept in all, least recently used lineages dropped
 MAX_TOKENS = 4_000_000  # tokens the kept marks hold (their ids and blocks), at most
-# Marks per lineage (conversations on one system prompt), oldest dropped: a turn leaves ~5
-# (its stop's two cuts, message ends, its end), so 16 conversations in flight put 80 between
-# two turns of one, and at 64 each next turn lost its own marks (docs/benchmarks.md, h174).
-MAX_PER_LINEAGE = 256
+MAX_PER_LINEAGE = 64  # marks per lineage (conversations on one system prompt), oldest dropped
 # Bytes of the texts the kept marks were left on (each text counted once, as CPython sizes
 # it): a mark keeps its text to compare the next one with, and a mark near the start of a
 # 4 MiB prompt would otherwise pin all of it with a few hundred tokens counted.
