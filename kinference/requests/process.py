@@ -64,7 +64,12 @@ class WorkerProcess:
     async def replace(self) -> None:
         """Start a fresh worker, then close this one (idle: it exits at once)."""
         running, self._process = self._process, None
-        await self._started()
+        try:
+            await self._started()
+        except BaseException:  # cancelled (shutdown, the job's deadline): the old one too
+            if running is not None:
+                running.kill()
+            raise
         if running is not None:
             await running.aclose()
 
@@ -81,7 +86,10 @@ class WorkerProcess:
             await running.aclose()
 
     async def _started(self) -> _Running:
-        if self._process is None or self._process.popen.poll() is not None:
+        if self._process is not None and self._process.popen.poll() is not None:
+            self._process.kill()  # it exited: the loop's ends of its pipes closed too
+            self._process = None
+        if self._process is None:
             self._process = await _Running.start(self._command)
             self.pid = self._process.popen.pid
             log.info("parse worker started (pid %d)", self.pid)
@@ -104,10 +112,12 @@ class _Running:
         popen: subprocess.Popen[bytes],
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        read_end: asyncio.BaseTransport,
     ) -> None:
         self.popen = popen
         self.reader = reader
         self.writer = writer
+        self._read_end = read_end
 
     @classmethod
     async def start(cls, command: Sequence[str]) -> _Running:
@@ -118,18 +128,30 @@ class _Running:
             _widen(pipe.fileno())
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), popen.stdout)
-        transport, protocol = await loop.connect_write_pipe(
-            lambda: FlowControlMixin(loop), popen.stdin
-        )
+        read_end: asyncio.BaseTransport | None = None
+        try:
+            read_end, _ = await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(reader), popen.stdout
+            )
+            transport, protocol = await loop.connect_write_pipe(
+                lambda: FlowControlMixin(loop), popen.stdin
+            )
+        except BaseException:  # cancelled before the worker was ours: none is left running
+            # A pipe a connect took is closed by it on failure; stdin is not yet taken
+            # while the read end is not made.
+            if read_end is None:
+                popen.stdin.close()
+            else:
+                read_end.close()
+            _stop(popen)
+            raise
         writer = asyncio.StreamWriter(transport, protocol, None, loop)
-        return cls(popen, reader, writer)
+        return cls(popen, reader, writer, read_end)
 
     def kill(self) -> None:
         self.writer.close()
-        with contextlib.suppress(ProcessLookupError):
-            self.popen.kill()
-        self._reap()
+        self._read_end.close()
+        _stop(self.popen)
 
     async def aclose(self) -> None:
         self.writer.close()
@@ -137,10 +159,16 @@ class _Running:
             await asyncio.to_thread(self.popen.wait, _EXIT_WAIT_S)
         except subprocess.TimeoutExpired:
             self.kill()
+        finally:  # not left for its EOF: the loop may be stopped before it is read
+            self._read_end.close()
 
-    def _reap(self) -> None:
-        """Collect the exit status off the loop (a killed process exits at once)."""
-        asyncio.get_running_loop().run_in_executor(None, self.popen.wait)
+
+def _stop(popen: subprocess.Popen[bytes]) -> None:
+    """Kill the worker; its exit status collected off the loop (a killed process exits at
+    once)."""
+    with contextlib.suppress(ProcessLookupError):
+        popen.kill()
+    asyncio.get_running_loop().run_in_executor(None, popen.wait)
 
 
 def _widen(fileno: int) -> None:
