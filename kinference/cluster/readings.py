@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kinference.workers.scrape import JITTER as SCRAPE_JITTER
+
 FORGET_S = 60.0  # seconds: an endpoint not scraped this long is forgotten (pods come and go)
-SCRAPE_JITTER = 0.1  # the scraper's: each interval is interval_s * (1 ± 0.1) (`workers.scrape`)
 SLACK_S = 0.05  # seconds: the flush's batch window (15 ms) and the stream's delay, at most
 Reading = Mapping[str, Any]  # the reading's content, without its time ("at") or sender
 

@@ -49,6 +49,7 @@ OnUpdate = Callable[[str, EngineSnapshot | None], None]
 # Prometheus text 0.0.4, which every engine serves; asked for explicitly so a server that
 # negotiates never answers in protobuf.
 _ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
+JITTER = 0.1  # each interval is interval_s * (1 ± JITTER), uniformly, by default
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +80,7 @@ class EngineScraper:
         registry: CollectorRegistry,
         clock: Callable[[], float] = time.monotonic,
         on_update: OnUpdate | None = None,
-        jitter: float = 0.1,  # each interval is interval_s * (1 ± jitter), uniformly
+        jitter: float = JITTER,
         rng: random.Random | None = None,
         max_page_bytes: int = 16 * 1024 * 1024,
     ) -> None:
