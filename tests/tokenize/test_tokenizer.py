@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, models, pre_tokenizers
 
 from kinference.kvcache.blocks import PromptBlocks, identities
-from kinference.tokenize.pieces import PIECE_CHARS
+from kinference.tokenize.pieces import FIRST_PIECES_CHARS, PIECE_CHARS
 from kinference.tokenize.reuse import PieceCache
 from kinference.tokenize.template import ChatTemplate, TemplateError
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer, Untokenizable
@@ -276,3 +276,37 @@ def test_advance_says_whether_it_stopped_at_a_block_nobody_holds(
     cold = PromptTokenizer(tokenizer._tokenizer, None, 4).start(PromptText(prompt=text))
     assert not isinstance(cold, PromptBlocks)
     assert cold.advance(lambda blocks: 0) is True and not cold.done
+
+
+def _spaces_bpe() -> Tokenizer:
+    """GPT-2's pre-tokenizer over a BPE whose merges make `n` spaces and a newline, one
+    pre-token, tokenize as the spaces then the newline unless `n % 4 == 2` (then the spaces
+    end in a pair `ĠĠ` left over by the fours, which merges with the newline)."""
+    vocab = {c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}
+    merges = [("Ġ", "Ġ"), ("ĠĠ", "ĠĠ"), ("ĠĠ", "Ċ")]
+    for left, right in merges:
+        vocab[left + right] = len(vocab)
+    tokenizer = Tokenizer(models.BPE(vocab, merges))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    return tokenizer
+
+
+@pytest.mark.parametrize(
+    ("kind", "run"),
+    [("gpt2-spaces", " "), ("nfkc-strip", " "), ("nfkc-strip", "\n"), ("nfkc-strip", " \t")],
+)
+def test_a_cut_after_a_whitespace_run_longer_than_its_check_is_not_trusted(
+    kind: str, run: str
+) -> None:
+    """A cut after a newline ending a whitespace run is checked on the last `CHECK_CHARS` of
+    the run only; the whole run may tokenize otherwise: GPT-2's regex keeps a run with its
+    newline when cut there (one pre-token: 31 spaces and the newline tokenize as the two
+    halves, 34 do not), a `Strip` normalizer drops the run at the left piece's end (its
+    window's left half is stripped away whole, as is its whole window's start)."""
+    raw = _spaces_bpe() if kind == "gpt2-spaces" else Tokenizer.from_str(zoo()[kind])
+    tokenizer = PromptTokenizer(Tokenizer.from_str(raw.to_str()), None, 4)
+    head = (" ".join(WORDS) * 3)[: FIRST_PIECES_CHARS[0] - 20]  # the run spans the first cut
+    for tail in ("fox dog", " fox dog", "42 7", " 42 7"):
+        text = head + (run * 40)[:34] + "\n" + tail + " " + head
+        got = tokenizer.token_ids(PromptText(prompt=text)).tolist()
+        assert got == raw.encode(text).ids, repr(tail)
