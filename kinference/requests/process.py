@@ -25,7 +25,7 @@ _EXIT_WAIT_S = 2.0  # how long a closed worker may take to exit before it is kil
 
 
 class WorkerLost(Exception):
-    """The worker died, or was stopped, before it answered."""
+    """The worker died, or was stopped, before it answered (or could not be started)."""
 
 
 class WorkerProcess:
@@ -90,7 +90,10 @@ class WorkerProcess:
             self._process.kill()  # it exited: the loop's ends of its pipes closed too
             self._process = None
         if self._process is None:
-            self._process = await _Running.start(self._command)
+            try:
+                self._process = await _Running.start(self._command)
+            except OSError as exc:  # no process or pipe for it: a missing program, EMFILE
+                raise WorkerLost(f"the parse worker could not start: {exc}") from exc
             self.pid = self._process.popen.pid
             log.info("parse worker started (pid %d)", self.pid)
         return self._process
@@ -137,12 +140,14 @@ class _Running:
                 lambda: FlowControlMixin(loop), popen.stdin
             )
         except BaseException:  # cancelled before the worker was ours: none is left running
-            # A pipe a connect took is closed by it on failure; stdin is not yet taken
-            # while the read end is not made.
-            if read_end is None:
-                popen.stdin.close()
-            else:
+            # A connect that failed closed its pipe's descriptor (uvloop: not its file, which
+            # would close that number again when collected, by then another file's; closing
+            # it now fails EBADF) or will close its file (asyncio: a step later; closed now).
+            if read_end is not None:
                 read_end.close()
+            for pipe in (popen.stdin,) if read_end is not None else (popen.stdin, popen.stdout):
+                with contextlib.suppress(OSError):
+                    pipe.close()
             _stop(popen)
             raise
         writer = asyncio.StreamWriter(transport, protocol, None, loop)
@@ -159,6 +164,9 @@ class _Running:
             await asyncio.to_thread(self.popen.wait, _EXIT_WAIT_S)
         except subprocess.TimeoutExpired:
             self.kill()
+        except BaseException:  # cancelled (shutdown's deadline): not left running either
+            self.kill()
+            raise
         finally:  # not left for its EOF: the loop may be stopped before it is read
             self._read_end.close()
 

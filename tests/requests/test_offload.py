@@ -206,3 +206,14 @@ async def test_a_worker_that_cannot_start_is_logged_and_not_fatal(
     finally:
         await offload.aclose()
     assert "the parse worker did not start" in caplog.text
+
+
+async def test_a_worker_whose_process_cannot_be_made_is_not_fatal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    offload = Offload(WorkerProcess(("/nonexistent/kinference-worker",)))
+    try:
+        await offload.start()  # logged, as for a worker that exits at once
+    finally:
+        await offload.aclose()
+    assert "the parse worker did not start" in caplog.text
