@@ -248,7 +248,10 @@ class Offload:
         finally:
             budget.release(shipped)
         if rss > self._recycle_rss_bytes:  # in this job's turn: no other job uses the worker
-            await self._worker.replace()  # its memory goes back to the system
+            try:
+                await self._worker.replace()  # its memory goes back to the system
+            except WorkerLost as exc:  # none started, the old one stopped: the next job tries
+                log.warning("the parse worker was not replaced: %s", exc)
         return answer
 
     def _answer(self, message: tuple[str, Any], expected: str) -> Any:

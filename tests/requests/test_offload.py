@@ -217,3 +217,20 @@ async def test_a_worker_whose_process_cannot_be_made_is_not_fatal(
     finally:
         await offload.aclose()
     assert "the parse worker did not start" in caplog.text
+
+
+async def test_a_parse_whose_worker_cannot_be_replaced_keeps_its_answer() -> None:
+    """The worker is recycled after the job answered: a replacement that cannot start (no
+    process for it: EMFILE, a missing program) fails the next job, not this parse."""
+    worker = WorkerProcess()
+    offload, budget = Offload(worker, recycle_rss_bytes=1), ByteBudget(256 * MiB)
+    try:
+        await offload.start()
+        worker._command = ("/nonexistent/kinference-worker",)  # the next start fails
+        parsed = await offload.parse(budget, uploaded_body(big_request()), abandoned=Released())
+        assert isinstance(parsed, InferenceRequest)
+        with pytest.raises(Unavailable, match="could not start"):
+            await offload.parse(budget, uploaded_body(big_request()), abandoned=Released())
+    finally:
+        await offload.aclose()
+    assert budget.used == 0
