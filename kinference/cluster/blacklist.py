@@ -163,7 +163,9 @@ class SharedBlacklist:
         pipe = self._redis.pipeline(transaction=False)
         pipe.eval(_SERVER_ID, 1, self._keys.blacklist(""))  # the key routes it on a Cluster
         _queue_reads(pipe, self._keys, ordered)
-        replies = await pipe.execute()
+        replies = await pipe.execute(raise_on_error=False)
+        if isinstance(replies[0], Exception):
+            raise replies[0]
         # After a restart a missing key was lost, not cleared; a key found is real (written
         # since: another replica's announcement, read by `refresh`), adopted all the same.
         restarted = self._restarted(_text(replies[0] or b""))
@@ -229,7 +231,7 @@ async def _read(redis: RedisClient, keys: Keys, providers: Iterable[str]) -> lis
         return []
     pipe = redis.pipeline(transaction=False)
     _queue_reads(pipe, keys, names)
-    return _entries(names, await pipe.execute())
+    return _entries(names, await pipe.execute(raise_on_error=False))
 
 
 def _queue_reads(pipe: Pipeline | ClusterPipeline, keys: Keys, providers: Iterable[str]) -> None:
@@ -239,7 +241,13 @@ def _queue_reads(pipe: Pipeline | ClusterPipeline, keys: Keys, providers: Iterab
 
 
 def _entries(providers: Sequence[str], replies: Sequence[Any]) -> list[Entry | None]:
-    """The replies of `_queue_reads`, two per provider, as entries."""
+    """The replies of `_queue_reads`, two per provider, as entries. A key of another type
+    (WRONGTYPE: set by hand, or by a tool sharing the prefix) is no entry, not a failed
+    poll: every poll failing, the node would read Redis as unavailable while it stays."""
+    for reply in replies:
+        if isinstance(reply, Exception) and not str(reply).startswith("WRONGTYPE"):
+            raise reply
+    replies = [None if isinstance(reply, Exception) else reply for reply in replies]
     return [
         _entry(provider, replies[2 * i], int(replies[2 * i + 1]))
         for i, provider in enumerate(providers)

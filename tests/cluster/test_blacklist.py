@@ -454,3 +454,25 @@ async def test_a_cooldown_announced_after_a_redis_restart_is_adopted_at_once(
         assert cooldown is not None and cooldown.reason == UNAUTHORIZED
     finally:
         own.stop()
+
+
+async def test_a_key_of_another_type_under_the_blacklist_s_names_is_skipped(
+    server: RedisServer, replica: ReplicaFactory
+) -> None:
+    """A key under the blacklist's names that is not a hash (set by hand, or by another tool
+    sharing the prefix) failed every poll with WRONGTYPE: the loop's failures made the node
+    read Redis as unavailable (every Pick DEGRADED, budgets offline) while it stayed. It is
+    skipped; the other providers' keys are still read and adopted."""
+    writer, reader = replica("w"), replica("r")
+    writer.health.report(P, UNAUTHORIZED, "401")
+    await writer.blacklist.sync_once([])
+    server.cli("SET", "{kinference}:blacklist:ai/typo", "1")
+    await reader.blacklist.sync_once([Q])  # a SCAN: it finds both keys
+    cooldown = reader.health.cooled(P)
+    assert cooldown is not None and cooldown.reason == UNAUTHORIZED
+    await reader.blacklist.refresh("ai/typo")
+    client = connect(server.url)
+    try:  # the CLI's list reads past it too
+        assert [entry.provider for entry in await list_blacklist(client, KEYS)] == [P]
+    finally:
+        await client.aclose()
