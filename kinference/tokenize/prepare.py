@@ -257,7 +257,14 @@ class PromptPreparer:
 
     def _finish(self, begun: Tokenization, refs: list[str], ticket: int) -> None:
         """Background: tokenize a slice more of a prompt; when done, hand its blocks over."""
-        begun.advance(None, LATER_SLICE_CHARS)
+        try:
+            begun.advance(None, LATER_SLICE_CHARS)
+        except Untokenizable:  # a client's text (a lone surrogate past the Pick's part)
+            self._later_chars -= begun.chars  # its rest is never expected
+            return
+        except BaseException:  # a tokenizer bug: logged by the thread, its text let go
+            self._later_chars -= begun.chars
+            raise
         time.sleep(0)  # hand the GIL to the event loop between slices, if it waits
         if not begun.done and self._thread.later(lambda: self._finish(begun, refs, ticket)):
             return

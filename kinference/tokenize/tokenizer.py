@@ -161,6 +161,16 @@ class PromptTokenizer:
         return self._encode(texts, False)
 
     def _encode(self, texts: Sequence[str], special: bool) -> list[Ids]:
+        try:
+            return self._encoded(texts, special)
+        except TypeError:
+            # JSON may carry a lone surrogate (`"\\ud800"`): a str with no UTF-8 form, which
+            # the Rust tokenizer refuses as not a str. A client's text, not a bug to log.
+            if any(_lone_surrogate(text) for text in texts):
+                raise Untokenizable("the prompt holds a lone surrogate (no UTF-8 form)") from None
+            raise
+
+    def _encoded(self, texts: Sequence[str], special: bool) -> list[Ids]:
         if sum(map(len, texts)) <= _HOLD_GIL_CHARS:
             # ~1 ms at most: releasing the GIL would cost more, as getting it back means
             # waiting for a busy event loop's switch interval (5 ms).
@@ -170,6 +180,14 @@ class PromptTokenizer:
         # computes no offsets, which pieces do not need.
         encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=special)
         return [np.asarray(encoding.ids, dtype=np.uint32) for encoding in encodings]
+
+
+def _lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _message_ends(tokenizer: Tokenizer, template: ChatTemplate | None) -> re.Pattern[str] | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from kinference.tokenize import prepare
 from kinference.tokenize.prepare import PromptPreparer
 from kinference.tokenize.template import ChatTemplate
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer
+from tests.api.helpers import wait_until
 from tests.tokenize.files import WORDS, precise_chat_policy, write_model
 
 BS = 16
@@ -161,3 +163,29 @@ async def test_a_late_pick_still_finishes_a_short_rest(
     preparer.foreground_s = 0.0  # past its time when it starts
     turn = await _pick(preparer, history)
     assert turn.exact and turn.blocks == _full(files, history)
+
+
+async def test_a_rest_that_cannot_be_tokenized_lets_go_of_its_share_of_the_background(
+    files: tuple[Path, Path],
+    caches: HeldEverywhere,
+    preparer: PromptPreparer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A lone surrogate ("\ud800" in the JSON) past the part a Pick tokenizes: its rest fails
+    # on the thread. The Pick is answered; no traceback is logged for a client's text, and
+    # the rest's text no longer counts against the background's bound, so later prompts'
+    # rests still run (before: every failed rest's characters were held for good).
+    rng = random.Random(11)
+    bad = [{"role": "user", "content": _words(rng, 256 * 1024) + "\ud800"}]
+    good = [{"role": "user", "content": _words(rng, 256 * 1024)}]
+    monkeypatch.setattr(prepare, "MAX_LATER_CHARS", 300 * 1024)  # room for one rest
+    first = await _pick(preparer, bad)
+    assert first.bounded and first.ticket
+    await wait_until(lambda: preparer._thread.idle, 60, "the failing rest's end")
+    second = await _pick(preparer, good)
+    assert second.bounded and second.ticket
+    await asyncio.wait_for(caches.done.wait(), 60)
+    assert second.ticket in caches.completed_blocks
+    assert first.ticket not in caches.completed_blocks
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -310,3 +310,15 @@ def test_a_cut_after_a_whitespace_run_longer_than_its_check_is_not_trusted(
         text = head + (run * 40)[:34] + "\n" + tail + " " + head
         got = tokenizer.token_ids(PromptText(prompt=text)).tolist()
         assert got == raw.encode(text).ids, repr(tail)
+
+
+@pytest.mark.parametrize("repeat", [1, 20_000])  # held under the GIL, and the batch call
+def test_a_lone_surrogate_is_untokenizable_not_a_type_error(
+    tokenizer: PromptTokenizer, repeat: int
+) -> None:
+    # JSON's "\ud800" decodes to a str with no UTF-8 form; the Rust tokenizer refuses it.
+    text = "the quick fox " * repeat + "\ud800"
+    with pytest.raises(Untokenizable, match="surrogate"):
+        tokenizer.token_ids(PromptText(prompt=text))
+    with pytest.raises(Untokenizable, match="surrogate"):
+        tokenizer.blocks(PromptText(messages=[{"role": "user", "content": text}]))
