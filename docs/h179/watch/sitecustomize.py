@@ -18,6 +18,8 @@ With H179_WATCH=DIR and PYTHONPATH=docs/h179/watch:<tree>, the gateway process (
   phases' thread CPU (docs/h179/phases.py; H179_TWICE=1: the parse and the engine signals,
   both pure, run a second time at once and timed apart: the same step warm, in situ) and
   the thread's minor/major faults and involuntary switches over it, 50 decisions a line;
+- H179_WARM=1: the engine signals computed (and dropped) when each request's task starts,
+  before its body is read ("warm" lines: that warm-up's thread CPU);
 - H179_RT=1: the loop thread switched to SCHED_FIFO 1 at the first request (the causal check:
   a thread that never waits for a core behind other processes).
 Lines are kept in memory and written at exit (DIR/watch.PID.jsonl), and every 10 s. The
