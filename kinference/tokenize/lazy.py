@@ -20,6 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
+from kinference.tokenize.flights import AHEAD_CHARS, Flights
 from kinference.tokenize.pieces import CHECK_CHARS, PIECE_CHARS, Cutter, Ids, Piece
 from kinference.tokenize.turns import Leading, Mark, PrefixDigest, TurnMarks
 
@@ -50,9 +51,11 @@ class Tokenization:
         marks: TurnMarks | None = None,
         *,
         prefix: PrefixDigest | None = None,
+        flights: Flights | None = None,
     ):
         self._cutter = cutter
         self._marks = marks  # where each stop leaves its last checked cut (`turns`)
+        self._flights = flights  # tokenizations whose rest is under way (`flights`)
         # The text's digests for those marks, each going on from the last (`turns`).
         self._prefix = prefix or PrefixDigest(cutter.kind, cutter.text)
         self._source = source
@@ -75,6 +78,7 @@ class Tokenization:
         self._opened = 0  # the position of the last open mark left
         self._advanced = False  # `advance` was called (then it catches up first: `catch_up`)
         self._reached = False  # the last `advance` stopped at a block no worker holds
+        self._deferred = False  # ... left the text ahead to a flight (`flights`)
         self._short = False  # the next step is one short piece (`resume`)
 
     def resume(self, mark: Mark, short: bool = False) -> None:
@@ -130,6 +134,20 @@ class Tokenization:
         return len(self._cutter.text)
 
     @property
+    def text(self) -> str:
+        return self._cutter.text
+
+    def fly(self) -> None:
+        """Its rest is queued: later Picks leave the text it shares with them to it."""
+        if self._flights is not None and not self.done:
+            self._flights.add(self._prefix.lead, self)
+
+    def land(self) -> None:
+        """Its rest ended (done, or dropped)."""
+        if self._flights is not None:
+            self._flights.remove(self._prefix.lead, self)
+
+    @property
     def done(self) -> bool:
         return self._cutter.done
 
@@ -137,6 +155,11 @@ class Tokenization:
     def reached(self) -> bool:
         """The last `advance` stopped at a block no worker holds (the prediction is whole)."""
         return self._reached
+
+    @property
+    def deferred(self) -> bool:
+        """The last `advance` left the text ahead to a flight (its prediction a floor)."""
+        return self._deferred
 
     @property
     def position(self) -> int:
@@ -152,19 +175,26 @@ class Tokenization:
         clock: Callable[[], float] = time.perf_counter,
         step_pieces: int = MAX_STEP_PIECES,
         marks: bool = True,
+        defer: bool = False,
     ) -> bool:
         """Tokenize on until a block no worker holds (`known`: answers True, nothing after
         it can match), the end, `budget_chars` of new text tokenized or `clock()` passing
         `until` (checked between steps: one step at least), whichever comes first; a step
         cuts at most `step_pieces` pieces. From its second call on, it first catches up
         (`catch_up`). Its stop leaves marks (`leave_marks`) unless not `marks` (a Pick's
-        on the loop: only later Picks need them, left after its answer)."""
+        on the loop: only later Picks need them, left after its answer). `defer` (a
+        Pick's walk): also stop, after its first step, where a flight shares the text
+        ahead (`flights`: `deferred`)."""
         if self._advanced:
             self.catch_up()
-        self._advanced, self._reached = True, False
+        self._advanced, self._reached, self._deferred = True, False, False
         spent, first = 0, True
         while not self.done and (budget_chars is None or spent < budget_chars):
             if until is not None and not first and clock() >= until:
+                break
+            if defer and not first and self._leave_to_flight(known, marks):
+                if self._reached:
+                    return True
                 break
             first = False
             before, count = self.encoded_chars, min(1 << self._steps, step_pieces)
@@ -180,6 +210,32 @@ class Tokenization:
         if marks:
             self.leave_marks()
         return False
+
+    def _leave_to_flight(self, known: Known | None, marks: bool) -> bool:
+        """Whether a flight shares at least `AHEAD_CHARS` of the text ahead: then take the
+        furthest mark left into this text (a flight's) and stop, `reached` if no worker
+        holds the blocks it gives; walk on if the text ahead is no longer shared."""
+        flights, cutter = self._flights, self._cutter
+        if flights is None or self._marks is None:
+            return False
+        lead = self._prefix.lead
+        if not flights.covers(lead, cutter.text, cutter.position + AHEAD_CHARS, self):
+            return False
+        if marks:
+            self.leave_marks()  # this stop's, before a resume drops them
+        found = self._marks.find(
+            cutter.kind, cutter.text, self._prefix, cutter.can_cut_at, cutter.position
+        )
+        if found is not None:
+            self.resume(found)
+            if known is not None and known(self.blocks) < len(self.blocks):
+                self._reached = True
+                return True
+            if not flights.covers(lead, cutter.text, cutter.position + AHEAD_CHARS, self):
+                return False
+        self._deferred = True
+        flights.deferred += 1
+        return True
 
     def leave_marks(self) -> None:
         """Leave the state at the last checked cut passed for a next turn (`turns`), at
