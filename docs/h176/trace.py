@@ -14,7 +14,6 @@ position a catch-up resumed at (-1 none), `blocks` blocks named, `exact`.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import threading
@@ -25,16 +24,19 @@ _local = threading.local()
 
 
 def install(path: str) -> None:
-    out = open(f"{path}.{os.getpid()}", "a", buffering=1)  # noqa: SIM115 (closed at exit)
-    atexit.register(out.close)
-    lock = threading.Lock()
+    """One JSON line per record, each one `write` call on a line-buffered file (the picker
+    may end without running `atexit`)."""
+    out = open(f"{path}.{os.getpid()}", "a", buffering=1)  # noqa: SIM115 (open until exit)
+    guard = threading.Lock()
 
     def write(record: dict[str, Any]) -> None:
-        with lock:
-            out.write(json.dumps(record) + "\n")
+        line = json.dumps(record) + "\n"
+        with guard:
+            out.write(line)
 
     _prepare(write)
     _pick(write)
+    _events(write)
 
 
 def _prepare(write: Any) -> None:
@@ -157,6 +159,23 @@ def _prepare(write: Any) -> None:
         _local.started = None
         return here_0(self, *args)
 
+    from kinference.tokenize.turns import TurnMarks
+
+    find_0 = TurnMarks.find
+
+    def traced_find(marks: Any, kind: Any, text: Any, prefix: Any = None, cut_ok: Any = None,
+                    beyond: int = 0) -> Any:  # fmt: skip
+        found = find_0(marks, kind, text, prefix, cut_ok, beyond)
+        record = getattr(_local, "current", None)
+        if record is not None:
+            lineage = marks._lineages.get(prefix.lead) if prefix is not None else None
+            ends = sorted(k.mark.position for k in lineage.values()) if lineage else []
+            record.setdefault("finds", []).append(
+                [beyond, found.position if found else -1, len(ends), ends[-3:]]
+            )
+        return found
+
+    TurnMarks.find = traced_find  # type: ignore[method-assign]
     here_0 = preparer._here
     preparer.prepare = traced_prepare  # type: ignore[method-assign]
     preparer._run = traced_run  # type: ignore[method-assign]
@@ -182,3 +201,24 @@ def _pick(write: Any) -> None:
             write({"k": 1, "t0": started, "ms": (time.perf_counter() - started) * 1000})
 
     PickerServicer._picked = picked  # type: ignore[method-assign]
+
+
+def _events(write: Any) -> None:
+    """`e` records: each step of a KV-event batch applied on the loop (`t0`, `ms`)."""
+    from kinference.kvevents.subscriber import Subscriber
+
+    steps_0 = Subscriber.steps
+
+    def steps(self: Any, feed: Any, parts: Any, caught_up: bool) -> Any:
+        inner = steps_0(self, feed, parts, caught_up)
+        while True:
+            started = time.perf_counter()
+            try:
+                item = next(inner)
+            except StopIteration as stop:
+                write({"e": 1, "t0": started, "ms": (time.perf_counter() - started) * 1000})
+                return stop.value
+            write({"e": 1, "t0": started, "ms": (time.perf_counter() - started) * 1000})
+            yield item
+
+    Subscriber.steps = steps  # type: ignore[method-assign]

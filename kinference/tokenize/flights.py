@@ -44,7 +44,13 @@ class Flight(Protocol):
     def text(self) -> str: ...
 
     @property
+    def lineage(self) -> bytes: ...
+
+    @property
     def done(self) -> bool: ...
+
+    @property
+    def position(self) -> int: ...
 
 
 class Flights:
@@ -58,30 +64,32 @@ class Flights:
     def __len__(self) -> int:
         return sum(map(len, self._lineages.values()))
 
-    def add(self, lineage: bytes, flight: Flight) -> None:
-        flights = self._lineages.setdefault(lineage, [])
+    def add(self, flight: Flight) -> None:
+        flights = self._lineages.setdefault(flight.lineage, [])
         if flight in flights:
             return
         flights.append(flight)
         if len(flights) > self.max_per_lineage:
             del flights[0]
 
-    def remove(self, lineage: bytes, flight: Flight) -> None:
-        flights = self._lineages.get(lineage)
+    def remove(self, flight: Flight) -> None:
+        flights = self._lineages.get(flight.lineage)
         if flights is None:
             return
         if flight in flights:
             flights.remove(flight)
         if not flights:
-            del self._lineages[lineage]
+            del self._lineages[flight.lineage]
 
-    def covers(self, lineage: bytes, text: str, end: int, asking: Flight) -> bool:
-        """Whether another unfinished flight's text is `text` up to `end` (past which
-        nothing before `end - CHECK_CHARS` depends: its cuts and tokens there are ours)."""
+    def ahead(self, asking: Flight) -> bool:
+        """Whether another unfinished flight's text is `asking`'s up to `AHEAD_CHARS` past
+        its position (nothing before that, less `CHECK_CHARS`, depends on what follows:
+        the cuts and tokens there are the same in both)."""
+        text, end = asking.text, asking.position + AHEAD_CHARS
         if end > len(text):
             return False
         window = slice(max(end - CHECK_CHARS, 0), end)
-        for flight in self._lineages.get(lineage, ()):
+        for flight in self._lineages.get(asking.lineage, ()):
             other = flight.text
             if flight is asking or flight.done or len(other) < end:
                 continue

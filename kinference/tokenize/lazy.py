@@ -20,16 +20,15 @@ from typing import Protocol
 import numpy as np
 
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
-from kinference.tokenize.flights import AHEAD_CHARS, Flights
+from kinference.tokenize.cuts import Cut, mark_at, step_cuts
+from kinference.tokenize.flights import Flights
 from kinference.tokenize.pieces import CHECK_CHARS, PIECE_CHARS, Cutter, Ids, Piece
-from kinference.tokenize.turns import Leading, Mark, PrefixDigest, TurnMarks
+from kinference.tokenize.turns import Mark, PrefixDigest, TurnMarks
 
 # The prompt's blocks so far -> how many of the leading ones some worker holds or is about to
 # hold (`kvcache.reach.Reach`); asked again as blocks are added, from the tokenizer thread.
 Known = Callable[[Sequence[BlockId]], int]
 MAX_STEP_PIECES = 16
-# The state at a checked cut: (position, pieces made, tokens, full blocks, tail, parts).
-_Cut = tuple[int, int, int, int, Ids, int]
 
 
 class PieceSource(Protocol):
@@ -68,13 +67,12 @@ class Tokenization:
         self._tail: Ids = np.zeros(0, dtype=np.uint32)  # tokens after the last full block
         self._parts: list[Ids] = []
         self._steps = 0
-        # The state at the last checked cut passed (where a next turn may resume: `turns`):
-        # (position, pieces made, tokens, full blocks, tail, parts).
-        self._cut: _Cut | None = None
-        self._step_cut: _Cut | None = None  # the cut `_cut` was at the previous step's end
+        # The state at the last checked cut passed (where a next turn may resume: `turns`).
+        self._cut: Cut | None = None
+        self._step_cut: Cut | None = None  # the cut `_cut` was at the previous step's end
         self._marked = 0  # the position of the last mark left (`leave_marks`)
         # The states at message ends passed (`pieces`: `opens`), to leave open marks at.
-        self._opens: list[_Cut] = []
+        self._opens: list[Cut] = []
         self._opened = 0  # the position of the last open mark left
         self._advanced = False  # `advance` was called (then it catches up first: `catch_up`)
         self._reached = False  # the last `advance` stopped at a block no worker holds
@@ -94,12 +92,14 @@ class Tokenization:
         self._cut, self._step_cut, self._marked = None, None, mark.position
         self._opens, self._opened = [], mark.position
 
-    def catch_up(self) -> bool:
+    def catch_up(self, leave: bool = True) -> bool:
         """Go on from a mark another tokenization left further into this text, if any: the
         Picks in flight on one new system prompt walk it once between them, each starting
-        its next slice where the furthest one got, not where it stopped itself."""
+        its next slice where the furthest one got, not where it stopped itself. `leave`:
+        leave this one's own marks first (not inside a Pick on the loop: `advance`)."""
         cutter = self._cutter
-        self.leave_marks()  # a Pick's stop's (`advance`), before a resume drops them
+        if leave:
+            self.leave_marks()  # a Pick's stop's (`advance`), before a resume drops them
         if self._marks is None or self.done:
             return False
         found = self._marks.find(
@@ -117,18 +117,6 @@ class Tokenization:
         self._advanced = True
         self._reached = known is not None and known(self.blocks) < len(self.blocks)
 
-    def mark(self, cut: _Cut | None = None, opens: bool = False) -> Mark | None:
-        """The state at the last checked cut passed (or at `cut`), if any (for the next
-        turn); `opens`: at a message's end, for any text going on from there (`turns`)."""
-        cut = cut or self._cut
-        if cut is None:
-            return None
-        position, made, tokens, blocks, tail, parts = cut
-        return Mark(
-            position, made, self._steps, tokens, Leading(self.blocks, blocks), tail,
-            Leading(self._parts, parts), ends=opens,
-        )  # fmt: skip
-
     @property
     def chars(self) -> int:
         return len(self._cutter.text)
@@ -137,15 +125,15 @@ class Tokenization:
     def text(self) -> str:
         return self._cutter.text
 
-    def fly(self) -> None:
-        """Its rest is queued: later Picks leave the text it shares with them to it."""
-        if self._flights is not None and not self.done:
-            self._flights.add(self._prefix.lead, self)
+    @property
+    def lineage(self) -> bytes:
+        return self._prefix.lead
 
-    def land(self) -> None:
-        """Its rest ended (done, or dropped)."""
+    def fly(self, flying: bool = True) -> None:
+        """Its rest is queued (`flying`: later Picks leave the text it shares with them to
+        it), or ended, done or dropped (not `flying`)."""
         if self._flights is not None:
-            self._flights.remove(self._prefix.lead, self)
+            (self._flights.add if flying and not self.done else self._flights.remove)(self)
 
     @property
     def done(self) -> bool:
@@ -212,26 +200,17 @@ class Tokenization:
         return False
 
     def _leave_to_flight(self, known: Known | None, marks: bool) -> bool:
-        """Whether a flight shares at least `AHEAD_CHARS` of the text ahead: then take the
-        furthest mark left into this text (a flight's) and stop, `reached` if no worker
-        holds the blocks it gives; walk on if the text ahead is no longer shared."""
-        flights, cutter = self._flights, self._cutter
-        if flights is None or self._marks is None:
+        """Whether a flight shares the text ahead (`flights`): then take the furthest mark
+        left into this text and stop (`reached` if no worker holds the blocks it gives), or
+        walk on if, from there, the text ahead is no longer shared."""
+        flights = self._flights
+        if flights is None or not flights.ahead(self):
             return False
-        lead = self._prefix.lead
-        if not flights.covers(lead, cutter.text, cutter.position + AHEAD_CHARS, self):
-            return False
-        if marks:
-            self.leave_marks()  # this stop's, before a resume drops them
-        found = self._marks.find(
-            cutter.kind, cutter.text, self._prefix, cutter.can_cut_at, cutter.position
-        )
-        if found is not None:
-            self.resume(found)
+        if self.catch_up(leave=marks):
             if known is not None and known(self.blocks) < len(self.blocks):
                 self._reached = True
                 return True
-            if not flights.covers(lead, cutter.text, cutter.position + AHEAD_CHARS, self):
+            if not flights.ahead(self):
                 return False
         self._deferred = True
         flights.deferred += 1
@@ -255,8 +234,7 @@ class Tokenization:
         left += [(at, False) for at in (self._step_cut, cut) if at and at[0] > self._marked]
         self._opens = []
         for at, opens in sorted(left, key=lambda a: a[0][0] + (0 if a[1] else CHECK_CHARS)):
-            if (mark := self.mark(at, opens)) is None:
-                continue
+            mark = mark_at(at, self._steps, self.blocks, self._parts, opens)
             if opens:
                 self._opened = at[0]
             else:
@@ -265,16 +243,16 @@ class Tokenization:
         end = len(self._cutter.text)
         if self.done and end > self._marked:  # the text's end: the next turn goes on there
             self._marked = end
-            marks.put(self._cutter.kind, self._cutter.text, self._end_mark(), self._prefix)
-
-    def _end_mark(self) -> Mark:
-        """The state at the text's end (`turns`: taken where the next text's cut there is
-        good)."""
-        return Mark(
-            len(self._cutter.text), self._cutter.made, self._steps, self.tokens,
-            Leading(self.blocks, len(self.blocks)), self._tail,
-            Leading(self._parts, len(self._parts)), ends=True,
-        )  # fmt: skip
+            at = (
+                end,
+                self._cutter.made,
+                self.tokens,
+                len(self.blocks),
+                self._tail,
+                len(self._parts),
+            )
+            mark = mark_at(at, self._steps, self.blocks, self._parts, True)
+            marks.put(self._cutter.kind, self._cutter.text, mark, self._prefix)
 
     def ids(self) -> Ids:
         """The tokens of the pieces done."""
@@ -312,43 +290,10 @@ class Tokenization:
         parent = self.blocks[-1] if self.blocks else None
         self.blocks.extend(identities(new[:full], self.block_size, parent=parent))
         self._tail = new[full:]
-        self._note_cut(pieces, found, new, before)
-
-    def _note_cut(
-        self, pieces: list[Piece], found: list[Ids], new: Ids, before: tuple[int, int, int, int]
-    ) -> None:
-        """Remember the state at the step's last checked cut: the end of its last piece if
-        that is not the text's end, else the start of that piece (`turns`); and at each of
-        its message ends (`pieces`: `opens`)."""
-        if len(found) != len(pieces):
-            return
-        self._opens += [
-            self._state(pieces, found, new, before, len(pieces) - 1 - i)
-            for i, piece in enumerate(pieces)
-            if piece.opens
-        ]
-        if pieces[-1].end < len(self._cutter.text):
-            last = 0  # the step ended at a checked cut
-        elif len(pieces) > 1:
-            last = 1  # its last piece ends the text: the cut before that piece
-        else:
-            return
-        self._step_cut = self._cut
-        self._cut = self._state(pieces, found, new, before, last)
-
-    def _state(
-        self,
-        pieces: list[Piece],
-        found: list[Ids],
-        new: Ids,
-        before: tuple[int, int, int, int],
-        last: int,
-    ) -> _Cut:
-        """The state at the cut before this step's `last` last pieces (0: at its end)."""
-        tokens, blocks, tail, parts = before
-        upto = len(new) - sum(map(len, found[len(found) - last :]))  # of `new`
-        done = upto // self.block_size * self.block_size
-        return (
-            pieces[-1 - last].end, self._cutter.made - last, tokens + upto - tail,
-            blocks + done // self.block_size, new[done:upto], parts + len(found) - last,
+        opens, cut = step_cuts(
+            pieces, found, new, before, made=self._cutter.made, text_end=len(self._cutter.text),
+            block_size=self.block_size,
         )  # fmt: skip
+        self._opens += opens
+        if cut is not None:
+            self._step_cut, self._cut = self._cut, cut

@@ -263,7 +263,7 @@ class PromptPreparer:
         if not begun.done and self._thread.later(lambda: self._finish(begun, refs, ticket)):
             return
         self._later_chars -= begun.chars
-        begun.land()
+        begun.fly(False)
         if not begun.done:
             return  # dropped (too much queued): its rest is never expected
         loop, caches = self._loop, self._caches
