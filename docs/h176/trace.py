@@ -205,7 +205,7 @@ def _pick(write: Any) -> None:
 
 def _events(write: Any) -> None:
     """`e` records: each step of a KV-event batch applied on the loop (`t0`, `ms`)."""
-    from kinference.kvevents.subscriber import Subscriber
+    from kinference.kvevents.subscriber import EventSubscriber as Subscriber
 
     steps_0 = Subscriber.steps
 

@@ -20,15 +20,15 @@ from typing import Protocol
 import numpy as np
 
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
-from kinference.tokenize.cuts import Cut, mark_at, step_cuts
-from kinference.tokenize.flights import Flights
 from kinference.tokenize.pieces import CHECK_CHARS, PIECE_CHARS, Cutter, Ids, Piece
-from kinference.tokenize.turns import Mark, PrefixDigest, TurnMarks
+from kinference.tokenize.turns import Leading, Mark, PrefixDigest, TurnMarks
 
 # The prompt's blocks so far -> how many of the leading ones some worker holds or is about to
 # hold (`kvcache.reach.Reach`); asked again as blocks are added, from the tokenizer thread.
 Known = Callable[[Sequence[BlockId]], int]
 MAX_STEP_PIECES = 16
+# The state at a checked cut: (position, pieces made, tokens, full blocks, tail, parts).
+_Cut = tuple[int, int, int, int, Ids, int]
 
 
 class PieceSource(Protocol):
@@ -50,11 +50,9 @@ class Tokenization:
         marks: TurnMarks | None = None,
         *,
         prefix: PrefixDigest | None = None,
-        flights: Flights | None = None,
     ):
         self._cutter = cutter
         self._marks = marks  # where each stop leaves its last checked cut (`turns`)
-        self._flights = flights  # tokenizations whose rest is under way (`flights`)
         # The text's digests for those marks, each going on from the last (`turns`).
         self._prefix = prefix or PrefixDigest(cutter.kind, cutter.text)
         self._source = source
@@ -67,16 +65,16 @@ class Tokenization:
         self._tail: Ids = np.zeros(0, dtype=np.uint32)  # tokens after the last full block
         self._parts: list[Ids] = []
         self._steps = 0
-        # The state at the last checked cut passed (where a next turn may resume: `turns`).
-        self._cut: Cut | None = None
-        self._step_cut: Cut | None = None  # the cut `_cut` was at the previous step's end
+        # The state at the last checked cut passed (where a next turn may resume: `turns`):
+        # (position, pieces made, tokens, full blocks, tail, parts).
+        self._cut: _Cut | None = None
+        self._step_cut: _Cut | None = None  # the cut `_cut` was at the previous step's end
         self._marked = 0  # the position of the last mark left (`leave_marks`)
         # The states at message ends passed (`pieces`: `opens`), to leave open marks at.
-        self._opens: list[Cut] = []
+        self._opens: list[_Cut] = []
         self._opened = 0  # the position of the last open mark left
         self._advanced = False  # `advance` was called (then it catches up first: `catch_up`)
         self._reached = False  # the last `advance` stopped at a block no worker holds
-        self._deferred = False  # ... left the text ahead to a flight (`flights`)
         self._short = False  # the next step is one short piece (`resume`)
 
     def resume(self, mark: Mark, short: bool = False) -> None:
@@ -92,14 +90,12 @@ class Tokenization:
         self._cut, self._step_cut, self._marked = None, None, mark.position
         self._opens, self._opened = [], mark.position
 
-    def catch_up(self, leave: bool = True) -> bool:
+    def catch_up(self) -> bool:
         """Go on from a mark another tokenization left further into this text, if any: the
         Picks in flight on one new system prompt walk it once between them, each starting
-        its next slice where the furthest one got, not where it stopped itself. `leave`:
-        leave this one's own marks first (not inside a Pick on the loop: `advance`)."""
+        its next slice where the furthest one got, not where it stopped itself."""
         cutter = self._cutter
-        if leave:
-            self.leave_marks()  # a Pick's stop's (`advance`), before a resume drops them
+        self.leave_marks()  # a Pick's stop's (`advance`), before a resume drops them
         if self._marks is None or self.done:
             return False
         found = self._marks.find(
@@ -117,23 +113,21 @@ class Tokenization:
         self._advanced = True
         self._reached = known is not None and known(self.blocks) < len(self.blocks)
 
+    def mark(self, cut: _Cut | None = None, opens: bool = False) -> Mark | None:
+        """The state at the last checked cut passed (or at `cut`), if any (for the next
+        turn); `opens`: at a message's end, for any text going on from there (`turns`)."""
+        cut = cut or self._cut
+        if cut is None:
+            return None
+        position, made, tokens, blocks, tail, parts = cut
+        return Mark(
+            position, made, self._steps, tokens, Leading(self.blocks, blocks), tail,
+            Leading(self._parts, parts), ends=opens,
+        )  # fmt: skip
+
     @property
     def chars(self) -> int:
         return len(self._cutter.text)
-
-    @property
-    def text(self) -> str:
-        return self._cutter.text
-
-    @property
-    def lineage(self) -> bytes:
-        return self._prefix.lead
-
-    def fly(self, flying: bool = True) -> None:
-        """Its rest is queued (`flying`: later Picks leave the text it shares with them to
-        it), or ended, done or dropped (not `flying`)."""
-        if self._flights is not None:
-            (self._flights.add if flying and not self.done else self._flights.remove)(self)
 
     @property
     def done(self) -> bool:
@@ -143,11 +137,6 @@ class Tokenization:
     def reached(self) -> bool:
         """The last `advance` stopped at a block no worker holds (the prediction is whole)."""
         return self._reached
-
-    @property
-    def deferred(self) -> bool:
-        """The last `advance` left the text ahead to a flight (its prediction a floor)."""
-        return self._deferred
 
     @property
     def position(self) -> int:
@@ -163,26 +152,19 @@ class Tokenization:
         clock: Callable[[], float] = time.perf_counter,
         step_pieces: int = MAX_STEP_PIECES,
         marks: bool = True,
-        defer: bool = False,
     ) -> bool:
         """Tokenize on until a block no worker holds (`known`: answers True, nothing after
         it can match), the end, `budget_chars` of new text tokenized or `clock()` passing
         `until` (checked between steps: one step at least), whichever comes first; a step
         cuts at most `step_pieces` pieces. From its second call on, it first catches up
         (`catch_up`). Its stop leaves marks (`leave_marks`) unless not `marks` (a Pick's
-        on the loop: only later Picks need them, left after its answer). `defer` (a
-        Pick's walk): also stop, after its first step, where a flight shares the text
-        ahead (`flights`: `deferred`)."""
+        on the loop: only later Picks need them, left after its answer)."""
         if self._advanced:
             self.catch_up()
-        self._advanced, self._reached, self._deferred = True, False, False
+        self._advanced, self._reached = True, False
         spent, first = 0, True
         while not self.done and (budget_chars is None or spent < budget_chars):
             if until is not None and not first and clock() >= until:
-                break
-            if defer and not first and self._leave_to_flight(known, marks):
-                if self._reached:
-                    return True
                 break
             first = False
             before, count = self.encoded_chars, min(1 << self._steps, step_pieces)
@@ -198,23 +180,6 @@ class Tokenization:
         if marks:
             self.leave_marks()
         return False
-
-    def _leave_to_flight(self, known: Known | None, marks: bool) -> bool:
-        """Whether a flight shares the text ahead (`flights`): then take the furthest mark
-        left into this text and stop (`reached` if no worker holds the blocks it gives), or
-        walk on if, from there, the text ahead is no longer shared."""
-        flights = self._flights
-        if flights is None or not flights.ahead(self):
-            return False
-        if self.catch_up(leave=marks):
-            if known is not None and known(self.blocks) < len(self.blocks):
-                self._reached = True
-                return True
-            if not flights.ahead(self):
-                return False
-        self._deferred = True
-        flights.deferred += 1
-        return True
 
     def leave_marks(self) -> None:
         """Leave the state at the last checked cut passed for a next turn (`turns`), at
@@ -234,7 +199,8 @@ class Tokenization:
         left += [(at, False) for at in (self._step_cut, cut) if at and at[0] > self._marked]
         self._opens = []
         for at, opens in sorted(left, key=lambda a: a[0][0] + (0 if a[1] else CHECK_CHARS)):
-            mark = mark_at(at, self._steps, self.blocks, self._parts, opens)
+            if (mark := self.mark(at, opens)) is None:
+                continue
             if opens:
                 self._opened = at[0]
             else:
@@ -243,16 +209,16 @@ class Tokenization:
         end = len(self._cutter.text)
         if self.done and end > self._marked:  # the text's end: the next turn goes on there
             self._marked = end
-            at = (
-                end,
-                self._cutter.made,
-                self.tokens,
-                len(self.blocks),
-                self._tail,
-                len(self._parts),
-            )
-            mark = mark_at(at, self._steps, self.blocks, self._parts, True)
-            marks.put(self._cutter.kind, self._cutter.text, mark, self._prefix)
+            marks.put(self._cutter.kind, self._cutter.text, self._end_mark(), self._prefix)
+
+    def _end_mark(self) -> Mark:
+        """The state at the text's end (`turns`: taken where the next text's cut there is
+        good)."""
+        return Mark(
+            len(self._cutter.text), self._cutter.made, self._steps, self.tokens,
+            Leading(self.blocks, len(self.blocks)), self._tail,
+            Leading(self._parts, len(self._parts)), ends=True,
+        )  # fmt: skip
 
     def ids(self) -> Ids:
         """The tokens of the pieces done."""
@@ -290,10 +256,43 @@ class Tokenization:
         parent = self.blocks[-1] if self.blocks else None
         self.blocks.extend(identities(new[:full], self.block_size, parent=parent))
         self._tail = new[full:]
-        opens, cut = step_cuts(
-            pieces, found, new, before, made=self._cutter.made, text_end=len(self._cutter.text),
-            block_size=self.block_size,
+        self._note_cut(pieces, found, new, before)
+
+    def _note_cut(
+        self, pieces: list[Piece], found: list[Ids], new: Ids, before: tuple[int, int, int, int]
+    ) -> None:
+        """Remember the state at the step's last checked cut: the end of its last piece if
+        that is not the text's end, else the start of that piece (`turns`); and at each of
+        its message ends (`pieces`: `opens`)."""
+        if len(found) != len(pieces):
+            return
+        self._opens += [
+            self._state(pieces, found, new, before, len(pieces) - 1 - i)
+            for i, piece in enumerate(pieces)
+            if piece.opens
+        ]
+        if pieces[-1].end < len(self._cutter.text):
+            last = 0  # the step ended at a checked cut
+        elif len(pieces) > 1:
+            last = 1  # its last piece ends the text: the cut before that piece
+        else:
+            return
+        self._step_cut = self._cut
+        self._cut = self._state(pieces, found, new, before, last)
+
+    def _state(
+        self,
+        pieces: list[Piece],
+        found: list[Ids],
+        new: Ids,
+        before: tuple[int, int, int, int],
+        last: int,
+    ) -> _Cut:
+        """The state at the cut before this step's `last` last pieces (0: at its end)."""
+        tokens, blocks, tail, parts = before
+        upto = len(new) - sum(map(len, found[len(found) - last :]))  # of `new`
+        done = upto // self.block_size * self.block_size
+        return (
+            pieces[-1 - last].end, self._cutter.made - last, tokens + upto - tail,
+            blocks + done // self.block_size, new[done:upto], parts + len(found) - last,
         )  # fmt: skip
-        self._opens += opens
-        if cut is not None:
-            self._step_cut, self._cut = self._cut, cut

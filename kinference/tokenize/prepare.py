@@ -205,10 +205,10 @@ class PromptPreparer:
             known = begun.known[profile]
             if inline:
                 until = min(self._clock() + INLINE_S, deadline)
-                work.advance(known, INLINE_CHARS, until, clock=self._clock, marks=False, defer=True)
+                work.advance(known, INLINE_CHARS, until, clock=self._clock, marks=False)
             else:
                 self._foreground(work, known, deadline)
-            if work.done or not inline or work.reached or work.deferred:
+            if work.done or not inline or work.reached:
                 begun.open.discard(profile)
         begun.seconds += time.perf_counter() - started
         if begun.open:
@@ -226,7 +226,7 @@ class PromptPreparer:
             return
         work.advance(
             known, max(FOREGROUND_CHARS - work.encoded_chars, 0), None if short else deadline,
-            clock=clock, step_pieces=FOREGROUND_STEP_PIECES, defer=True,
+            clock=clock, step_pieces=FOREGROUND_STEP_PIECES,
         )  # fmt: skip
 
     def _blocks(self, profile: Profile, begun: Started) -> PromptBlocks:
@@ -250,7 +250,6 @@ class PromptPreparer:
             self._later_chars -= work.chars
             work.leave_marks()
             return work.result()
-        work.fly()  # later Picks leave the text it shares with them to its rest (`flights`)
         return work.result(ticket)  # its first slice leaves the marks (`catch_up`)
 
     def _known(self, refs: list[str]) -> Known | None:
@@ -263,7 +262,6 @@ class PromptPreparer:
         if not begun.done and self._thread.later(lambda: self._finish(begun, refs, ticket)):
             return
         self._later_chars -= begun.chars
-        begun.fly(False)
         if not begun.done:
             return  # dropped (too much queued): its rest is never expected
         loop, caches = self._loop, self._caches

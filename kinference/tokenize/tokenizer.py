@@ -21,7 +21,6 @@ import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from kinference.kvcache.blocks import PromptBlocks, identities
-from kinference.tokenize.flights import Flights
 from kinference.tokenize.lazy import Known, Tokenization
 from kinference.tokenize.pieces import MAX_END_CHARS, CutChecks, Cutter, Ids, Piece
 from kinference.tokenize.reuse import PieceCache
@@ -63,7 +62,6 @@ class PromptTokenizer:
         self.block_size = block_size
         self.cache = cache or PieceCache()
         self.marks = TurnMarks()  # where finished prompts' next turns may resume
-        self.flights = Flights()  # tokenizations whose rest is under way (`prepare`)
         sure = SureCuts.of(tokenizer)  # cuts known good without encoding, if any
         self._checks = CutChecks(self._plain, sure.sure if sure else None)
         self._ends = _message_ends(tokenizer, template)  # chat prompts cut at message ends
@@ -131,10 +129,7 @@ class PromptTokenizer:
         if whole:
             return Tokenization(cutter, self, self.block_size, special)
         prefix = PrefixDigest(cutter.kind, text)  # `find` leaves it at the mark it found
-        work = Tokenization(
-            cutter, self, self.block_size, special, self.marks, prefix=prefix,
-            flights=self.flights,
-        )  # fmt: skip
+        work = Tokenization(cutter, self, self.block_size, special, self.marks, prefix=prefix)
         mark = self.marks.find(cutter.kind, text, prefix, cutter.can_cut_at)
         if mark is not None:  # a conversation's next turn: its history is tokenized
             work.resume(mark, short=True)
