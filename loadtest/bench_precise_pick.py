@@ -2,7 +2,7 @@
 prompts, and the event loop's worst stall while those Picks run.
 
     python -m loadtest.bench_precise_pick [--quick] [--sizes 4096,65536,1048576]
-        [--turn-gap-ms 100] [--cold-gap-ms 0] [--repeat 1] [--json FILE]
+        [--turn-gap-ms 100] [--cold-gap-ms 0] [--repeat 1] [--json FILE] [--picker-nice N]
     python -m loadtest.bench_precise_pick --pool FILE...
 
 One picker (the real server on uvloop) in its own process (`loadtest.picker_process`),
@@ -44,6 +44,11 @@ process and engines; rows interleaved, the prompts prepared once); `--json FILE`
 every run's Picks, loop stalls, start time and load (after each row, so a run cut short
 keeps what it did); `--pool FILE...` prints the pooled table of such files (separate
 processes, separate locked commands) without running anything.
+
+`--picker-nice N` starts each picker at scheduling priority N (its threads and parse workers
+inherit it; a negative N needs CAP_SYS_NICE): on a shared 2-core machine most loop stalls
+over 10 ms were the picker's loop runnable and waiting for a core that this process's
+clients or other work had (docs/benchmarks.md, h180); at -10 the figures are the picker's.
 """
 
 from __future__ import annotations
@@ -108,9 +113,11 @@ class Bench:
         files: tuple[Path, Path],
         publishers: list[KvPublisher],
         trace_stalls: bool = False,
+        picker_nice: int | None = None,
     ):
         self.mode = mode
         self.trace_stalls = trace_stalls
+        self.picker_nice = picker_nice
         self.publishers = publishers
         self.endpoints = [f"127.0.0.1:{p.port}" for p in publishers]
         endpoints = ", ".join(f'"{e}"' for e in self.endpoints)
@@ -130,7 +137,9 @@ class Bench:
         self.held = [HeldBlocks() for _ in publishers]
 
     async def __aenter__(self) -> Bench:
-        self.picker = await PickerProcess.start(self.policy_file, self.trace_stalls)
+        self.picker = await PickerProcess.start(
+            self.policy_file, self.trace_stalls, self.picker_nice
+        )
         self.client = PickerClient(f"127.0.0.1:{self.picker.port}")
         if self.mode == "precise":
             await asyncio.gather(*(p.subscribed() for p in self.publishers))
@@ -254,7 +263,8 @@ async def measure(args: argparse.Namespace, files: tuple[Path, Path]) -> list[Ro
                     row = Row(size, workload, inflight, mode, run)
                     wave_gap_s = args.cold_gap_ms / 1000 if workload == "cold" else 0.0
                     gaps = (args.turn_gap_ms / 1000, wave_gap_s)
-                    await run_row(files, row, conversations, gaps, args.trace_stalls)
+                    picker = {"trace_stalls": args.trace_stalls, "picker_nice": args.picker_nice}
+                    await run_row(files, row, conversations, gaps, **picker)
                     rows.append(row)
                     print(_line(row), file=sys.stderr, flush=True)
                     if args.json:  # after every row: a run cut short keeps what it measured
@@ -268,14 +278,16 @@ async def run_row(
     row: Row,
     conversations: list[list[Prompt]],
     gaps: tuple[float, float],
+    *,
     trace_stalls: bool = False,
+    picker_nice: int | None = None,
 ) -> None:
     """`gaps`: between a conversation's turns and before each wave after the first (s)."""
     publishers = [KvPublisher() for _ in range(4)]
     row.started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     before = os.getloadavg()[0]
     try:
-        async with Bench(row.mode, files, publishers, trace_stalls) as bench:
+        async with Bench(row.mode, files, publishers, trace_stalls, picker_nice) as bench:
             assert bench.picker is not None
             await bench.picker.lag()  # from here: the picker's startup is not the workload's
             await replay(bench, row, conversations, *gaps)
@@ -306,6 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--workloads", default="", help="e.g. coldx1,chatx16 (default: all)")
     cli.add_argument(
         "--trace-stalls", action="store_true", help="the picker logs callbacks over 10 ms"
+    )
+    cli.add_argument(
+        "--picker-nice",
+        type=int,
+        help="the picker's priority, e.g. -10 (CAP_SYS_NICE): its loop not waiting for a core",
     )
     cli.add_argument("--repeat", type=int, default=1, help="runs of each row, pooled")
     cli.add_argument("--json", type=Path, help="write every run's Picks here")

@@ -1,6 +1,6 @@
 """The picker in its own process for benchmarks, with a probe of its event loop's lag.
 
-    python -m loadtest.picker_process POLICY_FILE [--trace-stalls]
+    python -m loadtest.picker_process POLICY_FILE [--trace-stalls] [--nice N]
 
 Runs the real server (`App` with the shipped settings, on uvloop, started as `kinference
 serve` starts it) on 127.0.0.1:0 and prints its gRPC port on stdout. A 2 ms probe task on the
@@ -9,7 +9,11 @@ picker's loop records how late it wakes; each line `lag` on stdin answers one JS
 over). End of stdin stops the picker. So a benchmark's load generator and stand-in engines,
 in the parent process, share nothing with the loop they measure. `--trace-stalls` attributes
 each stall over 10 ms (`loadtest.stall_trace`: the loop thread's stack sampled while the
-probe is late, the collections it ran) and prints them on stderr at the end.
+probe is late, the collections it ran) and prints them on stderr at the end. `--nice N`
+sets the picker's scheduling priority (every thread and parse worker it starts inherits
+it) before it starts: on a machine shared with the benchmark's client and other work, a
+negative N (CAP_SYS_NICE) gives its loop the core it waits for (docs/benchmarks.md, h180:
+most of the stalls over 10 ms there were the loop runnable and waiting for a core).
 """
 
 from __future__ import annotations
@@ -111,11 +115,14 @@ class PickerProcess:
         self.port = port
 
     @classmethod
-    async def start(cls, policy: Path, trace_stalls: bool = False) -> PickerProcess:
-        """Starts a picker serving the policy file `policy`."""
+    async def start(
+        cls, policy: Path, trace_stalls: bool = False, nice: int | None = None
+    ) -> PickerProcess:
+        """Starts a picker serving the policy file `policy` (at priority `nice`, if given)."""
         trace = ["--trace-stalls"] if trace_stalls else []
+        priority = [] if nice is None else ["--nice", str(nice)]
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "loadtest.picker_process", str(policy), *trace,
+            sys.executable, "-m", "loadtest.picker_process", str(policy), *trace, *priority,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         return cls(process, int(await _answer(process)))
@@ -150,7 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("policy", type=Path)
     cli.add_argument("--trace-stalls", action="store_true")
+    cli.add_argument("--nice", type=int, help="this process's priority (-20..19)")
     args = cli.parse_args(argv)
+    if args.nice is not None:  # before any thread starts: they all inherit it
+        os.setpriority(os.PRIO_PROCESS, 0, args.nice)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     uvloop.run(serve(args.policy, args.trace_stalls))
     return 0

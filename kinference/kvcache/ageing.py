@@ -24,6 +24,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.ma  # np.unique (np.isin calls it) imports it at first use: here, not on the loop
 import numpy.typing as npt
 
 from kinference.kvcache.blocks import BlockId

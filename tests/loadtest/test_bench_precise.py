@@ -51,6 +51,7 @@ def _args(**overrides: object) -> argparse.Namespace:
         "modes": "approximate,precise",
         "workloads": "",
         "trace_stalls": False,
+        "picker_nice": None,
         "repeat": 1,
         "json": None,
     }
