@@ -157,7 +157,7 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
     /* The decode slowed (`TtftScorer.decode_costs`), into the score row first: the running
      * KV tokens are read before the lists are zipped, as `_score_small` reads them; capped
      * at a multiple of the prefill the candidate's hit saves where that saving is large
-     * enough, else beyond that cap only by the idle share of its batch (`candidate` left it
+     * enough, else beyond that cap only by the light share of its batch (`candidate` left it
      * in the row; `ttft_small.capped_decode`). */
     int decode = t->c.kv_token != 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {

@@ -45,9 +45,9 @@ there (`WorkerTable.running_tokens`); where the prefill its cache hit there save
 (`saved = min(cached_tokens, prompt_tokens) * ms_per_token`) is at least
 `decode_cap_above_ms`, capped at `decode_cap_multiple * saved`, so decode pressure alone
 does not give up a long prompt's hit; elsewhere (short hits, cold candidates) the part
-beyond that cap counts by the idle share of the candidate's batch (`1 - min(sequences /
-batch, 1)`): a short prompt spreads from a lightly loaded holder and keeps its hit on a
-full one (`ttft_small.capped_decode`); `ms_per_kv_token` and
+beyond that cap counts by the light share of the candidate's batch (`max(1 - min(
+sequences / batch, 1) / decode_light_below, 0)`): a short prompt spreads from a lightly
+loaded holder and keeps its hit on a busier one (`ttft_small.capped_decode`); `ms_per_kv_token` and
 `reply_tokens` learned per model from the final reports (`routing.rates`; no term until
 then at the default prior 0).
 """

@@ -104,8 +104,8 @@ def _arguments(
 
 def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: PickContext) -> Lists:
     """(predicted TTFT, its wait, own prefill, slot wait, the unknown batch's expected wait,
-    arrivals a millisecond by Little's law: sequences / service_ms, the idle share of the
-    batch: 1 - min(sequences / batch, 1)) per candidate as lists; sets `ctx.sequences`."""
+    arrivals a millisecond by Little's law: sequences / service_ms, the light share of the
+    batch: `light_share`) per candidate as lists; sets `ctx.sequences`."""
     table, model = ctx.table, ctx.model
     slots = ctx.slots.tolist()
     per_token = _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots,
@@ -177,9 +177,9 @@ def light_share(sequences: float, batch: float, below: float) -> float:
 def capped_decode(slowed: float, saved: float, above: float, multiple: float, idle: float) -> float:
     """A candidate's decode term: `slowed` (ms), capped at `multiple` times the prefill its
     hit saves (`saved`, ms) where that saving is at least `above` (`TtftConfig.
-    decode_cap_above_ms`); else beyond that cap only by `idle`, the idle share of the
-    candidate's batch (`1 - min(sequences / batch, 1)`): a short hit (or a cold candidate)
-    carries the whole term on an idle worker and the capped one on a full one. The C
+    decode_cap_above_ms`); else beyond that cap only by `idle`, the light share of the
+    candidate's batch (`light_share`): a short hit (or a cold candidate) carries the whole
+    term on an idle worker and the capped one from `decode_light_below` of it taken up. The C
     (`_ttft.c`'s score) and the vector form alike."""
     capped = min(slowed, multiple * saved)
     return capped if saved >= above else capped + (slowed - capped) * idle
