@@ -13,6 +13,7 @@ from kinference.routing.decision import LocalChoice
 from kinference.routing.inflight import InFlight
 from kinference.routing.journal import NullJournal
 from kinference.routing.learning import Learning, Served
+from kinference.routing.plugins.base import PickContext
 from kinference.routing.prefix import PrefixIndex
 from kinference.routing.rates import MAX_MS_PER_KV_TOKEN, Rates
 from kinference.routing.scorers import ttft as ttft_module
@@ -131,18 +132,28 @@ def scored(rates: Rates, ctx: object, **config: float) -> list[list[float]]:
     return answers
 
 
-def test_a_hit_on_a_worker_whose_kv_tokens_slow_its_decode_loses_at_most_what_it_saves() -> None:
-    """A chat turn with 300 of 2000 tokens cached on a worker running 8000 KV tokens (two
-    documents) and the other worker idle: the documents would slow each of its ~100 tokens
-    by 16 ms, more than its hit saves (~30 ms), so the term is capped at the saving: the
-    holder is priced as if cold (its edge left is the share of its smaller own prefill), and
-    a worker it saves nothing on gets no decode term. Without a slope the term is 0."""
+def chat_on_a_busy_worker(learned: bool = True) -> tuple[WorkerTable, PickContext, int, Rates]:
+    """A chat turn with 300 of 2000 tokens cached on the first of two workers, which runs 2
+    requests holding 8000 KV tokens (two documents); the second idle. The slope learned
+    (`decode_learned`) unless `learned` is False."""
     table = WorkerTable(clock=frozen)
     ctx = context(2, prompt_tokens=2000, cached=[300, 0], table=table)
     busy = int(ctx.slots[0])
     table.add_inflight(busy, 2)
     table.add_running_tokens(busy, 8000.0)
     rates = Rates()
+    if learned:
+        decode_learned(rates)
+    return table, ctx, busy, rates
+
+
+def test_a_hit_on_a_worker_whose_kv_tokens_slow_its_decode_loses_at_most_what_it_saves() -> None:
+    """A chat turn with 300 of 2000 tokens cached on a worker running 8000 KV tokens (two
+    documents) and the other worker idle: the documents would slow each of its ~100 tokens
+    by 16 ms, more than its hit saves (~30 ms), so the term is capped at the saving: the
+    holder is priced as if cold (its edge left is the share of its smaller own prefill), and
+    a worker it saves nothing on gets no decode term. Without a slope the term is 0."""
+    _, ctx, _, rates = chat_on_a_busy_worker(learned=False)
     h151 = {"decode_cap_above_ms": 0.0}  # every candidate capped at its saving
     before = scored(rates, ctx, decode_pressure_ms=0, compute_weight=0, blocking_weight=0)
     for scores in before:
@@ -198,13 +209,8 @@ def test_a_short_hit_is_priced_uncapped_and_a_long_one_keeps_its_cap() -> None:
     running 8000 KV tokens carries the whole term and goes to the idle worker; a document
     whose hit saves 500 ms there keeps it (its term capped at the saving), and its cold
     candidate (now running one request) carries its running tokens' term uncapped."""
-    table = WorkerTable(clock=frozen)
-    chat = context(2, prompt_tokens=2000, cached=[300, 0], table=table)
-    busy, idle = (int(slot) for slot in chat.slots)
-    table.add_inflight(busy, 2)
-    table.add_running_tokens(busy, 8000.0)
-    rates = Rates()
-    decode_learned(rates)
+    table, chat, _, rates = chat_on_a_busy_worker()
+    idle = int(chat.slots[1])
     for scores in scored(rates, chat, decode_pressure_ms=0):
         assert scores[1] == 1.0 and scores[0] < 1.0
     doc = context(2, prompt_tokens=6000, cached=[5000, 0], table=table)
@@ -219,13 +225,7 @@ def test_a_cap_at_a_multiple_of_the_saving_gives_up_a_hit_for_more_than_it_saves
     """Every candidate capped (`decode_cap_above_ms` 0) at twice its saving: the chat's
     30-ms hit on the busy worker is priced 30 ms above cold, so the idle worker wins;
     at once its saving (h151) the two tie on the bare costs."""
-    table = WorkerTable(clock=frozen)
-    ctx = context(2, prompt_tokens=2000, cached=[300, 0], table=table)
-    busy = int(ctx.slots[0])
-    table.add_inflight(busy, 2)
-    table.add_running_tokens(busy, 8000.0)
-    rates = Rates()
-    decode_learned(rates)
+    _, ctx, _, rates = chat_on_a_busy_worker()
     bare = {"decode_pressure_ms": 0.0, "compute_weight": 0.0, "blocking_weight": 0.0}
     for scores in scored(rates, ctx, decode_cap_above_ms=0, decode_cap_multiple=2, **bare):
         assert scores[1] == 1.0 and scores[0] < 1.0
@@ -252,13 +252,7 @@ def test_a_short_hit_on_a_full_holder_is_priced_as_h151_and_spreads_from_a_light
     taken the term is mostly uncapped and the idle worker wins (light load: spread); with
     its batch full (8, or 12 queued) the idle share is 0 and every form prices it exactly
     as h151's cap at the saving does (heavy load: the hit is kept at its cold cost)."""
-    table = WorkerTable(clock=frozen)
-    chat = context(2, prompt_tokens=2000, cached=[300, 0], table=table)
-    busy = int(chat.slots[0])
-    table.add_inflight(busy, 2)
-    table.add_running_tokens(busy, 8000.0)
-    rates = Rates()
-    decode_learned(rates)
+    table, chat, busy, rates = chat_on_a_busy_worker()
     for scores in scored(rates, chat, decode_pressure_ms=0):
         assert scores[1] == 1.0 and scores[0] < 1.0
     light = scored(rates, chat, decode_pressure_ms=0, decode_cap_above_ms=0)
