@@ -110,11 +110,6 @@ static int candidate(const Terms *t, Py_ssize_t i, const BatchRow *row, double p
         return -1;
     }
     double pressure = t->c.full * square + t->busy * py_min(sequences, batch);
-    /* The light share of its batch, held in the score row until `score` reads it there
-     * (`ttft_small.light_share`). */
-    out[SCORE * n + i] = t->c.light_below > 0.0
-                             ? py_max(1.0 - py_min(sequences / batch, 1.0) / t->c.light_below, 0.0)
-                             : 0.0;
     out[PREDICTED * n + i] = waited_ms + t->base[i] + own + pressure;
     out[WAIT * n + i] = waited_ms;
     out[PREFILL * n + i] = own;
@@ -153,37 +148,17 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
         PyErr_SetString(PyExc_ValueError, "min() arg is an empty sequence");
         return -1;
     }
-    double *costs = out + SCORE * n, best = 0.0;
-    /* The decode slowed (`TtftScorer.decode_costs`), into the score row first: the running
-     * KV tokens are read before the lists are zipped, as `_score_small` reads them; capped
-     * at a multiple of the prefill the candidate's hit saves where that saving is large
-     * enough, else beyond that cap only by the light share of its batch (`candidate` left it
-     * in the row; `ttft_small.capped_decode`). */
-    int decode = t->c.kv_token != 0.0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        double tokens = 0.0, cached = 0.0;
-        if (decode && (column_item(&t->columns[RUNNING_TOKENS], t->slots[i], &tokens) < 0 ||
-                       column_item(&t->cached, i, &cached) < 0)) {
-            return -1;
-        }
-        double slowed = t->c.kv_token * tokens, idle = costs[i];
-        double saved = py_min(cached, t->prompt) * t->per_token[i];
-        double capped = py_min(slowed, t->c.cap_multiple * saved);
-        costs[i] = !decode                   ? 0.0
-                   : saved >= t->c.cap_above ? capped
-                                             : capped + (slowed - capped) * idle;
-    }
     if (spread && t->footprint_count != n) {
         PyErr_SetString(PyExc_ValueError, "zip() arguments differ in length");
         return -1;
     }
+    double *costs = out + SCORE * n, best = 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {
         double share = spread ? t->c.weight + t->c.space * t->footprint[i] / most : t->c.weight;
         double service = t->service[i], own = out[PREFILL * n + i];
         double rate = service > 0.0 ? out[SEQUENCES * n + i] / service : 0.0;
         double cost = out[PREDICTED * n + i] + share * own + t->c.queued * out[SLOT_WAIT * n + i] +
-                      t->c.doubt * out[UNSURE * n + i] + t->c.block * rate * own * own / 2.0 +
-                      costs[i];
+                      t->c.doubt * out[UNSURE * n + i] + t->c.block * rate * own * own / 2.0;
         costs[i] = py_max(cost, 1.0);
         best = i == 0 ? costs[i] : py_min(best, costs[i]);
     }

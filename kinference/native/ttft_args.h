@@ -8,7 +8,7 @@
  * first three). */
 enum {
     INFLIGHT, RUNNING, AT_READING, PENDING, BATCH, RUNNING_MAX, BATCH_LIMIT, BATCH_FLOOR,
-    BATCH_CEILING, PREFILL_SINCE, PREFILL_ENDED, PROBING, PROBE_LATE, RUNNING_TOKENS, COLUMNS
+    BATCH_CEILING, PREFILL_SINCE, PREFILL_ENDED, PROBING, PROBE_LATE, COLUMNS
 };
 
 /* The module's state: the names it looks up, made once. */
@@ -16,13 +16,9 @@ typedef struct {
     PyObject *columns[COLUMNS];  /* the table's attribute names, as in the enum */
 } Names;
 
-/* The scorer's settings: its priors and weights (`TtftScorer`, `constants`), then the
- * decode cost per running KV token and its cap (`TtftScorer.decode_costs`, learned:
- * appended at each Pick; capped at `cap_multiple` times the prefill a candidate's hit
- * saves where that saving is at least `cap_above` ms). */
+/* The scorer's settings: its priors and weights (`TtftScorer`, `constants`). */
 typedef struct {
-    double per_token, base, service, prior_batch, full, weight, space, queued, doubt, block,
-        kv_token, cap_above, cap_multiple, light_below;
+    double per_token, base, service, prior_batch, full, weight, space, queued, doubt, block;
 } Constants;
 
 /* 1 out + 1 slots + cached + waiting + the table's + 3 rates + the pool's slots. */

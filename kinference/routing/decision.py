@@ -11,9 +11,6 @@ from kinference.records import record
 from kinference.requests import InferenceRequest, Shape
 from kinference.routing.reasons import Reason
 
-# More prompt tokens than any engine holds: an estimate past it is no count of KV tokens.
-MAX_KV_TOKENS = 1e8
-
 
 class Outcome(enum.Enum):
     """Routing outcomes, as the spec's PickResponse.Outcome names them."""
@@ -58,9 +55,6 @@ class LocalChoice:
     # the requests ended there before the pick (`WorkerTable.ended`; NaN: not read).
     sequences: float = 0.0
     ended_before: float = math.nan
-    # KV tokens of the other requests in flight on the worker at the pick
-    # (`WorkerTable.running_tokens`): the decode slow-down's sample (`routing.rates`).
-    running_tokens: float = 0.0
     # Whether it joined one past the most its pool was seen running without the unknown
     # batch's doubt, the pool's one such pick in flight (`WorkerTable.probing`).
     probe: bool = False
@@ -90,13 +84,6 @@ class LocalChoice:
     @property
     def prefix_total(self) -> int:
         return len(self.hashes)
-
-    @property
-    def kv_tokens(self) -> float:
-        """The KV tokens it holds on the worker while it runs, as far as the router knows:
-        its estimated prompt (0 when not known: `prompt_tokens` may be infinite then)."""
-        tokens = self.prompt_tokens
-        return tokens if 0.0 < tokens <= MAX_KV_TOKENS else 0.0
 
     @property
     def uncached_tokens(self) -> float:

@@ -102,7 +102,6 @@ class InFlight:
         self._assignments[response_id] = assignment
         if isinstance(destination, LocalChoice):
             self.table.add_inflight(destination.slot, 1)
-            self.table.add_running_tokens(destination.slot, destination.kv_tokens)
             endpoint = destination.endpoint
             self.own[endpoint] = self.own.get(endpoint, 0) + 1
             self.journal.picked(endpoint, destination.model, hashes)
@@ -116,7 +115,6 @@ class InFlight:
         local = assignment.local
         if local is not None:
             self.table.add_inflight(local.slot, -1)
-            self.table.add_running_tokens(local.slot, -local.kv_tokens)
             no_token = assignment.first_token_at is None  # its prefill is no longer pending
             if no_token and self.table.end_prefill(local.slot, id(local)):
                 self.journal.prefilled(local.endpoint, id(local))

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import floor, isnan
 
-from kinference.itl_layout import MIDPOINTS_MS
 from kinference.routing.decision import LocalChoice
 from kinference.routing.journal import Journal
 from kinference.routing.pending import PendingPrefix
@@ -142,7 +141,6 @@ class Learning:
         if served.itl_bucket_counts:
             self.table.observe_itl(slot, model, served.itl_bucket_counts)
             self.journal.itl(choice.endpoint, model, served.itl_bucket_counts)
-            self._decode_sample(choice, served.itl_bucket_counts)
         self._text_sample(choice, served.prompt_tokens)
         uncached = choice.uncached_tokens
         if served.cached_tokens is not None and served.prompt_tokens > 0:
@@ -160,18 +158,6 @@ class Learning:
         service_ms = float("nan") if served.service_ms is None else served.service_ms
         self.learn(slot, model, uncached, prefill_ms, service_ms)
         self.journal.served(choice.endpoint, model, uncached, prefill_ms, service_ms)
-
-    def _decode_sample(self, choice: LocalChoice, bucket_counts: tuple[int, ...]) -> None:
-        """The reply's mean gap against the KV tokens running on its worker while it
-        decoded: its own, and the others' mean of at its pick and now (released, it is
-        no longer counted there), as `routing.rates` fits them."""
-        gaps = sum(bucket_counts)
-        if gaps <= 0:
-            return
-        weighted = sum(count * gap for count, gap in zip(bucket_counts, MIDPOINTS_MS, strict=False))
-        others = (choice.running_tokens + self.table.running_tokens.item(choice.slot)) / 2.0
-        kv_tokens = choice.kv_tokens + others
-        self.rates.observe_decode(choice.slot, choice.model, kv_tokens, weighted / gaps, gaps)
 
     def _queued(self, choice: LocalChoice, ttft_ms: float, served: Served) -> bool:
         """`_batch_evidence` again, knowing what the engine reported cached: a request

@@ -32,19 +32,6 @@ are net of it).
 Samples come from this replica's reports and, in a cluster, from every other replica's
 (`Router.remote_served` and `Router.remote_busy` fold theirs), so every replica learns the
 same rates.
-
-And per model, the decode slow-down: an engine decodes its running sequences in one step,
-and the step grows with the KV tokens they hold (attention reads them all; Dynamo's mocker
-takes `5.74 + 54.01 u - 25.74 u**2` ms a step, `u` the running sequences' KV tokens over its
-cache's, h137). Each finished reply is a sample: its mean inter-token gap (the ITL buckets'
-midpoints) against the KV tokens running on its worker while it decoded (its own prompt
-plus the mean of the others' at its pick and at its final report), fitted as
-`gap = alone[worker] + ms_per_kv_token * kv_tokens`: one slope for the model (every report
-teaches it), an intercept per worker (an engine's own speed is not taken for load: the
-within-worker least squares, each worker's sums weighted and fading as the prefill fit's),
-the slope fitted once the samples' KV tokens differ within workers (MIN_KV_SPREAD) and
-clamped to [0, MAX_MS_PER_KV_TOKEN]; with the model's mean reply length (output tokens, an
-exponentially weighted mean). This replica's reports only (not shared across replicas).
 """
 
 from __future__ import annotations
@@ -75,14 +62,6 @@ MAX_BUSY_MS = 50.0
 # value, say from a corrupt stream entry, would overflow the fit's sums).
 MAX_BUSY_SEQUENCES = 100_000.0
 MAX_BUSY_MODELS = 1024  # models with a busy fit (names come from the policy; a bound anyway)
-# The decode fit: the KV tokens' spread within workers (a weighted standard deviation)
-# below which the slope is not fitted (one load level cannot tell load from speed); the
-# largest slope taken (a 16k-token cache full adds 1.6 s a step: no engine is that slow);
-# replies of fewer gaps say little of their decode; more KV tokens than any engine holds.
-MIN_KV_SPREAD = 256.0
-MAX_MS_PER_KV_TOKEN = 0.1
-MIN_REPLY_GAPS = 4
-MAX_KV_TOKENS = 1e8
 
 
 def busy_sample(sequences: float, excess_ms: float) -> tuple[float, float] | None:
@@ -98,8 +77,6 @@ def busy_sample(sequences: float, excess_ms: float) -> tuple[float, float] | Non
 # Exponentially weighted sums per slot: weight, x, y, x^2, x*y; and of the long prompts'
 # TTFT beyond the base learned when each came, and of their tokens (`slope_floor`).
 _SUMS = ("w", "x", "y", "xx", "xy", "beyond", "long")
-# The decode fit's sums per slot: weight, KV tokens, gap ms, tokens^2, tokens x gap.
-_DECODE_SUMS = 5
 
 
 def _spread_slope(w: float, sx: float, sy: float, sxx: float, sxy: float) -> float | None:
@@ -152,10 +129,6 @@ class Rates:
         # and the fitted milliseconds a sequence (one for the model's engines: a pool's
         # engines share it, and each report teaches it, not only one worker's in four).
         self._busy: dict[str, tuple[float, float, float]] = {}
-        # model -> the decode fit's sums (rows) per slot, and (ms a KV token, NaN: not
-        # fitted; mean reply output tokens).
-        self._decode_sums: dict[str, FloatArray] = {}
-        self._decode: dict[str, tuple[float, float]] = {}
 
     def configure(self, config: TtftConfig) -> None:
         """Take the TTFT model's priors and learning rate (on load and on every reload;
@@ -170,8 +143,6 @@ class Rates:
         self.prior_ms_per_token = 1000.0 / config.prior_prefill_tokens_per_s
         # Milliseconds a request holds its batch slot until learned.
         self.prior_service_ms = config.prior_service_ms
-        # Milliseconds a running KV token adds to a decode step until learned.
-        self.prior_decode_ms_per_kv_token = config.prior_decode_ms_per_kv_token
 
     def values(self, model: str, quantity: str, slots: IndexArray, size: int) -> FloatArray:
         """`quantity` for the slots (NaN where not learned); `size` is the table's."""
@@ -284,55 +255,12 @@ class Rates:
         weights[slot] = kept + a
         array[slot] = (kept * old + a * max(service_ms, 0.0)) / (kept + a)
 
-    def observe_decode(self, slot: int, model: str, kv_tokens: float, gap_ms: float,
-                       gaps: int) -> bool:  # fmt: skip
-        """One finished reply on `slot`: its mean inter-token gap `gap_ms` over `gaps` gaps
-        while `kv_tokens` KV tokens ran there (its own included). False: it teaches
-        nothing (too few gaps, or not numbers)."""
-        if not (0.0 <= kv_tokens <= MAX_KV_TOKENS and 0.0 <= gap_ms < math.inf):
-            return False
-        if gaps < MIN_REPLY_GAPS:
-            return False
-        sums = self._decode_sums.get(model)
-        if sums is None or sums.shape[1] <= slot:
-            if sums is None and len(self._decode) >= MAX_BUSY_MODELS:  # forget the first
-                first = next(iter(self._decode))
-                del self._decode[first], self._decode_sums[first]
-            grown = np.zeros((_DECODE_SUMS, max(slot + 1, 64)))
-            if sums is not None:
-                grown[:, : sums.shape[1]] = sums
-            sums = self._decode_sums[model] = grown
-        keep, a, x, y = 1.0 - self.alpha, self.alpha, kv_tokens, gap_ms
-        sums[:, slot] = sums[:, slot] * keep + a * np.array([1.0, x, y, x * x, x * y])
-        _, reply = self._decode.get(model, (math.nan, float(gaps + 1)))
-        reply = reply * keep + a * (gaps + 1)
-        self._decode[model] = (_within_slope(sums), reply)
-        return True
-
-    def decode(self, model: str) -> tuple[float, float]:
-        """(milliseconds a running KV token adds to a decode step, learned, else the prior;
-        the model's mean reply, output tokens: NaN while none was seen)."""
-        slope, reply = self._decode.get(model, (math.nan, math.nan))
-        return (self.prior_decode_ms_per_kv_token if math.isnan(slope) else slope), reply
-
-    def decode_alone_ms(self, slot: int, model: str) -> float:
-        """The worker's fitted decode step with nothing running (its intercept; NaN: no
-        slope or no sample of it)."""
-        sums, (slope, _) = self._decode_sums.get(model), self._decode.get(model, (math.nan, 0))
-        if sums is None or slot >= sums.shape[1] or math.isnan(slope) or sums[0, slot] <= 0.0:
-            return math.nan
-        w, x, y = sums[:3, slot].tolist()
-        return float(y / w - slope * x / w)
-
     def forget(self, slot: int) -> None:
         """A worker left: what was learned of it no longer applies to its slot."""
         for array in self._arrays.values():
             if slot < len(array):
                 array[slot] = np.nan
         for sums in self._sums.values():
-            if slot < sums.shape[1]:
-                sums[:, slot] = 0.0
-        for sums in self._decode_sums.values():
             if slot < sums.shape[1]:
                 sums[:, slot] = 0.0
 
@@ -356,18 +284,3 @@ class Rates:
                 grown[: len(array)] = array
             array = self._arrays[key] = grown
         return array
-
-
-def _within_slope(sums: FloatArray) -> float:
-    """The decode fit's common slope over the workers, each about its own means (the
-    within-worker least squares), clamped to [0, MAX_MS_PER_KV_TOKEN]; NaN while the KV
-    tokens hardly differ within workers (MIN_KV_SPREAD)."""
-    w, x, y, xx, xy = sums
-    seen = w > 0.0
-    if not seen.any():
-        return math.nan
-    w, x, y, xx, xy = w[seen], x[seen], y[seen], xx[seen], xy[seen]
-    spread = float((xx - x * x / w).sum())
-    if spread < MIN_KV_SPREAD**2 * float(w.sum()):
-        return math.nan
-    return min(max(float((xy - x * y / w).sum()) / spread, 0.0), MAX_MS_PER_KV_TOKEN)

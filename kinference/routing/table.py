@@ -39,9 +39,6 @@ class WorkerTable(EngineReadings):
         self._slots: dict[str, int] = {}
         self.endpoints: list[str] = []
         self.inflight: FloatArray = np.zeros(capacity)
-        # KV tokens of this replica's requests in flight on the worker: their estimated
-        # prompt tokens (`add_running_tokens`), what an engine's decode step grows with.
-        self.running_tokens: FloatArray = np.zeros(capacity)
         # Requests ended on each worker (every in-flight decrement, ours and other
         # replicas'): a first token shows the batch held all its pick joined only if none
         # ended there in between (`LocalChoice.ended_before`).
@@ -129,8 +126,7 @@ class WorkerTable(EngineReadings):
             return bigger
 
         for name, fill in (
-            ("inflight", 0.0), ("running_tokens", 0.0), ("ended", 0.0), ("waiting", np.nan),
-            ("running", np.nan),
+            ("inflight", 0.0), ("ended", 0.0), ("waiting", np.nan), ("running", np.nan),
             ("kv_usage", np.nan), ("ready", True), ("scraped_at", np.nan),
             ("inflight_at_reading", np.nan), ("batch", np.nan), ("waited_since", np.nan),
             ("running_max", np.nan), ("batch_floor", np.nan), ("batch_ceiling", np.nan),
@@ -150,12 +146,6 @@ class WorkerTable(EngineReadings):
         self.inflight[slot] = max(self.inflight.item(slot) + delta, 0.0)  # Python floats
         if delta < 0.0:
             self.ended[slot] = self.ended.item(slot) - delta
-
-    def add_running_tokens(self, slot: int, tokens: float) -> None:
-        """KV tokens of the requests in flight on a worker change by `tokens` (never below
-        zero; none at all once nothing is in flight there, so rounding does not linger)."""
-        after = max(self.running_tokens.item(slot) + tokens, 0.0)
-        self.running_tokens[slot] = after if self.inflight.item(slot) > 0.0 else 0.0
 
     def add_pending_prefill(self, slot: int, tokens: float) -> None:
         """Uncached prompt tokens awaiting their first token change by `tokens`."""

@@ -76,7 +76,6 @@ class WorkerChoice:
             predicted_wait_ms=0.0 if waits is None else float(waits[index]), hashes=ctx.hashes,
             sequences=1.0 + (0.0 if ctx.sequences is None else float(ctx.sequences[index])),
             ended_before=self.table.ended.item(slot),
-            running_tokens=self.table.running_tokens.item(slot),
             probe=ctx.probes is not None and bool(ctx.probes[index]),
             held_blocks=held, held_age=age,
             settled=not self.table.shared_pending(slot, ctx.hashes),

@@ -146,16 +146,16 @@ def test_a_table_without_its_arrays_raises_attribute_error() -> None:
     ctx, rates, config = build(CASE)
     out = np.empty((7, 3))
     with pytest.raises(AttributeError):
-        constants = (*TtftScorer(config, rates)._constants, 0.0, 0.0, 1.0)
         native.terms(
             out, ctx.slots, ctx.cached_tokens, ctx.signals.waiting, object(), None, None,
-            None, constants, 0.0, 100.0, None, None, None, lambda *a, **k: 0.0, True, None,
+            None, TtftScorer(config, rates)._constants, 0.0, 100.0, None, None, None,
+            lambda *a, **k: 0.0, True, None,
         )  # fmt: skip
 
 
 def test_a_short_out_or_a_wrong_count_of_arguments_is_refused() -> None:
     ctx, rates, config = build(CASE)
-    constants = (*TtftScorer(config, rates)._constants, 0.0, 0.0, 1.0)  # no decode cost
+    constants = TtftScorer(config, rates)._constants
     args = [np.empty((7, 2)), ctx.slots, ctx.cached_tokens, ctx.signals.waiting, ctx.table,
             None, None, None, constants, 0.0, 100.0, None, None, None,
             lambda *a, **k: 0.0, True, None]  # fmt: skip

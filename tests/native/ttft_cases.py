@@ -38,8 +38,7 @@ NASTY = tuple(
 )  # fmt: skip
 COLUMNS = ("inflight", "running", "inflight_at_reading", "batch", "running_max",
            "batch_limit", "batch_floor", "batch_ceiling", "pending_prefill",
-           "prefill_since", "prefill_ended", "probing", "probe_late",
-           "running_tokens")  # fmt: skip
+           "prefill_since", "prefill_ended", "probing", "probe_late")  # fmt: skip
 CAPACITY = 20
 HASHES = tuple(range(1, 13))
 # Every float list is drawn as one byte string, CELL bytes a value (a choice byte, then the
@@ -109,11 +108,6 @@ configs = st.fixed_dictionaries({
     "queue_weight": st.floats(0.0, 2.0),
     "unsure_batch_weight": st.floats(0.0, 2.0),
     "blocking_weight": st.floats(0.0, 2.0) | st.just(0.0),
-    "decode_weight": st.floats(0.0, 2.0) | st.just(0.0),
-    "prior_decode_ms_per_kv_token": st.floats(0.0, 0.1) | st.just(0.0),
-    # 1e300: every candidate's term beyond its cap by the idle share of its batch (h162)
-    "decode_cap_above_ms": st.floats(0.0, 200.0) | st.sampled_from([0.0, 1e300]),
-    "decode_cap_multiple": st.floats(0.0, 5.0) | st.just(1.0),
 })  # fmt: skip
 
 
@@ -128,13 +122,6 @@ def picks(draw: st.DrawFn) -> dict[str, Any]:
         "slots": draw(st.lists(st.integers(0, CAPACITY - 1), min_size=count, max_size=count)),
         "rates": [draw(rate_arrays()) for _ in range(3)],
         "busy": draw(st.none() | st.floats(0.0, 50.0)),
-        # The decode fit: (ms a KV token, NaN: the prior; mean reply tokens, NaN: none).
-        "decode": draw(
-            st.none()
-            | st.tuples(
-                st.floats(0.0, 0.1) | st.just(math.nan), st.floats(0.0, 500.0) | st.just(math.nan)
-            )
-        ),
         "config": draw(configs),
         "prompt": draw(st.floats(0.0, 1e5) | st.sampled_from([math.nan, math.inf, 7])),
         "cached": draw(maybe),
@@ -157,15 +144,13 @@ def build(case: dict[str, Any]) -> tuple[PickContext, Rates, TtftConfig]:
     for index, shared in enumerate(case["shared"]):  # pending prefixes on the first slots
         mine = (*HASHES[:shared], 1000 + index)
         table.pending.add(case["slots"][0], index, PendingPrefix(mine, 0, 16.0 * len(mine), 16.0))
-    rates = Rates(TtftConfig(**case["config"]))
+    rates = Rates()
     for name, values in zip(("prefill_ms_per_token", "prefill_base_ms", "service_ms"),
                             case["rates"], strict=True):  # fmt: skip
         if values is not None:
             rates._arrays[MODEL, name] = np.array(values, dtype=np.float64)
     if case["busy"] is not None:
         rates._busy[MODEL] = (1.0, 1.0, case["busy"])
-    if case.get("decode") is not None:
-        rates._decode[MODEL] = case["decode"]
     waiting = np.array(case["waiting"], dtype=np.float64)
     pool = case.get("pool")
     if pool is not None and not isinstance(pool, np.ndarray):

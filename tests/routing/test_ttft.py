@@ -424,8 +424,6 @@ def test_the_small_form_gives_the_vector_forms_predictions(  # noqa: PLR0917
             table.probe_came_late(slot, float(2 + inflight[i] % 5))
         elif probes[i] == "flight":
             table.start_probe(slot, ("probe", i))
-        table.add_running_tokens(slot, 900.0 * inflight[i])
-    rates._decode[MODEL] = (0.002, 80.0)  # the decode slow-down learned (`routing.rates`)
     ctx.signals = type(ctx.signals)(table.waiting.copy(), table.kv_usage.copy())
     kept = [i for i in range(n) if not left_out[i]]
     if kept and len(kept) < n:  # the filters left some out

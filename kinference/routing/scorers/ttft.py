@@ -38,18 +38,7 @@ slot it then holds, which the requests after it there wait for (none where one i
 and where the batch is not known, the expected such wait (`doubt.unseen_wait`); and the
 wait its prefill imposes on the requests that reach the worker meanwhile (`rate`: the
 worker's arrivals a millisecond by Little's law, `sequences / service_ms`; each waits half
-of the prefill on average: engines prefill in turn); and the decode it slows,
-`decode_weight * ms_per_kv_token * reply_tokens / 2 * running_tokens`: for about half of a
-mean reply it runs beside what the worker runs, its steps slower by the KV tokens running
-there (`WorkerTable.running_tokens`); where the prefill its cache hit there saves
-(`saved = min(cached_tokens, prompt_tokens) * ms_per_token`) is at least
-`decode_cap_above_ms`, capped at `decode_cap_multiple * saved`, so decode pressure alone
-does not give up a long prompt's hit; elsewhere (short hits, cold candidates) the part
-beyond that cap counts by the light share of the candidate's batch (`max(1 - min(
-sequences / batch, 1) / decode_light_below, 0)`): a short prompt spreads from a lightly
-loaded holder and keeps its hit on a busier one (`ttft_small.capped_decode`); `ms_per_kv_token` and
-`reply_tokens` learned per model from the final reports (`routing.rates`; no term until
-then at the default prior 0).
+of the prefill on average: engines prefill in turn).
 """
 
 from __future__ import annotations
@@ -88,7 +77,6 @@ class Parts:
     service: FloatArray  # ms a request holds a batch slot after its first token
     unsure: FloatArray  # the expected wait where the batch is not known (`unseen_wait`)
     probes: FloatArray  # 1.0 where joining is the pool's probe (`doubt.is_probe`)
-    idle: FloatArray  # the light share of the batch (`ttft_small.light_share`)
 
 
 # (predicted TTFT, its wait, own prefill, its slot wait, the unknown batch's expected wait)
@@ -160,8 +148,7 @@ class TtftScorer:
         if self._native is None:
             return None
         busy = self.rates.busy_ms(ctx.model, self.config.prior_busy_ms_per_sequence)
-        settings = (*self._constants, *self.decode_costs(ctx))
-        return native_terms(self._native, settings, busy, self.rates, ctx,
+        return native_terms(self._native, self._constants, busy, self.rates, ctx,
                             scoring=scoring)  # fmt: skip
 
     def choose_small(
@@ -174,23 +161,8 @@ class TtftScorer:
         if self._choose is None or len(ctx.slots) > SMALL_CANDIDATES:
             return None
         busy = self.rates.busy_ms(ctx.model, self.config.prior_busy_ms_per_sequence)
-        settings = (*self._constants, *self.decode_costs(ctx))
-        return native_choice(self._choose, settings, busy, self.rates, ctx,
+        return native_choice(self._choose, self._constants, busy, self.rates, ctx,
                              weight=weight, home=home, ids=ids, guard=guard)  # fmt: skip
-
-    def decode_costs(self, ctx: PickContext) -> tuple[float, float, float, float]:
-        """The decode a placement slows, in the cost: (ms per KV token running on the
-        worker, the saving from which a candidate's term is capped, the cap's multiple of
-        it); the first 0 while no slope is known. Per candidate: `ttft_small.
-        capped_decode`."""
-        config = self.config
-        cap = (config.decode_cap_above_ms, config.decode_cap_multiple, config.decode_light_below)
-        if config.decode_weight == 0.0:
-            return 0.0, *cap
-        slope, reply = self.rates.decode(ctx.model)
-        if not (slope > 0.0 and reply > 0.0):
-            return 0.0, *cap
-        return config.decode_weight * slope * reply / 2.0, *cap
 
     def parts(
         self, table: WorkerTable, slots: IndexArray, model: str, waiting: FloatArray,
@@ -221,11 +193,8 @@ class TtftScorer:
         probe = (most >= MOST_SEEN_FOR_DOUBT) & (most < joined) & (joined <= most + 1.0)
         probes = (probe & (joined < limit)).astype(np.float64)  # `doubt.is_probe`
         unsure = unseen_waits(joined, most, batch, service)
-        below = config.decode_light_below  # the light share (`ttft_small.light_share`)
-        idle = (np.maximum(1.0 - np.minimum(sequences / batch, 1.0) / below, 0.0) if below > 0.0
-                else np.zeros_like(sequences))  # fmt: skip
         return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure,
-                     probes, idle)  # fmt: skip
+                     probes)  # fmt: skip
 
     def score(self, ctx: PickContext) -> FloatArray:
         """`best / cost`, the cost being the predicted TTFT plus `compute_weight` (and
@@ -249,14 +218,7 @@ class TtftScorer:
         queued = self.config.queue_weight * slot_wait + self._unsure_share() * unsure
         arrivals = np.where(parts.service > 0.0, parts.sequences / parts.service, 0.0)
         blocking = self.config.blocking_weight * arrivals * prefill * prefill / 2.0
-        cost = predicted + share * prefill + queued + blocking
-        per_kv_token, above, multiple, _ = self.decode_costs(ctx)
-        if per_kv_token != 0.0:  # capped by a multiple of what a large enough hit saves
-            slowed = per_kv_token * ctx.table.running_tokens[ctx.slots]
-            saved = np.minimum(ctx.cached_tokens, ctx.prompt_tokens) * parts.per_token
-            capped = np.minimum(slowed, multiple * saved)
-            cost = cost + np.where(saved >= above, capped, capped + (slowed - capped) * parts.idle)
-        cost = np.maximum(cost, 1.0)
+        cost = np.maximum(predicted + share * prefill + queued + blocking, 1.0)
         return float(cost.min()) / cost
 
     def _score_small(self, ctx: PickContext) -> FloatArray:
@@ -265,7 +227,7 @@ class TtftScorer:
             ctx.predicted_ttft_ms, ctx.predicted_wait_ms, *_, ctx.sequences, scores = rows
             return scores
         small = small_terms(self.config, self.rates, self._ms_per_token, ctx)
-        predicted, wait, owns, slot_wait, unsure, arrivals, idle = small
+        predicted, wait, owns, slot_wait, unsure, arrivals = small
         ctx.predicted_ttft_ms, ctx.predicted_wait_ms = np.array(predicted), np.array(wait)
         weight, space, footprint = (
             self.config.compute_weight,
@@ -277,23 +239,10 @@ class TtftScorer:
             shares = [weight + space * blocks / most for blocks in footprint]
         queued, doubt = self.config.queue_weight, self._unsure_share()
         block = self.config.blocking_weight
-        per_kv_token, above, multiple, _ = self.decode_costs(ctx)
-        if per_kv_token != 0.0:  # read before the lists are zipped; capped by what a hit saves
-            running, slots = ctx.table.running_tokens, ctx.slots.tolist()
-            tokens = [running.item(slot) for slot in slots]
-            per_token = ttft_small.prefill_ms_per_token(self.rates, ctx.model, slots,
-                                                        self._ms_per_token)  # fmt: skip
-            prompt, cached = ctx.prompt_tokens, ctx.cached_tokens.tolist()
-            decode = [ttft_small.capped_decode(per_kv_token * kv, min(hit, prompt) * rate,
-                                               above, multiple, free)
-                      for kv, hit, rate, free in zip(tokens, cached, per_token, idle,
-                                                     strict=True)]  # fmt: skip
-        else:
-            decode = [0.0] * len(owns)
-        terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, decode, strict=True)
+        terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, strict=True)
         costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms
-                     + block * rate * own * own / 2.0 + slowed, 1.0)
-                 for ttft, own, share, slot, unsure_ms, rate, slowed in terms]  # fmt: skip
+                     + block * rate * own * own / 2.0, 1.0)
+                 for ttft, own, share, slot, unsure_ms, rate in terms]  # fmt: skip
         best = min(costs)
         return np.array([best / cost for cost in costs])
 

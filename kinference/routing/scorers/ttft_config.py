@@ -53,37 +53,6 @@ class TtftConfig(PluginConfig):
     # prompts are being asked for (vllm-64: shared prompts sent cold, or waiting ~0.6 s,
     # behind a document prefilling on their holder); a short prompt's is a few ms.
     blocking_weight: NonNegativeFloat = 1.0
-    # Milliseconds each KV token running on a worker adds to its decode step until learned
-    # (`routing.rates` learns it per model from the final reports' ITL buckets against the
-    # KV tokens running beside each reply; 0: none assumed before seen. Dynamo's mocker:
-    # ~0.0033 ms a token on a 16k-token cache).
-    prior_decode_ms_per_kv_token: NonNegativeFloat = 0.0
-    # Share of the decode time a placement slows, in the cost: for about half of a mean
-    # reply (`reply_tokens`, learned) the request runs beside what the worker runs, its
-    # steps slower by the KV tokens running there, so `decode = ms_per_kv_token *
-    # reply_tokens / 2 * running_tokens`, capped per candidate by the prefill its cache
-    # hit saves (`cached_tokens * ms_per_token`: a hit is never priced above its cold cost
-    # by decode pressure alone; a cold candidate carries none; h151). At light load, where
-    # no batch is near full and the pressure term is ~0, a small-gain cache hit on a
-    # worker whose running KV tokens slow its decode then loses to a quieter one (h143,
-    # uncapped, Dynamo's mockers, 3 req/s: output tokens in the window
-    # 209 -> 224 and 256 -> 264 a seed, TTFT p90 unchanged, hit rate 0.66 -> 0.54; 0.1
-    # moved less, h143). Not 1: the whole decode time (seconds on the mockers) outweighs
-    # every hit's TTFT saving.
-    decode_weight: NonNegativeFloat = 0.3
-    # Which candidates' decode term is capped, and at what: a candidate whose cache hit
-    # saves at least `decode_cap_above_ms` of prefill (`min(cached, prompt) *
-    # ms_per_token`) has its term capped at `decode_cap_multiple` times that saving;
-    # the others (shorter hits, and cold candidates when above 0) carry it capped alike
-    # plus what lies beyond that cap times the light share of their batch,
-    # `max(1 - min(sequences / batch, 1) / decode_light_below, 0)`: uncapped on an idle
-    # worker, capped from `decode_light_below` of its batch taken up (0: capped always;
-    # 1: by the idle share; 0.375: measured on Dynamo's mockers, holders' occupancy at
-    # Pick mostly 0-0.25 at 3 req/s, 0.25-0.5 at 9, docs/benchmarks.md h163).
-    # 0 and 1: h151's cap for every candidate (a cold one then carries none).
-    decode_cap_above_ms: NonNegativeFloat = 60.0
-    decode_cap_multiple: NonNegativeFloat = 1.0
-    decode_light_below: NonNegativeFloat = 0.375
     # Share of the expected wait beyond the most seen running while a worker's batch is
     # not known (`doubt.unseen_wait`), in the cost as a slot wait (1 + queue_weight).
     unsure_batch_weight: NonNegativeFloat = 1.0

@@ -29,9 +29,7 @@ if TYPE_CHECKING:
     from kinference.routing.plugins.base import PickContext
     from kinference.routing.scorers.ttft_config import TtftConfig
 
-Lists = tuple[
-    list[float], list[float], list[float], list[float], list[float], list[float], list[float]
-]
+Lists = tuple[list[float], list[float], list[float], list[float], list[float], list[float]]
 # `native_terms`' answer: predicted, wait, prefill, slot_wait, unsure, sequences, score
 # (`ctx.probes` set).
 Rows = tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]
@@ -104,8 +102,8 @@ def _arguments(
 
 def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: PickContext) -> Lists:
     """(predicted TTFT, its wait, own prefill, slot wait, the unknown batch's expected wait,
-    arrivals a millisecond by Little's law: sequences / service_ms, the light share of the
-    batch: `light_share`) per candidate as lists; sets `ctx.sequences`."""
+    arrivals a millisecond by Little's law: sequences / service_ms) per candidate as lists;
+    sets `ctx.sequences`."""
     table, model = ctx.table, ctx.model
     slots = ctx.slots.tolist()
     per_token = _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots,
@@ -119,8 +117,9 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     full = config.decode_pressure_ms
     prompt, cached = ctx.prompt_tokens, ctx.cached_tokens.tolist()
     memory, fits = ctx.memory_ahead, ctx.memory_batch
-    predicted, wait, prefill, occupied, slot_wait, arrivals, idle = [], [], [], [], [], [], []
+    predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
     unsure: list[float] = []
+    arrivals: list[float] = []
     rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
     ready = slots if ctx.pool_slots is None else ctx.pool_slots.tolist()  # the pool's
     known = rows if ctx.pool_slots is None else table.batch_rows(ready)
@@ -140,7 +139,6 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         waited = for_slot + queued * per_token[i]
         own = max(prompt - cached[i], 0.0) * per_token[i]
         pressure = full * min(sequences / batch, 1.0) ** 2 + busy * min(sequences, batch)
-        idle.append(light_share(sequences, batch, config.decode_light_below))
         predicted.append(waited + base[i] + own + pressure)
         wait.append(waited)
         prefill.append(own)
@@ -160,29 +158,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     if any(probes):
         doubt.needed_probes(probes, prefill, slot_wait, unsure)
     ctx.sequences, ctx.probes = np.array(occupied), np.array(probes)
-    return predicted, wait, prefill, slot_wait, unsure, arrivals, idle
-
-
-def prefill_ms_per_token(rates: Rates, model: str, slots: list[int], prior: float) -> list[float]:
-    """The candidates' prefill ms per uncached token as `small_terms` reads them."""
-    return _small_peers_or(rates.peek(model, "prefill_ms_per_token"), slots, prior)
-
-
-def light_share(sequences: float, batch: float, below: float) -> float:
-    """How lightly a candidate's batch is taken up: 1 idle, falling to 0 at `below` of it
-    (`TtftConfig.decode_light_below`; 0 where that is 0); the C and vector forms alike."""
-    return max(1.0 - min(sequences / batch, 1.0) / below, 0.0) if below > 0.0 else 0.0
-
-
-def capped_decode(slowed: float, saved: float, above: float, multiple: float, idle: float) -> float:
-    """A candidate's decode term: `slowed` (ms), capped at `multiple` times the prefill its
-    hit saves (`saved`, ms) where that saving is at least `above` (`TtftConfig.
-    decode_cap_above_ms`); else beyond that cap only by `idle`, the light share of the
-    candidate's batch (`light_share`): a short hit (or a cold candidate) carries the whole
-    term on an idle worker and the capped one from `decode_light_below` of it taken up. The C
-    (`_ttft.c`'s score) and the vector form alike."""
-    capped = min(slowed, multiple * saved)
-    return capped if saved >= above else capped + (slowed - capped) * idle
+    return predicted, wait, prefill, slot_wait, unsure, arrivals
 
 
 def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
