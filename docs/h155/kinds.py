@@ -2,9 +2,11 @@
 
 import glob
 import json
+import os
 import statistics
 import sys
 
+OUT = os.environ.get("H155_OUT", "/tmp/h155/out")
 tags, sides = sys.argv[1].split(","), sys.argv[2].split(",")
 
 
@@ -18,7 +20,7 @@ print("|---|---|--:|---|--:|--:|--:|")
 for side in sides:
     rows = []
     for tag in tags:
-        for p in glob.glob(f"/tmp/h155/out/{tag}_*_{side}.jsonl"):
+        for p in glob.glob(f"{OUT}/{tag}_*_{side}.jsonl"):
             rows += [json.loads(l) for l in open(p)]
     for kind in sorted({r["kind"] for r in rows}):
         k = [r for r in rows if r["kind"] == kind and not r["error"]]
