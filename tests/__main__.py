@@ -20,7 +20,9 @@ STEPS: list[tuple[str, list[str]]] = [
     ("ruff check", [PY, "-m", "ruff", "check", "kinference", "tests", "loadtest"]),
     ("mypy --strict", [PY, "-m", "mypy"]),
     ("import layers", [str(Path(PY).with_name("lint-imports"))]),
-    ("pytest", [PY, "-m", "pytest", "-q", *sys.argv[1:]]),
+    # Two workers (pytest-xdist): a serial run waits about half its time (docs/benchmarks.md,
+    # h175); `-n 0` after the command runs it serially.
+    ("pytest", [PY, "-m", "pytest", "-q", "-n", "2", *sys.argv[1:]]),
 ]
 
 

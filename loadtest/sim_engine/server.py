@@ -7,7 +7,6 @@ prefix cache, scheduler and seed) for benchmarks that need a fleet in one proces
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import zlib
 from collections.abc import Iterator
@@ -15,21 +14,13 @@ from types import TracebackType
 
 import uvicorn
 
+from kinference.gateway.server import QuietServer
 from loadtest.sim_engine.config import SimEngineConfig
 from loadtest.sim_engine.service import EngineService
 
 # When an engine stops, responses under way get this long to finish, then are cancelled.
 STOP_GRACE_S = 1
 _READY_POLL_S = 0.002  # uvicorn says it is serving only through a flag
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its signal handlers: the engine's owner decides when it stops, and
-    several servers share one process."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 def engine_seed(seed: int, index: int) -> int:
@@ -45,7 +36,7 @@ class SimEngine:
         self.url = ""
         self.port = 0
         self._service: EngineService | None = None
-        self._server: _Server | None = None
+        self._server: QuietServer | None = None
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -68,7 +59,7 @@ class SimEngine:
             lifespan="off",
             timeout_graceful_shutdown=STOP_GRACE_S,
         )
-        self._server = _Server(config)
+        self._server = QuietServer(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         while not self._server.started:
             if self._task.done():
@@ -85,7 +76,7 @@ class SimEngine:
         """Stop serving; responses under way get `STOP_GRACE_S` to finish."""
         if self._server is None or self._task is None:
             return
-        self._server.should_exit = True
+        self._server.exit()
         await self._task
         self._server = self._task = None
 

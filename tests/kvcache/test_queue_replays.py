@@ -191,7 +191,7 @@ class _Driver:
 
 def test_cached_replays_answer_as_a_fresh_replay() -> None:
     checked = cut = 0
-    for seed in range(40):
+    for seed in range(20):  # ~4,600 Picks checked, ~1,080 of them cut by the replay
         driver = _Driver(seed)
         for _ in range(300):
             driver.step()

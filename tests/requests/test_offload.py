@@ -85,11 +85,13 @@ async def test_a_parse_the_budget_cannot_hold_is_refused_and_nothing_stays_charg
 
 
 async def test_a_dense_chunk_is_scanned_in_the_worker_to_the_same_state() -> None:
-    data = b'{"model": "m", "x": [' + b",".join([b"{}"] * 300_000) + b'], "prompt": "hi"}'
+    # One 9 MB chunk: ~8 ms of scanning here, 8x LOOP_SCAN_S (900 kB scanned in ~0.75 ms
+    # on an idle machine, so a 1 MiB chunk could finish on the loop and skip the worker).
+    data = b'{"model": "m", "x": [' + b"{}," * 2_999_999 + b'{}], "prompt": "hi"}'
     offload = Offload()
     scanner = JsonScanner()
     try:
-        await offload.observe(Observation(scanner, pieces_of(data, MiB)))
+        await offload.observe(Observation(scanner, pieces_of(data, None)))
         assert offload.worker_pid is not None  # the loop could not finish it in 1 ms
     finally:
         await offload.aclose()
