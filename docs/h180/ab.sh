@@ -5,7 +5,7 @@
 # tree with the h180 probe in its picker processes (DIR OUT/<n>-<side>), its --json beside it.
 out=$1; py=$2; shift 2
 sides=(); while [ "$1" != "--" ]; do sides+=("$1"); shift; done; shift
-probe=$(cd "$(dirname "$0")" && pwd)/watch
+probe=${H180_PROBE:-$(cd "$(dirname "$0")" && pwd)/watch}  # H180_PROBE: another probe dir (h181)
 mkdir -p "$out"; n=0
 for spec in "${sides[@]}"; do
   IFS=, read -r -a parts <<< "$spec"; side=${parts[0]}; own=("${parts[@]:1}")

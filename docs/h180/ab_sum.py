@@ -37,8 +37,11 @@ def runs(out: str) -> dict[str, list[dict[str, float]]]:
 
 
 def main() -> None:
-    sides = runs(sys.argv[1])
-    keys = ("stalls", "work", "numpy.ma", "core", "wait_ms", "work_cpu_ms")
+    report(runs(sys.argv[1]), ("stalls", "work", "numpy.ma", "core", "wait_ms", "work_cpu_ms"))
+
+
+def report(sides: dict[str, list[dict[str, float]]], keys: tuple[str, ...]) -> None:
+    """Per side medians [ranges] and sums of each key; exact MW p between two sides."""
     for side, rows in sides.items():
         print(f"{side}: {len(rows)} row-runs; " + "; ".join(
             f"{k} median {statistics.median(r[k] for r in rows):.1f} "
