@@ -19,7 +19,8 @@ import numpy.typing as npt
 
 from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.memory import FITS, Room
-from kinference.kvcache.pool import PoolCaches, Request
+from kinference.kvcache.paced import BUDGET, Paced
+from kinference.kvcache.pool import MAX_TICKETS, PoolCaches, Request
 from kinference.kvevents.trust import Distrust
 
 if TYPE_CHECKING:  # routing.decision imports this module
@@ -65,9 +66,15 @@ class PreciseMatch:
 class PreciseCaches:
     """Every precise pool's state, by pool ref."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, rest_budget: float = BUDGET
+    ) -> None:
         self.clock = clock
         self.pools: dict[str, PoolCaches] = {}
+        # Rests of lazily tokenized prompts, applied a few per loop iteration (`kvcache.paced`).
+        self.arriving: Paced[tuple[str, int, tuple[BlockId, ...]]] = Paced(
+            self._complete, MAX_TICKETS, rest_budget
+        )
 
     def pool(self, ref: str) -> PoolCaches | None:
         return self.pools.get(ref)
@@ -138,7 +145,13 @@ class PreciseCaches:
             caches.claim(prompt.ticket, slot, request.now)
 
     def completed(self, ref: str, ticket: int, blocks: tuple[BlockId, ...]) -> None:
-        """The blocks of a lazily tokenized prompt, now tokenized to the end (on the loop)."""
+        """The blocks of a lazily tokenized prompt, now tokenized to the end (on the loop):
+        applied within a time budget per loop iteration, so that many 1 MiB prompts'
+        rests finishing together do not hold the loop for all of them at once."""
+        self.arriving.put((ref, ticket, blocks))
+
+    def _complete(self, rest: tuple[str, int, tuple[BlockId, ...]]) -> None:
+        ref, ticket, blocks = rest
         caches = self.pools.get(ref)
         if caches is not None:
             caches.complete(ticket, blocks, self.clock())

@@ -13,6 +13,7 @@ from kinference.kvcache.precise import PreciseCaches, PreciseQuery
 from kinference.kvcache.source import PreciseCachedTokens
 from kinference.kvevents.events import BlockRemoved, BlockStored
 from kinference.kvevents.trust import WorkerTrust
+from tests.kvcache.trusted import trusted_pool
 
 
 @dataclass(frozen=True)
@@ -71,17 +72,9 @@ def test_blocks_routed_count_until_their_events_store_or_remove_them() -> None:
     assert match is not None and match.blocks.tolist() == [1.0]
 
 
-def _trusted_pool(caches: PreciseCaches) -> PoolCaches:
-    pool = caches.pools["p"] = PoolCaches("p", 4)
-    for slot in (0, 1):
-        pool.trust[slot] = WorkerTrust(5.0, 10.0)
-        pool.trust[slot].on_batch(0, 0.0)
-    return pool
-
-
 def test_the_rest_of_a_lazy_prompt_is_pending_where_it_went_in_either_order() -> None:
     caches = PreciseCaches(clock=lambda: 1.0)
-    pool = _trusted_pool(caches)
+    pool = trusted_pool(caches)
     blocks = tuple(identities(list(range(40)), 4))
     head = PromptBlocks(40, 4, blocks[:2], exact=False, ticket=7)
     caches.routed("p", 1, 0, head)  # routed first, tokenized to the end later
@@ -97,7 +90,7 @@ def test_the_rest_of_a_lazy_prompt_is_pending_where_it_went_in_either_order() ->
 
 def test_reach_is_the_longest_run_of_held_then_pending_blocks_of_one_worker() -> None:
     caches = PreciseCaches(clock=lambda: 1.0)
-    pool = _trusted_pool(caches)
+    pool = trusted_pool(caches)
     tokens = list(range(40))
     blocks = identities(tokens, 4)
     assert pool.reach()(blocks) == 0
@@ -134,7 +127,7 @@ def test_a_walk_stopped_at_its_bound_is_a_floor_the_approximate_index_may_raise(
     a worker whose run ended earlier keeps its precise count; a walk stopped where no worker
     held the prompt is a whole prediction."""
     caches = PreciseCaches(clock=lambda: 0.0)
-    pool = _trusted_pool(caches)
+    pool = trusted_pool(caches)
     tokens = list(range(400))
     blocks = identities(tokens, 4)
     pool.apply(0, [BlockStored((1, 2, 3), None, tuple(tokens[:12]), 4)])  # 3 of the 3 named
