@@ -4,6 +4,7 @@ breaks falling back to the approximate index with a DEGRADED reason."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,8 @@ async def start(
     picker = await start_picker(parse_policy(text))
     for publisher in engines.publishers:
         await publisher.subscribed()
+        if replay:  # its join asked for the buffer: later batches are live ones
+            await asyncio.wait_for(publisher.replay_answered(), 10)
     return picker
 
 

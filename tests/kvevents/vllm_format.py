@@ -103,6 +103,7 @@ class Publisher:
         self.router: zmq.asyncio.Socket | None = None
         self.replay_port = 0
         self._replaying: asyncio.Task[None] | None = None
+        self._answered = asyncio.Event()  # a replay request was answered (to its end marker)
         if replay:  # on the next port, so that `{port+1}` finds it
             self.router = self.context.socket(zmq.ROUTER)
             while True:
@@ -143,6 +144,13 @@ class Publisher:
                 if number >= first:
                     await self.router.send_multipart([client, b"", seq_bytes(number), payload])
             await self.router.send_multipart([client, b"", seq_bytes(-1), b""])
+            self._answered.set()
+
+    async def replay_answered(self) -> None:
+        """Wait for a subscriber's replay request to have been answered: a replica asks for
+        everything buffered when it joins, and a batch published before that answer went out
+        comes in the answer, not as a live batch whose loss would be a gap."""
+        await self._answered.wait()
 
     async def close(self) -> None:
         if self._replaying is not None:
