@@ -58,7 +58,8 @@ class QuietServer(uvicorn.Server):
         while not await self.on_tick(counter):  # the date header, limits, should_exit
             counter = (counter + 1) % 864_000
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._exiting.wait(), _TICK_S)
+                async with asyncio.timeout(_TICK_S):
+                    await self._exiting.wait()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
