@@ -10,7 +10,8 @@ fit in `budget` seconds (at least one), then lets the loop go round before the n
 An item applied an iteration later is the same as one whose thread was that much slower.
 Outside a running loop (synchronous callers) an item is applied at once. The queue is
 bounded (`limit`, oldest dropped, as an evicted ticket is); when the loop stops, what is
-still queued is never applied (nothing awaits it: no task to cancel).
+still queued is never applied (nothing awaits it: no task to cancel). An item whose
+`apply` raises goes to the loop's exception handler; the ones after it are still applied.
 """
 
 from __future__ import annotations
@@ -57,11 +58,13 @@ class Paced(Generic[T]):
         """Apply queued items for up to the budget; the rest on the next iteration (a
         callback scheduled now runs after the loop has polled I/O and run due timers)."""
         end = time.perf_counter() + self._budget
-        while self._queue:
-            self._apply(self._queue.popleft())
-            if time.perf_counter() >= end:
-                break
-        if self._queue:
-            loop.call_soon(self._drain, loop)
-        else:
-            self._scheduled = None
+        try:
+            while self._queue:
+                self._apply(self._queue.popleft())
+                if time.perf_counter() >= end:
+                    break
+        finally:  # an item that raised is the loop's to report (as its own callback was)
+            if self._queue:
+                loop.call_soon(self._drain, loop)
+            else:
+                self._scheduled = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from kinference.kvcache.blocks import PromptBlocks, identities
+from kinference.kvcache.paced import Paced
 from kinference.kvcache.precise import PreciseCaches
 from tests.kvcache.trusted import trusted_pool
 
@@ -57,3 +58,32 @@ async def test_queued_rests_are_bounded_and_dropped_oldest_first() -> None:
         await asyncio.sleep(0)
     assert len(caches.arriving) == 0
     assert list(pool.rests) == list(range(257, 2 * 256 + 1))
+
+
+async def test_an_item_that_fails_is_reported_and_the_ones_after_it_still_applied() -> None:
+    """Unpaced, a rest whose apply raised was one failed loop callback (logged by the loop)
+    and the next rest ran in its own; a drain that raised left itself scheduled forever, so
+    no later rest of the replica was ever applied again."""
+    applied: list[int] = []
+
+    def apply(item: int) -> None:
+        if item == 2:
+            raise ValueError("a broken rest")
+        applied.append(item)
+
+    loop = asyncio.get_running_loop()
+    failures: list[object] = []
+    loop.set_exception_handler(lambda _, context: failures.append(context.get("exception")))
+    try:
+        paced: Paced[int] = Paced(apply, 256, budget=0.0)
+        for item in range(1, 5):
+            paced.put(item)
+        for _ in range(8):
+            await asyncio.sleep(0)
+        paced.put(5)  # a later one, queued after the failure
+        for _ in range(4):
+            await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert applied == [1, 3, 4, 5] and len(paced) == 0
+    assert [type(failure) for failure in failures] == [ValueError]
