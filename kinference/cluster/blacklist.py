@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -19,10 +20,13 @@ from typing import Any
 
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterPipeline
+from redis.exceptions import ResponseError
 
 from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import Keys
 from kinference.routing.health import Cooldown, ProviderHealth
+
+log = logging.getLogger(__name__)
 
 SCAN_EVERY = 4  # syncs between SCANs for keys of providers the caller did not name
 SCAN_COUNT = 500  # keys per SCAN step and per DEL
@@ -153,7 +157,13 @@ class SharedBlacklist:
             self.instance,
             ttl_ms,
         ]
-        await self._script(keys=[self._keys.blacklist(provider)], args=args)
+        try:
+            await self._script(keys=[self._keys.blacklist(provider)], args=args)
+        except ResponseError as exc:  # its key is not a hash (see `_entries`): not shared
+            if not _wrong_type(exc):
+                raise
+            log.warning("blacklist key of %s is not a hash; cool-down not shared", provider)
+            return False
         if provider not in self._pending:  # not reported again while this write was under way
             self._health.mark_published(provider, cooldown)
         return True
@@ -245,13 +255,18 @@ def _entries(providers: Sequence[str], replies: Sequence[Any]) -> list[Entry | N
     (WRONGTYPE: set by hand, or by a tool sharing the prefix) is no entry, not a failed
     poll: every poll failing, the node would read Redis as unavailable while it stays."""
     for reply in replies:
-        if isinstance(reply, Exception) and not str(reply).startswith("WRONGTYPE"):
+        if isinstance(reply, Exception) and not _wrong_type(reply):
             raise reply
     replies = [None if isinstance(reply, Exception) else reply for reply in replies]
     return [
         _entry(provider, replies[2 * i], int(replies[2 * i + 1]))
         for i, provider in enumerate(providers)
     ]
+
+
+def _wrong_type(error: Exception) -> bool:
+    """A command refused on a key of another type (a script's call says so in its text)."""
+    return "WRONGTYPE" in str(error)
 
 
 def _entry(provider: str, fields: dict[Any, Any], ttl_ms: int) -> Entry | None:

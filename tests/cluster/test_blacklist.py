@@ -476,3 +476,23 @@ async def test_a_key_of_another_type_under_the_blacklist_s_names_is_skipped(
         assert [entry.provider for entry in await list_blacklist(client, KEYS)] == [P]
     finally:
         await client.aclose()
+
+
+async def test_a_key_of_another_type_under_a_cooled_provider_s_name_fails_no_sync(
+    server: RedisServer, replica: ReplicaFactory
+) -> None:
+    """The write side of the junk key: a provider this replica cools whose key is not a
+    hash made the write script fail WRONGTYPE, so every sync raised (the node read Redis
+    as unavailable) and the cool-downs queued after it were never written, for as long as
+    the cool-down lasted. The write is skipped: the cool-down holds here, the others go."""
+    server.cli("SET", KEY, "1")  # P's key, of another type
+    writer, reader = replica("w"), replica("r")
+    writer.health.report(P, UNAUTHORIZED, "401")
+    writer.health.report(Q, RATE_LIMITED, "429")
+    assert await writer.blacklist.sync_once([]) == [Q]
+    await reader.blacklist.sync_once([])
+    assert reader.health.cooled(Q) is not None and reader.health.cooled(P) is None
+    assert writer.health.cooled(P) is not None  # kept here, though Redis holds none
+    await writer.blacklist.sync_once([P])  # nothing left queued; the poll reads past it
+    assert writer.health.cooled(P) is not None
+    assert server.cli("TYPE", KEY).strip() == "string"
