@@ -275,9 +275,11 @@ class App:
                 await self._reaper
             self._reaper = None
         if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
-            self._metrics_server = None
+            server, self._metrics_server = self._metrics_server, None
+            try:  # it stops at its thread's next poll (up to 0.5 s): not on the loop
+                await asyncio.to_thread(server.shutdown)
+            finally:
+                server.server_close()
 
     async def _leave_cluster(self, cluster: ClusterNode) -> None:
         self.cluster = None
