@@ -101,6 +101,7 @@ class Offload:
         self._recycle_rss_bytes = recycle_rss_bytes
         self._turn = asyncio.Lock()  # one job in the worker at a time
         self._jobs: set[asyncio.Task[Any]] = set()
+        self._closed = False
 
     @property
     def worker_pid(self) -> int | None:
@@ -185,6 +186,8 @@ class Offload:
         self._answer(await self._worker.receive(), "pong")
 
     async def aclose(self) -> None:
+        """Stop the jobs under way and the worker; a job begun from now on fails at once."""
+        self._closed = True  # a later job would start a worker that nobody closes
         for job in list(self._jobs):
             job.cancel()
         await asyncio.gather(*self._jobs, return_exceptions=True)
@@ -194,6 +197,8 @@ class Offload:
         return await asyncio.shield(self._start(steps, shipped))
 
     def _start(self, steps: Callable[[], Awaitable[T]], shipped: int) -> asyncio.Task[T]:
+        if self._closed:
+            raise Unavailable("the body parser is closed (the server is stopping)")
         task = asyncio.get_running_loop().create_task(self._in_turn(steps, shipped))
         self._jobs.add(task)
         task.add_done_callback(self._jobs.discard)

@@ -236,3 +236,22 @@ async def test_a_parse_whose_worker_cannot_be_replaced_keeps_its_answer() -> Non
     finally:
         await offload.aclose()
     assert budget.used == 0
+
+
+async def test_a_job_after_close_fails_at_once_and_starts_no_worker() -> None:
+    """A job begun after `aclose` (a late upload's chunk, a Pick racing shutdown) started
+    a worker that nobody closed: it fails UNAVAILABLE at once, no process is made and
+    nothing stays charged."""
+    worker, budget, released = WorkerProcess(), ByteBudget(256 * MiB), Released()
+    offload = Offload(worker)
+    await offload.aclose()
+    try:
+        with pytest.raises(Unavailable, match="closed"):
+            await offload.parse(budget, uploaded_body(big_request()), abandoned=released)
+        with pytest.raises(Unavailable, match="closed"):
+            await offload._job(lambda: offload._scan(JsonScanner(), b"[]"), 2)
+        await offload.start()  # logged, not fatal, as for a worker that cannot start
+        assert worker.pid is None and budget.used == 0 and released.count == 1
+        await offload.aclose()  # again: nothing to do
+    finally:
+        await worker.aclose()  # before the fix, the worker those jobs started
