@@ -87,7 +87,7 @@ class WorkerProcess:
 
     async def _started(self) -> _Running:
         if self._process is not None and self._process.popen.poll() is not None:
-            self._process.kill()  # it exited: the loop's ends of its pipes closed too
+            self._process.kill()  # it exited (reaped): the loop's ends of its pipes closed
             self._process = None
         if self._process is None:
             try:
@@ -173,7 +173,9 @@ class _Running:
 
 def _stop(popen: subprocess.Popen[bytes]) -> None:
     """Kill the worker; its exit status collected off the loop (a killed process exits at
-    once)."""
+    once). One that exited is reaped here (`poll`): nothing to kill or to wait for."""
+    if popen.poll() is not None:
+        return
     with contextlib.suppress(ProcessLookupError):
         popen.kill()
     asyncio.get_running_loop().run_in_executor(None, popen.wait)

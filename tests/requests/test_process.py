@@ -5,13 +5,14 @@ before the loop is gone."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import gc
 import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 import uvloop
@@ -75,6 +76,34 @@ async def test_a_worker_that_exited_is_replaced_with_its_pipes_closed() -> None:
     assert await until(lambda: _exited(first), 10.0)
     await worker.start()  # the exited one reaped, its ends closed, a new one started
     assert worker.pid != first
+    assert await _gone({first})
+    await worker.aclose()
+
+
+class _Recording(concurrent.futures.ThreadPoolExecutor):
+    """The loop's default executor, noting what it is given."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.given: list[object] = []
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        self.given.append(fn)
+        return super().submit(fn, *args, **kwargs)
+
+
+async def test_a_worker_found_exited_is_closed_without_work_for_the_executor() -> None:
+    """`poll()` reaped it already: killing it queued a `wait` on the loop's executor that
+    had nothing to collect (and a kill of no process)."""
+    worker = WorkerProcess((sys.executable, "-c", "pass"))
+    await worker.start()
+    first = worker.pid
+    assert first is not None
+    assert await until(lambda: _exited(first), 10.0)
+    recording = _Recording()
+    asyncio.get_running_loop().set_default_executor(recording)
+    await worker.start()  # the exited one closed, a new one started
+    assert worker.pid != first and recording.given == []
     assert await _gone({first})
     await worker.aclose()
 
