@@ -201,8 +201,15 @@ class Offload:
             raise Unavailable("the body parser is closed (the server is stopping)")
         task = asyncio.get_running_loop().create_task(self._in_turn(steps, shipped))
         self._jobs.add(task)
-        task.add_done_callback(self._jobs.discard)
+        task.add_done_callback(self._ended)
         return task
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        """A job's end: its failure is its caller's (one that went away no longer waits for
+        it: not asyncio's "exception was never retrieved", logged at ERROR)."""
+        self._jobs.discard(task)
+        if not task.cancelled():
+            task.exception()
 
     async def _in_turn(self, steps: Callable[[], Awaitable[T]], shipped: int) -> T:
         deadline_s = self._deadline_s + DEADLINE_S_PER_MIB * shipped / (1 << 20)

@@ -5,6 +5,7 @@ dies or runs late fails its job with UNAVAILABLE and is replaced at the next job
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ from kinference.errors import ResourceExhausted, Unavailable
 from kinference.requests import InferenceRequest, JsonScanner, parse_request
 from kinference.requests.offload import Offload
 from kinference.requests.process import WorkerProcess
+from tests.api.helpers import wait_until
 from tests.requests import pieces_of, scanner_for, uploaded_body
 
 MiB = 1 << 20
@@ -150,6 +152,31 @@ async def test_a_caller_that_goes_away_leaves_the_job_to_end_and_release() -> No
         assert released.count == 1 and budget.used == 0
     finally:
         await offload.aclose()
+
+
+async def test_a_job_whose_caller_went_away_fails_with_no_unretrieved_exception() -> None:
+    """Nobody awaits a job whose caller went away: when it then failed (its deadline, a
+    dead worker) asyncio logged "Task exception was never retrieved" with a traceback at
+    ERROR, for every client that sent a hostile body and hung up."""
+    hung = WorkerProcess((sys.executable, "-c", "import time; time.sleep(600)"))
+    offload, budget, released = Offload(hung, deadline_s=0.05), ByteBudget(64 * MiB), Released()
+    loop, reported = asyncio.get_running_loop(), []
+    loop.set_exception_handler(lambda _, context: reported.append(context["message"]))
+    try:
+        parsing = asyncio.ensure_future(
+            offload.parse(budget, uploaded_body(big_request(tools=1)), abandoned=released)
+        )
+        await asyncio.sleep(0)
+        parsing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await parsing
+        await wait_until(lambda: released.count == 1, 30, "the job's end")
+        del parsing
+        gc.collect()
+    finally:
+        loop.set_exception_handler(None)
+        await offload.aclose()
+    assert reported == [] and budget.used == 0
 
 
 async def test_a_worker_grown_past_its_bound_is_replaced_after_its_parse() -> None:
