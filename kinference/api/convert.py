@@ -118,13 +118,10 @@ def pick_call_of(
 
 
 def pick_response(result: PickResult) -> pb.PickResponse:
-    response = pb.PickResponse(
-        outcome=_OUTCOMES[result.outcome],
-        response_id=result.response_id,
-        reason=result.reason,
-        body_total_bytes=result.body_total_bytes,
-        requested_model=result.requested_model,
-    )
+    try:
+        response = _response(result, result.reason, result.requested_model)
+    except UnicodeEncodeError:  # the request's model holds a lone surrogate (JSON's "\ud800")
+        response = _response(result, _utf8(result.reason), _utf8(result.requested_model))
     destination = result.destination
     if isinstance(destination, LocalChoice):
         response.local.endpoint = destination.endpoint
@@ -134,6 +131,21 @@ def pick_response(result: PickResult) -> pb.PickResponse:
         response.provider.backend_ref.name = name
         response.provider.path = destination.path
     return response
+
+
+def _response(result: PickResult, reason: str, requested_model: str) -> pb.PickResponse:
+    return pb.PickResponse(
+        outcome=_OUTCOMES[result.outcome],
+        response_id=result.response_id,
+        reason=reason,
+        body_total_bytes=result.body_total_bytes,
+        requested_model=requested_model,
+    )
+
+
+def _utf8(text: str) -> str:
+    """`text` as a protobuf string can carry it: each lone surrogate as U+FFFD."""
+    return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
 
 
 def pick_extras(result: PickResult) -> PickExtras | None:

@@ -247,3 +247,15 @@ def test_unknown_abort_reason() -> None:
     request = pb.AbortRequest()
     request.reason = 42  # type: ignore[assignment]
     assert convert.abort_reason(request) == "REASON_42"
+
+
+def test_a_pick_response_carries_a_lone_surrogate_as_a_replacement_character() -> None:
+    """A request's model may hold one (JSON's `"\\ud800"`); protobuf strings are UTF-8."""
+    result = PickResult(
+        Outcome.NO_WORKERS,
+        reason="no pool serves model 'a\ud800b'",
+        requested_model="a\ud800b",
+    )
+    response = convert.pick_response(result)
+    assert response.requested_model == "a\ufffdb"
+    assert response.reason == "no pool serves model 'a\ufffdb'"

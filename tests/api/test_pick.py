@@ -131,6 +131,10 @@ NO_WORKERS_CASES = {
     "unknown_pool_namespace": (MODEL, ("elsewhere", "chat")),
     "pool_without_the_model": (OTHER_MODEL, POOL_CHAT),
     "unknown_model_in_pool": ("no-such-model", POOL_BIG),
+    # JSON's "\ud800": a str with no UTF-8 form, echoed in the answer (requested_model,
+    # reason), which protobuf refused: the Pick failed UNKNOWN, its traceback logged.
+    "model_with_a_lone_surrogate": ("\ud800", None),
+    "model_with_a_lone_surrogate_in_pool": ("m\udfff", POOL_BIG),
 }
 
 
