@@ -56,7 +56,9 @@ def descriptors() -> dict[str, str]:
 
 def body_of(rng: random.Random) -> bytes:
     n = rng.randrange(20, 300) * 1000 // 40
-    return json.dumps({"model": "m", "messages": [{"role": "user", "content": "w" * 30}] * n}).encode()
+    return json.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": "w" * 30}] * n}
+    ).encode()
 
 
 class Counting:

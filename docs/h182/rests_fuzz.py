@@ -71,7 +71,9 @@ class Bugs(logging.Handler):
 
 
 def words(rng: random.Random, chars: int) -> str:
-    text = " ".join(rng.choice(WORDS) + rng.choice(["", ",", ".\n", "\n\n   "]) for _ in range(chars // 4))
+    text = " ".join(
+        rng.choice(WORDS) + rng.choice(["", ",", ".\n", "\n\n   "]) for _ in range(chars // 4)
+    )
     return text[:chars]
 
 
@@ -98,7 +100,9 @@ class Round:
     async def pick(self) -> None:
         rng = self.rng
         messages, bad = [], False
-        for role in rng.choice([["user"], ["system", "user"], ["system", "user", "assistant", "user"]]):
+        for role in rng.choice(
+            [["user"], ["system", "user"], ["system", "user", "assistant", "user"]]
+        ):
             text, lone = content(rng)
             messages.append({"role": role, "content": text})
             bad |= lone
