@@ -20,14 +20,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import os
 import random
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from docs.h182.common import children, descriptors, runner
 from kinference.bodies import ByteBudget
 from kinference.errors import PickerError
 from kinference.requests.offload import RECYCLE_RSS_BYTES, Offload
@@ -35,23 +34,6 @@ from kinference.requests.process import WorkerProcess
 from tests.requests import uploaded_body
 
 MiB = 1 << 20
-
-
-def children() -> set[int]:
-    found: set[int] = set()
-    for listed in Path("/proc/self/task").glob("*/children"):
-        found.update(int(pid) for pid in listed.read_text().split())
-    return found
-
-
-def descriptors() -> dict[str, str]:
-    found = {}
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            found[fd] = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            pass
-    return found
 
 
 def body_of(rng: random.Random) -> bytes:
@@ -185,16 +167,12 @@ async def one_round(rng: random.Random) -> dict[str, int]:
 
 def main() -> None:
     seconds, seed = float(sys.argv[1]), int(sys.argv[2])
-    runner: Callable[[Any], Any] = asyncio.run
-    if "--uvloop" in sys.argv:
-        import uvloop
-
-        runner = uvloop.run
+    run = runner()
     rng = random.Random(seed)
     totals: dict[str, int] = {}
     end, rounds = time.monotonic() + seconds, 0
     while time.monotonic() < end:
-        for key, value in runner(one_round(rng)).items():
+        for key, value in run(one_round(rng)).items():
             totals[key] = totals.get(key, 0) + value
         rounds += 1
     print(f"seed {seed}: {rounds} rounds, {dict(sorted(totals.items()))}: ok")

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from docs.h182.common import runner
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
 from kinference.kvcache.pool import PoolCaches
 from kinference.kvcache.precise import PreciseCaches
@@ -287,18 +288,14 @@ def after_stop() -> int:
 
 def main() -> None:
     seconds, seed = float(sys.argv[1]), int(sys.argv[2])
-    runner: Callable[[Any], Any] = asyncio.run
-    if "--uvloop" in sys.argv:
-        import uvloop
-
-        runner = uvloop.run
+    loop_run = runner()
     rng = random.Random(seed)
     end, totals, rounds = time.monotonic() + seconds, {"picks": 0, "rests": 0}, 0
     totals["differ_while_queued"] = 0
     while time.monotonic() < end:
         budget = rng.choice([0.0, 1e-4, 0.002, 1.0])
         tasks = rng.randrange(5, 120)
-        run = runner(crowd(rng, budget, tasks))
+        run = loop_run(crowd(rng, budget, tasks))
         for key, value in check(run).items():
             totals[key] += value
         rounds += 1

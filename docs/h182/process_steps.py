@@ -15,30 +15,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
+from docs.h182.common import children, descriptors
 from kinference.requests.process import WorkerLost, WorkerProcess
 
 IDLE = (sys.executable, "-c", "import sys; sys.stdin.buffer.read()")  # exits at EOF
 LINGERS = (sys.executable, "-c", "import time; time.sleep(60)")  # ignores EOF
 MAX_STEPS = 12
 SETTLE_STEPS = int(os.environ.get("H182_SETTLE_STEPS", "3"))
-
-
-def children() -> set[int]:
-    found: set[int] = set()
-    for listed in Path("/proc/self/task").glob("*/children"):
-        found.update(int(pid) for pid in listed.read_text().split())
-    return found
-
-
-def descriptors() -> dict[str, str]:
-    found = {}
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            found[fd] = os.readlink(f"/proc/self/fd/{fd}")
-    return found
 
 
 async def case(op: str, command: tuple[str, ...], steps: int) -> str | None:
