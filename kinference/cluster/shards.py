@@ -144,25 +144,36 @@ class Shards:
         return parts
 
     async def flush(self) -> None:
-        """Send what is queued, each shard's part in its own pipeline, concurrently
-        (raises the first Redis error; failed parts are back in the outbox)."""
+        """Send what is queued (a batch at most: `Outbox.take`), each shard's part in its
+        own pipeline, concurrently (raises the first Redis error; failed parts are back in
+        the outbox). Each shard's load is taken with the batch, before any await: a Pick
+        in between would be in the load sent and again in the next flush's deltas."""
         outbox = self._wiring.outbox
         if not len(outbox) and not outbox.dirty and not self.owe_snapshot():
             outbox.wakeup.clear()
             return
         events, dirty, dropped = outbox.take()
-        if dropped:  # which shards lost events is unknown: every one republishes its load
+        # Events lost, or left queued (a backlog: this load counts them, the next flush's
+        # deltas would again): every shard republishes its whole load, now and next time.
+        backlog = bool(len(outbox))
+        if dropped or backlog:
             for shard in self:
                 shard.publisher.owe_snapshot()
         parts = self.split(events, dirty)
         targets = [s for s in self if s.pool in parts or s.publisher.snapshot_needed]
         results = await asyncio.gather(
-            *(s.publisher.deliver(*parts.get(s.pool, ([], set())), 0) for s in targets),
+            *(
+                s.publisher.deliver(*parts.get(s.pool, ([], set())), 0, self._own(s.pool))
+                for s in targets
+            ),
             return_exceptions=True,
         )
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+        if backlog:
+            for shard in self:
+                shard.publisher.owe_snapshot()
 
     async def read(self) -> None:
         """One read of every shard's stream (raises on a Redis error; every shard then
