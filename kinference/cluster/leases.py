@@ -25,6 +25,8 @@ Guarantees, for tokens reported before the next pick (as with the local gate):
 - A leases hash that vanished (an empty Redis restart) is re-seeded: each replica marks the
   hash with a field of its own; a call that finds its mark gone while this replica charged
   tokens in the window is granted nothing, and the next call sends those charges again.
+  After a failure the first round to reach Redis calls for every tenant charged in the
+  window, re-seeding also a hash nothing else calls for (limits: docs/redis.md).
 """
 
 from __future__ import annotations
@@ -49,10 +51,10 @@ LEASE_WAIT_S = 0.5  # seconds a Pick waits for the lease round it asked for, the
 class LeasedBudget:
     """Implements `kinference.routing.budget.Budget` for a replica in a cluster.
 
-    The node calls `sync_once` every ~100 ms (every few seconds while `idle`; sooner when
-    `wakeup` is set, but not more often than every ~10 ms); a round that raises marks the
-    budget disconnected until a round succeeds (`set_connected` lets the node say so
-    earlier). Picks never wait: everything but `sync_once` is synchronous and local.
+    The node calls `sync_once` every ~100 ms (every few seconds while `idle`; sooner, but
+    not more often than every ~10 ms, when `wakeup` is set); a round that raises marks the
+    budget disconnected until a round succeeds (`set_connected`: the node says so earlier).
+    Picks never wait: everything but `sync_once` is synchronous and local.
     """
 
     def __init__(
@@ -73,7 +75,6 @@ class LeasedBudget:
         self._fail_closed = fail_closed
         self._expected_replicas = expected_replicas
         self._known_replicas = expected_replicas  # live replicas at the last such round
-        self._clock = clock
         self._wall = wall
         self._script = LeaseScript(redis, keys)
         self._usage = UsageWriter(redis, keys)
@@ -86,7 +87,7 @@ class LeasedBudget:
         # Whether the last round failed: only then is Redis taken to be away (a replica that
         # has not tried yet admits one request, as when its leases ran out, not a share).
         self.offline = False
-        self._rounds = 0  # lease rounds begun
+        self._rounds, self._recheck = 0, False  # lease rounds begun; a failure since (module doc)
         self._answered = 0  # the newest round that ended, answered or failed
         self._round_ended = asyncio.Event()  # set (and replaced) as each round ends
 
@@ -108,10 +109,8 @@ class LeasedBudget:
             )
         if self._fail_closed:
             return "has a budget, and Redis (which keeps it) is unavailable"
-        # The larger of the count at the last round that reached Redis, the live count and
-        # the expected one: a restarted Redis has no heartbeats for a moment (the live count
-        # reads 1: the whole budget for everyone), and a young replica has counted only those
-        # that started before it.
+        # The largest of the count at the last round that reached Redis, the live count (1 for a
+        # moment after a restart) and the expected one (a young replica has counted few).
         replicas = max(self._known_replicas, self._replicas(), self._expected_replicas)
         share = limit / replicas
         used = state.window.used(self._wall())
@@ -227,15 +226,15 @@ class LeasedBudget:
 
     def set_connected(self, connected: bool) -> None:
         """Whether Redis answers (also set by each `sync_once`): while it does not, a tenant
-        without leases left gets `limit / replicas` per minute instead of one request."""
+        without leases left gets its offline share instead of one request."""
         self.connected, self.offline = connected, not connected
         if not connected:
+            self._recheck = True
             self.wakeup.set()  # an idle loop starts its rounds (each PINGs) again
 
     async def sync_once(self) -> None:
-        """One round: charge owed tokens and lease slices (one EVALSHA per tenant that needs
-        it), then write usage for dashboards. Raises RedisError or OSError. While disconnected,
-        a round with nothing to send PINGs, so the budget learns that Redis is back."""
+        """One round: charge owed tokens and lease slices (an EVALSHA per tenant needing it),
+        then write usage. Raises RedisError or OSError; disconnected, an empty round PINGs."""
         self.wakeup.clear()
         self._rounds += 1
         number = self._rounds
@@ -246,7 +245,7 @@ class LeasedBudget:
                 await self._redis.ping()
                 sent = True
         except (RedisError, OSError):
-            self.connected, self.offline = False, True
+            self.connected, self.offline, self._recheck = False, True, True
             raise
         finally:
             self._answered = max(self._answered, number)
@@ -263,9 +262,10 @@ class LeasedBudget:
         for name, known in self._book:
             self._book.balance(name, known)  # hands back expired leases in this round
         owed = self._unsent.take_owed(int(now))
-        wanting = [name for name, state in self._book if state.want(now, replicas)]
-        reseeding = [name for name, state in self._book if state.reseed]
-        tenants = dict.fromkeys([*owed, *wanting, *reseeding])
+        recheck = self._recheck  # every tenant charged in the window (module doc)
+        calls = [n for n, state in self._book if state.want(now, replicas) or state.reseed or (
+            recheck and state.charges_in_window(now))]  # fmt: skip
+        tenants = dict.fromkeys([*owed, *calls])
         for tenant in tenants:
             state = self._book.get(tenant)
             pairs = owed.get(tenant, [])
@@ -279,13 +279,13 @@ class LeasedBudget:
                     state.overshot = state.overshot or any(tokens > 0 for _, tokens in pairs)
                 raise
             owed.pop(tenant, None)
+        self._recheck = False
         return bool(tenants)
 
     async def _lease(
         self, tenant: str, state: TenantLeases | None, pairs: list[tuple[int, int]], now: float
     ) -> None:
-        """One tenant's charges sent and lease asked for; a state that was forgotten meanwhile
-        (None) only sends what it owed."""
+        """One tenant's charges and lease (a tenant forgotten meanwhile, None: charges only)."""
         answer = await self._script.lease(
             tenant,
             now=now,
