@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from kinference.cluster.connection import RedisClient
@@ -58,3 +60,44 @@ async def test_a_replica_re_seeds_a_lost_hash_it_has_no_other_reason_to_call_for
     b = replica(client, clocks, "b")
     b_spent = await spend(b, clocks, 30)
     assert spent + b_spent <= LIMIT + 100, b_spent  # b's one request beyond its leases
+
+
+async def test_eight_replicas_joining_and_leaving_across_a_restart_never_overgrant(
+    redis_server: RedisServer, client: RedisClient, clocks: Clocks
+) -> None:
+    """Four replicas spend; two join; one leaves (its charges stay in Redis); Redis restarts
+    empty (every live replica's loops fail, as the node tells the budget); two more join
+    and another leaves. Over the minute the cluster admits at most the budget plus one
+    request per replica (its one beyond its leases), whatever order the rounds run in."""
+    rng, limit = random.Random(7), 2_400
+    live: list[LeasedBudget] = []
+
+    def join(name: str) -> None:
+        budget = LeasedBudget(client, KEYS, replicas=lambda: len(live), instance=name,
+                              fail_closed=True, clock=clocks.clock, wall=clocks.wall)  # fmt: skip
+        live.append(budget)
+
+    for name in "abcd":
+        join(name)
+    admitted = 0
+    for step in range(80):
+        if step == 10:
+            join("e")
+            join("f")
+        if step == 20:
+            live.pop(1)  # b leaves after the restart re-seeded: its charges are in the hash
+        if step == 15:
+            redis_server.restart()
+            for budget in live:
+                budget.set_connected(False)
+        if step == 25:
+            join("g")
+            join("h")
+            live.pop(0)
+        for budget in rng.sample(live, len(live)):
+            if budget.exhausted(TENANT, limit) is None:
+                budget.record(TENANT, limit, 100)
+                admitted += 100
+            await until_ok(budget.sync_once)
+        clocks.now += 0.05
+    assert limit - 800 <= admitted <= limit + 8 * 100, admitted
