@@ -191,11 +191,6 @@ class Unsent:
         self._usage = {}
         return usage
 
-    def keep_usage(self, usage: dict[Entry, int]) -> None:
-        """Put back usage a failed write did not send."""
-        for key, tokens in usage.items():
-            self.dropped += _add_bounded(self._usage, key, tokens)
-
 
 def _add_bounded(entries: dict[Entry, int], key: Entry, tokens: int) -> int:
     """Add to an entry; at the bound the oldest entry goes. Returns entries dropped."""

@@ -78,30 +78,59 @@ class LeaseScript:
         return int(granted), int(leased), bool(int(lost))
 
 
-class UsageWriter:
-    """Adds the buffered usage to the per-minute usage hashes."""
+# KEYS[1] this replica's last usage batch applied, KEYS[2] the tenants set, KEYS[3..] usage
+# hashes. ARGV: batch id, TTL, then per usage hash its minute, tokens and tenant. A batch
+# whose id is the last applied was applied already (its reply was lost): -1, nothing added.
+_USAGE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return -1 end
+for i = 3, #KEYS do
+  local at = 3 * i - 6
+  redis.call('HINCRBY', KEYS[i], ARGV[at], ARGV[at + 1])
+  redis.call('EXPIRE', KEYS[i], ARGV[2])
+  redis.call('SADD', KEYS[2], ARGV[at + 2])
+end
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return redis.call('SCARD', KEYS[2])
+"""
 
-    def __init__(self, redis: RedisClient, keys: Keys) -> None:
-        self._redis, self._keys = redis, keys
+
+class UsageWriter:
+    """Adds the buffered usage to the per-minute usage hashes, each batch once: a batch
+    whose write failed (refused, or its reply lost although Redis applied it) is sent again
+    unchanged, under its id, before anything newer."""
+
+    def __init__(self, redis: RedisClient, keys: Keys, instance: str = "") -> None:
+        self._redis, self._keys, self._instance = redis, keys, instance
+        self._script = redis.register_script(_USAGE_SCRIPT)
+        self._batches = 0
+        self._doubt: tuple[str, dict[tuple[str, int], int]] | None = None  # failed to send
 
     async def publish(self, unsent: Unsent, now: float) -> bool:
-        """Write the usage of the minutes still kept; returns whether there was any. On a
-        failure the usage goes back into `unsent` and the error is raised."""
+        """Write the usage of the minutes still kept; returns whether there was any. Raises
+        on a failure (the batch is sent again, unchanged, at the next call)."""
+        sent = False
+        if self._doubt is not None:
+            await self._write(*self._doubt)
+            self._doubt, sent = None, True
         usage = unsent.take_usage(int(now // 60) - USAGE_TTL_S // 60)
         if not usage:
-            return False
-        pipe = self._redis.pipeline(transaction=False)
-        for (tenant, minute), tokens in usage.items():
-            pipe.hincrby(self._keys.usage(tenant), str(minute), tokens)
-            pipe.expire(self._keys.usage(tenant), USAGE_TTL_S)
-        pipe.sadd(self._keys.tenants(), *{tenant for tenant, _ in usage})
-        pipe.expire(self._keys.tenants(), USAGE_TTL_S)
-        pipe.scard(self._keys.tenants())
+            return sent
+        self._batches += 1
+        batch = f"{self._batches}"
         try:
-            *_, members = await pipe.execute()
-            if int(members) > MAX_TRACKED_TENANTS:  # churned names: drop some at random
-                await self._redis.spop(self._keys.tenants(), int(members) - MAX_TRACKED_TENANTS)
+            await self._write(batch, usage)
         except BaseException:
-            unsent.keep_usage(usage)
+            self._doubt = (batch, usage)
             raise
         return True
+
+    async def _write(self, batch: str, usage: dict[tuple[str, int], int]) -> None:
+        keys = [self._keys.usage_batch(self._instance), self._keys.tenants()]
+        args: list[str | int] = [batch, USAGE_TTL_S]
+        for (tenant, minute), tokens in usage.items():
+            keys.append(self._keys.usage(tenant))
+            args += [str(minute), tokens, tenant]
+        members = int(await self._script(keys=keys, args=args))
+        if members > MAX_TRACKED_TENANTS:  # churned names: drop some at random
+            await self._redis.spop(self._keys.tenants(), members - MAX_TRACKED_TENANTS)

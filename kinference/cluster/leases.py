@@ -77,7 +77,7 @@ class LeasedBudget:
         self._known_replicas = expected_replicas  # live replicas at the last such round
         self._wall = wall
         self._script = LeaseScript(redis, keys)
-        self._usage = UsageWriter(redis, keys)
+        self._usage = UsageWriter(redis, keys, instance)
         self.wakeup = asyncio.Event()  # set when a tenant wants a lease now (or is new)
         self._book = LeaseBook(wall, on_new=self.wakeup.set)
         self._unsent = self._book.unsent
