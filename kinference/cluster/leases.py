@@ -6,27 +6,25 @@ epoch second (`Keys.leases`); a Lua script grants `min(want, limit - leased in t
 
 Guarantees, for tokens reported before the next pick (as with the local gate):
 - A replica admits while its balance (unexpired leases minus tokens spent from them) is
-  positive, and then one request more until its next grant; whatever it spends beyond its
-  leases is charged in Redis too. The cluster overshoots by at most one request per replica.
-  A Pick that finds the balance and the credit spent before the lease round that follows
-  has answered waits for that round (`answered`, at most LEASE_WAIT_S): a new tenant's
-  second request is not refused for want of a lease nobody has refused yet.
+  positive, and then one request more until its next grant (charged in Redis too): the
+  cluster overshoots by at most one request per replica. A Pick that finds both spent
+  before the lease round that follows has answered waits for it (`answered`, at most
+  LEASE_WAIT_S): a new tenant's second request is not refused for want of a lease.
 - A lease is spendable for LEASE_LIFE_S and charged at the end of that life, so it stays in
   the window at least 60 s after any token spent from it; what is left unspent is handed back.
-- Tokens are reserved at admission and settled at the final report (`kinference.routing.
-  budget`): a refund goes back into a live lease, an overrun is charged like any spending
-  beyond the leases. Tokens charged outside a lease go to the *next* epoch second, so the
-  Redis window never lets a token go before 60 s.
+- Tokens are reserved at admission and settled at the final report (`routing.budget`): a
+  refund goes back into a live lease, an overrun is charged beyond the leases, to the *next*
+  epoch second (the Redis window never lets a token go before 60 s).
 - While Redis is unavailable (a `sync_once` raised), a replica spends its leases, then at most
   `limit / replicas` per sliding minute (`replicas`: the last count seen, or
   `expected_replicas` before any), or nothing with `fail_closed`. What it spent beyond its
-  leases waits in a bounded buffer, charged when Redis answers again for the seconds still
-  inside the window.
+  leases waits in a bounded buffer, charged when Redis is back (seconds still in the window).
 - A leases hash that vanished (an empty Redis restart) is re-seeded: each replica marks the
   hash with a field of its own; a call that finds its mark gone while this replica charged
   tokens in the window is granted nothing, and the next call sends those charges again.
   After a failure the first round to reach Redis calls for every tenant charged in the
-  window, re-seeding also a hash nothing else calls for (limits: docs/redis.md).
+  window, re-seeding a hash nothing else calls for (limits: docs/redis.md). A failed call
+  goes again as it was, before the next: applied once (`lease_writes`).
 """
 
 from __future__ import annotations
@@ -41,9 +39,8 @@ from redis.exceptions import RedisError
 
 from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import Keys
-from kinference.cluster.lease_state import LEASE_LIFE_S, LeaseBook, TenantLeases
+from kinference.cluster.lease_state import LeaseBook, LeaseCall, TenantLeases
 from kinference.cluster.lease_writes import LeaseScript, UsageWriter
-from kinference.routing.budget import WINDOW_S
 
 LEASE_WAIT_S = 0.5  # seconds a Pick waits for the lease round it asked for, then is answered
 
@@ -71,12 +68,11 @@ class LeasedBudget:
     ) -> None:
         self._redis = redis
         self._replicas = replicas
-        self._mark = f"replica:{instance}"  # this replica's mark field in each leases hash
         self._fail_closed = fail_closed
         self._expected_replicas = expected_replicas
         self._known_replicas = expected_replicas  # live replicas at the last such round
         self._wall = wall
-        self._script = LeaseScript(redis, keys)
+        self._script = LeaseScript(redis, keys, f"replica:{instance}")  # its mark field
         self._usage = UsageWriter(redis, keys, instance)
         self.wakeup = asyncio.Event()  # set when a tenant wants a lease now (or is new)
         self._book = LeaseBook(wall, on_new=self.wakeup.set)
@@ -139,10 +135,9 @@ class LeasedBudget:
         self.wakeup.set()
 
     def frees_in(self, tenant: str, limit: int) -> float | None:
-        """While Redis answers: when this replica's own charges leave the leases window far
-        enough for a grant (others' charges leaving first only make it sooner; the next
-        lease round, within a tenth of a second, then grants). Offline: when its share
-        frees in its own window. None: cannot tell."""
+        """Online: when this replica's own charges leave the window enough for a grant (the
+        next round then grants; others' leaving first make it sooner). Offline: when its
+        share frees in its own window. None: cannot tell."""
         state = self._book.get(tenant)
         if state is None:
             return None
@@ -150,12 +145,7 @@ class LeasedBudget:
         if self.offline:
             replicas = max(self._known_replicas, self._replicas(), self._expected_replicas)
             return state.window.frees_in(now, math.ceil(limit / replicas))
-        excess = state.leased - limit + 1  # a grant needs the window's sum under the limit
-        for second, tokens in sorted(state.charged):
-            excess -= tokens
-            if excess <= 0:  # the script drops a second once it is 60 s old
-                return max(second + WINDOW_S - now, 0.0)
-        return None
+        return state.charges_leave_in(now, limit)
 
     def used(self, tenant: str) -> int:
         """Tokens this replica recorded for `tenant` in the last minute."""
@@ -274,6 +264,8 @@ class LeasedBudget:
             try:
                 await self._lease(tenant, state, pairs, now)
             except BaseException:
+                if state is not None and state.doubt is not None and state.doubt.pairs is pairs:
+                    owed.pop(tenant, None)  # sent again as they were, not with newer ones
                 self._unsent.requeue(owed)
                 if state is not None:
                     state.overshot = state.overshot or any(tokens > 0 for _, tokens in pairs)
@@ -285,16 +277,23 @@ class LeasedBudget:
     async def _lease(
         self, tenant: str, state: TenantLeases | None, pairs: list[tuple[int, int]], now: float
     ) -> None:
-        """One tenant's charges and lease (a tenant forgotten meanwhile, None: charges only)."""
-        answer = await self._script.lease(
-            tenant,
-            now=now,
-            limit=0 if state is None else state.limit,
-            want=0 if state is None else state.want(now, self._replicas()),
-            charge_second=int(now) + LEASE_LIFE_S,
-            mark=self._mark,
-            charged=state is not None and state.charges_in_window(now),
-            sent=[*([] if state is None else state.reseed), *pairs],
-        )
-        if state is not None and state.settle(pairs, answer, now):
-            self.wakeup.set()  # the charges go again in the next round
+        """One tenant's charges and lease, after its failed call if any, sent again as it was
+        (applied once: its answer may have been lost after Redis applied it)."""
+        if state is not None and state.doubt is not None:
+            await self._call(tenant, state, now, state.doubt)
+        sent = [*([] if state is None else state.reseed), *pairs]
+        await self._call(tenant, state, now, LeaseCall(self._script.next_id(), sent, pairs))
+
+    async def _call(
+        self, tenant: str, state: TenantLeases | None, now: float, call: LeaseCall
+    ) -> None:
+        try:
+            answer = await self._script.call(tenant, state, now, call, replicas=self._replicas())
+        except BaseException:
+            if state is not None:
+                state.doubt = call
+            raise
+        if state is not None:
+            state.doubt = None
+            if state.settle(call.pairs, answer, now):
+                self.wakeup.set()  # the charges go again in the next round

@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 from kinference.cluster.connection import RedisClient, connect
 from kinference.cluster.leases import LeasedBudget
 from loadtest.redis_server import RedisServer
-from tests.cluster.test_leases import KEYS, TENANT, Clocks, until_ok
+from tests.cluster.test_leases import KEYS, TENANT, Clocks, leased_sum, until_ok
 
 
 class CuttingProxy:
@@ -93,8 +93,28 @@ async def test_usage_whose_reply_was_lost_is_not_added_twice(
         wall=clocks.wall,
     )  # fmt: skip
     assert budget.exhausted(TENANT, 100_000) is None
-    await budget.sync_once()  # a lease: the usage below is all the next rounds send
+    await budget.sync_once()  # a lease (and the scripts loaded): next rounds send the usage
     budget.record(TENANT, 100_000, 300)
     await cut_once(proxy, budget, KEYS.usage(TENANT).encode())
     usage = await client.hgetall(KEYS.usage(TENANT))
     assert sum(int(tokens) for tokens in usage.values()) == 300
+
+
+async def test_charges_whose_reply_was_lost_are_not_charged_twice(
+    proxied: tuple[CuttingProxy, RedisClient], client: RedisClient
+) -> None:
+    """The lease call charges what this replica spent beyond its leases and grants a
+    slice; applied without an answer and sent again, it charged twice and granted twice."""
+    proxy, through_proxy = proxied
+    clocks = Clocks()
+    budget = LeasedBudget(
+        through_proxy, KEYS, replicas=lambda: 1, instance="a", clock=clocks.clock,
+        wall=clocks.wall,
+    )  # fmt: skip
+    budget.exhausted("warm-up", 1_200)
+    await budget.sync_once()  # the script loaded: the cut call is an EVALSHA that runs
+    assert budget.exhausted(TENANT, 1_200) is None  # its one request before any lease
+    budget.record(TENANT, 1_200, 300)  # charged beyond the leases
+    await cut_once(proxy, budget, KEYS.leases(TENANT).encode())
+    await until_ok(budget.sync_once)
+    assert await leased_sum(client) == 300 + budget.balance(TENANT)  # each once
