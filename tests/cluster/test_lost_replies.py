@@ -65,11 +65,16 @@ class CuttingProxy:
 
 
 @pytest.fixture
-async def proxied(redis_server: RedisServer) -> AsyncIterator[tuple[CuttingProxy, RedisClient]]:
+async def proxied(redis_server: RedisServer) -> AsyncIterator[tuple[CuttingProxy, LeasedBudget]]:
+    """The proxy, and a budget whose Redis client goes through it."""
     proxy = CuttingProxy(redis_server.port)
     port = await proxy.start()
     client = connect(f"redis://127.0.0.1:{port}/0")
-    yield proxy, client
+    clocks = Clocks()
+    budget = LeasedBudget(
+        client, KEYS, replicas=lambda: 1, instance="a", clock=clocks.clock, wall=clocks.wall
+    )
+    yield proxy, budget
     await client.aclose()
     await proxy.close()
 
@@ -84,14 +89,9 @@ async def cut_once(proxy: CuttingProxy, budget: LeasedBudget, marker: bytes) -> 
 
 
 async def test_usage_whose_reply_was_lost_is_not_added_twice(
-    proxied: tuple[CuttingProxy, RedisClient], client: RedisClient
+    proxied: tuple[CuttingProxy, LeasedBudget], client: RedisClient
 ) -> None:
-    proxy, through_proxy = proxied
-    clocks = Clocks()
-    budget = LeasedBudget(
-        through_proxy, KEYS, replicas=lambda: 1, instance="a", clock=clocks.clock,
-        wall=clocks.wall,
-    )  # fmt: skip
+    proxy, budget = proxied
     assert budget.exhausted(TENANT, 100_000) is None
     await budget.sync_once()  # a lease (and the scripts loaded): next rounds send the usage
     budget.record(TENANT, 100_000, 300)
@@ -101,16 +101,11 @@ async def test_usage_whose_reply_was_lost_is_not_added_twice(
 
 
 async def test_charges_whose_reply_was_lost_are_not_charged_twice(
-    proxied: tuple[CuttingProxy, RedisClient], client: RedisClient
+    proxied: tuple[CuttingProxy, LeasedBudget], client: RedisClient
 ) -> None:
     """The lease call charges what this replica spent beyond its leases and grants a
     slice; applied without an answer and sent again, it charged twice and granted twice."""
-    proxy, through_proxy = proxied
-    clocks = Clocks()
-    budget = LeasedBudget(
-        through_proxy, KEYS, replicas=lambda: 1, instance="a", clock=clocks.clock,
-        wall=clocks.wall,
-    )  # fmt: skip
+    proxy, budget = proxied
     budget.exhausted("warm-up", 1_200)
     await budget.sync_once()  # the script loaded: the cut call is an EVALSHA that runs
     assert budget.exhausted(TENANT, 1_200) is None  # its one request before any lease
