@@ -174,11 +174,13 @@ class SharedBlacklist:
         pipe.eval(_SERVER_ID, 1, self._keys.blacklist(""))  # the key routes it on a Cluster
         _queue_reads(pipe, self._keys, ordered)
         replies = await pipe.execute(raise_on_error=False)
-        if isinstance(replies[0], Exception):
-            raise replies[0]
+        # No INFO (renamed away, not in the ACL): no restart is seen, the keys are still read.
+        server = None if isinstance(replies[0], ResponseError) else replies[0]
+        if isinstance(server, Exception):  # (it read as Redis unavailable: Picks DEGRADED)
+            raise server
         # After a restart a missing key was lost, not cleared; a key found is real (written
         # since: another replica's announcement, read by `refresh`), adopted all the same.
-        restarted = self._restarted(_text(replies[0] or b""))
+        restarted = server is not None and self._restarted(_text(server))
         for provider, entry in zip(ordered, _entries(ordered, replies[1:]), strict=True):
             if entry is not None:
                 self._adopt(entry)

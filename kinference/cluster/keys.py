@@ -132,6 +132,11 @@ class Keys:
         """Hash: epoch minute -> tokens the tenant used that minute (EXPIRE USAGE_TTL_S)."""
         return f"{self.top}tenant:{tenant}:usage"
 
+    def usage_batch(self, instance: str) -> str:
+        """String: the id of the instance's last usage batch applied (EXPIRE USAGE_TTL_S):
+        a batch sent again after a reply was lost is not added twice."""
+        return f"{self.top}usage-batch:{instance}"
+
     def tenants(self) -> str:
         """Set: tenants with recorded usage, for `kinference state` (EXPIRE USAGE_TTL_S;
         trimmed back to MAX_TRACKED_TENANTS members by SPOP when it grows past them)."""

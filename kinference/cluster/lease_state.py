@@ -22,6 +22,16 @@ Entry = tuple[str, int]  # (tenant, epoch second or minute)
 Owed = dict[str, list[tuple[int, int]]]  # tenant -> [(charge second, tokens)]
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseCall:
+    """One lease call of one tenant: its id, the (second, tokens) pairs it sends (re-seeded
+    charges first) and those of them that are this round's new charges."""
+
+    id: str
+    sent: list[tuple[int, int]]
+    pairs: list[tuple[int, int]]
+
+
 @dataclass
 class TenantLeases:
     """What one replica knows of one tenant's budget."""
@@ -37,11 +47,22 @@ class TenantLeases:
     charged: deque[tuple[int, int]] = field(default_factory=deque)
     reseed: list[tuple[int, int]] = field(default_factory=list)  # to send again (hash lost)
     asked: int = 0  # the lease round that answers this tenant's spent credit (0: none asked)
+    doubt: LeaseCall | None = None  # a lease call that failed, to send again unchanged first
 
     def charges_in_window(self, now: float) -> bool:
         while self.charged and self.charged[0][0] <= now - WINDOW_S:
             self.charged.popleft()
         return bool(self.charged)
+
+    def charges_leave_in(self, now: float, limit: int) -> float | None:
+        """Seconds until this replica's own charges leave the leases window far enough for a
+        grant (None: they never will alone)."""
+        excess = self.leased - limit + 1  # a grant needs the window's sum under the limit
+        for second, tokens in sorted(self.charged):
+            excess -= tokens
+            if excess <= 0:  # the script drops a second once it is 60 s old
+                return max(second + WINDOW_S - now, 0.0)
+        return None
 
     def refund(self, tokens: int) -> int:
         """Put unspent tokens back into the newest live piece; returns what did not fit."""
@@ -77,10 +98,13 @@ class TenantLeases:
         """Record a lease round's answer to the charges `sent`: (granted, leased in the
         window, whether the hash was lost). Returns whether the charges must be sent again."""
         granted, leased, lost = answer
-        self.reseed = []
-        self.charged.extend(sent)
-        if lost:  # the hash was gone: send this replica's charges in the window again
+        resent, self.reseed = self.reseed, []
+        # The hash was gone: send this replica's charges in the window again, but not those
+        # this call carried (it applied them: they were charged twice, 700 for 400 spent),
+        # nor any when it carried them all (a re-seed).
+        if lost and not resent:
             self.reseed = [(sec, tokens) for sec, tokens in self.charged if sec > now - WINDOW_S]
+        self.charged.extend(sent)
         if granted > 0:
             self.charged.append((int(now) + LEASE_LIFE_S, granted))
             self.pieces.append([int(now) + LEASE_LIFE_S, granted])
@@ -190,11 +214,6 @@ class Unsent:
         usage = {key: tokens for key, tokens in self._usage.items() if key[1] > oldest_minute}
         self._usage = {}
         return usage
-
-    def keep_usage(self, usage: dict[Entry, int]) -> None:
-        """Put back usage a failed write did not send."""
-        for key, tokens in usage.items():
-            self.dropped += _add_bounded(self._usage, key, tokens)
 
 
 def _add_bounded(entries: dict[Entry, int], key: Entry, tokens: int) -> int:

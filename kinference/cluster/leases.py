@@ -6,25 +6,25 @@ epoch second (`Keys.leases`); a Lua script grants `min(want, limit - leased in t
 
 Guarantees, for tokens reported before the next pick (as with the local gate):
 - A replica admits while its balance (unexpired leases minus tokens spent from them) is
-  positive, and then one request more until its next grant; whatever it spends beyond its
-  leases is charged in Redis too. The cluster overshoots by at most one request per replica.
-  A Pick that finds the balance and the credit spent before the lease round that follows
-  has answered waits for that round (`answered`, at most LEASE_WAIT_S): a new tenant's
-  second request is not refused for want of a lease nobody has refused yet.
+  positive, and then one request more until its next grant (charged in Redis too): the
+  cluster overshoots by at most one request per replica. A Pick that finds both spent
+  before the lease round that follows has answered waits for it (`answered`, at most
+  LEASE_WAIT_S): a new tenant's second request is not refused for want of a lease.
 - A lease is spendable for LEASE_LIFE_S and charged at the end of that life, so it stays in
   the window at least 60 s after any token spent from it; what is left unspent is handed back.
-- Tokens are reserved at admission and settled at the final report (`kinference.routing.
-  budget`): a refund goes back into a live lease, an overrun is charged like any spending
-  beyond the leases. Tokens charged outside a lease go to the *next* epoch second, so the
-  Redis window never lets a token go before 60 s.
+- Tokens are reserved at admission and settled at the final report (`routing.budget`): a
+  refund goes back into a live lease, an overrun is charged beyond the leases, to the *next*
+  epoch second (the Redis window never lets a token go before 60 s).
 - While Redis is unavailable (a `sync_once` raised), a replica spends its leases, then at most
   `limit / replicas` per sliding minute (`replicas`: the last count seen, or
   `expected_replicas` before any), or nothing with `fail_closed`. What it spent beyond its
-  leases waits in a bounded buffer, charged when Redis answers again for the seconds still
-  inside the window.
+  leases waits in a bounded buffer, charged when Redis is back (seconds still in the window).
 - A leases hash that vanished (an empty Redis restart) is re-seeded: each replica marks the
   hash with a field of its own; a call that finds its mark gone while this replica charged
   tokens in the window is granted nothing, and the next call sends those charges again.
+  After a failure the first round to reach Redis calls for every tenant charged in the
+  window, re-seeding a hash nothing else calls for (limits: docs/redis.md). A failed call
+  goes again as it was, before the next: applied once (`lease_writes`).
 """
 
 from __future__ import annotations
@@ -39,9 +39,8 @@ from redis.exceptions import RedisError
 
 from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import Keys
-from kinference.cluster.lease_state import LEASE_LIFE_S, LeaseBook, TenantLeases
+from kinference.cluster.lease_state import LeaseBook, LeaseCall, TenantLeases
 from kinference.cluster.lease_writes import LeaseScript, UsageWriter
-from kinference.routing.budget import WINDOW_S
 
 LEASE_WAIT_S = 0.5  # seconds a Pick waits for the lease round it asked for, then is answered
 
@@ -49,10 +48,10 @@ LEASE_WAIT_S = 0.5  # seconds a Pick waits for the lease round it asked for, the
 class LeasedBudget:
     """Implements `kinference.routing.budget.Budget` for a replica in a cluster.
 
-    The node calls `sync_once` every ~100 ms (every few seconds while `idle`; sooner when
-    `wakeup` is set, but not more often than every ~10 ms); a round that raises marks the
-    budget disconnected until a round succeeds (`set_connected` lets the node say so
-    earlier). Picks never wait: everything but `sync_once` is synchronous and local.
+    The node calls `sync_once` every ~100 ms (every few seconds while `idle`; sooner, but
+    not more often than every ~10 ms, when `wakeup` is set); a round that raises marks the
+    budget disconnected until a round succeeds (`set_connected`: the node says so earlier).
+    Picks never wait: everything but `sync_once` is synchronous and local.
     """
 
     def __init__(
@@ -69,14 +68,12 @@ class LeasedBudget:
     ) -> None:
         self._redis = redis
         self._replicas = replicas
-        self._mark = f"replica:{instance}"  # this replica's mark field in each leases hash
         self._fail_closed = fail_closed
         self._expected_replicas = expected_replicas
         self._known_replicas = expected_replicas  # live replicas at the last such round
-        self._clock = clock
         self._wall = wall
-        self._script = LeaseScript(redis, keys)
-        self._usage = UsageWriter(redis, keys)
+        self._script = LeaseScript(redis, keys, f"replica:{instance}")  # its mark field
+        self._usage = UsageWriter(redis, keys, instance)
         self.wakeup = asyncio.Event()  # set when a tenant wants a lease now (or is new)
         self._book = LeaseBook(wall, on_new=self.wakeup.set)
         self._unsent = self._book.unsent
@@ -86,7 +83,7 @@ class LeasedBudget:
         # Whether the last round failed: only then is Redis taken to be away (a replica that
         # has not tried yet admits one request, as when its leases ran out, not a share).
         self.offline = False
-        self._rounds = 0  # lease rounds begun
+        self._rounds, self._recheck = 0, False  # lease rounds begun; a failure since (module doc)
         self._answered = 0  # the newest round that ended, answered or failed
         self._round_ended = asyncio.Event()  # set (and replaced) as each round ends
 
@@ -108,10 +105,8 @@ class LeasedBudget:
             )
         if self._fail_closed:
             return "has a budget, and Redis (which keeps it) is unavailable"
-        # The larger of the count at the last round that reached Redis, the live count and
-        # the expected one: a restarted Redis has no heartbeats for a moment (the live count
-        # reads 1: the whole budget for everyone), and a young replica has counted only those
-        # that started before it.
+        # The largest of the count at the last round that reached Redis, the live count (1 for a
+        # moment after a restart) and the expected one (a young replica has counted few).
         replicas = max(self._known_replicas, self._replicas(), self._expected_replicas)
         share = limit / replicas
         used = state.window.used(self._wall())
@@ -140,10 +135,9 @@ class LeasedBudget:
         self.wakeup.set()
 
     def frees_in(self, tenant: str, limit: int) -> float | None:
-        """While Redis answers: when this replica's own charges leave the leases window far
-        enough for a grant (others' charges leaving first only make it sooner; the next
-        lease round, within a tenth of a second, then grants). Offline: when its share
-        frees in its own window. None: cannot tell."""
+        """Online: when this replica's own charges leave the window enough for a grant (the
+        next round then grants; others' leaving first make it sooner). Offline: when its
+        share frees in its own window. None: cannot tell."""
         state = self._book.get(tenant)
         if state is None:
             return None
@@ -151,12 +145,7 @@ class LeasedBudget:
         if self.offline:
             replicas = max(self._known_replicas, self._replicas(), self._expected_replicas)
             return state.window.frees_in(now, math.ceil(limit / replicas))
-        excess = state.leased - limit + 1  # a grant needs the window's sum under the limit
-        for second, tokens in sorted(state.charged):
-            excess -= tokens
-            if excess <= 0:  # the script drops a second once it is 60 s old
-                return max(second + WINDOW_S - now, 0.0)
-        return None
+        return state.charges_leave_in(now, limit)
 
     def used(self, tenant: str) -> int:
         """Tokens this replica recorded for `tenant` in the last minute."""
@@ -227,15 +216,15 @@ class LeasedBudget:
 
     def set_connected(self, connected: bool) -> None:
         """Whether Redis answers (also set by each `sync_once`): while it does not, a tenant
-        without leases left gets `limit / replicas` per minute instead of one request."""
+        without leases left gets its offline share instead of one request."""
         self.connected, self.offline = connected, not connected
         if not connected:
+            self._recheck = True
             self.wakeup.set()  # an idle loop starts its rounds (each PINGs) again
 
     async def sync_once(self) -> None:
-        """One round: charge owed tokens and lease slices (one EVALSHA per tenant that needs
-        it), then write usage for dashboards. Raises RedisError or OSError. While disconnected,
-        a round with nothing to send PINGs, so the budget learns that Redis is back."""
+        """One round: charge owed tokens and lease slices (an EVALSHA per tenant needing it),
+        then write usage. Raises RedisError or OSError; disconnected, an empty round PINGs."""
         self.wakeup.clear()
         self._rounds += 1
         number = self._rounds
@@ -246,7 +235,7 @@ class LeasedBudget:
                 await self._redis.ping()
                 sent = True
         except (RedisError, OSError):
-            self.connected, self.offline = False, True
+            self.connected, self.offline, self._recheck = False, True, True
             raise
         finally:
             self._answered = max(self._answered, number)
@@ -263,9 +252,10 @@ class LeasedBudget:
         for name, known in self._book:
             self._book.balance(name, known)  # hands back expired leases in this round
         owed = self._unsent.take_owed(int(now))
-        wanting = [name for name, state in self._book if state.want(now, replicas)]
-        reseeding = [name for name, state in self._book if state.reseed]
-        tenants = dict.fromkeys([*owed, *wanting, *reseeding])
+        recheck = self._recheck  # every tenant charged in the window (module doc)
+        calls = [n for n, state in self._book if state.want(now, replicas) or state.reseed or (
+            recheck and state.charges_in_window(now))]  # fmt: skip
+        tenants = dict.fromkeys([*owed, *calls])
         for tenant in tenants:
             state = self._book.get(tenant)
             pairs = owed.get(tenant, [])
@@ -274,27 +264,36 @@ class LeasedBudget:
             try:
                 await self._lease(tenant, state, pairs, now)
             except BaseException:
+                if state is not None and state.doubt is not None and state.doubt.pairs is pairs:
+                    owed.pop(tenant, None)  # sent again as they were, not with newer ones
                 self._unsent.requeue(owed)
                 if state is not None:
                     state.overshot = state.overshot or any(tokens > 0 for _, tokens in pairs)
                 raise
             owed.pop(tenant, None)
+        self._recheck = False
         return bool(tenants)
 
     async def _lease(
         self, tenant: str, state: TenantLeases | None, pairs: list[tuple[int, int]], now: float
     ) -> None:
-        """One tenant's charges sent and lease asked for; a state that was forgotten meanwhile
-        (None) only sends what it owed."""
-        answer = await self._script.lease(
-            tenant,
-            now=now,
-            limit=0 if state is None else state.limit,
-            want=0 if state is None else state.want(now, self._replicas()),
-            charge_second=int(now) + LEASE_LIFE_S,
-            mark=self._mark,
-            charged=state is not None and state.charges_in_window(now),
-            sent=[*([] if state is None else state.reseed), *pairs],
-        )
-        if state is not None and state.settle(pairs, answer, now):
-            self.wakeup.set()  # the charges go again in the next round
+        """One tenant's charges and lease, after its failed call if any, sent again as it was
+        (applied once: its answer may have been lost after Redis applied it)."""
+        if state is not None and state.doubt is not None:
+            await self._call(tenant, state, now, state.doubt)
+        sent = [*([] if state is None else state.reseed), *pairs]
+        await self._call(tenant, state, now, LeaseCall(self._script.next_id(), sent, pairs))
+
+    async def _call(
+        self, tenant: str, state: TenantLeases | None, now: float, call: LeaseCall
+    ) -> None:
+        try:
+            answer = await self._script.call(tenant, state, now, call, replicas=self._replicas())
+        except BaseException:
+            if state is not None:
+                state.doubt = call
+            raise
+        if state is not None:
+            state.doubt = None
+            if state.settle(call.pairs, answer, now):
+                self.wakeup.set()  # the charges go again in the next round

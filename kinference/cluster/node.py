@@ -213,7 +213,7 @@ class ClusterNode:
 
     async def _publish(self) -> None:
         await self.outbox.wakeup.wait()  # sleeps until there is something to send
-        if not self.outbox.urgent:  # let more events join the batch
+        if not self.outbox.urgent and not self.outbox.backlogged:  # let more events join
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.batch_s):
                     await self.outbox.urgent_wakeup.wait()

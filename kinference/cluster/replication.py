@@ -35,6 +35,10 @@ READ_COUNT = 1_000  # stream entries per XREAD
 # below that, so that an idle reader's last read is never near stale (`read_block_ms`).
 READ_BLOCK_MS = 500
 TAIL_ENTRIES = 2_000  # recent entries a new replica replays to warm its prefix index
+# A reader lets its loop run (Picks) after applying this much of one read, counted in events
+# and block hashes / 64: a backlog (the first flushes after another replica's outage, up to a
+# thousand entries a read) was applied at once, 1.7-4 s held on every reader's loop.
+YIELD_WORK = 1_000
 
 
 # Replace a load hash by a snapshot (DEL, HSET in chunks, PEXPIRE) in one atomic step. A
@@ -89,17 +93,29 @@ class Publisher:
         self.outbox.wakeup.set()
 
     async def flush(self) -> None:
-        """Send what is queued (raises on a Redis error; the batch is kept for the retry)."""
+        """Send what is queued, a batch at most (raises on a Redis error; the batch is kept
+        for the retry). A flush that leaves events queued (a backlog, sent a batch a flush)
+        is a snapshot, and so is the next: the load it sends counts every queued event
+        already, so their deltas must not be counted again."""
         if not len(self.outbox) and not self.outbox.dirty and not self.snapshot_needed:
             self.outbox.wakeup.clear()
             return
-        await self.deliver(*self.outbox.take())
+        events, dirty, dropped = self.outbox.take()
+        backlog = bool(len(self.outbox))
+        if backlog:
+            self.owe_snapshot()
+        await self.deliver(events, dirty, dropped, self._own_load())
+        if backlog:
+            self.owe_snapshot()
 
-    async def deliver(self, events: list[list[Any]], dirty: set[str], dropped: int) -> None:
-        """Send one batch taken from the outbox (raises on a Redis error; the batch goes
-        back into the outbox for the retry, and the next flush is a snapshot)."""
+    async def deliver(
+        self, events: list[list[Any]], dirty: set[str], dropped: int, own: Mapping[str, int]
+    ) -> None:
+        """Send one batch taken from the outbox, with this instance's load `own` as of the
+        take (raises on a Redis error; the batch goes back into the outbox for the retry,
+        and the next flush is a snapshot)."""
         try:
-            await self._send(events, dirty, dropped)
+            await self._send(events, dirty, dropped, own)
         except BaseException:
             self.outbox.requeue(events, dirty, dropped)
             self.owe_snapshot()
@@ -107,11 +123,12 @@ class Publisher:
         self._stats.fold(events)
         self.flushes += 1
 
-    async def _send(self, events: list[list[Any]], dirty: set[str], dropped: int) -> None:
+    async def _send(
+        self, events: list[list[Any]], dirty: set[str], dropped: int, own: Mapping[str, int]
+    ) -> None:
         snapshot = self.snapshot_needed or dropped > 0
         seq = self.seq + 1
         load_key = self._keys.load(self.instance)
-        own = self._own_load()
         pipe = self._redis.pipeline(transaction=False)
         if snapshot:  # atomically: a reader never finds the hash gone or half written
             snapshot_fields = [x for pair in {**own, SEQ_FIELD: seq}.items() for x in pair]
@@ -133,7 +150,12 @@ class Publisher:
             self.instance, seq, events, dict(own) if snapshot else None, binary=self._binary
         )
         pipe.xadd(self._keys.events(), fields, maxlen=self._maxlen, approximate=True)
-        replies = await pipe.execute()
+        # Errors returned, not raised: redis-py would format the whole entry into the error's
+        # text first (textwrap over it: 0.13 s of this loop for a 256 KiB entry refused).
+        replies = await pipe.execute(raise_on_error=False)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
         self.seq = seq
         self.snapshot_needed = False
         if not snapshot and replies[0] == 1:
@@ -198,21 +220,28 @@ class Reader:
             await asyncio.sleep(self._pause_s)
 
     async def consume(self, answer: Any) -> None:
-        """Apply an XREAD reply of this shard's stream (from `read` or a shared read)."""
+        """Apply an XREAD reply of this shard's stream (from `read` or a shared read),
+        letting the loop run after every YIELD_WORK of it."""
+        work = 0
         for _stream, entries in answer or ():
             for entry_id, fields in entries:
-                await self._take(entry_id, fields)
+                work += await self._take(entry_id, fields)
+                if work >= YIELD_WORK:
+                    work = 0
+                    await asyncio.sleep(0)
         self.last_read_at = self._clock()
 
-    async def _take(self, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
+    async def _take(self, entry_id: bytes, fields: dict[bytes, bytes]) -> int:
+        """Apply one entry; returns its work (events, and block hashes / 64)."""
         entry = codec.decode(entry_id, fields)
         self.last_id = entry_id.decode()
         if entry is None or entry.instance == self.instance:
-            return
+            return 0
         if entry.load is None and self.view.needs_resync(entry):
             await self.resync(entry.instance, entry.seq)
         self.view.apply(entry)
         self.lag_s = max(self._wall() - codec.entry_ms(entry.id) / 1000, 0.0)
+        return len(entry.events) + _hash_bytes(entry.events) // 512
 
     async def resync(self, instance: str, seq: int) -> None:
         """Replace an instance's load by its hash (entries of it were missed)."""
@@ -273,6 +302,15 @@ class Reader:
             entry = codec.decode(entry_id, fields)
             if entry is not None:
                 self.view.replay_prefixes(entry)
+
+
+def _hash_bytes(events: list[Any]) -> int:
+    """Bytes of the picks' block hashes in a decoded entry (any event may be malformed)."""
+    return sum(
+        len(event[3])
+        for event in events
+        if isinstance(event, list) and len(event) == 4 and isinstance(event[3], bytes)
+    )
 
 
 def load_counts(raw: Mapping[bytes, bytes]) -> tuple[dict[str, int], int | None]:

@@ -14,6 +14,7 @@ reads it, which also makes it see replicas of the old, unsharded schema during a
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
@@ -30,9 +31,15 @@ from kinference.cluster.stats import StatsBuffer
 from kinference.cluster.view import ClusterView
 from kinference.routing.router import Router
 
+log = logging.getLogger(__name__)
+
 GLOBAL = ""  # the pool name of the global shard
 IDLE_POLL_MAX_S = 0.05  # seconds: on Cluster, idle shards are polled at least this often
 IDLE_POLL_MIN_S = 0.005
+# Seconds a shard's reads find nothing before a check that its stream did not go back: its
+# newest id below the reader's last one (deleted and recreated by a server whose clock is
+# behind the ids it had), which every read then skipped, the view silently stale.
+BACKWARDS_CHECK_S = 2.0
 # Carried in the endpoint's pool shard. PREFILLING must travel with the PICKED before it.
 _EVENTS_WITH_ENDPOINT = frozenset(
     {codec.PICKED, codec.RELEASED, codec.FIRST_TOKEN, codec.ITL, codec.ENGINE,
@@ -77,6 +84,7 @@ class Shards:
         self.pools: dict[str, Shard] = {}
         self._pool_of: dict[str, str] = {}  # endpoint -> pool whose shard carries it
         self._idle_s = 0.0  # seconds the next poll waits after polls that found nothing
+        self._empty_since: dict[str, float] = {}  # pool -> since when its reads find nothing
 
     def __iter__(self) -> Iterator[Shard]:
         yield self.top
@@ -144,25 +152,36 @@ class Shards:
         return parts
 
     async def flush(self) -> None:
-        """Send what is queued, each shard's part in its own pipeline, concurrently
-        (raises the first Redis error; failed parts are back in the outbox)."""
+        """Send what is queued (a batch at most: `Outbox.take`), each shard's part in its
+        own pipeline, concurrently (raises the first Redis error; failed parts are back in
+        the outbox). Each shard's load is taken with the batch, before any await: a Pick
+        in between would be in the load sent and again in the next flush's deltas."""
         outbox = self._wiring.outbox
         if not len(outbox) and not outbox.dirty and not self.owe_snapshot():
             outbox.wakeup.clear()
             return
         events, dirty, dropped = outbox.take()
-        if dropped:  # which shards lost events is unknown: every one republishes its load
+        # Events lost, or left queued (a backlog: this load counts them, the next flush's
+        # deltas would again): every shard republishes its whole load, now and next time.
+        backlog = bool(len(outbox))
+        if dropped or backlog:
             for shard in self:
                 shard.publisher.owe_snapshot()
         parts = self.split(events, dirty)
         targets = [s for s in self if s.pool in parts or s.publisher.snapshot_needed]
         results = await asyncio.gather(
-            *(s.publisher.deliver(*parts.get(s.pool, ([], set())), 0) for s in targets),
+            *(
+                s.publisher.deliver(*parts.get(s.pool, ([], set())), 0, self._own(s.pool))
+                for s in targets
+            ),
             return_exceptions=True,
         )
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+        if backlog:
+            for shard in self:
+                shard.publisher.owe_snapshot()
 
     async def read(self) -> None:
         """One read of every shard's stream (raises on a Redis error; every shard then
@@ -174,12 +193,15 @@ class Shards:
         try:
             for shard in shards:
                 await shard.reader.ensure_bootstrapped()
-            found = await self._read_once(shards)
+            answered = await self._read_once(shards)
+            await self._check_backwards(
+                [shard for shard, found in zip(shards, answered, strict=True) if not found]
+            )
         except Exception:
             for shard in shards:
                 shard.reader.bootstrap_needed = True
             raise
-        pause = self._wiring.batch_s
+        found, pause = any(answered), self._wiring.batch_s
         if isinstance(self._wiring.reader_redis, RedisCluster) and not found:
             self._idle_s = min(max(2 * self._idle_s, pause, IDLE_POLL_MIN_S), IDLE_POLL_MAX_S)
             await asyncio.sleep(self._idle_s)
@@ -188,7 +210,8 @@ class Shards:
             if pause:
                 await asyncio.sleep(pause)
 
-    async def _read_once(self, shards: list[Shard]) -> bool:
+    async def _read_once(self, shards: list[Shard]) -> list[bool]:
+        """One read of every shard; returns which found entries."""
         redis = self._wiring.reader_redis
         if isinstance(redis, RedisCluster):
             # XRANGE from the exclusive last id, not XREAD: redis-py finds XREAD's slot with
@@ -209,10 +232,35 @@ class Shards:
             answers = [by_name.get(shard.keys.events()) for shard in shards]
         for shard, answer in zip(shards, answers, strict=True):
             await shard.reader.consume(answer)
-        return any(answers)
+        return [bool(answer) for answer in answers]
+
+    async def _check_backwards(self, empty: list[Shard]) -> None:
+        """Of the shards whose reads found nothing for BACKWARDS_CHECK_S, bootstrap (at the
+        next read) those whose stream's newest id is below their last."""
+        now, since = self._wiring.clock(), self._empty_since
+        for pool in set(since) - {shard.pool for shard in empty}:
+            del since[pool]
+        shards = [shard for shard in empty if now - since.setdefault(shard.pool, now) >= (
+            BACKWARDS_CHECK_S)]  # fmt: skip
+        if not shards:
+            return
+        for shard in shards:
+            since[shard.pool] = now
+        pipe = self._wiring.reader_redis.pipeline(transaction=False)
+        for shard in shards:
+            pipe.xrevrange(shard.keys.events(), count=1)
+        for shard, newest in zip(shards, await pipe.execute(), strict=True):
+            if newest and _id(newest[0][0]) < _id(shard.reader.last_id):
+                log.warning("the events stream %s went back: reading it anew", shard.keys.events())
+                shard.reader.bootstrap_needed = True
 
     def owe_snapshot(self) -> bool:
         return any(shard.publisher.snapshot_needed for shard in self)
+
+
+def _id(entry_id: bytes | str) -> tuple[int, int]:
+    milliseconds, _, sequence = _text(entry_id).partition("-")
+    return int(milliseconds), int(sequence or 0)
 
 
 def _text(name: bytes | str) -> str:

@@ -39,6 +39,9 @@ class StatsBuffer:
         self._minute = int(wall() // 60)
         self._counts: dict[str, float] = {}
         self._dirty = False
+        # Past minutes whose last counts are not written yet (Redis away at the turn of the
+        # minute, or the turn came between two writes): they were dropped at the turn.
+        self._unwritten: dict[int, dict[str, float]] = {}
 
     def fold(self, events: list[list[Any]]) -> None:
         """Count the reports among a flushed batch of this instance's events."""
@@ -94,19 +97,34 @@ class StatsBuffer:
         self._dirty = True
 
     def _roll(self, minute: int) -> None:
-        if minute != self._minute:  # a new minute starts from zero (the old one was written)
-            self._minute, self._counts = minute, {}
+        if minute != self._minute:  # a new minute starts from zero, the old one kept to write
+            if self._dirty:
+                self._unwritten[self._minute] = self._counts
+            self._minute, self._counts, self._dirty = minute, {}, False
 
     async def flush(self) -> None:
-        """Write this minute's counts (raises on a Redis error)."""
-        if not self._dirty:
+        """Write this minute's counts, and past minutes' not written yet (raises on a Redis
+        error; they are written at the next call)."""
+        oldest = int(self._wall() // 60) - STATS_TTL_S // 60
+        writes = {m: counts for m, counts in self._unwritten.items() if m > oldest}
+        if self._dirty:
+            writes[self._minute] = dict(self._counts)
+        if not writes:
             return
-        key = self._keys.stats(self._minute)
+        self._unwritten, self._dirty = {}, False  # bumps during the write set it again
         pipe = self._redis.pipeline(transaction=False)
-        pipe.hset(key, mapping=dict(self._counts))
-        pipe.expire(key, STATS_TTL_S)
-        await pipe.execute()
-        self._dirty = False
+        for minute, counts in writes.items():
+            pipe.hset(self._keys.stats(minute), mapping=counts)
+            pipe.expire(self._keys.stats(minute), STATS_TTL_S)
+        try:
+            await pipe.execute()
+        except BaseException:
+            for minute, counts in writes.items():
+                if minute == self._minute:
+                    self._dirty = True
+                else:
+                    self._unwritten.setdefault(minute, counts)
+            raise
 
 
 async def read_stats(redis: RedisClient, keys: Keys, now: float, minutes: int) -> dict[str, float]:

@@ -1,0 +1,187 @@
+"""A backlog of events (Redis refused writes or was away for a while) is bounded in memory,
+sent in bounded entries without holding the loop, and counted once by every reader."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.exceptions import RedisError
+
+from kinference.cluster import codec
+from kinference.cluster import outbox as outbox_module
+from kinference.cluster.connection import RedisClient, connect
+from kinference.cluster.keys import Keys
+from kinference.cluster.outbox import HASH_LIMIT, TAKE_EVENTS, Outbox
+from kinference.cluster.replication import Publisher, Reader
+from kinference.cluster.shards import Shards, Wiring
+from kinference.cluster.stats import StatsBuffer
+from kinference.cluster.view import ClusterView
+from kinference.routing import PrefixIndex, WorkerTable
+from loadtest.redis_server import RedisServer
+from tests.cluster.test_bootstrap import view_of
+
+ENDPOINT = "10.0.0.1:8000"
+POOL = "default/chat"
+KEYS = Keys().for_pool(POOL)
+BLOCKS = tuple(range(1, 65))  # one prompt's 64 block hashes
+
+
+@pytest.fixture
+async def redis(redis_server: RedisServer) -> AsyncIterator[RedisClient]:
+    client = connect(redis_server.url)
+    yield client
+    await client.aclose()
+
+
+class Replica:
+    """What the cluster layer sees of a replica: its load and its outbox."""
+
+    def __init__(self) -> None:
+        self.outbox = Outbox()
+        self.own = {ENDPOINT: 0}
+
+    def pick(self, hashes: tuple[int, ...] = BLOCKS) -> None:
+        self.own[ENDPOINT] += 1
+        self.outbox.picked(ENDPOINT, "m", hashes)
+
+    def release(self) -> None:
+        self.own[ENDPOINT] -= 1
+        self.outbox.released(ENDPOINT)
+
+    def publisher(self, redis: RedisClient) -> Publisher:
+        stats = StatsBuffer(redis, KEYS, "a")
+        return Publisher(
+            redis, KEYS, "a", self.outbox, own_load=lambda: dict(self.own), stats=stats,
+            maxlen=100_000,
+        )  # fmt: skip
+
+
+def reader(redis: RedisClient) -> Reader:
+    found = Reader(redis, KEYS, "b", view_of(WorkerTable(), PrefixIndex(100_000)))
+    found.bootstrap_needed = False  # from the stream's start
+    return found
+
+
+async def entries(redis: RedisClient) -> list[codec.Entry]:
+    found = [codec.decode(i, f) for i, f in await redis.xrange(KEYS.events())]
+    return [entry for entry in found if entry is not None]
+
+
+def test_an_outbox_of_long_prompts_is_bounded_by_their_blocks() -> None:
+    """200,000 events of 64-block picks held 106 MB, of 1024-block ones ~1 GB."""
+    replica, long_prompt = Replica(), tuple(range(1024))
+    for _ in range(2 * HASH_LIMIT // len(long_prompt)):
+        replica.pick(long_prompt)
+    outbox = replica.outbox
+    lost = outbox.dropped
+    assert lost > 0
+    assert len(outbox) <= HASH_LIMIT // len(long_prompt)
+    events, _dirty, dropped = outbox.take()
+    assert dropped == lost  # handed to the flush: it sends a snapshot
+    assert len(events) * len(long_prompt) <= outbox_module.TAKE_HASHES
+
+
+async def test_a_backlog_goes_out_in_bounded_entries_and_is_counted_once(
+    redis: RedisClient,
+) -> None:
+    replica = Replica()
+    publisher = replica.publisher(redis)
+    for n in range(2_600):  # ~2 1/2 flushes' worth
+        replica.pick()
+        if n % 3:
+            replica.release()
+    flushes = 0
+    while len(replica.outbox) or publisher.snapshot_needed:  # as the publish loop does
+        await publisher.flush()
+        flushes += 1
+    written = await entries(redis)
+    assert len(written) == flushes >= 4
+    assert all(len(entry.events) <= TAKE_EVENTS for entry in written)
+    assert written[-1].load == replica.own  # the last of a backlog is a snapshot
+    # A reader that applies them all in order holds the replica's load once.
+    following = reader(redis)
+    await following.read()
+    assert following.view.load["a"] == replica.own
+    replica.pick()  # and the deltas after it count again
+    await publisher.flush()
+    await following.read()
+    assert following.view.load["a"] == replica.own
+
+
+async def test_a_pick_between_the_take_and_the_send_is_counted_once(
+    redis: RedisClient,
+) -> None:
+    """The load a flush sends is taken with its batch: a Pick in between was in the load
+    sent (read when the send began, a loop step later) and again in the next flush."""
+    replica = Replica()
+    router = view_of(WorkerTable(), PrefixIndex(1000)).router
+    stats = StatsBuffer(redis, KEYS, "a")
+    shards = Shards(
+        Wiring(redis, redis, Keys(), router, replica.outbox, lambda: dict(replica.own), stats,
+               "a", 100_000, 0.0)
+    )  # fmt: skip
+    shards.set_pools({POOL: [ENDPOINT]})
+    replica.pick()
+    flush = asyncio.create_task(shards.flush())  # the first: a snapshot
+    await asyncio.sleep(0)  # it took the batch; its sends have not begun
+    replica.pick()
+    await flush
+    await shards.flush()  # the second pick, as a delta
+    following = reader(redis)
+    await following.read()
+    assert following.view.load["a"] == {ENDPOINT: 2}
+
+
+async def test_a_reader_lets_the_loop_run_while_it_applies_a_backlog(
+    redis: RedisClient,
+) -> None:
+    events: list[list[Any]] = [[codec.FIRST_TOKEN, ENDPOINT, "m", 100.0]] * 1_000
+    for seq in range(1, 4):
+        await redis.xadd(KEYS.events(), codec.encode("a", seq, events, {ENDPOINT: 0}))
+    answer = await redis.xread({KEYS.events(): "0-0"}, count=10)
+    ticks = [0]
+
+    async def ticker() -> None:
+        while True:
+            ticks[0] += 1
+            await asyncio.sleep(0)
+
+    ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    before = ticks[0]
+    following = reader(redis)
+    await following.consume(answer)
+    ticking.cancel()
+    assert isinstance(following.view, ClusterView)
+    assert following.view.applied[codec.FIRST_TOKEN] == 3_000
+    assert ticks[0] - before >= 2  # other tasks (Picks) ran while it applied 3,000 events
+
+
+async def test_a_refused_flush_does_not_format_its_entry_into_the_error(
+    redis: RedisClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py annotates a failed pipeline command with its arguments (`textwrap.shorten`
+    over all of them): a full outbox's entry refused held the loop ~10 s per retry."""
+    import redis.asyncio.client as redis_client
+
+    formatted: list[int] = []
+    truncate = redis_client.truncate_text
+
+    def counting(text: str, *args: Any, **kwargs: Any) -> str:
+        formatted.append(len(text))
+        return str(truncate(text, *args, **kwargs))
+
+    monkeypatch.setattr(redis_client, "truncate_text", counting)
+    replica = Replica()
+    publisher = replica.publisher(redis)
+    for _ in range(900):
+        replica.pick()
+    await redis.config_set("maxmemory-policy", "noeviction")
+    await redis.config_set("maxmemory", "1")
+    with pytest.raises(RedisError, match="maxmemory"):
+        await publisher.flush()
+    assert len(replica.outbox) == 900  # kept for the retry
+    assert max(formatted, default=0) < 10_000, formatted
