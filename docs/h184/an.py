@@ -10,6 +10,8 @@ import glob
 import json
 import sys
 
+SLACK = float(__import__("os").environ.get("H184_SLACK", "1e9"))
+
 
 def q(xs, p):
     xs = sorted(xs)
@@ -40,6 +42,8 @@ def join(picks, reqs):
             if p.get("ep") and r["engine"] and not r["engine"].endswith(p["ep"].split("//")[-1]) \
                     and p["ep"] not in r["engine"]:
                 continue
+            if p.get("pred") is not None and abs(p.get("ptok", 0) - r["prompt_tokens"]) > SLACK:
+                continue  # precise: the tokenizer's count is the engine's
             used.add(i)
             r["pick"] = p
             break

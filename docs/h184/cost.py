@@ -23,7 +23,7 @@ def main():
             picks = [r for r in recs if r["k"] == "pick"]
             if not picks:
                 continue
-            precise = any("ms" in p for p in picks)
+            precise = any(p.get("pred") is not None for p in picks)
             wall = [(p["t1"] - p["t0"]) * 1e3 for p in picks]
             cpu = [p.get("cpu", float("nan")) for p in picks]
             line = (f"{f.rsplit('/', 1)[-1]} {'P' if precise else 'A'} n={len(picks)} "

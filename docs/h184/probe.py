@@ -103,6 +103,15 @@ def install(path: str) -> None:
     timed(PL.PoolCaches, "room", "room")
     timed(PL.PoolCaches, "extend", "extend")
     timed(IX.BlockIndex, "longest", "longest")
+    from kinference.ops import recorder as RC
+    of_prefix = RC.RequestRecorder._prefix
+    def _prefix(self, local, prompt_tokens, cached_tokens):
+        if local is not None and local.predicted_cached_tokens is not None:
+            write("final", {"t": pc(), "ep": local.endpoint, "pred": local.predicted_cached_tokens,
+                            "cached": cached_tokens, "prompt": prompt_tokens,
+                            "ptok": local.prompt_tokens})
+        return of_prefix(self, local, prompt_tokens, cached_tokens)
+    RC.RequestRecorder._prefix = _prefix
     of_apply = IX.BlockIndex.apply
     def apply(self, slot, events):
         a = of_apply(self, slot, events)

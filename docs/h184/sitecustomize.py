@@ -9,6 +9,16 @@ if os.environ.get("H184_TRACE"):
         import probe
 
         probe.install(f"{os.environ['H184_TRACE']}/gw.{os.getpid()}.jsonl")
+        if os.environ.get("H184_NOREPLAY"):  # the experiment: no eviction prediction
+            from kinference.kvcache import pool as _pool
+
+            _of_init = _pool.PoolCaches.__init__
+
+            def _init(self, *a, **k):
+                _of_init(self, *a, **k)
+                self.predict_evictions = False
+
+            _pool.PoolCaches.__init__ = _init
     elif "--regime" in _argv:
         import json
         import time
