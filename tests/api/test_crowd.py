@@ -248,3 +248,23 @@ async def test_a_crowd_of_slow_uploads_outlasting_the_ttl_and_idle_budget(
     assert [await picker.client.pull_all(p.response_id) for p in picks] == sent
     await together([picker.client.abort(p.response_id) for p in picks])
     await wait_nothing_held(picker)
+
+
+async def test_a_crowd_of_connections_lost_after_every_declared_byte_keeps_nothing(
+    picker: RunningPicker,
+) -> None:
+    """Sixteen callers each send every declared byte on their own connection, which then
+    goes away with no half-close: no body is kept for any of them."""
+    store = picker.app.store
+    sent = [chat_body(content=f"lost {i} " + "l" * 5000) for i in range(CROWD)]
+    clients = [PickerClient(picker.target) for _ in sent]
+    uploads = [
+        held_push(picker, chunked(body, 1000), push_metadata(len(body)), client=client)
+        for body, client in zip(sent, clients, strict=True)
+    ]
+    await wait_until(lambda: store.budget.used == sum(map(len, sent)), what="every byte held")
+    await together([client.close() for client in clients])
+    ends = await together([upload.call for upload in uploads])
+    assert not any(isinstance(end, pb.PushBodyResponse) for end in ends), ends
+    await wait_until(lambda: bodies_held(picker), what="the lost uploads to be discarded")
+    assert picker.metric("kinference_picks_total", {"outcome": "ok"}) == 0
