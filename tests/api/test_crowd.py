@@ -27,6 +27,7 @@ from tests.api.helpers import (
     wait_nothing_held,
     wait_until,
 )
+from tests.api.test_pull import open_pull, read_all
 from tests.conftest import MODEL, PickerFactory, RunningPicker
 
 CROWD = 16
@@ -52,18 +53,6 @@ async def together(calls: list[Awaitable[Any]]) -> list[Any]:
 def bodies(size: int) -> list[bytes]:
     """CROWD distinct chat bodies of `size` bytes, so a body handed to another is seen."""
     return [sized_chat_body(size, tag=f"caller {i} ") for i in range(CROWD)]
-
-
-def open_pull(client: PickerClient, response_id: int) -> Any:
-    return client.stub.PullBody(pb.PullBodyRequest(response_id=response_id))
-
-
-async def read_rest(call: Any) -> bytes:
-    """The rest of a pull; a status error propagates (a failed pull is allowed, short is not)."""
-    chunks = []
-    while (message := await call.read()) is not grpc.aio.EOF:
-        chunks.append(message.chunk)
-    return b"".join(chunks)
 
 
 async def test_a_crowd_aborting_one_response_releases_it_once(picker: RunningPicker) -> None:
@@ -104,7 +93,8 @@ async def test_abort_racing_pulls_never_cuts_a_body_short(picker: RunningPicker)
         head = await call.read()
         assert head is not grpc.aio.EOF
         await together([client.abort(picks[index].response_id) for _ in range(3)])
-        return head.chunk + await read_rest(call)
+        # A status error propagates: a failed pull is allowed, a short one is not.
+        return head.chunk + b"".join(await read_all(call))
 
     async def raced(index: int) -> bytes:
         rid = picks[index].response_id
