@@ -15,8 +15,9 @@ upstream connection and the picker's count of it as load). As nginx bounds them
   connection reset; the request ends as for a client hanging up (its Abort goes out);
 - a request answered before its body came whole (401, 413, ...) has the rest of its body
   read and dropped for at most `client_timeout_s` after the answer, then the connection is
-  closed; once it is whole, the connection closes too (uvicorn's protocol read and dropped
-  such a body for as long as it came, with no timer at all);
+  closed; once it is whole, the connection is idle as after any response (uvicorn's
+  protocol read and dropped such a body for as long as it came, with no timer at all, and
+  no keep-alive timer after it);
 - bytes between requests that begin none (`\r\n`) leave the keep-alive timer as it was
   (uvicorn's cancels it on any byte, and a connection that sent one empty line after a
   response was held for ever);
@@ -136,9 +137,11 @@ class GuardedProtocol(HeadJoiningProtocol):
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
-        if self._dropping_since is not None:  # the body of a request answered early is in
-            self._dropping_since = None
-            self.transport.close()  # nothing is left unread: no reset overtakes the answer
+        if self._dropping_since is not None:  # the body of a request answered early is in:
+            self._dropping_since = None  # the connection is idle, as after any response
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
 
     def on_response_complete(self) -> None:
         cycle = self.cycle

@@ -38,11 +38,11 @@ async def test_a_body_still_coming_after_its_answer_is_let_go(
     writer.close()
 
 
-async def test_a_body_finished_after_its_answer_closes_the_connection(
+async def test_a_body_finished_after_its_answer_leaves_the_connection_idle(
     start_picker: PickerFactory, start_gateway: GatewayFactory
 ) -> None:
-    """The rest of an early-answered body arrives whole: the connection closes at its end
-    (nothing left unread, so no reset can overtake the answer)."""
+    """The rest of an early-answered body arrives whole: the connection is idle, closed
+    when its keep-alive time is up (before: never)."""
     _picker, port = await gateway(start_picker, start_gateway)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     body = json.dumps({"model": MODEL, "messages": []}).encode()
