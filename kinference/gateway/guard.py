@@ -21,6 +21,8 @@ upstream connection and the picker's count of it as load). As nginx bounds them
 - bytes between requests that begin none (`\r\n`) leave the keep-alive timer as it was
   (uvicorn's cancels it on any byte, and a connection that sent one empty line after a
   response was held for ever);
+- a request the parser refuses is answered 400 with the error JSON (uvicorn's is text) and
+  a lingering close, as the refusals below;
 - a connection past the most the gateway holds at once (kinference.gateway.capacity) is
   answered 503 at once, before uvicorn sees it, and closed (kinference.gateway.refusals;
   the server mostly refuses it before building this protocol at all).
@@ -153,10 +155,14 @@ class GuardedProtocol(HeadJoiningProtocol):
             self._arm(self._dropping_since)
 
     def send_400_response(self, msg: str) -> None:
+        """A request the parser refused: the error JSON every other error has (uvicorn's is
+        text), with a lingering close (uvicorn's closes at once: a reset can overtake it)."""
         if self._too_large:
             self._refuse_large()
+        elif self.cycle is not None and not self.cycle.response_complete:
+            super().send_400_response(msg)  # a response under way: it is cut short as before
         else:
-            super().send_400_response(msg)
+            self._refuse(400, "invalid_http_request", "the request is not valid HTTP/1.1")
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -207,7 +213,11 @@ class GuardedProtocol(HeadJoiningProtocol):
 
     def _refuse(self, status: int, code: str, message: str) -> None:
         """Answer with the error JSON and close the connection."""
-        reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
+        reason = {
+            400: b"Bad Request",
+            408: b"Request Timeout",
+            431: b"Request Header Fields Too Large",
+        }[status]
         body = GatewayError(status, code, message).body()
         self.transport.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
