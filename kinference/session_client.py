@@ -136,8 +136,8 @@ class SessionClient:
                 waiting = self._waiting
                 for frame in batch.frames:
                     answer = waiting.pop(frame.id, None)
-                    if answer is None:
-                        self._unclaimed(frame)
+                    if answer is None or answer.cancelled():  # its caller gave up, or is
+                        self._unclaimed(frame)  # giving up (its task cancelled, not run yet)
                     elif not answer.done():
                         answer.set_result(frame)
         except grpc.aio.AioRpcError as exc:  # whatever broke it, the picker is unavailable

@@ -66,3 +66,21 @@ async def test_an_answer_that_crossed_the_reset_is_aborted() -> None:
         (7, pb.AbortRequest.NOT_DISPATCHED)
     ]
     await session.aclose(0.1)
+
+
+async def test_an_answer_that_came_as_its_caller_was_cancelled_is_aborted() -> None:
+    """The answer arrives after the caller's task was cancelled but before it ran: its
+    awaited future is cancelled already, so the answer is nobody's and its pick is aborted
+    (before: dropped, while the reset that followed was dropped by the picker, the request
+    being answered: held as load until its TTL)."""
+    call = Call()
+    session = SessionClient(call, lambda frames: None)
+    asking = asyncio.create_task(session.push_and_pick(body(), spb.Start(declared_length=2)))
+    await wait_until(lambda: any(frame.end for frame in call.written), what="the body sent")
+    call.answer(spb.ServerFrame(id=1, pick=pb.PickResponse(response_id=8)))  # read first
+    asking.cancel()  # its answer future is cancelled now; the task runs after the read
+    await asyncio.gather(asking, return_exceptions=True)
+    await wait_until(lambda: "abort" in call.kinds(), what="the pick aborted")
+    aborts = [frame.abort.response_id for frame in call.written if frame.HasField("abort")]
+    assert aborts == [8]
+    await session.aclose(0.1)
