@@ -100,7 +100,7 @@ class SessionClient:
         self._waiting.pop(request_id, None)
         if self._error is not None:
             return
-        if not answer.done():
+        if not answer.done() or answer.cancelled():  # cancelled: the task awaiting it was
             answer.cancel()
             self._writer.put(spb.ClientFrame(id=request_id, reset=True))
         elif not answer.cancelled() and answer.exception() is None:
@@ -110,6 +110,16 @@ class SessionClient:
                     response_id=response_id, reason=pb.AbortRequest.NOT_DISPATCHED
                 )
                 self._writer.put(spb.ClientFrame(abort=abort))
+
+    def _unclaimed(self, frame: spb.ServerFrame) -> None:
+        """An answer to a request given up while it crossed the caller's reset: the picker
+        dropped the reset (the request was answered) and holds the pick as load, so it is
+        aborted here (before, dropped: held until its TTL)."""
+        if frame.pick.response_id and not frame.HasField("error"):
+            abort = pb.AbortRequest(
+                response_id=frame.pick.response_id, reason=pb.AbortRequest.NOT_DISPATCHED
+            )
+            self._writer.put(spb.ClientFrame(abort=abort))
 
     def report(self, frame: spb.ClientFrame, *, first_token_at: float | None = None) -> bool:
         """Queue a report (sent with the next batch, or within `session_writer.HOLD_S`);
@@ -126,7 +136,9 @@ class SessionClient:
                 waiting = self._waiting
                 for frame in batch.frames:
                     answer = waiting.pop(frame.id, None)
-                    if answer is not None and not answer.done():
+                    if answer is None or answer.cancelled():  # its caller gave up, or is
+                        self._unclaimed(frame)  # giving up (its task cancelled, not run yet)
+                    elif not answer.done():
                         answer.set_result(frame)
         except grpc.aio.AioRpcError as exc:  # whatever broke it, the picker is unavailable
             details = f"{exc.code().name} {exc.details() or ''}".strip()

@@ -24,6 +24,7 @@ from typing import cast
 
 import yaml
 
+from kinference.config.tenants import MAX_TENANT_BYTES
 from kinference.v1 import picker_pb2 as pb
 
 QOS_CLASSES: Mapping[str, pb.PickRequest.QosClass.ValueType] = {
@@ -106,7 +107,12 @@ class CallerResolver:
 
     def _tenant(self, headers: Mapping[str, str]) -> str:
         if self._keys is None:
-            return headers.get(self.tenant_header, "").strip()
+            named = headers.get(self.tenant_header, "").strip()
+            if len(named.encode()) > MAX_TENANT_BYTES:  # the picker's bound, a clearer error
+                raise CallerRejected(
+                    400, "invalid_tenant", f"{self.tenant_header} is over {MAX_TENANT_BYTES} bytes"
+                )
+            return named
         scheme, _, key = headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer":
             key = headers.get("x-api-key", "")  # Anthropic's SDKs send the key here

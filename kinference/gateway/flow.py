@@ -189,7 +189,10 @@ class Flow:
         headers = request_headers(
             incoming.headers, target, length=pick.body_total_bytes, drop=self._own_headers
         )
-        if "x-request-id" not in incoming.header_map:  # one id in every log along the way
+        sent = incoming.header_map.get("x-request-id")
+        if sent != incoming.request_id:  # one id in every log along the way: the gateway's
+            if sent is not None:  # the client's, unusable (too long, not printable ASCII)
+                headers = [(name, value) for name, value in headers if name != "x-request-id"]
             headers.append(("x-request-id", incoming.request_id))
         clock = TokenClock()
         response = await self._send(incoming.method, target.url, headers, (pick, extras), reports)

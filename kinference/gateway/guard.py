@@ -13,6 +13,16 @@ upstream connection and the picker's count of it as load). As nginx bounds them
   the head's first byte is closed (with a 408 when any of it came);
 - a response whose client leaves its socket full for `client_timeout_s` in a row has its
   connection reset; the request ends as for a client hanging up (its Abort goes out);
+- a request answered before its body came whole (401, 413, ...) has the rest of its body
+  read and dropped for at most `client_timeout_s` after the answer, then the connection is
+  closed; once it is whole, the connection is idle as after any response (uvicorn's
+  protocol read and dropped such a body for as long as it came, with no timer at all, and
+  no keep-alive timer after it);
+- bytes between requests that begin none (`\r\n`) leave the keep-alive timer as it was
+  (uvicorn's cancels it on any byte, and a connection that sent one empty line after a
+  response was held for ever);
+- a request the parser refuses is answered 400 with the error JSON (uvicorn's is text) and
+  a lingering close, as the refusals below;
 - a connection past the most the gateway holds at once (kinference.gateway.capacity) is
   answered 503 at once, before uvicorn sees it, and closed (kinference.gateway.refusals;
   the server mostly refuses it before building this protocol at all).
@@ -64,6 +74,7 @@ class GuardedProtocol(HeadJoiningProtocol):
         self._heads = 0  # heads begun on this connection
         self._head_bytes = 0  # bytes of the current head, in reads wholly within it
         self._stalled_since: float | None = None  # loop time the client's socket filled
+        self._dropping_since: float | None = None  # loop time a body's answer went out
         self._timer: asyncio.TimerHandle | None = None
         self._refused = False  # answered with an error, closing
         self._too_large = False  # a whole head measured over the limit
@@ -93,8 +104,14 @@ class GuardedProtocol(HeadJoiningProtocol):
         if self._refused:
             return  # read and dropped until the connection closes (the answer must not be lost)
         heads, in_head = self._heads, self._head_since is not None
+        idle = self.timeout_keep_alive_task  # uvicorn cancels it on any byte
         self._read = len(data)
         super().data_received(data)
+        if idle is not None and self._heads == heads and not self.transport.is_closing():
+            # bytes that began no request (`\r\n`): the connection is as idle as it was
+            self.timeout_keep_alive_task = self.loop.call_at(
+                idle.when(), self.timeout_keep_alive_handler
+            )
         if in_head and self._head_since is not None and self._heads == heads:
             self._head_bytes += len(data)  # a read in the middle of one head
             if self._head_bytes > REQUEST_HEAD_MAX and not self.transport.is_closing():
@@ -102,6 +119,7 @@ class GuardedProtocol(HeadJoiningProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._unset_keepalive_if_required()  # a request under way is not idle
         self._heads += 1
         self._head_began()
         self._first_read = self._read
@@ -119,11 +137,32 @@ class GuardedProtocol(HeadJoiningProtocol):
                 raise _HeadTooLarge  # stops the parser; uvicorn answers 400, below
         super().on_headers_complete()
 
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        if self._dropping_since is not None:  # the body of a request answered early is in:
+            self._dropping_since = None  # the connection is idle, as after any response
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+
+    def on_response_complete(self) -> None:
+        cycle = self.cycle
+        super().on_response_complete()
+        if cycle is not None and cycle.more_body and not self.transport.is_closing():
+            # answered before its body came whole: the rest is read and dropped, for a time
+            self._unset_keepalive_if_required()
+            self._dropping_since = self.loop.time()
+            self._arm(self._dropping_since)
+
     def send_400_response(self, msg: str) -> None:
+        """A request the parser refused: the error JSON every other error has (uvicorn's is
+        text), with a lingering close (uvicorn's closes at once: a reset can overtake it)."""
         if self._too_large:
             self._refuse_large()
+        elif self.cycle is not None and not self.cycle.response_complete:
+            super().send_400_response(msg)  # a response under way: it is cut short as before
         else:
-            super().send_400_response(msg)
+            self._refuse(400, "invalid_http_request", "the request is not valid HTTP/1.1")
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -147,7 +186,8 @@ class GuardedProtocol(HeadJoiningProtocol):
         self._timer = None
         if self._timeout_s is None or self.transport.is_closing():
             return
-        waits = [t for t in (self._head_since, self._stalled_since) if t is not None]
+        pending = (self._head_since, self._stalled_since, self._dropping_since)
+        waits = [t for t in pending if t is not None]
         if not waits:
             return  # nothing pending: the next head or full socket arms the timer again
         since = min(waits)
@@ -156,6 +196,10 @@ class GuardedProtocol(HeadJoiningProtocol):
         elif since == self._stalled_since:
             log.warning("client %s: left the response unread for %gs", _who(self), self._timeout_s)
             self.transport.abort()
+        elif since == self._dropping_since:
+            log.warning("client %s: body still coming %gs after its answer", _who(self),
+                        self._timeout_s)  # fmt: skip
+            self.transport.close()
         elif self._heads:
             log.warning("client %s: request head not whole in %gs", _who(self), self._timeout_s)
             self._refuse(408, "request_timeout", "the request head did not arrive in time")
@@ -169,7 +213,11 @@ class GuardedProtocol(HeadJoiningProtocol):
 
     def _refuse(self, status: int, code: str, message: str) -> None:
         """Answer with the error JSON and close the connection."""
-        reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
+        reason = {
+            400: b"Bad Request",
+            408: b"Request Timeout",
+            431: b"Request Header Fields Too Large",
+        }[status]
         body = GatewayError(status, code, message).body()
         self.transport.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"

@@ -139,7 +139,11 @@ class Conn(asyncio.Protocol):
         self.headers.append((name.decode("latin-1").lower(), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
-        if 100 <= self.parser.get_status_code() < 200:  # interim (a 101 fails: upgrade, below)
+        status = self.parser.get_status_code()
+        if not 100 <= status <= 599:  # RFC 9110's range (before: relayed, and uvicorn failed)
+            self._fail(Broken(f"the upstream answered status {status}"))
+            raise Broken("status out of range")  # stops the parser, as for unsolicited bytes
+        if status < 200:  # interim (a 101 fails: upgrade, below)
             self._interim = True
             self.headers.clear()
             return

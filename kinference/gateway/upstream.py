@@ -100,6 +100,16 @@ _OWN_RESPONSE = frozenset({"date", "server", "content-encoding", "set-cookie"})
 
 def response_headers(received: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """Headers to relay to the client (names lower-case): less hop-by-hop, framing and the
-    gateway's own; the body is re-framed and already decoded."""
+    gateway's own; the body is re-framed and already decoded. The upstream's own
+    `x-request-id` (a provider's, or an engine's echo) goes as `x-upstream-request-id`:
+    the client's is the gateway's (before, a client got two)."""
     skipped = _HOP_BY_HOP | _OWN_RESPONSE
-    return [(name, value) for name, value in received if name not in skipped]
+    return [
+        (_UPSTREAM_ID if name == _REQUEST_ID else name, value)
+        for name, value in received
+        if name not in skipped
+    ]
+
+
+_REQUEST_ID = "x-request-id"
+_UPSTREAM_ID = "x-upstream-request-id"

@@ -7,7 +7,11 @@ JSON response is kept up to `MAX_JSON_BYTES` and parsed at the end. Shapes under
 OpenAI chat, completions, embeddings and responses; Anthropic messages.
 
 Without usage, the completion tokens are the content events counted (about one token each)
-and the prompt tokens are unknown (0).
+and the prompt tokens are unknown (0). A count the reports cannot carry (not an integer in
+0..2**32-1, the spec's uint32: `true`, `1e3`, 2**40) is taken as absent, and a served model
+name over `MAX_MODEL_CHARS` as unknown: before, a count past uint32 failed the report to a
+remote picker (the request held as load until its TTL, a traceback per response) and was
+counted as given in process and in the metrics.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from kinference.gateway.sse import SseEvent, SseSplitter, json_object
 from kinference.gateway.timing import TokenClock
 
 MAX_JSON_BYTES = 8 * 1024 * 1024  # a non-streaming response larger than this is not parsed
+MAX_COUNT = 2**32 - 1  # the largest token count a report carries (uint32)
+MAX_MODEL_CHARS = 256  # a longer served model name is not taken (the requested one is)
 _DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal")
 _PROMPT_KEYS = ("prompt_tokens", "input_tokens")
 _COMPLETION_KEYS = ("completion_tokens", "output_tokens")
@@ -103,8 +109,9 @@ class ResponseMeter:
         for holder in (event, event.get("response"), event.get("message")):
             if not isinstance(holder, dict):
                 continue
-            if not self.usage.model and isinstance(holder.get("model"), str):
-                self.usage.model = holder["model"]
+            model = holder.get("model")
+            if not self.usage.model and isinstance(model, str) and len(model) <= MAX_MODEL_CHARS:
+                self.usage.model = model
             if isinstance(holder.get("usage"), dict):
                 self._apply(holder["usage"])
 
@@ -149,7 +156,7 @@ def _choice_has_content(choice: object) -> bool:
 def _first_int(usage: dict[str, Any], keys: tuple[str, ...]) -> int | None:
     for key in keys:
         value = usage.get(key)
-        if isinstance(value, int) and value >= 0:
+        if type(value) is int and 0 <= value <= MAX_COUNT:  # not a bool, fits a report
             return value
     return None
 

@@ -152,9 +152,9 @@ class Scheduler:
         try:
             await granted
         except asyncio.CancelledError:
-            if granted.done() and not granted.cancelled():
+            if not granted.cancelled():
                 self._release(model)  # the slot came just as the caller gave up
-            else:
+            elif entry in self._queue:  # else `_release` took it off, giving it nothing
                 self._queue.remove(entry)
                 self._waiting[model] -= 1
             raise
@@ -169,5 +169,7 @@ class Scheduler:
         while self._queue and self.engine.running < self._max_num_seqs:
             granted, waiting_model = self._queue.popleft()
             self._waiting[waiting_model] -= 1
+            if granted.cancelled():  # its task was cancelled (the client went away) and
+                continue  # has not run yet: no slot for it (before, one leaked for ever)
             self._start(waiting_model)
             granted.set_result(None)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kinference.config.tenants import MAX_TENANT_BYTES
 from kinference.gateway.callers import (
     ApiKeys,
     ApiKeysError,
@@ -37,6 +38,16 @@ def test_unknown_qos_is_400() -> None:
     with pytest.raises(CallerRejected) as raised:
         CallerResolver(None, TENANT, QOS).resolve({QOS: "urgent"})
     assert raised.value.status == 400
+
+
+def test_a_tenant_header_longer_than_the_picker_takes_is_400_invalid_tenant() -> None:
+    """Before: sent on, the picker's INVALID_ARGUMENT came back as 400 `invalid_body`,
+    naming a body that was fine; the bound is the picker's, in bytes (`é`: two)."""
+    resolver = CallerResolver(None, TENANT, QOS)
+    assert resolver.resolve({TENANT: "é" * (MAX_TENANT_BYTES // 2)}).tenant
+    with pytest.raises(CallerRejected) as raised:
+        resolver.resolve({TENANT: "é" * (MAX_TENANT_BYTES // 2 + 1)})
+    assert (raised.value.status, raised.value.code) == (400, "invalid_tenant")
 
 
 def test_api_key_decides_the_tenant() -> None:

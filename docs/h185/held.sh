@@ -1,0 +1,1 @@
+for u in "$@"; do curl -s $u/metrics | grep -E '^kinference_(inflight_requests|buffered_bytes|bodies_held|gateway_client_connections|session_requests) ' ; curl -s $u/metrics | grep -E '^kinference_inflight_requests\{'; done
