@@ -220,8 +220,7 @@ class TtftScorer:
         queued = self.config.queue_weight * slot_wait + self._unsure_share() * unsure
         arrivals = np.where(parts.service > 0.0, parts.sequences / parts.service, 0.0)
         blocking = self.config.blocking_weight * arrivals * prefill * prefill / 2.0
-        held = np.where(np.asarray(ctx.cached_tokens) != 0.0, parts.passed, 0.0)
-        passing = self.config.pass_on_weight * held  # on the prompt's holders only
+        passing = self.config.pass_on_weight * parts.passed
         cost = np.maximum(predicted + share * prefill + queued + blocking + passing, 1.0)
         return float(cost.min()) / cost
 

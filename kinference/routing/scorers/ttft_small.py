@@ -167,12 +167,10 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
 
 def _passed(ctx: PickContext, busy: float, service: list[float]) -> list[float]:
     """The TTFT each candidate passes on to the picks reaching it while the request runs:
-    `busy * arrival_rate * service_ms` (`TtftConfig.pass_on_weight`), on the holders of
-    some of the prompt only: a cold candidate's is 0 (the difference is what counts)."""
-    picked, cached = ctx.table.arrival_rate, ctx.cached_tokens.tolist()
+    `busy * arrival_rate * service_ms` (`TtftConfig.pass_on_weight`)."""
+    picked = ctx.table.arrival_rate
     slots = ctx.slots.tolist()
-    return [busy * picked.item(slot) * service[i] if cached[i] != 0.0 else 0.0
-            for i, slot in enumerate(slots)]  # fmt: skip
+    return [busy * picked.item(slot) * service[i] for i, slot in enumerate(slots)]
 
 
 def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
