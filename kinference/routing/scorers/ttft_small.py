@@ -124,6 +124,8 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
     unsure: list[float] = []
     arrivals: list[float] = []
+    passed: list[float] = []
+    picked = table.arrival_rate
     rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
     ready = slots if ctx.pool_slots is None else ctx.pool_slots.tolist()  # the pool's
     known = rows if ctx.pool_slots is None else table.batch_rows(ready)
@@ -149,6 +151,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         occupied.append(sequences)
         slot_wait.append(for_slot)
         arrivals.append(sequences / service[i] if service[i] > 0.0 else 0.0)
+        passed.append(busy * picked.item(slot) * service[i])
         joined, most = sequences + 1.0, math.nan
         if ahead == 0.0:
             most = readings.unsure_of_row(row, peer, pool)
@@ -162,15 +165,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     if any(probes):
         doubt.needed_probes(probes, prefill, slot_wait, unsure)
     ctx.sequences, ctx.probes = np.array(occupied), np.array(probes)
-    return predicted, wait, prefill, slot_wait, unsure, arrivals, _passed(ctx, busy, service)
-
-
-def _passed(ctx: PickContext, busy: float, service: list[float]) -> list[float]:
-    """The TTFT each candidate passes on to the picks reaching it while the request runs:
-    `busy * arrival_rate * service_ms` (`TtftConfig.pass_on_weight`)."""
-    picked = ctx.table.arrival_rate
-    slots = ctx.slots.tolist()
-    return [busy * picked.item(slot) * service[i] for i, slot in enumerate(slots)]
+    return predicted, wait, prefill, slot_wait, unsure, arrivals, passed
 
 
 def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
