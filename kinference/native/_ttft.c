@@ -157,14 +157,8 @@ static int score(const Terms *t, double *out, Py_ssize_t n) {
         double share = spread ? t->c.weight + t->c.space * t->footprint[i] / most : t->c.weight;
         double service = t->service[i], own = out[PREFILL * n + i];
         double rate = service > 0.0 ? out[SEQUENCES * n + i] / service : 0.0;
-        double picked; /* the worker's `arrival_rate`: the TTFT passed on to its later picks */
-        if (column_item(&t->columns[ARRIVAL_RATE], t->slots[i], &picked) < 0) {
-            return -1;
-        }
-        double passed = t->busy * picked * service;
         double cost = out[PREDICTED * n + i] + share * own + t->c.queued * out[SLOT_WAIT * n + i] +
-                      t->c.doubt * out[UNSURE * n + i] + t->c.block * rate * own * own / 2.0 +
-                      t->c.pass_on * passed;
+                      t->c.doubt * out[UNSURE * n + i] + t->c.block * rate * own * own / 2.0;
         costs[i] = py_max(cost, 1.0);
         best = i == 0 ? costs[i] : py_min(best, costs[i]);
     }

@@ -2,7 +2,7 @@
  *
  * Positional: out (writable float64, C-contiguous, rows * len(slots)), slots (intp),
  * cached (float64, per candidate), waiting (float64, per slot), table (a WorkerTable),
- * per_token, base, service (float64 per slot, or None), constants (11 floats: `Constants`),
+ * per_token, base, service (float64 per slot, or None), constants (10 floats: `Constants`),
  * busy (float), prompt (float or int), memory, fits, footprint (lists of floats, or None),
  * clock (the table's), scoring (bool), pool (intp: the pool's ready slots, or None). What
  * is not of these types is
@@ -18,7 +18,7 @@ int names_open(Names *names) {
     static const char *const attributes[COLUMNS] = {
         "inflight", "running", "inflight_at_reading", "pending_prefill", "batch",
         "running_max", "batch_limit", "batch_floor", "batch_ceiling", "prefill_since",
-        "prefill_ended", "probing", "probe_late", "arrival_rate",
+        "prefill_ended", "probing", "probe_late",
     };
     for (int i = 0; i < COLUMNS; i++) {
         names->columns[i] = PyUnicode_InternFromString(attributes[i]);
@@ -94,13 +94,12 @@ static int floats(PyObject *object, double *into, Py_ssize_t *count, Py_ssize_t 
 }
 
 static int constants(PyObject *object, Constants *c) {
-    if (!PyTuple_CheckExact(object) || PyTuple_GET_SIZE(object) != 11) {
+    if (!PyTuple_CheckExact(object) || PyTuple_GET_SIZE(object) != 10) {
         return 0;
     }
-    double *fields[11] = {&c->per_token, &c->base,  &c->service, &c->prior_batch,
-                          &c->full,      &c->weight, &c->space,  &c->queued,
-                          &c->doubt,     &c->block, &c->pass_on};
-    for (int i = 0; i < 11; i++) {
+    double *fields[10] = {&c->per_token, &c->base,  &c->service, &c->prior_batch, &c->full,
+                          &c->weight,    &c->space, &c->queued,  &c->doubt,       &c->block};
+    for (int i = 0; i < 10; i++) {
         PyObject *item = PyTuple_GET_ITEM(object, i);
         if (!PyFloat_CheckExact(item)) {
             return 0;

@@ -8,7 +8,7 @@
  * first three). */
 enum {
     INFLIGHT, RUNNING, AT_READING, PENDING, BATCH, RUNNING_MAX, BATCH_LIMIT, BATCH_FLOOR,
-    BATCH_CEILING, PREFILL_SINCE, PREFILL_ENDED, PROBING, PROBE_LATE, ARRIVAL_RATE, COLUMNS
+    BATCH_CEILING, PREFILL_SINCE, PREFILL_ENDED, PROBING, PROBE_LATE, COLUMNS
 };
 
 /* The module's state: the names it looks up, made once. */
@@ -18,8 +18,7 @@ typedef struct {
 
 /* The scorer's settings: its priors and weights (`TtftScorer`, `constants`). */
 typedef struct {
-    double per_token, base, service, prior_batch, full, weight, space, queued, doubt, block,
-        pass_on;
+    double per_token, base, service, prior_batch, full, weight, space, queued, doubt, block;
 } Constants;
 
 /* 1 out + 1 slots + cached + waiting + the table's + 3 rates + the pool's slots. */

@@ -26,9 +26,6 @@ IndexArray = npt.NDArray[np.intp]
 EWMA_ALPHA = 0.2  # weight of a new latency observation in the running estimate
 # Requests waiting in the readings for this long (seconds) show the batch full.
 FULL_AFTER_S = 1.0
-# Picks to each worker a millisecond are averaged over about this long (seconds, an
-# exponential decay): `arrival_rate`.
-ARRIVAL_WINDOW_S = 10.0
 
 # Representative gap of each ITL layout-1 bucket, milliseconds.
 ITL_LAYOUT_1_MS = np.array(MIDPOINTS_MS, dtype=np.float64)
@@ -93,10 +90,6 @@ class WorkerTable(EngineReadings):
         # less the ended ones of what is pending now (`prefill_done`).
         self.prefill_since: FloatArray = np.full(capacity, np.nan)
         self.prefill_ended: FloatArray = np.zeros(capacity)
-        # Requests picked to each worker a millisecond, cluster-wide (local and remote
-        # picks), decayed over `ARRIVAL_WINDOW_S` as of the last pick to any worker.
-        self.arrival_rate: FloatArray = np.zeros(capacity)
-        self._arrived_at = math.nan  # monotonic s of that last pick
         self.adapters: list[frozenset[str]] = []
         self._lora: dict[str, BoolArray] = {}  # adapter name -> which slots have it loaded
         self._ttft: dict[str, FloatArray] = {}  # per model, milliseconds (EWMA)
@@ -139,7 +132,7 @@ class WorkerTable(EngineReadings):
             ("running_max", np.nan), ("batch_floor", np.nan), ("batch_ceiling", np.nan),
             ("batch_limit", np.nan), ("pending_prefill", 0.0), ("prefill_since", np.nan),
             ("prefill_ended", 0.0), ("probing", 0.0),
-            ("probe_late", np.nan), ("arrival_rate", 0.0),
+            ("probe_late", np.nan),
         ):  # fmt: skip
             setattr(self, name, grown(getattr(self, name), fill))
         for name, mask in self._lora.items():
@@ -153,18 +146,6 @@ class WorkerTable(EngineReadings):
         self.inflight[slot] = max(self.inflight.item(slot) + delta, 0.0)  # Python floats
         if delta < 0.0:
             self.ended[slot] = self.ended.item(slot) - delta
-        elif delta > 0.0:
-            self._arrived(slot, delta)
-
-    def _arrived(self, slot: int, count: float) -> None:
-        """`count` requests picked to `slot` now: every worker's `arrival_rate` decays by
-        the time since the last pick, and this one's grows."""
-        now, last = self._clock(), self._arrived_at
-        if not math.isnan(last) and now > last:
-            self.arrival_rate *= math.exp((last - now) / ARRIVAL_WINDOW_S)
-        self._arrived_at = now if math.isnan(last) else max(now, last)
-        rate = self.arrival_rate.item(slot) + count / (ARRIVAL_WINDOW_S * 1000.0)
-        self.arrival_rate[slot] = rate
 
     def add_pending_prefill(self, slot: int, tokens: float) -> None:
         """Uncached prompt tokens awaiting their first token change by `tokens`."""

@@ -38,7 +38,7 @@ NASTY = tuple(
 )  # fmt: skip
 COLUMNS = ("inflight", "running", "inflight_at_reading", "batch", "running_max",
            "batch_limit", "batch_floor", "batch_ceiling", "pending_prefill",
-           "prefill_since", "prefill_ended", "probing", "probe_late", "arrival_rate")  # fmt: skip
+           "prefill_since", "prefill_ended", "probing", "probe_late")  # fmt: skip
 CAPACITY = 20
 HASHES = tuple(range(1, 13))
 # Every float list is drawn as one byte string, CELL bytes a value (a choice byte, then the
@@ -108,7 +108,6 @@ configs = st.fixed_dictionaries({
     "queue_weight": st.floats(0.0, 2.0),
     "unsure_batch_weight": st.floats(0.0, 2.0),
     "blocking_weight": st.floats(0.0, 2.0) | st.just(0.0),
-    "pass_on_weight": st.floats(0.0, 2.0) | st.just(0.0),
 })  # fmt: skip
 
 

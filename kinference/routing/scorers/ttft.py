@@ -77,7 +77,6 @@ class Parts:
     service: FloatArray  # ms a request holds a batch slot after its first token
     unsure: FloatArray  # the expected wait where the batch is not known (`unseen_wait`)
     probes: FloatArray  # 1.0 where joining is the pool's probe (`doubt.is_probe`)
-    passed: FloatArray  # TTFT passed on to later picks: busy * arrival_rate * service
 
 
 # (predicted TTFT, its wait, own prefill, its slot wait, the unknown batch's expected wait)
@@ -194,9 +193,8 @@ class TtftScorer:
         probe = (most >= MOST_SEEN_FOR_DOUBT) & (most < joined) & (joined <= most + 1.0)
         probes = (probe & (joined < limit)).astype(np.float64)  # `doubt.is_probe`
         unsure = unseen_waits(joined, most, batch, service)
-        passed = busy * table.arrival_rate[slots] * service
         return Parts(wait, slot_wait, base, per_token, pressure, sequences, service, unsure,
-                     probes, passed)  # fmt: skip
+                     probes)  # fmt: skip
 
     def score(self, ctx: PickContext) -> FloatArray:
         """`best / cost`, the cost being the predicted TTFT plus `compute_weight` (and
@@ -220,8 +218,7 @@ class TtftScorer:
         queued = self.config.queue_weight * slot_wait + self._unsure_share() * unsure
         arrivals = np.where(parts.service > 0.0, parts.sequences / parts.service, 0.0)
         blocking = self.config.blocking_weight * arrivals * prefill * prefill / 2.0
-        passing = self.config.pass_on_weight * parts.passed
-        cost = np.maximum(predicted + share * prefill + queued + blocking + passing, 1.0)
+        cost = np.maximum(predicted + share * prefill + queued + blocking, 1.0)
         return float(cost.min()) / cost
 
     def _score_small(self, ctx: PickContext) -> FloatArray:
@@ -230,7 +227,7 @@ class TtftScorer:
             ctx.predicted_ttft_ms, ctx.predicted_wait_ms, *_, ctx.sequences, scores = rows
             return scores
         small = small_terms(self.config, self.rates, self._ms_per_token, ctx)
-        predicted, wait, owns, slot_wait, unsure, arrivals, passed = small
+        predicted, wait, owns, slot_wait, unsure, arrivals = small
         ctx.predicted_ttft_ms, ctx.predicted_wait_ms = np.array(predicted), np.array(wait)
         weight, space, footprint = (
             self.config.compute_weight,
@@ -241,11 +238,11 @@ class TtftScorer:
         if footprint is not None and space > 0.0 and (most := max(footprint)) > 0.0:
             shares = [weight + space * blocks / most for blocks in footprint]
         queued, doubt = self.config.queue_weight, self._unsure_share()
-        block, pass_on = self.config.blocking_weight, self.config.pass_on_weight
-        terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, passed, strict=True)
+        block = self.config.blocking_weight
+        terms = zip(predicted, owns, shares, slot_wait, unsure, arrivals, strict=True)
         costs = [max(ttft + share * own + queued * slot + doubt * unsure_ms
-                     + block * rate * own * own / 2.0 + pass_on * later, 1.0)
-                 for ttft, own, share, slot, unsure_ms, rate, later in terms]  # fmt: skip
+                     + block * rate * own * own / 2.0, 1.0)
+                 for ttft, own, share, slot, unsure_ms, rate in terms]  # fmt: skip
         best = min(costs)
         return np.array([best / cost for cost in costs])
 

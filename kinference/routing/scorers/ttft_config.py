@@ -53,13 +53,6 @@ class TtftConfig(PluginConfig):
     # prompts are being asked for (vllm-64: shared prompts sent cold, or waiting ~0.6 s,
     # behind a document prefilling on their holder); a short prompt's is a few ms.
     blocking_weight: NonNegativeFloat = 1.0
-    # Share of the TTFT the request passes on to the requests that reach that worker while
-    # it runs: each of them joins one more running sequence (`busy_ms_per_sequence` more
-    # to its first token), and about `arrival_rate * service_ms` of them arrive meanwhile
-    # (`arrival_rate`: the worker's recent picks a millisecond, cluster-wide, which an
-    # affine prefix's holder gets more of): `pass_on_weight * busy * arrival_rate *
-    # service_ms`.
-    pass_on_weight: NonNegativeFloat = 1.0
     # Share of the expected wait beyond the most seen running while a worker's batch is
     # not known (`doubt.unseen_wait`), in the cost as a slot wait (1 + queue_weight).
     unsure_batch_weight: NonNegativeFloat = 1.0

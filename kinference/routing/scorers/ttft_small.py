@@ -29,9 +29,7 @@ if TYPE_CHECKING:
     from kinference.routing.plugins.base import PickContext
     from kinference.routing.scorers.ttft_config import TtftConfig
 
-Lists = tuple[
-    list[float], list[float], list[float], list[float], list[float], list[float], list[float]
-]
+Lists = tuple[list[float], list[float], list[float], list[float], list[float], list[float]]
 # `native_terms`' answer: predicted, wait, prefill, slot_wait, unsure, sequences, score
 # (`ctx.probes` set).
 Rows = tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]
@@ -46,7 +44,6 @@ def constants(config: TtftConfig, ms_per_token: float, unsure_share: float) -> t
         ms_per_token, config.prior_prefill_base_ms, config.prior_service_ms,
         config.prior_batch, config.decode_pressure_ms, config.compute_weight,
         config.cache_space_weight, config.queue_weight, unsure_share, config.blocking_weight,
-        config.pass_on_weight,
     )  # fmt: skip
     return tuple(float(value) for value in values)
 
@@ -105,8 +102,7 @@ def _arguments(
 
 def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: PickContext) -> Lists:
     """(predicted TTFT, its wait, own prefill, slot wait, the unknown batch's expected wait,
-    arrivals a millisecond by Little's law: sequences / service_ms, the TTFT passed on to
-    those picked there meanwhile: busy * arrival_rate * service_ms) per candidate as lists;
+    arrivals a millisecond by Little's law: sequences / service_ms) per candidate as lists;
     sets `ctx.sequences`."""
     table, model = ctx.table, ctx.model
     slots = ctx.slots.tolist()
@@ -124,8 +120,6 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     predicted, wait, prefill, occupied, slot_wait = [], [], [], [], []
     unsure: list[float] = []
     arrivals: list[float] = []
-    passed: list[float] = []
-    picked = table.arrival_rate
     rows = table.batch_rows(slots)  # read once for the occupancy and the doubt
     ready = slots if ctx.pool_slots is None else ctx.pool_slots.tolist()  # the pool's
     known = rows if ctx.pool_slots is None else table.batch_rows(ready)
@@ -151,7 +145,6 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
         occupied.append(sequences)
         slot_wait.append(for_slot)
         arrivals.append(sequences / service[i] if service[i] > 0.0 else 0.0)
-        passed.append(busy * picked.item(slot) * service[i])
         joined, most = sequences + 1.0, math.nan
         if ahead == 0.0:
             most = readings.unsure_of_row(row, peer, pool)
@@ -165,7 +158,7 @@ def small_terms(config: TtftConfig, rates: Rates, ms_per_token: float, ctx: Pick
     if any(probes):
         doubt.needed_probes(probes, prefill, slot_wait, unsure)
     ctx.sequences, ctx.probes = np.array(occupied), np.array(probes)
-    return predicted, wait, prefill, slot_wait, unsure, arrivals, passed
+    return predicted, wait, prefill, slot_wait, unsure, arrivals
 
 
 def _small_peers_or(array: FloatArray | None, slots: list[int], prior: float) -> list[float]:
