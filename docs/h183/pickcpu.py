@@ -29,7 +29,6 @@ for _ in range(20):
     rates.observe_busy(MODEL, 2.0, 20.0)
 scorer = TtftScorer(TtftConfig(), rates)
 slot = int(ctx.slots[0])
-print(
-    f"add_inflight +1/-1 pair: {per_call(lambda: (table.add_inflight(slot, 1), table.add_inflight(slot, -1))):.2f} us"
-)
+pair = per_call(lambda: (table.add_inflight(slot, 1), table.add_inflight(slot, -1)))
+print(f"add_inflight +1/-1 pair: {pair:.2f} us")
 print(f"score, 4 candidates (C): {per_call(lambda: scorer.score(ctx)):.2f} us")
