@@ -29,6 +29,7 @@ class _Replay:
     newer: dict[BlockId, None] = field(default_factory=dict)  # their blocks, oldest first
     outputs: int = 0  # output blocks of theirs in `newer`
     exhausted: bool = False  # the old order ran out: blocks of `newer` were evicted
+    gaps: npt.NDArray[np.int64] | None = None  # `_gaps`, while `taken` is as it was
 
     def present(
         self, blocks: Sequence[BlockId], ranks: npt.NDArray[np.int64], newer: npt.NDArray[np.bool_]
@@ -63,16 +64,36 @@ class _Replay:
         newest, freed from the output's end (its tail first); the old places of the blocks
         it hit leave the old order."""
         self.take(ranks, newer)
+        self.add(blocks, output)
+
+    def add(self, blocks: Sequence[BlockId], output: int) -> None:
+        """`use` but for the old order (`take`: nothing to take once it is `past`)."""
         collections.deque(map(self.newer.pop, reversed(blocks), itertools.repeat(None)), maxlen=0)
         self.outputs += output  # output blocks have no name here: negative keys
         self.newer.update(dict.fromkeys(range(-self.outputs, -self.outputs + output)))
         self.newer.update(dict.fromkeys(reversed(blocks)))
+
+    def past(self) -> bool:
+        """Whether eviction went past every rank of the old order: no block is kept but
+        the requests ahead's (`kept` is `newer` alone; `take` takes nothing)."""
+        return self.evicted > self.order.top
 
     def take(self, ranks: npt.NDArray[np.int64], newer: npt.NDArray[np.bool_]) -> None:
         """The old places of blocks a request ahead hit (of those `ranks`) leave the order."""
         ranks = ranks[~newer & (ranks != UNKNOWN) & (ranks >= self.evicted)]
         if len(ranks):
             self.taken = np.sort(np.concatenate((self.taken, ranks)))
+            self.gaps = None
+
+    def _gaps(self) -> npt.NDArray[np.int64] | None:
+        """Per taken place, the places before it not taken, plus the taken place's index
+        (`taken - arange`: ascending while no place is taken twice; None: one is, or none
+        is taken). How `advance` finds where eviction ends without stepping: past a place,
+        as many not taken as it must evict."""
+        taken = self.taken
+        if self.gaps is None and len(taken) and bool((taken[1:] > taken[:-1]).all()):
+            self.gaps = taken - np.arange(len(taken))
+        return self.gaps
 
     def compute(self, count: int, own: Sequence[BlockId]) -> None:
         """`count` new blocks are stored: into the room left, else evicting the oldest."""
@@ -80,7 +101,9 @@ class _Replay:
         if need > 0:  # then the blocks of the requests ahead, oldest first, not `own`
             self.exhausted = True
             keep = set(own)
-            gone = list(itertools.islice((b for b in self.newer if b not in keep), need))
+            gone = list(
+                itertools.islice(itertools.filterfalse(keep.__contains__, self.newer), need)
+            )
             collections.deque(map(self.newer.pop, gone), maxlen=0)
 
     def advance(self, count: int) -> int:
@@ -93,6 +116,12 @@ class _Replay:
         if need <= 0 or self.evicted >= total:
             return need
         below = int(taken.searchsorted(self.evicted)) if len(taken) else 0
+        gaps = self._gaps()
+        if gaps is not None:  # the need-th place from `evicted` not taken, in one search
+            end = self.evicted + need + int(gaps[below:].searchsorted(need + self.evicted - below))
+            if end <= total:
+                self.evicted = end
+                return 0
         while need > 0 and self.evicted < total:  # skip the places requests ahead took
             end = min(self.evicted + need, total)
             at = int(taken.searchsorted(end)) if len(taken) else 0
@@ -114,6 +143,8 @@ class Replayed:
         if depth == 0 or replay is None:
             return depth
         prefix = blocks[: depth + len(replay.newer)]  # and what the requests ahead store of it
-        found = replay.present(prefix, replay.order.ranks(prefix), replay.newer_of(prefix))
+        found = replay.newer_of(prefix)
+        if not replay.past():
+            found = replay.present(prefix, replay.order.ranks(prefix), found)
         gone = np.flatnonzero(~found)
         return int(gone[0]) if len(gone) else depth
