@@ -85,14 +85,13 @@ class _Replay:
             self.taken = np.sort(np.concatenate((self.taken, ranks)))
             self.gaps = None
 
-    def _gaps(self) -> npt.NDArray[np.int64] | None:
-        """Per taken place, the places before it not taken, plus the taken place's index
-        (`taken - arange`: ascending while no place is taken twice; None: one is, or none
-        is taken). How `advance` finds where eviction ends without stepping: past a place,
-        as many not taken as it must evict."""
-        taken = self.taken
-        if self.gaps is None and len(taken) and bool((taken[1:] > taken[:-1]).all()):
-            self.gaps = taken - np.arange(len(taken))
+    def _gaps(self) -> npt.NDArray[np.int64]:
+        """Per taken place, the places below it not taken, counted as if none were taken
+        twice (`taken - arange`). Where eviction ends, in one pass (`advance`): at the first
+        taken place that leaves enough not taken below it (a place taken twice lowers its
+        second's count: the first is found first)."""
+        if self.gaps is None:
+            self.gaps = self.taken - np.arange(len(self.taken))
         return self.gaps
 
     def compute(self, count: int, own: Sequence[BlockId]) -> None:
@@ -116,9 +115,11 @@ class _Replay:
         if need <= 0 or self.evicted >= total:
             return need
         below = int(taken.searchsorted(self.evicted)) if len(taken) else 0
-        gaps = self._gaps()
-        if gaps is not None:  # the need-th place from `evicted` not taken, in one search
-            end = self.evicted + need + int(gaps[below:].searchsorted(need + self.evicted - below))
+        if len(taken):  # where the loop below ends, in one pass: past the `need`-th place
+            # not taken from `evicted`, the first at or above it taken from there on
+            goal = need + self.evicted - below  # its place, less the taken places below it
+            ahead = np.flatnonzero(self._gaps()[below:] >= goal)
+            end = goal + below + (int(ahead[0]) if len(ahead) else len(taken) - below)
             if end <= total:
                 self.evicted = end
                 return 0
