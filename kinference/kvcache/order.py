@@ -46,6 +46,8 @@ class Order:
         self._ids, at, offsets = ids[by_id], at[by_id], offsets[by_id]
         self._first, self._last = older[at], older[at] + counts[at] - 1
         self._shift = self._first - gone_before[at] + offsets
+        # The highest rank `ranks_of` gives a held block (-1: none): past it, none is kept.
+        self.top = int(self._last.max()) if len(self._last) else -1
 
     def ranks(self, blocks: Sequence[BlockId]) -> npt.NDArray[np.int64]:
         return self.ranks_of(self.keys(blocks))

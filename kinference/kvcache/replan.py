@@ -182,10 +182,15 @@ def _afresh(queue: EngineQueue, plan: Plan, replay: _Replay) -> Replayed:
             steps.append(Step(key, None, len(request.blocks) + _extra(request)))
             replay.compute(steps[-1].extra, ())
             continue
-        named = plan._of(key, request, order, replay)
-        ranks, newer = order.ranks_of(named.keys), replay.newer_of(request.blocks)
-        missing = len(request.blocks) - int(replay.kept(named.held, ranks, newer).sum())
-        replay.use(request.blocks, ranks, newer, request.decode)
+        newer = replay.newer_of(request.blocks)
+        if replay.past():  # the old order all evicted: it finds the requests ahead's alone
+            missing = len(request.blocks) - int(newer.sum())
+            replay.add(request.blocks, request.decode)
+        else:
+            named = plan._of(key, request, order, replay)
+            ranks = order.ranks_of(named.keys)
+            missing = len(request.blocks) - int(replay.kept(named.held, ranks, newer).sum())
+            replay.use(request.blocks, ranks, newer, request.decode)
         replay.compute(missing + _extra(request), request.blocks)
         steps.append(Step(key, newer, _extra(request)))
     plan.named = {key: plan.named[key] for key in requests if key in plan.named}

@@ -29,6 +29,7 @@ class _Replay:
     newer: dict[BlockId, None] = field(default_factory=dict)  # their blocks, oldest first
     outputs: int = 0  # output blocks of theirs in `newer`
     exhausted: bool = False  # the old order ran out: blocks of `newer` were evicted
+    gaps: npt.NDArray[np.int64] | None = None  # `_gaps`, while `taken` is as it was
 
     def present(
         self, blocks: Sequence[BlockId], ranks: npt.NDArray[np.int64], newer: npt.NDArray[np.bool_]
@@ -63,16 +64,35 @@ class _Replay:
         newest, freed from the output's end (its tail first); the old places of the blocks
         it hit leave the old order."""
         self.take(ranks, newer)
+        self.add(blocks, output)
+
+    def add(self, blocks: Sequence[BlockId], output: int) -> None:
+        """`use` but for the old order (`take`: nothing to take once it is `past`)."""
         collections.deque(map(self.newer.pop, reversed(blocks), itertools.repeat(None)), maxlen=0)
         self.outputs += output  # output blocks have no name here: negative keys
         self.newer.update(dict.fromkeys(range(-self.outputs, -self.outputs + output)))
         self.newer.update(dict.fromkeys(reversed(blocks)))
+
+    def past(self) -> bool:
+        """Whether eviction went past every rank of the old order: no block is kept but
+        the requests ahead's (`kept` is `newer` alone; `take` takes nothing)."""
+        return self.evicted > self.order.top
 
     def take(self, ranks: npt.NDArray[np.int64], newer: npt.NDArray[np.bool_]) -> None:
         """The old places of blocks a request ahead hit (of those `ranks`) leave the order."""
         ranks = ranks[~newer & (ranks != UNKNOWN) & (ranks >= self.evicted)]
         if len(ranks):
             self.taken = np.sort(np.concatenate((self.taken, ranks)))
+            self.gaps = None
+
+    def _gaps(self) -> npt.NDArray[np.int64]:
+        """Per taken place, the places below it not taken, counted as if none were taken
+        twice (`taken - arange`). Where eviction ends, in one pass (`advance`): at the first
+        taken place that leaves enough not taken below it (a place taken twice lowers its
+        second's count: the first is found first)."""
+        if self.gaps is None:
+            self.gaps = self.taken - np.arange(len(self.taken))
+        return self.gaps
 
     def compute(self, count: int, own: Sequence[BlockId]) -> None:
         """`count` new blocks are stored: into the room left, else evicting the oldest."""
@@ -80,7 +100,9 @@ class _Replay:
         if need > 0:  # then the blocks of the requests ahead, oldest first, not `own`
             self.exhausted = True
             keep = set(own)
-            gone = list(itertools.islice((b for b in self.newer if b not in keep), need))
+            gone = list(
+                itertools.islice(itertools.filterfalse(keep.__contains__, self.newer), need)
+            )
             collections.deque(map(self.newer.pop, gone), maxlen=0)
 
     def advance(self, count: int) -> int:
@@ -93,6 +115,14 @@ class _Replay:
         if need <= 0 or self.evicted >= total:
             return need
         below = int(taken.searchsorted(self.evicted)) if len(taken) else 0
+        if len(taken):  # where the loop below ends, in one pass: past the `need`-th place
+            # not taken from `evicted`, the first at or above it taken from there on
+            goal = need + self.evicted - below  # its place, less the taken places below it
+            ahead = np.flatnonzero(self._gaps()[below:] >= goal)
+            end = goal + below + (int(ahead[0]) if len(ahead) else len(taken) - below)
+            if end <= total:
+                self.evicted = end
+                return 0
         while need > 0 and self.evicted < total:  # skip the places requests ahead took
             end = min(self.evicted + need, total)
             at = int(taken.searchsorted(end)) if len(taken) else 0
@@ -114,6 +144,8 @@ class Replayed:
         if depth == 0 or replay is None:
             return depth
         prefix = blocks[: depth + len(replay.newer)]  # and what the requests ahead store of it
-        found = replay.present(prefix, replay.order.ranks(prefix), replay.newer_of(prefix))
+        found = replay.newer_of(prefix)
+        if not replay.past():
+            found = replay.present(prefix, replay.order.ranks(prefix), found)
         gone = np.flatnonzero(~found)
         return int(gone[0]) if len(gone) else depth
