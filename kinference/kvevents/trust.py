@@ -12,7 +12,8 @@ since the first has been seen, in order. What breaks that, and what mends it:
   batches from 0 are replayed, or without a replay socket after `resync_after_s`;
 - a **malformed** batch: as a gap of one batch (replayed if possible);
 - a **stall**: a request that had to store blocks there produced its first token, and
-  nothing was published for `stall_after_s` since: not precise until the next batch;
+  nothing was published for `stall_after_s` since (whether or not anything was before):
+  not precise until the next batch;
 - **blocks of another size** than the pool's `block_size` (a misconfiguration: none of them
   can match a prompt cut in the pool's blocks): not precise until the engine starts over;
 - a **dropped** connection: ZMQ ended the live socket's session for good (a frame over its
@@ -31,7 +32,10 @@ since the first has been seen, in order. What breaks that, and what mends it:
   step is forgotten at the next current batch).
 
 An engine that has published nothing yet (`AWAITING`) is not precise either, but that is
-its normal state before its first request, so it does not make a Pick DEGRADED.
+its normal state before its first request, so it does not make a Pick DEGRADED; once a
+request that stored blocks there had its first token and nothing came for `stall_after_s`,
+its events are not coming (a wrong address, an engine without KV events, a network that
+drops them): `STALLED`, as a trusted worker's silence is.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class Distrust(enum.Enum):
 
 
 _RESYNCING = (Distrust.GAP, Distrust.MALFORMED, Distrust.RESTARTED)  # end after resync_after_s
+_STALLS = (None, Distrust.AWAITING)  # what a routed request's silence makes STALLED
 
 
 class Step(enum.Enum):
@@ -196,7 +201,7 @@ class WorkerTrust:
 
     def _stream_state(self, now: float) -> Distrust | None:
         distrust, since, waiting = self.stream, self.since, self.waiting_since
-        if waiting is not None and now - waiting > self.stall_after_s and distrust is None:
+        if waiting is not None and now - waiting > self.stall_after_s and distrust in _STALLS:
             return Distrust.STALLED
         if distrust in _RESYNCING and now - since >= self.resync_after_s:
             return None

@@ -97,6 +97,23 @@ def test_stall_after_a_routed_request_without_events() -> None:
     assert t.trusted(7.0)
 
 
+def test_a_publisher_never_heard_from_stalls_once_it_served_a_request() -> None:
+    """Before its first request an engine with no events is only awaiting (not DEGRADED);
+    once a request that stored blocks there had its first token and nothing came for
+    `stall_after_s`, its events are not coming (a wrong port, an engine without KV events,
+    a network that drops them): stalled, which Picks report, until its first batch."""
+    t = trust()
+    assert not t.trusted(100.0) and t.distrust is Distrust.AWAITING
+    t.routed(100.0)
+    assert t.state(104.0) is Distrust.AWAITING
+    assert not t.trusted(105.1) and t.distrust is Distrust.STALLED
+    assert t.state(200.0) is Distrust.STALLED
+    assert t.on_batch(0, 201.0) is Step.APPLY and t.trusted(201.0)
+    late = trust()
+    late.routed(0.0)
+    assert late.on_batch(7, 6.0) is Step.APPLY and late.distrust is Distrust.GAP  # joined late
+
+
 def test_no_stall_while_events_keep_coming() -> None:
     t = trust()
     t.on_batch(0, 0.0)
