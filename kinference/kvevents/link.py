@@ -46,6 +46,7 @@ class Link:
             socket.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
             socket.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
             socket.setsockopt(zmq.LINGER, 0)
+            socket.setsockopt(zmq.IPV6, 1)  # `[fd00::5]:8000`'s events (IPv4 still reached)
             socket.setsockopt(zmq.SUBSCRIBE, feed.topic)
             monitor = socket.get_monitor_socket(_WATCHED)
             socket.connect(feed.address)

@@ -90,6 +90,7 @@ async def fetch(
     socket = context.socket(zmq.DEALER)
     try:
         socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.IPV6, 1)  # an IPv6 endpoint's replay (IPv4 still reached)
         socket.setsockopt(zmq.MAXMSGSIZE, min(limits.max_bytes, MAX_PAYLOAD_BYTES) + FRAMING_BYTES)
         # Every answer a replay may take is queued as it comes: the engine's ROUTER drops
         # what would exceed its own and our high-water marks (vLLM's is ZMQ's 1,000).
