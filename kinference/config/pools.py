@@ -18,7 +18,7 @@ from kinference.config.fields import (
     Word,
     reject_duplicates,
 )
-from kinference.config.prefix import PrefixConfig
+from kinference.config.prefix import PrefixConfig, check_ports
 from kinference.hostport import split_host_port
 
 # Requests one engine runs or queues, at most: a `max_batch` above it is a typo, an engine's
@@ -97,6 +97,11 @@ class Pool(PolicyModel):
     def _one_metrics_location(self) -> Pool:
         if self.metrics_url is not None and self.metrics_port is not None:
             raise ItemError("give metrics_port or metrics_url, not both", "metrics_url")
+        return self
+
+    @model_validator(mode="after")
+    def _event_ports(self) -> Pool:
+        check_ports(self.prefix, self.endpoints)
         return self
 
     @field_validator("endpoints")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import Field, PositiveFloat, model_validator
@@ -26,6 +27,7 @@ _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _PORT_OFFSET = re.compile(r"port([+-]\d{1,5})?")
 _SCHEMES = ("tcp://", "ipc://")
 MAX_BLOCK_SIZE = 1024  # tokens; engines use 16 to 256
+MAX_PORT = 65535
 
 
 class PrefixConfig(PolicyModel):
@@ -85,6 +87,22 @@ def check_address(pattern: str | None, key: str) -> None:
                 "{port+N})",
                 key,
             )
+
+
+def check_ports(config: PrefixConfig, endpoints: Iterable[str]) -> None:
+    """Every endpoint's `events` and `replay` address names a TCP port ZMQ can reach:
+    a negative one fails at connect, and one past 65535 (or 0) is taken without ever
+    connecting (`{port+N}` / `{port-N}` of an endpoint, or a literal port)."""
+    for key in ("events", "replay"):
+        pattern = getattr(config, key)
+        if config.mode != "precise" or pattern is None or not pattern.startswith("tcp://"):
+            continue
+        for endpoint in endpoints:
+            port = address_for(pattern, endpoint).rpartition(":")[2]
+            if not re.fullmatch(r"-?\d+", port):
+                raise ItemError(f"gives no port for endpoint {endpoint}", "prefix", key)
+            if not 1 <= int(port) <= MAX_PORT:
+                raise ItemError(f"gives port {int(port)} for endpoint {endpoint}", "prefix", key)
 
 
 def address_for(pattern: str, endpoint: str) -> str:

@@ -71,3 +71,21 @@ def test_precise_needs_the_extra(tokenizer: Path, monkeypatch: pytest.MonkeyPatc
     message = policy_error(precise(tokenizer))
     assert "prefix.mode: mode precise needs the kv-events extra" in message
     assert "pip install 'kinference[kv-events]'" in message and "missing: zmq" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "pattern", "port"),
+    [
+        ("events", "'tcp://{host}:{port-9000}'", -1000),
+        ("replay", "'tcp://{host}:{port+60000}'", 68000),
+        ("events", "'tcp://{host}:{port-8000}'", 0),
+    ],
+)
+def test_an_address_pattern_that_gives_an_endpoint_no_port_is_refused(
+    tokenizer: Path, key: str, pattern: str, port: int
+) -> None:
+    """`{port+N}` / `{port-N}` must land in 1..65535 for every endpoint of the pool: ZMQ
+    refuses a negative port at connect (the endpoint's feed died) and takes a port past
+    65535 or 0 without ever connecting (its worker waited for events for ever)."""
+    message = policy_error(precise(tokenizer, **{key: pattern}))
+    assert f"prefix.{key}: gives port {port} for endpoint 10.0.0.1:8000" in message

@@ -7,9 +7,13 @@ An ordinary disconnect is left to ZMQ's own reconnect."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import zmq
 
 from kinference.kvcache.pool import PoolCaches
+from kinference.kvevents import link as link_module
 from kinference.kvevents.link import MAX_FRAME_BYTES
 from kinference.kvevents.subscriber import EventSubscriber, Feed
 from kinference.kvevents.trust import Distrust, WorkerTrust
@@ -100,6 +104,56 @@ async def test_an_ordinary_disconnect_is_left_to_zmq() -> None:
         await publisher.publish(_batch(1))
         await wait_until(lambda: feed.batches == 2, what="batch 1 applied")
         assert feed.trust.trusted(0.0) and feed.reopens == 0 and reopened == []
+    finally:
+        await subscriber.aclose()
+        await publisher.close()
+
+
+async def test_a_socket_zmq_will_not_open_is_tried_again_and_its_worker_is_dropped_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ZMQ refuses to make or connect the live socket (out of file descriptors, an ipc path
+    over the kernel's limit): the feed does not end (its worker waited for events for
+    ever, "no events yet"); the worker is `dropped` while the feed tries again, after the
+    reopen's wait, and precise once the socket opens and hears batch 0."""
+    publisher, reopened = vllm.Publisher(), list[str]()
+    subscriber, pool, feed = _feed(publisher, reopened)
+    refusals = [zmq.ZMQError(zmq.EMFILE)]
+    real = link_module.Link.__init__
+
+    def opening(self: link_module.Link, *args: Any) -> None:
+        if refusals:
+            raise refusals.pop()
+        real(self, *args)
+
+    monkeypatch.setattr(link_module.Link, "__init__", opening)
+    monkeypatch.setattr(link_module, "REOPEN_FIRST_S", 0.0)
+    try:
+        subscriber.add(feed)
+        await wait_until(lambda: feed.reopens == 1, what="the refused open counted")
+        assert reopened == ["p"] and feed.task is not None and not feed.task.done()
+        await publisher.subscribed()
+        await publisher.publish(_batch(0))
+        await wait_until(lambda: feed.trust.trusted(0.0), what="precise from batch 0")
+    finally:
+        await subscriber.aclose()
+        await publisher.close()
+
+
+async def test_a_refused_socket_leaves_its_worker_dropped_until_it_opens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    publisher, reopened = vllm.Publisher(), list[str]()
+    subscriber, _, feed = _feed(publisher, reopened)
+
+    def refused(self: link_module.Link, *args: Any) -> None:
+        raise zmq.ZMQError(zmq.ENAMETOOLONG)
+
+    monkeypatch.setattr(link_module.Link, "__init__", refused)
+    try:
+        subscriber.add(feed)
+        await wait_until(lambda: feed.reopens >= 1, what="the refused open counted")
+        assert feed.trust.distrust is Distrust.DROPPED and not feed.trust.trusted(0.0)
     finally:
         await subscriber.aclose()
         await publisher.close()
