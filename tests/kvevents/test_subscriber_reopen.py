@@ -7,6 +7,7 @@ An ordinary disconnect is left to ZMQ's own reconnect."""
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 import pytest
@@ -118,7 +119,7 @@ async def test_a_socket_zmq_will_not_open_is_tried_again_and_its_worker_is_dropp
     reopen's wait, and precise once the socket opens and hears batch 0."""
     publisher, reopened = vllm.Publisher(), list[str]()
     subscriber, pool, feed = _feed(publisher, reopened)
-    refusals = [zmq.ZMQError(zmq.EMFILE)]
+    refusals = [zmq.ZMQError(errno.EMFILE)]
     real = link_module.Link.__init__
 
     def opening(self: link_module.Link, *args: Any) -> None:
@@ -147,7 +148,7 @@ async def test_a_refused_socket_leaves_its_worker_dropped_until_it_opens(
     subscriber, _, feed = _feed(publisher, reopened)
 
     def refused(self: link_module.Link, *args: Any) -> None:
-        raise zmq.ZMQError(zmq.ENAMETOOLONG)
+        raise zmq.ZMQError(errno.ENAMETOOLONG)
 
     monkeypatch.setattr(link_module.Link, "__init__", refused)
     try:
