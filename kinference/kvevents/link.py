@@ -41,7 +41,7 @@ class Link:
     ended the connection without reconnecting). Made on the loop; `close` when done."""
 
     def __init__(self, context: zmq.asyncio.Context, feed: Feed) -> None:
-        socket = context.socket(zmq.SUB)
+        socket, monitor = context.socket(zmq.SUB), None
         try:
             socket.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
             socket.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
@@ -51,6 +51,9 @@ class Link:
             monitor = socket.get_monitor_socket(_WATCHED)
             socket.connect(feed.address)
         except BaseException:
+            if monitor is not None:
+                socket.disable_monitor()
+                monitor.close(linger=0)
             socket.close(linger=0)
             raise
         self.socket, self._monitor = socket, monitor
@@ -133,13 +136,12 @@ class Backoff:
         self._opened = now + self._delay
         return self._delay
 
-    async def wait(self) -> None:
+    async def wait(self, refused: zmq.ZMQError | None = None) -> None:
+        """`refused`: ZMQ would not open the socket (else the connection ended)."""
         delay = self.delay()
-        log.warning(
-            "kv events from %s: connection ended, not resumed (a frame over %d bytes, "
-            "or a protocol error); reopening in %.1f s",
-            self._endpoint,
-            MAX_FRAME_BYTES,
-            delay,
-        )
+        if refused is not None:
+            why = f"socket not opened ({refused})"
+        else:
+            why = f"connection ended, not resumed (a frame over {MAX_FRAME_BYTES} bytes, or a protocol error)"
+        log.warning("kv events from %s: %s; reopening in %.1f s", self._endpoint, why, delay)
         await asyncio.sleep(delay)

@@ -81,17 +81,22 @@ class EventSubscriber:
     async def _run(self, feed: Feed) -> None:
         backoff = Backoff(feed.endpoint)
         while True:
-            link = Link(self._context, feed)
-            try:  # a join asks for what was sent before we came (on reopening: if none came)
-                if feed.replay_address and not feed.replaying and feed.trust.next_seq is None:
-                    feed.replaying, feed.pending, feed.pending_bytes = True, deque(), 0
-                    feed.replay = asyncio.get_running_loop().create_task(self._join(feed))
-                await self._read(feed, link)
-            finally:
-                link.close()
+            try:
+                link = Link(self._context, feed)
+            except zmq.ZMQError as exc:  # out of descriptors, an ipc path too long: again
+                refused: zmq.ZMQError | None = exc
+            else:
+                refused = None
+                try:  # a join asks for what was sent before we came (on reopening: if none came)
+                    if feed.replay_address and not feed.replaying and feed.trust.next_seq is None:
+                        feed.replaying, feed.pending, feed.pending_bytes = True, deque(), 0
+                        feed.replay = asyncio.get_running_loop().create_task(self._join(feed))
+                    await self._read(feed, link)
+                finally:
+                    link.close()
             feed.dropped()
             self._on_reopen(feed.pool.ref)
-            await backoff.wait()
+            await backoff.wait(refused)
 
     async def _read(self, feed: Feed, link: Link) -> None:
         """The live batches, until ZMQ gives up on the connection."""
