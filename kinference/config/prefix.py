@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, PositiveFloat, model_validator

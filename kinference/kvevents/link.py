@@ -142,6 +142,9 @@ class Backoff:
         if refused is not None:
             why = f"socket not opened ({refused})"
         else:
-            why = f"connection ended, not resumed (a frame over {MAX_FRAME_BYTES} bytes, or a protocol error)"
+            why = (
+                f"connection ended, not resumed (a frame over {MAX_FRAME_BYTES} bytes, "
+                "or a protocol error)"
+            )
         log.warning("kv events from %s: %s; reopening in %.1f s", self._endpoint, why, delay)
         await asyncio.sleep(delay)

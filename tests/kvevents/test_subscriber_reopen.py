@@ -118,7 +118,7 @@ async def test_a_socket_zmq_will_not_open_is_tried_again_and_its_worker_is_dropp
     ever, "no events yet"); the worker is `dropped` while the feed tries again, after the
     reopen's wait, and precise once the socket opens and hears batch 0."""
     publisher, reopened = vllm.Publisher(), list[str]()
-    subscriber, pool, feed = _feed(publisher, reopened)
+    subscriber, _, feed = _feed(publisher, reopened)
     refusals = [zmq.ZMQError(errno.EMFILE)]
     real = link_module.Link.__init__
 
