@@ -6,6 +6,7 @@ past the batches it asked for (the rest is not buffered any more)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -154,3 +155,22 @@ async def test_a_gap_replay_stops_at_the_first_answer_past_it() -> None:
 
     outcome, got = await _fetch(trimmed, _limits(deadline_s=60.0), start=3, until=5)
     assert outcome is Outcome.PAST and got == {}
+
+
+class _NoSockets(zmq.asyncio.Context):
+    """A context out of file descriptors: every socket refused."""
+
+    def socket(self, *args: object, **kwargs: object) -> zmq.asyncio.Socket:  # type: ignore[override]
+        raise zmq.ZMQError(errno.EMFILE)
+
+
+async def test_a_replay_socket_zmq_will_not_make_is_a_failed_replay() -> None:
+    """Not an exception out of the replay's task: that left its feed replaying for ever
+    (every live batch held, then dropped; the worker never precise again)."""
+    context = _NoSockets()
+    try:
+        got: dict[int, bytes] = {}
+        outcome = await fetch(context, "tcp://127.0.0.1:9", 0, None, got=got, limits=_limits())
+        assert outcome is Outcome.FAILED and got == {}
+    finally:
+        context.destroy(linger=0)
