@@ -87,8 +87,9 @@ async def fetch(
 ) -> Outcome:
     """Into `got`, the payloads of the batches [start, until) the replay socket answers
     (None: from `start` on, until its end marker), within `limits`."""
-    socket = context.socket(zmq.DEALER)
-    try:
+    socket: zmq.asyncio.Socket | None = None
+    try:  # made inside: ZMQ may refuse a socket (out of descriptors), a failed replay
+        socket = context.socket(zmq.DEALER)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.IPV6, 1)  # an IPv6 endpoint's replay (IPv4 still reached)
         socket.setsockopt(zmq.MAXMSGSIZE, min(limits.max_bytes, MAX_PAYLOAD_BYTES) + FRAMING_BYTES)
@@ -106,7 +107,8 @@ async def fetch(
     except zmq.ZMQError:
         return Outcome.FAILED
     finally:
-        socket.close(linger=0)
+        if socket is not None:
+            socket.close(linger=0)
 
 
 async def _answers(

@@ -6,9 +6,9 @@ past the batches it asked for (the rest is not buffered any more)."""
 from __future__ import annotations
 
 import asyncio
-import errno
 import contextlib
 import dataclasses
+import errno
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
