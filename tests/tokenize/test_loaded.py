@@ -1,0 +1,102 @@
+"""A pool's tokenizer files that do not load: missing or corrupt when the policy is loaded,
+or changed at a reload. A Pick for such a pool is routed approximately with a reason
+(DEGRADED) that says so, not a traceback logged per Pick nor the file parsed again at every
+Pick; the files are tried again at the next policy load (and after a while). A reload
+loads files that changed since (a new model's tokenizer at the same path); if they do not
+load, the one loaded before stays in use."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from kinference.bodies import Body
+from kinference.kvcache.blocks import PromptBlocks
+from kinference.requests.parse import parse_request
+from kinference.tokenize.prepare import PromptPreparer
+from kinference.tokenize.tokenizer import PromptTokenizer
+from tests.tokenize.files import precise_chat_policy, write_model, zoo
+
+BS = 4
+REF = "default/chat"
+TEXT = "the quick brown fox jumps over the lazy dog " * 8
+
+
+async def _pick(preparer: PromptPreparer) -> tuple[str | None, PromptBlocks | None]:
+    raw = json.dumps({"model": "m", "messages": [{"role": "user", "content": TEXT}]}).encode()
+    body = Body([raw], reserved=len(raw))
+    query = await asyncio.wait_for(preparer.prepare(parse_request(body), body), 30)
+    assert query is not None
+    return query.problem, query.blocks.get(REF)
+
+
+async def test_a_corrupt_tokenizer_is_a_reason_not_a_traceback_per_pick(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = write_model(tmp_path)
+    policy = precise_chat_policy(files, BS)
+    files[0].write_text("{}")  # after validation, which only asks that it exists
+    loads = []
+    real = PromptTokenizer.from_files.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[PromptTokenizer], *args: object) -> PromptTokenizer:
+        loads.append(args)
+        return real(cls, *args)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(PromptTokenizer, "from_files", classmethod(counted))
+    preparer = PromptPreparer(policy)
+    try:
+        with caplog.at_level(logging.WARNING, logger="kinference.tokenize"):
+            problems = [(await _pick(preparer))[0] for _ in range(3)]
+        assert problems[0] is not None and "tokenizer" in problems[0]
+        assert "does not load" in problems[0] and len(set(problems)) == 1
+        assert len(loads) == 1  # not parsed again at every Pick
+        assert [r.levelname for r in caplog.records] == ["WARNING"]  # once, no traceback
+        assert caplog.records[0].exc_info is None
+    finally:
+        preparer.close()
+
+
+async def test_a_tokenizer_fixed_is_loaded_at_the_next_policy_load(tmp_path: Path) -> None:
+    files = write_model(tmp_path)
+    policy = precise_chat_policy(files, BS)
+    good = files[0].read_text()
+    files[0].unlink()  # missing at start
+    preparer = PromptPreparer(policy)
+    try:
+        problem, _ = await _pick(preparer)
+        assert problem is not None and "does not load" in problem
+        files[0].write_text(good)
+        preparer.apply_policy(policy)
+        await preparer.warmed()
+        problem, blocks = await _pick(preparer)
+        assert problem is None and blocks is not None and blocks.blocks
+    finally:
+        preparer.close()
+
+
+async def test_a_tokenizer_replaced_is_loaded_again_at_a_reload_and_kept_if_broken(
+    tmp_path: Path,
+) -> None:
+    files = write_model(tmp_path)
+    policy = precise_chat_policy(files, BS)
+    preparer = PromptPreparer(policy)
+    try:
+        await preparer.warmed()
+        _, before = await _pick(preparer)
+        files[0].write_text(zoo()["wordpiece"])  # another model's, at the same path
+        preparer.apply_policy(policy)
+        await preparer.warmed()
+        _, after = await _pick(preparer)
+        assert before is not None and after is not None and before.tokens != after.tokens
+        files[0].write_text("not json")  # a broken copy: the one loaded stays in use
+        preparer.apply_policy(policy)
+        await preparer.warmed()
+        problem, kept = await _pick(preparer)
+        assert problem is None and kept is not None and kept.tokens == after.tokens
+    finally:
+        preparer.close()
