@@ -31,10 +31,11 @@ from kinference.requests import InferenceRequest
 from kinference.tokenize.begun import Outcome, Profile, Started
 from kinference.tokenize.history import DecodedHistory
 from kinference.tokenize.lazy import Known, Tokenization
+from kinference.tokenize.loaded import Tokenizers
 from kinference.tokenize.plan import Plan, plan_of
 from kinference.tokenize.source import prompt_text
 from kinference.tokenize.template import TemplateError
-from kinference.tokenize.tokenizer import PromptText, PromptTokenizer, Untokenizable
+from kinference.tokenize.tokenizer import PromptText, Untokenizable
 from kinference.tokenize.worker import TokenizerThread
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class PromptPreparer:
         self._caches = caches  # read from the thread (see PoolCaches.reach)
         self._observe = observe  # seconds per tokenized prompt
         self._thread = TokenizerThread()
-        self._tokenizers: dict[Profile, PromptTokenizer] = {}  # touched on the thread only
+        self._tokenizers = Tokenizers()  # touched on the thread only
         self._history = DecodedHistory()  # large messages decoded once a conversation: ditto
         self._plan = plan_of(policy)
         self._tickets = itertools.count(1)
@@ -188,7 +189,7 @@ class PromptPreparer:
         begun = Started()
         for profile in {plan.profiles[ref] for ref in pools}:
             refs = plan.refs(profile, pools)
-            work = self._tokenizer(profile).start(text)
+            work = self._tokenizers.get(profile).start(text)
             begun.add(profile, refs, work, self._known(refs))
         begun.seconds = time.perf_counter() - started
         return begun
@@ -281,12 +282,6 @@ class PromptPreparer:
             except RuntimeError:  # the loop closed meanwhile: nobody needs them
                 return
 
-    def _tokenizer(self, profile: Profile) -> PromptTokenizer:
-        found = self._tokenizers.get(profile)
-        if found is None:
-            found = self._tokenizers[profile] = PromptTokenizer.from_files(*profile)
-        return found
-
     def warm(self) -> list[concurrent.futures.Future[None]]:
         """Load every tokenizer and template now (on its thread) and run each once, so the
         first Pick pays for neither."""
@@ -300,7 +295,7 @@ class PromptPreparer:
                 await asyncio.gather(*map(asyncio.wrap_future, self.warm()), return_exceptions=True)
 
     def _warm(self, profile: Profile) -> None:
-        self._tokenizer(profile).warm()
+        self._tokenizers.refresh(profile).warm()  # files changed since are loaded again
 
     def close(self) -> None:
         self._thread.close()

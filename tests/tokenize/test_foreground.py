@@ -128,7 +128,7 @@ async def test_a_huge_cold_prompt_stops_in_time_and_finishes_in_the_background(
     rng = random.Random(5)
     system = {"role": "system", "content": _words(rng, 256 * 1024)}
     messages = [system, {"role": "user", "content": _words(rng, 300)}]
-    tokenizer = preparer._tokenizer(next(iter(preparer._plan.profiles.values())))
+    tokenizer = preparer._tokenizers.get(next(iter(preparer._plan.profiles.values())))
     before = tokenizer.cache.encoded_chars
     first = await _pick(preparer, messages)
     walked = tokenizer.cache.encoded_chars - before

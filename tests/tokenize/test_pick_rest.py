@@ -143,7 +143,7 @@ async def test_a_pick_on_the_loop_leaves_its_marks_after_its_answer(
         if put_on:
             break
     assert put_on and loop_thread not in put_on
-    tokenizer = preparer._tokenizer(next(iter(preparer._plan.profiles.values())))
+    tokenizer = preparer._tokenizers.get(next(iter(preparer._plan.profiles.values())))
     resumed = tokenizer.marks.resumed
     reply = {"role": "assistant", "content": _words(rng, 300)}
     second = [*messages, reply, {"role": "user", "content": _words(rng, 300)}]

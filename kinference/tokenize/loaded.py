@@ -1,0 +1,92 @@
+"""The precise pools' tokenizers, loaded from their files when a Pick or a policy load first
+needs them, on the tokenizer thread (which owns them).
+
+Validation only asks that the files exist: one may be corrupt, or gone by the time it is
+loaded. Such a profile's Picks get `Unloadable` (routed approximately, DEGRADED, the reason
+saying so) and the failure is logged once; the files are tried again at the next policy
+load, or `RETRY_S` after the failure, not at every Pick (a real tokenizer.json is ~10 MB
+of JSON). A policy load also loads again the files that changed since they were loaded
+(their size, modification time or inode: a new model's tokenizer copied to the same path);
+if those do not load, the tokenizer loaded before stays in use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from kinference.tokenize.begun import Profile
+from kinference.tokenize.tokenizer import PromptTokenizer, Untokenizable
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 30.0  # a profile that failed to load is tried again after this long
+_Signature = tuple[tuple[int, int, int] | None, ...]  # per file: size, mtime, inode
+
+
+class Unloadable(Untokenizable):
+    """The pool's tokenizer or chat template does not load (the log says why)."""
+
+
+class Tokenizers:
+    """Profile -> its loaded tokenizer; used from the tokenizer's one thread."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._loaded: dict[Profile, tuple[PromptTokenizer, _Signature]] = {}
+        self._failed: dict[Profile, float] = {}  # profile -> when it may be tried again
+
+    def values(self) -> list[PromptTokenizer]:
+        """The tokenizers loaded (tests and benchmarks)."""
+        return [tokenizer for tokenizer, _ in self._loaded.values()]
+
+    def get(self, profile: Profile) -> PromptTokenizer:
+        found = self._loaded.get(profile)
+        if found is not None:
+            return found[0]
+        if self._clock() < self._failed.get(profile, -float("inf")):
+            raise Unloadable(_REASON)
+        return self._load(profile)
+
+    def refresh(self, profile: Profile) -> PromptTokenizer:
+        """At a policy load: the profile's tokenizer, loaded again if its files changed
+        since (or it failed to load)."""
+        self._failed.pop(profile, None)
+        found = self._loaded.get(profile)
+        if found is not None and found[1] == _signature(profile):
+            return found[0]
+        return self._load(profile)
+
+    def _load(self, profile: Profile) -> PromptTokenizer:
+        signature = _signature(profile)
+        previous = self._loaded.get(profile)
+        try:
+            made = PromptTokenizer.from_files(*profile)
+        except Exception as exc:  # tokenizers raises Exception itself; JSON, Jinja, OS errors
+            kept = "; the one loaded before stays in use" if previous is not None else ""
+            log.warning("tokenizer %s (template %s) does not load: %s%s", *profile[:2], exc, kept)
+            if previous is not None:
+                return previous[0]
+            self._failed[profile] = self._clock() + RETRY_S
+            raise Unloadable(_REASON) from None
+        self._loaded[profile] = (made, signature)
+        return made
+
+
+_REASON = "the pool's tokenizer or chat template does not load (see the picker's log)"
+
+
+def _signature(profile: Profile) -> _Signature:
+    return tuple(_stat(path) for path in profile[:2])
+
+
+def _stat(path: str | int | None) -> tuple[int, int, int] | None:
+    if not isinstance(path, str):
+        return None
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_size, found.st_mtime_ns, found.st_ino
