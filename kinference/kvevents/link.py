@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import cast
 
@@ -29,6 +30,11 @@ from kinference.kvevents.wire import FRAMING_BYTES, MAX_PAYLOAD_BYTES
 log = logging.getLogger(__name__)
 
 RECEIVE_HWM = 100_000  # batches queued in the socket before ZMQ drops (a gap we detect)
+# ... which bounds messages, not bytes: waiting ones are taken off the socket as the feed
+# goes (`drain`), at most DRAINED_AT_ONCE a turn, and kept up to this many bytes (the rest
+# dropped unread: a gap). A flood of 5 MiB batches held 2.2 GB in ZMQ's queue after 6 s.
+MAX_QUEUED_BYTES = 64 * 1024 * 1024
+DRAINED_AT_ONCE = 64
 MAX_FRAME_BYTES = MAX_PAYLOAD_BYTES + FRAMING_BYTES
 RETRY_GRACE_S = 0.5  # after a disconnect, for ZMQ's reconnect to be announced
 REOPEN_FIRST_S = 0.1  # the first wait before reopening; doubled while drops come quickly
@@ -57,9 +63,48 @@ class Link:
             socket.close(linger=0)
             raise
         self.socket, self._monitor = socket, monitor
+        self._endpoint = feed.endpoint
         self._receiving: asyncio.Future[list[bytes]] | None = None
+        self.queued: deque[list[zmq.Frame]] = deque()  # taken off the socket, not applied
+        self.queued_bytes = 0
+        self._overflowing = False  # dropped since the queue was last empty (logged once)
         self.lost = asyncio.get_running_loop().create_task(_watch(monitor, feed))
         self.lost.add_done_callback(self._interrupt)
+
+    async def take(self, wait: bool) -> list[bytes] | None:
+        """The next message: the oldest one `drain` took off the socket, else `receive`'s."""
+        if not self.queued:
+            return await self.receive(wait)
+        frames = self.queued.popleft()
+        self.queued_bytes -= _size(frames)
+        return [frame.bytes for frame in frames]  # copied now, as `receive` copies
+
+    def drain(self) -> int:
+        """Messages waiting in the socket taken off it (at most `DRAINED_AT_ONCE`), kept
+        while their bytes stay within `MAX_QUEUED_BYTES`; how many were dropped unread."""
+        dropped = 0
+        for _ in range(DRAINED_AT_ONCE):
+            if self.lost.done() or not cast(int, self.socket.get(zmq.EVENTS)) & zmq.POLLIN:
+                break
+            try:  # not copied (a dropped one never is); done at once (NOBLOCK)
+                received = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                parts = cast("asyncio.Future[list[zmq.Frame]]", received).result()
+            except zmq.Again:
+                break
+            size = _size(parts)
+            if self.queued_bytes + size > MAX_QUEUED_BYTES:
+                dropped += 1
+                continue
+            self.queued.append(parts)
+            self.queued_bytes += size
+        if dropped and not self._overflowing:
+            log.warning(
+                "kv events from %s: over %d bytes wait to be applied; dropping what comes",
+                self._endpoint,
+                MAX_QUEUED_BYTES,
+            )
+        self._overflowing = (self._overflowing or dropped > 0) and bool(self.queued)
+        return dropped
 
     async def receive(self, wait: bool) -> list[bytes] | None:
         """The next message, None once the connection is lost for good. `wait` False: one
@@ -88,14 +133,27 @@ class Link:
             self._receiving.cancel()
 
     def caught_up(self) -> bool:
-        """No message waits in the socket (behind the one just taken)."""
-        return not cast(int, self.socket.get(zmq.EVENTS)) & zmq.POLLIN
+        """No message waits (behind the one just taken), taken off the socket or in it."""
+        return not self.queued and not cast(int, self.socket.get(zmq.EVENTS)) & zmq.POLLIN
 
     def close(self) -> None:
         self.lost.cancel()
         self.socket.disable_monitor()
         self._monitor.close(linger=0)
         self.socket.close(linger=0)
+
+
+def opened(context: zmq.asyncio.Context, feed: Feed) -> Link | zmq.ZMQError:
+    """A feed's link, or ZMQ's refusal to make or connect its socket (out of file
+    descriptors, an ipc path over the kernel's limit)."""
+    try:
+        return Link(context, feed)
+    except zmq.ZMQError as exc:
+        return exc
+
+
+def _size(frames: list[zmq.Frame]) -> int:
+    return sum(len(frame) for frame in frames)
 
 
 async def _watch(monitor: zmq.asyncio.Socket, feed: Feed) -> None:

@@ -12,7 +12,7 @@ scheduler step: hundreds of blocks) costs less than one step and is handled with
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from typing import Any, TypeVar
 
 from kinference.kvevents.events import BlockRemoved, BlockStored, Event
@@ -53,14 +53,17 @@ def finish(steps: Steps[T]) -> T:
             return stop.value  # type: ignore[no-any-return]
 
 
-async def finish_async(steps: Steps[T]) -> T:
-    """Runs `steps` to the end, the loop taking a turn at each of its yields."""
+async def finish_async(steps: Steps[T], between: Callable[[], object] | None = None) -> T:
+    """Runs `steps` to the end, the loop taking a turn at each of its yields (and
+    `between` called after each turn)."""
     while True:
         try:
             next(steps)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
         await asyncio.sleep(0)
+        if between is not None:
+            between()
 
 
 def cost(event: Event) -> int:

@@ -24,7 +24,7 @@ import zmq.asyncio
 
 from kinference.kvevents.events import BlockStored, Event, EventBatch
 from kinference.kvevents.feed import Feed, Held
-from kinference.kvevents.link import Backoff, Link
+from kinference.kvevents.link import Backoff, Link, opened
 from kinference.kvevents.replay import REPLAY_WORK_PER_STEP, Outcome, ReplayLimits, fetch
 from kinference.kvevents.steps import Budget, Steps, cost, finish, finish_async
 from kinference.kvevents.trust import Distrust, Step
@@ -81,12 +81,8 @@ class EventSubscriber:
     async def _run(self, feed: Feed) -> None:
         backoff = Backoff(feed.endpoint)
         while True:
-            try:
-                link = Link(self._context, feed)
-            except zmq.ZMQError as exc:  # out of descriptors, an ipc path too long: again
-                refused: zmq.ZMQError | None = exc
-            else:
-                refused = None
+            link = opened(self._context, feed)  # or ZMQ's refusal: tried again after a wait
+            if isinstance(link, Link):
                 try:  # a join asks for what was sent before we came (on reopening: if none came)
                     if feed.replay_address and not feed.replaying and feed.trust.next_seq is None:
                         feed.replaying, feed.pending, feed.pending_bytes = True, deque(), 0
@@ -96,14 +92,20 @@ class EventSubscriber:
                     link.close()
             feed.dropped()
             self._on_reopen(feed.pool.ref)
-            await backoff.wait(refused)
+            await backoff.wait(None if isinstance(link, Link) else link)
 
     async def _read(self, feed: Feed, link: Link) -> None:
         """The live batches, until ZMQ gives up on the connection."""
         caught_up = True
-        while (parts := await link.receive(wait=caught_up)) is not None:
+
+        def drain() -> None:  # messages dropped unread: a gap at the next one taken
+            for _ in range(link.drain()):
+                self._on_message(feed.pool.ref, "overflow")
+
+        while (parts := await link.take(wait=caught_up)) is not None:
+            drain()  # what waits in the socket taken off it, within its byte bound
             caught_up = link.caught_up()  # no message waits behind it
-            await finish_async(self.steps(feed, parts, caught_up))
+            await finish_async(self.steps(feed, parts, caught_up), between=drain)
             # One batch per loop step: a backlog (a long prompt's steps, several engines
             # at once) comes from `recv` without yielding, and would hold Picks behind it.
             await asyncio.sleep(0)

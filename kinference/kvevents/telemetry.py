@@ -66,8 +66,8 @@ class PreciseMetrics:
         self.messages = Counter(
             "kinference_kv_events_messages_total",
             "KV-event messages from engines of precise pools, by what became of them "
-            "(applied, malformed, gap, replaying, restarted, block_size, lagging, replayed, "
-            "replay_incomplete).",
+            "(applied, malformed, gap, replaying, restarted, block_size, lagging, overflow, "
+            "replayed, replay_incomplete).",
             ["pool", "outcome"],
             registry=registry,
         )

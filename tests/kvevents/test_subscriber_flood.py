@@ -45,7 +45,9 @@ async def test_a_flood_is_held_to_a_byte_bound_and_the_rest_is_a_gap(
         await wait_until(lambda: (trust.next_seq or 0) >= 3, what="the first batches applied")
         await publisher.send_multipart([b"", vllm.seq_bytes(20), _batch(20)])
         await wait_until(lambda: trust.next_seq == 21, what="the last batch taken")
-        assert feed.batches == 5 and outcomes.count("overflow") == 16  # 0, then 1-3 queued
+        # 0 (maybe taken before the rest came), 3 queued, the rest dropped; then 20
+        dropped = outcomes.count("overflow")
+        assert feed.batches + dropped == 21 and feed.batches <= 5 and dropped >= 16
         assert trust.distrust is Distrust.GAP
     finally:
         publisher.close(linger=0)

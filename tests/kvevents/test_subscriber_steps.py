@@ -22,7 +22,7 @@ class QueuedSocket:
 
     def __init__(self, messages: list[list[bytes]]) -> None:
         self.messages = deque(messages)
-        self.idle: asyncio.Future[list[bytes]] = asyncio.get_running_loop().create_future()
+        self.idle: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.flags: list[int] = []  # each receive's
 
     def setsockopt(self, *args: Any) -> None: ...
@@ -39,14 +39,15 @@ class QueuedSocket:
     def get(self, option: int) -> int:
         return zmq.POLLIN if self.messages else 0
 
-    def recv_multipart(self, flags: int = 0, copy: bool = True) -> asyncio.Future[list[bytes]]:
+    def recv_multipart(self, flags: int = 0, copy: bool = True) -> asyncio.Future[Any]:
         self.flags.append(flags)
         if not self.messages:
             if flags & zmq.NOBLOCK:
                 raise zmq.Again()
             return self.idle  # nothing more: waits (until cancelled)
-        done: asyncio.Future[list[bytes]] = asyncio.get_running_loop().create_future()
-        done.set_result(self.messages.popleft())
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        message = self.messages.popleft()
+        done.set_result(message if copy else [zmq.Frame(part) for part in message])
         return done
 
 
@@ -100,6 +101,6 @@ async def test_a_backlog_is_applied_one_batch_per_loop_step() -> None:
     await subscriber.aclose()
     assert feed.batches == len(batches) and pool.index.blocks(0) == len(batches)
     assert all(b > a for a, b in zip(subscriber.seen, subscriber.seen[1:], strict=False))
-    # The first receive waits; each one after a message that had others queued behind it
-    # takes the next without a wait registered; the one after the last waits again.
+    # The first receive waits; the others queued behind it are taken off the socket
+    # without a wait registered (`Link.drain`); the one after the last waits again.
     assert socket.flags == [0, *[zmq.NOBLOCK] * (len(batches) - 1), 0]
