@@ -98,7 +98,7 @@ class ChatTemplate:
             return self._template.render(
                 messages=flat, tools=tools, add_generation_prompt=True, **self.special
             )
-        except (jinja2.TemplateError, TypeError, ValueError, KeyError) as exc:
+        except Exception as exc:  # the template's (Jinja's, its arithmetic, its recursion)
             raise TemplateError(f"chat template failed: {exc}") from None
 
     def _stood_in(self, messages: list[Any], tools: list[Any] | None) -> str | None:
