@@ -54,6 +54,7 @@ FOREGROUND_S, FOREGROUND_STEP_PIECES, LATE_CHARS = 0.003, 4, 2 * 1024
 # A Pick's first steps run on the loop when the tokenizer thread is idle (no ~1 ms hand-off):
 # bodies up to INLINE_BODY_BYTES, INLINE_CHARS new (~1-2 ms), steps begun within INLINE_S.
 INLINE_BODY_BYTES = 256 * 1024
+INLINE_MESSAGES = 256  # and messages (a render is a Python loop per message: ~0.3-1 ms)
 INLINE_CHARS = 2 * 1024
 INLINE_S = 0.002
 LATER_SLICE_CHARS = 2048  # new text per slice of background work (~1 ms; `here` waits for one)
@@ -143,8 +144,12 @@ class PromptPreparer:
         deadline: float,
     ) -> tuple[Outcome] | None:
         """The prompt's first steps on the loop, if the thread is idle (None: it is not, or
-        the body is too large to render here): `Started` if its rest needs the thread."""
-        if body.size > INLINE_BODY_BYTES:
+        the body is too large, or has too many messages, to render here): `Started` if its
+        rest needs the thread."""
+        messages = request.fields.values.get("messages")
+        if body.size > INLINE_BODY_BYTES or (
+            isinstance(messages, list) and len(messages) > INLINE_MESSAGES
+        ):
             return None
         return self._thread.here(
             lambda: self._run(plan, pools, request, body, None, deadline=deadline, inline=True)
