@@ -18,6 +18,7 @@ import numpy.typing as npt
 from kinference.itl_layout import MIDPOINTS_MS
 from kinference.routing.pending import PendingPrefix, PendingPrefixes
 from kinference.routing.readings import EngineReadings
+from kinference.routing.samples import are_counts, is_sample
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -299,12 +300,14 @@ class WorkerTable(EngineReadings):
         return self._estimates(self._itl, model)
 
     def observe_ttft(self, slot: int, model: str, ttft_ms: float) -> None:
+        if not is_sample(ttft_ms):  # no report's: it would stay in the mean (`samples`)
+            return
         _ewma(self._estimates(self._ttft, model), slot, ttft_ms)
 
     def observe_itl(self, slot: int, model: str, bucket_counts: tuple[int, ...]) -> None:
         """Fold one response's layout-1 ITL bucket counts into the mean-gap estimate."""
         total = sum(bucket_counts)
-        if total > 0:  # a few Python floats: cheaper than building arrays per report
+        if total > 0 and are_counts(bucket_counts):  # a few Python floats: cheaper than building arrays per report
             weighted = 0.0
             for count, gap_ms in zip(bucket_counts, MIDPOINTS_MS, strict=True):
                 if count:
