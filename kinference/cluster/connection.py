@@ -30,6 +30,14 @@ SUPPORTED_SCHEMES = ("redis", "rediss", "unix", *SENTINEL_SCHEMES, *CLUSTER_SCHE
 RedisClient = Any
 
 
+def wrong_type(error: BaseException) -> bool:
+    """A command refused on a key of another type (WRONGTYPE: a key set by hand, or by a
+    tool sharing the prefix; a script's call says so in its text too). Such a key is no
+    entry of ours, not Redis unavailable: failing on it, a loop would fail for as long as
+    the key lives."""
+    return "WRONGTYPE" in str(error)
+
+
 class RedisUrlError(ValueError):
     """KINFERENCE_REDIS_URL cannot be used."""
 
