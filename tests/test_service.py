@@ -629,6 +629,7 @@ def test_ttft_feeds_the_latency_estimate(env: Env) -> None:
     result = env.pick(chat())
     destination = result.destination
     assert isinstance(destination, LocalChoice)
+    env.clock.now += 0.12  # the first token comes 120 ms after the Pick
     assert env.service.first_token(result.response_id, 120, 200)
     assert env.table.ttft_ms(MODEL)[destination.slot] == 120
     other = env.pick(chat(), pool=destination.pool)
@@ -650,6 +651,7 @@ def test_itl_feeds_the_estimate(env: Env) -> None:
 
 def test_latency_steers_later_picks(env: Env) -> None:
     slow = env.pick(chat(), pool="team-b/big")
+    env.clock.now += 3.0
     assert env.service.first_token(slow.response_id, 3000, 200)
     assert env.service.final_token(report(slow.response_id))
     fast = env.pick(chat(), pool="default/chat")
