@@ -32,6 +32,9 @@ class RouterFeedback:
         self.learning.picked(choice)
 
     def first_token(self, choice: LocalChoice, ttft_ms: float) -> None:
+        if self._left(choice):  # its prefill is over all the same
+            self.learning.released_before_first_token(choice)
+            return
         self.learning.first_token(choice, ttft_ms)
 
     def first_token_failed(self, choice: LocalChoice) -> None:
@@ -39,7 +42,14 @@ class RouterFeedback:
         self.learning.released_before_first_token(choice)
 
     def final(self, choice: LocalChoice, served: Served) -> None:
-        self.learning.final(choice, served)
+        if not self._left(choice):
+            self.learning.final(choice, served)
+
+    def _left(self, choice: LocalChoice) -> bool:
+        """Whether the chosen worker left every pool since the Pick: what was learned of it
+        is forgotten then (`Router.reload`), and a late report must not teach its slot
+        again (a pod that comes back at the same address is another engine)."""
+        return not self.policy.catalog.models_of(choice.endpoint)
 
     def engine_reading(self, endpoint: str, ready: bool, reading: EngineReading | None) -> None:
         """An engine's readiness and metrics (None: unknown), from a scrape here or the

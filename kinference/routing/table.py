@@ -182,8 +182,11 @@ class WorkerTable(EngineReadings):
         """That pick's prefill is over (first token, error, release); again is a no-op
         (answers False)."""
         entry = self.pending.pop(slot, key)
-        if entry is not None:
-            self.add_pending_prefill(slot, -entry.tokens)
+        if entry is not None:  # the last one drains it all: no rounding residue stays
+            drained = not self.pending.holds(slot)
+            self.add_pending_prefill(
+                slot, -self.pending_prefill.item(slot) if drained else -entry.tokens
+            )
         return entry is not None
 
     def start_probe(self, slot: int, key: object) -> None:
@@ -229,6 +232,11 @@ class WorkerTable(EngineReadings):
     def forget_batch(self, slot: int) -> None:
         """A worker left: what was learned of its batch no longer applies to its slot."""
         self.batch_floor[slot] = self.batch_ceiling[slot] = self.probe_late[slot] = np.nan
+
+    def forget_latency(self, slot: int) -> None:
+        """A worker left: its observed TTFT and ITL no longer apply to its slot."""
+        for estimates in (*self._ttft.values(), *self._itl.values()):
+            estimates[slot] = np.nan
 
     def set_ready(self, slot: int, ready: bool) -> None:
         self.ready[slot] = ready
