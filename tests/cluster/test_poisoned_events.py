@@ -14,7 +14,7 @@ import pytest
 
 from kinference.cluster import codec
 from kinference.cluster.view import ClusterView
-from kinference.config import Policy
+from kinference.config import parse_policy
 from kinference.config.pools import MAX_ENGINE_REQUESTS
 from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate, WorkerTable
 from kinference.routing.policy import cooldowns_of
@@ -24,7 +24,9 @@ INF = float("inf")
 
 
 def fresh_view() -> ClusterView:
-    policy = Policy()
+    policy = parse_policy(
+        'pools:\n  - {name: p, endpoints: ["10.0.0.1:8000", "10.0.0.2:8000"], models: [m]}\n'
+    )  # the pool the samples' endpoints serve
     router = Router(
         policy, table=WorkerTable(), prefix=PrefixIndex(1000),
         health=ProviderHealth(cooldowns_of(policy)), tenants=TenantGate(), rng=random.Random(0),
@@ -124,3 +126,30 @@ def test_a_remote_reading_is_bounded_as_a_scrape_bounds_it() -> None:
     view.engine_reading(ENDPOINT, reading(waiting=1e999, running=3, kv_usage=-1))
     assert math.isnan(table.waiting[slot])  # no finite number: unknown, as in a scrape
     assert (table.running[slot], table.kv_usage[slot]) == (3.0, 0.0)
+
+
+def test_samples_of_models_or_workers_the_policy_does_not_serve_keep_nothing() -> None:
+    """Before: each model named on the stream or in the statistics got per-slot arrays of
+    its own (TTFT, ITL, each learned rate) and each endpoint a slot, whoever wrote them: a
+    writer naming thousands grew every replica's tables without bound."""
+    view = fresh_view()
+    table, rates = view.table, view.router.learning.rates
+    slots, models = len(table), len(rates._arrays)
+    junk = [
+        event
+        for n in range(500)
+        for event in (
+            [codec.FIRST_TOKEN, ENDPOINT, f"model-{n}", 120.0],
+            [codec.SERVED, f"10.9.{n // 256}.{n % 256}:8000", "m", 1000.0, 60.0, 900.0],
+            [codec.ITL, ENDPOINT, f"model-{n}", [0, 0, 4, *[0] * 12]],
+            [codec.BUSY, ENDPOINT, f"model-{n}", 2.0, 30.0],
+            [codec.TEXT_SIZE, ENDPOINT, f"model-{n}", 3200.0, 2000.0],
+        )
+    ]
+    view.apply(entry(1, junk))
+    assert (len(table), len(rates._arrays)) == (slots, models)
+    assert rates.peek("model-7", "service_ms") is None
+    assert view.router.learning.text.learned() == {}
+    assert math.isnan(rates.learned_busy("model-7"))
+    view.apply(entry(2, GOOD))  # the pool's own model on its endpoint: learned
+    assert all(math.isfinite(value) for value in learned(view))

@@ -19,7 +19,7 @@ from kinference.cluster.replication import Reader
 from kinference.cluster.shards import Shards, Wiring
 from kinference.cluster.stats import StatsBuffer
 from kinference.cluster.view import ClusterView
-from kinference.config import Policy
+from kinference.config import parse_policy
 from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate, WorkerTable
 from kinference.routing.policy import cooldowns_of
 from loadtest.redis_server import RedisServer
@@ -29,7 +29,9 @@ KEYS = Keys()
 
 
 def fresh_view() -> ClusterView:
-    policy = Policy()
+    policy = parse_policy(
+        'pools:\n  - {name: p, endpoints: ["10.0.0.1:8000", "10.0.0.2:8000"], models: [m]}\n'
+    )  # the pool the samples' endpoints serve
     router = Router(
         policy, table=WorkerTable(), prefix=PrefixIndex(1000),
         health=ProviderHealth(cooldowns_of(policy)), tenants=TenantGate(), rng=random.Random(0),
