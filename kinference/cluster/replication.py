@@ -249,7 +249,9 @@ class Reader:
         # Its entry proves it alive: a heartbeat lapsed in an outage must not lose its load.
         pipe = self._redis.pipeline(transaction=False)
         pipe.hgetall(self._keys.load(instance))
-        counts, snapshot_seq = load_reply(check_replies(await pipe.execute(raise_on_error=False))[0])
+        counts, snapshot_seq = load_reply(
+            check_replies(await pipe.execute(raise_on_error=False))[0]
+        )
         if snapshot_seq is not None:
             self.view.replace(instance, counts, max(snapshot_seq, seq))
         else:  # its hash expired: its deltas cannot be trusted

@@ -315,7 +315,9 @@ class WorkerTable(EngineReadings):
     def observe_itl(self, slot: int, model: str, bucket_counts: tuple[int, ...]) -> None:
         """Fold one response's layout-1 ITL bucket counts into the mean-gap estimate."""
         total = sum(bucket_counts)
-        if total > 0 and are_counts(bucket_counts):  # a few Python floats: cheaper than building arrays per report
+        if total > 0 and are_counts(
+            bucket_counts
+        ):  # a few Python floats: cheaper than building arrays per report
             weighted = 0.0
             for count, gap_ms in zip(bucket_counts, MIDPOINTS_MS, strict=True):
                 if count:

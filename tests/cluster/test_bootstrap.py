@@ -13,9 +13,9 @@ import pytest
 from kinference.cluster import codec
 from kinference.cluster.connection import connect
 from kinference.cluster.keys import Keys
+from kinference.cluster.loads import SEQ_FIELD
 from kinference.cluster.members import Membership
 from kinference.cluster.outbox import Outbox
-from kinference.cluster.loads import SEQ_FIELD
 from kinference.cluster.replication import Publisher, Reader
 from kinference.cluster.shards import Shards, Wiring
 from kinference.cluster.stats import StatsBuffer

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinference.routing import WorkerTable
-from kinference.routing.readings import _fmax
 from kinference.routing.pending import PendingPrefix
+from kinference.routing.readings import _fmax
 from kinference.routing.table import EWMA_ALPHA, ITL_LAYOUT_1_MS
 from tests.clock import FakeClock
 
