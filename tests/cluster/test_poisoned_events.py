@@ -6,7 +6,6 @@ learned: the rates and estimates the next good samples teach are what they would
 from __future__ import annotations
 
 import math
-import random
 import time
 from typing import Any
 
@@ -14,24 +13,16 @@ import pytest
 
 from kinference.cluster import codec
 from kinference.cluster.view import ClusterView
-from kinference.config import parse_policy
 from kinference.config.pools import MAX_ENGINE_REQUESTS
-from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate, WorkerTable
-from kinference.routing.policy import cooldowns_of
+from kinference.routing import PrefixIndex, WorkerTable
+from tests.cluster.test_bootstrap import view_of
 
 ENDPOINT = "10.0.0.1:8000"
 INF = float("inf")
 
 
 def fresh_view() -> ClusterView:
-    policy = parse_policy(
-        'pools:\n  - {name: p, endpoints: ["10.0.0.1:8000", "10.0.0.2:8000"], models: [m]}\n'
-    )  # the pool the samples' endpoints serve
-    router = Router(
-        policy, table=WorkerTable(), prefix=PrefixIndex(1000),
-        health=ProviderHealth(cooldowns_of(policy)), tenants=TenantGate(), rng=random.Random(0),
-    )  # fmt: skip
-    return ClusterView(router)
+    return view_of(WorkerTable(), PrefixIndex(1000))
 
 
 def entry(seq: int, events: list[list[Any]]) -> codec.Entry:

@@ -7,7 +7,6 @@ statistics of other minutes are still written."""
 from __future__ import annotations
 
 import math
-import random
 import time
 
 from kinference.cluster.connection import RedisClient
@@ -19,24 +18,16 @@ from kinference.cluster.replication import Reader
 from kinference.cluster.shards import Shards, Wiring
 from kinference.cluster.stats import StatsBuffer
 from kinference.cluster.view import ClusterView
-from kinference.config import parse_policy
-from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate, WorkerTable
-from kinference.routing.policy import cooldowns_of
+from kinference.routing import PrefixIndex, WorkerTable
 from loadtest.redis_server import RedisServer
+from tests.cluster.test_bootstrap import view_of
 
 ENDPOINT, OTHER = "10.0.0.1:8000", "10.0.0.2:8000"
 KEYS = Keys()
 
 
 def fresh_view() -> ClusterView:
-    policy = parse_policy(
-        'pools:\n  - {name: p, endpoints: ["10.0.0.1:8000", "10.0.0.2:8000"], models: [m]}\n'
-    )  # the pool the samples' endpoints serve
-    router = Router(
-        policy, table=WorkerTable(), prefix=PrefixIndex(1000),
-        health=ProviderHealth(cooldowns_of(policy)), tenants=TenantGate(), rng=random.Random(0),
-    )  # fmt: skip
-    return ClusterView(router)
+    return view_of(WorkerTable(), PrefixIndex(1000))
 
 
 async def bootstrapped(client: RedisClient) -> ClusterView:
