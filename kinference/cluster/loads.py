@@ -10,10 +10,8 @@ fail for as long as the key lives, the shared view never read meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
-
-from kinference.cluster.connection import wrong_type
 
 SEQ_FIELD = "~seq"  # in a load hash: the flush sequence number the counts are as of
 
@@ -35,14 +33,5 @@ def load_counts(raw: Mapping[bytes, bytes]) -> tuple[dict[str, int], int | None]
 
 def load_reply(reply: Any) -> tuple[dict[str, int], int | None]:
     """`load_counts` of one HGETALL reply of a pipeline run with `raise_on_error=False`
-    (see `check_replies`): a key of another type has no snapshot."""
+    (`connection.check_replies`): a key of another type has no snapshot."""
     return load_counts({} if isinstance(reply, Exception) else reply)
-
-
-def check_replies(replies: Sequence[Any]) -> Sequence[Any]:
-    """A pipeline's replies (run with `raise_on_error=False`), raising the first error
-    that is not a key of another type (those are `load_reply`'s to read as no hash)."""
-    for reply in replies:
-        if isinstance(reply, Exception) and not wrong_type(reply):
-            raise reply
-    return replies

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kinference.cluster.connection import RedisClient
+from kinference.cluster.connection import RedisClient, check_replies
 from kinference.cluster.keys import HEARTBEAT_TTL_MS, Keys
-from kinference.cluster.loads import check_replies, load_reply
+from kinference.cluster.loads import load_reply
 from kinference.cluster.shards import Shard
 
 # Beat: stamp this replica in the `alive` set with the server's clock (replicas' clocks may

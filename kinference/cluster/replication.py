@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kinference.cluster import codec
-from kinference.cluster.connection import RedisClient
+from kinference.cluster.connection import RedisClient, check_replies, wrong_type
 from kinference.cluster.keys import ENGINES_TTL_S, HEARTBEAT_TTL_MS, POOLS_LAYOUT, Keys
-from kinference.cluster.loads import SEQ_FIELD, check_replies, load_reply
+from kinference.cluster.loads import SEQ_FIELD, load_reply
 from kinference.cluster.outbox import Outbox
 from kinference.cluster.stats import StatsBuffer, seed_estimates
 from kinference.cluster.view import ClusterView
@@ -153,8 +153,12 @@ class Publisher:
         # Errors returned, not raised: redis-py would format the whole entry into the error's
         # text first (textwrap over it: 0.13 s of this loop for a 256 KiB entry refused).
         replies = await pipe.execute(raise_on_error=False)
-        for reply in replies:
-            if isinstance(reply, Exception):
+        for index, reply in enumerate(replies):
+            # The readings' hash of another type (WRONGTYPE) fails only them: failing the
+            # flush, its entry (gone out already) would go out again at every retry.
+            if isinstance(reply, Exception) and not (
+                readings and index == len(replies) - 3 and wrong_type(reply)
+            ):
                 raise reply
         self.seq = seq
         self.snapshot_needed = False
@@ -292,7 +296,10 @@ class Reader:
 
     async def _warm(self, position: str) -> None:
         redis, keys = self._redis, self._keys
-        for endpoint, raw in (await redis.hgetall(keys.engines())).items():
+        pipe = redis.pipeline(transaction=False)
+        pipe.hgetall(keys.engines())  # of another type: no readings (`check_replies`)
+        engines = check_replies(await pipe.execute(raise_on_error=False))[0]
+        for endpoint, raw in ({} if isinstance(engines, Exception) else engines).items():
             try:
                 self.view.engine_reading(endpoint.decode(), json.loads(raw))
             except (ValueError, KeyError, TypeError):

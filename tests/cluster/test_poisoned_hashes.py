@@ -14,7 +14,7 @@ from kinference.cluster.keys import Keys
 from kinference.cluster.loads import SEQ_FIELD
 from kinference.cluster.members import Membership
 from kinference.cluster.outbox import Outbox
-from kinference.cluster.replication import Reader
+from kinference.cluster.replication import Publisher, Reader
 from kinference.cluster.shards import Shards, Wiring
 from kinference.cluster.stats import StatsBuffer
 from kinference.cluster.view import ClusterView
@@ -136,3 +136,22 @@ async def test_the_membership_check_reads_a_load_key_of_another_type_as_no_snaps
     table = view.table
     assert table.inflight[table.slot(ENDPOINT)] == 3
     assert pool.view.seq == {"quiet": 12}
+
+
+async def test_an_engines_key_of_another_type_fails_no_flush_and_no_bootstrap(
+    redis_server: RedisServer, client: RedisClient
+) -> None:
+    """Before: every flush carrying a scrape leader's reading failed on the `engines` key
+    after its stream entry had gone out, so the batch was sent again and again (each time
+    a new entry, its events applied again by every reader) while the key lived; and every
+    bootstrap failed reading it."""
+    await client.set(KEYS.engines(), b"not a hash")
+    outbox = Outbox()
+    stats = StatsBuffer(client, KEYS, "leader")
+    publisher = Publisher(client, KEYS, "leader", outbox, own_load=dict, stats=stats, maxlen=1000)
+    outbox.engine(ENDPOINT, {"at": time.time(), "ready": True, "read": True, "waiting": 2})
+    outbox.first_token(ENDPOINT, "m", 80.0)
+    await publisher.flush()
+    await publisher.flush()  # nothing left to send
+    assert await client.xlen(KEYS.events()) == 1
+    await bootstrapped(client)  # the reading is lost, not the bootstrap
