@@ -11,6 +11,7 @@ import time
 
 from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import Keys
+from kinference.cluster.leader import ScrapeLeadership
 from kinference.cluster.loads import SEQ_FIELD
 from kinference.cluster.members import Membership
 from kinference.cluster.outbox import Outbox
@@ -155,3 +156,18 @@ async def test_an_engines_key_of_another_type_fails_no_flush_and_no_bootstrap(
     await publisher.flush()  # nothing left to send
     assert await client.xlen(KEYS.events()) == 1
     await bootstrapped(client)  # the reading is lost, not the bootstrap
+
+
+async def test_a_leader_key_of_another_type_is_led_by_each_replica(
+    redis_server: RedisServer, client: RedisClient
+) -> None:
+    """Before: the claim's script failed on it at every claim, each failure read as Redis
+    unavailable (Picks DEGRADED until the next heartbeat), for as long as the key lived.
+    No replica can hold that lease: each scrapes the pool itself and shares what it reads,
+    as the others' claims on other pools go on."""
+    await client.hset(KEYS.leader("default/junk"), mapping={"who": "an operator"})
+    first, second = (ScrapeLeadership(client, KEYS, name) for name in ("a", "b"))
+    assert await first.claim(["default/chat", "default/junk"]) == {"default/chat", "default/junk"}
+    assert await second.claim(["default/chat", "default/junk"]) == {"default/junk"}
+    await first.resign()  # lets its own lease go, and the junk key be
+    assert await second.claim(["default/chat", "default/junk"]) == {"default/chat", "default/junk"}
