@@ -70,19 +70,19 @@ class Reports:
         self._reports["first_token", assignment is not None].inc()
         if assignment is None:
             return False
-        first = assignment.first_token_at is None  # a repeated report counts once
-        if first:
-            assignment.first_token_at = time.monotonic() - ago_s
-        self._recorder.first_token(assignment, ttft_ms, upstream_status)
+        if assignment.first_token_at is not None:
+            return True  # a repeated report: recorded and taught once
+        assignment.first_token_at = time.monotonic() - ago_s
+        ttft = min(float(ttft_ms), self._since_pick_ms(assignment, ago_s))
+        self._recorder.first_token(assignment, ttft, upstream_status)
         destination = assignment.destination
         if isinstance(destination, LocalChoice):
-            if upstream_status < 400 and first:
-                ttft = min(float(ttft_ms), self._since_pick_ms(assignment, ago_s))
+            if upstream_status < 400:
                 assignment.ttft_ms = ttft
                 self._router.first_token(destination, ttft)
                 if self._router.precise is not None:  # the engine ran it: events are due
                     self._router.precise.served(destination)
-            elif first:  # no token came: its prefill is no longer pending either
+            else:  # no token came: its prefill is no longer pending either
                 self._router.first_token_failed(destination)
         elif upstream_status >= 400:
             self._router.health.upstream_status(destination.ref, upstream_status)

@@ -957,3 +957,16 @@ async def test_settle_counts_the_answered_picks_at_once_in_order(env: Env) -> No
     await _drained()
     assert env.metric("kinference_pick_duration_seconds_count") == 2
     assert not env.router.prefix._later
+
+
+def test_the_ttft_histogram_counts_a_request_once_and_no_impossible_ttft(env: Env) -> None:
+    """Before: each repeated ReportFirstToken of one request was observed again (a caller
+    retrying its report skewed the distribution), and a TTFT longer than the time since
+    the Pick (4294967295 ms: a caller's clock gone back) went into the sum as it came."""
+    result = env.pick(chat())
+    env.clock.now += 0.05
+    for _ in range(4):
+        assert env.service.first_token(result.response_id, 2**32 - 1, 200)
+    labels = {"destination": "local"}
+    assert env.metric("kinference_ttft_seconds_count", **labels) == 1
+    assert env.metric("kinference_ttft_seconds_sum", **labels) <= 0.05 + 0.001

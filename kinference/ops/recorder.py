@@ -70,7 +70,7 @@ class RequestRecorder:
             fields["pick_ms"] = round(seconds * 1000, 3)
             log.debug("pick", extra=fields)
 
-    def first_token(self, assignment: Assignment, ttft_ms: int, upstream_status: int) -> None:
+    def first_token(self, assignment: Assignment, ttft_ms: float, upstream_status: int) -> None:
         if upstream_status < 400:
             kind = "local" if assignment.local is not None else "provider"
             self._ttft[kind].observe(max(ttft_ms, 0) / 1000)
