@@ -349,7 +349,7 @@ def test_final_report_without_pull_drops_the_body(env: Env, resident: int) -> No
 def test_cached_tokens_counted_when_present(env: Env) -> None:
     result = env.service.pick(PickCall(env.push(chat())))
     env.pull(result.response_id)
-    final = FinalReport(result.response_id, MODEL, 1, 2, 7, (), 0)
+    final = FinalReport(result.response_id, MODEL, 10, 2, 7, (), 0)
     assert env.service.final_token(final)
     assert env.metric("kinference_tokens_total", kind="cached") == 7
 
@@ -970,3 +970,11 @@ def test_the_ttft_histogram_counts_a_request_once_and_no_impossible_ttft(env: En
     labels = {"destination": "local"}
     assert env.metric("kinference_ttft_seconds_count", **labels) == 1
     assert env.metric("kinference_ttft_seconds_sum", **labels) <= 0.05 + 0.001
+
+
+def test_cached_tokens_past_the_prompt_count_as_the_prompt(env: Env) -> None:
+    """Before: `kinference_tokens_total{kind="cached"}` took a report's cached tokens as
+    they came, past its prompt (a hit ratio over 1 on dashboards)."""
+    result = env.pick(chat())
+    assert env.service.final_token(FinalReport(result.response_id, MODEL, 10, 3, 2**32 - 1, (), 0))
+    assert env.metric("kinference_tokens_total", kind="cached") == 10
