@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 # Abort reasons that tell the picker something about a provider it cannot see itself.
 _ABORT_HEALTH = {"BACKEND_UNRESOLVED": UNRESOLVED, "BACKEND_UNAUTHORIZED": UNAUTHORIZED}
 _LEARNED_LIMIT = 10_000  # aborted ids remembered so repeats do not count twice
+TTFT_ROUNDING_MS = 1.0  # a caller's TTFT is whole milliseconds (rounded, or truncated)
 
 
 class Reports:
@@ -69,22 +70,32 @@ class Reports:
         self._reports["first_token", assignment is not None].inc()
         if assignment is None:
             return False
-        first = assignment.first_token_at is None  # a repeated report counts once
-        if first:
-            assignment.first_token_at = time.monotonic() - ago_s
-        self._recorder.first_token(assignment, ttft_ms, upstream_status)
+        if assignment.first_token_at is not None:
+            return True  # a repeated report: recorded and taught once
+        assignment.first_token_at = time.monotonic() - ago_s
+        ttft = min(float(ttft_ms), self._since_pick_ms(assignment, ago_s))
+        self._recorder.first_token(assignment, ttft, upstream_status)
         destination = assignment.destination
         if isinstance(destination, LocalChoice):
-            if upstream_status < 400 and first:
-                assignment.ttft_ms = float(ttft_ms)
-                self._router.first_token(destination, float(ttft_ms))
+            if upstream_status < 400:
+                assignment.ttft_ms = ttft
+                self._router.first_token(destination, ttft)
                 if self._router.precise is not None:  # the engine ran it: events are due
                     self._router.precise.served(destination)
-            elif first:  # no token came: its prefill is no longer pending either
+            else:  # no token came: its prefill is no longer pending either
                 self._router.first_token_failed(destination)
         elif upstream_status >= 400:
             self._router.health.upstream_status(destination.ref, upstream_status)
         return True
+
+    def _since_pick_ms(self, assignment: Assignment, ago_s: float) -> float:
+        """The longest TTFT the request can have had: the time from its Pick to its first
+        token (reported `ago_s` ago), plus the caller's rounding to whole milliseconds. A
+        caller measures from its dispatch, after the Pick; a longer TTFT is no measurement
+        (a caller's clock gone back, wrapped to the uint32's top) and, learned as it is,
+        would price its worker out for good: no request goes there to teach otherwise."""
+        since_s = max(self._inflight.age_s(assignment) - ago_s, 0.0)
+        return since_s * 1000.0 + TTFT_ROUNDING_MS
 
     def final_token(self, report: FinalReport) -> bool:
         """Record a finished response, count its tokens, stop counting it as load."""

@@ -349,7 +349,7 @@ def test_final_report_without_pull_drops_the_body(env: Env, resident: int) -> No
 def test_cached_tokens_counted_when_present(env: Env) -> None:
     result = env.service.pick(PickCall(env.push(chat())))
     env.pull(result.response_id)
-    final = FinalReport(result.response_id, MODEL, 1, 2, 7, (), 0)
+    final = FinalReport(result.response_id, MODEL, 10, 2, 7, (), 0)
     assert env.service.final_token(final)
     assert env.metric("kinference_tokens_total", kind="cached") == 7
 
@@ -629,6 +629,7 @@ def test_ttft_feeds_the_latency_estimate(env: Env) -> None:
     result = env.pick(chat())
     destination = result.destination
     assert isinstance(destination, LocalChoice)
+    env.clock.now += 0.12  # the first token comes 120 ms after the Pick
     assert env.service.first_token(result.response_id, 120, 200)
     assert env.table.ttft_ms(MODEL)[destination.slot] == 120
     other = env.pick(chat(), pool=destination.pool)
@@ -650,6 +651,7 @@ def test_itl_feeds_the_estimate(env: Env) -> None:
 
 def test_latency_steers_later_picks(env: Env) -> None:
     slow = env.pick(chat(), pool="team-b/big")
+    env.clock.now += 3.0
     assert env.service.first_token(slow.response_id, 3000, 200)
     assert env.service.final_token(report(slow.response_id))
     fast = env.pick(chat(), pool="default/chat")
@@ -955,3 +957,24 @@ async def test_settle_counts_the_answered_picks_at_once_in_order(env: Env) -> No
     await _drained()
     assert env.metric("kinference_pick_duration_seconds_count") == 2
     assert not env.router.prefix._later
+
+
+def test_the_ttft_histogram_counts_a_request_once_and_no_impossible_ttft(env: Env) -> None:
+    """Before: each repeated ReportFirstToken of one request was observed again (a caller
+    retrying its report skewed the distribution), and a TTFT longer than the time since
+    the Pick (4294967295 ms: a caller's clock gone back) went into the sum as it came."""
+    result = env.pick(chat())
+    env.clock.now += 0.05
+    for _ in range(4):
+        assert env.service.first_token(result.response_id, 2**32 - 1, 200)
+    labels = {"destination": "local"}
+    assert env.metric("kinference_ttft_seconds_count", **labels) == 1
+    assert env.metric("kinference_ttft_seconds_sum", **labels) <= 0.05 + 0.001
+
+
+def test_cached_tokens_past_the_prompt_count_as_the_prompt(env: Env) -> None:
+    """Before: `kinference_tokens_total{kind="cached"}` took a report's cached tokens as
+    they came, past its prompt (a hit ratio over 1 on dashboards)."""
+    result = env.pick(chat())
+    assert env.service.final_token(FinalReport(result.response_id, MODEL, 10, 3, 2**32 - 1, (), 0))
+    assert env.metric("kinference_tokens_total", kind="cached") == 10

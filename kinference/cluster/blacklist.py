@@ -22,7 +22,7 @@ from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterPipeline
 from redis.exceptions import ResponseError
 
-from kinference.cluster.connection import RedisClient
+from kinference.cluster.connection import RedisClient, check_replies, wrong_type
 from kinference.cluster.keys import Keys
 from kinference.routing.health import Cooldown, ProviderHealth
 
@@ -160,7 +160,7 @@ class SharedBlacklist:
         try:
             await self._script(keys=[self._keys.blacklist(provider)], args=args)
         except ResponseError as exc:  # its key is not a hash (see `_entries`): not shared
-            if not _wrong_type(exc):
+            if not wrong_type(exc):
                 raise
             log.warning("blacklist key of %s is not a hash; cool-down not shared", provider)
             return False
@@ -256,19 +256,11 @@ def _entries(providers: Sequence[str], replies: Sequence[Any]) -> list[Entry | N
     """The replies of `_queue_reads`, two per provider, as entries. A key of another type
     (WRONGTYPE: set by hand, or by a tool sharing the prefix) is no entry, not a failed
     poll: every poll failing, the node would read Redis as unavailable while it stays."""
-    for reply in replies:
-        if isinstance(reply, Exception) and not _wrong_type(reply):
-            raise reply
-    replies = [None if isinstance(reply, Exception) else reply for reply in replies]
+    replies = [None if isinstance(reply, Exception) else reply for reply in check_replies(replies)]
     return [
         _entry(provider, replies[2 * i], int(replies[2 * i + 1]))
         for i, provider in enumerate(providers)
     ]
-
-
-def _wrong_type(error: Exception) -> bool:
-    """A command refused on a key of another type (a script's call says so in its text)."""
-    return "WRONGTYPE" in str(error)
 
 
 def _entry(provider: str, fields: dict[Any, Any], ttl_ms: int) -> Entry | None:

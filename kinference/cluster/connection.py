@@ -9,6 +9,7 @@ Timeouts are short on purpose: a slow Redis must cost a background task a retry,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,23 @@ SUPPORTED_SCHEMES = ("redis", "rediss", "unix", *SENTINEL_SCHEMES, *CLUSTER_SCHE
 # decodes (keys and values are bytes) and every caller converts replies explicitly, so the
 # client is typed loosely rather than with casts at every call.
 RedisClient = Any
+
+
+def wrong_type(error: BaseException) -> bool:
+    """A command refused on a key of another type (WRONGTYPE: a key set by hand, or by a
+    tool sharing the prefix; a script's call says so in its text too). Such a key is no
+    entry of ours, not Redis unavailable: failing on it, a loop would fail for as long as
+    the key lives."""
+    return "WRONGTYPE" in str(error)
+
+
+def check_replies(replies: Sequence[Any]) -> Sequence[Any]:
+    """A pipeline's replies (run with `raise_on_error=False`), raising the first error that
+    is not a key of another type (`wrong_type`: the caller reads those as no entry)."""
+    for reply in replies:
+        if isinstance(reply, Exception) and not wrong_type(reply):
+            raise reply
+    return replies
 
 
 class RedisUrlError(ValueError):

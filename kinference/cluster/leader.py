@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from kinference.cluster.connection import RedisClient
+from redis.exceptions import ResponseError
+
+from kinference.cluster.connection import RedisClient, wrong_type
 from kinference.cluster.keys import LEADER_TTL_MS, Keys
 
 # Take the lease when free, renew it when ours; 1 = we lead.
@@ -41,12 +43,20 @@ class ScrapeLeadership:
         self.led: frozenset[str] = frozenset()
 
     async def claim(self, pools: Collection[str]) -> frozenset[str]:
-        """Claim or renew each pool's lease; returns the pools this replica leads now."""
+        """Claim or renew each pool's lease; returns the pools this replica leads now. A
+        lease key of another type (WRONGTYPE: set by hand, or by a tool sharing the prefix)
+        is no one's: every replica leads that pool (scrapes it and shares what it reads),
+        where failing the claim would read Redis as unavailable while the key lived."""
         led = set()
         for pool in sorted(pools):
-            won = await self._claim(
-                keys=[self._keys.leader(pool)], args=[self.instance, LEADER_TTL_MS]
-            )
+            try:
+                won = await self._claim(
+                    keys=[self._keys.leader(pool)], args=[self.instance, LEADER_TTL_MS]
+                )
+            except ResponseError as error:
+                if not wrong_type(error):
+                    raise
+                won = True
             if won:
                 led.add(pool)
         self.led = frozenset(led)
@@ -54,5 +64,9 @@ class ScrapeLeadership:
 
     async def resign(self) -> None:
         for pool in self.led:
-            await self._resign(keys=[self._keys.leader(pool)], args=[self.instance])
+            try:
+                await self._resign(keys=[self._keys.leader(pool)], args=[self.instance])
+            except ResponseError as error:  # of another type: held by no one (`claim`)
+                if not wrong_type(error):
+                    raise
         self.led = frozenset()

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kinference.cluster.connection import RedisClient
+from kinference.cluster.connection import RedisClient, check_replies
 from kinference.cluster.keys import HEARTBEAT_TTL_MS, Keys
-from kinference.cluster.replication import load_counts
+from kinference.cluster.loads import load_reply
 from kinference.cluster.shards import Shard
 
 # Beat: stamp this replica in the `alive` set with the server's clock (replicas' clocks may
@@ -120,8 +120,9 @@ class Membership:
         pipe = self._redis.pipeline(transaction=False)
         for shard, member in missing:
             pipe.hgetall(shard.keys.load(member))
-        for (shard, member), raw in zip(missing, await pipe.execute(), strict=True):
-            counts, seq = load_counts(raw)
+        replies = check_replies(await pipe.execute(raise_on_error=False))
+        for (shard, member), raw in zip(missing, replies, strict=True):
+            counts, seq = load_reply(raw)
             # The reader may have taken an entry of it meanwhile (and resynced): it is
             # accounted for then, and this older hash must not overwrite it.
             if seq is None:

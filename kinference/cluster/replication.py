@@ -20,15 +20,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kinference.cluster import codec
-from kinference.cluster.connection import RedisClient
+from kinference.cluster.connection import RedisClient, check_replies, wrong_type
 from kinference.cluster.keys import ENGINES_TTL_S, HEARTBEAT_TTL_MS, POOLS_LAYOUT, Keys
+from kinference.cluster.loads import SEQ_FIELD, load_reply
 from kinference.cluster.outbox import Outbox
 from kinference.cluster.stats import StatsBuffer, seed_estimates
 from kinference.cluster.view import ClusterView
 
 log = logging.getLogger(__name__)
 
-SEQ_FIELD = "~seq"  # in a load hash: the flush sequence number the counts are as of
 READ_COUNT = 1_000  # stream entries per XREAD
 # Milliseconds an XREAD waits for new entries, at most: an idle replica reads twice a second
 # (10 times at 100 ms: most of its idle Redis traffic). A quarter of the stale threshold
@@ -153,8 +153,12 @@ class Publisher:
         # Errors returned, not raised: redis-py would format the whole entry into the error's
         # text first (textwrap over it: 0.13 s of this loop for a 256 KiB entry refused).
         replies = await pipe.execute(raise_on_error=False)
-        for reply in replies:
-            if isinstance(reply, Exception):
+        for index, reply in enumerate(replies):
+            # The readings' hash of another type (WRONGTYPE) fails only them: failing the
+            # flush, its entry (gone out already) would go out again at every retry.
+            if isinstance(reply, Exception) and not (
+                readings and index == len(replies) - 3 and wrong_type(reply)
+            ):
                 raise reply
         self.seq = seq
         self.snapshot_needed = False
@@ -247,7 +251,11 @@ class Reader:
         """Replace an instance's load by its hash (entries of it were missed)."""
         self.resyncs += 1
         # Its entry proves it alive: a heartbeat lapsed in an outage must not lose its load.
-        counts, snapshot_seq = load_counts(await self._redis.hgetall(self._keys.load(instance)))
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hgetall(self._keys.load(instance))
+        counts, snapshot_seq = load_reply(
+            check_replies(await pipe.execute(raise_on_error=False))[0]
+        )
         if snapshot_seq is not None:
             self.view.replace(instance, counts, max(snapshot_seq, seq))
         else:  # its hash expired: its deltas cannot be trusted
@@ -278,17 +286,20 @@ class Reader:
         for member in members:
             pipe.exists(self._keys.heartbeat(member))
             pipe.hgetall(self._keys.load(member))
-        answers = await pipe.execute()
+        answers = check_replies(await pipe.execute(raise_on_error=False))
         live = {}
         for index, member in enumerate(members):
-            counts, seq = load_counts(answers[2 * index + 1])
+            counts, seq = load_reply(answers[2 * index + 1])
             if answers[2 * index] and seq is not None:
                 live[member] = (counts, seq)
         return live
 
     async def _warm(self, position: str) -> None:
         redis, keys = self._redis, self._keys
-        for endpoint, raw in (await redis.hgetall(keys.engines())).items():
+        pipe = redis.pipeline(transaction=False)
+        pipe.hgetall(keys.engines())  # of another type: no readings (`check_replies`)
+        engines = check_replies(await pipe.execute(raise_on_error=False))[0]
+        for endpoint, raw in ({} if isinstance(engines, Exception) else engines).items():
             try:
                 self.view.engine_reading(endpoint.decode(), json.loads(raw))
             except (ValueError, KeyError, TypeError):
@@ -311,15 +322,3 @@ def _hash_bytes(events: list[Any]) -> int:
         for event in events
         if isinstance(event, list) and len(event) == 4 and isinstance(event[3], bytes)
     )
-
-
-def load_counts(raw: Mapping[bytes, bytes]) -> tuple[dict[str, int], int | None]:
-    """(counts per endpoint, snapshot sequence number) from a load hash."""
-    counts, seq = {}, None
-    for field, value in raw.items():
-        name = field.decode()
-        if name == SEQ_FIELD:
-            seq = int(value)
-        else:
-            counts[name] = int(value)
-    return counts, seq

@@ -9,6 +9,7 @@ counts, which compose, never in percentiles, which do not.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,14 +17,19 @@ from typing import Any
 import numpy as np
 
 from kinference.cluster import codec
-from kinference.cluster.connection import RedisClient
+from kinference.cluster.connection import RedisClient, wrong_type
 from kinference.cluster.keys import STATS_TTL_S, Keys
 from kinference.itl_layout import BUCKETS as ITL_BUCKETS
 from kinference.routing.rates import busy_sample
 from kinference.routing.router import Router
 from kinference.routing.textsize import MIN_SAMPLES
 
+log = logging.getLogger(__name__)
+
 SEED_MINUTES = 5  # a new replica seeds its latency estimates from this many recent minutes
+# A statistic's magnitude past this is none of ours (a sum of them stays finite and exact).
+MAX_STAT = float(2**53)
+NAN = float("nan")  # a sum missing beside its count (none of ours): no sample (`samples`)
 
 
 class StatsBuffer:
@@ -42,6 +48,7 @@ class StatsBuffer:
         # Past minutes whose last counts are not written yet (Redis away at the turn of the
         # minute, or the turn came between two writes): they were dropped at the turn.
         self._unwritten: dict[int, dict[str, float]] = {}
+        self._junk: set[int] = set()  # minutes whose key is of another type: not written
 
     def fold(self, events: list[list[Any]]) -> None:
         """Count the reports among a flushed batch of this instance's events."""
@@ -104,41 +111,77 @@ class StatsBuffer:
 
     async def flush(self) -> None:
         """Write this minute's counts, and past minutes' not written yet (raises on a Redis
-        error; they are written at the next call)."""
+        error; they are written at the next call). A minute whose key is of another type
+        (WRONGTYPE: set by hand, or by a tool sharing the prefix) is given up: failing on
+        it, every write would fail for the hour past minutes are kept to write."""
         oldest = int(self._wall() // 60) - STATS_TTL_S // 60
-        writes = {m: counts for m, counts in self._unwritten.items() if m > oldest}
-        if self._dirty:
+        self._junk = {m for m in self._junk if m > oldest}
+        writes = {m: c for m, c in self._unwritten.items() if m > oldest and m not in self._junk}
+        self._unwritten = {}
+        if self._dirty and self._minute not in self._junk:
             writes[self._minute] = dict(self._counts)
         if not writes:
             return
-        self._unwritten, self._dirty = {}, False  # bumps during the write set it again
+        self._dirty = False  # bumps during the write set it again
         pipe = self._redis.pipeline(transaction=False)
         for minute, counts in writes.items():
             pipe.hset(self._keys.stats(minute), mapping=counts)
             pipe.expire(self._keys.stats(minute), STATS_TTL_S)
         try:
-            await pipe.execute()
+            replies = await pipe.execute(raise_on_error=False)
         except BaseException:
-            for minute, counts in writes.items():
-                if minute == self._minute:
-                    self._dirty = True
-                else:
-                    self._unwritten.setdefault(minute, counts)
+            self._keep(writes)
             raise
+        for minute, reply in zip(writes, replies[::2], strict=True):
+            if isinstance(reply, Exception) and wrong_type(reply):
+                self._junk.add(minute)
+                log.warning("%s is not a hash: this replica's counts of that minute are not "
+                            "shared", self._keys.stats(minute))  # fmt: skip
+        errors = [r for r in replies if isinstance(r, Exception) and not wrong_type(r)]
+        if errors:
+            self._keep({m: c for m, c in writes.items() if m not in self._junk})
+            raise errors[0]
+
+    def _keep(self, writes: dict[int, dict[str, float]]) -> None:
+        """Minutes whose write failed, to write at the next flush."""
+        for minute, counts in writes.items():
+            if minute == self._minute:
+                self._dirty = True
+            else:
+                self._unwritten.setdefault(minute, counts)
 
 
 async def read_stats(redis: RedisClient, keys: Keys, now: float, minutes: int) -> dict[str, float]:
-    """`endpoint|model|field` -> count summed over every instance and the last `minutes`."""
+    """`endpoint|model|field` -> count summed over every instance and the last `minutes`
+    (fields none of ours writes skipped: `_stat`; a key of another type holds none)."""
     current = int(now // 60)
     pipe = redis.pipeline(transaction=False)
     for minute in range(current - minutes + 1, current + 1):
         pipe.hgetall(keys.stats(minute))
     totals: dict[str, float] = {}
-    for answer in await pipe.execute():
+    for answer in await pipe.execute(raise_on_error=False):
+        if isinstance(answer, Exception):
+            if wrong_type(answer):
+                continue
+            raise answer
         for field, value in answer.items():
-            _instance, _, name = field.decode().partition("|")
-            totals[name] = totals.get(name, 0.0) + float(value)
+            stat = _stat(field, value)
+            if stat is not None:
+                totals[stat[0]] = totals.get(stat[0], 0.0) + stat[1]
     return totals
+
+
+def _stat(field: bytes, value: bytes) -> tuple[str, float] | None:
+    """One field as (`endpoint|model|field`, its number); None for one that no replica
+    writes (an operator's, a foreign tool's: not `instance|endpoint|model|field` in UTF-8,
+    or not a number within MAX_STAT), which would fail every replica's bootstrap."""
+    try:
+        name, number = field.decode().partition("|")[2], float(value)
+    except ValueError:  # UnicodeDecodeError too
+        return None
+    if name.count("|") < 2 or not abs(number) <= MAX_STAT:  # (NaN too)
+        return None
+    return name, number
 
 
 async def seed_estimates(redis: RedisClient, keys: Keys, router: Router, now: float) -> None:
@@ -150,9 +193,9 @@ async def seed_estimates(redis: RedisClient, keys: Keys, router: Router, now: fl
     for name, value in totals.items():
         endpoint, model, field = name.rsplit("|", 2)
         if field == "ttft_count" and value > 0:
-            mean = totals.get(f"{endpoint}|{model}|ttft_ms_sum", 0.0) / value
+            mean = totals.get(f"{endpoint}|{model}|ttft_ms_sum", NAN) / value
             router.remote_first_token(endpoint, model, mean)
-        elif field.startswith("itl_b") and field[5:].isdigit() and int(field[5:]) < ITL_BUCKETS:
+        elif field.startswith("itl_b") and field[5:].isdecimal() and int(field[5:]) < ITL_BUCKETS:
             counts = itl.setdefault((endpoint, model), np.zeros(ITL_BUCKETS))
             counts[int(field[5:])] += value
         elif field in ("prefill_count", "service_count") and value > 0:
@@ -164,7 +207,7 @@ async def seed_estimates(redis: RedisClient, keys: Keys, router: Router, now: fl
             base = f"{endpoint}|{model}|busy_"
             busy[model] = (endpoint, count + value,
                            squares + totals.get(base + "sequences_sq_sum", 0.0),
-                           products + totals.get(base + "product_sum", 0.0))  # fmt: skip
+                           products + totals.get(base + "product_sum", NAN))  # fmt: skip
     for (endpoint, model), counts in itl.items():
         router.remote_itl(endpoint, model, tuple(int(c) for c in counts))
     for model, (endpoint, count, squares, products) in busy.items():
@@ -185,8 +228,8 @@ def _seed_text(
     """Characters per token: the cluster's mean sample, counted as up to `MIN_SAMPLES`
     samples (enough to replace the prior; the live stream's samples refine it)."""
     base = f"{endpoint}|{model}|text_"
-    chars = totals.get(base + "chars_sum", 0.0) / count
-    tokens = totals.get(base + "tokens_sum", 0.0) / count
+    chars = totals.get(base + "chars_sum", NAN) / count
+    tokens = totals.get(base + "tokens_sum", NAN) / count
     for _ in range(min(int(count), MIN_SAMPLES)):
         router.remote_text(endpoint, model, chars, tokens)
 
@@ -195,12 +238,11 @@ def _seed_rate(router: Router, totals: dict[str, float], name: str, count: float
     """Fold the mean prefill or service sample of `name` (`endpoint|model|*_count`)."""
     endpoint, model, field = name.rsplit("|", 2)
     base = f"{endpoint}|{model}|"
-    nan = float("nan")
     if field == "prefill_count":
-        tokens = totals.get(base + "prefill_tokens_sum", 0.0) / count
-        prefill = totals.get(base + "prefill_ms_sum", 0.0) / count
-        router.remote_served(endpoint, model, tokens, prefill, nan)
+        tokens = totals.get(base + "prefill_tokens_sum", NAN) / count
+        prefill = totals.get(base + "prefill_ms_sum", NAN) / count
+        router.remote_served(endpoint, model, tokens, prefill, NAN)
     else:
         router.remote_served(
-            endpoint, model, 0.0, nan, totals.get(base + "service_ms_sum", 0.0) / count
+            endpoint, model, 0.0, NAN, totals.get(base + "service_ms_sum", NAN) / count
         )

@@ -18,6 +18,7 @@ from kinference.routing.features import EngineReading
 from kinference.routing.pending import PendingPrefix
 from kinference.routing.router import Router
 from kinference.routing.table import WorkerTable
+from kinference.workers.snapshot import bounded_count, bounded_fraction
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class ClusterView:
         for event in entry.events:
             try:
                 self._apply_event(entry.instance, event, with_load=with_load)
-            except (IndexError, KeyError, TypeError, ValueError):
+            except (IndexError, KeyError, TypeError, ValueError, OverflowError):
                 log.warning("skipping a malformed %r event from %s", event[:1], entry.instance)
 
     def replay_prefixes(self, entry: codec.Entry) -> None:
@@ -179,16 +180,17 @@ class ClusterView:
         return seen is not None and self._clock() - seen <= seconds
 
     def engine_reading(self, endpoint: str, reading: Mapping[str, Any]) -> None:
-        """A scrape leader's reading; its age is carried over onto our monotonic clock."""
+        """A scrape leader's reading; its age is carried over onto our monotonic clock, its
+        numbers held to what a scrape accepts (the reading may come from anywhere)."""
         ready = bool(reading.get("ready", True))
         age_s = max(self._wall() - float(reading["at"]), 0.0)
         if not reading.get("read", False):  # the leader's scrape failed: unknown
             self.router.engine_reading(endpoint, ready, None)
             return
         engine = EngineReading(
-            waiting=_optional(reading.get("waiting")),
-            running=_optional(reading.get("running")),
-            kv_usage=_optional(reading.get("kv_usage")),
+            waiting=_count(reading.get("waiting")),
+            running=_count(reading.get("running")),
+            kv_usage=_fraction(reading.get("kv_usage")),
             adapters=frozenset(reading.get("adapters", ())),
             scraped_at=self._clock() - age_s,
             kv_capacity_tokens=_optional(reading.get("kv_capacity_tokens")),
@@ -204,6 +206,15 @@ _SAMPLE_EVENTS = frozenset(
 
 def _optional(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _count(value: Any) -> float | None:
+    """A reading's count as a scrape bounds it (None: unknown, or no finite number)."""
+    return None if value is None else bounded_count((float(value),))
+
+
+def _fraction(value: Any) -> float | None:
+    return None if value is None else bounded_fraction((float(value),))
 
 
 def _measured(value: Any) -> float:

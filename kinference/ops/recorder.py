@@ -70,7 +70,7 @@ class RequestRecorder:
             fields["pick_ms"] = round(seconds * 1000, 3)
             log.debug("pick", extra=fields)
 
-    def first_token(self, assignment: Assignment, ttft_ms: int, upstream_status: int) -> None:
+    def first_token(self, assignment: Assignment, ttft_ms: float, upstream_status: int) -> None:
         if upstream_status < 400:
             kind = "local" if assignment.local is not None else "provider"
             self._ttft[kind].observe(max(ttft_ms, 0) / 1000)
@@ -96,9 +96,10 @@ class RequestRecorder:
         completion.inc(report.completion_tokens)
         if report.itl_bucket_counts:
             self._metrics.itl.add(report.itl_bucket_counts)
-        if report.cached_tokens is not None:
-            self._tokens["cached"].inc(report.cached_tokens)
-            self._prefix(assignment.local, report.prompt_tokens, report.cached_tokens)
+        if report.cached_tokens is not None:  # no more than the prompt, whatever it says
+            cached = min(report.cached_tokens, report.prompt_tokens)
+            self._tokens["cached"].inc(cached)
+            self._prefix(assignment.local, report.prompt_tokens, cached)
         if log.isEnabledFor(logging.DEBUG):
             fields = {"client_request_id": assignment.client_request_id,
                       "response_id": report.response_id, "prompt_tokens": report.prompt_tokens,

@@ -18,7 +18,7 @@ from typing import Any
 from kinference.cluster.blacklist import Entry, list_blacklist
 from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import HEARTBEAT_TTL_MS, SINGLE_LAYOUT, Keys
-from kinference.cluster.replication import SEQ_FIELD
+from kinference.cluster.loads import SEQ_FIELD
 
 _SCAN_COUNT = 500  # keys per SCAN step
 _WINDOW_S = 60  # seconds: tenant budgets are per sliding minute

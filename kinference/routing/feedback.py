@@ -32,6 +32,9 @@ class RouterFeedback:
         self.learning.picked(choice)
 
     def first_token(self, choice: LocalChoice, ttft_ms: float) -> None:
+        if self._left(choice):  # its prefill is over all the same
+            self.learning.released_before_first_token(choice)
+            return
         self.learning.first_token(choice, ttft_ms)
 
     def first_token_failed(self, choice: LocalChoice) -> None:
@@ -39,7 +42,14 @@ class RouterFeedback:
         self.learning.released_before_first_token(choice)
 
     def final(self, choice: LocalChoice, served: Served) -> None:
-        self.learning.final(choice, served)
+        if not self._left(choice):
+            self.learning.final(choice, served)
+
+    def _left(self, choice: LocalChoice) -> bool:
+        """Whether the chosen worker left every pool since the Pick: what was learned of it
+        is forgotten then (`Router.reload`), and a late report must not teach its slot
+        again (a pod that comes back at the same address is another engine)."""
+        return not self.policy.catalog.models_of(choice.endpoint)
 
     def engine_reading(self, endpoint: str, ready: bool, reading: EngineReading | None) -> None:
         """An engine's readiness and metrics (None: unknown), from a scrape here or the
@@ -102,22 +112,35 @@ class RouterFeedback:
         self.table.add_inflight(self.table.slot(endpoint), delta)
 
     def remote_first_token(self, endpoint: str, model: str, ttft_ms: float) -> None:
-        self.table.observe_ttft(self.table.slot(endpoint), model, ttft_ms)
+        if self._serves(endpoint, model):
+            self.table.observe_ttft(self.table.slot(endpoint), model, ttft_ms)
 
     def remote_itl(self, endpoint: str, model: str, counts: tuple[int, ...]) -> None:
-        self.table.observe_itl(self.table.slot(endpoint), model, counts)
+        if self._serves(endpoint, model):
+            self.table.observe_itl(self.table.slot(endpoint), model, counts)
 
     def remote_served(
         self, endpoint: str, model: str, uncached: float, prefill_ms: float, service_ms: float
     ) -> None:
-        self.learning.learn(self.table.slot(endpoint), model, uncached, prefill_ms, service_ms)
+        if self._serves(endpoint, model):
+            slot = self.table.slot(endpoint)
+            self.learning.learn(slot, model, uncached, prefill_ms, service_ms)
 
     def remote_text(self, endpoint: str, model: str, chars: float, tokens: float) -> None:
         """Another replica's sample of `model`'s characters per token (`endpoint` served
         it; the ratio is the model's, whoever serves it)."""
-        self.learning.text.observe(model, chars, tokens)
+        if self._serves(endpoint, model):
+            self.learning.text.observe(model, chars, tokens)
 
     def remote_busy(self, endpoint: str, model: str, sequences: float, excess_ms: float) -> None:
         """Another replica's sample of `model`'s busy cost (`endpoint` served it; the
         cost is the model's engines', whichever served it)."""
-        self.learning.rates.observe_busy(model, sequences, excess_ms)
+        if self._serves(endpoint, model):
+            self.learning.rates.observe_busy(model, sequences, excess_ms)
+
+    def _serves(self, endpoint: str, model: str) -> bool:
+        """Whether a pool of the policy in force serves `model` on `endpoint`: another
+        replica's samples (the stream, the statistics) of any other teach this one
+        nothing it routes by, and each new name would keep a per-model array (a writer
+        naming thousands, a table of arrays without bound)."""
+        return model in self.policy.catalog.models_of(endpoint)

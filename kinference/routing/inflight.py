@@ -107,6 +107,10 @@ class InFlight:
             self.journal.picked(endpoint, destination.model, hashes)
         return assignment
 
+    def age_s(self, assignment: Assignment) -> float:
+        """Seconds since `assignment` was picked, on the clock its TTL runs by."""
+        return self._clock() - assignment.picked_at
+
     def release(self, response_id: int) -> Assignment | None:
         """Stop counting a request; None if it was not in flight (already released)."""
         assignment = self._assignments.pop(response_id, None)

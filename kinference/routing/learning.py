@@ -249,3 +249,4 @@ class Learning:
         self.prefix.forget(slot)
         self.rates.forget(slot)
         self.table.forget_batch(slot)
+        self.table.forget_latency(slot)

@@ -54,6 +54,10 @@ class PendingPrefixes:
     def add(self, slot: int, key: object, entry: PendingPrefix) -> None:
         self._by_slot.setdefault(slot, {})[key] = entry
 
+    def holds(self, slot: int) -> bool:
+        """Whether any prefill is pending on `slot`."""
+        return slot in self._by_slot
+
     def pop(self, slot: int, key: object) -> PendingPrefix | None:
         entries = self._by_slot.get(slot)
         if entries is None:

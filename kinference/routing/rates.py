@@ -40,6 +40,7 @@ import math
 
 import numpy as np
 
+from kinference.routing.samples import is_sample
 from kinference.routing.scorers.ttft_config import TtftConfig
 from kinference.routing.table import FloatArray, IndexArray
 
@@ -160,10 +161,13 @@ class Rates:
     def observe_prefill(
         self, slot: int, model: str, uncached_tokens: float, ttft_ms: float
     ) -> None:
-        """One request's TTFT without queueing ahead, against its uncached prompt tokens."""
+        """One request's TTFT without queueing ahead, against its uncached prompt tokens
+        (none that a report cannot carry: `samples`)."""
+        if not (is_sample(uncached_tokens) and is_sample(ttft_ms)):
+            return
         size = slot + 1
         keep, a = 1.0 - self.alpha, self.alpha
-        x, y = max(uncached_tokens, 0.0), max(ttft_ms, 0.0)
+        x, y = uncached_tokens, ttft_ms
         sums = self._sums_of(model, size)
         slope = self._array(model, "prefill_ms_per_token", size)
         base = self._array(model, "prefill_base_ms", size)
@@ -245,7 +249,10 @@ class Rates:
 
     def observe_service(self, slot: int, model: str, service_ms: float) -> None:
         """How long one request held its batch slot after its first token: into the mean,
-        whose weight (`service_weight`) starts at the prior's PRIOR_SAMPLES samples."""
+        whose weight (`service_weight`) starts at the prior's PRIOR_SAMPLES samples (none
+        that a report cannot carry: `samples`)."""
+        if not is_sample(service_ms):
+            return
         array = self._array(model, "service_ms", slot + 1)
         weights = self._array(model, "service_weight", slot + 1)
         old, weight, a = array.item(slot), weights.item(slot), self.alpha
@@ -253,7 +260,7 @@ class Rates:
             old, weight = self.prior_service_ms, PRIOR_SAMPLES * a
         kept = (1.0 - a) * weight
         weights[slot] = kept + a
-        array[slot] = (kept * old + a * max(service_ms, 0.0)) / (kept + a)
+        array[slot] = (kept * old + a * service_ms) / (kept + a)
 
     def forget(self, slot: int) -> None:
         """A worker left: what was learned of it no longer applies to its slot."""

@@ -18,6 +18,7 @@ import numpy.typing as npt
 from kinference.itl_layout import MIDPOINTS_MS
 from kinference.routing.pending import PendingPrefix, PendingPrefixes
 from kinference.routing.readings import EngineReadings
+from kinference.routing.samples import are_counts, is_sample
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -181,8 +182,11 @@ class WorkerTable(EngineReadings):
         """That pick's prefill is over (first token, error, release); again is a no-op
         (answers False)."""
         entry = self.pending.pop(slot, key)
-        if entry is not None:
-            self.add_pending_prefill(slot, -entry.tokens)
+        if entry is not None:  # the last one drains it all: no rounding residue stays
+            drained = not self.pending.holds(slot)
+            self.add_pending_prefill(
+                slot, -self.pending_prefill.item(slot) if drained else -entry.tokens
+            )
         return entry is not None
 
     def start_probe(self, slot: int, key: object) -> None:
@@ -228,6 +232,11 @@ class WorkerTable(EngineReadings):
     def forget_batch(self, slot: int) -> None:
         """A worker left: what was learned of its batch no longer applies to its slot."""
         self.batch_floor[slot] = self.batch_ceiling[slot] = self.probe_late[slot] = np.nan
+
+    def forget_latency(self, slot: int) -> None:
+        """A worker left: its observed TTFT and ITL no longer apply to its slot."""
+        for estimates in (*self._ttft.values(), *self._itl.values()):
+            estimates[slot] = np.nan
 
     def set_ready(self, slot: int, ready: bool) -> None:
         self.ready[slot] = ready
@@ -299,12 +308,16 @@ class WorkerTable(EngineReadings):
         return self._estimates(self._itl, model)
 
     def observe_ttft(self, slot: int, model: str, ttft_ms: float) -> None:
+        if not is_sample(ttft_ms):  # no report's: it would stay in the mean (`samples`)
+            return
         _ewma(self._estimates(self._ttft, model), slot, ttft_ms)
 
     def observe_itl(self, slot: int, model: str, bucket_counts: tuple[int, ...]) -> None:
         """Fold one response's layout-1 ITL bucket counts into the mean-gap estimate."""
         total = sum(bucket_counts)
-        if total > 0:  # a few Python floats: cheaper than building arrays per report
+        if total > 0 and are_counts(
+            bucket_counts
+        ):  # a few Python floats: cheaper than building arrays per report
             weighted = 0.0
             for count, gap_ms in zip(bucket_counts, MIDPOINTS_MS, strict=True):
                 if count:

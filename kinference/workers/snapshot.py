@@ -44,9 +44,9 @@ def read_snapshot(text: str, spec: EngineMetrics, scraped_at: float) -> EngineSn
     """Read one engine's gauges from its metrics page text."""
     adapters, max_lora = _lora(text, spec.lora_info)
     return EngineSnapshot(
-        waiting=_count(_values(text, spec.waiting)),
-        running=_count(_values(text, spec.running)),
-        kv_usage=_fraction(_values(text, spec.kv_usage)),
+        waiting=bounded_count(_values(text, spec.waiting)),
+        running=bounded_count(_values(text, spec.running)),
+        kv_usage=bounded_fraction(_values(text, spec.kv_usage)),
         lora_adapters=adapters,
         scraped_at=scraped_at,
         max_lora=max_lora,
@@ -64,14 +64,18 @@ def _values(text: str, alternatives: Iterable[Series]) -> list[float]:
     return []
 
 
-def _count(values: list[float]) -> int | None:
-    """The values' sum as a count, at most `MAX_ENGINE_REQUESTS` (clamped before rounding:
-    finite values can still sum to infinity)."""
-    return round(min(max(sum(values), 0.0), MAX_ENGINE_REQUESTS)) if values else None
+def bounded_count(values: Iterable[float]) -> int | None:
+    """The finite values' sum as a count, at most `MAX_ENGINE_REQUESTS` (clamped before
+    rounding: finite values can still sum to infinity); None when none is finite. Also what
+    another replica's copy of a reading is held to (`ClusterView.engine_reading`)."""
+    finite = [value for value in values if math.isfinite(value)]
+    return round(min(max(sum(finite), 0.0), MAX_ENGINE_REQUESTS)) if finite else None
 
 
-def _fraction(values: list[float]) -> float | None:
-    return min(max(*values, 0.0), 1.0) if values else None
+def bounded_fraction(values: Iterable[float]) -> float | None:
+    """The largest finite value within [0, 1]; None when none is finite."""
+    finite = [value for value in values if math.isfinite(value)]
+    return min(max(*finite, 0.0), 1.0) if finite else None
 
 
 def _lora(text: str, info: str | None) -> tuple[frozenset[str] | None, int | None]:

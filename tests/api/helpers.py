@@ -187,6 +187,17 @@ async def pick_ok(
     return pick
 
 
+async def first_token_after(
+    picker: RunningPicker, response_id: int, ttft_ms: int, upstream_status: int = 200
+) -> pb.ReportFirstTokenResponse:
+    """ReportFirstToken of a first token `ttft_ms` after the Pick, the Pick dated back as
+    far: the server learns no TTFT longer than the time since the Pick (`Reports`)."""
+    assignment = picker.app.inflight.get(response_id)
+    if assignment is not None:
+        assignment.picked_at -= ttft_ms / 1000.0
+    return await picker.client.first_token(response_id, ttft_ms, upstream_status)
+
+
 async def status_of(awaitable: Any) -> grpc.aio.AioRpcError:
     """The gRPC error an awaitable call fails with (fails the test when it succeeds)."""
     with pytest.raises(grpc.aio.AioRpcError) as info:

@@ -13,13 +13,14 @@ import pytest
 from kinference.cluster import codec
 from kinference.cluster.connection import connect
 from kinference.cluster.keys import Keys
+from kinference.cluster.loads import SEQ_FIELD
 from kinference.cluster.members import Membership
 from kinference.cluster.outbox import Outbox
-from kinference.cluster.replication import SEQ_FIELD, Publisher, Reader
+from kinference.cluster.replication import Publisher, Reader
 from kinference.cluster.shards import Shards, Wiring
 from kinference.cluster.stats import StatsBuffer
 from kinference.cluster.view import ClusterView
-from kinference.config import Policy
+from kinference.config import parse_policy
 from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate, WorkerTable
 from kinference.routing.policy import cooldowns_of
 from kinference.routing.rates import PRIOR_SAMPLES, Rates
@@ -33,7 +34,9 @@ def view_of(
     table: WorkerTable, prefix: PrefixIndex, clock: Callable[[], float] = time.monotonic
 ) -> ClusterView:
     """A view folding into a router over `table` and `prefix`."""
-    policy = Policy()
+    policy = parse_policy(
+        'pools:\n  - {name: p, endpoints: ["10.0.0.1:8000", "10.0.0.2:8000"], models: [m]}\n'
+    )  # the pool the samples' endpoints serve
     router = Router(
         policy, table=table, prefix=prefix, health=ProviderHealth(cooldowns_of(policy)),
         tenants=TenantGate(), rng=random.Random(0),

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from kinference.cluster.connection import connect
 from kinference.cluster.keys import HEARTBEAT_TTL_MS, Keys
+from kinference.cluster.loads import SEQ_FIELD
 from kinference.cluster.members import Membership
 from kinference.cluster.outbox import Outbox
-from kinference.cluster.replication import SEQ_FIELD
 from kinference.cluster.shards import Shards, Wiring
 from kinference.cluster.stats import StatsBuffer
 from kinference.routing import PrefixIndex, WorkerTable

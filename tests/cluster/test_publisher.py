@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from kinference.cluster.connection import connect
 from kinference.cluster.keys import Keys
+from kinference.cluster.loads import SEQ_FIELD
 from kinference.cluster.outbox import Outbox
-from kinference.cluster.replication import SEQ_FIELD, Publisher
+from kinference.cluster.replication import Publisher
 from kinference.cluster.stats import StatsBuffer
 from loadtest.redis_server import RedisServer
 

@@ -8,7 +8,7 @@ import json
 import redis
 
 from kinference.cluster import codec
-from kinference.cluster.replication import load_counts
+from kinference.cluster.loads import load_counts
 from kinference.v1 import picker_pb2 as pb
 from loadtest.redis_server import RedisServer
 from tests.api.helpers import chat_body, pick_ok, push_and_pick, wait_until

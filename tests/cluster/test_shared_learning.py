@@ -16,7 +16,7 @@ from kinference.cluster.stats import SEED_MINUTES, read_stats
 from kinference.routing.rates import MAX_BUSY_MS
 from kinference.routing.textsize import MIN_SAMPLES
 from loadtest.redis_server import RedisServer
-from tests.api.helpers import SETTLE_S, pick_ok, wait_until
+from tests.api.helpers import SETTLE_S, first_token_after, pick_ok, wait_until
 from tests.conftest import MODEL, RunningPicker
 
 DOCUMENT = "A long shared document about the tides and the moon. " * 80  # ~4 KiB
@@ -52,8 +52,8 @@ async def test_a_prefill_in_progress_on_one_replica_is_a_hit_in_progress_on_all(
     # B asks about the same document meanwhile: the worker computing it, not a queue.
     second = await pick_ok(b, question(1))
     assert second.local.endpoint == endpoint
-    await a.client.first_token(first.response_id, ttft_ms=40)
-    await b.client.first_token(second.response_id, ttft_ms=20)
+    await first_token_after(a, first.response_id, 40)
+    await first_token_after(b, second.response_id, 20)
     for replica in (a, b, c):
         await wait_until(lambda r=replica: pending_on(r, endpoint) == 0.0, what="prefill over")
 
@@ -62,7 +62,7 @@ async def test_an_eviction_learned_by_one_replica_is_learned_by_all(start_replic
     a, b = await start_replicas(2)
     first = await pick_ok(a, question(0))
     endpoint = first.local.endpoint
-    await a.client.first_token(first.response_id, ttft_ms=40)
+    await first_token_after(a, first.response_id, 40)
     await a.client.final_token(first.response_id, prompt_tokens=1100, cached_tokens=0)
     again = await pick_ok(a, question(1))  # the index says the document is there
     assert again.local.endpoint == endpoint
@@ -71,7 +71,7 @@ async def test_an_eviction_learned_by_one_replica_is_learned_by_all(start_replic
     hashes = assignment.local.hashes
     slot_b = b.app.router.table.slot(endpoint)
     await wait_until(lambda: b.app.router.prefix.match(hashes).get(slot_b, 0) > 10)
-    await a.client.first_token(again.response_id, ttft_ms=40)
+    await first_token_after(a, again.response_id, 40)
     # The engine had evicted it: a reports cached 0 and learns the engine's capacity, b
     # too; the request prefilled the document again, so both still hold it there (h101).
     await a.client.final_token(again.response_id, prompt_tokens=1100, cached_tokens=0)
@@ -93,7 +93,7 @@ async def test_characters_per_token_learned_by_one_replica_are_learned_by_all(
         local = assignment.local
         assert local.text_chars > len(DOCUMENT)
         tokens = round(local.text_chars / 1.6) + local.fixed_tokens  # a small vocabulary
-        await a.client.first_token(picked.response_id, ttft_ms=40)
+        await first_token_after(a, picked.response_id, 40)
         await a.client.final_token(picked.response_id, prompt_tokens=tokens, cached_tokens=0)
     for replica in (a, b):
         text = replica.app.router.learning.text
@@ -131,7 +131,7 @@ async def test_the_busy_cost_learned_by_one_replica_is_learned_by_all(
     while any(math.isnan(rates_a.learned(MODEL, "prefill_base_ms", s)) for s in slots):
         assert n < 40, "the cold prompts never reached both workers"
         picked = await pick_ok(a, cold(n))
-        await a.client.first_token(picked.response_id, ttft_ms=40)
+        await first_token_after(a, picked.response_id, 40)
         await a.client.final_token(picked.response_id, prompt_tokens=1000, cached_tokens=0)
         n += 1
     assert math.isnan(rates_a.learned_busy(MODEL))  # none ran beside another yet
@@ -139,7 +139,7 @@ async def test_the_busy_cost_learned_by_one_replica_is_learned_by_all(
     # come later than alone, though not so late as to have queued for a batch slot).
     held = [await pick_ok(a, cold(n + i)) for i in range(4)]
     for picked in held:
-        await a.client.first_token(picked.response_id, ttft_ms=150)
+        await first_token_after(a, picked.response_id, 150)
         await a.client.final_token(picked.response_id, prompt_tokens=1000, cached_tokens=0)
     assert rates_a.learned_busy(MODEL) > 0.0
     await wait_until(lambda: rates_b.learned_busy(MODEL) == rates_a.learned_busy(MODEL),

@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinference.routing import WorkerTable
+from kinference.routing.pending import PendingPrefix
 from kinference.routing.readings import _fmax
 from kinference.routing.table import EWMA_ALPHA, ITL_LAYOUT_1_MS
+from tests.clock import FakeClock
 
 A, B, C = "10.0.0.5:8000", "10.0.0.6:8000", "10.0.0.7:8000"
 
@@ -452,3 +454,24 @@ def test_fmax_is_the_larger_nan_only_when_both_are(a: float, b: float) -> None:
     """`_fmax` by comparisons is the NaN-skipping `max` it replaced, to the zero's sign."""
     expected = b if math.isnan(a) else a if math.isnan(b) else max(a, b)
     assert repr(_fmax(a, b)) == repr(expected)
+
+
+def test_a_worker_whose_prefills_all_ended_has_none_pending_and_a_new_stretch_next() -> None:
+    """Before: fractional token estimates ended in another order than they started left a
+    rounding residue (1e-13 tokens) pending for good, so the stretch of prefill never ended:
+    a new prefill there was taken as started when the first ever did, and as computed at
+    once (`prefill_done`), the wait for it gone from every later prediction."""
+    clock = FakeClock(100.0)
+    table = WorkerTable(clock=clock)
+    slot = table.slot(A)
+    tokens = [269.16, 1694.94, 1527.67, 510.51, 991.12]  # 5.7e-13 left, in this order
+    for key, count in enumerate(tokens):
+        table.start_prefill(slot, key, PendingPrefix((), 0, count, 16.0))
+    for key in (0, 1, 2, 4, 3):
+        table.end_prefill(slot, key)
+    assert table.pending_prefill[slot] == 0.0
+    assert math.isnan(table.prefill_since[slot])
+    clock.advance(60.0)
+    table.start_prefill(slot, "later", PendingPrefix((), 0, 500.0, 16.0))
+    assert table.prefill_since[slot] == clock.now
+    assert table.prefill_done(slot, 1.0) == 0.0  # nothing of it computed yet

@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from kinference.v1 import picker_pb2 as pb
+from tests.api.helpers import first_token_after
 from tests.conftest import PickerFactory, RunningPicker
 from tests.scenarios.helpers import (
     EnginesFactory,
@@ -69,7 +70,7 @@ async def test_shared_system_prompt_sticks_to_one_worker_while_other_prompts_spr
 async def _pick_started(picker: RunningPicker, body: bytes) -> pb.PickResponse:
     """Pick and report the first token (its prefill is done), leaving it in flight."""
     result = await pick_ok(picker, body)
-    assert (await picker.client.first_token(result.response_id, ttft_ms=40)).acknowledged
+    assert (await first_token_after(picker, result.response_id, 40)).acknowledged
     return result
 
 
@@ -123,7 +124,7 @@ async def test_a_shared_prefix_stays_on_its_worker_until_its_queue_makes_another
 async def _cold(picker: RunningPicker, body: bytes) -> pb.PickResponse:
     """Pick and serve a prompt prefilled whole: 1010 tokens at 10 ms + 0.1 ms a token."""
     result = await pick_ok(picker, body)
-    assert (await picker.client.first_token(result.response_id, ttft_ms=111)).acknowledged
+    assert (await first_token_after(picker, result.response_id, 111)).acknowledged
     await finish(picker, result, prompt_tokens=1010, completion_tokens=5, cached_tokens=0)
     return result
 

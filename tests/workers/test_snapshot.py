@@ -6,7 +6,7 @@ import pytest
 
 from kinference.config.pools import MAX_ENGINE_REQUESTS
 from kinference.workers import EngineKind, EngineSnapshot, Series, engine_metrics, read_snapshot
-from kinference.workers.snapshot import _count
+from kinference.workers.snapshot import bounded_count
 from tests.workers.pages import triton_text, vllm_page, vllm_text
 
 
@@ -135,4 +135,4 @@ def test_a_count_past_any_engine_is_read_as_the_cap() -> None:
     snap = read(vllm_text(1e20, 3e6, 0.5))
     assert (snap.waiting, snap.running) == (MAX_ENGINE_REQUESTS, MAX_ENGINE_REQUESTS)
     assert read(vllm_text(MAX_ENGINE_REQUESTS - 1, 0, 0.5)).waiting == MAX_ENGINE_REQUESTS - 1
-    assert _count([1.7e308, 1.7e308]) == MAX_ENGINE_REQUESTS
+    assert bounded_count([1.7e308, 1.7e308]) == MAX_ENGINE_REQUESTS
