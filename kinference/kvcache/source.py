@@ -63,25 +63,26 @@ class PreciseCachedTokens:
 
     def match_lazily(
         self, query: _Query, slots: np.ndarray, *, lazy: bool = True
-    ) -> tuple[FloatArray, str | None, tuple[Room, ...], Unsettled]:
+    ) -> tuple[FloatArray, str | None, tuple[Room, ...], Unsettled | None]:
         """`match`, but where a worker's queue would have to be replayed, its cached tokens
-        as its index match gives them, an upper bound: `Unsettled` makes them exact."""
+        as its index match gives them, an upper bound: `Unsettled` makes them exact (None:
+        every candidate's is)."""
         fallback = self.approximate.cached_tokens(query, slots)
         precise = query.precise
         if precise is None:
-            return fallback, None, (), Unsettled([])
+            return fallback, None, (), None
         prompt = precise.blocks.get(query.pool)
         if prompt is None or not prompt.blocks:
-            return fallback, precise.problem, (), Unsettled([])
+            return fallback, precise.problem, (), None
         listed = slots.tolist()
         match = self.caches.match(query.pool, prompt, listed, query.output_tokens, lazy=lazy)
         if match is None:
-            return fallback, precise.problem, (), Unsettled([])
+            return fallback, precise.problem, (), None
         tokens = _tokens(match.blocks, prompt, fallback)
         result: FloatArray = np.where(match.trusted, tokens, fallback)
         note = match.degraded() or precise.problem
         if not match.unsettled:
-            return result, note, match.rooms, Unsettled([])
+            return result, note, match.rooms, None
 
         def exact(position: int) -> float:
             depth = int(match.blocks[position])

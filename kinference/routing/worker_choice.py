@@ -149,7 +149,7 @@ class WorkerChoice:
         ctx = PickContext(
             request, model, pool, self.table, attempt.signals, slots, prompt_tokens, cached,
             hashes, pool_slots, footprint=self.prefix.footprint(slots), memory_ahead=ahead,
-            memory_batch=batch, unsettled=unsettled if unsettled is not None and unsettled.positions else None,
+            memory_batch=batch, unsettled=unsettled,
         )  # fmt: skip
         return ctx, note
 
