@@ -200,19 +200,43 @@ class PoolCaches:
         capacity, what they compute evicts its least recently used blocks
         (`kvcache.ageing`). The replay is the worker's until its state changes (`replays`:
         a Pick asks every worker: only those whose state changed since are replayed again)."""
+        state = self._replaying(slot, depth)
+        if state is None:
+            return depth
+        queue, ages, room = state
+        replayed = self._kept(slot, queue, room)
+        if replayed is None:
+            held, plan = self.index.held(slot), self.plans.get(slot)  # `kvcache.replan`
+            replayed, self.plans[slot] = planned(queue, ages, held=held, room=room, plan=plan)
+            self.replays[slot] = (queue.version, room, replayed)
+        return replayed.surviving(blocks, depth)
+
+    def replays_for(self, slot: int, depth: int) -> bool:
+        """Whether `surviving` of a `depth` match on `slot` would replay the worker's queue
+        now: its costly part (nothing to replay, or the replay kept, is not)."""
+        state = self._replaying(slot, depth)
+        if state is None:
+            return False
+        queue, _, room = state
+        return self._kept(slot, queue, room) is None
+
+    def _kept(self, slot: int, queue: EngineQueue, room: int) -> Replayed | None:
+        """The worker's replay, if it is of its queue as it is and the room left now."""
+        cached = self.replays.get(slot)
+        if cached is None or cached[0] != queue.version or cached[1] != room:
+            return None
+        return cached[2]
+
+    def _replaying(self, slot: int, depth: int) -> tuple[EngineQueue, WorkerAges, int] | None:
+        """What `surviving` replays a `depth` match on `slot` with (the worker's queue, its
+        eviction order and the room left in its cache); None: the match survives whole."""
         ages = self.ages.get(slot)
         queue = self.queues.get(slot)
         if ages is None or queue is None or self.capacity is None or not self.predict_evictions:
-            return depth
+            return None
         if depth == 0:
-            return depth
-        room = self.capacity - self.index.blocks(slot)
-        cached = self.replays.get(slot)
-        if cached is None or cached[0] != queue.version or cached[1] != room:
-            held, plan = self.index.held(slot), self.plans.get(slot)  # `kvcache.replan`
-            replayed, self.plans[slot] = planned(queue, ages, held=held, room=room, plan=plan)
-            cached = self.replays[slot] = (queue.version, room, replayed)
-        return cached[2].surviving(blocks, depth)
+            return None
+        return queue, ages, self.capacity - self.index.blocks(slot)
 
     def room(self, slot: int, prompt: PromptBlocks, output_tokens: int) -> Room:
         """Whether a request sent to `slot` now fits in its cache beside the requests ahead

@@ -51,6 +51,10 @@ class PreciseMatch:
     distrusted: tuple[tuple[str, Distrust], ...]  # (endpoint, why) of the untrusted ones
     # Per candidate, whether the request fits in its cache (`kvcache.memory`; trusted only).
     rooms: tuple[Room, ...] = ()
+    # Positions (`match(lazy=True)`) whose `blocks` are the worker's match in the index,
+    # pending blocks included, before its queue is replayed: at least the surviving match
+    # (`PoolCaches.surviving`), which `PreciseCaches.settle` gives.
+    unsettled: tuple[int, ...] = ()
 
     def degraded(self) -> str | None:
         """Why this Pick's cache view is degraded, or None (a worker that has published
@@ -90,9 +94,12 @@ class PreciseCaches:
         return known
 
     def match(
-        self, ref: str, prompt: PromptBlocks, slots: Iterable[int], output_tokens: int = 0
-    ) -> PreciseMatch | None:
-        """`output_tokens`: the request's at most (0: unknown), for whether it fits."""
+        self, ref: str, prompt: PromptBlocks, slots: Iterable[int], output_tokens: int = 0,
+        *, lazy: bool = False,
+    ) -> PreciseMatch | None:  # fmt: skip
+        """`output_tokens`: the request's at most (0: unknown), for whether it fits.
+        `lazy`: a candidate whose match would replay its worker's queue now is left at its
+        index match, an upper bound of the surviving one (`PreciseMatch.unsettled`)."""
         caches = self.pools.get(ref)
         if caches is None or prompt.block_size != caches.block_size:
             return None
@@ -107,20 +114,31 @@ class PreciseCaches:
             else:
                 why = trust.distrust if trust is not None else None
                 distrusted.append((caches.endpoints.get(slot, str(slot)), why or Distrust.AWAITING))
+        trusted_list = trusted.tolist()
         longest = caches.index.longest(
-            prompt.blocks, [s for s, t in zip(slot_list, trusted, strict=True) if t]
+            prompt.blocks, [s for s, t in zip(slot_list, trusted_list, strict=True) if t]
         )
-        blocks = np.array(
-            [
-                float(caches.surviving(s, prompt.blocks, caches.extend(s, prompt.blocks, d, now)))
-                for s, d in ((s, longest.get(s, 0)) for s in slot_list)
-            ]
-        )
+        blocks, unsettled = [], []
+        for i, (slot, sure) in enumerate(zip(slot_list, trusted_list, strict=True)):
+            if not sure:  # (an untrusted worker's match is not read: not replayed)
+                blocks.append(0.0)
+                continue
+            depth = caches.extend(slot, prompt.blocks, longest.get(slot, 0), now)
+            if lazy and caches.replays_for(slot, depth):
+                unsettled.append(i)  # its depth for now: `settle` it where it matters
+                blocks.append(float(depth))
+            else:
+                blocks.append(float(caches.surviving(slot, prompt.blocks, depth)))
         rooms = tuple(
             caches.room(s, prompt, output_tokens) if t else FITS
-            for s, t in zip(slot_list, trusted.tolist(), strict=True)
+            for s, t in zip(slot_list, trusted_list, strict=True)
         )
-        return PreciseMatch(np.where(trusted, blocks, 0.0), trusted, tuple(distrusted), rooms)
+        return PreciseMatch(np.array(blocks), trusted, tuple(distrusted), rooms, tuple(unsettled))
+
+    def settle(self, ref: str, prompt: PromptBlocks, slot: int, depth: int) -> int:
+        """The surviving match of an unsettled candidate (`PreciseMatch.unsettled`) whose
+        match in the index (pending blocks included) is `depth` blocks."""
+        return self.pools[ref].surviving(slot, prompt.blocks, depth)
 
     def routed(
         self,

@@ -65,7 +65,7 @@ class PoolTarget(WorkerChoice):
             # the scores and the choice in one C call. (The same answer as the check
             # below and then the choice: a level counting hits is never above the level
             # without them, and where one is, `levels_with_hits_in` decides as it does.)
-            context = self._context(attempt, group, slots)
+            context = self._context(attempt, group, slots, lazy=True)  # (settled there)
             return self._local_unless(attempt, group, slots, context, saturation), context
         if not saturation.any_saturated_in(attempt.signals, slots):
             return self._local(attempt, group, slots), None

@@ -18,12 +18,13 @@ from kinference.routing.blocks import PrefixHasher
 from kinference.routing.decision import Decision, LocalChoice, Outcome
 from kinference.routing.filters.saturation import SaturationFilter
 from kinference.routing.learning import Learning
-from kinference.routing.plugins.base import PickContext
+from kinference.routing.plugins.base import PickContext, Unsettled
 from kinference.routing.plugins.cached import PRECISE, CachedTokenSources, PrefixQuery
 from kinference.routing.plugins.pipeline import SATURATED
 from kinference.routing.policy import RoutingPolicy
 from kinference.routing.prefix import PrefixIndex
 from kinference.routing.reasons import Reason
+from kinference.routing.settle import settle
 from kinference.routing.table import IndexArray, WorkerTable
 
 
@@ -58,14 +59,22 @@ class WorkerChoice:
         given only where the pipeline runs: `policy.predicts_ttft`)."""
         request, policy, model = attempt.query.request, self.policy, group[0].model
         ctx, note = (
-            context if context is not None else self._context(attempt, group, slots, pool_slots)
+            context
+            if context is not None
+            else self._context(attempt, group, slots, pool_slots, lazy=True)
         )
+        unsettled = ctx.unsettled
         if len(slots) > 1 or policy.predicts_ttft:
+            settle(policy.pipeline, ctx, guard)
             index = policy.pipeline.choose(ctx, self._rng, guard)
-            if index == SATURATED:
+            if index == SATURATED:  # (the context goes on to the saturated path: exact)
+                if unsettled is not None:
+                    unsettled.complete(ctx.cached_tokens)
                 return None
         else:
             index = 0
+            if unsettled is not None:
+                unsettled.complete(ctx.cached_tokens)
         slot = int(slots[index])
         predicted, waits = ctx.predicted_ttft_ms, ctx.predicted_wait_ms
         held, age = self.prefix.held(slot, ctx.hashes)
@@ -102,10 +111,12 @@ class WorkerChoice:
 
     def _context(
         self, attempt: Attempt, group: tuple[Target, ...], slots: IndexArray,
-        pool_slots: IndexArray | None = None,
+        pool_slots: IndexArray | None = None, *, lazy: bool = False,
     ) -> tuple[PickContext, str | None]:  # fmt: skip
         """The Pick's context: the prompt's blocks and each candidate's cached tokens; and
-        why a precise pool fell back to the approximate index, if it did."""
+        why a precise pool fell back to the approximate index, if it did. `lazy`: for
+        `_local_unless` (which settles them): a precise pool's cached tokens may be upper
+        bounds where they cost a replay (`PickContext.unsettled`)."""
         request, settings, model = attempt.query.request, self.policy.prefix, group[0].model
         hashes = self.hasher.hashes(
             model, request.prompt.segments,
@@ -127,8 +138,9 @@ class WorkerChoice:
         mode, note = self.policy.catalog.prefix_mode(pool), None
         ahead: list[float] | None = None
         batch: list[float] | None = None
+        unsettled: Unsettled | None = None
         if mode == PRECISE and self._precise is not None:
-            cached, note, rooms = self._precise.match(query, slots)
+            cached, note, rooms, unsettled = self._precise.match_lazily(query, slots, lazy=lazy)
             if any(room.ahead for room in rooms):
                 ahead = [float(room.ahead) for room in rooms]
                 batch = [float(room.batch) for room in rooms]
@@ -137,7 +149,7 @@ class WorkerChoice:
         ctx = PickContext(
             request, model, pool, self.table, attempt.signals, slots, prompt_tokens, cached,
             hashes, pool_slots, footprint=self.prefix.footprint(slots), memory_ahead=ahead,
-            memory_batch=batch,
+            memory_batch=batch, unsettled=unsettled,
         )  # fmt: skip
         return ctx, note
 

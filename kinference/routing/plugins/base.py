@@ -56,6 +56,10 @@ class PickContext:
     sequences: FloatArray | None = None  # what each runs and queues, as the model sees it
     # Where picking it would be the pool's probe past the most seen (no doubt priced).
     probes: FloatArray | None = None
+    # Positions whose `cached_tokens` are still upper bounds (a precise pool's index match
+    # before its worker's queue is replayed), made exact before the choice where they could
+    # change it (`routing.settle`); None: all exact.
+    unsettled: Unsettled | None = None
 
     def narrowed(self, kept: list[int]) -> PickContext:
         """This context of the candidates at the positions `kept` (of `slots`, in order), as
@@ -72,6 +76,18 @@ class PickContext:
             footprint=of(self.footprint), memory_ahead=of(self.memory_ahead),
             memory_batch=of(self.memory_batch),
         )  # fmt: skip
+
+
+class Unsettled(Protocol):
+    """`kvcache.source.Unsettled`: the positions whose cached tokens are upper bounds."""
+
+    positions: list[int]
+
+    def settle(self, cached: FloatArray, position: int) -> None:
+        """Position `position`'s exact value into `cached` (in place)."""
+
+    def complete(self, cached: FloatArray) -> None:
+        """Every position's exact value into `cached` (in place)."""
 
 
 @dataclass(frozen=True, slots=True)
