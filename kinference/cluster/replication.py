@@ -60,7 +60,8 @@ def read_block_ms(stale_after_s: float) -> int:
 
 
 class Publisher:
-    """Flushes the outbox: load hash first, then one stream entry."""
+    """One shard's writes of a flush: the load hash first, then one stream entry (the
+    batch, cut by shard, comes from `Shards.flush`)."""
 
     def __init__(
         self,
@@ -69,7 +70,6 @@ class Publisher:
         instance: str,
         outbox: Outbox,
         *,
-        own_load: Callable[[], Mapping[str, int]],
         stats: StatsBuffer,
         maxlen: int,
     ) -> None:
@@ -77,7 +77,6 @@ class Publisher:
         self._keys = keys
         self.instance = instance
         self.outbox = outbox
-        self._own_load = own_load
         self._stats = stats
         self._maxlen = maxlen
         # Binary hashes only in pool shards: the global stream is read by earlier releases.
@@ -92,41 +91,24 @@ class Publisher:
         self.snapshot_needed = True
         self.outbox.wakeup.set()
 
-    async def flush(self) -> None:
-        """Send what is queued, a batch at most (raises on a Redis error; the batch is kept
-        for the retry). A flush that leaves events queued (a backlog, sent a batch a flush)
-        is a snapshot, and so is the next: the load it sends counts every queued event
-        already, so their deltas must not be counted again."""
-        if not len(self.outbox) and not self.outbox.dirty and not self.snapshot_needed:
-            self.outbox.wakeup.clear()
-            return
-        events, dirty, dropped = self.outbox.take()
-        backlog = bool(len(self.outbox))
-        if backlog:
-            self.owe_snapshot()
-        await self.deliver(events, dirty, dropped, self._own_load())
-        if backlog:
-            self.owe_snapshot()
-
     async def deliver(
-        self, events: list[list[Any]], dirty: set[str], dropped: int, own: Mapping[str, int]
+        self, events: list[list[Any]], dirty: set[str], own: Mapping[str, int]
     ) -> None:
-        """Send one batch taken from the outbox, with this instance's load `own` as of the
-        take (raises on a Redis error; the batch goes back into the outbox for the retry,
-        and the next flush is a snapshot)."""
+        """Send this shard's part of one batch taken from the outbox, with this instance's
+        load `own` as of the take (raises on a Redis error; the part goes back into the
+        outbox for the retry, and the next flush is a snapshot). When a flush must be a
+        snapshot is `Shards.flush`'s rule: it calls `owe_snapshot` first."""
         try:
-            await self._send(events, dirty, dropped, own)
+            await self._send(events, dirty, own)
         except BaseException:
-            self.outbox.requeue(events, dirty, dropped)
+            self.outbox.requeue(events, dirty)
             self.owe_snapshot()
             raise
         self._stats.fold(events)
         self.flushes += 1
 
-    async def _send(
-        self, events: list[list[Any]], dirty: set[str], dropped: int, own: Mapping[str, int]
-    ) -> None:
-        snapshot = self.snapshot_needed or dropped > 0
+    async def _send(self, events: list[list[Any]], dirty: set[str], own: Mapping[str, int]) -> None:
+        snapshot = self.snapshot_needed
         seq = self.seq + 1
         load_key = self._keys.load(self.instance)
         pipe = self._redis.pipeline(transaction=False)
