@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry
 from kinference.app import App
 from kinference.config.loader import parse_policy
 from kinference.gateway.local import LocalPicker
+from kinference.gateway.port import PickAsk
 from kinference.routing.features import EngineReading
 from kinference.service_types import FinalReport
 from kinference.settings import Settings
@@ -90,9 +91,7 @@ async def replay(all_bodies: list[bytes], warm: int) -> tuple[list[float], list[
             request_path="/v1/chat/completions",
         )  # fmt: skip
         started = time.thread_time_ns()
-        response, _ = await picker.pick(
-            stream, tenant="", qos=pb.PickRequest.INTERACTIVE, pool=None, client_request_id=""
-        )
+        response, _ = await picker.pick(stream, PickAsk("", pb.PickRequest.INTERACTIVE, None, ""))
         picked = time.thread_time_ns()
         await asyncio.sleep(0)  # the gateway awaits its upstream: the loop runs what waits
         if number >= warm:
