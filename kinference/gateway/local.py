@@ -102,7 +102,9 @@ class LocalPicker:
         request_path: str = "",
     ) -> int:
         try:
-            upload = self.service.begin_push(declared_length, client_request_id[:256])
+            upload = self.service.begin_push(
+                declared_length, convert.request_id_of(client_request_id)
+            )
         except PickerError as error:
             raise rpc_error(error) from None
         try:
