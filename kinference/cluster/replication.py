@@ -156,12 +156,10 @@ class Reader:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
-        pause_s: float = 0.0,
         seed_stats: bool = True,
     ) -> None:
         self._redis = redis  # a client whose timeout allows READ_BLOCK_MS
         self._seed_stats = seed_stats  # statistics are global: one shard's reader seeds them
-        self._pause_s = pause_s  # after a read that found entries, let the next ones gather
         self._keys = keys
         self.instance = instance
         self.view = view
@@ -174,16 +172,6 @@ class Reader:
         self.lag_s = 0.0  # age of the newest entry applied, when it was applied
         self.resyncs = 0
 
-    async def step(self) -> None:
-        """One read (bootstrapping first when needed); raises on a Redis error."""
-        try:
-            if self.bootstrap_needed:
-                await self.bootstrap()
-            await self.read()
-        except Exception:  # an error, not a cancellation: what we hold may be out of date
-            self.bootstrap_needed = True
-            raise
-
     async def ensure_bootstrapped(self) -> None:
         """Bootstrap when needed (raises on a Redis error, and then bootstraps again)."""
         if self.bootstrap_needed:
@@ -194,12 +182,12 @@ class Reader:
                 raise
 
     async def read(self) -> None:
+        """One XREAD of this shard's stream alone, applied (tests and tools: a replica reads
+        all its shards at once, `Shards.read`, which also pauses between reads)."""
         answer = await self._redis.xread(
             {self._keys.events(): self.last_id}, count=READ_COUNT, block=READ_BLOCK_MS
         )
         await self.consume(answer)
-        if answer and self._pause_s:
-            await asyncio.sleep(self._pause_s)
 
     async def consume(self, answer: Any) -> None:
         """Apply an XREAD reply of this shard's stream (from `read` or a shared read),

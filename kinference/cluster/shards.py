@@ -101,7 +101,6 @@ class Shards:
             w.instance,
             view,
             clock=w.clock,
-            pause_s=w.batch_s,
             seed_stats=pool == GLOBAL,
         )
         return Shard(pool, keys, view, publisher, reader)
