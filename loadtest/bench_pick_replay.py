@@ -70,12 +70,20 @@ async def _chunks(body: bytes) -> AsyncIterator[bytes]:
 
 async def replay(all_bodies: list[bytes], warm: int) -> tuple[list[float], list[float]]:
     """One round over a fresh App: each timed Pick's thread CPU, and that of the loop step
-    right after it (work the Pick left for later), µs."""
+    right after it (work the Pick left for later), µs. The App is closed after it (its
+    parse worker, started for the documents, stops)."""
     app = App(
         Settings(),
         parse_policy(policy_yaml(Engines([f"http://{e}" for e in ENDPOINTS], [], {}), {})),
         CollectorRegistry(),
     )
+    try:
+        return await _round(app, all_bodies, warm)
+    finally:
+        await app.close()
+
+
+async def _round(app: App, all_bodies: list[bytes], warm: int) -> tuple[list[float], list[float]]:
     picker = LocalPicker(
         app.service, idle_timeout_s=30.0, model_names=lambda: (MODEL,), serving=lambda: True
     )
