@@ -59,6 +59,7 @@ from kinference.routing import (
 from kinference.routing.policy import cooldowns_of
 from kinference.service import PickerService
 from kinference.settings import Settings, format_host_port, split_host_port
+from kinference.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -269,11 +270,8 @@ class App:
             self.preparer.close()
         await self.loop_lag.aclose()
         await self.service.offload.aclose()
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
-            self._reaper = None
+        reaper, self._reaper = self._reaper, None
+        await cancel_and_wait(reaper)
         if self._metrics_server is not None:
             server, self._metrics_server = self._metrics_server, None
             try:  # it stops at its thread's next poll (up to 0.5 s): not on the loop

@@ -24,6 +24,7 @@ from kinference.discovery import check_discovery
 from kinference.gateway import cli as gateway_cli
 from kinference.ops.command import add_state_parser, run_state
 from kinference.ops.logs import configure_logging
+from kinference.ops.table import ttl_text
 from kinference.settings import Settings, SettingsError, load_settings
 
 EXIT_USAGE = 2  # bad settings or policy, like argparse's own usage errors
@@ -152,22 +153,9 @@ def _print_entries(entries: list[Entry], *, as_json: bool) -> None:
 
 
 def _row(entry: Entry) -> tuple[str, ...]:
-    ttl = _duration(entry.ttl_ms)
+    ttl = ttl_text(entry.ttl_ms)
     return (entry.provider, entry.reason, str(entry.count), ttl, entry.first_seen,
             entry.last_seen, entry.instance, entry.detail)  # fmt: skip
-
-
-def _duration(ttl_ms: int) -> str:
-    """`12.5s`, `4m59s`, `1h02m`; `forever` for a key set by hand without a TTL."""
-    if ttl_ms < 0:
-        return "forever"
-    seconds = ttl_ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, whole = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{whole:02d}s"
-    return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 def _configure_logging(settings: Settings) -> None:

@@ -43,6 +43,7 @@ import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from kinference import native
+from kinference.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +99,7 @@ async def idle_blocks_returned(
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
 
 
 async def _return_forever(period_s: float, idle_s: float) -> None:

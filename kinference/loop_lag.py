@@ -8,11 +8,12 @@ A small task sleeps a fixed interval and records how much later than asked it wo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Histogram
+
+from kinference.tasks import cancel_and_wait
 
 # Seconds. A healthy loop wakes within a millisecond; tens of milliseconds show up directly
 # in Pick latency; a second means the process was starved or stuck.
@@ -53,7 +54,4 @@ class LoopLagMonitor:
     async def aclose(self) -> None:
         """Stop probing (idempotent)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)

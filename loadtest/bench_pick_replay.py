@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry
 from kinference.app import App
 from kinference.config.loader import parse_policy
 from kinference.gateway.local import LocalPicker
+from kinference.gateway.port import PickAsk
 from kinference.routing.features import EngineReading
 from kinference.service_types import FinalReport
 from kinference.settings import Settings
@@ -69,12 +70,20 @@ async def _chunks(body: bytes) -> AsyncIterator[bytes]:
 
 async def replay(all_bodies: list[bytes], warm: int) -> tuple[list[float], list[float]]:
     """One round over a fresh App: each timed Pick's thread CPU, and that of the loop step
-    right after it (work the Pick left for later), µs."""
+    right after it (work the Pick left for later), µs. The App is closed after it (its
+    parse worker, started for the documents, stops)."""
     app = App(
         Settings(),
         parse_policy(policy_yaml(Engines([f"http://{e}" for e in ENDPOINTS], [], {}), {})),
         CollectorRegistry(),
     )
+    try:
+        return await _round(app, all_bodies, warm)
+    finally:
+        await app.close()
+
+
+async def _round(app: App, all_bodies: list[bytes], warm: int) -> tuple[list[float], list[float]]:
     picker = LocalPicker(
         app.service, idle_timeout_s=30.0, model_names=lambda: (MODEL,), serving=lambda: True
     )
@@ -90,9 +99,7 @@ async def replay(all_bodies: list[bytes], warm: int) -> tuple[list[float], list[
             request_path="/v1/chat/completions",
         )  # fmt: skip
         started = time.thread_time_ns()
-        response, _ = await picker.pick(
-            stream, tenant="", qos=pb.PickRequest.INTERACTIVE, pool=None, client_request_id=""
-        )
+        response, _ = await picker.pick(stream, PickAsk("", pb.PickRequest.INTERACTIVE, None, ""))
         picked = time.thread_time_ns()
         await asyncio.sleep(0)  # the gateway awaits its upstream: the loop runs what waits
         if number >= warm:

@@ -34,7 +34,7 @@ import redis
 
 from loadtest.redis_server import RedisClusterServers
 from loadtest.scale_model import Calibration, Prediction, Scenario, predict
-from loadtest.scale_worker import Job
+from loadtest.scale_worker import Job, Schedule
 
 WARMUP_S = 2.0  # seconds of traffic before the window opens
 PROCESSES = 3  # worker processes carrying the loaded replicas (plus one for the probe)
@@ -82,8 +82,29 @@ def node_counters(client: redis.Redis) -> tuple[float, float, float, float]:
 def spawn(job: Job) -> subprocess.Popen[str]:
     payload = json.dumps(job.__dict__)
     return subprocess.Popen(
-        [sys.executable, "-m", "loadtest.scale_worker", payload], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "loadtest.scale_worker", payload],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
+
+
+def schedule_when_ready(workers: list[subprocess.Popen[str]], seconds: float) -> Schedule:
+    """Wait for every worker's `ready` (its replicas started), then send them all one
+    schedule: traffic from now (plus a moment for the line to arrive), WARMUP_S of it, then
+    the measured window of `seconds`."""
+    for worker in workers:
+        assert worker.stdout is not None
+        line = worker.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError(f"a scale worker did not start (exit {worker.wait()}): {line!r}")
+    start = time.time() + 0.2
+    schedule = Schedule(start, start + WARMUP_S, start + WARMUP_S + seconds)
+    for worker in workers:
+        assert worker.stdin is not None
+        worker.stdin.write(json.dumps(schedule.__dict__) + "\n")
+        worker.stdin.flush()
+    return schedule
 
 
 def run_point(cluster: RedisClusterServers, scenario: Scenario, seconds: float, seed: int) -> Point:
@@ -92,15 +113,15 @@ def run_point(cluster: RedisClusterServers, scenario: Scenario, seconds: float, 
         client.flushall()
     loaded = scenario.replicas - 1
     processes = min(PROCESSES, loaded)
-    start = time.time() + 2.0 + 0.3 * scenario.replicas  # room to start and bootstrap
-    measure, end = start + WARMUP_S, start + WARMUP_S + seconds
     jobs = [
         Job(cluster.url, loaded // processes + (1 if i < loaded % processes else 0),
-            scenario.rate / processes, scenario.pools, start, measure, end, seed=seed + i)
+            scenario.rate / processes, scenario.pools, seed=seed + i)
         for i in range(processes)
     ]  # fmt: skip
-    jobs.append(Job(cluster.url, 1, 0.0, scenario.pools, start, measure, end, True, seed))
+    jobs.append(Job(cluster.url, 1, 0.0, scenario.pools, True, seed))
     workers = [spawn(job) for job in jobs]
+    schedule = schedule_when_ready(workers, seconds)
+    measure, end = schedule.measure_at, schedule.end_at
     while time.time() < measure:
         time.sleep(0.01)  # waiting for the window, bounded by its start
     before = [node_counters(c) for c in clients]

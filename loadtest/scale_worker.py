@@ -11,8 +11,12 @@ what every replica pays to follow the others: its process CPU over the window, a
 propagation delay of each pick (the first prefix block hash carries its creation time in
 microseconds; the other hashes are random, as real ones look).
 
-Prints one JSON object: cpu seconds over the window, requests driven, and on the probe the
-propagation delays (ms) and the events applied.
+Once its replicas have started (bootstrapped from Redis) it prints `ready` and reads the
+run's schedule, one JSON line on stdin (`Schedule`: the same wall-clock times for every
+process, set once all are ready: a schedule fixed at launch was over before processes that
+took ~10 s to import and start on a loaded machine had begun). Then prints one JSON object:
+cpu seconds over the window, requests driven, and on the probe the propagation delays (ms)
+and the events applied.
 """
 
 from __future__ import annotations
@@ -56,11 +60,15 @@ class Job:
     replicas: int
     rate: float  # requests per second over this process's replicas
     pools: int
+    probe: bool = False
+    seed: int = 1
+
+
+@dataclass(frozen=True)
+class Schedule:
     start_at: float  # wall seconds: traffic starts
     measure_at: float  # wall seconds: the measured window opens
     end_at: float  # wall seconds: the window closes and traffic stops
-    probe: bool = False
-    seed: int = 1
 
 
 def pool_map(pools: int) -> dict[str, tuple[str, ...]]:
@@ -167,12 +175,12 @@ class Probe:
         return measured
 
 
-async def drive(replicas: list[Replica], job: Job) -> None:
+async def drive(replicas: list[Replica], job: Job, schedule: Schedule) -> None:
     """Poisson arrivals at `job.rate` over the replicas until `end_at`."""
     rng = random.Random(job.seed)
-    await until(job.start_at)
+    await until(schedule.start_at)
     next_at = time.monotonic()
-    end = time.monotonic() + (job.end_at - time.time())
+    end = time.monotonic() + (schedule.end_at - time.time())
     while job.rate > 0 and next_at < end:
         next_at += rng.expovariate(job.rate)
         delay = next_at - time.monotonic()
@@ -191,13 +199,13 @@ async def until(wall_s: float) -> None:
     await asyncio.sleep(max(wall_s - time.time(), 0.0))
 
 
-async def window_cpu(job: Job, probe: Probe | None) -> float:
-    await until(job.measure_at)
+async def window_cpu(schedule: Schedule, probe: Probe | None) -> float:
+    await until(schedule.measure_at)
     if probe is not None:
         probe.wrap_all()
         probe.measuring = True
     before = cpu_s()
-    await until(job.end_at)
+    await until(schedule.end_at)
     if probe is not None:
         probe.measuring = False
     return cpu_s() - before
@@ -207,10 +215,12 @@ async def run(job: Job) -> dict[str, Any]:
     pools = pool_map(job.pools)
     replicas = [Replica(job, i, pools) for i in range(job.replicas)]
     await asyncio.gather(*(r.node.start(bootstrap_timeout_s=10.0) for r in replicas))
+    print("ready", flush=True)
+    schedule = Schedule(**json.loads(await asyncio.to_thread(sys.stdin.readline)))
     probe = Probe(replicas[0].node) if job.probe else None
     try:
-        driving = asyncio.create_task(drive(replicas, job))
-        cpu = await window_cpu(job, probe)
+        driving = asyncio.create_task(drive(replicas, job, schedule))
+        cpu = await window_cpu(schedule, probe)
         await driving
         requests = sum(r.requests for r in replicas)
     finally:

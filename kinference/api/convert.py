@@ -16,7 +16,7 @@ from kinference.v1 import picker_pb2 as pb
 
 DECLARED_LENGTH = "kinference-declared-length"
 CLIENT_REQUEST_ID = "kinference-client-request-id"
-_MAX_REQUEST_ID_CHARS = 256  # only logged; a longer one is cut, not rejected
+MAX_REQUEST_ID_CHARS = 256  # only logged; a longer one is cut, not rejected
 
 _OUTCOMES = {
     Outcome.OK: pb.PickResponse.OK,
@@ -44,8 +44,13 @@ def push_metadata(metadata: Metadata | None) -> tuple[int | None, str]:
         if key == DECLARED_LENGTH:
             declared = _declared_length(text, declared)
         elif key == CLIENT_REQUEST_ID:
-            request_id = text[:_MAX_REQUEST_ID_CHARS]
+            request_id = request_id_of(text)
     return declared, request_id
+
+
+def request_id_of(text: str) -> str:
+    """A client request id as kept (logged only): cut to `MAX_REQUEST_ID_CHARS`."""
+    return text[:MAX_REQUEST_ID_CHARS]
 
 
 def _declared_length(text: str, earlier: int | None) -> int:
@@ -113,7 +118,7 @@ def pick_call_of(
         pool=named,
         qos=qos,
         tenant=tenant,
-        client_request_id=client_request_id[:_MAX_REQUEST_ID_CHARS],
+        client_request_id=request_id_of(client_request_id),
     )
 
 

@@ -116,8 +116,7 @@ class Requests:
         call = convert.pick_call(start.pick)  # checked before any byte is held
         call = dataclasses.replace(call, stream_id=0)
         declared = start.declared_length if start.HasField("declared_length") else None
-        request_id_text = start.client_request_id[:256]
-        upload = self._service.begin_push(declared, request_id_text)
+        upload = self._service.begin_push(declared, convert.request_id_of(start.client_request_id))
         path = start.request_path if extensions.usable_path(start.request_path) else ""
         inline = min(start.inline_body_max, INLINE_BODY_LIMIT)
         opened = Open(request_id, call, inline, path, upload)

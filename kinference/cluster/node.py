@@ -29,6 +29,7 @@ from kinference.cluster.shards import Shard, Shards, Wiring
 from kinference.cluster.stats import StatsBuffer
 from kinference.cluster.view import ClusterView
 from kinference.routing.router import Router
+from kinference.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -241,8 +242,7 @@ class ClusterNode:
         """Stop one loop (e.g. "read": every shard's reads) until `resume`; the rest go on."""
         for loop in self._named(name):
             task = self._tasks.pop(loop.name, None)
-            if task is not None:
-                await _cancel(task)
+            await cancel_and_wait(task, recancel_s=_CANCEL_RECHECK_S)
 
     def resume(self, name: str) -> None:
         for loop in self._named(name):
@@ -261,10 +261,7 @@ class ClusterNode:
 
     async def stop(self) -> None:
         """Stop the loops, send what is queued and leave the cluster (best effort)."""
-        for task in self._tasks.values():
-            task.cancel()
-        for task in self._tasks.values():
-            await _cancel(task)
+        await cancel_and_wait(*self._tasks.values(), recancel_s=_CANCEL_RECHECK_S)
         self._tasks.clear()
         with contextlib.suppress(*_ERRORS):
             await self.shards.flush()
@@ -276,15 +273,7 @@ class ClusterNode:
         await self.reader_redis.aclose()
 
 
-_CANCEL_RECHECK_S = 0.05  # seconds between repeated cancels of a loop that swallowed one
-
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    """Cancel a loop and wait for its end, cancelling again while it runs: a cancel can be
-    lost (one that lands as a timeout inside the step fires can surface as TimeoutError,
-    which the loop retries), and then `stop` waited forever."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait([task], timeout=_CANCEL_RECHECK_S)
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+# Seconds between repeated cancels of a loop that swallowed one: a cancel that lands as a
+# timeout inside the step fires can surface as TimeoutError, which the loop retries, and
+# then `stop` waited forever.
+_CANCEL_RECHECK_S = 0.05

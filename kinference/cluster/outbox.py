@@ -1,7 +1,7 @@
 """The cluster journal: this instance's events, queued on the Pick path, flushed in batches.
 
 Appending is a list append (no Redis, no encoding); the flusher packs hashes (to bytes) and
-sends one stream entry per flush and shard (several for a large backlog: `Publisher`). The
+sends one stream entry per flush and shard (several for a large backlog: `Shards.flush`). The
 queue is bounded, in events and in the prefix block hashes they carry (a long prompt's pick
 holds up to `max_blocks` of them): past either bound the oldest events are dropped and the
 next flush tells readers to re-read this instance's load hash instead of trusting the
@@ -142,12 +142,12 @@ class Outbox:
             self.wakeup.clear()
         return taken
 
-    def requeue(self, events: list[list[Any]], dirty: set[str], dropped: int) -> None:
+    def requeue(self, events: list[list[Any]], dirty: set[str]) -> None:
         """Put back a batch that failed to send, ahead of what came since (past the bounds,
-        its oldest events are dropped)."""
+        its oldest events are dropped). What the take said was dropped is not put back:
+        the failed send owes a snapshot already (`Publisher.deliver`)."""
         self._events.extendleft(reversed(events))
         self.hashes += sum(map(hashes_in, events))
-        self.dropped += dropped
         self._trim()
         self.dirty |= dirty
         if self._events or self.dirty:

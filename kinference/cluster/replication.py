@@ -60,7 +60,8 @@ def read_block_ms(stale_after_s: float) -> int:
 
 
 class Publisher:
-    """Flushes the outbox: load hash first, then one stream entry."""
+    """One shard's writes of a flush: the load hash first, then one stream entry (the
+    batch, cut by shard, comes from `Shards.flush`)."""
 
     def __init__(
         self,
@@ -69,7 +70,6 @@ class Publisher:
         instance: str,
         outbox: Outbox,
         *,
-        own_load: Callable[[], Mapping[str, int]],
         stats: StatsBuffer,
         maxlen: int,
     ) -> None:
@@ -77,7 +77,6 @@ class Publisher:
         self._keys = keys
         self.instance = instance
         self.outbox = outbox
-        self._own_load = own_load
         self._stats = stats
         self._maxlen = maxlen
         # Binary hashes only in pool shards: the global stream is read by earlier releases.
@@ -92,41 +91,24 @@ class Publisher:
         self.snapshot_needed = True
         self.outbox.wakeup.set()
 
-    async def flush(self) -> None:
-        """Send what is queued, a batch at most (raises on a Redis error; the batch is kept
-        for the retry). A flush that leaves events queued (a backlog, sent a batch a flush)
-        is a snapshot, and so is the next: the load it sends counts every queued event
-        already, so their deltas must not be counted again."""
-        if not len(self.outbox) and not self.outbox.dirty and not self.snapshot_needed:
-            self.outbox.wakeup.clear()
-            return
-        events, dirty, dropped = self.outbox.take()
-        backlog = bool(len(self.outbox))
-        if backlog:
-            self.owe_snapshot()
-        await self.deliver(events, dirty, dropped, self._own_load())
-        if backlog:
-            self.owe_snapshot()
-
     async def deliver(
-        self, events: list[list[Any]], dirty: set[str], dropped: int, own: Mapping[str, int]
+        self, events: list[list[Any]], dirty: set[str], own: Mapping[str, int]
     ) -> None:
-        """Send one batch taken from the outbox, with this instance's load `own` as of the
-        take (raises on a Redis error; the batch goes back into the outbox for the retry,
-        and the next flush is a snapshot)."""
+        """Send this shard's part of one batch taken from the outbox, with this instance's
+        load `own` as of the take (raises on a Redis error; the part goes back into the
+        outbox for the retry, and the next flush is a snapshot). When a flush must be a
+        snapshot is `Shards.flush`'s rule: it calls `owe_snapshot` first."""
         try:
-            await self._send(events, dirty, dropped, own)
+            await self._send(events, dirty, own)
         except BaseException:
-            self.outbox.requeue(events, dirty, dropped)
+            self.outbox.requeue(events, dirty)
             self.owe_snapshot()
             raise
         self._stats.fold(events)
         self.flushes += 1
 
-    async def _send(
-        self, events: list[list[Any]], dirty: set[str], dropped: int, own: Mapping[str, int]
-    ) -> None:
-        snapshot = self.snapshot_needed or dropped > 0
+    async def _send(self, events: list[list[Any]], dirty: set[str], own: Mapping[str, int]) -> None:
+        snapshot = self.snapshot_needed
         seq = self.seq + 1
         load_key = self._keys.load(self.instance)
         pipe = self._redis.pipeline(transaction=False)
@@ -178,12 +160,10 @@ class Reader:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
-        pause_s: float = 0.0,
         seed_stats: bool = True,
     ) -> None:
         self._redis = redis  # a client whose timeout allows READ_BLOCK_MS
         self._seed_stats = seed_stats  # statistics are global: one shard's reader seeds them
-        self._pause_s = pause_s  # after a read that found entries, let the next ones gather
         self._keys = keys
         self.instance = instance
         self.view = view
@@ -196,16 +176,6 @@ class Reader:
         self.lag_s = 0.0  # age of the newest entry applied, when it was applied
         self.resyncs = 0
 
-    async def step(self) -> None:
-        """One read (bootstrapping first when needed); raises on a Redis error."""
-        try:
-            if self.bootstrap_needed:
-                await self.bootstrap()
-            await self.read()
-        except Exception:  # an error, not a cancellation: what we hold may be out of date
-            self.bootstrap_needed = True
-            raise
-
     async def ensure_bootstrapped(self) -> None:
         """Bootstrap when needed (raises on a Redis error, and then bootstraps again)."""
         if self.bootstrap_needed:
@@ -216,12 +186,12 @@ class Reader:
                 raise
 
     async def read(self) -> None:
+        """One XREAD of this shard's stream alone, applied (tests and tools: a replica reads
+        all its shards at once, `Shards.read`, which also pauses between reads)."""
         answer = await self._redis.xread(
             {self._keys.events(): self.last_id}, count=READ_COUNT, block=READ_BLOCK_MS
         )
         await self.consume(answer)
-        if answer and self._pause_s:
-            await asyncio.sleep(self._pause_s)
 
     async def consume(self, answer: Any) -> None:
         """Apply an XREAD reply of this shard's stream (from `read` or a shared read),

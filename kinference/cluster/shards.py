@@ -94,22 +94,13 @@ class Shards:
         w = self._wiring
         keys = w.keys.for_pool(pool)
         view = ClusterView(w.router, on_cooled=w.on_cooled, clock=w.clock)
-        publisher = Publisher(
-            w.redis,
-            keys,
-            w.instance,
-            w.outbox,
-            own_load=lambda: self._own(pool),
-            stats=w.stats,
-            maxlen=w.maxlen,
-        )
+        publisher = Publisher(w.redis, keys, w.instance, w.outbox, stats=w.stats, maxlen=w.maxlen)
         reader = Reader(
             w.reader_redis,
             keys,
             w.instance,
             view,
             clock=w.clock,
-            pause_s=w.batch_s,
             seed_stats=pool == GLOBAL,
         )
         return Shard(pool, keys, view, publisher, reader)
@@ -171,7 +162,7 @@ class Shards:
         targets = [s for s in self if s.pool in parts or s.publisher.snapshot_needed]
         results = await asyncio.gather(
             *(
-                s.publisher.deliver(*parts.get(s.pool, ([], set())), 0, self._own(s.pool))
+                s.publisher.deliver(*parts.get(s.pool, ([], set())), self._own(s.pool))
                 for s in targets
             ),
             return_exceptions=True,

@@ -23,6 +23,9 @@ from kinference.hostport import split_host_port
 # subdomain (labels joined by dots), both lower case.
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _MAX_SUBDOMAIN = 253
+# The longest model name or alias a policy may hold. The gateway shares it: a served model
+# name longer than any the picker routes is not taken from a response, nor made a label.
+MAX_MODEL_CHARS = 256
 # An HTTP path (and optional query) as sent on the wire: printable ASCII, no space, no
 # fragment. A leading '//' would read as a host to some URL joiners.
 _API_PATH = re.compile(r"/(?!/)[!-~]*")
@@ -69,7 +72,9 @@ def _dns_subdomain(value: str) -> str:
     return value
 
 
-def _ref(value: str) -> str:
+def check_ref(value: str) -> str:
+    """`value` if it is a pool's or provider's `NAMESPACE/NAME` (a DNS label, then a DNS
+    name), else ValueError; also the gateway's check of the pool it names."""
     namespace, slash, name = value.partition("/")
     if not slash or not _DNS_LABEL.fullmatch(namespace):
         raise ValueError(f"expected NAMESPACE/NAME (e.g. 'default/chat'), got {value!r}")
@@ -87,6 +92,11 @@ def _endpoint(value: str) -> str:
 def _model_name(value: str) -> str:
     if not value or value != value.strip():
         raise ValueError(f"expected a model name without surrounding spaces, got {value!r}")
+    if len(value) > MAX_MODEL_CHARS:
+        raise ValueError(
+            f"a model name is at most {MAX_MODEL_CHARS} characters, got {len(value)}: "
+            f"{value[:40]!r}..."
+        )
     return value
 
 
@@ -107,7 +117,7 @@ def _word(value: str) -> str:
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 DnsSubdomain = Annotated[str, AfterValidator(_dns_subdomain)]
 # A pool or provider named from elsewhere in the file: `namespace/name`.
-Ref = Annotated[str, AfterValidator(_ref)]
+Ref = Annotated[str, AfterValidator(check_ref)]
 Endpoint = Annotated[str, AfterValidator(_endpoint)]
 ModelName = Annotated[str, AfterValidator(_model_name)]
 ApiPath = Annotated[str, AfterValidator(_api_path)]

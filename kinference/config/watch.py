@@ -15,7 +15,6 @@ logged once (not once per poll) and shows in the metrics:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import time
@@ -26,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kinference.config.loader import PolicyError, decode_policy, read_policy_bytes
 from kinference.config.policy import Policy
+from kinference.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +86,7 @@ class PolicyWatcher:
     async def aclose(self) -> None:
         """Stop polling; the policy in force stays as it is."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def check(self) -> bool:
         """Poll once; True when a new policy was handed to `on_change`."""

@@ -9,7 +9,6 @@ handed to `on_change` (the `PolicySource`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from kinference.discovery.pools import (
     read_pool,
 )
 from kinference.discovery.watch import Reflector, WatchStats, WatchTiming
+from kinference.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +84,7 @@ class KubernetesDiscovery:
             tasks.append(self._task)
         self._task = None
         self.pod_watches.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
         await self.api.aclose()
 
     def _pools_changed(self) -> None:

@@ -128,13 +128,7 @@ class Flow:
             return pushed, pushed.picked
         try:
             async with asyncio.timeout(self._rpc_timeout_s):
-                return pushed, await self._picker.pick(
-                    pushed.stream_id,
-                    tenant=ask.tenant,
-                    qos=ask.qos,
-                    pool=ask.pool,
-                    client_request_id=ask.client_request_id,
-                )
+                return pushed, await self._picker.pick(pushed.stream_id, ask)
         except grpc.aio.AioRpcError as error:
             raise errors.rpc_error(error, "pick") from None
         except TimeoutError:

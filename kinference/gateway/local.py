@@ -21,7 +21,7 @@ from kinference.api.extensions import PickExtras
 from kinference.api.status import status_code
 from kinference.bodies import Upload
 from kinference.errors import IdleTimeout, PickerError
-from kinference.gateway.port import AbortReason, BodyChunks, PickAsk, Picked, QosClass
+from kinference.gateway.port import AbortReason, BodyChunks, PickAsk, Picked
 from kinference.gateway.timing import TokenClock
 from kinference.gateway.usage import Usage
 from kinference.service import FinalReport, PickerService
@@ -102,7 +102,9 @@ class LocalPicker:
         request_path: str = "",
     ) -> int:
         try:
-            upload = self.service.begin_push(declared_length, client_request_id[:256])
+            upload = self.service.begin_push(
+                declared_length, convert.request_id_of(client_request_id)
+            )
         except PickerError as error:
             raise rpc_error(error) from None
         try:
@@ -167,19 +169,11 @@ class LocalPicker:
     def _idle_timeout(self) -> IdleTimeout:
         return IdleTimeout(f"no body bytes for {self._idle_timeout_s:g} s (inter-chunk budget)")
 
-    async def pick(
-        self,
-        stream_id: int,
-        *,
-        tenant: str,
-        qos: QosClass,
-        pool: tuple[str, str] | None,
-        client_request_id: str,
-    ) -> tuple[pb.PickResponse, PickExtras]:
+    async def pick(self, stream_id: int, ask: PickAsk) -> Picked:
         try:
             call = convert.pick_call_of(
-                stream_id, qos_class=qos, tenant=tenant, pool=pool,
-                client_request_id=client_request_id,
+                stream_id, qos_class=ask.qos, tenant=ask.tenant, pool=ask.pool,
+                client_request_id=ask.client_request_id,
             )  # fmt: skip
             result = await self.service.pick_off_loop(call)
             return convert.pick_response(result), convert.pick_extras(result) or self._nothing_said

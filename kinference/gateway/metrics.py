@@ -16,6 +16,7 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from kinference import itl_layout
+from kinference.config.fields import MAX_MODEL_CHARS
 from kinference.gateway.capacity import ConnectionCap
 from kinference.gateway.timing import TokenClock
 from kinference.gateway.usage import Usage
@@ -54,7 +55,7 @@ class ModelLabels:
             return "none"
         if model in self._known:
             return model
-        if dispatched and len(self._known) < self._limit and len(model) <= 200:
+        if dispatched and len(self._known) < self._limit and len(model) <= MAX_MODEL_CHARS:
             self._known.add(model)
             return model
         return OTHER

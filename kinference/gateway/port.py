@@ -50,18 +50,6 @@ class Reports(Protocol):
 class PickerPort(Protocol):
     """PushBody, Pick, PullBody and the reports of the spec, as the gateway calls them."""
 
-    async def push(
-        self,
-        chunks: BodyChunks,
-        *,
-        declared_length: int | None,
-        client_request_id: str,
-        request_path: str = "",
-    ) -> int:
-        """The body in, as it arrives; returns its stream id. `request_path` is the client's
-        path (the `kinference-request-path` extension: Pick tells the shape from it)."""
-        ...
-
     async def push_and_pick(
         self,
         chunks: BodyChunks,
@@ -70,20 +58,15 @@ class PickerPort(Protocol):
         request_path: str,
         ask: PickAsk,
     ) -> tuple[int, Picked | None]:
-        """`push`, and the pick of the body when the picker makes it at the half-close (the
+        """The body in, as it arrives (`request_path` is the client's path: the
+        `kinference-request-path` extension, Pick tells the shape from it); returns its
+        stream id, and the pick of the body when the picker makes it at the half-close (the
         `kinference-pick-bin` extension: no Pick call); None: call `pick`."""
         ...
 
-    async def pick(
-        self,
-        stream_id: int,
-        *,
-        tenant: str,
-        qos: QosClass,
-        pool: tuple[str, str] | None,
-        client_request_id: str,
-    ) -> Picked:
-        """The pick, and the extensions it carries (reason code, translation, ...)."""
+    async def pick(self, stream_id: int, ask: PickAsk) -> Picked:
+        """The pick of a pushed body, and the extensions it carries (reason code,
+        translation, ...)."""
         ...
 
     def pull(self, response_id: int) -> AsyncIterator[bytes | memoryview]:

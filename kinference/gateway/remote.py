@@ -26,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kinference.api.extensions import usable_path
 from kinference.client import PickerClient, pick_request
 from kinference.config import PolicyError, load_policy
-from kinference.gateway.port import BodyChunks, PickAsk, Picked, QosClass, Reports
+from kinference.gateway.port import BodyChunks, PickAsk, Picked, Reports
 from kinference.gateway.reports import Reporter, RequestReports
 from kinference.gateway.session_link import SessionLink
 from kinference.gateway.session_reports import SessionReports, send_unary
@@ -90,22 +90,6 @@ class RemotePicker:
         # first-token reports may ride on the final ones.
         self._extended = False
 
-    async def push(
-        self,
-        chunks: BodyChunks,
-        *,
-        declared_length: int | None,
-        client_request_id: str,
-        request_path: str = "",
-    ) -> int:
-        pushed = await self.client.push(
-            streamed(chunks),
-            declared_length=declared_length,
-            client_request_id=client_request_id,
-            request_path=request_path,
-        )
-        return pushed.stream_id
-
     async def push_and_pick(
         self,
         chunks: BodyChunks,
@@ -138,21 +122,13 @@ class RemotePicker:
             self._extended = True
         return pushed.stream_id, picked
 
-    async def pick(
-        self,
-        stream_id: int,
-        *,
-        tenant: str,
-        qos: QosClass,
-        pool: tuple[str, str] | None,
-        client_request_id: str,
-    ) -> Picked:
+    async def pick(self, stream_id: int, ask: PickAsk) -> Picked:
         return await self.client.pick_with_extras(
             stream_id,
-            tenant=tenant,
-            qos=qos,
-            pool=pool,
-            client_request_id=client_request_id,
+            tenant=ask.tenant,
+            qos=ask.qos,
+            pool=ask.pool,
+            client_request_id=ask.client_request_id,
             inline_body_max=INLINE_BODY_MAX,
         )
 

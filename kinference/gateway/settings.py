@@ -14,13 +14,13 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from kinference.config.fields import check_ref
 from kinference.settings import LogLevel, SettingsError, split_host_port
 
 ENV_PREFIX = "KINFERENCE_GATEWAY_"
 
 # An HTTP field name (RFC 9110 token); kept lower-case, as ASGI servers hand them over.
 _HEADER = re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+")
-_POOL = re.compile(r"[a-z0-9-]+/[a-z0-9.-]+")
 
 
 class GatewaySettings(BaseSettings):
@@ -76,9 +76,7 @@ class GatewaySettings(BaseSettings):
     @field_validator("pool")
     @classmethod
     def _validate_pool(cls, value: str) -> str:
-        if value and not _POOL.fullmatch(value):
-            raise ValueError(f"expected NAMESPACE/NAME, got {value!r}")
-        return value
+        return check_ref(value) if value else value  # as the policy names pools
 
     @field_validator("backends_file", "api_keys_file", mode="before")
     @classmethod

@@ -9,9 +9,9 @@ OpenAI chat, completions, embeddings and responses; Anthropic messages.
 Without usage, the completion tokens are the content events counted (about one token each)
 and the prompt tokens are unknown (0). A count the reports cannot carry (not an integer in
 0..2**32-1, the spec's uint32: `true`, `1e3`, 2**40) is taken as absent, and a served model
-name over `MAX_MODEL_CHARS` as unknown: before, a count past uint32 failed the report to a
-remote picker (the request held as load until its TTL, a traceback per response) and was
-counted as given in process and in the metrics.
+name over `MAX_MODEL_CHARS` (the longest a policy may hold) as unknown: before, a count
+past uint32 failed the report to a remote picker (the request held as load until its TTL,
+a traceback per response) and was counted as given in process and in the metrics.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kinference.config.fields import MAX_MODEL_CHARS
 from kinference.gateway.sse import SseEvent, SseSplitter, json_object
 from kinference.gateway.timing import TokenClock
 
 MAX_JSON_BYTES = 8 * 1024 * 1024  # a non-streaming response larger than this is not parsed
 MAX_COUNT = 2**32 - 1  # the largest token count a report carries (uint32)
-MAX_MODEL_CHARS = 256  # a longer served model name is not taken (the requested one is)
 _DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "refusal")
 _PROMPT_KEYS = ("prompt_tokens", "input_tokens")
 _COMPLETION_KEYS = ("completion_tokens", "output_tokens")

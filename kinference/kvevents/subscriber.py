@@ -15,7 +15,6 @@ limits (`replay.ReplayLimits`: what came is applied, the worker is a gap); at mo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from kinference.kvevents.replay import REPLAY_WORK_PER_STEP, Outcome, ReplayLimi
 from kinference.kvevents.steps import Budget, Steps, cost, finish, finish_async
 from kinference.kvevents.trust import Distrust, Step
 from kinference.kvevents.wire import MalformedBatch, decode_seq, decode_steps
+from kinference.tasks import cancel_and_wait
 
 __all__ = ["EventSubscriber", "Feed"]  # Feed: where it long was
 
@@ -71,11 +71,7 @@ class EventSubscriber:
         feeds = list(self.feeds.values())
         tasks = [t for f in feeds for t in (f.task, f.replay) if t is not None]
         self.feeds.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
         self._context.destroy(linger=0)
 
     async def _run(self, feed: Feed) -> None:

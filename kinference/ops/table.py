@@ -65,14 +65,14 @@ def _workers(state: ClusterState) -> list[tuple[str, ...]]:
 
 def _leaders(state: ClusterState) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = [("POOL", "LEADER", "LEASE LEFT")]
-    rows += [(lead.pool, lead.instance, _seconds(lead.ttl_ms)) for lead in state.leaders]
+    rows += [(lead.pool, lead.instance, ttl_text(lead.ttl_ms)) for lead in state.leaders]
     return rows
 
 
 def _blacklist(state: ClusterState) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = [("PROVIDER", "REASON", "COUNT", "LEFT", "LAST SEEN", "DETAIL")]
     for entry in state.blacklist:
-        rows.append((entry.provider, entry.reason, str(entry.count), _seconds(entry.ttl_ms),
+        rows.append((entry.provider, entry.reason, str(entry.count), ttl_text(entry.ttl_ms),
                      entry.last_seen, entry.detail[:60]))  # fmt: skip
     return rows
 
@@ -93,12 +93,15 @@ def _ago(seconds: float | None) -> str:
     return _NONE if seconds is None else f"{seconds:.1f}s ago"
 
 
-def _seconds(ttl_ms: int) -> str:
-    """Time left of a key: `2.4s`, `4m59s`; `forever` without a TTL (set by hand)."""
+def ttl_text(ttl_ms: int) -> str:
+    """Time left of a key: `12.5s`, `4m59s`, `1h02m`; `forever` without a TTL (set by
+    hand). Also `kinference blacklist list`'s."""
     if ttl_ms < 0:
         return "forever"
     seconds = ttl_ms / 1000
     if seconds < 60:
         return f"{seconds:.1f}s"
     minutes, whole = divmod(int(seconds), 60)
-    return f"{minutes}m{whole:02d}s"
+    if minutes < 60:
+        return f"{minutes}m{whole:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"

@@ -15,13 +15,12 @@ from kinference.cluster import outbox as outbox_module
 from kinference.cluster.connection import RedisClient, connect
 from kinference.cluster.keys import Keys
 from kinference.cluster.outbox import HASH_LIMIT, TAKE_EVENTS, Outbox
-from kinference.cluster.replication import Publisher, Reader
-from kinference.cluster.shards import Shards, Wiring
-from kinference.cluster.stats import StatsBuffer
+from kinference.cluster.replication import Reader
+from kinference.cluster.shards import Shards
 from kinference.cluster.view import ClusterView
 from kinference.routing import PrefixIndex, WorkerTable
 from loadtest.redis_server import RedisServer
-from tests.cluster.test_bootstrap import view_of
+from tests.cluster.wiring import shards_of, view_of
 
 ENDPOINT = "10.0.0.1:8000"
 POOL = "default/chat"
@@ -39,8 +38,8 @@ async def redis(redis_server: RedisServer) -> AsyncIterator[RedisClient]:
 class Replica:
     """What the cluster layer sees of a replica: its load and its outbox."""
 
-    def __init__(self) -> None:
-        self.outbox = Outbox()
+    def __init__(self, limit: int = outbox_module.DEFAULT_LIMIT) -> None:
+        self.outbox = Outbox(limit)
         self.own = {ENDPOINT: 0}
 
     def pick(self, hashes: tuple[int, ...] = BLOCKS) -> None:
@@ -51,12 +50,11 @@ class Replica:
         self.own[ENDPOINT] -= 1
         self.outbox.released(ENDPOINT)
 
-    def publisher(self, redis: RedisClient) -> Publisher:
-        stats = StatsBuffer(redis, KEYS, "a")
-        return Publisher(
-            redis, KEYS, "a", self.outbox, own_load=lambda: dict(self.own), stats=stats,
-            maxlen=100_000,
-        )  # fmt: skip
+    def shards(self, redis: RedisClient) -> Shards:
+        """Its shards, ENDPOINT in POOL's: the flushes the production path makes."""
+        shards = shards_of(redis, "a", self.outbox, lambda: dict(self.own))
+        shards.set_pools({POOL: [ENDPOINT]})
+        return shards
 
 
 def reader(redis: RedisClient) -> Reader:
@@ -88,27 +86,48 @@ async def test_a_backlog_goes_out_in_bounded_entries_and_is_counted_once(
     redis: RedisClient,
 ) -> None:
     replica = Replica()
-    publisher = replica.publisher(redis)
+    shards = replica.shards(redis)
+    await shards.flush()  # the first flush, a snapshot: the next ones would be deltas
     for n in range(2_600):  # ~2 1/2 flushes' worth
         replica.pick()
         if n % 3:
             replica.release()
     flushes = 0
-    while len(replica.outbox) or publisher.snapshot_needed:  # as the publish loop does
-        await publisher.flush()
+    while len(replica.outbox) or shards.owe_snapshot():  # as the publish loop does
+        await shards.flush()
         flushes += 1
-    written = await entries(redis)
+    written = (await entries(redis))[1:]
     assert len(written) == flushes >= 4
     assert all(len(entry.events) <= TAKE_EVENTS for entry in written)
-    assert written[-1].load == replica.own  # the last of a backlog is a snapshot
+    # Each flush of a backlog is a snapshot, and so is the one after the last: the load it
+    # sends counts the events still queued, which go out later as deltas.
+    assert all(entry.load is not None for entry in written)
+    assert written[-1].load == replica.own
     # A reader that applies them all in order holds the replica's load once.
     following = reader(redis)
     await following.read()
     assert following.view.load["a"] == replica.own
     replica.pick()  # and the deltas after it count again
-    await publisher.flush()
+    await shards.flush()
     await following.read()
     assert following.view.load["a"] == replica.own
+
+
+async def test_events_lost_to_the_bound_are_replaced_by_a_snapshot(
+    redis: RedisClient,
+) -> None:
+    """The oldest events past the outbox's bound are dropped (Redis away a long while): the
+    next flush sends the whole load, which readers take in place of the deltas they lack."""
+    replica = Replica(limit=10)
+    shards = replica.shards(redis)
+    await shards.flush()  # the first flush, a snapshot: the next ones would be deltas
+    for _ in range(25):
+        replica.pick()
+    assert replica.outbox.dropped == 15
+    await shards.flush()
+    following = reader(redis)
+    await following.read()
+    assert following.view.load["a"] == {ENDPOINT: 25}
 
 
 async def test_a_pick_between_the_take_and_the_send_is_counted_once(
@@ -117,13 +136,7 @@ async def test_a_pick_between_the_take_and_the_send_is_counted_once(
     """The load a flush sends is taken with its batch: a Pick in between was in the load
     sent (read when the send began, a loop step later) and again in the next flush."""
     replica = Replica()
-    router = view_of(WorkerTable(), PrefixIndex(1000)).router
-    stats = StatsBuffer(redis, KEYS, "a")
-    shards = Shards(
-        Wiring(redis, redis, Keys(), router, replica.outbox, lambda: dict(replica.own), stats,
-               "a", 100_000, 0.0)
-    )  # fmt: skip
-    shards.set_pools({POOL: [ENDPOINT]})
+    shards = replica.shards(redis)
     replica.pick()
     flush = asyncio.create_task(shards.flush())  # the first: a snapshot
     await asyncio.sleep(0)  # it took the batch; its sends have not begun
@@ -176,12 +189,12 @@ async def test_a_refused_flush_does_not_format_its_entry_into_the_error(
 
     monkeypatch.setattr(redis_client, "truncate_text", counting)
     replica = Replica()
-    publisher = replica.publisher(redis)
+    shards = replica.shards(redis)
     for _ in range(900):
         replica.pick()
     await redis.config_set("maxmemory-policy", "noeviction")
     await redis.config_set("maxmemory", "1")
     with pytest.raises(RedisError, match="maxmemory"):
-        await publisher.flush()
+        await shards.flush()
     assert len(replica.outbox) == 900  # kept for the retry
     assert max(formatted, default=0) < 10_000, formatted

@@ -4,9 +4,7 @@ a live replica is missing from its view."""
 from __future__ import annotations
 
 import math
-import random
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -16,32 +14,15 @@ from kinference.cluster.keys import Keys
 from kinference.cluster.loads import SEQ_FIELD
 from kinference.cluster.members import Membership
 from kinference.cluster.outbox import Outbox
-from kinference.cluster.replication import Publisher, Reader
-from kinference.cluster.shards import Shards, Wiring
+from kinference.cluster.replication import Reader
 from kinference.cluster.stats import StatsBuffer
-from kinference.cluster.view import ClusterView
-from kinference.config import parse_policy
-from kinference.routing import PrefixIndex, ProviderHealth, Router, TenantGate, WorkerTable
-from kinference.routing.policy import cooldowns_of
+from kinference.routing import PrefixIndex, WorkerTable
 from kinference.routing.rates import PRIOR_SAMPLES, Rates
 from kinference.routing.textsize import MIN_SAMPLES
 from loadtest.redis_server import RedisServer
+from tests.cluster.wiring import shards_of, view_of
 
 ENDPOINT = "10.0.0.1:8000"
-
-
-def view_of(
-    table: WorkerTable, prefix: PrefixIndex, clock: Callable[[], float] = time.monotonic
-) -> ClusterView:
-    """A view folding into a router over `table` and `prefix`."""
-    policy = parse_policy(
-        'pools:\n  - {name: p, endpoints: ["10.0.0.1:8000", "10.0.0.2:8000"], models: [m]}\n'
-    )  # the pool the samples' endpoints serve
-    router = Router(
-        policy, table=table, prefix=prefix, health=ProviderHealth(cooldowns_of(policy)),
-        tenants=TenantGate(), rng=random.Random(0),
-    )  # fmt: skip
-    return ClusterView(router, clock=clock)
 
 
 async def test_a_late_replica_loads_readings_statistics_and_prefixes(
@@ -51,9 +32,7 @@ async def test_a_late_replica_loads_readings_statistics_and_prefixes(
     keys = Keys()
     outbox = Outbox()
     stats = StatsBuffer(client, keys, "early")
-    publisher = Publisher(
-        client, keys, "early", outbox, own_load=lambda: {ENDPOINT: 1}, stats=stats, maxlen=1000
-    )
+    shards = shards_of(client, "early", outbox, lambda: {ENDPOINT: 1}, stats=stats, maxlen=1000)
     reading = {"at": time.time(), "ready": True, "read": True, "waiting": 4, "running": 2}
     size = {"kv_capacity_tokens": 8000}  # the engine's KV cache: 500 blocks of 64 bytes
     outbox.engine(ENDPOINT, reading | {"kv_usage": 0.5, "adapters": ["sql-lora"]} | size)
@@ -68,7 +47,7 @@ async def test_a_late_replica_loads_readings_statistics_and_prefixes(
     outbox.busy(ENDPOINT, "m", 2.0, 30.0)  # 15 ms a sequence
     outbox.busy("10.0.0.2:8000", "m", 4.0, 40.0)  # the model's, on another engine: 10
     outbox.busy(ENDPOINT, "m", 0.0, 40.0)  # alone on its engine: no sample, not counted
-    await publisher.flush()
+    await shards.flush()
     await stats.flush()
     await client.set(keys.heartbeat("early"), b"1")  # alive, as its heartbeat would say
     await client.sadd(keys.instances(), "early")
@@ -122,10 +101,7 @@ async def test_the_membership_check_reads_back_a_live_replica_missing_from_the_v
     client = connect(redis_server.url)
     keys = Keys()
     table = WorkerTable()
-    shards = Shards(
-        Wiring(client, client, keys, view_of(table, PrefixIndex(1000)).router, Outbox(), dict,
-               StatsBuffer(client, keys, "me"), "me", 1000, 0.0)
-    )  # fmt: skip
+    shards = shards_of(client, "me", Outbox(), keys=keys, table=table, maxlen=1000)
     shards.set_pools({"default/chat": [ENDPOINT]})
     pool = shards.pools["default/chat"]
     await client.hset(pool.keys.load("quiet"), mapping={ENDPOINT: 3, SEQ_FIELD: 12})

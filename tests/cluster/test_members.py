@@ -8,11 +8,8 @@ from kinference.cluster.keys import HEARTBEAT_TTL_MS, Keys
 from kinference.cluster.loads import SEQ_FIELD
 from kinference.cluster.members import Membership
 from kinference.cluster.outbox import Outbox
-from kinference.cluster.shards import Shards, Wiring
-from kinference.cluster.stats import StatsBuffer
-from kinference.routing import PrefixIndex, WorkerTable
 from loadtest.redis_server import RedisServer
-from tests.cluster.test_bootstrap import view_of
+from tests.cluster.wiring import shards_of
 
 ENDPOINT = "10.0.0.1:8000"
 
@@ -20,11 +17,7 @@ ENDPOINT = "10.0.0.1:8000"
 async def test_stamped_old_style_and_stale_replicas(redis_server: RedisServer) -> None:
     client = connect(redis_server.url)
     keys = Keys()
-    table = WorkerTable()
-    shards = Shards(
-        Wiring(client, client, keys, view_of(table, PrefixIndex(100)).router, Outbox(), dict,
-               StatsBuffer(client, keys, "me"), "me", 1000, 0.0)
-    )  # fmt: skip
+    shards = shards_of(client, "me", Outbox(), keys=keys, maxlen=1000)
     me = Membership(client, keys, "me", lambda: list(shards))
     new = Membership(client, keys, "new", lambda: list(shards))
     try:

@@ -15,7 +15,7 @@ from kinference.cluster import codec
 from kinference.cluster.view import ClusterView
 from kinference.config.pools import MAX_ENGINE_REQUESTS
 from kinference.routing import PrefixIndex, WorkerTable
-from tests.cluster.test_bootstrap import view_of
+from tests.cluster.wiring import view_of
 
 ENDPOINT = "10.0.0.1:8000"
 INF = float("inf")

@@ -15,13 +15,13 @@ from kinference.cluster.leader import ScrapeLeadership
 from kinference.cluster.loads import SEQ_FIELD
 from kinference.cluster.members import Membership
 from kinference.cluster.outbox import Outbox
-from kinference.cluster.replication import Publisher, Reader
+from kinference.cluster.replication import Reader
 from kinference.cluster.shards import Shards, Wiring
 from kinference.cluster.stats import StatsBuffer
 from kinference.cluster.view import ClusterView
 from kinference.routing import PrefixIndex, WorkerTable
 from loadtest.redis_server import RedisServer
-from tests.cluster.test_bootstrap import view_of
+from tests.cluster.wiring import shards_of, view_of
 
 ENDPOINT, OTHER = "10.0.0.1:8000", "10.0.0.2:8000"
 KEYS = Keys()
@@ -149,11 +149,11 @@ async def test_an_engines_key_of_another_type_fails_no_flush_and_no_bootstrap(
     await client.set(KEYS.engines(), b"not a hash")
     outbox = Outbox()
     stats = StatsBuffer(client, KEYS, "leader")
-    publisher = Publisher(client, KEYS, "leader", outbox, own_load=dict, stats=stats, maxlen=1000)
+    shards = shards_of(client, "leader", outbox, keys=KEYS, stats=stats, maxlen=1000)
     outbox.engine(ENDPOINT, {"at": time.time(), "ready": True, "read": True, "waiting": 2})
     outbox.first_token(ENDPOINT, "m", 80.0)
-    await publisher.flush()
-    await publisher.flush()  # nothing left to send
+    await shards.flush()
+    await shards.flush()  # nothing left to send
     assert await client.xlen(KEYS.events()) == 1
     await bootstrapped(client)  # the reading is lost, not the bootstrap
 

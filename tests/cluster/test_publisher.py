@@ -1,4 +1,4 @@
-"""The publisher keeps this replica's load hash whole, even across an empty Redis restart."""
+"""A replica's flushes keep its load hash whole, even across an empty Redis restart."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ from kinference.cluster.connection import connect
 from kinference.cluster.keys import Keys
 from kinference.cluster.loads import SEQ_FIELD
 from kinference.cluster.outbox import Outbox
-from kinference.cluster.replication import Publisher
-from kinference.cluster.stats import StatsBuffer
 from loadtest.redis_server import RedisServer
+from tests.cluster.wiring import shards_of
 
 HELD = "10.0.9.1:8000"  # requests in flight throughout, never touched again
 BUSY = "10.0.9.2:8000"  # steady traffic
@@ -20,17 +19,10 @@ async def test_a_delta_after_redis_lost_the_hash_is_followed_by_a_whole_snapshot
     client = connect(redis_server.url)
     keys, outbox = Keys(), Outbox()
     own = {HELD: 3, BUSY: 1}
-    publisher = Publisher(
-        client,
-        keys,
-        "a",
-        outbox,
-        own_load=lambda: dict(own),
-        stats=StatsBuffer(client, keys, "a"),
-        maxlen=1000,
-    )
+    shards = shards_of(client, "a", outbox, lambda: dict(own), keys=keys, maxlen=1000)
+    publisher = shards.top.publisher
     try:
-        await publisher.flush()  # the first flush is a snapshot
+        await shards.flush()  # the first flush is a snapshot
         loaded = await client.hgetall(keys.load("a"))
         assert {k: v for k, v in loaded.items() if k != SEQ_FIELD.encode()} == {
             HELD.encode(): b"3",
@@ -40,9 +32,9 @@ async def test_a_delta_after_redis_lost_the_hash_is_followed_by_a_whole_snapshot
         await client.flushall()  # Redis restarted empty, before any heartbeat noticed
         own[BUSY] = 2
         outbox.picked(BUSY, "m", ())
-        await publisher.flush()  # a delta: it recreates the hash with BUSY only...
+        await shards.flush()  # a delta: it recreates the hash with BUSY only...
         assert publisher.snapshot_needed  # ...and notices the hash was gone
-        await publisher.flush()
+        await shards.flush()
         loaded = await client.hgetall(keys.load("a"))
         assert loaded[HELD.encode()] == b"3"
         assert loaded[BUSY.encode()] == b"2"
