@@ -75,7 +75,7 @@ class Plan:
     version: int = -1
     steps: list[Step] = field(default_factory=list)
     running: int = 0
-    newer: dict[BlockId, None] | None = None
+    newer: dict[BlockId, bool] | None = None
     outputs: int = 0
 
     def note(self, blocks: Iterable[BlockId]) -> bool:
@@ -154,7 +154,7 @@ def _restep(queue: EngineQueue, plan: Plan) -> None:
         steps.append(Step(key, newer, _extra(request)))
     plan.named = {key: plan.named[key] for key in requests if key in plan.named}
     plan.version, plan.steps, plan.running = queue.version, steps, running
-    plan.newer, plan.outputs = dict.fromkeys(seen), outputs
+    plan.newer, plan.outputs = dict.fromkeys(seen, True), outputs
 
 
 def _afresh(queue: EngineQueue, plan: Plan, replay: _Replay) -> Replayed:
@@ -165,8 +165,8 @@ def _afresh(queue: EngineQueue, plan: Plan, replay: _Replay) -> Replayed:
     for key, request in requests.items():
         if request.running:  # in use until it ends; its output still to come
             named = plan._of(key, request, order, replay)
-            newer = replay.newer_of(request.blocks)
-            replay.use(request.blocks, order.ranks_of(named.keys), newer, request.decode)
+            newer = replay.renew(request.blocks, request.decode)  # `use`: `newer_of`, `add`
+            replay.take(order.ranks_of(named.keys), newer)  # and `take`
             running.append(Step(key, newer, _extra(request)))
         else:
             waiting.append(key)
@@ -182,15 +182,14 @@ def _afresh(queue: EngineQueue, plan: Plan, replay: _Replay) -> Replayed:
             steps.append(Step(key, None, len(request.blocks) + _extra(request)))
             replay.compute(steps[-1].extra, ())
             continue
-        newer = replay.newer_of(request.blocks)
+        newer = replay.renew(request.blocks, request.decode)  # `newer_of`, then `add`
         if replay.past():  # the old order all evicted: it finds the requests ahead's alone
             missing = len(request.blocks) - int(newer.sum())
-            replay.add(request.blocks, request.decode)
         else:
             named = plan._of(key, request, order, replay)
             ranks = order.ranks_of(named.keys)
             missing = len(request.blocks) - int(replay.kept(named.held, ranks, newer).sum())
-            replay.use(request.blocks, ranks, newer, request.decode)
+            replay.take(ranks, newer)  # `use` but for `add`, done
         replay.compute(missing + _extra(request), request.blocks)
         steps.append(Step(key, newer, _extra(request)))
     plan.named = {key: plan.named[key] for key in requests if key in plan.named}
