@@ -30,8 +30,6 @@ class _Replay:
     outputs: int = 0  # output blocks of theirs in `newer`
     exhausted: bool = False  # the old order ran out: blocks of `newer` were evicted
     gaps: npt.NDArray[np.int64] | None = None  # `_gaps`, while `taken` is as it was
-    # the blocks the last `renew` made `newer`'s last keys, one each, while they are (None: not)
-    renewed: Sequence[BlockId] | None = None
 
     def present(
         self, blocks: Sequence[BlockId], ranks: npt.NDArray[np.int64], newer: npt.NDArray[np.bool_]
@@ -83,9 +81,8 @@ class _Replay:
         newer.update(zip(range(-self.outputs, -self.outputs + output), itertools.repeat(True)))
         size = len(newer)
         newer.update(zip(reversed(blocks), itertools.repeat(True)))
-        self.renewed = blocks
         if len(newer) - size != len(blocks):  # some block named twice (or as an output's key)
-            self.renewed, first = None, dict[BlockId, int]()
+            first: dict[BlockId, int] = {}
             found = found[[first.setdefault(b, i) for i, b in enumerate(blocks)]]
         return found
 
@@ -112,16 +109,14 @@ class _Replay:
 
     def compute(self, count: int, own: Sequence[BlockId]) -> None:
         """`count` new blocks are stored: into the room left, else evicting the oldest."""
-        last, self.renewed = own is self.renewed, None  # `own` are `newer`'s last keys
         need = self.advance(count)
         if need > 0:  # then the blocks of the requests ahead, oldest first, not `own`
             self.exhausted = True
-            newer = self.newer
-            if last:  # the others are the keys before them: no set of `own` to skip them by
-                oldest = itertools.islice(newer, min(need, len(newer) - len(own)))
-            else:
-                oldest = itertools.islice(itertools.filterfalse(set(own).__contains__, newer), need)
-            collections.deque(map(newer.pop, list(oldest)), maxlen=0)
+            keep = set(own)
+            gone = list(
+                itertools.islice(itertools.filterfalse(keep.__contains__, self.newer), need)
+            )
+            collections.deque(map(self.newer.pop, gone), maxlen=0)
 
     def advance(self, count: int) -> int:
         """`count` new blocks into the room left, else evicting the old order's oldest:
