@@ -165,8 +165,8 @@ def _afresh(queue: EngineQueue, plan: Plan, replay: _Replay) -> Replayed:
     for key, request in requests.items():
         if request.running:  # in use until it ends; its output still to come
             named = plan._of(key, request, order, replay)
-            newer = replay.renew(request.blocks, request.decode)  # `use`: `newer_of`, `add`
-            replay.take(order.ranks_of(named.keys), newer)  # and `take`
+            newer = replay.renew(request.blocks, request.decode)  # `newer_of`, then `add`
+            replay.take(order.ranks_of(named.keys), newer)  # `use`'s other half
             running.append(Step(key, newer, _extra(request)))
         else:
             waiting.append(key)
@@ -189,7 +189,7 @@ def _afresh(queue: EngineQueue, plan: Plan, replay: _Replay) -> Replayed:
             named = plan._of(key, request, order, replay)
             ranks = order.ranks_of(named.keys)
             missing = len(request.blocks) - int(replay.kept(named.held, ranks, newer).sum())
-            replay.take(ranks, newer)  # `use` but for `add`, done
+            replay.take(ranks, newer)  # `use`'s other half (`renew` did `add`)
         replay.compute(missing + _extra(request), request.blocks)
         steps.append(Step(key, newer, _extra(request)))
     plan.named = {key: plan.named[key] for key in requests if key in plan.named}
