@@ -12,7 +12,9 @@ splits an earlier one re-keys its tail: all of them). And the steps' `newer` mas
 blocks the requests before each use) do not depend on the cache while the replay evicts none of
 theirs (`_Replay.exhausted`): a queue unchanged since the last replay keeps them, one
 changed since (a request sent, started, ended) gets them in one pass over sets
-(`_restep`), and the replay then runs on the new order and room in numpy alone. Same
+(`_restep`), and the replay then runs on the new order and room in numpy alone. A replay
+that must start afresh still reuses the running requests' renewals (`Ran`: which of their
+blocks the ones before used, and `newer` after them) while those requests are the same. Same
 steps, same answers (`tests/kvcache/test_queue_replays.py` compares them with a fresh
 replay after random batches and queue changes).
 """
@@ -62,6 +64,24 @@ class Step:
     extra: int
 
 
+@dataclass(slots=True)
+class Ran:
+    """The running requests' `_Replay.renew`s in `_afresh`: they depend on those requests'
+    blocks and outputs alone (`newer` starts empty, no block of it is evicted before they
+    are all renewed), so they hold while the running requests are the same, in order."""
+
+    requests: list[tuple[int, tuple[BlockId, ...], int]]  # key, blocks (the same), decode
+    masks: list[npt.NDArray[np.bool_]]  # each one's `renew`: which blocks were newer
+    newer: dict[BlockId, bool]  # `newer` once all are renewed (copied before each use)
+    outputs: int
+
+    def same(self, running: list[tuple[int, Queued]]) -> bool:
+        return len(running) == len(self.requests) and all(
+            key == was and request.blocks is blocks and request.decode == decode
+            for (key, request), (was, blocks, decode) in zip(running, self.requests, strict=True)
+        )
+
+
 @dataclass
 class Plan:
     """What a worker's replays saw: each queued request's `Named` (all named again once
@@ -75,8 +95,9 @@ class Plan:
     version: int = -1
     steps: list[Step] = field(default_factory=list)
     running: int = 0
-    newer: dict[BlockId, None] | None = None
+    newer: dict[BlockId, bool] | None = None
     outputs: int = 0
+    ran: Ran | None = None  # the last `_afresh`'s running requests, renewed
 
     def note(self, blocks: Iterable[BlockId]) -> bool:
         """A batch or a touch named `blocks`; False when the plan is no longer worth keeping."""
@@ -154,22 +175,28 @@ def _restep(queue: EngineQueue, plan: Plan) -> None:
         steps.append(Step(key, newer, _extra(request)))
     plan.named = {key: plan.named[key] for key in requests if key in plan.named}
     plan.version, plan.steps, plan.running = queue.version, steps, running
-    plan.newer, plan.outputs = dict.fromkeys(seen), outputs
+    plan.newer, plan.outputs = dict.fromkeys(seen, True), outputs
 
 
 def _afresh(queue: EngineQueue, plan: Plan, replay: _Replay) -> Replayed:
     """The replay step by step, its steps kept in `plan`."""
     order, requests = replay.order, queue.requests
     running: list[Step] = []
-    waiting: list[int] = []
-    for key, request in requests.items():
-        if request.running:  # in use until it ends; its output still to come
-            named = plan._of(key, request, order, replay)
-            newer = replay.newer_of(request.blocks)
-            replay.use(request.blocks, order.ranks_of(named.keys), newer, request.decode)
-            running.append(Step(key, newer, _extra(request)))
-        else:
-            waiting.append(key)
+    waiting = [key for key, request in requests.items() if not request.running]
+    using = [(key, request) for key, request in requests.items() if request.running]
+    ran = plan.ran if plan.ran is not None and plan.ran.same(using) else None
+    for at, (key, request) in enumerate(using):  # in use until it ends; its output to come
+        named = plan._of(key, request, order, replay)
+        # `newer_of`, then `add`; or as the last replay renewed it
+        newer = replay.renew(request.blocks, request.decode) if ran is None else ran.masks[at]
+        replay.take(order.ranks_of(named.keys), newer)  # `use`'s other half
+        running.append(Step(key, newer, _extra(request)))
+    if ran is not None:
+        replay.newer, replay.outputs = dict(ran.newer), ran.outputs
+    else:
+        done = [(key, request.blocks, request.decode) for key, request in using]
+        masks = [step.newer for step in running if step.newer is not None]
+        plan.ran = Ran(done, masks, dict(replay.newer), replay.outputs)
     for step in running:  # what it has not stored yet, and its output
         blocks = requests[step.key].blocks
         replay.compute(_unstored(plan.named[step.key]) + step.extra, blocks)
@@ -182,15 +209,14 @@ def _afresh(queue: EngineQueue, plan: Plan, replay: _Replay) -> Replayed:
             steps.append(Step(key, None, len(request.blocks) + _extra(request)))
             replay.compute(steps[-1].extra, ())
             continue
-        newer = replay.newer_of(request.blocks)
+        newer = replay.renew(request.blocks, request.decode)  # `newer_of`, then `add`
         if replay.past():  # the old order all evicted: it finds the requests ahead's alone
             missing = len(request.blocks) - int(newer.sum())
-            replay.add(request.blocks, request.decode)
         else:
             named = plan._of(key, request, order, replay)
             ranks = order.ranks_of(named.keys)
             missing = len(request.blocks) - int(replay.kept(named.held, ranks, newer).sum())
-            replay.use(request.blocks, ranks, newer, request.decode)
+            replay.take(ranks, newer)  # `use`'s other half (`renew` did `add`)
         replay.compute(missing + _extra(request), request.blocks)
         steps.append(Step(key, newer, _extra(request)))
     plan.named = {key: plan.named[key] for key in requests if key in plan.named}

@@ -26,7 +26,7 @@ class _Replay:
     evicted: int = 0  # how far eviction has gone through the old order (its places)
     # old places now used by requests ahead (sorted)
     taken: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
-    newer: dict[BlockId, None] = field(default_factory=dict)  # their blocks, oldest first
+    newer: dict[BlockId, bool] = field(default_factory=dict)  # their blocks (True), oldest first
     outputs: int = 0  # output blocks of theirs in `newer`
     exhausted: bool = False  # the old order ran out: blocks of `newer` were evicted
     gaps: npt.NDArray[np.int64] | None = None  # `_gaps`, while `taken` is as it was
@@ -68,10 +68,23 @@ class _Replay:
 
     def add(self, blocks: Sequence[BlockId], output: int) -> None:
         """`use` but for the old order (`take`: nothing to take once it is `past`)."""
-        collections.deque(map(self.newer.pop, reversed(blocks), itertools.repeat(None)), maxlen=0)
+        self.renew(blocks, output)
+
+    def renew(self, blocks: Sequence[BlockId], output: int) -> npt.NDArray[np.bool_]:
+        """`newer_of(blocks)`, then `add(blocks, output)`, in one pass over `newer`: a block
+        is moved to the end by popping and re-adding it, and what the pop finds is whether
+        it was there (values are True). A block named twice in `blocks` (a 2^-64 chance for
+        chained identities) pops once: its later places take its first place's answer."""
+        newer = self.newer
+        found = np.fromiter(map(newer.pop, blocks, itertools.repeat(False)), bool, len(blocks))
         self.outputs += output  # output blocks have no name here: negative keys
-        self.newer.update(dict.fromkeys(range(-self.outputs, -self.outputs + output)))
-        self.newer.update(dict.fromkeys(reversed(blocks)))
+        newer.update(zip(range(-self.outputs, -self.outputs + output), itertools.repeat(True)))
+        size = len(newer)
+        newer.update(zip(reversed(blocks), itertools.repeat(True)))
+        if len(newer) - size != len(blocks):  # some block named twice (or as an output's key)
+            first: dict[BlockId, int] = {}
+            found = found[[first.setdefault(b, i) for i, b in enumerate(blocks)]]
+        return found
 
     def past(self) -> bool:
         """Whether eviction went past every rank of the old order: no block is kept but

@@ -1,5 +1,7 @@
 """The queue replay's shortcuts (`_Replay.past`: the old order all evicted; `_Replay._gaps`:
-where eviction ends found in one search; the requests ahead's blocks evicted in C) give the
+where eviction ends found in one search; the requests ahead's blocks evicted in C; h190:
+`_Replay.renew`, which of a request's blocks are newer found by the pops that move them;
+`replan.Ran`, the running requests' renewals reused while they are the same) give the
 answers of the replay as it was before them (main 4f4ce95's `_Replay`, kept below as the
 oracle): random events, queue changes and Picks on small caches that thrash, every Pick's
 surviving match compared, and the shortcuts shown taken."""
@@ -15,10 +17,11 @@ from unittest.mock import patch
 import numpy as np
 import numpy.typing as npt
 
-from kinference.kvcache import replayed
+from kinference.kvcache import replan, replayed
 from kinference.kvcache.ageing import WorkerAges
 from kinference.kvcache.blocks import BlockId
 from kinference.kvcache.order import UNKNOWN, Order
+from kinference.kvcache.queue import Queued
 from tests.kvcache import test_queue_replays as replays
 
 
@@ -92,6 +95,18 @@ def _counted(name: str, counts: collections.Counter[str]):  # type: ignore[no-un
     return counting
 
 
+def _reused(counts: collections.Counter[str]):  # type: ignore[no-untyped-def]
+    """`Ran.same`, counting the replays that reuse the running requests' renewals."""
+    same = replan.Ran.same
+
+    def counting(self: replan.Ran, running: list[tuple[int, Queued]]) -> bool:
+        found = same(self, running)
+        counts["ran"] += found
+        return found
+
+    return counting
+
+
 def test_the_shortcuts_answer_as_the_replay_before_them() -> None:
     counts: collections.Counter[str] = collections.Counter()
     checked = cut = 0
@@ -99,6 +114,7 @@ def test_the_shortcuts_answer_as_the_replay_before_them() -> None:
         patch.object(replays, "_Replay", _Oracle),  # `reference` replays on the oracle
         patch.object(replayed._Replay, "past", _counted("past", counts)),
         patch.object(replayed._Replay, "_gaps", _counted("_gaps", counts)),
+        patch.object(replan.Ran, "same", _reused(counts)),
     ):
         for seed in range(30):
             driver = replays._Driver(seed, document_blocks=12)
@@ -108,6 +124,7 @@ def test_the_shortcuts_answer_as_the_replay_before_them() -> None:
             checked, cut = checked + driver.checked, cut + driver.cut
     assert checked > 5000 and cut > 2000  # ~7,000 Picks, ~3,000 of them cut by the replay
     assert counts["past"] > 10_000 and counts["_gaps"] > 10_000  # the shortcuts were taken
+    assert counts["ran"] > 1000  # running requests' renewals reused
 
 
 def _stepped(taken: npt.NDArray[np.int64], evicted: int, need: int, total: int) -> tuple[int, int]:
@@ -132,3 +149,35 @@ def test_eviction_ends_where_the_stepping_ended() -> None:
         replay = replayed._Replay(Order(WorkerAges()), total, {}, 0, evicted, taken)
         left = replay.advance(need)
         assert (replay.evicted, left) == _stepped(taken, evicted, need, total)
+
+
+def test_renew_is_newer_of_then_add() -> None:
+    """`renew` against the two passes it replaces (main's `newer_of`, then `add`): the same
+    mask, the same `newer` in the same order, blocks named twice and output keys included."""
+    rng = np.random.default_rng(11)
+    twice = 0
+    for _ in range(5_000):
+        pool = rng.integers(-6, 40, int(rng.integers(1, 60))).tolist()  # negatives: outputs' keys
+        start = dict.fromkeys(rng.permutation(pool).tolist()[: int(rng.integers(0, 40))], True)
+        blocks = tuple(rng.choice(pool, int(rng.integers(0, 30))).tolist())
+        outputs, output = int(rng.integers(0, 5)), int(rng.integers(0, 4))
+        oracle = _Oracle(Order(WorkerAges()), 0, {}, 0, newer=dict(start), outputs=outputs)
+        expected = oracle.newer_of(blocks)
+        oracle.use(blocks, np.full(len(blocks), UNKNOWN), expected, output)
+        replay = replayed._Replay(Order(WorkerAges()), 0, {}, 0, newer=dict(start), outputs=outputs)
+        assert replay.renew(blocks, output).tolist() == expected.tolist()
+        assert list(replay.newer) == list(oracle.newer) and replay.outputs == oracle.outputs
+        assert all(replay.newer.values())  # what the next `renew`'s pops find
+        twice += len(set(blocks)) < len(blocks)
+    assert twice > 1000
+
+
+def test_running_renewals_are_reused_only_for_the_same_requests() -> None:
+    """`Ran.same`: the same keys, the same blocks (the very tuples) and outputs, in order."""
+    blocks = (1, 2, 3)
+    ran = replan.Ran([(7, blocks, 2)], [np.zeros(3, bool)], {}, 2)
+    assert ran.same([(7, Queued(blocks, 0, 2, 0.0, True))])
+    assert not ran.same([(7, Queued(blocks, 0, 3, 0.0, True))])  # another output
+    assert not ran.same([(7, Queued(tuple(list(blocks)), 0, 2, 0.0, True))])  # named anew
+    assert not ran.same([(8, Queued(blocks, 0, 2, 0.0, True))])  # another request
+    assert not ran.same([(7, Queued(blocks, 0, 2, 0.0, True))] * 2)  # one more
