@@ -18,7 +18,7 @@ from typing import Any
 from kinference.cluster.blacklist import Entry, list_blacklist
 from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import HEARTBEAT_TTL_MS, SINGLE_LAYOUT, Keys
-from kinference.cluster.loads import SEQ_FIELD
+from kinference.cluster.loads import load_counts
 
 _SCAN_COUNT = 500  # keys per SCAN step
 _WINDOW_S = 60  # seconds: tenant budgets are per sliding minute
@@ -128,18 +128,11 @@ async def _replicas(
     return replicas, loads
 
 
-def _counts(fields: Mapping[Any, Any]) -> dict[str, int]:
-    """A load hash as endpoint -> requests, without its sequence number or zeros."""
-    counts = {}
-    for name, value in fields.items():
-        endpoint = _text(name)
-        try:
-            count = int(value)
-        except ValueError:  # edited by hand
-            continue
-        if endpoint != SEQ_FIELD and count > 0:
-            counts[endpoint] = count
-    return counts
+def _counts(fields: Mapping[bytes, bytes]) -> dict[str, int]:
+    """A load hash as endpoint -> requests (read as the replicas read it: `cluster.loads`),
+    without zeros."""
+    counts, _ = load_counts(fields)
+    return {endpoint: count for endpoint, count in counts.items() if count > 0}
 
 
 def _readings(engines: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:

@@ -138,3 +138,23 @@ async def test_an_empty_redis_says_so_in_every_section(redis_server: RedisServer
     text = render_text(state)
     assert "REPLICAS (0 live)\n  no replica has announced itself" in text
     assert "no provider is blacklisted" in text and "no tenant usage recorded" in text
+
+
+async def test_a_load_hash_with_junk_fields_is_read_like_the_replicas_read_it(
+    redis_server: RedisServer,
+) -> None:
+    """Before: a load-hash field whose name is not UTF-8 failed every `kinference state`
+    (UnicodeDecodeError); the cluster layer's readers skip it (`cluster.loads`), and so
+    does the state now: one parse of a load hash for both."""
+    keys, redis = Keys(), connect(redis_server.url)
+    try:
+        await redis.sadd(keys.instances(), "r1")
+        await redis.set(keys.heartbeat("r1"), 1, px=60_000)
+        await redis.hset(
+            keys.load("r1"),
+            mapping={"10.0.0.1:8000": 3, b"\xff\xfe": 2, "10.0.0.2:8000": "many", "~seq": 7},
+        )
+        state = await read_state(redis, keys)
+    finally:
+        await redis.aclose()
+    assert [(r.instance, r.alive, r.inflight) for r in state.replicas] == [("r1", True, 3)]
