@@ -103,6 +103,11 @@ class ClusterNode:
         self.members = Membership(redis, keys, self.instance, lambda: list(self.shards))
         self.connected = False
         self.last_error = ""
+        # Loops whose last attempt failed: connected again only once none is left (and a
+        # write went through), so a refusal that spares one step (NOPERM on XADD alone, an
+        # events key of another type) does not flap to connected at each heartbeat.
+        self._failing: set[str] = set()
+        self._proved = False  # a step that always writes succeeded since the last failure
         self._own_load = own_load
         self._started_at = clock()
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -189,7 +194,7 @@ class ClusterNode:
             retry=retry_if_exception_type(_ERRORS),
             # At most 1 s between attempts: a heartbeat must come back well within its TTL.
             wait=backoff(multiplier=0.05, max=1.0, jitter=0.1),
-            before_sleep=self._failed,
+            before_sleep=lambda state: self._failed(loop.name, state),
         )
         while True:
             try:
@@ -221,21 +226,26 @@ class ClusterNode:
         await self.shards.flush()
 
     async def _once(self, loop: Loop) -> None:
-        """Run one step. `connected` follows the last real command: any step's failure
-        (unreachable, or refusing writes: OOM, READONLY, NOPERM) clears it, and only a step
-        that always writes sets it again, so a Redis answering reads but refusing writes
-        reads as unavailable, and the log says each change once."""
+        """Run one step. `connected` follows the loops' last attempts: any step's failure
+        (unreachable, or refusing writes: OOM, READONLY, NOPERM) clears it; it is set again
+        once no loop's last attempt failed and a step that always writes went through since,
+        so a Redis answering reads (or some writes) but refusing others reads as unavailable,
+        and the log says each change once."""
         await loop.step()
-        if loop.proves_connection and not self.connected:
+        self._failing.discard(loop.name)
+        self._proved = self._proved or loop.proves_connection
+        if self._proved and not self._failing and not self.connected:
             log.info("Redis available again (%s)", loop.name)
             self.connected, self.last_error = True, ""
 
-    def _failed(self, state: RetryCallState) -> None:
+    def _failed(self, name: str, state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome is not None else None
         text = f"{type(error).__name__}: {error}" if error else "unknown error"
         if self.connected or not self.last_error:
             log.warning("Redis unavailable, picking from the local view: %s", text)
         self.connected, self.last_error = False, text[:200]
+        self._failing.add(name)
+        self._proved = False
         self._on_lost()
 
     async def suspend(self, name: str) -> None:
@@ -243,6 +253,7 @@ class ClusterNode:
         for loop in self._named(name):
             task = self._tasks.pop(loop.name, None)
             await cancel_and_wait(task, recancel_s=_CANCEL_RECHECK_S)
+            self._failing.discard(loop.name)  # a stopped loop's last failure no longer holds
 
     def resume(self, name: str) -> None:
         for loop in self._named(name):

@@ -5,6 +5,11 @@ ACL user stripped of writes (NOPERM): reads still succeed, so a replica that too
 successful command as proof of a connection reported itself connected while its load,
 heartbeat and budgets went nowhere. Now the Picks answer DEGRADED, the gauge reads 0 for
 the whole refusal (no flapping), and the log says so once each way.
+
+A refusal that spares the heartbeat (NOPERM on XADD alone, an events key of another type)
+made the gauge flap every second, a log line each way each time, and most Picks answer OK
+while none of this replica's events went out (h199): a loop's success clears only its own
+failure, and the replica is connected again once no loop's last attempt failed.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from kinference.cluster.keys import Keys
 from kinference.v1 import picker_pb2 as pb
 from loadtest.redis_server import RedisServer, free_port
 from tests.api.helpers import chat_body, wait_until
@@ -26,6 +32,7 @@ SAMPLES = 15  # readings of the gauge while Redis refuses, 0.1 s apart: every on
 
 def _refusals(redis: RedisServer) -> dict[str, tuple[Callable[[], str], Callable[[], str]]]:
     dead_master = str(free_port())
+    events = Keys().events()
     return {
         "oom": (
             lambda: redis.cli("CONFIG", "SET", "maxmemory", "1"),
@@ -38,6 +45,16 @@ def _refusals(redis: RedisServer) -> dict[str, tuple[Callable[[], str], Callable
         "noperm": (
             lambda: redis.cli("ACL", "SETUSER", "picker", "-@write"),
             lambda: redis.cli("ACL", "SETUSER", "picker", "+@write"),
+        ),
+        "noperm-xadd": (  # the heartbeat still goes through
+            lambda: redis.cli("ACL", "SETUSER", "picker", "-xadd"),
+            lambda: redis.cli("ACL", "SETUSER", "picker", "+xadd"),
+        ),
+        "events-junk": (  # a tool sharing the prefix: every XADD and XREAD fails WRONGTYPE
+            lambda: redis.cli(
+                "EVAL", "redis.call('DEL', KEYS[1]) redis.call('SET', KEYS[1], 'x')", "1", events
+            ),
+            lambda: redis.cli("DEL", events),
         ),
     }
 
@@ -76,7 +93,7 @@ async def outcome(replica: RunningPicker) -> int:
     return int(pick.outcome)
 
 
-@pytest.mark.parametrize("refusal", ["oom", "readonly", "noperm"])
+@pytest.mark.parametrize("refusal", ["oom", "readonly", "noperm", "noperm-xadd", "events-junk"])
 async def test_a_redis_refusing_writes_is_unavailable(
     refusal: str, redis_server: RedisServer, start_replicas, node_log: _Lines
 ) -> None:
