@@ -7,12 +7,15 @@ of tenants seen, `Keys.tenants`, bounded by MAX_TRACKED_TENANTS).
 from __future__ import annotations
 
 import itertools
+import logging
 import secrets
 
 from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import LEASES_TTL_S, USAGE_TTL_S, Keys
 from kinference.cluster.lease_state import LEASE_LIFE_S, LeaseCall, TenantLeases, Unsent
 from kinference.config.tenants import MAX_TRACKED_TENANTS
+
+log = logging.getLogger(__name__)
 
 RECOVER_S = 2  # seconds without grants after a lost leases hash (every replica re-seeds)
 
@@ -23,11 +26,16 @@ RECOVER_S = 2  # seconds without grants after a lost leases hash (every replica 
 # lost)}. Once a replica found the hash lost, nothing is granted for RECOVER_S seconds, so
 # that every replica has re-seeded its own charges before the sum is trusted again. The
 # mark holds `<call id>:<granted>` of the replica's last call: a call sent again because
-# its answer was lost (applied, or not) is applied once and answers its grant again.
+# its answer was lost (applied, or not) is applied once and answers its grant again. A key
+# of another type (set by hand, or by a tool sharing the prefix) is left alone: {0, 0, 0, 1}.
 _LEASE_SCRIPT = """
 local key, now, limit, want = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local oldest = now - 60
-local prior = redis.call('HGET', key, ARGV[6])
+local prior = redis.pcall('HGET', key, ARGV[6])
+if type(prior) == 'table' and prior.err then
+  if string.find(prior.err, 'WRONGTYPE', 1, true) then return {0, 0, 0, 1} end
+  error(prior)
+end
 local replay = prior and string.sub(prior, 1, #ARGV[8] + 1) == ARGV[8] .. ':'
 local lost = not prior and ARGV[7] == '1'
 if lost then redis.call('HSET', key, 'recovering', now + RECOVER_S) end
@@ -58,7 +66,7 @@ if granted > 0 and not replay then
 end
 redis.call('HSET', key, ARGV[6], ARGV[8] .. ':' .. granted)
 redis.call('EXPIRE', key, ARGV[5])
-return {granted, sum, lost and 1 or 0}
+return {granted, sum, lost and 1 or 0, 0}
 """.replace("RECOVER_S", str(RECOVER_S))
 
 
@@ -69,6 +77,9 @@ class LeaseScript:
         self._script = redis.register_script(_LEASE_SCRIPT)
         self._keys = keys
         self._mark = mark  # this replica's mark field in each leases hash
+        # Tenants whose leases key is of another type: budgeted locally (their offline
+        # share) until it is gone; failing on it, every tenant's round failed while it lived.
+        self.foreign: set[str] = set()
         # Call ids: unique to this budget even where replicas share a mark (no instance id).
         self._ids = (f"{secrets.token_hex(4)}.{n}" for n in itertools.count(1))
 
@@ -94,7 +105,11 @@ class LeaseScript:
         args: list[int | str] = [int(now), limit, want, charge_second, LEASES_TTL_S, mark]
         args += [int(charged), call]
         args += [number for pair in sent for number in pair]  # second, tokens, second, ...
-        granted, leased, lost = await self._script(keys=[self._keys.leases(tenant)], args=args)
+        key = self._keys.leases(tenant)
+        granted, leased, lost, foreign = await self._script(keys=[key], args=args)
+        if int(foreign) and tenant not in self.foreign:
+            log.warning("%s is not a hash: %s's budget is kept by this replica alone", key, tenant)
+        (self.foreign.add if int(foreign) else self.foreign.discard)(tenant)
         return int(granted), int(leased), bool(int(lost))
 
     async def call(
@@ -118,16 +133,30 @@ class LeaseScript:
 # KEYS[1] this replica's last usage batch applied, KEYS[2] the tenants set, KEYS[3..] usage
 # hashes. ARGV: batch id, TTL, then per usage hash its minute, tokens and tenant. A batch
 # whose id is the last applied was applied already (its reply was lost): -1, nothing added.
+# A key of another type is skipped (a WRONGTYPE halfway failed the batch after part of it
+# was added, and that part was added again at each retry).
 _USAGE_SCRIPT = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return -1 end
+local function ours(...)  -- whether a read of its key succeeds (not: of another type)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply.err then
+    if string.find(reply.err, 'WRONGTYPE', 1, true) then return false end
+    error(reply)
+  end
+  return true
+end
+local batch, tracked = ours('GET', KEYS[1]), ours('SCARD', KEYS[2])
+if batch and redis.call('GET', KEYS[1]) == ARGV[1] then return -1 end
 for i = 3, #KEYS do
   local at = 3 * i - 6
-  redis.call('HINCRBY', KEYS[i], ARGV[at], ARGV[at + 1])
-  redis.call('EXPIRE', KEYS[i], ARGV[2])
-  redis.call('SADD', KEYS[2], ARGV[at + 2])
+  if ours('HGET', KEYS[i], ARGV[at]) then
+    redis.call('HINCRBY', KEYS[i], ARGV[at], ARGV[at + 1])
+    redis.call('EXPIRE', KEYS[i], ARGV[2])
+  end
+  if tracked then redis.call('SADD', KEYS[2], ARGV[at + 2]) end
 end
+if batch then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) end
+if not tracked then return 0 end
 redis.call('EXPIRE', KEYS[2], ARGV[2])
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 return redis.call('SCARD', KEYS[2])
 """
 

@@ -95,7 +95,7 @@ class LeasedBudget:
         state = self._book.touch(tenant, limit)
         if self._book.balance(tenant, state) > 0:
             return None
-        if not self.offline:
+        if not self._away(tenant):
             if state.credit:  # this replica's one request beyond its leases
                 self._spend_credit(state)
                 return None
@@ -112,7 +112,11 @@ class LeasedBudget:
         used = state.window.used(self._wall())
         if used < share:
             return None
-        return f"used its share of the budget while Redis is away: {used} of {share:.0f} tokens"
+        away = "Redis is away" if self.offline else "its leases key is not a hash"
+        return f"used its share of the budget while {away}: {used} of {share:.0f} tokens"
+
+    def _away(self, tenant: str) -> bool:  # or its leases key is of another type
+        return self.offline or tenant in self._script.foreign
 
     async def answered(self, tenant: str) -> None:
         """Wait, at most LEASE_WAIT_S, while `tenant` has nothing left to spend and the lease
@@ -126,7 +130,7 @@ class LeasedBudget:
                     await self._round_ended.wait()
 
     def _waiting(self, tenant: str, state: TenantLeases) -> bool:
-        unanswered = self._answered < state.asked and not self.offline
+        unanswered = self._answered < state.asked and not self._away(tenant)
         return unanswered and not state.credit and self._book.balance(tenant, state) <= 0
 
     def _spend_credit(self, state: TenantLeases) -> None:
@@ -142,7 +146,7 @@ class LeasedBudget:
         if state is None:
             return None
         now = self._wall()
-        if self.offline:
+        if self._away(tenant):
             replicas = max(self._known_replicas, self._replicas(), self._expected_replicas)
             return state.window.frees_in(now, math.ceil(limit / replicas))
         return state.charges_leave_in(now, limit)
