@@ -180,7 +180,7 @@ class App:
         )
         self.cluster.add_loop("blacklist", self._providers.sync, 0.0)
         self.cluster.add_loop("budgets", leases.step, BUDGET_MIN_GAP_S)
-        self.metrics.registry.register(ClusterCollector(self.cluster))
+        self.metrics.registry.register(ClusterCollector(self.cluster, leases.budget))
 
     def _replicas(self) -> int:
         return self.cluster.replicas if self.cluster else 1

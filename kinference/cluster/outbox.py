@@ -43,6 +43,7 @@ class Outbox:
         self.hashes = 0  # block hashes in the queued events
         self.dirty: set[str] = set()  # endpoints whose own load changed since the last flush
         self.dropped = 0  # events lost to the bound since the last flush
+        self.dropped_total = 0  # events lost to the bound, ever (a metric)
         self.wakeup = asyncio.Event()  # set when something waits to be flushed
         # Set when an event must go out now (a blacklisting), not after the batch window.
         self.urgent_wakeup = asyncio.Event()
@@ -63,6 +64,7 @@ class Outbox:
         while len(events) > 1 and (len(events) > self._limit or self.hashes > self._hash_limit):
             self.hashes -= hashes_in(events.popleft())
             self.dropped += 1
+            self.dropped_total += 1
 
     def picked(self, endpoint: str, model: str, hashes: Sequence[int]) -> None:
         self.dirty.add(endpoint)

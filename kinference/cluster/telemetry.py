@@ -8,12 +8,14 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from kinference.cluster.leases import LeasedBudget
 from kinference.cluster.node import ClusterNode
 
 
 class ClusterCollector(Collector):
-    def __init__(self, node: ClusterNode) -> None:
+    def __init__(self, node: ClusterNode, budget: LeasedBudget | None = None) -> None:
         self._node = node
+        self._budget = budget
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         node = self._node
@@ -53,6 +55,19 @@ class ClusterCollector(Collector):
             "Events of this replica waiting to be published.",
             len(node.outbox),
         )
+        yield _counter(
+            "kinference_cluster_outbox_dropped",
+            "Events of this replica dropped unpublished at the outbox's bound (Redis away or "
+            "refusing writes too long): their statistics are never written.",
+            node.outbox.dropped_total,
+        )
+        if self._budget is not None:
+            yield _counter(
+                "kinference_tenant_budget_dropped",
+                "Unsent tenant budget entries (a tenant's charges of one second, or usage of "
+                "one minute) dropped at their bound while Redis was away: never charged.",
+                self._budget.dropped,
+            )
         applied = CounterMetricFamily(
             "kinference_cluster_events_applied",
             "Other replicas' events applied to this replica's view, by kind.",
