@@ -13,12 +13,15 @@ kept and restored on its own.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from kinference.cluster.connection import RedisClient, check_replies
 from kinference.cluster.keys import HEARTBEAT_TTL_MS, Keys
 from kinference.cluster.loads import load_reply
 from kinference.cluster.shards import Shard
+
+log = logging.getLogger(__name__)
 
 # Beat: stamp this replica in the `alive` set with the server's clock (replicas' clocks may
 # disagree), and prune members silent for ten heartbeat TTLs.
@@ -37,6 +40,10 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], now - ARGV[1], '+inf')
 """
 
 
+# Liveness checks between re-reads of every live replica's load hash (`_restore`): 4 s.
+RECONCILE_EVERY = 8
+
+
 class Membership:
     def __init__(
         self, redis: RedisClient, keys: Keys, instance: str, shards: Callable[[], list[Shard]]
@@ -49,6 +56,9 @@ class Membership:
         # (pool, member): live replicas with no load hash in that shard (they route to other
         # pools); not asked again while they live.
         self._absent: set[tuple[str, str]] = set()
+        self._checks = 0
+        # (pool, member) -> its load hash's seq, found ahead of the view at the last re-read
+        self._ahead: dict[tuple[str, str], int] = {}
 
     async def beat(self) -> list[Shard]:
         """Announce this replica as alive (raises on a Redis error); returns the shards whose
@@ -108,26 +118,46 @@ class Membership:
         return [m in beating or bool(found[m]) for m in members]
 
     async def _restore(self, shards: list[Shard], live: list[str]) -> None:
-        """Read live replicas that a shard's view lacks back from their load hashes."""
-        missing = [
+        """Read live replicas that a shard's view lacks back from their load hashes; every
+        RECONCILE_EVERY checks also those it has, taking a hash newer than what the view
+        accounts for at two re-reads in a row (entries of it trimmed or deleted before the
+        reader got to them, and no later entry, the writer idle since, to show the gap by
+        its sequence number; twice, so that it is no flush under way: a delta flush writes
+        its seq and its counts in two commands)."""
+        self._checks += 1
+        every = self._checks % RECONCILE_EVERY == 0
+        ahead = self._ahead
+        if every:
+            self._ahead = {}
+        asked = [
             (shard, member)
             for shard in shards
             for member in live
-            if member not in shard.view.seq and (shard.pool, member) not in self._absent
+            if (every or member not in shard.view.seq) and (shard.pool, member) not in self._absent
         ]
-        if not missing:
+        if not asked:
             return
         pipe = self._redis.pipeline(transaction=False)
-        for shard, member in missing:
+        for shard, member in asked:
             pipe.hgetall(shard.keys.load(member))
         replies = check_replies(await pipe.execute(raise_on_error=False))
-        for (shard, member), raw in zip(missing, replies, strict=True):
+        for (shard, member), raw in zip(asked, replies, strict=True):
             counts, seq = load_reply(raw)
+            known = shard.view.seq.get(member)
             # The reader may have taken an entry of it meanwhile (and resynced): it is
-            # accounted for then, and this older hash must not overwrite it.
+            # accounted for then, and an older hash must not overwrite it. A newer one may:
+            # the entries up to its flush change nothing it holds (`ClusterView.apply`).
             if seq is None:
-                self._absent.add((shard.pool, member))
-            elif member not in shard.view.seq:
+                if known is None:
+                    self._absent.add((shard.pool, member))
+            elif known is None:
+                shard.view.replace(member, counts, seq)
+            elif not every or seq <= known:
+                continue
+            elif ahead.get((shard.pool, member)) != seq:
+                self._ahead[(shard.pool, member)] = seq  # taken if it is still so next time
+            else:
+                log.info("re-read the load of replica %s: entries of it went unread", member)
                 shard.view.replace(member, counts, seq)
 
     async def leave(self) -> None:
