@@ -112,16 +112,18 @@ class Publisher:
         seq = self.seq + 1
         load_key = self._keys.load(self.instance)
         pipe = self._redis.pipeline(transaction=False)
+        written: dict[str, int] = {}  # a delta flush's fields of the load hash
         if snapshot:  # atomically: a reader never finds the hash gone or half written
             snapshot_fields = [x for pair in {**own, SEQ_FIELD: seq}.items() for x in pair]
             pipe.eval(_SNAPSHOT, 1, load_key, HEARTBEAT_TTL_MS, *snapshot_fields)
         else:
-            # Written alone so its reply tells whether the field existed: a live load hash
-            # always holds it, so 1 (added) means Redis lost the hash (an empty restart) and
-            # these deltas just recreated part of it; a snapshot follows at once.
-            pipe.hset(load_key, SEQ_FIELD, seq)
-            if dirty:
-                pipe.hset(load_key, mapping={e: own.get(e, 0) for e in dirty})
+            # One command, so that no reader finds the new seq with the old counts (Redis may
+            # run another client's HGETALL between two commands of a pipeline split in TCP
+            # segments). Its reply counts the fields added: a live load hash always holds the
+            # seq, so all of them means Redis lost the hash (an empty restart) and these
+            # deltas just recreated part of it; a snapshot follows at once.
+            written = {SEQ_FIELD: seq, **{e: own.get(e, 0) for e in dirty}}
+            pipe.hset(load_key, mapping=written)
         readings = {e[1]: json.dumps(e[2]) for e in events if e[0] == codec.ENGINE}
         if readings:  # the latest readings, for replicas that start later
             pipe.hset(self._keys.engines(), mapping=readings)
@@ -144,7 +146,7 @@ class Publisher:
                 raise reply
         self.seq = seq
         self.snapshot_needed = False
-        if not snapshot and replies[0] == 1:
+        if not snapshot and replies[0] == len(written):
             self.owe_snapshot()
 
 
