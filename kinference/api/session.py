@@ -124,7 +124,11 @@ class _Stream:
                 if frame.id:
                     observation = self.requests.frame(frame)
                     if observation is not None:  # a big chunk: scanned off the loop
-                        await observe(observation)
+                        self.requests.pause()
+                        try:
+                            await observe(observation)
+                        finally:
+                            self.requests.resume()
                     if frame.end:
                         self._ended(frame.id)
                 else:
