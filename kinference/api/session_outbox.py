@@ -1,9 +1,11 @@
 """The picker's side of a PickerSession stream going out: frames batched into messages.
 
-One writer task per stream writes every frame that is ready in one ServerBatch, so answers
-made in the same loop turn share a message, and one alone goes out at once. A caller that
-stops reading fills its queue; the stream's reader waits for room (`room`) before it reads
-on, so what the picker holds for one stream is bounded.
+One writer task per stream writes the frames that are ready in one ServerBatch, so answers
+made in the same loop turn share a message, and one alone goes out at once. A message stays
+under gRPC's default receive limit (4 MiB), which a caller's channel may keep: frames that
+would take it past `MAX_BATCH_BYTES` (bodies inline, queued while the caller read late) go
+in the next. A caller that stops reading fills its queue; the stream's reader waits for
+room (`room`) before it reads on, so what the picker holds for one stream is bounded.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from kinference.v1 import session_pb2 as spb
+
+# The most bytes of frames in one ServerBatch (one frame alone may pass it): under gRPC's
+# default limit for a received message (4 MiB), with room for each frame's tag and length.
+MAX_BATCH_BYTES = (4 << 20) - (64 << 10)
 
 
 class Outbox:
@@ -58,8 +64,23 @@ class Outbox:
                 if self._closing:
                     return
                 continue
-            self._writing, self._frames = self._frames, []
+            self._writing, self._frames = _batch(self._frames)
             await self._write(spb.ServerBatch(frames=self._writing))
             self._writing = []
+            if self._frames:  # what did not fit goes in the next message
+                self._wake.set()
             if len(self._frames) < self._max_queued:
                 self._room.set()
+
+
+def _batch(frames: list[spb.ServerFrame]) -> tuple[list[spb.ServerFrame], list[spb.ServerFrame]]:
+    """(the frames of the next message, the rest): at least one frame, and no more than
+    `MAX_BATCH_BYTES` with two or more."""
+    if len(frames) == 1:
+        return frames, []
+    size = 0
+    for index, frame in enumerate(frames):
+        size += frame.ByteSize() + 16  # its tag and length within the batch, at most
+        if size > MAX_BATCH_BYTES and index:
+            return frames[:index], frames[index:]
+    return frames, []

@@ -12,7 +12,8 @@ import pytest
 from kinference.session_client import SessionClient
 from kinference.v1 import picker_pb2 as pb
 from kinference.v1 import session_pb2 as spb
-from tests.api.helpers import nothing_held, wait_until
+from kinference.v1 import session_pb2_grpc as spb_grpc
+from tests.api.helpers import nothing_held, sized_chat_body, wait_until
 from tests.api.session_helpers import (
     body_of,
     chunks_of,
@@ -136,3 +137,33 @@ async def test_closing_sends_the_reports_still_held(picker: RunningPicker) -> No
     await session.aclose(5)  # flushed, half-closed, the picker's end awaited
     assert picker.metric("kinference_reports_total", {"kind": "final_token", "known": "true"}) == 1
     assert nothing_held(picker)
+
+
+async def test_answers_read_late_come_in_messages_a_default_channel_takes(
+    picker: RunningPicker,
+) -> None:
+    """A caller that reads its answers late (its loop busy) finds many queued, each with a
+    body inline: they come in messages under gRPC's default 4 MiB receive limit. Before,
+    one message carried all that were queued (8 MiB and more here) and the caller's
+    channel failed the stream with RESOURCE_EXHAUSTED, its answered picks left in flight."""
+    stub = spb_grpc.PickerSessionStub(picker.client.channel)  # gRPC's default limits
+    call = stub.Session()
+    await call.initial_metadata()
+    inline = 256 * 1024
+    count = 64
+    sent = [sized_chat_body(inline - 100, tag=f"request {n} ") for n in range(1, count + 1)]
+    for request_id, body in enumerate(sent, start=1):
+        begin = start(body, inline=inline)
+        frame = spb.ClientFrame(id=request_id, start=begin, chunk=body, end=True)
+        await call.write(spb.ClientBatch(frames=[frame]))
+    await wait_until(lambda: len(picker.app.inflight) == count, what="every request picked")
+    answers: dict[int, spb.ServerFrame] = {}
+    while len(answers) < count:
+        batch = await call.read()  # RESOURCE_EXHAUSTED here before the fix
+        answers.update((frame.id, frame) for frame in batch.frames)
+    assert [answers[n].body for n in range(1, count + 1)] == sent
+    for frame in answers.values():
+        assert (await picker.client.abort(frame.pick.response_id)).released
+    await call.done_writing()
+    assert await call.read() is grpc.aio.EOF
+    await released(picker)
