@@ -85,7 +85,8 @@ class _Stream:
         self.service = servicer.service
         self.metrics = servicer.metrics
         self.context = context
-        self.outbox = Outbox(context.write, servicer.limits.max_queued_frames)
+        self.budget = servicer.service.store.budget
+        self.outbox = Outbox(context.write, servicer.limits.max_queued_frames, self.budget.release)
         self.requests = Requests(self.service, servicer.limits, self._failed)
         self._picks: set[asyncio.Task[None]] = set()
         self._reading: asyncio.Task[None] | None = None
@@ -154,6 +155,9 @@ class _Stream:
         frame = spb.ServerFrame(id=opened.id, pick=answer.response, metadata=dict(answer.metadata))
         if answer.body is not None:
             frame.body = answer.body
+            # Held until written, as a pull holds a body until sent (`Outbox`); it was
+            # counted until now, so it is counted on whatever the budget holds.
+            self.budget.reserve_unchecked(len(answer.body))
         self.outbox.put(frame)
 
     def _failed(self, request_id: int, error: PickerError) -> None:
@@ -198,3 +202,4 @@ class _Stream:
                 with contextlib.suppress(PickerError):  # released already (TTL)
                     detail = "the session ended before the answer"
                     self.service.abort(response_id, "NOT_DISPATCHED", detail)
+        self.outbox.drop()
