@@ -150,6 +150,11 @@ class _Stream:
         except PickerError as error:
             self._failed(opened.id, error)
             return
+        except Exception as error:  # a bug's: answered all the same, as a Pick is (UNKNOWN)
+            log.exception("the pick of a PickerSession request failed")
+            message = f"unexpected {error!r}"[:200]
+            self._answer_error(opened.id, grpc.StatusCode.UNKNOWN, message)
+            return
         finally:
             self.requests.closed(opened.id)
         frame = spb.ServerFrame(id=opened.id, pick=answer.response, metadata=dict(answer.metadata))
@@ -161,9 +166,13 @@ class _Stream:
         self.outbox.put(frame)
 
     def _failed(self, request_id: int, error: PickerError) -> None:
-        code = status_code(error)
+        self._answer_error(request_id, status_code(error), str(error), error.code)
+
+    def _answer_error(
+        self, request_id: int, code: grpc.StatusCode, message: str, error_code: str = ""
+    ) -> None:
         self.metrics.rpc_errors.labels(METHOD, code.name).inc()
-        status = spb.Status(code=code.value[0], message=str(error), error_code=error.code)
+        status = spb.Status(code=code.value[0], message=message, error_code=error_code)
         self.outbox.put(spb.ServerFrame(id=request_id, error=status))
 
     def _report(self, frame: spb.ClientFrame) -> None:
