@@ -8,7 +8,9 @@ import heapq
 import json
 import math
 import random
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -54,10 +56,11 @@ class Sim:
         heapq.heappush(self.events, (at, self.seq, kind, rid))
 
 
-def cluster(speeds: dict[str, float]) -> Sim:
+def cluster(speeds: dict[str, float], clock: Callable[[], float] = time.monotonic) -> Sim:
+    """`clock`: the worker table's, which pending prefill drains by."""
     endpoints = json.dumps(list(speeds))
     policy = parse_policy(f"pools:\n  - {{name: p, endpoints: {endpoints}, models: [m]}}\n")
-    table = WorkerTable()
+    table = WorkerTable(clock=clock)
     health = ProviderHealth(cooldowns_of(policy))
     router = Router(
         policy, table=table, prefix=PrefixIndex(50_000), health=health,
@@ -148,7 +151,9 @@ def test_a_question_asked_while_its_document_prefills_waits_for_it_and_teaches_n
     document's, so the model predicts that wait; reported so, it teaches no queue (h107:
     predicted ~40 ms, it took ~0.5 s, and the engine was learned to run 1 at a time or
     with a prefill base of 539 ms, which sent its later hits cold)."""
-    sim = cluster({"a:1": 0.05, "b:1": 0.05})
+    # The table's clock stands still: the document's prefill must not drain by the real
+    # time its route took (~20 ms on a loaded machine made the wait 1182 ms, not 1203).
+    sim = cluster({"a:1": 0.05, "b:1": 0.05}, clock=lambda: 0.0)
     document = "a long shared document about routing " * 1300  # ~12k tokens
     picked = []
     for text in (document, document + " first question?"):
