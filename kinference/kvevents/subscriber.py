@@ -94,9 +94,13 @@ class EventSubscriber:
         """The live batches, until ZMQ gives up on the connection."""
         caught_up = True
 
-        def drain() -> None:  # messages dropped unread: a gap at the next one taken
-            for _ in range(link.drain()):
+        def drain() -> None:  # messages dropped unread: a gap, from now (`trust.overflowed`)
+            for seq in link.drain():
                 self._on_message(feed.pool.ref, "overflow")
+                if seq is None:  # as it would be taken: malformed
+                    feed.trust.on_malformed(None, self._clock())
+                else:
+                    feed.trust.overflowed(seq)
 
         while (parts := await link.take(wait=caught_up)) is not None:
             drain()  # what waits in the socket taken off it, within its byte bound
