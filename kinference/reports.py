@@ -102,7 +102,11 @@ class Reports:
 
     def final_token(self, report: FinalReport) -> bool:
         """Record a finished response, count its tokens, stop counting it as load."""
-        _check_itl(report)
+        try:
+            _check_itl(report)
+        except InvalidArgument:
+            self._refused(report.response_id)
+            raise
         assignment = self._inflight.release(report.response_id)
         self._reports["final_token", assignment is not None].inc()
         if assignment is None:
@@ -119,6 +123,16 @@ class Reports:
         if self._store.drop_parked(report.response_id):  # finished without pulling: odd
             self._metrics.bodies_reclaimed.labels("final_report").inc()
         return True
+
+    def _refused(self, response_id: int) -> None:
+        """A final report refused (its ITL buckets unreadable) is not taken: it counts no
+        tokens and teaches nothing. Its request is over all the same (a caller does not
+        send INVALID_ARGUMENT again): what it holds is released now, as an Abort would,
+        rather than counted as load until its TTL."""
+        self._inflight.release(response_id)
+        self.hand_back(response_id)
+        if self._store.drop_parked(response_id):
+            self._metrics.bodies_reclaimed.labels("final_report").inc()
 
     def abort(self, response_id: int, reason: str, detail: str) -> None:
         """Release the body and the in-flight slot; NotFound when nothing was held.

@@ -383,10 +383,19 @@ def test_itl_accepted(env: Env, counts: tuple[int, ...], layout: int) -> None:
         ((1,) * 16, 1, "has 16 entries"),
     ],
 )
-def test_itl_refused(env: Env, counts: tuple[int, ...], layout: int, message: str) -> None:
+def test_itl_refused(
+    env: Env, resident: int, counts: tuple[int, ...], layout: int, message: str
+) -> None:
+    """Refused, the report counts and teaches nothing, but its request is over: its load,
+    body and reservation are released now, not at the request's TTL (~900 s)."""
     result = env.service.pick(PickCall(env.push(chat())))
     with pytest.raises(InvalidArgument, match=message):
         env.service.final_token(report(result.response_id, counts, layout))
+    assert len(env.inflight) == 0
+    assert sum(env.inflight.table.inflight) == 0
+    assert env.store.budget.used == resident
+    assert env.metric("kinference_tokens_total", kind="completion") == 0
+    assert not env.service.final_token(report(result.response_id))
 
 
 def test_ttl_reclaims_unpicked_bodies(env: Env) -> None:

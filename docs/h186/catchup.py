@@ -18,11 +18,11 @@ import tracemalloc
 from kinference.cluster.connection import connect
 from kinference.cluster.keys import Keys
 from kinference.cluster.outbox import DEFAULT_LIMIT, Outbox
-from kinference.cluster.replication import Publisher, Reader
+from kinference.cluster.replication import Reader
 from kinference.cluster.stats import StatsBuffer
 from kinference.routing import PrefixIndex, WorkerTable
 from loadtest.redis_server import RedisServer
-from tests.cluster.test_bootstrap import view_of
+from tests.cluster.wiring import shards_of, view_of
 
 ENDPOINTS = [f"10.0.0.{n}:8000" for n in range(1, 5)]
 
@@ -65,7 +65,7 @@ async def main(events: int, blocks: int) -> None:
     lag = Lag()
     try:
         redis = connect(server.url)
-        keys = Keys().for_pool("default/chat")
+        keys = Keys().for_pool("default/chat")  # the pool's shard: its own stream
         outbox = Outbox()
         tracemalloc.start()
         picks = fill(outbox, events, blocks)
@@ -73,16 +73,20 @@ async def main(events: int, blocks: int) -> None:
         tracemalloc.stop()
         print(f"outbox: {len(outbox)} events ({getattr(outbox, 'dropped', 0)} dropped), {picks} picks of {blocks} blocks, "
               f"{held / 1e6:.1f} MB held")
-        stats = StatsBuffer(redis, keys, "a")
-        publisher = Publisher(redis, keys, "a", outbox, own_load=dict, stats=stats, maxlen=20000)
-        outbox.requeue(*outbox.take())  # as after a first refused flush: hashes as bytes
+        # The production flush (h193 removed Publisher.flush): the replica's shards, the
+        # pool's taking its endpoints' events.
+        stats = StatsBuffer(redis, Keys(), "a")
+        shards = shards_of(redis, "a", outbox, keys=Keys(), stats=stats, maxlen=20000)
+        shards.set_pools({"default/chat": ENDPOINTS})
+        events, dirty, _ = outbox.take()
+        outbox.requeue(events, dirty)  # as after a first refused flush: hashes as bytes
         await redis.config_set("maxmemory-policy", "noeviction")
         await redis.config_set("maxmemory", "1")
         for _ in range(3):  # a refusing Redis (OOM): what each retry costs the loop
             started = time.perf_counter()
             lag.take()
             try:
-                await publisher.flush()
+                await shards.flush()
             except Exception as error:  # noqa: BLE001
                 took = time.perf_counter() - started
                 await asyncio.sleep(0.01)
@@ -92,8 +96,8 @@ async def main(events: int, blocks: int) -> None:
         started, worst, flushes = time.perf_counter(), 0.0, 0
         lag.take()
         try:
-            while len(outbox) or publisher.snapshot_needed:  # as the publish loop does
-                await publisher.flush()
+            while len(outbox) or shards.owe_snapshot():  # as the publish loop does
+                await shards.flush()
                 flushes += 1
                 await asyncio.sleep(0)
                 worst = max(worst, lag.take())

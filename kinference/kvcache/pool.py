@@ -23,10 +23,9 @@ from kinference.kvcache.queue import EngineQueue, Queued
 from kinference.kvcache.reach import Reach
 from kinference.kvcache.replan import Plan, planned
 from kinference.kvcache.replayed import Replayed
+from kinference.kvcache.tickets import LazyPrompts
 from kinference.kvevents.events import Event
 from kinference.kvevents.trust import WorkerTrust
-
-MAX_TICKETS = 256  # lazily tokenized prompts whose remaining blocks are awaited, per pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,9 +39,10 @@ class Request:
 
 
 @dataclass
-class PoolCaches:
+class PoolCaches(LazyPrompts):
     """One precise pool: its block size, index and each worker's trust, by slot; and the
-    blocks of requests routed there that its events have not stored yet (`pending`)."""
+    blocks of requests routed there that its events have not stored yet (`pending`).
+    Its lazily tokenized prompts' rests are `LazyPrompts`'s (`kvcache.tickets`)."""
 
     ref: str
     block_size: int
@@ -150,9 +150,7 @@ class PoolCaches:
         output = (prompt.tokens % prompt.block_size + request.output_tokens) // prompt.block_size
         queue.add(request.key, Queued(prompt.blocks, unnamed, output, request.now))
         if prompt.ticket and not prompt.exact:
-            self.tickets[prompt.ticket] = (slot, request.key)
-            if len(self.tickets) > MAX_TICKETS:
-                self.tickets.pop(next(iter(self.tickets)))
+            self.ticketed(prompt.ticket, slot, request.key)
 
     def started(self, slot: int, key: int) -> None:
         """The engine runs the request `key` (its first token came): the blocks it uses
@@ -270,38 +268,6 @@ class PoolCaches:
             (slot, blocks, pending.get(slot), known)
             for slot, (blocks, known) in ((s, held.get(s, empty)) for s in slots)
         )
-
-    def claim(self, ticket: int, slot: int, now: float) -> None:
-        """A lazily tokenized prompt went to `slot`: its remaining blocks are pending there
-        once they are named."""
-        rest = self.rests.pop(ticket, None)
-        if rest is not None:
-            self.expect(slot, rest, now, self._named(ticket, rest))
-            return
-        self.claims[ticket] = slot
-        if len(self.claims) > MAX_TICKETS:
-            self.claims.popitem(last=False)
-
-    def complete(self, ticket: int, blocks: tuple[BlockId, ...], now: float) -> None:
-        """The rest of a lazily tokenized prompt: pending where it went (once it is known)."""
-        slot = self.claims.pop(ticket, None)
-        if slot is not None:
-            key = self._named(ticket, blocks)
-            if slot in self.trust:
-                self.expect(slot, blocks, now, key)
-            return
-        self.rests[ticket] = blocks
-        if len(self.rests) > MAX_TICKETS:
-            self.rests.popitem(last=False)
-
-    def _named(self, ticket: int, blocks: tuple[BlockId, ...]) -> int | None:
-        """The queued request's prompt, now named to the end; its key (None: not known)."""
-        queued = self.tickets.pop(ticket, None)
-        if queued is None:
-            return None
-        if (queue := self.queues.get(queued[0])) is not None:
-            queue.named(queued[1], blocks)
-        return queued[1]
 
     def extend(self, slot: int, blocks: Sequence[BlockId], depth: int, now: float) -> int:
         """How far past `depth` the worker holds or is about to hold the prompt's blocks

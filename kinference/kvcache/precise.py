@@ -20,7 +20,8 @@ import numpy.typing as npt
 from kinference.kvcache.blocks import BlockId, PromptBlocks
 from kinference.kvcache.memory import FITS, Room
 from kinference.kvcache.paced import BUDGET, Paced
-from kinference.kvcache.pool import MAX_TICKETS, PoolCaches, Request
+from kinference.kvcache.pool import PoolCaches, Request
+from kinference.kvcache.tickets import MAX_TICKETS
 from kinference.kvevents.trust import Distrust
 
 if TYPE_CHECKING:  # routing.decision imports this module

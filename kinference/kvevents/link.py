@@ -25,7 +25,7 @@ import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from kinference.kvevents.feed import Feed
-from kinference.kvevents.wire import FRAMING_BYTES, MAX_PAYLOAD_BYTES
+from kinference.kvevents.wire import FRAMING_BYTES, MAX_PAYLOAD_BYTES, MalformedBatch, decode_seq
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +79,11 @@ class Link:
         self.queued_bytes -= _size(frames)
         return [frame.bytes for frame in frames]  # copied now, as `receive` copies
 
-    def drain(self) -> int:
+    def drain(self) -> list[int | None]:
         """Messages waiting in the socket taken off it (at most `DRAINED_AT_ONCE`), kept
-        while their bytes stay within `MAX_QUEUED_BYTES`; how many were dropped unread."""
-        dropped = 0
+        while their bytes stay within `MAX_QUEUED_BYTES`; the sequence numbers of those
+        dropped unread (None: a message without one, malformed)."""
+        dropped: list[int | None] = []
         for _ in range(DRAINED_AT_ONCE):
             if self.lost.done() or not cast(int, self.socket.get(zmq.EVENTS)) & zmq.POLLIN:
                 break
@@ -93,7 +94,7 @@ class Link:
                 break
             size = _size(parts)
             if self.queued_bytes + size > MAX_QUEUED_BYTES:
-                dropped += 1
+                dropped.append(_seq(parts))
                 continue
             self.queued.append(parts)
             self.queued_bytes += size
@@ -103,7 +104,7 @@ class Link:
                 self._endpoint,
                 MAX_QUEUED_BYTES,
             )
-        self._overflowing = (self._overflowing or dropped > 0) and bool(self.queued)
+        self._overflowing = (self._overflowing or bool(dropped)) and bool(self.queued)
         return dropped
 
     async def receive(self, wait: bool) -> list[bytes] | None:
@@ -154,6 +155,16 @@ def opened(context: zmq.asyncio.Context, feed: Feed) -> Link | zmq.ZMQError:
 
 def _size(frames: list[zmq.Frame]) -> int:
     return sum(len(frame) for frame in frames)
+
+
+def _seq(frames: list[zmq.Frame]) -> int | None:
+    """A message's sequence number (its second frame), None when it has none (a message
+    the subscriber would take for malformed: a negative one too)."""
+    try:
+        seq = decode_seq(frames[1].bytes) if len(frames) == 3 else -1
+    except MalformedBatch:
+        return None
+    return seq if seq >= 0 else None
 
 
 async def _watch(monitor: zmq.asyncio.Socket, feed: Feed) -> None:

@@ -16,6 +16,9 @@ since the first has been seen, in order. What breaks that, and what mends it:
   not precise until the next batch;
 - **blocks of another size** than the pool's `block_size` (a misconfiguration: none of them
   can match a prompt cut in the pool's blocks): not precise until the engine starts over;
+- an **overflow**: a batch dropped unread, the socket's queue full (`kvevents.link`): not
+  precise from the drop, before the batches queued ahead of it bring the sequence to the
+  gap, which then goes as any gap;
 - a **dropped** connection: ZMQ ended the live socket's session for good (a frame over its
   size cap, a protocol error; `kvevents.link`): not precise until a message comes through
   the reopened socket, whose sequence then says what was missed. Kept apart from the
@@ -86,13 +89,14 @@ class WorkerTrust:
     dropped: bool = False  # the live socket was reopened and has not heard anything yet
     waiting_since: float | None = None  # first routed request not yet followed by a batch
     replay_from: int = 0
+    overflowed_at: int | None = None  # first batch dropped unread, until the sequence passes it
     base: float | None = None  # least `receipt - ts` since the last current batch
 
     @property
     def distrust(self) -> Distrust | None:
         """Why the worker is not trusted (as last checked), None if it is: its connection
-        dropped, else what its sequence says."""
-        return Distrust.DROPPED if self.dropped else self.stream
+        dropped, else what its sequence says (a batch dropped unread: a gap)."""
+        return Distrust.DROPPED if self.dropped else self._or_overflow(self.stream)
 
     def trusted(self, now: float) -> bool:
         self.check(now)
@@ -100,6 +104,7 @@ class WorkerTrust:
 
     def on_batch(self, seq: int, now: float) -> Step:
         expected, self.next_seq = self.next_seq, seq + 1
+        self._passed(seq, expected)
         self.waiting_since = None
         if self.stream is Distrust.STALLED:
             self.stream = None
@@ -122,6 +127,7 @@ class WorkerTrust:
     def on_malformed(self, seq: int | None, now: float) -> Step:
         if seq is not None:
             expected, self.next_seq = self.next_seq, seq + 1
+            self._passed(seq, expected)
             return self._gap(Distrust.MALFORMED, now, seq if expected is None else expected)
         self._lost(Distrust.MALFORMED, now, 0)
         return Step.APPLY
@@ -176,6 +182,22 @@ class WorkerTrust:
         if self.waiting_since is None:
             self.waiting_since = now
 
+    def overflowed(self, seq: int) -> None:
+        """Batch `seq` was dropped unread (`kvevents.link`): a gap from now, not only once
+        the batches queued ahead of it are applied and the sequence shows it."""
+        at = self.overflowed_at
+        self.overflowed_at = seq if at is None else min(at, seq)
+
+    def _passed(self, seq: int, expected: int | None) -> None:
+        """Batch `seq` goes through the sequence: past the one dropped unread, its gap is
+        the sequence's to see (or, the sequence going back, the engine started over)."""
+        at = self.overflowed_at
+        if at is not None and (seq >= at or (expected is not None and seq < expected)):
+            self.overflowed_at = None
+
+    def _or_overflow(self, stream: Distrust | None) -> Distrust | None:
+        return Distrust.GAP if stream is None and self.overflowed_at is not None else stream
+
     def drop(self) -> None:
         """ZMQ ended the live connection for good (a frame over the size cap, a protocol
         error) and the socket is being reopened: batches published meanwhile are lost, and
@@ -197,7 +219,7 @@ class WorkerTrust:
     def state(self, now: float) -> Distrust | None:
         """What `check` makes `distrust` at `now`, without writing it: for readers on
         other threads (the metrics server's), which must not undo what the loop writes."""
-        return Distrust.DROPPED if self.dropped else self._stream_state(now)
+        return Distrust.DROPPED if self.dropped else self._or_overflow(self._stream_state(now))
 
     def _stream_state(self, now: float) -> Distrust | None:
         distrust, since, waiting = self.stream, self.since, self.waiting_since

@@ -87,6 +87,8 @@ class RoutingCollector(Collector):
                         value = router.learning.rates.learned(model, rate, slot)
                         learned.add_metric([endpoint, model, rate], value)
         for slot, endpoint in enumerate(table.endpoints):
+            if not endpoint:  # a freed slot (`routing.slots`)
+                continue
             pending.add_metric([endpoint], float(table.pending_prefill[slot]))
             prefix, bound = router.prefix, router.prefix.blocks_per_worker
             source = prefix.source(slot).value

@@ -17,6 +17,7 @@ from kinference.routing.pending import PendingPrefix
 from kinference.routing.prefix import PrefixIndex
 from kinference.routing.quality import PredictionQuality
 from kinference.routing.rates import Rates
+from kinference.routing.samples import is_prompt_sample
 from kinference.routing.table import WorkerTable
 from kinference.routing.textsize import TextSize
 
@@ -151,6 +152,7 @@ class Learning:
         ttft = served.ttft_ms
         if (
             ttft is not None
+            and is_prompt_sample(served.prompt_tokens, choice.prompt_tokens)
             and not self._queued(choice, ttft, served)
             and choice.predicted_wait_ms <= PREFILL_SAMPLE_WAIT_SHARE * ttft
         ):

@@ -74,10 +74,6 @@ class PendingPrefixes:
             return 0.0
         return sum(entry.shared_tokens(hashes) for entry in entries.values())
 
-    def forget(self, slot: int) -> list[PendingPrefix]:
-        """Drop a worker's entries (it left); answers them."""
-        return list(self._by_slot.pop(slot, {}).values())
-
 
 class _Draining(Protocol):
     """What `waited_prefill` reads of the worker table."""

@@ -103,13 +103,28 @@ class Router(RouterFeedback, PoolTarget):
         """Switch to a reloaded policy; learned state (load, prefixes, rates, health) carries
         over, except for endpoints that left every pool (their cache is not ours to count)."""
         self.prefix.flush()  # a waiting record trims to the bound it was made under
+        self._free_gone(policy)  # before the new endpoints take slots: they reuse these
         routing = compile_policy(policy, self.table, self.learning.rates, self.costs)
         for gone in self.policy.catalog.endpoints() - routing.catalog.endpoints():
-            self.learning.forget(self.table.slot(gone))
+            slot = self.table.find(gone)
+            if slot is not None:  # still draining: its slot stays until it is idle
+                self.learning.forget(slot)
         self.policy = routing
         self.learning.block_bytes = routing.prefix.block_bytes
         self.health.policy = routing.cooldowns
         self.prefix.blocks_per_worker = policy.routing.prefix.lru_blocks_per_worker
+
+    def _free_gone(self, policy: Policy) -> None:
+        """Free the slots of workers in no pool of `policy` with nothing counting on them
+        (`WorkerTable.idle`): a pool whose pods are replaced keeps a bounded table. What
+        was learned of them goes with them; those still draining are freed at a later
+        reload."""
+        staying = {endpoint for pool in policy.pools for endpoint in pool.endpoints}
+        table = self.table
+        for slot, endpoint in enumerate(table.endpoints):
+            if endpoint and endpoint not in staying and table.idle(slot):
+                self.learning.forget(slot)
+                table.free(slot)
 
     def flush_prefix_records(self) -> None:
         """Apply what the last decisions left for after their answer (their prefix

@@ -7,7 +7,9 @@ another replica's copy of one (the events stream, the per-minute statistics). A 
 outside what a report can carry, not finite or negative, is no sample: it comes from a bug
 or a foreign writer. Kept, it would stay: an infinite service time or prefill never leaves
 an exponentially weighted mean or fit (each later sample folds into infinity), a negative
-TTFT makes its worker look faster than free, and both travel to every replica.
+TTFT makes its worker look faster than free, and both travel to every replica. A report's
+prompt tokens are held to the Pick's estimate of that prompt as well (`is_prompt_sample`),
+as its TTFT is to the time since the Pick (`Reports.first_token`).
 """
 
 from __future__ import annotations
@@ -25,3 +27,21 @@ def is_sample(value: float) -> bool:
 def are_counts(counts: Sequence[int]) -> bool:
     """Whether ITL bucket counts are ones a report can carry (each a uint32)."""
     return all(0 <= count <= MAX_SAMPLE for count in counts)
+
+
+# A report's `prompt_tokens` past this many times the Pick's estimate of the prompt (counted
+# by the tokenizer in precise pools, else its text at the learned characters per token plus
+# the fixed parts) are no count of that prompt: no tokenizer makes 16 times what the prior
+# ratio says (`textsize.MIN_RATIO` is 8 times), nor a media part 16 times its estimate. The
+# prefill fit weighs a sample by its tokens squared: one report of a uint32's top against a
+# 1000-token prompt would flatten the learned per-token cost for hundreds of reports.
+MAX_PROMPT_OVER_ESTIMATE = 16.0
+# Tokens up to which a report is taken whatever the estimate (a short prompt's estimate is
+# mostly template and rounding).
+MIN_PROMPT_BOUND = 4096.0
+
+
+def is_prompt_sample(reported: float, estimate: float) -> bool:
+    """Whether a report's prompt tokens may teach a prefill rate for a prompt the Pick
+    estimated at `estimate` tokens."""
+    return reported <= max(estimate * MAX_PROMPT_OVER_ESTIMATE, MIN_PROMPT_BOUND)

@@ -32,7 +32,7 @@ from math import isnan
 from kinference.routing.filters.saturation import OWN_HIT_SHARE, SaturationFilter
 from kinference.routing.plugins.base import PickContext, Unsettled
 from kinference.routing.plugins.pick import HOME_TOLERANCE, TIE, MaxScorePicker
-from kinference.routing.plugins.pipeline import Pipeline
+from kinference.routing.plugins.pipeline import Asked, Pipeline
 from kinference.routing.scorers.ttft import TtftScorer
 
 # Totals this close (relative) to the floor count as reaching it: covers a rounding of
@@ -40,22 +40,26 @@ from kinference.routing.scorers.ttft import TtftScorer
 SLACK = 1e-9
 
 
-def settle(pipeline: Pipeline, ctx: PickContext, guard: SaturationFilter | None) -> None:
+def settle(pipeline: Pipeline, ctx: PickContext, guard: SaturationFilter | None) -> Asked | None:
     """Makes `ctx.cached_tokens` exact (in place) wherever that could change the choice
     `pipeline.choose(ctx, rng, guard)` makes or what it records of the chosen candidate
-    (the others' may stay upper bounds: `ctx.unsettled`)."""
+    (the others' may stay upper bounds: `ctx.unsettled`). Answers what it asked the other
+    scorers that answered None, for `choose` not to ask them again (None: it asked none).
+    A scorer's None (nothing tells the candidates apart: the LoRA scorer with no adapter
+    loaded) does not depend on the cached tokens made exact here."""
     unsettled = ctx.unsettled
     if unsettled is None or not unsettled.positions:
-        return
-    sole = _sole_ttft(pipeline, ctx)
+        return None
+    asked: Asked = {}
+    sole = _sole_ttft(pipeline, ctx, asked)
     if sole is None:
         unsettled.complete(ctx.cached_tokens)
-        return
+        return asked
     scorer, weight = sole
     parts = scorer.parts(ctx.table, ctx.slots, ctx.model, ctx.signals.waiting, ctx.pool_slots)
     if parts.probes.any() or not (parts.per_token >= 0.0).all():
         unsettled.complete(ctx.cached_tokens)
-        return
+        return asked
     if guard is not None:
         _settle_hits(guard, ctx, unsettled)
     written = ctx.predicted_ttft_ms, ctx.predicted_wait_ms, ctx.sequences, ctx.probes
@@ -66,19 +70,25 @@ def settle(pipeline: Pipeline, ctx: PickContext, guard: SaturationFilter | None)
         unsettled.settle(ctx.cached_tokens, position)
     # (the scorer's answers here were on bounds: the choice writes its own)
     ctx.predicted_ttft_ms, ctx.predicted_wait_ms, ctx.sequences, ctx.probes = written
+    return asked
 
 
-def _sole_ttft(pipeline: Pipeline, ctx: PickContext) -> tuple[TtftScorer, float] | None:
+def _sole_ttft(
+    pipeline: Pipeline, ctx: PickContext, asked: Asked
+) -> tuple[TtftScorer, float] | None:
     """The TTFT scorer and its weight where it is the only scorer answering for `ctx` and
-    the picker is the max-score one; else None."""
+    the picker is the max-score one; else None. The others' None answers go in `asked`
+    (by position in `pipeline.scorers`)."""
     if not isinstance(pipeline.picker, MaxScorePicker):
         return None
     found = None
-    for scorer, weight in pipeline.scorers:
+    for position, (scorer, weight) in enumerate(pipeline.scorers):
         if isinstance(scorer, TtftScorer):
             found = (scorer, weight)
-        elif scorer.score(ctx) is not None:
+        elif scorer.score(ctx) is not None:  # (asked again by `choose`: on exact values)
             return None
+        else:
+            asked[position] = (None, 0)
     return found
 
 

@@ -1,6 +1,7 @@
 """Per-worker routing signals as numpy arrays, so scoring costs the same for 8 or 512 workers.
 
-Every endpoint gets a stable slot the first time it is seen; arrays grow by doubling. Unknown
+Every endpoint gets a slot the first time it is seen, its own until the worker is gone for
+good (`kinference.routing.slots`); arrays grow by doubling. Unknown
 values are NaN: a worker whose engine was never scraped, or whose scrape went stale, has an
 unknown queue and KV-cache use rather than a made-up zero. What the readings say now (queues
 carried forward, occupancy against the batch) is read by `kinference.routing.readings`.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +20,7 @@ from kinference.itl_layout import MIDPOINTS_MS
 from kinference.routing.pending import PendingPrefix, PendingPrefixes
 from kinference.routing.readings import EngineReadings
 from kinference.routing.samples import are_counts, is_sample
+from kinference.routing.slots import SlotArrays
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -32,12 +34,13 @@ FULL_AFTER_S = 1.0
 ITL_LAYOUT_1_MS = np.array(MIDPOINTS_MS, dtype=np.float64)
 
 
-class WorkerTable(EngineReadings):
+class WorkerTable(SlotArrays, EngineReadings):
     """In-flight load, engine metrics, readiness and latency estimates per worker slot."""
 
     def __init__(self, capacity: int = 64, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock  # monotonic seconds: how long pending prefill has drained
         self._slots: dict[str, int] = {}
+        self._free: list[int] = []
         self.endpoints: list[str] = []
         self.inflight: FloatArray = np.zeros(capacity)
         # Requests ended on each worker (every in-flight decrement, ours and other
@@ -96,51 +99,10 @@ class WorkerTable(EngineReadings):
         self._ttft: dict[str, FloatArray] = {}  # per model, milliseconds (EWMA)
         self._itl: dict[str, FloatArray] = {}  # per model, mean inter-token gap ms (EWMA)
 
-    def __len__(self) -> int:
-        return len(self.endpoints)
-
     @property
     def clock(self) -> Callable[[], float]:
         """The monotonic clock (seconds) pending prefill drains by (`prefill_done`)."""
         return self._clock
-
-    def slot(self, endpoint: str) -> int:
-        """The endpoint's slot, allocated on first sight."""
-        found = self._slots.get(endpoint)
-        if found is not None:
-            return found
-        slot = len(self.endpoints)
-        if slot >= len(self.inflight):
-            self._grow(max(2 * len(self.inflight), 1))
-        self._slots[endpoint] = slot
-        self.endpoints.append(endpoint)
-        self.adapters.append(frozenset())
-        return slot
-
-    def slots(self, endpoints: Iterable[str]) -> IndexArray:
-        return np.fromiter((self.slot(e) for e in endpoints), dtype=np.intp)
-
-    def _grow(self, capacity: int) -> None:
-        def grown(array: npt.NDArray[np.generic], fill: object) -> npt.NDArray[np.generic]:
-            bigger = np.full(capacity, fill, dtype=array.dtype)
-            bigger[: len(array)] = array
-            return bigger
-
-        for name, fill in (
-            ("inflight", 0.0), ("ended", 0.0), ("waiting", np.nan), ("running", np.nan),
-            ("kv_usage", np.nan), ("ready", True), ("scraped_at", np.nan),
-            ("inflight_at_reading", np.nan), ("batch", np.nan), ("waited_since", np.nan),
-            ("running_max", np.nan), ("batch_floor", np.nan), ("batch_ceiling", np.nan),
-            ("batch_limit", np.nan), ("pending_prefill", 0.0), ("prefill_since", np.nan),
-            ("prefill_ended", 0.0), ("probing", 0.0),
-            ("probe_late", np.nan),
-        ):  # fmt: skip
-            setattr(self, name, grown(getattr(self, name), fill))
-        for name, mask in self._lora.items():
-            self._lora[name] = grown(mask, False)  # type: ignore[assignment]
-        for estimates in (self._ttft, self._itl):
-            for model, array in estimates.items():
-                estimates[model] = grown(array, np.nan)  # type: ignore[assignment]
 
     def add_inflight(self, slot: int, delta: float) -> None:
         """Requests in flight on a worker change by `delta` (never below zero)."""

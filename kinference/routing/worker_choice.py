@@ -65,8 +65,8 @@ class WorkerChoice:
         )
         unsettled = ctx.unsettled
         if len(slots) > 1 or policy.predicts_ttft:
-            settle(policy.pipeline, ctx, guard)
-            index = policy.pipeline.choose(ctx, self._rng, guard)
+            asked = settle(policy.pipeline, ctx, guard)
+            index = policy.pipeline.choose(ctx, self._rng, guard, asked)
             if index == SATURATED:  # (the context goes on to the saturated path: exact)
                 if unsettled is not None:
                     unsettled.complete(ctx.cached_tokens)

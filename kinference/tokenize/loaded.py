@@ -5,13 +5,18 @@ Validation only asks that the files exist: one may be corrupt, or gone by the ti
 loaded. Such a profile's Picks get `Unloadable` (routed approximately, DEGRADED, the reason
 saying so) and the failure is logged once; the files are tried again at the next policy
 load, or `RETRY_S` after the failure, not at every Pick (a real tokenizer.json is ~10 MB
-of JSON). A policy load also loads again the files that changed since they were loaded
-(their size, modification time or inode: a new model's tokenizer copied to the same path);
-if those do not load, the tokenizer loaded before stays in use.
+of JSON). That retry is background work of the tokenizer thread, queued by the first Pick
+after `RETRY_S`: no Pick waits for it (it would have, or run it on the event loop's own
+thread: `TokenizerThread.here`); Picks are routed approximately until it loads. A policy
+load also loads again the files that changed since they were loaded (their size,
+modification time or inode: a new model's tokenizer copied to the same path); if those do
+not load, the tokenizer loaded before stays in use.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import time
@@ -33,10 +38,18 @@ class Unloadable(Untokenizable):
 class Tokenizers:
     """Profile -> its loaded tokenizer; used from the tokenizer's one thread."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        later: Callable[[Callable[[], None]], bool] = lambda work: False,
+    ) -> None:
+        """`later`: queues background work on the tokenizer thread (`TokenizerThread.later`;
+        False: not queued), for the retries of failed loads."""
         self._clock = clock
+        self._later = later
         self._loaded: dict[Profile, tuple[PromptTokenizer, _Signature]] = {}
         self._failed: dict[Profile, float] = {}  # profile -> when it may be tried again
+        self._retrying: set[Profile] = set()  # retries queued and not run yet
 
     def values(self) -> list[PromptTokenizer]:
         """The tokenizers loaded (tests and benchmarks)."""
@@ -46,9 +59,22 @@ class Tokenizers:
         found = self._loaded.get(profile)
         if found is not None:
             return found[0]
-        if self._clock() < self._failed.get(profile, -float("inf")):
-            raise Unloadable(_REASON)
-        return self._load(profile)
+        retry_at = self._failed.get(profile)
+        if retry_at is None:
+            return self._load(profile)
+        if self._clock() >= retry_at and profile not in self._retrying:
+            self._retrying.add(profile)
+            if not self._later(functools.partial(self._retry, profile)):
+                self._retrying.discard(profile)  # the queue is full: a later Pick asks again
+        raise Unloadable(_REASON)
+
+    def _retry(self, profile: Profile) -> None:
+        """A failed profile's files tried again (background work: no Pick waits)."""
+        self._retrying.discard(profile)
+        if profile in self._loaded or profile not in self._failed:
+            return  # a policy load did it meanwhile
+        with contextlib.suppress(Unloadable):  # logged; tried again `RETRY_S` from now
+            self._load(profile)
 
     def refresh(self, profile: Profile) -> PromptTokenizer:
         """At a policy load: the profile's tokenizer, loaded again if its files changed
@@ -72,6 +98,7 @@ class Tokenizers:
             self._failed[profile] = self._clock() + RETRY_S
             raise Unloadable(_REASON) from None
         self._loaded[profile] = (made, signature)
+        self._failed.pop(profile, None)
         return made
 
 

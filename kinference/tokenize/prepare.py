@@ -80,7 +80,7 @@ class PromptPreparer:
         self._caches = caches  # read from the thread (see PoolCaches.reach)
         self._observe = observe  # seconds per tokenized prompt
         self._thread = TokenizerThread()
-        self._tokenizers = Tokenizers()  # touched on the thread only
+        self._tokenizers = Tokenizers(later=self._thread.later)  # touched on the thread only
         self._history = DecodedHistory()  # large messages decoded once a conversation: ditto
         self._plan = plan_of(policy)
         self._tickets = itertools.count(1)

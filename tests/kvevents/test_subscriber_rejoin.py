@@ -17,7 +17,7 @@ import zmq
 import zmq.asyncio
 
 from kinference.kvcache.pool import PoolCaches
-from kinference.kvevents import subscriber as subscriber_module
+from kinference.kvevents import missed as missed_module
 from kinference.kvevents.replay import ReplayLimits
 from kinference.kvevents.subscriber import EventSubscriber, Feed
 from kinference.kvevents.trust import Distrust, WorkerTrust
@@ -173,7 +173,7 @@ async def test_a_crowd_of_engines_is_replayed_a_few_at_a_time(
     """32 warm engines when the replica starts: each is replayed and precise, with at
     most `concurrency` replays at once (each holding its decoded batches)."""
     running, most = 0, 0
-    fetch = subscriber_module.fetch
+    fetch = missed_module.fetch
 
     async def counted(*args: Any, **kwargs: Any) -> Any:
         nonlocal running, most
@@ -184,7 +184,7 @@ async def test_a_crowd_of_engines_is_replayed_a_few_at_a_time(
         finally:
             running -= 1
 
-    monkeypatch.setattr(subscriber_module, "fetch", counted)
+    monkeypatch.setattr(missed_module, "fetch", counted)
     publishers = [vllm.Publisher(replay=True) for _ in range(32)]
     pool = PoolCaches("p", 4)
     subscriber = EventSubscriber(lambda: 0.0, limits=ReplayLimits.of())

@@ -222,3 +222,32 @@ def test_a_drop_does_not_end_what_the_sequence_says() -> None:
     t.drop()
     t.heard()
     assert t.distrust is Distrust.BLOCK_SIZE
+
+
+def test_a_batch_dropped_unread_is_a_gap_from_the_drop() -> None:
+    """The socket's queue full, batch 7 is dropped while 3..6 still wait to be applied:
+    the worker is not precise from then, through 3..6 in order, until the sequence passes
+    7 and shows the gap (replayed here: precise again once it is)."""
+    t = trust(replay=True)
+    for seq in range(3):
+        t.on_batch(seq, 0.0)
+    t.overflowed(8)
+    t.overflowed(7)
+    assert t.distrust is Distrust.GAP and not t.trusted(0.1)
+    assert t.state(0.1) is Distrust.GAP
+    for seq in range(3, 7):
+        assert t.on_batch(seq, 0.2) is Step.APPLY
+        assert not t.trusted(100.0)  # no resync clock: the gap is not seen yet
+    assert t.on_batch(9, 0.3) is Step.REPLAY
+    assert (t.distrust, t.replay_from) == (Distrust.REPLAYING, 7)
+    t.replayed(True, 0.4)
+    assert t.trusted(0.4)
+
+
+def test_an_engine_starting_over_ends_what_a_dropped_batch_said() -> None:
+    t = trust()
+    for seq in range(5):
+        t.on_batch(seq, 0.0)
+    t.overflowed(9)
+    assert t.on_batch(0, 1.0) is Step.RESET_AND_APPLY  # a new process, from its first
+    assert t.trusted(1.0)

@@ -321,3 +321,31 @@ def test_a_slow_first_token_alone_on_its_worker_is_no_queue() -> None:
     learn.picked(alone)
     learn.first_token(alone, 900.0)  # slower than the prior, but behind nothing
     assert np.isnan(learn.table.batch_ceiling[2])
+
+
+def test_a_report_of_a_uint32s_top_prompt_tokens_teaches_no_prefill() -> None:
+    """A report claiming 2**32 - 1 prompt tokens for a prompt the Pick estimated at 1000:
+    the prefill fit weighs a sample by its tokens squared, and that one sample flattened
+    the learned per-token cost (a 12k-token prompt predicted at 32 ms instead of 611, for
+    hundreds of reports). It teaches no prefill; its service time still counts."""
+    learn = learning()
+    for n in range(6):  # learned: 10 ms + 0.05 ms a token
+        tokens = (500, 4000)[n % 2]
+        picked = choice(0, prompt_tokens=float(tokens), predicted_ttft_ms=60.0)
+        learn.picked(picked)
+        learn.first_token(picked, 10.0 + 0.05 * tokens)
+        learn.final(picked, served(prompt_tokens=tokens, ttft_ms=10.0 + 0.05 * tokens))
+    before = learn.rates.prefill_ms(0, MODEL, 12_000.0)
+    assert before > 400.0
+    picked = choice(0, prompt_tokens=1000.0, predicted_ttft_ms=60.0)
+    learn.picked(picked)
+    learn.first_token(picked, 60.0)
+    bogus = served(prompt_tokens=2**32 - 1, cached_tokens=0, ttft_ms=60.0, service_ms=900.0)
+    learn.final(picked, bogus)
+    assert learn.rates.prefill_ms(0, MODEL, 12_000.0) == pytest.approx(before)
+    assert not math.isnan(learn.rates.learned(MODEL, "service_ms", 0))
+    picked = choice(0, prompt_tokens=1000.0, predicted_ttft_ms=60.0)  # plausible: taught
+    learn.picked(picked)
+    learn.first_token(picked, 60.0)
+    learn.final(picked, served(prompt_tokens=1000, ttft_ms=60.0))
+    assert learn.rates.prefill_ms(0, MODEL, 12_000.0) != pytest.approx(before)

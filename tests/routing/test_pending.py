@@ -56,8 +56,8 @@ def test_entries_come_and_go_with_their_picks() -> None:
     assert pending.pop(3, "a") is not None
     assert pending.pop(3, "a") is None  # twice: nothing
     assert pending.shared(3, doc) == 160.0
-    assert len(pending.forget(3)) == 1
-    assert pending.shared(3, doc) == 0.0
+    assert pending.pop(3, "b") is not None
+    assert pending.shared(3, doc) == 0.0 and not pending.holds(3)
 
 
 def test_the_table_counts_keyed_prefills_once() -> None:

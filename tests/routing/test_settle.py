@@ -13,7 +13,8 @@ import numpy as np
 from kinference.routing import settle as settling
 from kinference.routing.filters.saturation import OWN_HIT_SHARE, SaturationFilter
 from kinference.routing.plugins.base import PickContext
-from kinference.routing.plugins.pipeline import Pipeline
+from kinference.routing.plugins.pipeline import Asked, Pipeline
+from kinference.routing.scorers.lora import LoraScorer
 from kinference.routing.scorers.ttft import Parts, TtftScorer
 from tests.routing.test_settle_oracle import _Routed
 
@@ -25,10 +26,13 @@ def _drive(tmp_path: Path, check: object, seeds: range = range(6)) -> int:
     tokenizer.write_text("{}")
     real, checked = settling.settle, [0]
 
-    def checking(pipeline: Pipeline, ctx: PickContext, guard: SaturationFilter | None) -> None:
-        real(pipeline, ctx, guard)
+    def checking(
+        pipeline: Pipeline, ctx: PickContext, guard: SaturationFilter | None
+    ) -> Asked | None:
+        asked = real(pipeline, ctx, guard)
         check(pipeline, ctx, guard)  # type: ignore[operator]
         checked[0] += 1
+        return asked
 
     for seed in seeds:
         driver = _Routed(seed, tokenizer)
@@ -75,3 +79,29 @@ def test_every_candidate_left_unsettled_scores_below_the_floor(tmp_path: Path) -
         assert all(scores[i] < best - 1e-9 for i in ctx.unsettled.positions)
 
     assert _drive(tmp_path, below) > 100
+
+
+def test_each_scorer_is_asked_once_a_pick(tmp_path: Path) -> None:
+    """`settle` asks the other scorers whether the TTFT scorer answers alone; `choose`
+    takes their None answers rather than asking again (it asked the LoRA scorer twice a
+    Pick)."""
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_text("{}")
+    asked, chose = [0], [0]
+    real_score, real_choose = LoraScorer.score, Pipeline.choose
+
+    def score(self: LoraScorer, ctx: PickContext) -> object:
+        asked[0] += 1
+        return real_score(self, ctx)
+
+    def choose(self: Pipeline, *args: object, **kwargs: object) -> int:
+        chose[0] += 1
+        return real_choose(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    driver = _Routed(0, tokenizer)
+    driver.attach()
+    with patch.object(LoraScorer, "score", score), patch.object(Pipeline, "choose", choose):
+        for _ in range(300):
+            driver.step()
+    assert chose[0] > 100 and driver.skipped > 0  # settle left some unsettled: it ran
+    assert asked[0] == chose[0]

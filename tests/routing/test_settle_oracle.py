@@ -34,7 +34,7 @@ from kinference.routing.decision import Decision, LocalChoice, RouteQuery
 from kinference.routing.features import EngineReading
 from kinference.routing.learning import Served
 from kinference.routing.plugins.base import PickContext
-from kinference.routing.plugins.pipeline import Pipeline
+from kinference.routing.plugins.pipeline import Asked, Pipeline
 from kinference.routing.policy import cooldowns_of
 from tests.kvcache import test_queue_replays as replays
 
@@ -179,10 +179,11 @@ class _Counted:
     def installed(self) -> Iterator[None]:
         real = settling.settle
 
-        def counting(pipeline: Pipeline, ctx: PickContext, guard: object) -> None:
-            real(pipeline, ctx, guard)  # type: ignore[arg-type]
+        def counting(pipeline: Pipeline, ctx: PickContext, guard: object) -> Asked | None:
+            asked = real(pipeline, ctx, guard)  # type: ignore[arg-type]
             if ctx.unsettled is not None:
                 self.skipped += len(ctx.unsettled.positions)
+            return asked
 
         with patch.object(worker_choice, "settle", counting):
             yield

@@ -1,7 +1,8 @@
 """A pool's tokenizer files that do not load: missing or corrupt when the policy is loaded,
 or changed at a reload. A Pick for such a pool is routed approximately with a reason
 (DEGRADED) that says so, not a traceback logged per Pick nor the file parsed again at every
-Pick; the files are tried again at the next policy load (and after a while). A reload
+Pick; the files are tried again at the next policy load (and after a while, in the
+background). A reload
 loads files that changed since (a new model's tokenizer at the same path); if they do not
 load, the one loaded before stays in use."""
 
@@ -17,6 +18,8 @@ import pytest
 from kinference.bodies import Body
 from kinference.kvcache.blocks import PromptBlocks
 from kinference.requests.parse import parse_request
+from kinference.tokenize.loaded import RETRY_S, Tokenizers, Unloadable
+from kinference.tokenize.plan import plan_of
 from kinference.tokenize.prepare import PromptPreparer
 from kinference.tokenize.tokenizer import PromptTokenizer
 from tests.tokenize.files import precise_chat_policy, write_model, zoo
@@ -100,3 +103,74 @@ async def test_a_tokenizer_replaced_is_loaded_again_at_a_reload_and_kept_if_brok
         assert problem is None and kept is not None and kept.tokens == after.tokens
     finally:
         preparer.close()
+
+
+def test_a_failed_load_is_retried_in_the_background_not_on_a_picks_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`RETRY_S` after a failed load, the next Pick does not load the ~10 MB file itself
+    (it waited for it, or loaded it on the event loop's thread): it is routed approximately
+    and queues the retry as the tokenizer thread's background work, once; the Picks after
+    that retry find the tokenizer loaded."""
+    files = write_model(tmp_path)
+    good = files[0].read_text()
+    files[0].write_text("{}")
+    profile = plan_of(precise_chat_policy(files, BS)).profiles[REF]
+    clock, queued, loads = [0.0], [], []
+    real = PromptTokenizer.from_files.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[PromptTokenizer], *args: object) -> PromptTokenizer:
+        loads.append(args)
+        return real(cls, *args)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(PromptTokenizer, "from_files", classmethod(counted))
+    tokenizers = Tokenizers(lambda: clock[0], later=lambda work: queued.append(work) or True)
+    with pytest.raises(Unloadable):
+        tokenizers.get(profile)  # the first load, as before
+    files[0].write_text(good)
+    clock[0] = RETRY_S
+    for _ in range(3):
+        with pytest.raises(Unloadable):
+            tokenizers.get(profile)
+    assert len(loads) == 1 and len(queued) == 1  # not loaded on the Picks' path; queued once
+    queued.pop()()  # the thread's background turn
+    assert len(loads) == 2
+    assert tokenizers.get(profile) is tokenizers.values()[0]
+
+
+def test_a_retry_that_fails_again_waits_another_while(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = write_model(tmp_path)
+    files[0].write_text("{}")
+    profile = plan_of(precise_chat_policy(files, BS)).profiles[REF]
+    clock, queued = [0.0], []
+    tokenizers = Tokenizers(lambda: clock[0], later=lambda work: queued.append(work) or True)
+    for at in (0.0, RETRY_S, RETRY_S):
+        clock[0] = at
+        with pytest.raises(Unloadable):
+            tokenizers.get(profile)
+    queued.pop()()  # fails again: logged, not raised
+    clock[0] = 1.5 * RETRY_S
+    with pytest.raises(Unloadable):
+        tokenizers.get(profile)
+    assert not queued  # not before RETRY_S after the retry
+    clock[0] = 2 * RETRY_S
+    with pytest.raises(Unloadable):
+        tokenizers.get(profile)
+    assert len(queued) == 1
+
+
+def test_a_full_background_queue_leaves_the_retry_to_a_later_pick(tmp_path: Path) -> None:
+    files = write_model(tmp_path)
+    files[0].write_text("{}")
+    profile = plan_of(precise_chat_policy(files, BS)).profiles[REF]
+    clock, asked = [0.0], []
+    tokenizers = Tokenizers(lambda: clock[0], later=lambda work: asked.append(work) and False)
+    with pytest.raises(Unloadable):
+        tokenizers.get(profile)
+    clock[0] = RETRY_S
+    for _ in range(3):
+        with pytest.raises(Unloadable):
+            tokenizers.get(profile)
+    assert len(asked) == 3  # refused each time: asked again by the next Pick

@@ -45,7 +45,8 @@ class MaxScorePicker:
 
     def slot_ids(self, endpoints: list[str]) -> npt.NDArray[np.uint64]:
         """The endpoint hash (`_id`) of each of a worker table's `endpoints`, by slot, for
-        the C choice (`_ttft.choose`). A table only appends endpoints: the array grows
+        the C choice (`_ttft.choose`). A table appends endpoints to its list, or makes a
+        new list when a slot is freed or reused (`SlotArrays._rename`): the array grows
         with the list, and is made afresh for another list."""
         ids = self._slot_ids
         if endpoints is self._of and len(ids) == len(endpoints):

@@ -73,8 +73,8 @@ class FusedScorer(Protocol):
 
 # (the other scorers go with their positions in `Pipeline.scorers`)
 Fused = tuple[FusedScorer, str, float, tuple[tuple[int, Scorer], ...], MaxScorePicker]
-# What the fused path asked the other scorers, by position: (answer, CPU nanoseconds); the
-# general path takes those answers instead of asking again.
+# What the other scorers were asked already (by `routing.settle`, or the fused path), by
+# position: (answer, CPU nanoseconds); `choose` takes those answers instead of asking again.
 Asked = dict[int, tuple[FloatArray | None, int]]
 
 
@@ -115,13 +115,16 @@ class Pipeline:
         return candidates <= SMALL_TOTALS and self._fused is not None
 
     def choose(
-        self, ctx: PickContext, rng: random.Random, guard: SaturationFilter | None = None
-    ) -> int:
+        self, ctx: PickContext, rng: random.Random, guard: SaturationFilter | None = None,
+        asked: Asked | None = None,
+    ) -> int:  # fmt: skip
         """The index (into `ctx.slots`) of the chosen candidate; with `guard`, SATURATED
         (nothing chosen, no scorer run) where it finds a candidate saturated by
-        `ctx.signals` (`levels_with_hits_in`)."""
+        `ctx.signals` (`levels_with_hits_in`). `asked`: the scorers asked already for
+        `ctx` (`routing.settle`), not asked again (the dict is written to)."""
         small = len(ctx.slots) <= SMALL_TOTALS
-        asked: Asked = {}
+        if asked is None:
+            asked = {}
         if small and self._fused is not None:
             index = self._choose_fused(ctx, rng, guard, self._fused, asked)
             if index is not None:
@@ -169,7 +172,8 @@ class Pipeline:
         started = clock()
         scorer, name, weight, others, picker = fused
         for position, other in others:
-            scores = other.score(ctx)
+            known = asked.get(position)  # (by `routing.settle`: a None)
+            scores = other.score(ctx) if known is None else known[0]
             if scores is not None:  # (the time so far is the others' asking: its)
                 _asked(asked, others, position, scores, clock() - started)
                 return None
