@@ -38,8 +38,6 @@ class Preparer(Protocol):
 
     def deciding(self) -> None: ...
 
-    def first_token(self) -> None: ...
-
 
 @record  # built every Pick
 class Ready:
@@ -134,11 +132,6 @@ class PickPreparation:
         `prepare` end before)."""
         if ready.begun and self.preparer is not None:
             self.preparer.deciding()
-
-    def first_token(self) -> None:
-        """A first token was reported: background tokenization held for it may go on."""
-        if self.preparer is not None and self.preparer.active:
-            self.preparer.first_token()
 
     async def guarded(self, body: Body, step: Awaitable[T]) -> T:
         """`step`'s result; the body released if it raises or is cancelled."""

@@ -264,8 +264,6 @@ class PickerService:
     ) -> bool:
         """Record the first response byte (`ago_s` seconds ago: a report that came late,
         riding on the final one); False when the id is not in flight."""
-        if not ago_s:  # a late one: no hold waits for it any more
-            self.preparation.first_token()
         return self.reports.first_token(response_id, ttft_ms, upstream_status, ago_s=ago_s)
 
     def final_token(self, report: FinalReport) -> bool:

@@ -40,9 +40,6 @@ class CountingPreparer:
     def deciding(self) -> None:
         self.decided += 1
 
-    def first_token(self) -> None:
-        pass
-
 
 async def test_a_pick_finds_the_work_begun_at_push(env: Env) -> None:  # noqa: F811
     preparer = CountingPreparer()

@@ -122,9 +122,8 @@ class PromptPreparer:
                     done = await asyncio.shield(future)
         except TimeoutError:
             return PreciseQuery({}, f"prompt not tokenized within {self.timeout_s:g}s")
-        finally:  # once the caller's step (routing the Pick on return) ends; background
-            # work also waits for a first token (`first_token`: its engine is prefilling)
-            loop.call_soon(self._thread.picked, True)
+        finally:  # once the caller's step (routing the Pick on return) ends:
+            loop.call_soon(self._thread.picked)
         if isinstance(done, str) or done is None:
             return None if done is None else PreciseQuery({}, done)
         assert not isinstance(done, Started)  # the thread takes a prompt to its stop
@@ -135,10 +134,6 @@ class PromptPreparer:
         work waits until the loop's current step ends, as while `prepare` runs."""
         self._thread.picking()
         asyncio.get_running_loop().call_soon(self._thread.picked)
-
-    def first_token(self) -> None:
-        """A request's first token was reported: one Pick's hold on background work ends."""
-        self._thread.first_token()
 
     def _here(
         self,

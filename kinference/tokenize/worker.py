@@ -7,12 +7,7 @@ waits behind more than one slice. Background slices also wait while a Pick is be
 (`picking` .. `picked`: its tokens handed back, then routed on the loop), since their
 Python steps hold the GIL the event loop needs then, and `SETTLE_S` after (the loop sends
 the Pick's request on to its engine); but not for longer than `max_pause_s`, so that under
-a steady stream of Picks the next turns still find their pieces tokenized. A Pick whose
-prompt was tokenized here also holds them until a first token is reported (`first_token`)
-or `first_token_hold_s` passed (`picked(hold=True)`; under a steady stream of such holds
-one slice runs per `first_token_hold_s`): the request's engine prefills it meanwhile, and a
-slice's Python steps hold the GIL the loop needs to relay the first token (h195: 143 of 173
-precise requests on the routing bench had a slice in that window).
+a steady stream of Picks the next turns still find their pieces tokenized.
 
 Small Pick work runs on the caller's thread instead (`here`), when the thread is idle and
 no Pick waits: a hand-off there and back costs ~1 ms of GIL switches, more than a cold
@@ -40,9 +35,6 @@ MAX_LATER = 256  # background slices queued; more are dropped (only later Picks 
 MAX_PAUSE_S = 0.05  # background work waits for Picks being decided at most this long
 # ... and this long after the last one was (wall clock): the loop sends its request on then.
 SETTLE_S = 0.003
-# ... and while a Pick that held them has no first token yet, this long at most (a request
-# whose report is lost, or never sent, holds nothing past it).
-FIRST_TOKEN_HOLD_S = 0.1
 HERE_WAIT_S = 0.002  # `here` waits this long at most for a background slice to end
 
 
@@ -53,7 +45,6 @@ class TokenizerThread:
         max_pause_s: float = MAX_PAUSE_S,
         clock: Callable[[], float] = time.monotonic,
         here_wait_s: float = HERE_WAIT_S,
-        first_token_hold_s: float = FIRST_TOKEN_HOLD_S,
     ) -> None:
         self._urgent: collections.deque[Callable[[], None]] = collections.deque()
         self._later: collections.deque[Callable[[], None]] = collections.deque()
@@ -67,10 +58,6 @@ class TokenizerThread:
         self._busy = threading.Lock()  # held by whoever runs work (the thread, or `here`)
         self._background = False  # what the thread runs (or ran last) is background work
         self._here_wait_s = here_wait_s
-        self._first_token_hold_s = first_token_hold_s
-        # When each Pick still waiting for its first token stops holding background work
-        # (`time.monotonic()`, in order: one hold length for all).
-        self._holds: collections.deque[float] = collections.deque()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -129,31 +116,11 @@ class TokenizerThread:
         with self._ready:
             self._picks += 1
 
-    def picked(self, hold: bool = False) -> None:
-        """A Pick's decision ended; `hold`: background work also waits for a first token
-        (`first_token`), `first_token_hold_s` at most."""
+    def picked(self) -> None:
         with self._ready:
             self._picks = max(self._picks - 1, 0)
-            self._picked_at = now = time.monotonic()
-            if hold and self._first_token_hold_s > 0:
-                self._holds.append(now + self._first_token_hold_s)
+            self._picked_at = time.monotonic()
             self._ready.notify()
-
-    def first_token(self) -> None:
-        """A first token came: the oldest hold ends (which request's it was is not known;
-        any one's first token means the engines are past a prefill)."""
-        with self._ready:
-            if self._holds:
-                self._holds.popleft()
-                self._ready.notify()
-
-    def _held_until(self, now: float) -> float:
-        """Until when the holds of Picks waiting for a first token hold background work
-        (`now` or earlier: none); called holding the condition."""
-        holds = self._holds
-        while holds and holds[0] <= now:
-            holds.popleft()
-        return holds[-1] if holds else now
 
     def _put(self, queue: collections.deque[Callable[[], None]], work: Callable[[], None]) -> None:
         with self._ready:
@@ -195,12 +162,7 @@ class TokenizerThread:
             if self._held_since is None:
                 self._held_since = now
             wait = self._held_since + self._max_pause_s - now
-            wall = time.monotonic()
-            settle = 0.0 if self._picks else self._picked_at + SETTLE_S - wall
-            held = 0.0 if self._picks else self._held_until(wall) - wall
-            if held > 0:  # the first tokens of the Picks before (`picked`), the pause theirs
-                settle = max(settle, held)
-                wait += max(self._first_token_hold_s - self._max_pause_s, 0.0)
+            settle = 0.0 if self._picks else self._picked_at + SETTLE_S - time.monotonic()
             if (self._picks == 0 and settle <= 0) or wait <= 0:
                 self._held_since = None  # a held-back slice runs; the pause starts again
                 self._background = True

@@ -154,38 +154,3 @@ def test_background_work_waits_a_moment_after_the_last_pick(
     assert ran.wait(timeout=10)
     assert time.monotonic() - picked >= 0.25
     thread.close()
-
-
-def test_background_work_waits_for_a_held_picks_first_token() -> None:
-    """A Pick that tokenized here holds background work until a first token is reported
-    (its engine is prefilling; a slice's Python steps hold the GIL the loop needs then)."""
-    thread = TokenizerThread(max_pause_s=10.0, first_token_hold_s=60.0)
-    ran = threading.Event()
-    thread.picking()
-    assert thread.later(ran.set)
-    thread.picked(hold=True)
-    # The thread is woken (a Pick's work) and still holds the slice back.
-    thread.submit(lambda: None).result(timeout=10)
-    assert not ran.is_set()
-    thread.first_token()
-    assert ran.wait(timeout=10)
-    thread.close()
-
-
-def test_a_hold_without_a_first_token_ends_after_its_time() -> None:
-    """A request whose first token is never reported holds nothing past
-    `first_token_hold_s`; and a Pick without `hold` waits for no first token."""
-    thread = TokenizerThread(max_pause_s=0.01, first_token_hold_s=0.2)
-    ran = threading.Event()
-    thread.picking()
-    assert thread.later(ran.set)
-    picked = time.monotonic()
-    thread.picked(hold=True)
-    assert ran.wait(timeout=10)
-    assert time.monotonic() - picked >= 0.15  # held past max_pause_s, to the hold's end
-    ran.clear()
-    thread.picking()
-    assert thread.later(ran.set)
-    thread.picked()
-    assert ran.wait(timeout=10)
-    thread.close()
