@@ -29,7 +29,7 @@ def rows(paths):
         mode = "precise" if precise else "approx"
         for r in reqs:
             parts = {}
-            for name, t, d, on_loop in r.get("parts", []):
+            for name, t, d, on_loop, *_cpu in r.get("parts", []):
                 key = name + ("@loop" if on_loop else "@thr")
                 parts[key] = parts.get(key, 0.0) + d
             a, b = r["pick_out"], r["first"]
