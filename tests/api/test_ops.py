@@ -223,7 +223,8 @@ async def test_a_drain_waits_for_a_pick_under_way_and_lets_its_body_be_pulled(
         pick = await picking
         assert pick.outcome == pb.PickResponse.OK
         assert await client.pull_all(pick.response_id) == body  # UNAVAILABLE before
-        assert (await client.abort(pick.response_id)).released
+        # Pulled, the body is gone and the drain may stop the server at once: no call after
+        # this one can be counted on to reach it (an Abort here failed UNAVAILABLE under load).
         await asyncio.wait_for(drain, SETTLE_S)
     finally:
         if not drain.done():
