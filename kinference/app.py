@@ -236,7 +236,7 @@ class App:
         # 2. Refuse new bodies; requests already pushed may still pick and pull.
         self.store.draining = True
         # 3. Wait for pushes, picks and pulls under way to finish, within the grace.
-        while not self.store.idle and time.monotonic() < deadline:  # noqa: ASYNC110
+        while not self.service.idle and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(_DRAIN_POLL_S)
         # 4. End the PickerSession streams (each answers what it has under way first).
         self.session.close()

@@ -72,6 +72,9 @@ class Reports:
             return False
         if assignment.first_token_at is not None:
             return True  # a repeated report: recorded and taught once
+        # No first token came before the Pick: a longer `ago_s` (a caller's clock gone back)
+        # would make a service time longer than the request (up to 2^32 ms, `_served`).
+        ago_s = min(ago_s, self._inflight.age_s(assignment))
         assignment.first_token_at = time.monotonic() - ago_s
         ttft = min(float(ttft_ms), self._since_pick_ms(assignment, ago_s))
         self._recorder.first_token(assignment, ttft, upstream_status)

@@ -69,6 +69,12 @@ class PickerService:
         self._recorder = recorder or RequestRecorder(metrics)
         self.reports = Reports(store, router, inflight, metrics, self._recorder)
         self._ids_in_use = _ResponseIdsInUse(inflight, store)
+        self._picking = 0  # async Picks under way: each holds a body taken from the store
+
+    @property
+    def idle(self) -> bool:
+        """No body held, pushed or being picked: a draining instance may stop."""
+        return self._picking == 0 and self.store.idle
 
     @property
     def offload(self) -> Offload:
@@ -107,6 +113,13 @@ class PickerService:
         `settle`)."""
         started = time.perf_counter()
         body = self.store.take(call.stream_id)
+        self._picking += 1  # until the body is parked or released (a drain waits for it)
+        try:
+            return await self._pick_taken(body, call, started)
+        finally:
+            self._picking -= 1
+
+    async def _pick_taken(self, body: Body, call: PickCall, started: float) -> PickResult:
         ready = await self.preparation.ready(call.stream_id, body)
         try:
             tenants, config = self.router.tenants, self.router.policy.config

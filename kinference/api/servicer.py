@@ -73,9 +73,13 @@ class PickerServicer:
                         if isinstance(chunk, MalformedChunk):
                             raise InvalidArgument("a PushBody message is not a BodyChunk")
                         observation = upload.add(chunk)
-                        if observation is not None:  # a big chunk: scanned off the loop
-                            await self.service.offload.observe(observation)
-                        if len(chunk):  # only body bytes are progress: empty chunks are not
+                        if observation is not None:  # a big chunk: scanned off the loop,
+                            idle.pause()  # which is the picker's time, not the caller's
+                            try:
+                                await self.service.offload.observe(observation)
+                            finally:
+                                idle.resume()
+                        elif len(chunk):  # only body bytes are progress: empty chunks are not
                             idle.progress()
                 finally:
                     idle.stop()

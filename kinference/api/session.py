@@ -85,7 +85,8 @@ class _Stream:
         self.service = servicer.service
         self.metrics = servicer.metrics
         self.context = context
-        self.outbox = Outbox(context.write, servicer.limits.max_queued_frames)
+        self.budget = servicer.service.store.budget
+        self.outbox = Outbox(context.write, servicer.limits.max_queued_frames, self.budget.release)
         self.requests = Requests(self.service, servicer.limits, self._failed)
         self._picks: set[asyncio.Task[None]] = set()
         self._reading: asyncio.Task[None] | None = None
@@ -124,7 +125,11 @@ class _Stream:
                 if frame.id:
                     observation = self.requests.frame(frame)
                     if observation is not None:  # a big chunk: scanned off the loop
-                        await observe(observation)
+                        self.requests.pause()
+                        try:
+                            await observe(observation)
+                        finally:
+                            self.requests.resume()
                     if frame.end:
                         self._ended(frame.id)
                 else:
@@ -145,17 +150,29 @@ class _Stream:
         except PickerError as error:
             self._failed(opened.id, error)
             return
+        except Exception as error:  # a bug's: answered all the same, as a Pick is (UNKNOWN)
+            log.exception("the pick of a PickerSession request failed")
+            message = f"unexpected {error!r}"[:200]
+            self._answer_error(opened.id, grpc.StatusCode.UNKNOWN, message)
+            return
         finally:
             self.requests.closed(opened.id)
         frame = spb.ServerFrame(id=opened.id, pick=answer.response, metadata=dict(answer.metadata))
         if answer.body is not None:
             frame.body = answer.body
+            # Held until written, as a pull holds a body until sent (`Outbox`); it was
+            # counted until now, so it is counted on whatever the budget holds.
+            self.budget.reserve_unchecked(len(answer.body))
         self.outbox.put(frame)
 
     def _failed(self, request_id: int, error: PickerError) -> None:
-        code = status_code(error)
+        self._answer_error(request_id, status_code(error), str(error), error.code)
+
+    def _answer_error(
+        self, request_id: int, code: grpc.StatusCode, message: str, error_code: str = ""
+    ) -> None:
         self.metrics.rpc_errors.labels(METHOD, code.name).inc()
-        status = spb.Status(code=code.value[0], message=str(error), error_code=error.code)
+        status = spb.Status(code=code.value[0], message=message, error_code=error_code)
         self.outbox.put(spb.ServerFrame(id=request_id, error=status))
 
     def _report(self, frame: spb.ClientFrame) -> None:
@@ -194,3 +211,4 @@ class _Stream:
                 with contextlib.suppress(PickerError):  # released already (TTL)
                     detail = "the session ended before the answer"
                     self.service.abort(response_id, "NOT_DISPATCHED", detail)
+        self.outbox.drop()

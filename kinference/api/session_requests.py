@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -75,6 +76,10 @@ class Requests:
         self._open: dict[int, Open] = {}
         self._last = 0
         self._loop = asyncio.get_running_loop()
+        # The stream's reading stops while the picker scans a big chunk (`pause`): that is
+        # no idle time of the caller's, so each budget runs again from the `resume`.
+        self._paused = False
+        self._resumed_at = -math.inf
 
     def __len__(self) -> int:
         return len(self._open)
@@ -169,6 +174,14 @@ class Requests:
         self._drop(opened)
         self._failed(opened.id, error)
 
+    def pause(self) -> None:
+        """The picker reads no frame until `resume` (its own work on what it read)."""
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+        self._resumed_at = self._loop.time()
+
     def _arm(self, opened: Open) -> None:
         """(Re)start the inter-chunk budget: only body bytes are progress."""
         if opened.timer is not None:
@@ -182,6 +195,12 @@ class Requests:
 
     def _idle(self, opened: Open) -> None:
         opened.timer = None
-        if self._open.get(opened.id) is opened and opened.upload is not None:
-            detail = f"no body bytes for {self._idle_s:g} s (inter-chunk budget)"
-            self._fail(opened, IdleTimeout(detail))
+        if self._open.get(opened.id) is not opened or opened.upload is None:
+            return
+        since = self._loop.time() - self._resumed_at
+        if self._paused or since < self._idle_s:  # the picker's time, not the caller's
+            wait = self._idle_s if self._paused else self._idle_s - since
+            opened.timer = self._loop.call_later(wait, self._idle, opened)
+            return
+        detail = f"no body bytes for {self._idle_s:g} s (inter-chunk budget)"
+        self._fail(opened, IdleTimeout(detail))

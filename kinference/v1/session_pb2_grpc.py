@@ -56,8 +56,9 @@ class PickerSessionStub:
     on as after a PushBody (reports, Abort or the TTL end them). Stream-level failures (an id
     reused, a frame with no request) end the stream with INVALID_ARGUMENT.
 
-    Frames travel in batches: every message carries all the frames that were ready when it was
-    written, so many requests in flight cost few messages.
+    Frames travel in batches: every message carries the frames that were ready when it was
+    written, so many requests in flight cost few messages, up to a size a channel with gRPC's
+    default limits receives (under 4 MiB either way; the picker takes 1 MiB at most).
     """
 
     def __init__(self, channel):
@@ -104,8 +105,9 @@ class PickerSessionServicer:
     on as after a PushBody (reports, Abort or the TTL end them). Stream-level failures (an id
     reused, a frame with no request) end the stream with INVALID_ARGUMENT.
 
-    Frames travel in batches: every message carries all the frames that were ready when it was
-    written, so many requests in flight cost few messages.
+    Frames travel in batches: every message carries the frames that were ready when it was
+    written, so many requests in flight cost few messages, up to a size a channel with gRPC's
+    default limits receives (under 4 MiB either way; the picker takes 1 MiB at most).
     """
 
     def Session(self, request_iterator, context):
@@ -161,8 +163,9 @@ class PickerSession:
     on as after a PushBody (reports, Abort or the TTL end them). Stream-level failures (an id
     reused, a frame with no request) end the stream with INVALID_ARGUMENT.
 
-    Frames travel in batches: every message carries all the frames that were ready when it was
-    written, so many requests in flight cost few messages.
+    Frames travel in batches: every message carries the frames that were ready when it was
+    written, so many requests in flight cost few messages, up to a size a channel with gRPC's
+    default limits receives (under 4 MiB either way; the picker takes 1 MiB at most).
     """
 
     @staticmethod

@@ -57,8 +57,9 @@ class PickerSessionStub:
     on as after a PushBody (reports, Abort or the TTL end them). Stream-level failures (an id
     reused, a frame with no request) end the stream with INVALID_ARGUMENT.
 
-    Frames travel in batches: every message carries all the frames that were ready when it was
-    written, so many requests in flight cost few messages.
+    Frames travel in batches: every message carries the frames that were ready when it was
+    written, so many requests in flight cost few messages, up to a size a channel with gRPC's
+    default limits receives (under 4 MiB either way; the picker takes 1 MiB at most).
     """
 
     @_typing.overload
@@ -99,8 +100,9 @@ class PickerSessionAsyncStub(PickerSessionStub):
     on as after a PushBody (reports, Abort or the TTL end them). Stream-level failures (an id
     reused, a frame with no request) end the stream with INVALID_ARGUMENT.
 
-    Frames travel in batches: every message carries all the frames that were ready when it was
-    written, so many requests in flight cost few messages.
+    Frames travel in batches: every message carries the frames that were ready when it was
+    written, so many requests in flight cost few messages, up to a size a channel with gRPC's
+    default limits receives (under 4 MiB either way; the picker takes 1 MiB at most).
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -137,8 +139,9 @@ class PickerSessionServicer(metaclass=_abc_1.ABCMeta):
     on as after a PushBody (reports, Abort or the TTL end them). Stream-level failures (an id
     reused, a frame with no request) end the stream with INVALID_ARGUMENT.
 
-    Frames travel in batches: every message carries all the frames that were ready when it was
-    written, so many requests in flight cost few messages.
+    Frames travel in batches: every message carries the frames that were ready when it was
+    written, so many requests in flight cost few messages, up to a size a channel with gRPC's
+    default limits receives (under 4 MiB either way; the picker takes 1 MiB at most).
     """
 
     @_abc_1.abstractmethod

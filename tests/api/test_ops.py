@@ -28,6 +28,7 @@ from tests.api.helpers import (
     wait_nothing_held,
     wait_until,
 )
+from tests.api.test_idle import dense_body, worker_stopped
 from tests.conftest import PickerFactory, RunningPicker
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -200,3 +201,31 @@ async def test_drain_is_bounded_by_the_grace_with_a_stalled_pull(
         while await pull.read() is not grpc.aio.EOF:
             pass
     await wait_until(lambda: bodies_held(picker))
+
+
+async def test_a_drain_waits_for_a_pick_under_way_and_lets_its_body_be_pulled(
+    start_picker: PickerFactory,
+) -> None:
+    """A Pick under way when the drain begins holds its body outside the store (taken, not
+    yet parked): the drain waits for it and for its pull as for any body pushed before it.
+    Before, the store read as idle, the server stopped, and the picked body's PullBody was
+    refused UNAVAILABLE: a request lost that the drain had promised to finish."""
+    picker = await start_picker(shutdown_grace_s=20.0)
+    app, client = picker.app, picker.client
+    body = dense_body()  # parsed in the parse worker
+    pushed = await push(picker, body)
+    with worker_stopped(picker):
+        picking = asyncio.ensure_future(client.pick(pushed.stream_id))
+        await wait_until(lambda: not app.store.is_pending(pushed.stream_id), what="taken")
+        drain = asyncio.create_task(app.drain_and_stop())
+        await wait_until(lambda: app.store.draining, what="the drain to refuse new bodies")
+    try:
+        pick = await picking
+        assert pick.outcome == pb.PickResponse.OK
+        assert await client.pull_all(pick.response_id) == body  # UNAVAILABLE before
+        assert (await client.abort(pick.response_id)).released
+        await asyncio.wait_for(drain, SETTLE_S)
+    finally:
+        if not drain.done():
+            drain.cancel()
+    assert bodies_held(picker)

@@ -11,9 +11,10 @@ import pytest
 
 from kinference import session_client
 from kinference.errors import ServerBusy
+from kinference.service import PickCall, PickerService, PickResult
 from kinference.v1 import picker_pb2 as pb
 from kinference.v1 import session_pb2 as spb
-from tests.api.helpers import wait_until
+from tests.api.helpers import SETTLE_S, wait_until
 from tests.api.session_helpers import (
     body_of,
     chunks_of,
@@ -197,3 +198,25 @@ async def test_a_message_that_is_not_a_batch_ends_the_stream(picker: RunningPick
         async for _ in call:
             pass
     assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_a_pick_that_fails_unexpectedly_is_answered(
+    picker: RunningPicker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pick that raises what no protocol error is (a bug's exception) fails its request
+    UNKNOWN, as the Picker service's Pick would; before, the caller waited for an answer
+    until the stream ended."""
+
+    async def failing(self: PickerService, call: PickCall) -> PickResult:
+        self.store.release(self.store.take(call.stream_id))
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(PickerService, "pick_off_loop", failing)
+    session = await opened(picker)
+    body = body_of()
+    with pytest.raises(grpc.aio.AioRpcError) as failed:
+        await asyncio.wait_for(session.push_and_pick(chunks_of(body), start(body)), SETTLE_S)
+    assert failed.value.code() == grpc.StatusCode.UNKNOWN
+    assert session.alive  # the stream serves the next requests
+    await released(picker)
+    await session.aclose(5)
