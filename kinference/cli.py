@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 
 from kinference import __version__
 from kinference.app import App
-from kinference.cluster.blacklist import Entry, clear_blacklist, list_blacklist
+from kinference.cluster.blacklist_keys import Entry, clear_blacklist, list_blacklist
 from kinference.cluster.connection import Timeouts, connect
 from kinference.cluster.keys import Keys
 from kinference.config import Policy, PolicyError, default_policy, load_policy

@@ -22,15 +22,8 @@ from kinference.requests import InferenceRequest, RewritePlan, rewrite
 from kinference.requests.offload import Offload
 from kinference.requests.rewrite import Translation
 from kinference.requests.translation import Untranslatable
-from kinference.routing import (
-    Decision,
-    Destination,
-    InFlight,
-    Outcome,
-    Reason,
-    RouteQuery,
-    Router,
-)
+from kinference.response_ids import ResponseIdsInUse
+from kinference.routing import Decision, Destination, InFlight, Outcome, Reason, RouteQuery, Router
 from kinference.service_types import FinalReport, PickCall, PickResult
 
 __all__ = ["FinalReport", "PickCall", "PickResult", "PickerService"]
@@ -68,7 +61,7 @@ class PickerService:
         self._metrics = metrics
         self._recorder = recorder or RequestRecorder(metrics)
         self.reports = Reports(store, router, inflight, metrics, self._recorder)
-        self._ids_in_use = _ResponseIdsInUse(inflight, store)
+        self._ids_in_use = ResponseIdsInUse(inflight, store)
         self._picking = 0  # async Picks under way: each holds a body taken from the store
 
     @property
@@ -298,16 +291,3 @@ class PickerService:
         self.preparation.drop(lambda stream_id: not self.store.is_pending(stream_id))
         for response_id in self.inflight.expire():
             self.reports.hand_back(response_id)
-
-
-class _ResponseIdsInUse:
-    """Response ids still answered for: in flight, or naming a parked body."""
-
-    def __init__(self, inflight: InFlight, store: BodyStore) -> None:
-        self._inflight = inflight
-        self._store = store
-
-    def __contains__(self, response_id: object) -> bool:
-        if response_id in self._inflight:
-            return True
-        return isinstance(response_id, int) and self._store.is_parked(response_id)

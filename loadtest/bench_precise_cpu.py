@@ -35,7 +35,7 @@ from typing import Any
 
 from kinference.kvcache.pool import PoolCaches, Request
 from kinference.kvevents.wire import decode_batch
-from kinference.tokenize.prepare import FOREGROUND_CHARS, LATER_SLICE_CHARS
+from kinference.tokenize.bounds import FOREGROUND_CHARS, LATER_SLICE_CHARS
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer
 from loadtest import bench_precise_pick as pick
 from loadtest.kv_publisher import HeldBlocks

@@ -1,3 +1,6 @@
+# Historical (h147, 2026-12-07): ran on main `0069989`. The probes here patch
+# functions that have since changed or gone; kept as the record of docs/benchmarks.md's
+# `## h147` section, not maintained (run on `0069989`).
 """h147: join the bench's --requests lines with the gateway probe's records (same monotonic clock)."""
 import glob, json, os, sys, statistics as st, itertools
 def load(d):

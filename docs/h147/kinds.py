@@ -1,3 +1,6 @@
+# Historical (h147, 2026-12-07): ran on main `0069989`. The probes here patch
+# functions that have since changed or gone; kept as the record of docs/benchmarks.md's
+# `## h147` section, not maintained (run on `0069989`).
 import json, statistics as st, sys
 rows = json.load(open("/tmp/h147/rows.json"))
 def q(v, p): v = sorted(v); return v[min(int(p * len(v)), len(v) - 1)]

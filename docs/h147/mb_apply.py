@@ -1,3 +1,6 @@
+# Historical (h147, 2026-12-07): ran on main `0069989`. The probes here patch
+# functions that have since changed or gone; kept as the record of docs/benchmarks.md's
+# `## h147` section, not maintained (run on `0069989`).
 """h147: one engine step's BlockStored batch (a 5.4k-token document: 336 blocks of 16 tokens;
 and a 2.2k-token prompt: 137 blocks), decoded (`kvevents.wire.decode_steps`) and applied to a
 PoolCaches (`kvcache.pool.apply`), timed apart; fresh pool per round (what a cold prompt is)."""

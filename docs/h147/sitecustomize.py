@@ -1,3 +1,6 @@
+# Historical (h147, 2026-12-07): ran on main `0069989`. The probes here patch
+# functions that have since changed or gone; kept as the record of docs/benchmarks.md's
+# `## h147` section, not maintained (run on `0069989`).
 # h147 scratch probe. Active only in a `kinference gateway` process with H147_TRACE=DIR
 # (one JSON line per request: stamps on one monotonic clock, the pick, the TTFT terms),
 # and in the routing bench process (each replay's start on the same clock).

@@ -1,4 +1,7 @@
 #!/bin/bash
+# Historical (h154, 2026-12-07): ran on main `0eb9c46` (its branch `be297af`). The probes here patch
+# functions that have since changed or gone; kept as the record of docs/benchmarks.md's
+# `## h154` section, not maintained (run on `0eb9c46`).
 # usage: [RATES=3,6 SEEDS=1,2] ab.sh ROUND order... (e.g. r1 base br br base); run under flock
 R=$1; shift
 i=0

@@ -1,3 +1,6 @@
+# Historical (h154, 2026-12-07): ran on main `0eb9c46` (its branch `be297af`). The probes here patch
+# functions that have since changed or gone; kept as the record of docs/benchmarks.md's
+# `## h154` section, not maintained (run on `0eb9c46`).
 import json, sys, glob, statistics as st, math, collections, os
 runs = sorted(glob.glob("/tmp/h154/runs/" + (sys.argv[1] if len(sys.argv) > 1 else "r*") + "-*"))
 def pct(xs, p):

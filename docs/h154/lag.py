@@ -1,3 +1,6 @@
+# Historical (h154, 2026-12-07): ran on main `0eb9c46` (its branch `be297af`). The probes here patch
+# functions that have since changed or gone; kept as the record of docs/benchmarks.md's
+# `## h154` section, not maintained (run on `0eb9c46`).
 """bench_event_lag's `ordinary` flood (2000 batches) on this copy's code; with `held` (branch
 only): every caught-up batch's worker has a request awaiting a token that never comes (the
 worst case: each such batch held the full HOLD_S)."""

@@ -1,3 +1,6 @@
+# Historical (h154, 2026-12-07): ran on main `0eb9c46` (its branch `be297af`). The probes here patch
+# functions that have since changed or gone; kept as the record of docs/benchmarks.md's
+# `## h154` section, not maintained (run on `0eb9c46`).
 import json, glob, statistics as st, collections, math
 def binom_p(k, n):
     m = min(k, n - k); return min(sum(math.comb(n, i) for i in range(m + 1)) / 2 ** n * 2, 1.0)

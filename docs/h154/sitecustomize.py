@@ -1,3 +1,6 @@
+# Historical (h154, 2026-12-07): ran on main `0eb9c46` (its branch `be297af`). The probes here patch
+# functions that have since changed or gone; kept as the record of docs/benchmarks.md's
+# `## h154` section, not maintained (run on `0eb9c46`).
 # h154 probe: in a `kinference gateway` process with H154_HOLD=DIR, every hold's wait
 # (seconds, and whether a token ended it) appended to DIR/hold.<pid>.txt in batches.
 import os, sys

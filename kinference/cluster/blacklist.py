@@ -4,7 +4,8 @@ Each cooled provider is a hash at `Keys.blacklist(provider)` (reason, detail, co
 first_seen, last_seen, instance) whose TTL is the cool-down left; docs/redis.md has the
 operator recipes. `SharedBlacklist` keeps one replica's `ProviderHealth` and those keys in
 step: it writes the replica's own reports, adopts the other replicas' and forgets a cool-down
-whose key an operator deleted. `list_blacklist` and `clear_blacklist` serve the CLI.
+whose key an operator deleted. Reading the keys, and the CLI's `list_blacklist` and
+`clear_blacklist`, are `blacklist_keys`'.
 """
 
 from __future__ import annotations
@@ -13,24 +14,26 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Collection
 
-from redis.asyncio.client import Pipeline
-from redis.asyncio.cluster import ClusterPipeline
 from redis.exceptions import ResponseError
 
-from kinference.cluster.connection import RedisClient, check_replies, wrong_type
+from kinference.cluster.blacklist_keys import (
+    Entry,
+    as_text,
+    entries,
+    epoch_time,
+    iso_time,
+    queue_reads,
+    scan_providers,
+)
+from kinference.cluster.connection import RedisClient, wrong_type
 from kinference.cluster.keys import Keys
 from kinference.routing.health import Cooldown, ProviderHealth
 
 log = logging.getLogger(__name__)
 
 SCAN_EVERY = 4  # syncs between SCANs for keys of providers the caller did not name
-SCAN_COUNT = 500  # keys per SCAN step and per DEL
-_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # parsing; written with milliseconds, one width
 
 # Extend, never shorten (Redis 6.2 has no PEXPIRE GT). Counts add up across replicas, never
 # below the writer's own count; first/last seen only widen (ISO-8601 UTC strings of one width
@@ -57,20 +60,6 @@ return count
 # The id of the Redis process holding the keys (a key routes the script to their node on a
 # Cluster): a new id means Redis restarted or failed over and may have lost keys.
 _SERVER_ID = "return string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')"
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One blacklist key as an operator reads it."""
-
-    provider: str
-    reason: str
-    detail: str
-    count: int
-    first_seen: str  # ISO-8601 UTC, as stored
-    last_seen: str  # ISO-8601 UTC, as stored
-    instance: str  # the replica whose report lasts longest
-    ttl_ms: int  # milliseconds left; -1 = no expiry (set by hand)
 
 
 class SharedBlacklist:
@@ -118,7 +107,7 @@ class SharedBlacklist:
         """
         written = await self._write_pending()
         if self._syncs % SCAN_EVERY == 0:
-            self._scanned = await _scan_providers(self._redis, self._keys)
+            self._scanned = await scan_providers(self._redis, self._keys)
         self._syncs += 1
         polled = {*providers, *self._scanned, *self._health.active()}
         if polled:  # none: nothing to read (an idle gateway of self-hosted engines)
@@ -159,7 +148,9 @@ class SharedBlacklist:
         ]
         try:
             await self._script(keys=[self._keys.blacklist(provider)], args=args)
-        except ResponseError as exc:  # its key is not a hash (see `_entries`): not shared
+        except (
+            ResponseError
+        ) as exc:  # its key is not a hash (see `blacklist_keys.entries`): not shared
             if not wrong_type(exc):
                 raise
             log.warning("blacklist key of %s is not a hash; cool-down not shared", provider)
@@ -172,7 +163,7 @@ class SharedBlacklist:
         ordered = sorted(providers)
         pipe = self._redis.pipeline(transaction=False)
         pipe.eval(_SERVER_ID, 1, self._keys.blacklist(""))  # the key routes it on a Cluster
-        _queue_reads(pipe, self._keys, ordered)
+        queue_reads(pipe, self._keys, ordered)
         replies = await pipe.execute(raise_on_error=False)
         # No INFO (renamed away, not in the ACL): no restart is seen, the keys are still read.
         server = None if isinstance(replies[0], ResponseError) else replies[0]
@@ -180,8 +171,8 @@ class SharedBlacklist:
             raise server
         # After a restart a missing key was lost, not cleared; a key found is real (written
         # since: another replica's announcement, read by `refresh`), adopted all the same.
-        restarted = server is not None and self._restarted(_text(server))
-        for provider, entry in zip(ordered, _entries(ordered, replies[1:]), strict=True):
+        restarted = server is not None and self._restarted(as_text(server))
+        for provider, entry in zip(ordered, entries(ordered, replies[1:]), strict=True):
             if entry is not None:
                 self._adopt(entry)
             elif not restarted:
@@ -212,94 +203,3 @@ class SharedBlacklist:
             last_seen=epoch_time(entry.last_seen, wall),
             remaining_s=remaining_s,
         )
-
-
-async def list_blacklist(redis: RedisClient, keys: Keys) -> list[Entry]:
-    """Every blacklisted provider, sorted by name."""
-    providers = sorted(await _scan_providers(redis, keys))
-    return [entry for entry in await _read(redis, keys, providers) if entry is not None]
-
-
-async def clear_blacklist(redis: RedisClient, keys: Keys, provider: str | None) -> int:
-    """Delete one provider's key, or every blacklist key (None); returns how many went."""
-    if provider is not None:
-        return int(await redis.delete(keys.blacklist(provider)))
-    found = [keys.blacklist(name) for name in sorted(await _scan_providers(redis, keys))]
-    deleted = 0
-    for start in range(0, len(found), SCAN_COUNT):
-        deleted += int(await redis.delete(*found[start : start + SCAN_COUNT]))
-    return deleted
-
-
-async def _scan_providers(redis: RedisClient, keys: Keys) -> set[str]:
-    found = redis.scan_iter(match=keys.blacklist_pattern(), count=SCAN_COUNT)
-    return {keys.provider_of(_text(key)) async for key in found}
-
-
-async def _read(redis: RedisClient, keys: Keys, providers: Iterable[str]) -> list[Entry | None]:
-    """Each provider's key (None when absent), in one pipelined round trip."""
-    names = list(providers)
-    if not names:
-        return []
-    pipe = redis.pipeline(transaction=False)
-    _queue_reads(pipe, keys, names)
-    return _entries(names, await pipe.execute(raise_on_error=False))
-
-
-def _queue_reads(pipe: Pipeline | ClusterPipeline, keys: Keys, providers: Iterable[str]) -> None:
-    for provider in providers:
-        pipe.hgetall(keys.blacklist(provider))
-        pipe.pttl(keys.blacklist(provider))
-
-
-def _entries(providers: Sequence[str], replies: Sequence[Any]) -> list[Entry | None]:
-    """The replies of `_queue_reads`, two per provider, as entries. A key of another type
-    (WRONGTYPE: set by hand, or by a tool sharing the prefix) is no entry, not a failed
-    poll: every poll failing, the node would read Redis as unavailable while it stays."""
-    replies = [None if isinstance(reply, Exception) else reply for reply in check_replies(replies)]
-    return [
-        _entry(provider, replies[2 * i], int(replies[2 * i + 1]))
-        for i, provider in enumerate(providers)
-    ]
-
-
-def _entry(provider: str, fields: dict[Any, Any], ttl_ms: int) -> Entry | None:
-    if not fields or ttl_ms == -2:  # absent, or expired between the two commands
-        return None
-    value = {_text(name): _text(text) for name, text in fields.items()}
-    try:
-        count = int(value.get("count", "1"))
-    except ValueError:  # edited by hand
-        count = 1
-    return Entry(
-        provider=provider,
-        reason=value.get("reason", "manual"),
-        detail=value.get("detail", ""),
-        count=count,
-        first_seen=value.get("first_seen", ""),
-        last_seen=value.get("last_seen", ""),
-        instance=value.get("instance", ""),
-        ttl_ms=ttl_ms,
-    )
-
-
-def iso_time(epoch_s: float) -> str:
-    """`2024-05-01T12:00:00.123Z`: readable, and ordered as text like the times it names."""
-    moment = datetime.fromtimestamp(epoch_s, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-
-
-def epoch_time(text: str, default: float) -> float:
-    """Epoch seconds of an `iso_time` string (or of epoch seconds); `default` if neither."""
-    try:
-        return datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return default
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

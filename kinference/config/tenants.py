@@ -26,7 +26,18 @@ MAX_TENANT_BYTES = 256
 # Tenants with a budget tracked at once, per replica and in Redis; a `"*"` rule lets callers
 # name any number of them, so beyond this the newest share one overflow budget and label.
 MAX_TRACKED_TENANTS = 1000
-OVERFLOW_TENANT = "(overflow)"  # never a valid tenant name: parentheses and spaces aside,
+# Internal names (this one, and the metric labels "(other)" and "(none)" of ops/tenants.py)
+# start with one "(" and a letter. Callers may name any tenant, these too, so a caller's
+# tenant is counted and labelled under `counted_name(tenant)`, which never is one of them.
+OVERFLOW_TENANT = "(overflow)"
+
+
+def counted_name(tenant: str) -> str:
+    """The name a caller's tenant is counted (its budget, its Redis keys) and labelled
+    (metrics) under: itself, with one more "(" in front when it starts with "(" ("(overflow)"
+    -> "((overflow)"). No caller reaches an internal name, and distinct tenants keep
+    distinct names (the map is one-to-one)."""
+    return "(" + tenant if tenant.startswith("(") else tenant
 
 
 class TenantRule(PolicyModel):

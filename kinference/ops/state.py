@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kinference.cluster.blacklist import Entry, list_blacklist
+from kinference.cluster.blacklist_keys import Entry, list_blacklist
 from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import HEARTBEAT_TTL_MS, SINGLE_LAYOUT, Keys
 from kinference.cluster.loads import load_counts

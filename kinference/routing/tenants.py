@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kinference.config import Policy
-from kinference.config.tenants import MAX_TRACKED_TENANTS, OVERFLOW_TENANT
+from kinference.config.tenants import MAX_TRACKED_TENANTS, OVERFLOW_TENANT, counted_name
 from kinference.routing.budget import WINDOW_S, Budget, LocalBudget, TokenWindow
 from kinference.routing.plugins.base import Rejection  # TENANT_RULE or TENANT_BUDGET
 from kinference.routing.reasons import Reason
@@ -149,12 +149,13 @@ class TenantGate:
         return self.budget.used(self.budget_name(tenant))
 
     def budget_name(self, tenant: str) -> str:
-        """The name `tenant`'s tokens are counted under: its own, or OVERFLOW_TENANT when
-        `max_tracked` other tenants were seen within TRACK_IDLE_S."""
+        """The name `tenant`'s tokens are counted under: its own (`counted_name`: never an
+        internal one), or OVERFLOW_TENANT when `max_tracked` other tenants were seen within
+        TRACK_IDLE_S."""
         now = self._clock()
         if tenant in self._tracked or self._has_room(now):
             self._tracked[tenant] = now
-            return tenant
+            return counted_name(tenant)
         return OVERFLOW_TENANT
 
     def _has_room(self, now: float) -> bool:

@@ -28,6 +28,7 @@ from kinference.config import Policy
 from kinference.kvcache.blocks import PromptBlocks
 from kinference.kvcache.precise import PreciseCaches, PreciseQuery
 from kinference.requests import InferenceRequest
+from kinference.tokenize import bounds
 from kinference.tokenize.begun import Outcome, Profile, Started
 from kinference.tokenize.history import DecodedHistory
 from kinference.tokenize.lazy import Known, Tokenization
@@ -40,26 +41,6 @@ from kinference.tokenize.worker import TokenizerThread
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT_S = 2.0
-WARM_S = 30.0  # startup waits this long at most for the tokenizers' warm-up
-# Bodies above this are not tokenized (routed approximately, DEGRADED): 1 MiB takes ~1 s.
-MAX_BODY_BYTES = 4 * 1024 * 1024
-MAX_QUEUED = 64  # prompts waiting for the tokenizer thread; more are not tokenized
-# New text tokenized per Pick at most (~0.1 s); the rest is tokenized after the Pick...
-FOREGROUND_CHARS = 128 * 1024
-# ... and steps (of `FOREGROUND_STEP_PIECES`, ~1 ms) begun within FOREGROUND_S of the Pick's
-# start, its wait for the thread included; one reaching the thread later walks no further
-# unless its rest is short (`LATE_CHARS`: a next turn's new text). `PromptBlocks.bounded`.
-FOREGROUND_S, FOREGROUND_STEP_PIECES, LATE_CHARS = 0.003, 4, 2 * 1024
-# A Pick's first steps run on the loop when the tokenizer thread is idle (no ~1 ms hand-off):
-# bodies up to INLINE_BODY_BYTES, INLINE_CHARS new (~1-2 ms), steps begun within INLINE_S.
-INLINE_BODY_BYTES = 256 * 1024
-INLINE_MESSAGES = 256  # and messages (a render is a Python loop per message: ~0.3-1 ms)
-INLINE_CHARS = 2 * 1024
-INLINE_S = 0.002
-LATER_SLICE_CHARS = 2048  # new text per slice of background work (~1 ms; `here` waits for one)
-MAX_LATER_CHARS = 32 * 1024 * 1024  # text held by unfinished background work, at most
-
 
 class PromptPreparer:
     """Tokenizes prompts for precise pools; built by the composition root."""
@@ -69,9 +50,9 @@ class PromptPreparer:
         policy: Policy,
         *,
         caches: PreciseCaches | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+        timeout_s: float = bounds.DEFAULT_TIMEOUT_S,
         observe: Callable[[float], None] = lambda seconds: None,
-        foreground_s: float = FOREGROUND_S,
+        foreground_s: float = bounds.FOREGROUND_S,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.timeout_s = timeout_s
@@ -147,8 +128,8 @@ class PromptPreparer:
         the body is too large, or has too many messages, to render here): `Started` if its
         rest needs the thread."""
         messages = request.fields.values.get("messages")
-        if body.size > INLINE_BODY_BYTES or (
-            isinstance(messages, list) and len(messages) > INLINE_MESSAGES
+        if body.size > bounds.INLINE_BODY_BYTES or (
+            isinstance(messages, list) and len(messages) > bounds.INLINE_MESSAGES
         ):
             return None
         return self._thread.here(
@@ -157,10 +138,10 @@ class PromptPreparer:
 
     def _refusal(self, body: Body) -> str | None:
         """Why this prompt is not tokenized at all, if it is not."""
-        if body.size > MAX_BODY_BYTES:
-            return f"body over {MAX_BODY_BYTES} bytes"
-        if self._thread.waiting >= MAX_QUEUED:
-            return f"{MAX_QUEUED} prompts queued for the tokenizer"
+        if body.size > bounds.MAX_BODY_BYTES:
+            return f"body over {bounds.MAX_BODY_BYTES} bytes"
+        if self._thread.waiting >= bounds.MAX_QUEUED:
+            return f"{bounds.MAX_QUEUED} prompts queued for the tokenizer"
         return None
 
     def _run(
@@ -210,8 +191,8 @@ class PromptPreparer:
             assert isinstance(work, Tokenization)
             known = begun.known[profile]
             if inline:
-                until = min(self._clock() + INLINE_S, deadline)
-                work.advance(known, INLINE_CHARS, until, clock=self._clock, marks=False)
+                until = min(self._clock() + bounds.INLINE_S, deadline)
+                work.advance(known, bounds.INLINE_CHARS, until, clock=self._clock, marks=False)
             else:
                 self._foreground(work, known, deadline)
             if work.done or not inline or work.reached:
@@ -226,13 +207,13 @@ class PromptPreparer:
         and steps begun before `deadline`; a Pick past `deadline` already takes where
         another tokenization of its text got, and goes on only if its rest is short
         (`LATE_CHARS`: a next turn's new text)."""
-        clock, short = self._clock, work.chars - work.position <= LATE_CHARS
+        clock, short = self._clock, work.chars - work.position <= bounds.LATE_CHARS
         if not short and clock() >= deadline:
             work.catch_up_only(known)
             return
         work.advance(
-            known, max(FOREGROUND_CHARS - work.encoded_chars, 0), None if short else deadline,
-            clock=clock, step_pieces=FOREGROUND_STEP_PIECES,
+            known, max(bounds.FOREGROUND_CHARS - work.encoded_chars, 0),
+            None if short else deadline, clock=clock, step_pieces=bounds.FOREGROUND_STEP_PIECES,
         )  # fmt: skip
 
     def _blocks(self, profile: Profile, begun: Started) -> PromptBlocks:
@@ -248,7 +229,7 @@ class PromptPreparer:
             return work.result()
         refs = begun.refs[profile]
         ticket = next(self._tickets)
-        if self._later_chars + work.chars > MAX_LATER_CHARS:
+        if self._later_chars + work.chars > bounds.MAX_LATER_CHARS:
             work.leave_marks()
             return work.result()  # no rest to expect: tokenized no further
         self._later_chars += work.chars
@@ -264,7 +245,7 @@ class PromptPreparer:
     def _finish(self, begun: Tokenization, refs: list[str], ticket: int) -> None:
         """Background: tokenize a slice more of a prompt; when done, hand its blocks over."""
         try:
-            begun.advance(None, LATER_SLICE_CHARS)
+            begun.advance(None, bounds.LATER_SLICE_CHARS)
         except Untokenizable:  # a client's text (a lone surrogate past the Pick's part)
             self._later_chars -= begun.chars  # its rest is never expected
             return
@@ -296,7 +277,7 @@ class PromptPreparer:
     async def warmed(self) -> None:
         """`warm`, waited for up to `WARM_S` (before SERVING); a failure comes at Picks."""
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(WARM_S):
+            async with asyncio.timeout(bounds.WARM_S):
                 await asyncio.gather(*map(asyncio.wrap_future, self.warm()), return_exceptions=True)
 
     def _warm(self, profile: Profile) -> None:

@@ -17,9 +17,9 @@ import redis
 from redis.exceptions import RedisError
 
 from kinference.cli import main
-from kinference.cluster.blacklist import (
+from kinference.cluster.blacklist import SharedBlacklist
+from kinference.cluster.blacklist_keys import (
     Entry,
-    SharedBlacklist,
     clear_blacklist,
     epoch_time,
     iso_time,

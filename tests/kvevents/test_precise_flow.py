@@ -244,7 +244,7 @@ async def test_what_engines_published_before_the_picker_subscribed_is_replayed(
 async def test_huge_prompts_are_not_tokenized(
     start_picker: PickerFactory, engines: Engines, tmp_path: Path
 ) -> None:
-    from kinference.tokenize.prepare import MAX_BODY_BYTES
+    from kinference.tokenize.bounds import MAX_BODY_BYTES
 
     picker = await start(start_picker, engines, tmp_path)
     body = chat_body(content="fox " * (MAX_BODY_BYTES // 4 + 10))

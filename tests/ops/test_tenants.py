@@ -15,6 +15,16 @@ def test_the_first_tenants_keep_their_names_the_rest_share_other() -> None:
                                                                           OTHER, NONE]  # fmt: skip
 
 
+def test_a_caller_cannot_name_an_internal_label() -> None:
+    """Tenants come from callers: one named "(other)" or "(none)" gets a label of its own,
+    not the series of the tenants past the cap or of the requests without a tenant."""
+    labels = TenantLabels(10)
+    names = ["(other)", "(none)", "((other)", "(", "((", "other", ""]
+    assigned = [labels.label(t) for t in names]
+    assert OTHER not in assigned[:-1] and NONE not in assigned[:-1]
+    assert len(set(assigned)) == len(names)
+
+
 async def test_live_tenant_series_stay_within_the_cap(start_picker: PickerFactory) -> None:
     picker = await start_picker(parse_policy(OPS_POLICY), metrics_max_tenants=2)
     client = picker.client

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kinference.config import Policy, parse_policy
+from kinference.config.tenants import OVERFLOW_TENANT
 from kinference.routing import TenantGate
 from kinference.routing.budget import Budget, LocalBudget
 from kinference.routing.reasons import Reason
@@ -306,3 +307,16 @@ def test_a_budget_rejection_says_when_to_retry(gate: TenantGate, clock: FakeCloc
 def test_a_rule_rejection_has_no_retry_after(gate: TenantGate) -> None:
     rejection = gate.check(policy(), "team-a", QWEN, "INTERACTIVE")
     assert rejection is not None and rejection.retry_after_s is None
+
+
+def test_a_caller_cannot_name_the_overflow_budget(clock: FakeClock) -> None:
+    """A caller may name any tenant, "(overflow)" too; it is counted under a budget of its
+    own, never the one the tenants past `max_tracked` share (nor another caller's)."""
+    gate, rules = TenantGate(clock, max_tracked=1), policy()
+    gate.record(rules, "(overflow)", 50)  # its "*" budget spent: tracked, a name of its own
+    assert gate.check(rules, "(overflow)", QWEN, "BATCH") is not None
+    assert gate.check(rules, "team-y", QWEN, "BATCH") is None  # past the cap: the overflow's
+    assert gate.budget_name("team-y") == OVERFLOW_TENANT
+    roomy = TenantGate(clock)  # every tenant tracked: each its own name
+    names = {roomy.budget_name(t) for t in ("(overflow)", "((overflow)", "(", "((", "team-y")}
+    assert len(names) == 5 and OVERFLOW_TENANT not in names

@@ -1,4 +1,4 @@
-"""A Pick's foreground tokenization is bounded in time (`prepare.FOREGROUND_S`, on an
+"""A Pick's foreground tokenization is bounded in time (`bounds.FOREGROUND_S`, on an
 injected clock: no wall-clock timing here): on a huge cold prompt it stops within its bound
 with the exact leading blocks, says its prediction is a floor (`PromptBlocks.bounded`), and
 the rest is tokenized in the background, after which the same prompt gets every exact
@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 from kinference.bodies import Body
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
 from kinference.requests.parse import parse_request
-from kinference.tokenize import prepare
+from kinference.tokenize import bounds
 from kinference.tokenize.prepare import PromptPreparer
 from kinference.tokenize.template import ChatTemplate
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer
@@ -134,7 +134,7 @@ async def test_a_huge_cold_prompt_stops_in_time_and_finishes_in_the_background(
     walked = tokenizer.cache.encoded_chars - before
     # Every block named was held, so only the bound stopped it: far short of the
     # characters' bound (FOREGROUND_CHARS, 128 KiB), after a few steps on the ticking clock.
-    assert 0 < walked <= 8 * 1024 < prepare.FOREGROUND_CHARS
+    assert 0 < walked <= 8 * 1024 < bounds.FOREGROUND_CHARS
     assert not first.exact and first.bounded and first.ticket
     full = _full(files, messages)
     assert first.blocks == full[: len(first.blocks)]
@@ -159,7 +159,7 @@ async def test_a_late_pick_still_finishes_a_short_rest(
         {"role": "assistant", "content": _words(rng, 400)},
         {"role": "user", "content": _words(rng, 300)},
     ]
-    monkeypatch.setattr(prepare, "INLINE_BODY_BYTES", 0)  # on the thread, not the loop
+    monkeypatch.setattr(bounds, "INLINE_BODY_BYTES", 0)  # on the thread, not the loop
     preparer.foreground_s = 0.0  # past its time when it starts
     turn = await _pick(preparer, history)
     assert turn.exact and turn.blocks == _full(files, history)
@@ -179,7 +179,7 @@ async def test_a_rest_that_cannot_be_tokenized_lets_go_of_its_share_of_the_backg
     rng = random.Random(11)
     bad = [{"role": "user", "content": _words(rng, 256 * 1024) + "\ud800"}]
     good = [{"role": "user", "content": _words(rng, 256 * 1024)}]
-    monkeypatch.setattr(prepare, "MAX_LATER_CHARS", 300 * 1024)  # room for one rest
+    monkeypatch.setattr(bounds, "MAX_LATER_CHARS", 300 * 1024)  # room for one rest
     first = await _pick(preparer, bad)
     assert first.bounded and first.ticket
     await wait_until(lambda: preparer._thread.idle, 60, "the failing rest's end")

@@ -24,8 +24,9 @@ from kinference.bodies import Body
 from kinference.kvcache.blocks import BlockId, PromptBlocks, identities
 from kinference.requests.parse import parse_request
 from kinference.tokenize import turns
+from kinference.tokenize.bounds import INLINE_CHARS
 from kinference.tokenize.pieces import FIRST_PIECES_CHARS, PIECE_CHARS
-from kinference.tokenize.prepare import INLINE_CHARS, PromptPreparer
+from kinference.tokenize.prepare import PromptPreparer
 from kinference.tokenize.template import ChatTemplate
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer
 from tests.tokenize.files import WORDS, precise_chat_policy, write_model
