@@ -85,6 +85,17 @@ if _PREFIX and "kinference" in _ARGV and "gateway" in _ARGV:
                     "ck": "".join(kinds),
                 }
             )
+            if len(_rows) % 10 == 0:  # the learned rates now and then
+                rates = self.learning.rates
+                learned = {}
+                for name in ("prefill_ms_per_token", "prefill_base_ms", "service_ms"):
+                    arr = rates.peek(local.model, name)
+                    if arr is not None:
+                        learned[name] = {
+                            e: float(arr[i]) for i, e in enumerate(table.endpoints) if i < len(arr)
+                        }
+                learned["busy_ms"] = rates.busy_ms(local.model)
+                _rows[-1]["rates"] = learned
             if len(_rows) >= 20:
                 _dump()
         return decision
