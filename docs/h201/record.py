@@ -21,7 +21,7 @@ import zmq.asyncio
 from loadtest.mocker_engines import MockerSetup, mockers
 
 MODEL = "mock-model"
-WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
+WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()  # noqa: SIM905
 
 
 def text(rng: random.Random, words: int) -> str:
@@ -74,7 +74,7 @@ async def record(out: Path, requests: int) -> None:
         await asyncio.sleep(1.0)
         task.cancel()
         context.destroy(linger=0)
-    out.write_bytes(msgpack.packb(got))
+    out.write_bytes(msgpack.packb(got))  # noqa: ASYNC240 (once, at the end)
     sizes = sorted(len(p) for _, p in got)  # type: ignore[arg-type]
     print(f"{len(got)} batches, median {sizes[len(sizes) // 2]} bytes, max {sizes[-1]}")
 
