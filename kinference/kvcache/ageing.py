@@ -115,11 +115,7 @@ class WorkerAges:
             if not all(outside):
                 named = list(itertools.compress(named, outside))
                 keys = list(itertools.compress(keys, outside))
-        leaving: dict[int, int] = {}
-        for key in keys:
-            if key != _NONE:
-                leaving[key >> _PLACE_BITS] = leaving.get(key >> _PLACE_BITS, 0) + 1
-        self._leaving(leaving.items())
+        self._leaving(_counted(keys))
         return named
 
     def _runs(self, blocks: Sequence[BlockId]) -> tuple[list[int], int]:
@@ -187,6 +183,9 @@ class WorkerAges:
     def removed(self, blocks: Sequence[BlockId]) -> None:
         """Evicted: from the end of their touch (engines evict tails first)."""
         found = map(self.touched.pop, blocks, itertools.repeat(_NONE))
+        if len(blocks) <= _SMALL:  # an engine step's few: the same, without numpy
+            self._leaving(_counted(found), True)
+            return
         self._release(np.fromiter(found, np.int64, len(blocks)), True)
 
     def _release(self, keys: npt.NDArray[np.int64], evicted: bool = False) -> None:
@@ -239,6 +238,16 @@ def _head(blocks: Sequence[BlockId], at: int, listed: tuple[BlockId, ...]) -> in
     a block named its prefix (chained identities), then a tuple comparison makes sure."""
     head = parted(blocks, listed, 0, min(len(listed), len(blocks) - at), shift=at)
     return head if tuple(blocks[at : at + head]) == listed[:head] else 0
+
+
+def _counted(keys: Iterable[int]) -> Iterable[tuple[int, int]]:
+    """`_by_touch` of a few blocks' keys (`_NONE`: not held), in Python: (id, how many of
+    them it gave) in the order the ids first come."""
+    leaving: dict[int, int] = {}
+    for key in keys:
+        if key != _NONE:
+            leaving[key >> _PLACE_BITS] = leaving.get(key >> _PLACE_BITS, 0) + 1
+    return leaving.items()
 
 
 def _by_touch(touches: npt.NDArray[np.int64]) -> Iterable[tuple[int, int]]:

@@ -89,8 +89,10 @@ class PoolCaches(LazyPrompts):
         if removed and self.reused.get(slot):
             self._evicted_before_use(slot, removed)
         ages = self._ages(slot)
-        ages.touch(stored)
-        ages.removed(removed)
+        if stored:  # (most of an engine's batches only store, or only remove)
+            ages.touch(stored)
+        if removed:
+            ages.removed(removed)
         peak = self.peaks[slot] = max(self.peaks.get(slot, 0), self.index.blocks(slot))
         if removed:
             self.capacity = max(self.capacity or 0, peak)
