@@ -4,9 +4,11 @@ until its last request is released, and a reused slot starts as a new worker's."
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
+import pytest
 
 from kinference.config import parse_policy
 from kinference.ops.routing_collector import RoutingCollector
@@ -134,3 +136,28 @@ def test_only_an_idle_slot_is_idle() -> None:
     table.set_engine(slot, waiting=0, running=1, kv_usage=0.1, scraped_at=1.0)
     table.free(slot)
     assert not table.any_reading and np.isnan(table.scraped_at[slot])
+
+
+@pytest.mark.parametrize("ended", ["abort", "ttl"])
+def test_a_probe_released_before_its_first_token_is_no_probe_in_flight(ended: str) -> None:
+    """A pick that was its pool's probe (`LocalChoice.probe`) and ended with no first
+    token (an Abort, the TTL; a final report without a first one releases the same way)
+    is no probe in flight any more: on main it stayed one for good, so the pool never
+    probed again (`doubt.probe_limit` 0) and its worker's slot was never idle, never
+    freed once the worker left."""
+    env = make(policy([pod(0), pod(1)]))
+    env.unready(pod(1))  # the pick goes to pod 0
+    decision = env.route(chat())
+    assert decision.local is not None and decision.local.endpoint == pod(0)
+    probe = dataclasses.replace(decision.local, probe=True)
+    env.inflight.add(1, probe, "")
+    env.router.picked(probe)
+    assert env.table.probing[probe.slot] == 1.0
+    if ended == "abort":
+        env.inflight.release(1)
+    else:
+        env.clock.advance(env.inflight.ttl_s + 1.0)
+        assert env.inflight.expire() == [1]
+    assert env.table.probing[probe.slot] == 0.0
+    env.router.reload(parse_policy(policy([pod(1), pod(2)])))
+    assert env.table.find(pod(0)) is None
