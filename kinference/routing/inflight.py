@@ -120,8 +120,10 @@ class InFlight:
         if local is not None:
             self.table.add_inflight(local.slot, -1)
             no_token = assignment.first_token_at is None  # its prefill is no longer pending
-            if no_token and self.table.end_prefill(local.slot, id(local)):
-                self.journal.prefilled(local.endpoint, id(local))
+            if no_token:  # nor is it the pool's probe any more (`Learning.picked`)
+                self.table.end_probe(id(local))
+                if self.table.end_prefill(local.slot, id(local)):
+                    self.journal.prefilled(local.endpoint, id(local))
             left = self.own.get(local.endpoint, 0) - 1
             if left > 0:
                 self.own[local.endpoint] = left
