@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from google.protobuf.message import DecodeError
 
 from kinference.api.extensions import PickExtras
+from kinference.config.fields import MAX_MODEL_CHARS
 from kinference.config.tenants import MAX_TENANT_BYTES
 from kinference.errors import InvalidArgument
 from kinference.routing import LocalChoice, Outcome, ProviderChoice, QoS
@@ -17,6 +18,12 @@ from kinference.v1 import picker_pb2 as pb
 DECLARED_LENGTH = "kinference-declared-length"
 CLIENT_REQUEST_ID = "kinference-client-request-id"
 MAX_REQUEST_ID_CHARS = 256  # only logged; a longer one is cut, not rejected
+# A PickResponse echoes the body's model, and its reason may name it: both are cut, so that
+# an answer naming a model no pool serves stays small wherever it travels (picked on push,
+# in trailing metadata: gRPC's default limit for those is 8 KiB, 16 KiB at most). A model
+# cut is still longer than any a policy may name, so it is never taken for one.
+MAX_REASON_CHARS = 1024
+MAX_ECHOED_MODEL_CHARS = MAX_MODEL_CHARS + 1
 
 _OUTCOMES = {
     Outcome.OK: pb.PickResponse.OK,
@@ -123,10 +130,15 @@ def pick_call_of(
 
 
 def pick_response(result: PickResult) -> pb.PickResponse:
+    reason, model = result.reason, result.requested_model
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[:MAX_REASON_CHARS]
+    if len(model) > MAX_ECHOED_MODEL_CHARS:
+        model = model[:MAX_ECHOED_MODEL_CHARS]
     try:
-        response = _response(result, result.reason, result.requested_model)
+        response = _response(result, reason, model)
     except UnicodeEncodeError:  # the request's model holds a lone surrogate (JSON's "\ud800")
-        response = _response(result, _utf8(result.reason), _utf8(result.requested_model))
+        response = _response(result, _utf8(reason), _utf8(model))
     destination = result.destination
     if isinstance(destination, LocalChoice):
         response.local.endpoint = destination.endpoint
