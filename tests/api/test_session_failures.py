@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from kinference import session_client
+from kinference import preparation, session_client
 from kinference.errors import ServerBusy
 from kinference.service import PickCall, PickerService, PickResult
 from kinference.v1 import picker_pb2 as pb
 from kinference.v1 import session_pb2 as spb
-from tests.api.helpers import SETTLE_S, wait_until
+from tests.api.helpers import SETTLE_S, bodies_held, wait_until
 from tests.api.session_helpers import (
     body_of,
     chunks_of,
@@ -220,3 +220,28 @@ async def test_a_pick_that_fails_unexpectedly_is_answered(
     assert session.alive  # the stream serves the next requests
     await released(picker)
     await session.aclose(5)
+
+
+@pytest.mark.parametrize("service", ["Picker", "PickerSession"])
+async def test_a_parse_that_fails_unexpectedly_leaves_no_body_bytes_held(
+    picker: RunningPicker, monkeypatch: pytest.MonkeyPatch, service: str
+) -> None:
+    """The body's parse raising what no malformed body raises (a bug's exception) fails
+    the Pick UNKNOWN and returns the body's bytes to the server-wide budget. Before, they
+    stayed counted for the process's life (each such Pick a leak; enough of them and
+    every push is refused RESOURCE_EXHAUSTED)."""
+
+    def failing(body: object, path: object = None) -> object:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(preparation, "parse_request", failing)
+    body = body_of()
+    with pytest.raises(grpc.aio.AioRpcError) as failed:
+        if service == "Picker":
+            pushed = await picker.client.push([body])
+            await picker.client.pick(pushed.stream_id)
+        else:
+            session = await opened(picker)
+            await asyncio.wait_for(session.push_and_pick(chunks_of(body), start(body)), SETTLE_S)
+    assert failed.value.code() == grpc.StatusCode.UNKNOWN
+    await wait_until(lambda: bodies_held(picker), what="no body bytes held")  # 111 before
