@@ -113,7 +113,11 @@ class PickerService:
             self._picking -= 1
 
     async def _pick_taken(self, body: Body, call: PickCall, started: float) -> PickResult:
-        ready = await self.preparation.ready(call.stream_id, body)
+        try:
+            ready = await self.preparation.ready(call.stream_id, body)
+        except BaseException:  # (a bug's exception too: the Pick fails UNKNOWN, held nothing)
+            self.store.release(body)  # (again, where a step released it already: a no-op)
+            raise
         try:
             tenants, config = self.router.tenants, self.router.policy.config
             # (a tenant without a budget never waits: no coroutine is made for it)
