@@ -174,3 +174,39 @@ def test_a_full_background_queue_leaves_the_retry_to_a_later_pick(tmp_path: Path
         with pytest.raises(Unloadable):
             tokenizers.get(profile)
     assert len(asked) == 3  # refused each time: asked again by the next Pick
+
+
+async def test_reloads_that_change_nothing_do_not_load_a_broken_tokenizer_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Discovery reloads the policy at every pod change; each reload loaded every broken
+    profile's files again (a real tokenizer.json: ~10 MB of JSON, on the tokenizer thread
+    ahead of the Picks' work), past `RETRY_S`. Files unchanged since they failed are tried
+    again after `RETRY_S`, or at the first reload once they change."""
+    files = write_model(tmp_path)
+    good = files[0].read_text()
+    files[0].write_text("{}")
+    policy = precise_chat_policy(files, BS)
+    loads = []
+    real = PromptTokenizer.from_files.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[PromptTokenizer], *args: object) -> PromptTokenizer:
+        loads.append(args)
+        return real(cls, *args)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(PromptTokenizer, "from_files", classmethod(counted))
+    preparer = PromptPreparer(policy)
+    try:
+        await preparer.warmed()
+        for _ in range(10):  # pods come and go: the same files
+            preparer.apply_policy(policy)
+            await preparer.warmed()
+        assert len(loads) == 1  # 11 before
+        files[0].write_text(good)  # fixed: the next reload loads it
+        preparer.apply_policy(policy)
+        await preparer.warmed()
+        assert len(loads) == 2
+        problem, blocks = await _pick(preparer)
+        assert problem is None and blocks is not None and blocks.blocks
+    finally:
+        preparer.close()
