@@ -4,8 +4,9 @@ needs them, on the tokenizer thread (which owns them).
 Validation only asks that the files exist: one may be corrupt, or gone by the time it is
 loaded. Such a profile's Picks get `Unloadable` (routed approximately, DEGRADED, the reason
 saying so) and the failure is logged once; the files are tried again at the next policy
-load, or `RETRY_S` after the failure, not at every Pick (a real tokenizer.json is ~10 MB
-of JSON). That retry is background work of the tokenizer thread, queued by the first Pick
+load that finds them changed, or `RETRY_S` after the failure, not at every Pick nor at
+every reload (discovery reloads at every pod change; a real tokenizer.json is ~10 MB of
+JSON). That retry is background work of the tokenizer thread, queued by the first Pick
 after `RETRY_S`: no Pick waits for it (it would have, or run it on the event loop's own
 thread: `TokenizerThread.here`); Picks are routed approximately until it loads. A policy
 load also loads again the files that changed since they were loaded (their size,
@@ -48,7 +49,8 @@ class Tokenizers:
         self._clock = clock
         self._later = later
         self._loaded: dict[Profile, tuple[PromptTokenizer, _Signature]] = {}
-        self._failed: dict[Profile, float] = {}  # profile -> when it may be tried again
+        # Profile -> when it may be tried again, and its files' signature when they failed
+        self._failed: dict[Profile, tuple[float, _Signature]] = {}
         self._retrying: set[Profile] = set()  # retries queued and not run yet
 
     def values(self) -> list[PromptTokenizer]:
@@ -59,10 +61,10 @@ class Tokenizers:
         found = self._loaded.get(profile)
         if found is not None:
             return found[0]
-        retry_at = self._failed.get(profile)
-        if retry_at is None:
+        failed = self._failed.get(profile)
+        if failed is None:
             return self._load(profile)
-        if self._clock() >= retry_at and profile not in self._retrying:
+        if self._clock() >= failed[0] and profile not in self._retrying:
             self._retrying.add(profile)
             if not self._later(functools.partial(self._retry, profile)):
                 self._retrying.discard(profile)  # the queue is full: a later Pick asks again
@@ -78,11 +80,15 @@ class Tokenizers:
 
     def refresh(self, profile: Profile) -> PromptTokenizer:
         """At a policy load: the profile's tokenizer, loaded again if its files changed
-        since (or it failed to load)."""
-        self._failed.pop(profile, None)
-        found = self._loaded.get(profile)
-        if found is not None and found[1] == _signature(profile):
+        since (or failed to load: once they changed since, or `RETRY_S` after)."""
+        found, signature = self._loaded.get(profile), _signature(profile)
+        if found is not None and found[1] == signature:
             return found[0]
+        failed = self._failed.get(profile)
+        if failed is not None and failed[1] == signature and self._clock() < failed[0]:
+            if found is not None:  # the files that failed are still there: it stays
+                return found[0]
+            raise Unloadable(_REASON)
         return self._load(profile)
 
     def _load(self, profile: Profile) -> PromptTokenizer:
@@ -93,9 +99,9 @@ class Tokenizers:
         except Exception as exc:  # tokenizers raises Exception itself; JSON, Jinja, OS errors
             kept = "; the one loaded before stays in use" if previous is not None else ""
             log.warning("tokenizer %s (template %s) does not load: %s%s", *profile[:2], exc, kept)
+            self._failed[profile] = (self._clock() + RETRY_S, signature)
             if previous is not None:
                 return previous[0]
-            self._failed[profile] = self._clock() + RETRY_S
             raise Unloadable(_REASON) from None
         self._loaded[profile] = (made, signature)
         self._failed.pop(profile, None)
