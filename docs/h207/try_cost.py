@@ -1,20 +1,33 @@
-import asyncio, time
-async def step(): return 1
-async def plain():
-    r = await step()
-    return r
-async def guarded():
+"""CPU per call of a coroutine awaiting another, with and without a try around the await
+(`PickerService._pick_taken`'s release on a raise): zero-cost exceptions in 3.11."""
+
+import contextlib
+import time
+
+
+async def step() -> int:
+    return 1
+
+
+async def plain() -> int:
+    return await step()
+
+
+async def guarded() -> int:
     try:
-        r = await step()
+        found = await step()
     except BaseException:
         raise
-    return r
-def run(f, n=200000):
-    t=time.process_time()
+    return found
+
+
+def run(made, n: int = 200_000) -> float:  # type: ignore[no-untyped-def]
+    started = time.process_time()
     for _ in range(n):
-        c=f()
-        try: c.send(None)
-        except StopIteration: pass
-    return (time.process_time()-t)/n*1e9
+        with contextlib.suppress(StopIteration):
+            made().send(None)
+    return (time.process_time() - started) / n * 1e9
+
+
 for _ in range(3):
-    print("plain %.1f ns  guarded %.1f ns" % (run(plain), run(guarded)))
+    print(f"plain {run(plain):.1f} ns  guarded {run(guarded):.1f} ns")
