@@ -226,6 +226,9 @@ class Learning:
         """Another replica's pick prefills on `slot` (shared as ours are)."""
         self._expire(now)
         key = (instance, pick)
+        known = self._remote.pop(key, None)
+        if known is not None:  # its id again (reused): the end of the one it named was lost
+            self.table.end_prefill(known[0], key)
         self.table.start_prefill(slot, key, entry)
         self._remote[key] = (slot, now + REMOTE_PREFILL_TTL_S)
 
