@@ -152,7 +152,7 @@ class Learning:
         ttft = served.ttft_ms
         if (
             ttft is not None
-            and is_prompt_sample(served.prompt_tokens, choice.prompt_tokens)
+            and is_prompt_sample(served.prompt_tokens, choice.prompt_tokens, choice.fixed_tokens)
             and not self._queued(choice, ttft, served)
             and choice.predicted_wait_ms <= PREFILL_SAMPLE_WAIT_SHARE * ttft
         ):

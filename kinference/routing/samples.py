@@ -29,19 +29,25 @@ def are_counts(counts: Sequence[int]) -> bool:
     return all(0 <= count <= MAX_SAMPLE for count in counts)
 
 
-# A report's `prompt_tokens` past this many times the Pick's estimate of the prompt (counted
-# by the tokenizer in precise pools, else its text at the learned characters per token plus
-# the fixed parts) are no count of that prompt: no tokenizer makes 16 times what the prior
-# ratio says (`textsize.MIN_RATIO` is 8 times), nor a media part 16 times its estimate. The
-# prefill fit weighs a sample by its tokens squared: one report of a uint32's top against a
-# 1000-token prompt would flatten the learned per-token cost for hundreds of reports.
+# A report's `prompt_tokens` past this many times the Pick's estimate of the prompt's counted
+# part (counted by the tokenizer in precise pools, else its text at the learned characters
+# per token) are no count of that prompt: no tokenizer makes 16 times what the prior ratio
+# says (`textsize.MIN_RATIO` is 8 times). The prefill fit weighs a sample by its tokens
+# squared: one report of a uint32's top against a 1000-token prompt would flatten the
+# learned per-token cost for hundreds of reports.
 MAX_PROMPT_OVER_ESTIMATE = 16.0
+# The same for the estimate's fixed part (`LocalChoice.fixed_tokens`): media parts at a fixed
+# size each (`requests.prompt.MEDIA_TOKENS`), which the picker does not see into. A PDF is
+# 2,000 tokens there whatever its pages (60 of them make ~40,000), a recording 500 whatever
+# its minutes, a video 4,000 whatever its frames: 16 times refused real documents' reports.
+MAX_FIXED_OVER_ESTIMATE = 128.0
 # Tokens up to which a report is taken whatever the estimate (a short prompt's estimate is
 # mostly template and rounding).
 MIN_PROMPT_BOUND = 4096.0
 
 
-def is_prompt_sample(reported: float, estimate: float) -> bool:
+def is_prompt_sample(reported: float, estimate: float, fixed: float = 0.0) -> bool:
     """Whether a report's prompt tokens may teach a prefill rate for a prompt the Pick
-    estimated at `estimate` tokens."""
-    return reported <= max(estimate * MAX_PROMPT_OVER_ESTIMATE, MIN_PROMPT_BOUND)
+    estimated at `estimate` tokens, `fixed` of them its fixed part (media, overheads)."""
+    counted = max(estimate - fixed, 0.0) * MAX_PROMPT_OVER_ESTIMATE
+    return reported <= max(counted + fixed * MAX_FIXED_OVER_ESTIMATE, MIN_PROMPT_BOUND)
