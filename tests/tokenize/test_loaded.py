@@ -37,13 +37,9 @@ async def _pick(preparer: PromptPreparer) -> tuple[str | None, PromptBlocks | No
     return query.problem, query.blocks.get(REF)
 
 
-async def test_a_corrupt_tokenizer_is_a_reason_not_a_traceback_per_pick(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    files = write_model(tmp_path)
-    policy = precise_chat_policy(files, BS)
-    files[0].write_text("{}")  # after validation, which only asks that it exists
-    loads = []
+def counted_loads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
+    """Every `PromptTokenizer.from_files` call from now on (its arguments), appended."""
+    loads: list[tuple[object, ...]] = []
     real = PromptTokenizer.from_files.__func__  # type: ignore[attr-defined]
 
     def counted(cls: type[PromptTokenizer], *args: object) -> PromptTokenizer:
@@ -51,6 +47,16 @@ async def test_a_corrupt_tokenizer_is_a_reason_not_a_traceback_per_pick(
         return real(cls, *args)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(PromptTokenizer, "from_files", classmethod(counted))
+    return loads
+
+
+async def test_a_corrupt_tokenizer_is_a_reason_not_a_traceback_per_pick(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = write_model(tmp_path)
+    policy = precise_chat_policy(files, BS)
+    files[0].write_text("{}")  # after validation, which only asks that it exists
+    loads = counted_loads(monkeypatch)
     preparer = PromptPreparer(policy)
     try:
         with caplog.at_level(logging.WARNING, logger="kinference.tokenize"):
@@ -116,14 +122,7 @@ def test_a_failed_load_is_retried_in_the_background_not_on_a_picks_path(
     good = files[0].read_text()
     files[0].write_text("{}")
     profile = plan_of(precise_chat_policy(files, BS)).profiles[REF]
-    clock, queued, loads = [0.0], [], []
-    real = PromptTokenizer.from_files.__func__  # type: ignore[attr-defined]
-
-    def counted(cls: type[PromptTokenizer], *args: object) -> PromptTokenizer:
-        loads.append(args)
-        return real(cls, *args)  # type: ignore[no-any-return]
-
-    monkeypatch.setattr(PromptTokenizer, "from_files", classmethod(counted))
+    clock, queued, loads = [0.0], [], counted_loads(monkeypatch)
     tokenizers = Tokenizers(lambda: clock[0], later=lambda work: queued.append(work) or True)
     with pytest.raises(Unloadable):
         tokenizers.get(profile)  # the first load, as before
@@ -187,14 +186,7 @@ async def test_reloads_that_change_nothing_do_not_load_a_broken_tokenizer_again(
     good = files[0].read_text()
     files[0].write_text("{}")
     policy = precise_chat_policy(files, BS)
-    loads = []
-    real = PromptTokenizer.from_files.__func__  # type: ignore[attr-defined]
-
-    def counted(cls: type[PromptTokenizer], *args: object) -> PromptTokenizer:
-        loads.append(args)
-        return real(cls, *args)  # type: ignore[no-any-return]
-
-    monkeypatch.setattr(PromptTokenizer, "from_files", classmethod(counted))
+    loads = counted_loads(monkeypatch)
     preparer = PromptPreparer(policy)
     try:
         await preparer.warmed()
