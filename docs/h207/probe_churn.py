@@ -75,7 +75,7 @@ def leftovers(replica: RunningPicker, live: set[str]) -> dict[str, Any]:
     n = len(table)
     return {
         "slots": n,
-        "named": sorted(e for e in table.endpoints if e),
+        "named": sum(1 for e in table.endpoints if e),
         "gone_named": sorted(e for e in table.endpoints if e and e not in live),
         "inflight": float(table.inflight[:n].sum()),
         "pending_prefill": float(table.pending_prefill[:n].sum()),
