@@ -123,6 +123,25 @@ def test_nothing_is_kept_for_workers_scaled_away() -> None:
     assert pool.index.holdings() == {}
 
 
+def test_a_rest_due_to_a_worker_gone_is_not_expected_on_its_slots_next_worker() -> None:
+    """A lazily tokenized prompt went to slot 0; the request ended, its worker left and its
+    slot went to a new worker (`routing.slots` reuses freed slots) before the rest of the
+    prompt was tokenized. Before, the rest was expected on the new worker (its blocks
+    pending there, a queue entry named): claims and tickets outlived `forget`."""
+    pool, tokens = PoolCaches("p", BS), list(range(BS * 12))
+    blocks = tuple(identities(tokens, BS))
+    pool.trust[0] = WorkerTrust(5.0, 5.0)
+    head = PromptBlocks(len(tokens), BS, blocks[:2], exact=False, ticket=7)
+    pool.sent(0, head, 0, Request(1, 16, 0.0))
+    pool.claim(7, 0, 0.0)
+    pool.finished(0, 1)
+    pool.trust.pop(0)  # the worker leaves (`PreciseEvents._stop`) ...
+    pool.forget(0)
+    pool.trust[0] = WorkerTrust(5.0, 5.0)  # ... and a new one takes its slot
+    pool.complete(7, blocks, 1.0)
+    assert 0 not in pool.pending and not pool.claims and not pool.tickets
+
+
 def test_a_block_whose_hash_names_another_now_is_not_aged() -> None:
     """An engine hash stored again for other tokens (a publisher reusing hashes): the block
     it named left the worker, and leaves the eviction order with it."""
