@@ -126,6 +126,7 @@ class PoolCaches(LazyPrompts):
 
     def forget(self, slot: int) -> None:
         self.index.forget(slot)
+        self.unclaim(slot)
         self.pending.pop(slot, None)
         self.reused.pop(slot, None)
         self.ages.pop(slot, None)

@@ -65,6 +65,15 @@ class LazyPrompts:
         if len(self.rests) > MAX_TICKETS:
             self.rests.popitem(last=False)
 
+    def unclaim(self, slot: int) -> None:
+        """`slot`'s worker is forgotten (it left, or started over): the rests still due to
+        it are expected nowhere, not on the next worker to take the slot (`routing.slots`
+        reuses a freed one)."""
+        for ticket in [t for t, claimed in self.claims.items() if claimed == slot]:
+            del self.claims[ticket]
+        for ticket in [t for t, (queued, _) in self.tickets.items() if queued == slot]:
+            del self.tickets[ticket]
+
     def _named(self, ticket: int, blocks: tuple[BlockId, ...]) -> int | None:
         """The queued request's prompt, now named to the end; its key (None: not known)."""
         queued = self.tickets.pop(ticket, None)
