@@ -94,8 +94,11 @@ class Rounds:
         assert self.child is not None and self.child.stdout is not None
         return (await self.child.stdout.readline()).decode().strip()
 
-    async def one(self, gap_ms: float, profile: cProfile.Profile | None) -> tuple[float, float]:
-        """Process and loop-thread CPU seconds to take every batch of the recording."""
+    async def one(
+        self, gap_ms: float, profile: cProfile.Profile | None
+    ) -> tuple[float, float, int]:
+        """Process and loop-thread CPU seconds to take every batch of the recording, and
+        the blocks the worker holds after."""
         from prometheus_client import CollectorRegistry
 
         from kinference.kvcache.pool import PoolCaches
@@ -137,8 +140,7 @@ class Rounds:
             assert await self._answer() == "done"
         finally:
             await subscriber.aclose()
-        assert pool.index.blocks(0) > 0
-        return cpu, thread
+        return cpu, thread, pool.index.blocks(0)
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -154,13 +156,14 @@ async def run(args: argparse.Namespace) -> None:
             return
         await rounds.one(args.gap_ms, None)  # warm: imports, caches
         spent = [await rounds.one(args.gap_ms, None) for _ in range(args.rounds)]
-    cpu = [c / count * 1e6 for c, _ in spent]
-    thread = [t / count * 1e6 for _, t in spent]
+    cpu = [c / count * 1e6 for c, _, _ in spent]
+    thread = [t / count * 1e6 for _, t, _ in spent]
     print(
         json.dumps(
             {
                 "tag": args.tag,
                 "batches": count,
+                "held_after": spent[-1][2],
                 "gap_ms": args.gap_ms,
                 "median_us": round(statistics.median(cpu), 2),
                 "min_us": round(min(cpu), 2),

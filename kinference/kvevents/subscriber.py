@@ -90,7 +90,6 @@ class EventSubscriber(MissedBatches):
 
     async def _read(self, feed: Feed, link: Link) -> None:
         """The live batches, until ZMQ gives up on the connection."""
-        caught_up = True
 
         def drain() -> None:  # messages dropped unread: a gap, from now (`trust.overflowed`)
             for seq in link.drain():
@@ -100,13 +99,15 @@ class EventSubscriber(MissedBatches):
                 else:
                     feed.trust.overflowed(seq)
 
-        while (parts := await link.take(wait=caught_up)) is not None:
+        while (parts := await link.take()) is not None:
             drain()  # what waits in the socket taken off it, within its byte bound
             caught_up = link.caught_up()  # no message waits behind it
             await finish_async(self.steps(feed, parts, caught_up), between=drain)
-            # One batch per loop step: a backlog (a long prompt's steps, several engines
-            # at once) comes from `recv` without yielding, and would hold Picks behind it.
-            await asyncio.sleep(0)
+            if not link.caught_up():
+                # One batch per loop step: a backlog (a long prompt's steps, several
+                # engines at once) is taken without waiting, and would hold Picks behind
+                # it. Caught up, `take` waits for the next (the loop's turn).
+                await asyncio.sleep(0)
 
     def receive(self, feed: Feed, parts: list[bytes], caught_up: bool = True) -> None:
         """One multipart message from the PUB socket, handled at once."""
