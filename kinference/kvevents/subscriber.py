@@ -186,6 +186,8 @@ class EventSubscriber(MissedBatches):
         is then not trusted: `Distrust.BLOCK_SIZE`). In slices of at most a step's work,
         in order (`kvevents.steps`): a Pick between two sees the worker as after the batch's
         first events, as if the engine had published them as several batches."""
+        if _at_once(feed, events, budget):
+            return True
         size, step = feed.pool.block_size, budget.per_step
         for start in range(0, len(events), step):
             window = events[start : start + step]
@@ -208,3 +210,19 @@ class EventSubscriber(MissedBatches):
         if first < len(events) or not events:
             feed.pool.apply(feed.slot, events[first:])
         return True
+
+
+def _at_once(feed: Feed, events: tuple[Event, ...], budget: Budget) -> bool:
+    """`_apply` in one pass when its two would take no turn (an engine step's batch): the
+    events of the pool's block size applied, their work spent as those passes spend it."""
+    size, step = feed.pool.block_size, budget.per_step
+    if len(events) >= step - budget.spent:  # more than one window, or a turn after it
+        return False
+    if any(isinstance(e, BlockStored) and e.block_size != size for e in events):
+        return False  # refused by the passes
+    work = len(events) + sum(map(cost, events))
+    if budget.spent + work >= step:
+        return False
+    budget.spent += work
+    feed.pool.apply(feed.slot, events)
+    return True
