@@ -25,7 +25,6 @@ import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from kinference.kvevents.feed import Feed
-from kinference.kvevents.steps import Steps
 from kinference.kvevents.wire import FRAMING_BYTES, MAX_PAYLOAD_BYTES, MalformedBatch, decode_seq
 
 log = logging.getLogger(__name__)
@@ -54,9 +53,7 @@ class Link:
     system call each). ZMQ signals the descriptor when its events may have changed since
     they were last asked for; each answer is kept (`_ready`): a message is taken only when
     ZMQ said one waits, and after each the events are asked once, which says both whether
-    another waits and, once none does, that the descriptor will signal the next. A message
-    that comes alone while the feed waits is handled in the reader's own turn (`begin`):
-    no task woken for it."""
+    another waits and, once none does, that the descriptor will signal the next."""
 
     def __init__(self, context: zmq.asyncio.Context, feed: Feed) -> None:
         # A plain socket (its monitor, made by the context, an asyncio one)
@@ -81,10 +78,6 @@ class Link:
         self._endpoint = feed.endpoint
         self._ready = False  # ZMQ said a message waits (as last asked)
         self._waiting: asyncio.Future[None] | None = None  # `take` waits for the reader
-        # The feed's handling of a message as it comes (caught up, `take` waiting): its
-        # first step at once, in the reader's turn, the rest (if any) for `take` to return.
-        self.begin: Callable[[list[bytes]], Steps[None] | None] | None = None
-        self._begun: Steps[None] | list[bytes] | None = None  # taken by the reader
         self.queued: deque[list[zmq.Frame]] = deque()  # taken off the socket, not applied
         self.queued_bytes = 0
         self._overflowing = False  # dropped since the queue was last empty (logged once)
@@ -95,14 +88,10 @@ class Link:
         self.lost = self._loop.create_task(_watch(monitor, feed))
         self.lost.add_done_callback(self._interrupt)
 
-    async def take(self) -> list[bytes] | Steps[None] | None:
+    async def take(self) -> list[bytes] | None:
         """The next message (the oldest one `drain` took off the socket, else the
-        socket's, waited for), or the rest of one `begin` began; None once the connection
-        is lost for good."""
+        socket's, waited for), None once the connection is lost for good."""
         while True:
-            if self._begun is not None:
-                begun, self._begun = self._begun, None
-                return begun
             if self.queued:
                 frames = self.queued.popleft()
                 self.queued_bytes -= _size(frames)
@@ -153,25 +142,12 @@ class Link:
         self._ready = bool(cast(int, self.socket.get(_EVENTS)) & _POLLIN)
 
     def _signalled(self) -> None:
-        """The descriptor signalled: ZMQ's events may have changed. A message that came
-        while `take` waits is taken here; if it is the only one, `begin` handles it in
-        this turn of the loop (`take` waits on unless it did not end in one step)."""
+        """The descriptor signalled: ZMQ's events may have changed."""
         if self.socket.closed:
             return
         self._ask()
-        waiting = self._waiting
-        if not self._ready or waiting is None or waiting.done():
-            return
-        if self.begin is not None and not self.queued and not self.lost.done():
-            parts = self.socket.recv_multipart(_NOBLOCK)
-            self._ask()
-            if not self._ready:
-                self._begun = self.begin(parts)
-                if self._begun is None:
-                    return
-            else:
-                self._begun = parts
-        waiting.set_result(None)
+        if self._ready and self._waiting is not None and not self._waiting.done():
+            self._waiting.set_result(None)
 
     def _interrupt(self, _: object) -> None:
         if self._waiting is not None and not self._waiting.done():

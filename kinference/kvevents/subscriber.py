@@ -99,20 +99,10 @@ class EventSubscriber(MissedBatches):
                 else:
                     feed.trust.overflowed(seq)
 
-        def begin(parts: list[bytes]) -> Steps[None] | None:  # it came alone: caught up
-            steps = self.steps(feed, parts, True)
-            try:
-                next(steps)
-            except StopIteration:
-                return None
-            return steps
-
-        link.begin = begin
-        while (taken := await link.take()) is not None:
-            if isinstance(taken, list):
-                drain()  # what waits in the socket taken off it, within its byte bound
-                taken = self.steps(feed, taken, link.caught_up())  # none waits behind it?
-            await finish_async(taken, between=drain)
+        while (parts := await link.take()) is not None:
+            drain()  # what waits in the socket taken off it, within its byte bound
+            caught_up = link.caught_up()  # no message waits behind it
+            await finish_async(self.steps(feed, parts, caught_up), between=drain)
             if not link.caught_up():
                 # One batch per loop step: a backlog (a long prompt's steps, several
                 # engines at once) is taken without waiting, and would hold Picks behind
