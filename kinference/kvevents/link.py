@@ -18,7 +18,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import zmq
 import zmq.asyncio
@@ -40,21 +40,33 @@ RETRY_GRACE_S = 0.5  # after a disconnect, for ZMQ's reconnect to be announced
 REOPEN_FIRST_S = 0.1  # the first wait before reopening; doubled while drops come quickly
 REOPEN_MAX_S = 10.0  # and at most this; a socket open this long starts again from the first
 _WATCHED = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+# Plain ints: pyzmq's enums cost a Python call each time one is combined or converted.
+_EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 
 
 class Link:
     """A feed's SUB socket, connected, and the task watching it (`lost`: done once ZMQ
-    ended the connection without reconnecting). Made on the loop; `close` when done."""
+    ended the connection without reconnecting). Made on the loop; `close` when done.
+
+    The socket is a plain one read without blocking, woken by the loop's reader on its
+    file descriptor (`zmq.asyncio`'s futures asked ZMQ for its events ~6 times a batch, a
+    system call each). ZMQ signals the descriptor when its events may have changed since
+    they were last asked for; each answer is kept (`_ready`): a message is taken only when
+    ZMQ said one waits, and after each the events are asked once, which says both whether
+    another waits and, once none does, that the descriptor will signal the next."""
 
     def __init__(self, context: zmq.asyncio.Context, feed: Feed) -> None:
-        socket, monitor = context.socket(zmq.SUB), None
+        # A plain socket (its monitor, made by the context, an asyncio one)
+        made = context.socket(zmq.SUB, socket_class=cast(Any, zmq.Socket))
+        socket: zmq.Socket[bytes] = cast("zmq.Socket[bytes]", made)
+        monitor: zmq.asyncio.Socket | None = None
         try:
             socket.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
             socket.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
             socket.setsockopt(zmq.LINGER, 0)
             socket.setsockopt(zmq.IPV6, 1)  # `[fd00::5]:8000`'s events (IPv4 still reached)
             socket.setsockopt(zmq.SUBSCRIBE, feed.topic)
-            monitor = socket.get_monitor_socket(_WATCHED)
+            monitor = cast(zmq.asyncio.Socket, socket.get_monitor_socket(_WATCHED))
             socket.connect(feed.address)
         except BaseException:
             if monitor is not None:
@@ -64,20 +76,41 @@ class Link:
             raise
         self.socket, self._monitor = socket, monitor
         self._endpoint = feed.endpoint
-        self._receiving: asyncio.Future[list[bytes]] | None = None
+        self._ready = False  # ZMQ said a message waits (as last asked)
+        self._waiting: asyncio.Future[None] | None = None  # `take` waits for the reader
         self.queued: deque[list[zmq.Frame]] = deque()  # taken off the socket, not applied
         self.queued_bytes = 0
         self._overflowing = False  # dropped since the queue was last empty (logged once)
-        self.lost = asyncio.get_running_loop().create_task(_watch(monitor, feed))
+        self._loop = asyncio.get_running_loop()
+        self._fd = cast(int, socket.get(zmq.FD))
+        self._loop.add_reader(self._fd, self._signalled)
+        self._ask()  # the descriptor signals changes only once the events were asked for
+        self.lost = self._loop.create_task(_watch(monitor, feed))
         self.lost.add_done_callback(self._interrupt)
 
-    async def take(self, wait: bool) -> list[bytes] | None:
-        """The next message: the oldest one `drain` took off the socket, else `receive`'s."""
-        if not self.queued:
-            return await self.receive(wait)
-        frames = self.queued.popleft()
-        self.queued_bytes -= _size(frames)
-        return [frame.bytes for frame in frames]  # copied now, as `receive` copies
+    async def take(self) -> list[bytes] | None:
+        """The next message (the oldest one `drain` took off the socket, else the
+        socket's, waited for), None once the connection is lost for good."""
+        while True:
+            if self.queued:
+                frames = self.queued.popleft()
+                self.queued_bytes -= _size(frames)
+                return [frame.bytes for frame in frames]  # copied now
+            if self.lost.done():
+                return None
+            if self._ready:  # a whole message waits (NOBLOCK: done at once)
+                parts = self.socket.recv_multipart(_NOBLOCK)
+                self._ask()
+                return parts
+            self._waiting = self._loop.create_future()
+            try:
+                await self._waiting
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not self.lost.done() or (task is not None and task.cancelling()):
+                    raise  # the feed is stopped
+            finally:
+                self._waiting = None
 
     def drain(self) -> list[int | None]:
         """Messages waiting in the socket taken off it (at most `DRAINED_AT_ONCE`), kept
@@ -85,13 +118,10 @@ class Link:
         dropped unread (None: a message without one, malformed)."""
         dropped: list[int | None] = []
         for _ in range(DRAINED_AT_ONCE):
-            if self.lost.done() or not cast(int, self.socket.get(zmq.EVENTS)) & zmq.POLLIN:
+            if self.lost.done() or not self._ready:
                 break
-            try:  # not copied (a dropped one never is); done at once (NOBLOCK)
-                received = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-                parts = cast("asyncio.Future[list[zmq.Frame]]", received).result()
-            except zmq.Again:
-                break
+            parts = self.socket.recv_multipart(_NOBLOCK, copy=False)  # a dropped one not copied
+            self._ask()
             size = _size(parts)
             if self.queued_bytes + size > MAX_QUEUED_BYTES:
                 dropped.append(_seq(parts))
@@ -107,38 +137,30 @@ class Link:
         self._overflowing = (self._overflowing or bool(dropped)) and bool(self.queued)
         return dropped
 
-    async def receive(self, wait: bool) -> list[bytes] | None:
-        """The next message, None once the connection is lost for good. `wait` False: one
-        is known to be queued, taken without a wait registered (NOBLOCK: ~10 µs instead of
-        ~25-50 µs a message, as a long prompt's steps come)."""
-        flags = 0 if wait else zmq.NOBLOCK
-        received = cast("asyncio.Future[list[bytes]]", self.socket.recv_multipart(flags))
-        if received.done():
-            return received.result()
-        if self.lost.done():
-            received.cancel()
-            return None
-        self._receiving = received  # cancelled by `_interrupt` if the connection is lost
-        try:
-            return await received
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if self.lost.done() and (task is None or not task.cancelling()):
-                return None
-            raise  # the feed is stopped
-        finally:
-            self._receiving = None
+    def _ask(self) -> None:
+        """Whether a message waits, from ZMQ (which resets the descriptor's signal)."""
+        self._ready = bool(cast(int, self.socket.get(_EVENTS)) & _POLLIN)
+
+    def _signalled(self) -> None:
+        """The descriptor signalled: ZMQ's events may have changed."""
+        if self.socket.closed:
+            return
+        self._ask()
+        if self._ready and self._waiting is not None and not self._waiting.done():
+            self._waiting.set_result(None)
 
     def _interrupt(self, _: object) -> None:
-        if self._receiving is not None:
-            self._receiving.cancel()
+        if self._waiting is not None and not self._waiting.done():
+            self._waiting.cancel()
 
     def caught_up(self) -> bool:
-        """No message waits (behind the one just taken), taken off the socket or in it."""
-        return not self.queued and not cast(int, self.socket.get(zmq.EVENTS)) & zmq.POLLIN
+        """No message waits (behind the one just taken), taken off the socket or in it
+        (as ZMQ last said: after the last message taken)."""
+        return not self.queued and not self._ready
 
     def close(self) -> None:
         self.lost.cancel()
+        self._loop.remove_reader(self._fd)
         self.socket.disable_monitor()
         self._monitor.close(linger=0)
         self.socket.close(linger=0)

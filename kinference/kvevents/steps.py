@@ -75,6 +75,13 @@ def cost(event: Event) -> int:
     return 1
 
 
+def small(payload_bytes: int, per_step: int = WORK_PER_STEP) -> bool:
+    """Whether every event a payload of this size decodes to costs at most a step (an
+    engine step's batch): a block hash or token id takes a payload byte at least, and
+    costs at most `BLOCK_UNITS`."""
+    return 1 + BLOCK_UNITS * payload_bytes <= per_step
+
+
 def raw_cost(raw: Any) -> int:
     """`cost` of an event still as msgpack unpacked it (a tagged array or a map, unchecked):
     its arrays' values, each block hash `BLOCK_UNITS` (block_hashes is the first field of

@@ -90,7 +90,6 @@ class EventSubscriber(MissedBatches):
 
     async def _read(self, feed: Feed, link: Link) -> None:
         """The live batches, until ZMQ gives up on the connection."""
-        caught_up = True
 
         def drain() -> None:  # messages dropped unread: a gap, from now (`trust.overflowed`)
             for seq in link.drain():
@@ -100,13 +99,15 @@ class EventSubscriber(MissedBatches):
                 else:
                     feed.trust.overflowed(seq)
 
-        while (parts := await link.take(wait=caught_up)) is not None:
+        while (parts := await link.take()) is not None:
             drain()  # what waits in the socket taken off it, within its byte bound
             caught_up = link.caught_up()  # no message waits behind it
             await finish_async(self.steps(feed, parts, caught_up), between=drain)
-            # One batch per loop step: a backlog (a long prompt's steps, several engines
-            # at once) comes from `recv` without yielding, and would hold Picks behind it.
-            await asyncio.sleep(0)
+            if not link.caught_up():
+                # One batch per loop step: a backlog (a long prompt's steps, several
+                # engines at once) is taken without waiting, and would hold Picks behind
+                # it. Caught up, `take` waits for the next (the loop's turn).
+                await asyncio.sleep(0)
 
     def receive(self, feed: Feed, parts: list[bytes], caught_up: bool = True) -> None:
         """One multipart message from the PUB socket, handled at once."""
@@ -185,6 +186,8 @@ class EventSubscriber(MissedBatches):
         is then not trusted: `Distrust.BLOCK_SIZE`). In slices of at most a step's work,
         in order (`kvevents.steps`): a Pick between two sees the worker as after the batch's
         first events, as if the engine had published them as several batches."""
+        if _at_once(feed, events, budget):
+            return True
         size, step = feed.pool.block_size, budget.per_step
         for start in range(0, len(events), step):
             window = events[start : start + step]
@@ -207,3 +210,19 @@ class EventSubscriber(MissedBatches):
         if first < len(events) or not events:
             feed.pool.apply(feed.slot, events[first:])
         return True
+
+
+def _at_once(feed: Feed, events: tuple[Event, ...], budget: Budget) -> bool:
+    """`_apply` in one pass when its two would take no turn (an engine step's batch): the
+    events of the pool's block size applied, their work spent as those passes spend it."""
+    size, step = feed.pool.block_size, budget.per_step
+    if len(events) >= step - budget.spent:  # more than one window, or a turn after it
+        return False
+    if any(isinstance(e, BlockStored) and e.block_size != size for e in events):
+        return False  # refused by the passes
+    work = len(events) + sum(map(cost, events))
+    if budget.spent + work >= step:
+        return False
+    budget.spent += work
+    feed.pool.apply(feed.slot, events)
+    return True

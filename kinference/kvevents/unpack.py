@@ -23,11 +23,16 @@ ERRORS = (
 )
 
 
+def unpack(payload: bytes) -> Any:
+    """The payload's msgpack value, at once; raises one of `ERRORS` for anything else."""
+    return msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True)
+
+
 def unpack_steps(payload: bytes, chunk: int) -> Steps[Any]:
     """The payload's msgpack value, `chunk` bytes unpacked per step (at once if it is no
     larger); raises one of `ERRORS` for anything else."""
     if len(payload) <= chunk:
-        return msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=True)
+        return unpack(payload)
     unpacker = msgpack.Unpacker(
         raw=False, strict_map_key=False, use_list=True, max_buffer_size=len(payload)
     )

@@ -34,8 +34,8 @@ from kinference.kvevents.events import (
     Event,
     EventBatch,
 )
-from kinference.kvevents.steps import Budget, Steps, blocks_per_event, cost, finish, raw_cost
-from kinference.kvevents.unpack import ERRORS, UNPACKED_PER_UNIT, unpack_steps
+from kinference.kvevents.steps import Budget, Steps, blocks_per_event, cost, finish, raw_cost, small
+from kinference.kvevents.unpack import ERRORS, UNPACKED_PER_UNIT, unpack, unpack_steps
 
 END_OF_REPLAY = -1
 _SEQ_BYTES = 8
@@ -73,18 +73,19 @@ def decode_steps(payload: bytes, budget: Budget) -> Steps[EventBatch]:
     and an event naming more than a step's blocks is checked and cut a window at a time:
     into events of consecutive blocks, each the next one's parent (the same blocks, in the
     same order, as the index applies them)."""
-    if len(payload) > MAX_PAYLOAD_BYTES:
-        raise MalformedBatch(f"payload of {len(payload)} bytes is over the limit")
+    size, chunk = len(payload), budget.per_step * UNPACKED_PER_UNIT
+    if size > MAX_PAYLOAD_BYTES:
+        raise MalformedBatch(f"payload of {size} bytes is over the limit")
     try:
-        raw = yield from unpack_steps(payload, budget.per_step * UNPACKED_PER_UNIT)
+        raw = unpack(payload) if size <= chunk else (yield from unpack_steps(payload, chunk))
     except ERRORS as exc:
         raise MalformedBatch(f"not msgpack: {exc}") from None
     ts, events, rank = _header(raw)
-    if len(payload) <= budget.per_step * UNPACKED_PER_UNIT:  # a step's decoding: at once
+    if size <= chunk:  # a step's decoding: at once
         whole = tuple(map(decode_event, events))
-        if budget.spend(len(payload) // UNPACKED_PER_UNIT):
+        if budget.spend(size // UNPACKED_PER_UNIT):
             yield
-        if all(cost(event) <= budget.per_step for event in whole):
+        if small(size, budget.per_step) or all(cost(e) <= budget.per_step for e in whole):
             return EventBatch(ts, whole, rank)
         # Rare (a small payload naming more than a step's blocks): decoded again below,
         # its large events cut as a large payload's are.
