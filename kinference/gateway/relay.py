@@ -202,9 +202,17 @@ class Relay:
         """One read of an event stream metered; what goes to the client for it."""
         splitter, meter = self._splitter, self._meter
         first = False
-        events = splitter.feed(chunk)
-        for event in events:
-            first = meter.event(event) or first
+        if (data := splitter.single(chunk)) is not None:  # one event: a token, most often
+            shaped = meter.shaped(data)
+            if shaped is not None and self._live is None:
+                self._first_due |= shaped
+                return chunk  # what `splitter.forward` gives after a single event
+            events = [SseEvent(chunk, "", data)]
+            first = meter.event(events[0]) if shaped is None else shaped
+        else:
+            events = splitter.feed(chunk)
+            for event in events:
+                first = meter.event(event) or first
         self._first_due |= first
         if self._live is None:
             return splitter.forward(self.response.drained)  # the last read: its tail too
