@@ -1,22 +1,27 @@
-"""The piped relay (reads handed on from the upstream's read callback, written to the client
-at once) against the relay as it was (each read through the body's iteration and the ASGI
-send): the same bytes at the same boundaries, the same reports in the same order, on
-recorded streams cut at odd places, with usage-only last chunks, hidden usage, CRLF line
-ends, an endless event, a full client socket and failures mid-stream."""
+"""The relay as it is (reads piped: handed on from the upstream's read callback and written
+to the client at once; a token's event told by its shape, not parsed) against the relay as
+it was (each read through the body's iteration and the ASGI send, every event parsed): the
+same bytes at the same boundaries, the same reports in the same order, on recorded streams
+cut at odd places, with usage-only last chunks, hidden usage, CRLF line ends, tokens the
+shape must not take (escapes, bad UTF-8, control bytes, another model), an endless event, a
+full client socket and failures mid-stream."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
 from collections.abc import Callable
 from typing import Any, cast
+from unittest import mock
 
 import pytest
 
+from kinference.gateway import usage
 from kinference.gateway.http1 import Broken, Response, UpstreamError
 from kinference.gateway.relay import Relay
-from kinference.gateway.sse import MAX_EVENT_BYTES
+from kinference.gateway.sse import MAX_EVENT_BYTES, SseEvent, SseSplitter
 from kinference.gateway.timing import TokenClock
 from kinference.gateway.usage import Usage
 from kinference.gateway.usage_chunk import HideAddedUsage
@@ -65,6 +70,37 @@ ANTHROPIC = (
     + b'event: message_delta\ndata: {"type":"message_delta","usage":{"output_tokens":2}}\n\n'
     + b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 )
+# Token texts as they stand in the event's JSON: plain, escaped, not UTF-8, a raw control
+# byte (not JSON), empty (no token), a quote left open (not JSON), non-ASCII.
+LITERALS = [
+    b'"a"',
+    b'"a\\nb"',
+    b'"\\""',
+    b'"\xff"',
+    b'"a\tb"',
+    b'""',
+    b'"a',
+    b'"\xc3\xa9t\xc3\xa9"',
+    b'"b"',
+]
+TRICKY = (
+    [event('"choices":[{"index":0,"delta":{"content":"first"}}]')]
+    + [
+        b"data: {"
+        + HEAD.encode()
+        + b',"choices":[{"index":0,"delta":{"content":'
+        + lit
+        + b"}}]}\n\n"
+        for lit in LITERALS
+    ]
+    + [
+        event('"usage":null,"choices":[{"index":0,"delta":{"content":"u"}}]'),
+        event('"choices":[{"index":0,"delta":{"content":"x"}}]').replace(b"m-served", b"m-other"),
+        event('"choices":[{"index":0,"delta":{"content":"two","content":""}}]'),
+    event('"choices":[],"\\u0075sage":{"prompt_tokens":3,"completion_tokens":9}'),
+        b"data: [DONE]\n\n",
+    ]
+)
 HUGE = b"data: " + b"x" * (MAX_EVENT_BYTES + 10)
 RECORDED = {
     "a read per event": per_event(STREAM),
@@ -77,6 +113,11 @@ RECORDED = {
     "CR": every(STREAM.replace(b"\n", b"\r"), 31),
     "anthropic": every(ANTHROPIC, 29),
     "no blank line at the end": [*per_event(STREAM)[:-1], b"data: [DONE]"],
+    "tricky tokens": TRICKY,
+    "tricky tokens, usage shape": [
+        event('"usage":null,"choices":[{"index":0,"delta":{"content":"first"}}]'),
+        *TRICKY[1:],
+    ],
     "endless event": [event('"choices":[{"text":"a"}]'), HUGE[:1000], HUGE[1000:], b"\n\n"],
 }
 
@@ -168,23 +209,39 @@ async def relayed(
     refuse: Callable[[int], bool] | None,
     fail_at: int | None = None,
 ) -> list[tuple[Any, ...]]:
-    """What the client and the picker get; `refuse` None: the relay without the pipe."""
+    """What the client and the picker get; `refuse` None: the relay as it was (no pipe,
+    no single-event path, no shapes, the usage hidden after a parse of every event)."""
     log = Log()
     upstream = Scripted(chunks, fail_at)
+    hide = (HideAddedUsage() if refuse is not None else AsItWas()) if hide_usage else None
     relay = Relay(
         cast(Response, upstream), TokenClock(ticking()), log, fallback_model="asked",
-        transform=HideAddedUsage() if hide_usage else None, max_whole_bytes=MOST,
+        transform=hide, max_whole_bytes=MOST,
     )  # fmt: skip
-    if refuse is not None:
-        relay.direct = writer(log, refuse)
-    try:
-        await relay.start()
-        async for chunk in relay.body():
-            log.entries.append(("write", chunk, relay.ending))
-    except UpstreamError as exc:
-        log.entries.append(("failed", type(exc).__name__, relay.between_events))
-    relay.finish()
+    with contextlib.ExitStack() as stack:
+        if refuse is not None:
+            relay.direct = writer(log, refuse)
+        else:
+            stack.enter_context(mock.patch.object(SseSplitter, "single", lambda _s, _c: None))
+            stack.enter_context(mock.patch.object(usage, "learned", lambda _d, _j: None))
+        try:
+            await relay.start()
+            async for chunk in relay.body():
+                log.entries.append(("write", chunk, relay.ending))
+        except UpstreamError as exc:
+            log.entries.append(("failed", type(exc).__name__, relay.between_events))
+        relay.finish()
     return log.entries
+
+
+class AsItWas(HideAddedUsage):
+    """The hidden usage as it was: every event parsed."""
+
+    def event(self, event: SseEvent) -> bytes:
+        document = event.json()
+        if document is not None and document.get("choices") == [] and "usage" in document:
+            return b""
+        return event.raw
 
 
 REFUSALS: dict[str, Callable[[int], bool]] = {
