@@ -3,7 +3,8 @@
 A stream shaped like the sim engine's and Dynamo's frontend's (role chunk, N content chunks
 one event per read, finish chunk, usage chunk, [DONE]) goes through `Relay` and a loop that
 sends as `Exchange._relay` does (a message dict per chunk, a no-op send), many times; the
-thread CPU per chunk is printed, with and without the hidden-usage transform.
+thread CPU per chunk is printed, with and without the hidden-usage transform, and piped
+(h206: every read but the last handed to the relay's sink and written by a no-op `direct`).
 
     PYTHONPATH=TREE python docs/h206/relay_cpu.py [--tokens 100] [--streams 2000]
 """
@@ -70,6 +71,12 @@ class Upstream:
         self.drained = self._at == len(self._chunks)
         return self._chunks[at]
 
+    async def pipe(self, sink: Any) -> None:  # every read but the last, as Conn hands them
+        while self._at < len(self._chunks) - 1:
+            self._at += 1
+            if not sink(self._chunks[self._at - 1]):
+                return
+
     def close(self) -> None:
         pass
 
@@ -85,7 +92,7 @@ class Reports:
         raise AssertionError(detail)
 
 
-async def one(chunks: list[bytes], transform: Any) -> int:
+async def one(chunks: list[bytes], transform: Any, piped: bool) -> int:
     upstream = Upstream(chunks)
     relay = Relay(
         cast(Response, upstream),
@@ -101,6 +108,13 @@ async def one(chunks: list[bytes], transform: Any) -> int:
         nonlocal sent
         sent += len(message["body"])
 
+    def direct(body: bytes) -> bool:
+        nonlocal sent
+        sent += len(body)
+        return True
+
+    if piped and hasattr(relay, "direct"):
+        relay.direct = direct
     await relay.start()
     ended = False
     async for chunk in relay.body():
@@ -117,13 +131,16 @@ async def main() -> None:
     cli.add_argument("--repeats", type=int, default=5)
     args = cli.parse_args()
     chunks = stream(args.tokens)
-    for name, make in (("no transform", lambda: None), ("hide usage", HideAddedUsage)):
+    modes = [(t, p) for p in (False, True) for t in ("no transform", "hide usage")]
+    for name, piped in modes:
+        make = HideAddedUsage if name == "hide usage" else lambda: None
         best = []
         for _ in range(args.repeats):
             start = time.thread_time()
             for _ in range(args.streams):
-                await one(chunks, make())
+                await one(chunks, make(), piped)
             best.append((time.thread_time() - start) / args.streams / len(chunks) * 1e6)
+        name += ", piped" if piped else ""
         print(
             f"{name}: µs per chunk, min {min(best):.2f} median {sorted(best)[len(best) // 2]:.2f}"
         )
