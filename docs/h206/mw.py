@@ -5,35 +5,30 @@ p50/p90, with the exact two-sided Mann-Whitney p (h188's enumeration).
     python docs/h206/mw.py docs/h206/ab1.jsonl
 """
 
+import ast
 import json
 import statistics
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 COLUMNS = {"TTFT p50": 2, "TTFT p90": 3, "added p50": 5, "added p90": 6, "CPU ms/req": 10,
            "reads/req": 11}  # fmt: skip
 
 
-def mannwhitneyu(a: list[float], b: list[float]) -> float:
-    """Exact two-sided p: the rank sum of `a` (midranks on ties) against every way of
-    choosing len(a) of the pooled ranks (counted by dynamic programming)."""
-    pooled = sorted(a + b)
-    rank = {}
-    for v in set(pooled):
-        first = pooled.index(v)
-        rank[v] = first + 1 + first + pooled.count(v)  # twice the midrank: integers
-    ranks = [rank[v] for v in a + b]
-    n, k = len(ranks), len(a)
-    ways: list[dict[int, int]] = [{} for _ in range(k + 1)]
-    ways[0][0] = 1
-    for r in ranks:
-        for j in range(k, 0, -1):
-            for total, count in ways[j - 1].items():
-                ways[j][total + r] = ways[j].get(total + r, 0) + count
-    observed = sum(rank[v] for v in a)
-    mean = k * (sum(ranks) / n)
-    every = sum(ways[k].values())
-    extreme = sum(c for t, c in ways[k].items() if abs(t - mean) >= abs(observed - mean) - 1e-9)
-    return extreme / every
+def _h188_mannwhitneyu() -> Callable[[list[float], list[float]], float]:
+    """h188's exact two-sided Mann-Whitney (`docs/h188/mw.py`), its function alone (that
+    script runs on import)."""
+    source = Path(__file__).parents[1] / "h188" / "mw.py"
+    tree = ast.parse(source.read_text())
+    node = next(n for n in tree.body if getattr(n, "name", "") == "mannwhitneyu")
+    namespace: dict[str, Any] = {}
+    exec(compile(ast.Module([node], []), str(source), "exec"), namespace)
+    return namespace["mannwhitneyu"]  # type: ignore[no-any-return]
+
+
+mannwhitneyu = _h188_mannwhitneyu()
 
 
 def main() -> None:
