@@ -9,7 +9,9 @@ after a complete response, Abort otherwise.
 
 Metering (kinference.gateway.usage) sees the upstream's bytes; the client sees what the
 response transform (kinference.gateway.hooks) makes of them. Without a transform a
-stream's bytes are forwarded exactly as received, an event's once it is whole.
+stream's bytes are forwarded exactly as received, an event's once it is whole. With `direct`
+set, an event stream's reads are piped: metered and written from the upstream's read
+callback, the iteration yielding only what `direct` could not write and the last read.
 """
 
 from __future__ import annotations
