@@ -57,10 +57,15 @@ class Slice:
     ttfts: list[float] = field(default_factory=list)
     cpu_s: float = 0.0
     failed: int = 0
+    chunks: int = 0  # body reads of the client's, over the requests that succeeded
 
     def pct(self, values: list[float], q: float) -> float:
         ordered = sorted(values)
         return ordered[min(int(len(ordered) * q), len(ordered) - 1)] * 1000 if ordered else 0.0
+
+    @property
+    def reads(self) -> float:
+        return self.chunks / len(self.ttfts) if self.ttfts else 0.0
 
     @property
     def cpu_ms(self) -> float:
@@ -102,8 +107,10 @@ async def one_stream(client: HttpClient, url: str, body: bytes, into: Slice) -> 
         return
     head = time.perf_counter() - started
     ttft = 0.0
+    reads = 0
     try:
         async for chunk in response.chunks():
+            reads += 1
             if not ttft and _has_content(chunk):
                 ttft = time.perf_counter() - started
     except UpstreamError:
@@ -115,6 +122,7 @@ async def one_stream(client: HttpClient, url: str, body: bytes, into: Slice) -> 
         return
     into.heads.append(head)
     into.ttfts.append(ttft)
+    into.chunks += reads
 
 
 async def _single(body: bytes) -> AsyncIterator[bytes]:
@@ -160,14 +168,15 @@ async def closed(client: HttpClient, system: System, streams: int, args: argpars
 
 
 def started(
-    names: list[str], log_dir: Path, seqs: int, time_scale: float = 1.0
+    names: list[str], log_dir: Path, seqs: int, time_scale: float = 1.0, step_s: float = 0.1
 ) -> contextlib.AbstractAsyncContextManager[list[System]]:
     """The engine (first) and every system named that can run here."""
 
     def engine_argv(listen: str) -> list[str]:
         port = listen.rpartition(":")[2]
         return [sys.executable, "-m", "loadtest.sim_engine", "--port", port, "--time-scale",
-                str(time_scale), "--max-num-seqs", str(seqs), "--stream-step-s", "0.1"]  # fmt: skip
+                str(time_scale), "--max-num-seqs", str(seqs),
+                "--stream-step-s", str(step_s)]  # fmt: skip
 
     spec = ServerSpec("sim-engine", engine_argv)
     return systems.started(spec, names, log_dir, prompt_body("ready?", 0, 1))
@@ -176,7 +185,8 @@ def started(
 async def run(args: argparse.Namespace) -> dict[tuple[str, float], Slice]:
     results: dict[tuple[str, float], Slice] = defaultdict(Slice)
     with tempfile.TemporaryDirectory(prefix="bench-streams-") as tmp:
-        async with started(args.systems, Path(tmp), args.max_num_seqs, args.time_scale) as up:
+        up_args = (args.max_num_seqs, args.time_scale, args.stream_step_s)
+        async with started(args.systems, Path(tmp), *up_args) as up:
             client = HttpClient(connect_timeout_s=10, read_timeout_s=60)
             for system in up:  # warm every path; the engine caches the shared prefix
                 await poisson(client, system, 10.0, _warm(args), Slice())
@@ -206,8 +216,8 @@ def table(results: dict[tuple[str, float], Slice]) -> list[str]:
     rates = sorted({key[1] for key in results})
     lines = [
         "| system | req/s or in flight | TTFT p50 | p90 | p99 | added p50 | p90 | p99 | "
-        "head p50 | p99 | CPU ms/req | requests (failed) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "head p50 | p99 | CPU ms/req | reads/req | requests (failed) |",
+        "| --- " + "| ---: " * 12 + "|",
     ]
     for rate in rates:
         direct = results[names[0], rate]
@@ -222,7 +232,8 @@ def table(results: dict[tuple[str, float], Slice]) -> list[str]:
             heads = [f"{one.pct(one.heads, q):.1f}" for q in (0.5, 0.99)]
             lines.append(
                 f"| {name} | {rate:g} | {' | '.join(cells)} | {' | '.join(added)} | "
-                f"{' | '.join(heads)} | {one.cpu_ms:.2f} | {len(one.ttfts)} ({one.failed}) |"
+                f"{' | '.join(heads)} | {one.cpu_ms:.2f} | {one.reads:.1f} | "
+                f"{len(one.ttfts)} ({one.failed}) |"
             )
     return lines
 
@@ -241,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
         "--in-flight", default="", help="closed loops of N streams, comma-separated (not --rates)"
     )
     cli.add_argument("--time-scale", type=float, default=1.0, help="the engine's, see sim_engine")
+    cli.add_argument(
+        "--stream-step-s", type=float, default=0.1,
+        help="the engine's: tokens due within this go out in one chunk (0.001: one a token)",
+    )  # fmt: skip
     args = cli.parse_args(argv)
     args.in_flight = [float(n) for n in args.in_flight.split(",") if n]
     args.systems = [name for name in args.systems.split(",") if name]

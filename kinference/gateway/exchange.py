@@ -20,7 +20,7 @@ from kinference.gateway.asgi import Gateway, Receive, Scope, Send, send_error
 from kinference.gateway.errors import GatewayError
 from kinference.gateway.flow import Incoming
 from kinference.gateway.http1 import UpstreamError
-from kinference.gateway.joined import CUT
+from kinference.gateway.joined import CUT, WRITE
 from kinference.gateway.relay import Relay
 from kinference.gateway.timing import TokenClock
 from kinference.gateway.usage import Usage
@@ -104,6 +104,8 @@ class Exchange:
             headers.append((b"x-request-id", request_id.encode()))
             send = self.send
             await send({"type": "http.response.start", "status": relay.status, "headers": headers})
+            if (direct := self.scope.get("extensions", {}).get(WRITE)) is not None:
+                relay.direct = direct["write"]  # a stream's pieces written as they come
             ended = False
             try:
                 async for chunk in relay.body():

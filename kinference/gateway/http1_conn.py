@@ -4,14 +4,12 @@ and how an upstream exchange fails (`UpstreamError` and its kinds).
 `Conn` holds the transport, the response being received (head, buffered body, completion),
 the read deadline (one timer per connection) and the backpressure both ways: reading pauses
 above `READ_HIGH` buffered bytes, writing waits while the transport is paused (at most the
-read timeout without progress). The client
-(kinference.gateway.http1) sends requests on it and pools it between them.
+read timeout without progress). The client (kinference.gateway.http1) pools it.
 
 Only the response to the request sent is ever handed out: interim responses (1xx: `100
-Continue` to a forwarded `expect`, `103 Early Hints`) are skipped, and a message that begins
-while none is awaited (on an idle connection, or after the response completed) fails the
-connection, which is then dropped, never reused: it would answer the next request with
-bytes meant for no one (or for another client).
+Continue`, `103 Early Hints`) are skipped, and a message that begins while none is awaited
+(on an idle connection, or after the response completed) fails the connection, which is
+dropped, never reused: it would answer the next request with bytes meant for no one.
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ import asyncio
 import collections
 import socket
 import time
+from collections.abc import Callable
 from typing import cast
 
 import httptools
@@ -27,9 +26,9 @@ import httptools
 READ_HIGH = 256 * 1024  # buffered response bytes at which the socket stops being read
 # Bytes received in a row without a body byte (a head, interim responses included, or
 # trailers) past which the upstream is broken: the parser holds them until they end, the
-# body's pause does not apply, and the read deadline alone would let them grow for
-# `read_timeout_s` (600 s by default).
+# body's pause does not apply, the read deadline alone would let them grow for 600 s.
 MAX_HEAD = 64 * 1024
+_FRAMED = ("content-length", "transfer-encoding")  # a body not ended by the connection's close
 
 
 class UpstreamError(Exception):
@@ -69,8 +68,11 @@ class Conn(asyncio.Protocol):
         # The read deadline: one timer per connection, re-armed only when it fires early.
         self._deadline = 0.0  # loop time by which the awaited head or bytes must arrive
         self._awaited: asyncio.Future[None] | None = None  # what the deadline applies to
-        self._what = ""
+        self._what, self._wait_s = "", 0.0  # the wait under way: its name, its read timeout
         self._timer: asyncio.TimerHandle | None = None
+        # While set (http1_response's `pipe`), body bytes go to it from `data_received`, not
+        # to a waiting task; it answers False when it stops taking them.
+        self.sink: Callable[[bytes], bool] | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -105,6 +107,11 @@ class Conn(asyncio.Protocol):
         except httptools.HttpParserUpgrade:  # a 101 nobody asked for
             self._fail(Broken("the upstream switched protocols"))
             self.drop()
+        if self.sink is not None and self.body and not self.complete and self.error is None:
+            self._deadline = self.loop.time() + self._wait_s  # bytes came: the wait goes on
+            if not self.sink(self._take()):  # it kept what it could not pass on:
+                self.sink = None  # the waiting task takes over
+                self._notify()
         self._no_body = 0 if self._body_bytes > body_before else self._no_body + len(data)
         if self._no_body > MAX_HEAD and not self.closed:
             what = "framing (trailers, chunk lines)" if self.head.done() else "head"
@@ -159,7 +166,8 @@ class Conn(asyncio.Protocol):
         if self.buffered > READ_HIGH and self.transport is not None and not self._paused:
             self._paused = True
             self.transport.pause_reading()
-        self._notify()
+        if self.sink is None:  # else `data_received` hands them on once the read is parsed
+            self._notify()
 
     def on_message_complete(self) -> None:
         if self._interim:
@@ -172,7 +180,7 @@ class Conn(asyncio.Protocol):
     def _ended(self) -> None:
         if self.complete:
             return
-        if self.head.done() and not framed(self.headers):
+        if self.head.done() and not any(n in _FRAMED for n, _ in self.headers):
             self.complete = True  # a close-delimited body ends with the connection
         else:
             self._fail(Broken("the upstream closed the connection mid-response"))
@@ -197,25 +205,29 @@ class Conn(asyncio.Protocol):
                 return None
             if self.error is not None:
                 raise self.error
-            waiter = self._wake = self.loop.create_future()
-            self.expect(waiter, timeout_s, "the upstream went silent")
-            try:
-                await waiter  # raises ReadTimeout when the deadline passes first
-            finally:
-                self._awaited = None
-                self._wake = None
+            await self.wait(timeout_s)
+        return self._take()
+
+    async def wait(self, timeout_s: float) -> None:
+        """Until bytes, the end, a failure or the sink stopping; ReadTimeout past `timeout_s`."""
+        waiter = self._wake = self.loop.create_future()
+        self._wait_s = timeout_s
+        self.expect(waiter, timeout_s, "the upstream went silent")
+        try:
+            await waiter  # raises ReadTimeout when the deadline passes first
+        finally:
+            self._awaited = None
+            self._wake = None
+
+    def _take(self) -> bytes:
         # Everything already here goes out as one piece: one client write, not one per read.
-        data = self.body.popleft() if len(self.body) == 1 else b"".join(self._drain())
+        data = self.body.popleft() if len(self.body) == 1 else b"".join(self.body)
+        self.body.clear()
         self.buffered -= len(data)
         if self._paused and self.buffered <= READ_HIGH // 2 and self.transport is not None:
             self._paused = False
             self.transport.resume_reading()
         return data
-
-    def _drain(self) -> list[bytes]:
-        pieces = list(self.body)
-        self.body.clear()
-        return pieces
 
     @property
     def drained(self) -> bool:
@@ -266,12 +278,9 @@ class Conn(asyncio.Protocol):
             self._timer = None
 
     def expect(self, waiter: asyncio.Future[None], timeout_s: float, what: str) -> None:
-        """Fail `waiter` with ReadTimeout unless it is done within `timeout_s`.
-
-        Cheaper than a timer per wait (asyncio.timeout, or call_later and cancel: each
-        allocates a timer and moves it in the loop's heap, several times per response): the
-        connection keeps one timer, which only moves when it fires before the deadline.
-        """
+        """Fail `waiter` with ReadTimeout unless it is done within `timeout_s`. One timer per
+        connection, moved only when it fires before the deadline: cheaper than a timer per
+        wait (each allocated and moved in the loop's heap, several times per response)."""
         self._awaited, self._what = waiter, what
         self._deadline = self.loop.time() + timeout_s
         if self._timer is None:
@@ -288,7 +297,3 @@ class Conn(asyncio.Protocol):
             waiter.exception()  # retrieved: a request that gave up must not warn
         else:
             self._timer = self.loop.call_at(self._deadline, self._check_deadline)
-
-
-def framed(headers: list[tuple[str, str]]) -> bool:
-    return any(name in ("content-length", "transfer-encoding") for name, _ in headers)

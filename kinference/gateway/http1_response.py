@@ -69,6 +69,23 @@ class Response:
         if decoder is not None and (tail := decoder.end()):
             yield tail
 
+    async def pipe(self, sink: Callable[[bytes], bool]) -> None:
+        """Hand the body's bytes to `sink` as they arrive, from the connection's own read
+        callback (no task woken, no await, per read), until the response completes or fails
+        (raises `UpstreamError`), `sink` answers False (it keeps what it could not pass on),
+        or bytes wait that `next_chunk` gives. Not for a decoded body (nothing is piped)."""
+        conn = self._conn
+        if self._decoder is not None:
+            return
+        conn.sink = sink
+        try:
+            while conn.sink is not None and not conn.body and not conn.complete:
+                if conn.error is not None:
+                    raise conn.error
+                await conn.wait(self._read_timeout_s)
+        finally:
+            conn.sink = None
+
     async def _next_decoded(self) -> bytes | None:
         if self._pieces is None:
             self._pieces = aiter(self.chunks())

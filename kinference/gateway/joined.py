@@ -27,6 +27,11 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 # ends a response begun, cut short: kinference.gateway.exchange calls it when its upstream
 # fails mid-body.
 CUT = "kinference.cut"
+# The extension (`scope["extensions"][WRITE]["write"]`, called with body bytes) that writes
+# a piece of a response begun, more to come, at once and without the ASGI send's coroutine,
+# exactly as uvicorn's send would frame it; it answers False, writing nothing, when that
+# send would do more (wait for the socket to drain, drop it for a client gone ...).
+WRITE = "kinference.write"
 
 
 class HeadJoiningTransport:
@@ -91,7 +96,10 @@ class HeadJoiningProtocol(HttpToolsProtocol):
         cast(HeadJoiningTransport, self.transport).hold_next()
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # not an upgrade
-            self.scope["extensions"] = {CUT: {"cut": functools.partial(self._cut, cycle)}}
+            self.scope["extensions"] = {
+                CUT: {"cut": functools.partial(self._cut, cycle)},
+                WRITE: {"write": functools.partial(_write_body, cycle)},
+            }
 
     def _cut(self, cycle: RequestResponseCycle) -> None:
         """End `cycle`'s response where it stands: the bytes written go out, then the
@@ -100,3 +108,19 @@ class HeadJoiningProtocol(HttpToolsProtocol):
         connection is gone)."""
         cycle.disconnected = True
         self.transport.close()
+
+
+def _write_body(cycle: RequestResponseCycle, body: bytes) -> bool:
+    """uvicorn's `send` of `{"type": "http.response.body", "body": body, "more_body": True}`
+    in a chunked response under way with nothing to wait for; else False, nothing done."""
+    if (
+        cycle.chunked_encoding is not True
+        or cycle.disconnected
+        or cycle.flow.write_paused
+        or not cycle.response_started
+        or cycle.response_complete
+        or cycle.scope["method"] == "HEAD"
+    ):
+        return False
+    cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+    return True

@@ -9,7 +9,9 @@ after a complete response, Abort otherwise.
 
 Metering (kinference.gateway.usage) sees the upstream's bytes; the client sees what the
 response transform (kinference.gateway.hooks) makes of them. Without a transform a
-stream's bytes are forwarded exactly as received, an event's once it is whole.
+stream's bytes are forwarded exactly as received, an event's once it is whole. With `direct`
+set, an event stream's reads are piped: metered and written from the upstream's read
+callback, the iteration yielding only what `direct` could not write and the last read.
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ class Relay:
         self._first_due = False  # the first token went by and is not reported yet
         self._whole: bytes | None = None  # a transformed whole body, read by start()
         self._splitter = SseSplitter()  # an event stream's, into events
+        self._live = transform  # an event stream's transform, None once bytes go as they came
+        # Set by the HTTP layer: writes a body piece to the client at once (True), or cannot
+        # (False: the socket is full, the client gone ...); then `body()` pipes the stream.
+        self.direct: Callable[[bytes], bool] | None = None
+        self._stalled = b""  # piped bytes `direct` could not write, for `body()` to yield
+        self._pipe_error: Exception | None = None
         self.upstream_status = response.status
         self.status = transform.status(response.status) if transform else response.status
         self.headers = response_headers(response.headers)
@@ -160,34 +168,74 @@ class Relay:
         where the SDKs raise a decode error instead of the API's). Without a transform the
         bytes go out as they came, only regrouped; an endless event (past
         `MAX_EVENT_BYTES`) goes out as it comes."""
-        splitter, meter, transform = self._splitter, self._meter, self._transform
-        response = self.response
-        read = response.next_chunk
+        response, step = self.response, self._step
+        read, piped = response.next_chunk, self._piped
+        pipe = self.direct is not None
         try:
             try:
-                while (chunk := await read()) is not None:
-                    first = False
-                    events = splitter.feed(chunk)
-                    for event in events:
-                        first = meter.event(event) or first
-                    self._first_due |= first
-                    if transform is None:
-                        out = splitter.forward(response.drained)  # the last read: its tail too
-                    else:
-                        out, transform = self._transformed(events, transform)
-                    if out:
+                while True:
+                    if pipe:  # the reads the client's socket takes at once, written there
+                        await response.pipe(piped)
+                        if self._pipe_error is not None:
+                            raise self._pipe_error
+                        if out := self._stalled:  # the client's socket is full: wait for it
+                            self._stalled = b""
+                            yield out
+                            self._report_first()
+                            continue
+                    if (chunk := await read()) is None:
+                        break
+                    if out := step(chunk):
                         yield out
                         self._report_first()
             except UpstreamError as exc:
                 if not self._after_end(exc):
                     raise
-            tail = splitter.take_rest() + (transform.end() if transform is not None else b"")
+            transform = self._live
+            tail = self._splitter.take_rest() + (transform.end() if transform else b"")
             if tail:
                 yield tail
                 self._report_first()
             self._complete = True
         finally:
             self._report_first()  # also when the client went away: it did come
+
+    def _step(self, chunk: bytes) -> bytes:
+        """One read of an event stream metered; what goes to the client for it."""
+        splitter, meter = self._splitter, self._meter
+        first = False
+        if (data := splitter.single(chunk)) is not None:  # one event: a token, most often
+            shaped = meter.shaped(data)
+            if shaped is not None and self._live is None:
+                self._first_due |= shaped
+                return chunk  # what `splitter.forward` gives after a single event
+            events = [SseEvent(chunk, "", data)]
+            first = meter.event(events[0]) if shaped is None else shaped
+        else:
+            events = splitter.feed(chunk)
+            for event in events:
+                first = meter.event(event) or first
+        self._first_due |= first
+        if self._live is None:
+            return splitter.forward(self.response.drained)  # the last read: its tail too
+        out, self._live = self._transformed(events, self._live)
+        return out
+
+    def _piped(self, chunk: bytes) -> bool:
+        """`_step` from the upstream's read callback, its bytes written to the client at once
+        by `direct`; False (the bytes kept in `_stalled`, or the error in `_pipe_error`, for
+        the body's iteration) when they cannot be."""
+        try:
+            out = self._step(chunk)
+            if not out:
+                return True
+            if self.direct is not None and self.direct(out):
+                self._report_first()
+                return True
+            self._stalled = out
+        except Exception as exc:  # raised in the body's iteration, as without the pipe
+            self._pipe_error = exc
+        return False
 
     def _transformed(
         self, events: list[SseEvent], transform: ResponseTransform

@@ -94,6 +94,17 @@ class SseSplitter:
         self._reset(rest)
         return events
 
+    def single(self, chunk: bytes) -> bytes | None:
+        """When `chunk` is, with nothing pending, exactly one event of one `data:` line and
+        LF line ends (a token stream's usual read), its payload, and the chunk passed, as
+        `feed` would make it; else None, nothing changed (then `feed` it)."""
+        if self._pending or self.broken or chunk[:6] != b"data: ":
+            return None
+        if chunk.find(b"\n") != len(chunk) - 2 or chunk[-1:] != b"\n" or b"\r" in chunk:
+            return None
+        self.passed = chunk
+        return chunk[6:-2]
+
     def _reset(self, rest: bytes) -> None:
         self._pending = [rest] if rest else []
         self._size = len(rest)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinference.config.fields import MAX_MODEL_CHARS
+from kinference.gateway.shape import ContentShape, learned
 from kinference.gateway.sse import SseEvent, SseSplitter, json_object
 from kinference.gateway.timing import TokenClock
 
@@ -51,6 +52,7 @@ class ResponseMeter:
         self._pending = bytearray()  # JSON: the body so far
         self._splitter = SseSplitter()
         self._broken = False  # too large to follow: stop parsing, keep timing what we can
+        self.shape: ContentShape | None = None  # the stream's content events, once learnt
         # The stream's own end went by (OpenAI `data: [DONE]`, a terminal `_END_EVENTS`):
         # the response is whole whatever happens to the connection after it.
         self.ended = False
@@ -101,9 +103,20 @@ class ResponseMeter:
         if not self.usage.model or not _NOTHING_TO_OBSERVE.isdisjoint(document):
             self._observe(document)
         if _has_content(document):
+            if self.shape is None and not event.name and event.data is not None:
+                self.shape = learned(event.data, document)
             return self.clock.token()
         self.ended |= event.name in _END_EVENTS  # looked at only past content events
         return False
+
+    def shaped(self, data: bytes) -> bool | None:
+        """For an unnamed event's payload: a content event of the stream's own shape
+        (kinference.gateway.shape) has its token counted without a parse (True when it was
+        the first); None when `data` is not one (then `event` it)."""
+        shape = self.shape
+        if shape is None or not shape.matches(data):
+            return None
+        return self.clock.token()
 
     def _observe(self, event: dict[str, Any]) -> None:
         for holder in (event, event.get("response"), event.get("message")):

@@ -18,6 +18,9 @@ class HideAddedUsage(PassThrough):
     """Drops `{"choices": [], "usage": {...}}` events; every other event goes out as is."""
 
     def event(self, event: SseEvent) -> bytes:
+        raw = event.raw
+        if b'"usage"' not in raw and b"\\" not in raw:  # no such member, escaped or not:
+            return raw  # no parse (a token's event, told by its shape, is not parsed at all)
         document = event.json()
         if document is not None and document.get("choices") == [] and "usage" in document:
             return b""
