@@ -97,7 +97,7 @@ TRICKY = (
         event('"usage":null,"choices":[{"index":0,"delta":{"content":"u"}}]'),
         event('"choices":[{"index":0,"delta":{"content":"x"}}]').replace(b"m-served", b"m-other"),
         event('"choices":[{"index":0,"delta":{"content":"two","content":""}}]'),
-    event('"choices":[],"\\u0075sage":{"prompt_tokens":3,"completion_tokens":9}'),
+        event('"choices":[],"\\u0075sage":{"prompt_tokens":3,"completion_tokens":9}'),
         b"data: [DONE]\n\n",
     ]
 )
