@@ -10,6 +10,7 @@ import pytest
 from kinference.cluster.connection import RedisClient, connect
 from kinference.config import parse_policy
 from loadtest.redis_server import RedisServer
+from tests.cluster.test_leases import Clocks
 from tests.conftest import MODEL, PickerFactory, RunningPicker
 from tests.scenarios.conftest import start_engines  # noqa: F401 (a fixture, shared)
 
@@ -35,6 +36,12 @@ async def client(redis_server: RedisServer) -> AsyncIterator[RedisClient]:
     redis = connect(redis_server.url)
     yield redis
     await redis.aclose()
+
+
+@pytest.fixture
+def clocks() -> Clocks:
+    """The leased budgets' clocks (`tests.cluster.test_leases.Clocks`)."""
+    return Clocks()
 
 
 @pytest.fixture
