@@ -13,8 +13,9 @@ reaches it has cost some 10-50 ms for a short conversation and about a second at
 message limit (`template.MAX_MESSAGES`, 4,096), where it ran without end.
 
 How: `MeteredSandbox.compile` passes every `{% for %}`'s iterable through the filter
-`STEP_FILTER` (an iterator that counts its items; a filter, not a call, so that what the
-sandbox's `call` guards does not see it), and `call` (every call a sandboxed
+`STEP_FILTER` (a filter, not a call, so that what the sandbox's `call` guards does not see
+it), which charges a sized iterable's length at once and counts a range's or an
+iterator's items as they come), and `call` (every call a sandboxed
 template makes: functions, methods, macros) counts `CALL_STEPS` (a recursive loop's
 `LOOP_CALL_STEPS`). The budget of the render
 under way is a context variable set by `metered`; a render outside it is not counted.
@@ -23,7 +24,7 @@ under way is a context variable set by `metered`; a render outside it is not cou
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from contextlib import contextmanager
 from typing import Any
 
@@ -88,8 +89,15 @@ def metered(budget: int) -> Iterator[Meter]:
 
 
 def _counted(iterable: Any) -> Any:
+    """A loop's iterable, its items counted: a sized one's at once (a list of messages, a
+    dict, a string: the loop runs on it as it is), a range's or an iterator's one by one."""
     meter = _METER.get()
-    return iterable if meter is None else meter.count(iterable)
+    if meter is None:
+        return iterable
+    if isinstance(iterable, Sized) and not isinstance(iterable, range):
+        meter.charge(len(iterable))  # (a loop that breaks early is charged it all)
+        return iterable
+    return meter.count(iterable)
 
 
 class MeteredSandbox(ImmutableSandboxedEnvironment):
