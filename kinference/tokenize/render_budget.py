@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from jinja2 import nodes
+from jinja2.exceptions import SecurityError
 from jinja2.runtime import LoopContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -125,7 +126,11 @@ class MeteredSandbox(ImmutableSandboxedEnvironment):
         return super().compile(tree, name, filename, raw=False, defer_init=defer_init)
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        """The sandbox's `call` (its check, then the context's call: written out here, a
+        `super()` call and its arguments' repacking cost a Qwen 3 render 7 %), counted."""
         meter = _METER.get()
         if meter is not None:
-            meter.charge(LOOP_CALL_STEPS if isinstance(__obj, LoopContext) else CALL_STEPS)
-        return super().call(__context, __obj, *args, **kwargs)
+            meter.charge(LOOP_CALL_STEPS if type(__obj) is LoopContext else CALL_STEPS)
+        if not __self.is_safe_callable(__obj):
+            raise SecurityError(f"{__obj!r} is not safely callable")
+        return __context.call(__obj, *args, **kwargs)
