@@ -9,7 +9,7 @@ tokenizer thread, and every later Pick of the pool waited behind it. A step cost
 (a method, a macro) 2-5 µs: hence `CALL_STEPS`. Real templates take 1-2 iterations and a
 few calls per message (HF's chatml, Llama 3, Qwen 3: tests/tokenize/test_render_budget.py),
 so `BASE_STEPS` plus `STEPS_PER_MESSAGE` per message is far from any of them; a render that
-reaches it has cost some 10-50 ms for a short conversation and about a second at the
+reaches it has cost some 20-100 ms for a short conversation and about a second at the
 message limit (`template.MAX_MESSAGES`, 4,096), where it ran without end.
 
 How: `MeteredSandbox.compile` passes every `{% for %}`'s iterable through the filter
