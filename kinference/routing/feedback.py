@@ -53,8 +53,15 @@ class RouterFeedback:
 
     def engine_reading(self, endpoint: str, ready: bool, reading: EngineReading | None) -> None:
         """An engine's readiness and metrics (None: unknown), from a scrape here or the
-        scrape leader's reading in a cluster."""
-        slot = self.table.slot(endpoint)
+        scrape leader's reading in a cluster. A worker in no pool here and without a slot
+        (another pool's on a shared stream, a pod gone here already) is left unread: its
+        reading would take a slot until the next reload; once it joins a pool, its next
+        reading (at most a refresh later) is read."""
+        slot = self.table.find(endpoint)
+        if slot is None:
+            if not self.policy.catalog.models_of(endpoint):
+                return
+            slot = self.table.slot(endpoint)
         self.table.set_ready(slot, ready)
         if reading is None:
             self.table.set_engine(slot, waiting=None, running=None, kv_usage=None)

@@ -35,7 +35,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from kinference.tokenize.render_budget import MeteredSandbox
 
 
 def _names(text: str) -> frozenset[str]:
@@ -199,7 +200,7 @@ def holds_long(value: Any, minimum: int = STAND_IN_CHARS) -> bool:
     return False
 
 
-class StandInEnvironment(ImmutableSandboxedEnvironment):
+class StandInEnvironment(MeteredSandbox):
     """HF's environment (`template`), guarded for stand-ins as the module says: `guard`
     once its filters and tests are all in."""
 

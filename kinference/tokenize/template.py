@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 
 import jinja2
 import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from kinference.tokenize.render_budget import Exhausted, MeteredSandbox, budget_for, metered
 from kinference.tokenize.stand_in import (
     STAND_IN_CHARS,
     StandInEnvironment,
@@ -33,7 +33,7 @@ from kinference.tokenize.stand_in import (
 )
 from kinference.tokenize.stand_in_trim import trim_filter
 
-E = TypeVar("E", bound=ImmutableSandboxedEnvironment)
+E = TypeVar("E", bound=MeteredSandbox)
 _SPECIAL_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
 # Rendering is a Python loop per message (~10 µs each): more than this many messages are
 # not rendered (the Pick uses the approximate index), so a render stays within ~50 ms.
@@ -42,6 +42,11 @@ MAX_MESSAGES = 4096
 
 class TemplateError(ValueError):
     """The template could not be loaded or could not render this conversation."""
+
+
+class RenderBudgetExceeded(TemplateError):
+    """The render took more steps (loop iterations, calls) than its budget allows
+    (`render_budget`): a template that loops without end in practice."""
 
 
 class ChatTemplate:
@@ -54,7 +59,7 @@ class ChatTemplate:
         stand_in_chars: int = STAND_IN_CHARS,
     ) -> None:
         try:
-            self._template = _environment(ImmutableSandboxedEnvironment).from_string(source)
+            self._template = _environment(MeteredSandbox).from_string(source)
         except jinja2.TemplateError as exc:
             raise TemplateError(f"chat template does not compile: {exc}") from None
         guarded = _environment(StandInEnvironment)
@@ -90,14 +95,22 @@ class ChatTemplate:
         if len(messages) > MAX_MESSAGES:
             raise TemplateError(f"more than {MAX_MESSAGES} messages")
         flat = [_flatten(m) for m in messages]
-        if self._standing_in is not None and holds_long([flat, tools], self.stand_in_chars):
-            text = self._stood_in(flat, tools)
-            if text is not None:
-                return text
+        budget = budget_for(len(flat))
         try:
-            return self._template.render(
-                messages=flat, tools=tools, add_generation_prompt=True, **self.special
-            )
+            if self._standing_in is not None and holds_long([flat, tools], self.stand_in_chars):
+                with metered(budget):
+                    text = self._stood_in(flat, tools)
+                if text is not None:
+                    return text
+            with metered(budget):
+                return self._template.render(
+                    messages=flat, tools=tools, add_generation_prompt=True, **self.special
+                )
+        except Exhausted:
+            raise RenderBudgetExceeded(
+                f"chat template took more than {budget} steps (loop iterations and calls) "
+                f"for {len(flat)} messages"
+            ) from None
         except Exception as exc:  # the template's (Jinja's, its arithmetic, its recursion)
             raise TemplateError(f"chat template failed: {exc}") from None
 

@@ -63,6 +63,13 @@ def reader(redis: RedisClient) -> Reader:
     return found
 
 
+async def load_read(redis: RedisClient) -> dict[str, int]:
+    """Replica a's load as a reader from the stream's start reads it."""
+    following = reader(redis)
+    await following.read()
+    return following.view.load["a"]
+
+
 async def entries(redis: RedisClient) -> list[codec.Entry]:
     found = [codec.decode(i, f) for i, f in await redis.xrange(KEYS.events())]
     return [entry for entry in found if entry is not None]
@@ -125,9 +132,7 @@ async def test_events_lost_to_the_bound_are_replaced_by_a_snapshot(
         replica.pick()
     assert replica.outbox.dropped == 15
     await shards.flush()
-    following = reader(redis)
-    await following.read()
-    assert following.view.load["a"] == {ENDPOINT: 25}
+    assert await load_read(redis) == {ENDPOINT: 25}
 
 
 async def test_a_pick_between_the_take_and_the_send_is_counted_once(
@@ -143,9 +148,7 @@ async def test_a_pick_between_the_take_and_the_send_is_counted_once(
     replica.pick()
     await flush
     await shards.flush()  # the second pick, as a delta
-    following = reader(redis)
-    await following.read()
-    assert following.view.load["a"] == {ENDPOINT: 2}
+    assert await load_read(redis) == {ENDPOINT: 2}
 
 
 async def test_a_reader_lets_the_loop_run_while_it_applies_a_backlog(

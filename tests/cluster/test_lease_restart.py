@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 from kinference.cluster.connection import RedisClient
 from kinference.cluster.lease_state import IDLE_S
 from kinference.cluster.lease_writes import RECOVER_S
@@ -14,11 +12,6 @@ from loadtest.redis_server import RedisServer
 from tests.cluster.test_leases import KEYS, TENANT, Clocks, leased_sum, until_ok
 
 LIMIT = 1_200  # slices of 150 with two replicas
-
-
-@pytest.fixture
-def clocks() -> Clocks:
-    return Clocks()
 
 
 def replica(redis: RedisClient, clocks: Clocks, name: str) -> LeasedBudget:

@@ -37,11 +37,6 @@ class Clocks:
         return self.now - 1_000_000_000.0
 
 
-@pytest.fixture
-def clocks() -> Clocks:
-    return Clocks()
-
-
 def budget(redis: RedisClient, clocks: Clocks, replicas: int = 3) -> LeasedBudget:
     return LeasedBudget(
         redis, KEYS, replicas=lambda: replicas, clock=clocks.clock, wall=clocks.wall

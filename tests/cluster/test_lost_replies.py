@@ -1,14 +1,12 @@
 """Writes that Redis applied but whose reply never came back (a connection cut after the
 command, a timeout while Redis was stalled): retried, they must not count twice.
 
-A proxy between the budget and a real redis-server forwards everything, except that once
-armed it lets the next command naming `marker` through and then cuts the connection before
-the reply, as a stalled or restarted link does."""
+A proxy between the budget and a real redis-server (`tests.cluster.proxy.CuttingProxy`)
+lets the next command naming a marker through and then cuts the connection before the
+reply."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -17,51 +15,8 @@ from redis.exceptions import RedisError
 from kinference.cluster.connection import RedisClient, connect
 from kinference.cluster.leases import LeasedBudget
 from loadtest.redis_server import RedisServer
+from tests.cluster.proxy import CuttingProxy
 from tests.cluster.test_leases import KEYS, TENANT, Clocks, leased_sum, until_ok
-
-
-class CuttingProxy:
-    def __init__(self, port: int) -> None:
-        self._port = port
-        self.marker: bytes | None = None  # cut after the next command that names this
-        self.cuts = 0
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> int:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return int(self._server.sockets[0].getsockname()[1])
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._port)
-        cut = asyncio.Event()
-
-        async def upstream() -> None:
-            while data := await reader.read(65536):
-                up_writer.write(data)
-                await up_writer.drain()
-                if self.marker is not None and self.marker in data:
-                    self.marker = None
-                    cut.set()
-
-        async def downstream() -> None:
-            while data := await up_reader.read(65536):
-                if cut.is_set():
-                    self.cuts += 1
-                    return  # the reply is lost
-                writer.write(data)
-                await writer.drain()
-
-        tasks = [asyncio.create_task(upstream()), asyncio.create_task(downstream())]
-        with contextlib.suppress(Exception):
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            task.cancel()
-        for stream in (writer, up_writer):
-            stream.close()
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
 
 
 @pytest.fixture

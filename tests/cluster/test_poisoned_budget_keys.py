@@ -10,6 +10,8 @@ usage skips the key.
 
 from __future__ import annotations
 
+import pytest
+
 from kinference.cluster.connection import RedisClient
 from kinference.cluster.keys import Keys
 from kinference.cluster.leases import LeasedBudget
@@ -19,24 +21,29 @@ KEYS = Keys("test:")
 LIMIT = 6_000
 
 
-def budget(redis: RedisClient, clocks: Clocks) -> LeasedBudget:
-    return LeasedBudget(redis, KEYS, replicas=lambda: 2, clock=clocks.clock, wall=clocks.wall)
+@pytest.fixture
+def replica(client: RedisClient, clocks: Clocks) -> LeasedBudget:
+    """One of two replicas' budgets, on `clocks`."""
+    return LeasedBudget(client, KEYS, replicas=lambda: 2, clock=clocks.clock, wall=clocks.wall)
 
 
 async def usage(redis: RedisClient, tenant: str) -> int:
     return sum(int(tokens) for tokens in (await redis.hgetall(KEYS.usage(tenant))).values())
 
 
-async def test_a_leases_key_of_another_type_leaves_the_other_tenants_leased(
-    client: RedisClient,
-) -> None:
-    clocks = Clocks()
-    await client.set(KEYS.leases("junk"), "not a hash")
-    replica = budget(client, clocks)
-    for tenant in ("junk", "team-a"):  # the junk tenant first: its call goes first
-        assert replica.exhausted(tenant, LIMIT) is None
+async def round_ok(replica: LeasedBudget) -> None:
+    """A lease round that does not fail for the junk keys."""
     await replica.sync_once()  # raised WRONGTYPE: every round, for every tenant
     assert replica.connected and not replica.offline
+
+
+async def test_a_leases_key_of_another_type_leaves_the_other_tenants_leased(
+    client: RedisClient, clocks: Clocks, replica: LeasedBudget
+) -> None:
+    await client.set(KEYS.leases("junk"), "not a hash")
+    for tenant in ("junk", "team-a"):  # the junk tenant first: its call goes first
+        assert replica.exhausted(tenant, LIMIT) is None
+    await round_ok(replica)
     assert replica.balance("team-a") > 0
     # The junk tenant is budgeted here alone: its share, then refused with a reason.
     assert replica.exhausted("junk", LIMIT) is None
@@ -51,16 +58,13 @@ async def test_a_leases_key_of_another_type_leaves_the_other_tenants_leased(
 
 
 async def test_a_usage_key_of_another_type_is_skipped_and_the_rest_counted_once(
-    client: RedisClient,
+    client: RedisClient, replica: LeasedBudget
 ) -> None:
-    clocks = Clocks()
     await client.set(KEYS.usage("junk"), "not a hash")
-    replica = budget(client, clocks)
     for tenant in ("team-a", "junk", "team-b"):
         replica.exhausted(tenant, LIMIT)
         replica.record(tenant, LIMIT, 100)
-    await replica.sync_once()
-    assert replica.connected and not replica.offline
+    await round_ok(replica)
     for tenant in ("team-a", "team-b"):
         replica.record(tenant, LIMIT, 10)
     await replica.sync_once()
@@ -69,16 +73,13 @@ async def test_a_usage_key_of_another_type_is_skipped_and_the_rest_counted_once(
 
 
 async def test_a_tenants_set_or_batch_key_of_another_type_fails_no_round(
-    client: RedisClient,
+    client: RedisClient, replica: LeasedBudget
 ) -> None:
-    clocks = Clocks()
-    replica = budget(client, clocks)
     await client.set(KEYS.tenants(), "not a set")
     await client.rpush(KEYS.usage_batch(""), "not a string")
     replica.exhausted("team-a", LIMIT)
     replica.record("team-a", LIMIT, 100)
     await replica.sync_once()
     replica.record("team-a", LIMIT, 10)
-    await replica.sync_once()
-    assert replica.connected and not replica.offline
+    await round_ok(replica)
     assert await usage(client, "team-a") == 110

@@ -27,6 +27,18 @@ CODE_POOL = f"""  - namespace: default
     endpoints: ["10.0.1.1:8000", "10.0.1.2:8000"]
     models: ["{CODE_MODEL}"]
 """
+BOTH = "pools:\n" + CHAT_POOL + CODE_POOL
+CHAT_ONLY = "pools:\n" + CHAT_POOL
+
+
+async def routing_both_and_chat_only(
+    start_picker: PickerFactory, url: str
+) -> tuple[RunningPicker, RunningPicker]:
+    """A replica routing both pools and one routing the chat pool only, on `url`."""
+    return (
+        await start_picker(parse_policy(BOTH), redis_url=url),
+        await start_picker(parse_policy(CHAT_ONLY), redis_url=url),
+    )
 
 
 def test_each_pool_has_its_own_hash_tag_and_global_keys_stay_global() -> None:
@@ -86,11 +98,7 @@ def spy_reads(replica: RunningPicker) -> set[str]:
 async def test_two_pools_live_on_different_masters_and_replicas_read_only_their_pools(
     redis_cluster: RedisClusterServers, start_picker: PickerFactory
 ) -> None:
-    both = parse_policy("pools:\n" + CHAT_POOL + CODE_POOL)
-    chat_only = parse_policy("pools:\n" + CHAT_POOL)
-    url = redis_cluster.url
-    router = await start_picker(both, redis_url=url)
-    chat = await start_picker(chat_only, redis_url=url)
+    router, chat = await routing_both_and_chat_only(start_picker, redis_cluster.url)
     read_by_chat = spy_reads(chat)
     for n in range(3):
         await pick_ok(router, chat_body(content=f"chat {n}"))
@@ -116,11 +124,7 @@ async def test_two_pools_live_on_different_masters_and_replicas_read_only_their_
 async def test_a_reloaded_policy_opens_and_closes_shards_and_load_follows(
     redis_server: RedisServer, start_picker: PickerFactory
 ) -> None:
-    both = parse_policy("pools:\n" + CHAT_POOL + CODE_POOL)
-    chat_only = parse_policy("pools:\n" + CHAT_POOL)
-    url = redis_server.url
-    router = await start_picker(both, redis_url=url)
-    follower = await start_picker(chat_only, redis_url=url)
+    router, follower = await routing_both_and_chat_only(start_picker, redis_server.url)
     for n in range(2):
         await pick_ok(router, chat_body(content=f"code {n}", model=CODE_MODEL))
     cluster = follower.app.cluster
@@ -129,8 +133,10 @@ async def test_a_reloaded_policy_opens_and_closes_shards_and_load_follows(
     def code_load() -> int:
         return sum(follower.app.inflight.load(e) for e in ("10.0.1.1:8000", "10.0.1.2:8000"))
 
-    follower.app.apply_policy(both)  # the code pool's shard opens and bootstraps its load
+    follower.app.apply_policy(
+        parse_policy(BOTH)
+    )  # the code pool's shard opens and bootstraps its load
     await wait_until(lambda: code_load() == 2, what="the code pool's load after the reload")
-    follower.app.apply_policy(chat_only)  # closed again: its view's load is taken out
+    follower.app.apply_policy(parse_policy(CHAT_ONLY))  # closed again: its view's load is taken out
     await wait_until(lambda: code_load() == 0, what="the code pool's load gone")
     assert set(cluster.shards.pools) == {CHAT}

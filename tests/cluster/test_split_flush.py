@@ -13,72 +13,15 @@ the hash in between.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from kinference.cluster.connection import RedisClient, connect
 from kinference.cluster.loads import load_reply
 from kinference.cluster.outbox import Outbox
 from loadtest.redis_server import RedisServer
+from tests.cluster.proxy import SplittingProxy
 from tests.cluster.wiring import shards_of
 
 ENDPOINT = "10.0.0.1:8000"
-
-
-def first_command_end(data: bytes) -> int:
-    """Where the first RESP command (an array of bulk strings) in `data` ends."""
-    count, at = data[1 : data.index(b"\r\n")], data.index(b"\r\n") + 2
-    for _ in range(int(count)):
-        length = int(data[at + 1 : data.index(b"\r\n", at)])
-        at = data.index(b"\r\n", at) + 2 + length + 2
-    return at
-
-
-class SplittingProxy:
-    """Forwards everything; once armed, holds the rest of the next write after its first
-    command until `go` is set."""
-
-    def __init__(self, port: int) -> None:
-        self._port = port
-        self.armed = False
-        self.split = asyncio.Event()  # set once the first command went through alone
-        self.go = asyncio.Event()
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> int:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return int(self._server.sockets[0].getsockname()[1])
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._port)
-
-        async def upstream() -> None:
-            while data := await reader.read(65536):
-                if self.armed:
-                    self.armed, end = False, first_command_end(data)
-                    up_writer.write(data[:end])
-                    await up_writer.drain()
-                    self.split.set()
-                    await self.go.wait()
-                    data = data[end:]
-                up_writer.write(data)
-                await up_writer.drain()
-
-        async def downstream() -> None:
-            while data := await up_reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-
-        tasks = [asyncio.create_task(upstream()), asyncio.create_task(downstream())]
-        with contextlib.suppress(Exception):
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            task.cancel()
-        for stream in (writer, up_writer):
-            stream.close()
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
 
 
 async def test_a_reader_between_a_flush_s_commands_finds_its_seq_and_counts_together(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -101,41 +103,18 @@ def test_missing_extra_is_one_line(
 
 async def test_real_process_serves_and_stops_on_sigterm(picker: RunningPicker) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("KINFERENCE_")}
-    env["KINFERENCE_GATEWAY_PICKER"] = picker.target
-    process = await asyncio.create_subprocess_exec(
-        *[sys.executable, "-m", "kinference", "gateway", "--listen", f"127.0.0.1:{port}"],
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
+    argv = ["--listen", f"127.0.0.1:{port}"]
+    async with gateway_process(argv, KINFERENCE_GATEWAY_PICKER=picker.target) as process:
         async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
             await _wait_healthy(http, process, f"http://127.0.0.1:{port}/healthz")
-        process.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(15):
-            _out, err = await process.communicate()
-        assert process.returncode == 0, err.decode()
-        assert b"kinference gateway on 127.0.0.1" in err
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.communicate()
+        assert b"kinference gateway on 127.0.0.1" in await stopped(process)
 
 
 async def test_real_process_in_process_mode(tmp_path: Path) -> None:
     """Without a picker target the gateway hosts the picker, whose gRPC service it serves too."""
     port, grpc_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("KINFERENCE_")}
-    env["KINFERENCE_METRICS_LISTEN"] = ""
     argv = ["--listen", f"127.0.0.1:{port}", "--grpc-listen", f"127.0.0.1:{grpc_port}"]
-    process = await asyncio.create_subprocess_exec(
-        *[sys.executable, "-m", "kinference", "gateway", *argv],
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
+    async with gateway_process(argv, KINFERENCE_METRICS_LISTEN="") as process:
         async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
             await _wait_healthy(http, process, f"http://127.0.0.1:{port}/health")
             models = (await http.get(f"http://127.0.0.1:{port}/v1/models")).json()
@@ -150,20 +129,41 @@ async def test_real_process_in_process_mode(tmp_path: Path) -> None:
             pushed = await client.push([b'{"model": "m", "messages": []}'])
             pick = await client.pick(pushed.stream_id)  # no such model: nothing is held
             assert pick.outcome == pb.PickResponse.NO_WORKERS
-        process.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(15):
-            _out, err = await process.communicate()
-        assert process.returncode == 0, err.decode()
+        err = await stopped(process)
         assert b"picker in-process" in err
         # At the default level (INFO) each request leaves one access line: path and status,
         # never the body (it holds the user's prompt).
         access = f'"POST /v1/chat/completions HTTP/1.1" {asked.status_code}'.encode()
         assert err.count(access) == 1, err.decode()
         assert SECRET.encode() not in err
+
+
+@contextlib.asynccontextmanager
+async def gateway_process(argv: list[str], **env: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`kinference gateway ARGV` in a process of its own, with `env` and no other
+    KINFERENCE_* variable; killed on the way out unless it stopped."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("KINFERENCE_")} | env
+    process = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "kinference", "gateway", *argv],
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        yield process
     finally:
         if process.returncode is None:
             process.kill()
             await process.communicate()
+
+
+async def stopped(process: asyncio.subprocess.Process) -> bytes:
+    """SIGTERM; the process's stderr once it exited 0."""
+    process.send_signal(signal.SIGTERM)
+    async with asyncio.timeout(15):
+        _out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    return err
 
 
 async def _wait_healthy(

@@ -22,6 +22,7 @@ from kinference.bodies import Body
 from kinference.requests import MalformedRequest, parse_request, rewrite
 from tests.requests import pieces_of, scanned_body, uploaded_body, whole_body
 from tests.requests.samples import SAMPLES
+from tests.requests.test_fuzz import paths
 from tests.requests.test_rewrite import random_plan
 
 SAMPLE_NAMES = sorted(SAMPLES)
@@ -86,17 +87,6 @@ def all_paths(data: bytes, chunk: int) -> tuple[Any, ...]:
     if "ok" in (whole[0], scanned[0], uploaded[0]):
         assert whole == scanned == uploaded, data[:200]
     return whole
-
-
-def paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [path]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found += paths(item, (*path, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found += paths(item, (*path, index))
-    return found
 
 
 def with_hostile_value(doc: dict[str, Any], rng: random.Random, raw: str) -> bytes:

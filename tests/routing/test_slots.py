@@ -13,6 +13,7 @@ import pytest
 from kinference.config import parse_policy
 from kinference.ops.routing_collector import RoutingCollector
 from kinference.routing import WorkerTable
+from kinference.routing.features import EngineReading
 from kinference.routing.pending import PendingPrefix
 from kinference.routing.plugins.pick import MaxScorePicker
 from tests.routing.test_router import chat, make
@@ -161,3 +162,21 @@ def test_a_probe_released_before_its_first_token_is_no_probe_in_flight(ended: st
     assert env.table.probing[probe.slot] == 0.0
     env.router.reload(parse_policy(policy([pod(1), pod(2)])))
     assert env.table.find(pod(0)) is None
+
+
+def test_readings_of_workers_in_no_pool_take_no_slot() -> None:
+    """Another replica's scrape leader sends readings of workers this replica's policy does
+    not know (another pool's on the shared stream, a pod gone here already): each took a
+    slot until the next reload here, and for good without one. Now they are left unread; a
+    worker still draining here is read as before, and one that joins a pool is read from
+    its next reading on."""
+    env = make(policy([pod(0), pod(1)]))
+    reading = EngineReading(waiting=3, running=2, kv_usage=0.5, scraped_at=env.clock())
+    for n in range(2, 102):
+        env.router.engine_reading(pod(n), True, reading)
+    assert len(env.table) == 2
+    env.router.reload(parse_policy(policy([pod(0), pod(2)])))
+    assert env.table.find(pod(1)) is None  # idle: freed at the reload
+    env.router.engine_reading(pod(2), True, reading)
+    slot = env.table.find(pod(2))
+    assert slot is not None and env.table.waiting[slot] == 3
