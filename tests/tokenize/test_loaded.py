@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,9 +47,9 @@ async def test_a_corrupt_tokenizer_is_a_reason_not_a_traceback_per_pick(
     loads = []
     real = PromptTokenizer.from_files.__func__  # type: ignore[attr-defined]
 
-    def counted(cls: type[PromptTokenizer], *args: object) -> PromptTokenizer:
+    def counted(cls: type[PromptTokenizer], *args: object, **named: Any) -> PromptTokenizer:
         loads.append(args)
-        return real(cls, *args)  # type: ignore[no-any-return]
+        return real(cls, *args, **named)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(PromptTokenizer, "from_files", classmethod(counted))
     preparer = PromptPreparer(policy)
@@ -119,9 +120,9 @@ def test_a_failed_load_is_retried_in_the_background_not_on_a_picks_path(
     clock, queued, loads = [0.0], [], []
     real = PromptTokenizer.from_files.__func__  # type: ignore[attr-defined]
 
-    def counted(cls: type[PromptTokenizer], *args: object) -> PromptTokenizer:
+    def counted(cls: type[PromptTokenizer], *args: object, **named: Any) -> PromptTokenizer:
         loads.append(args)
-        return real(cls, *args)  # type: ignore[no-any-return]
+        return real(cls, *args, **named)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(PromptTokenizer, "from_files", classmethod(counted))
     tokenizers = Tokenizers(lambda: clock[0], later=lambda work: queued.append(work) or True)
