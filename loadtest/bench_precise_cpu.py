@@ -1,7 +1,7 @@
 """The CPU a precise Pick's parts cost, in process: thread CPU time per part, not latency.
 
     python -m loadtest.bench_precise_cpu [--size 65536] [--rounds 5]
-        [--workloads cold,chat,chatx16] [--profile tottime]
+        [--workloads cold,chat,chatx16,dynamo] [--profile tottime] [--json FILE]
 
 The Pick bench's prompts (`bench_precise_pick`: cold prompts, conversations on one shared
 system prompt) and its stand-in engines' payloads, replayed one Pick at a time through the
@@ -16,11 +16,18 @@ timed with `time.thread_time` (the Rust encoder's own threads are not counted); 
 per Pick, the lowest of `--rounds` rounds (each on fresh state): CPU time, which a busy
 machine's noise hides far less than latency. `--profile` prints cProfile's view of the
 last round.
+
+`dynamo`: the routing bench's Dynamo workload instead (`loadtest.precise_dynamo`: its bodies
+in send order, `--seeds`, `--requests` each, at `--rate`, on the mocker's model in
+`--model-dir`), each through the server's `PromptPreparer.prepare` (the loop's CPU in it, and
+the tokenizer thread's if it took part: "tokenization at Pick") and its background rest (the
+tokenizer thread's CPU: "the rest in the background"); per body kind too.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import gc
 import json
@@ -38,11 +45,14 @@ from kinference.kvevents.wire import decode_batch
 from kinference.tokenize.bounds import FOREGROUND_CHARS, LATER_SLICE_CHARS
 from kinference.tokenize.tokenizer import PromptText, PromptTokenizer
 from loadtest import bench_precise_pick as pick
+from loadtest import precise_dynamo
 from loadtest.kv_publisher import HeldBlocks
 from loadtest.tiny_model import write_model
 
 SLOTS = 4
 INTERLEAVED = "chatx16"  # the Pick bench's chat x16, turns interleaved (see the docstring)
+DYNAMO = "dynamo"  # the routing bench's Dynamo workload (see the docstring)
+_DYNAMO_PARTS = {"at Pick": "tokenization at Pick", "rest": "the rest in the background"}
 WAVE = 16
 Workload = tuple[str, list[list[pick.Prompt]]]
 
@@ -124,10 +134,29 @@ def workloads(tokenizer: PromptTokenizer, size: int, names: list[str]) -> list[W
     return [(name, made[name]()) for name in names]
 
 
+def dynamo_round(args: argparse.Namespace, parts: Parts) -> dict[str, int]:
+    """One round of the Dynamo workload into `parts`; Picks by name (all, and per kind)."""
+    picks: defaultdict[str, int] = defaultdict(int)
+    clocks = precise_dynamo.Clocks()
+    for seed in map(int, args.seeds.split(",")):
+        bodies = precise_dynamo.bodies(seed, args.rate, args.requests)
+        asyncio.run(precise_dynamo.replay(bodies, args.model_dir, clocks))
+        for kind, _ in bodies:
+            picks[DYNAMO] += 1
+            picks[f"{DYNAMO} {kind}"] += 1
+    for (kind, part), seconds in clocks.seconds.items():
+        for name in (DYNAMO, f"{DYNAMO} {kind}"):
+            parts.seconds[f"{name}: {_DYNAMO_PARTS[part]}"] += seconds
+    return picks
+
+
 def measure(args: argparse.Namespace, files: tuple[Path, Path]) -> dict[str, float]:
     """Per part, µs per Pick: the lowest of the rounds."""
-    tokenizer = PromptTokenizer.from_files(str(files[0]), str(files[1]), pick.BLOCK)
-    loads = workloads(tokenizer, args.size, args.workloads.split(","))
+    names = args.workloads.split(",")
+    loads, others = [], [name for name in names if name != DYNAMO]
+    if others:
+        tokenizer = PromptTokenizer.from_files(str(files[0]), str(files[1]), pick.BLOCK)
+        loads = workloads(tokenizer, args.size, others)
     picks = {name: sum(map(len, conversations)) for name, conversations in loads}
     gc.collect()
     gc.freeze()  # the prepared prompts are the bench's, not the parts'
@@ -137,7 +166,10 @@ def measure(args: argparse.Namespace, files: tuple[Path, Path]) -> dict[str, flo
         profile = cProfile.Profile() if args.profile and round_ == args.rounds - 1 else None
         if profile is not None:
             profile.enable()
-        Replay(files, parts).run(loads)
+        if loads:
+            Replay(files, parts).run(loads)
+        if DYNAMO in names:
+            picks.update(dynamo_round(args, parts))
         if profile is not None:
             profile.disable()
             pstats.Stats(profile, stream=sys.stderr).sort_stats(args.profile).print_stats(40)
@@ -154,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--rounds", type=int, default=5)
     cli.add_argument("--workloads", default="cold,chat")
     cli.add_argument("--profile", default="", help="a cProfile sort key, e.g. tottime")
+    cli.add_argument("--model-dir", type=Path, default=precise_dynamo.MODEL_DIR)
+    cli.add_argument("--seeds", default="1,2", help="dynamo: the routing bench's seeds")
+    cli.add_argument("--requests", type=int, default=90, help="dynamo: requests per seed")
+    cli.add_argument("--rate", type=float, default=3.0, help="dynamo: requests per second")
+    cli.add_argument("--json", type=Path, help="also write the figures here")
     args = cli.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-precise-cpu-") as work:
         best = measure(args, write_model(Path(work)))
@@ -165,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {part} | {best[part]:.1f} |")
     for name, total in totals.items():
         print(f"| **{name}, all parts** | **{total:.1f}** |")
+    if args.json:
+        args.json.write_text(json.dumps(best, indent=1, sort_keys=True))
     return 0
 
 

@@ -43,11 +43,14 @@ class Tokenizers:
         self,
         clock: Callable[[], float] = time.monotonic,
         later: Callable[[Callable[[], None]], bool] = lambda work: False,
+        hold_gil: Callable[[], bool] = lambda: True,
     ) -> None:
         """`later`: queues background work on the tokenizer thread (`TokenizerThread.later`;
-        False: not queued), for the retries of failed loads."""
+        False: not queued), for the retries of failed loads; `hold_gil`: the tokenizers'
+        (`PromptTokenizer`)."""
         self._clock = clock
         self._later = later
+        self._hold_gil = hold_gil
         self._loaded: dict[Profile, tuple[PromptTokenizer, _Signature]] = {}
         # Profile -> when it may be tried again, and its files' signature when they failed
         self._failed: dict[Profile, tuple[float, _Signature]] = {}
@@ -95,7 +98,7 @@ class Tokenizers:
         signature = _signature(profile)
         previous = self._loaded.get(profile)
         try:
-            made = PromptTokenizer.from_files(*profile)
+            made = PromptTokenizer.from_files(*profile, hold_gil=self._hold_gil)
         except Exception as exc:  # tokenizers raises Exception itself; JSON, Jinja, OS errors
             kept = "; the one loaded before stays in use" if previous is not None else ""
             log.warning("tokenizer %s (template %s) does not load: %s%s", *profile[:2], exc, kept)

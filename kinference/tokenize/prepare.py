@@ -61,7 +61,9 @@ class PromptPreparer:
         self._caches = caches  # read from the thread (see PoolCaches.reach)
         self._observe = observe  # seconds per tokenized prompt
         self._thread = TokenizerThread()
-        self._tokenizers = Tokenizers(later=self._thread.later)  # touched on the thread only
+        # Touched on the thread only (or `here`, holding its work): short texts are encoded
+        # holding the GIL on it, not on the event loop's thread (`PromptTokenizer`).
+        self._tokenizers = Tokenizers(later=self._thread.later, hold_gil=self._thread.current)
         self._history = DecodedHistory()  # large messages decoded once a conversation: ditto
         self._plan = plan_of(policy)
         self._tickets = itertools.count(1)

@@ -190,13 +190,20 @@ def stand_in(value: Any, minimum: int = STAND_IN_CHARS) -> Any:
 
 
 def holds_long(value: Any, minimum: int = STAND_IN_CHARS) -> bool:
-    """Whether some string in `value` is long enough to be stood in for."""
+    """Whether some string in `value` is long enough to be stood in for (asked of every
+    chat's messages: strings are looked at in the loop, only containers recursed into)."""
     if isinstance(value, str):
         return len(value) >= minimum
     if isinstance(value, dict):
-        return any(holds_long(v, minimum) for v in value.values())
-    if isinstance(value, list):
-        return any(holds_long(v, minimum) for v in value)
+        value = value.values()
+    elif not isinstance(value, list):
+        return False
+    for item in value:
+        if isinstance(item, str):
+            if len(item) >= minimum:
+                return True
+        elif isinstance(item, dict | list) and holds_long(item, minimum):
+            return True
     return False
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +47,15 @@ class PromptText:
     token_ids: tuple[int, ...] | None = None
 
 
+def _always() -> bool:
+    return True
+
+
 class PromptTokenizer:
-    """One model's tokenizer, chat template and block size. Used from one thread only."""
+    """One model's tokenizer, chat template and block size. Used from one thread at a time.
+
+    `hold_gil`: whether short texts are encoded holding the GIL on the calling thread now
+    (see `_encoded`; by default always)."""
 
     def __init__(
         self,
@@ -56,8 +63,11 @@ class PromptTokenizer:
         template: ChatTemplate | None,
         block_size: int,
         cache: PieceCache | None = None,
+        *,
+        hold_gil: Callable[[], bool] = _always,
     ) -> None:
         self._tokenizer = tokenizer
+        self._hold_gil = hold_gil
         self._template = template
         self.block_size = block_size
         self.cache = cache or PieceCache()
@@ -73,10 +83,15 @@ class PromptTokenizer:
 
     @classmethod
     def from_files(
-        cls, tokenizer_path: str, template_path: str | None, block_size: int
+        cls,
+        tokenizer_path: str,
+        template_path: str | None,
+        block_size: int,
+        *,
+        hold_gil: Callable[[], bool] = _always,
     ) -> PromptTokenizer:
         template = ChatTemplate.from_file(template_path) if template_path else None
-        return cls(Tokenizer.from_file(tokenizer_path), template, block_size)
+        return cls(Tokenizer.from_file(tokenizer_path), template, block_size, hold_gil=hold_gil)
 
     def warm(self) -> None:
         """Run every step once, so that the first Pick does not pay for first calls."""
@@ -171,9 +186,13 @@ class PromptTokenizer:
             raise
 
     def _encoded(self, texts: Sequence[str], special: bool) -> list[Ids]:
-        if sum(map(len, texts)) <= _HOLD_GIL_CHARS:
+        if sum(map(len, texts)) <= _HOLD_GIL_CHARS and self._hold_gil():
             # ~1 ms at most: releasing the GIL would cost more, as getting it back means
-            # waiting for a busy event loop's switch interval (5 ms).
+            # waiting for a busy event loop's switch interval (5 ms). Not on the event loop's
+            # own thread (`hold_gil`: a Pick's first steps, `TokenizerThread.here`), where
+            # no other thread waits for it meanwhile: there the batch call below, which
+            # computes no offsets, costs ~1/3 less (a 256-character piece: ~190 against
+            # ~300 µs of CPU between Picks; docs/benchmarks.md, h204). The same ids.
             encode = self._tokenizer.encode
             return [np.asarray(encode(t, add_special_tokens=special).ids, np.uint32) for t in texts]
         # The batch calls release the GIL while the Rust tokenizer runs; the fast one

@@ -36,6 +36,7 @@ Bounded in marks; used from the tokenizer's one thread (or with its work lock he
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import sys
@@ -56,6 +57,7 @@ MAX_PER_LINEAGE = 64  # marks per lineage (conversations on one system prompt), 
 # 4 MiB prompt would otherwise pin all of it with a few hundred tokens counted.
 MAX_TEXT_BYTES = 64 * 1024 * 1024
 T = TypeVar("T")
+_Key = tuple[int, bool, bytes]  # a mark's position, `Mark.ends` and its text's digest
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +112,10 @@ class TurnMarks:
         self._texts: dict[int, int] = {}  # id of a kept text -> marks keeping it
         self._text_bytes = 0  # of the kept texts, each once
         # lineage -> (position, at a text's end, digest of the text to `Mark.through`) -> mark
-        self._lineages: OrderedDict[bytes, dict[tuple[int, bool, bytes], _Kept]] = OrderedDict()
+        self._lineages: OrderedDict[bytes, dict[_Key, _Kept]] = OrderedDict()
+        # lineage -> its keys furthest first (`find`'s order, kept sorted by `put`): a Pick's
+        # `find` walks a lineage of up to `MAX_PER_LINEAGE` marks without sorting them.
+        self._order: dict[bytes, list[tuple[int, bool, _Key]]] = {}
         self._count = 0
         self._tokens = 0  # held by the kept marks
         self.resumed = 0  # prompts that started from a mark
@@ -134,12 +139,15 @@ class TurnMarks:
         lineage = self._lineages.get(prefix.lead)
         if not lineage:
             return None
-        size = len(text)
-        kept = sorted(
-            (i for i in lineage.items() if beyond < i[1].mark.position <= size - CHECK_CHARS),
-            key=lambda item: (-item[1].mark.position, item[1].mark.ends),
-        )
-        for key, found in kept:
+        order = self._order[prefix.lead]
+        # Furthest first, from the last position a mark may be at: at most one mark of a
+        # position (and kind) fits a text (their digests differ), so ties' order is moot.
+        for negative, _, key in itertools.islice(
+            order, bisect.bisect_left(order, (CHECK_CHARS - len(text),)), None
+        ):
+            if -negative <= beyond:
+                break
+            found = lineage[key]
             if not found.fits(text):
                 continue
             if found.mark.ends and (cut_ok is None or not cut_ok(found.mark.position)):
@@ -166,20 +174,27 @@ class TurnMarks:
         replaced = lineage.pop(key, None)
         if replaced is not None:
             self._drop(replaced)
+        else:
+            bisect.insort(self._order.setdefault(lead, []), (-mark.position, mark.ends, key))
         lineage[key] = _Kept(mark, text, prefix.checkpoint())
         self._count, self._tokens = self._count + 1, self._tokens + mark.tokens
         self._keep_text(text)
         if len(lineage) > MAX_PER_LINEAGE:
-            self._drop(lineage.pop(next(iter(lineage))))
+            self._drop_oldest(lead, lineage)
         while self._over():
             # The oldest mark of the least recently used lineage, not its whole lineage: at
             # 1 MiB a mark holds ~250k tokens, and dropping the lineage that just went over
             # the bound (the only one, under one long shared system prompt) dropped every
             # mark, so each next turn walked its whole history again.
             lead, oldest = next(iter(self._lineages.items()))
-            self._drop(oldest.pop(next(iter(oldest))))
+            self._drop_oldest(lead, oldest)
             if not oldest:
-                del self._lineages[lead]
+                del self._lineages[lead], self._order[lead]
+
+    def _drop_oldest(self, lead: bytes, lineage: dict[_Key, _Kept]) -> None:
+        key = next(iter(lineage))
+        self._drop(lineage.pop(key))
+        self._order[lead].remove((-key[0], key[1], key))
 
     @property
     def text_bytes(self) -> int:

@@ -66,6 +66,10 @@ class TokenizerThread:
         """Pick work submitted and not started."""
         return len(self._urgent)
 
+    def current(self) -> bool:
+        """Whether the caller runs on this thread (not `here`, on the caller's own)."""
+        return threading.get_ident() == self._thread.ident
+
     @property
     def idle(self) -> bool:
         """Nothing queued and nothing running (a waiter may wake before the thread lets go
@@ -108,7 +112,8 @@ class TokenizerThread:
             if len(self._later) >= MAX_LATER or self._closed:
                 return False
             self._later.append(work)
-            self._ready.notify()
+            if not self._picks:  # else `picked` wakes the thread: no wake-up to wait again
+                self._ready.notify()
         return True
 
     def picking(self) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,9 +43,9 @@ def counted_loads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
     loads: list[tuple[object, ...]] = []
     real = PromptTokenizer.from_files.__func__  # type: ignore[attr-defined]
 
-    def counted(cls: type[PromptTokenizer], *args: object) -> PromptTokenizer:
+    def counted(cls: type[PromptTokenizer], *args: object, **named: Any) -> PromptTokenizer:
         loads.append(args)
-        return real(cls, *args)  # type: ignore[no-any-return]
+        return real(cls, *args, **named)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(PromptTokenizer, "from_files", classmethod(counted))
     return loads

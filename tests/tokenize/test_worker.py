@@ -154,3 +154,28 @@ def test_background_work_waits_a_moment_after_the_last_pick(
     assert ran.wait(timeout=10)
     assert time.monotonic() - picked >= 0.25
     thread.close()
+
+
+def test_background_work_queued_while_a_pick_is_decided_wakes_the_thread_once_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The thread would only wait again (background work waits for the Pick): queued then,
+    it is not woken for it (a wake-up on main) but when the Pick is done (`picked`)."""
+    thread = TokenizerThread()
+    wakes, ran = [], threading.Event()
+    notify = thread._ready.notify
+    monkeypatch.setattr(thread._ready, "notify", lambda n=1: wakes.append(n) or notify(n))
+    thread.picking()
+    assert thread.later(ran.set) and thread.later(lambda: None)
+    assert not wakes
+    thread.picked()
+    assert ran.wait(timeout=10) and len(wakes) == 1
+    assert thread.later(lambda: None) and len(wakes) == 2  # no Pick under way: woken
+    thread.close()
+
+
+def test_the_thread_knows_its_own_work_from_work_done_here() -> None:
+    thread = TokenizerThread()
+    assert thread.submit(thread.current).result(timeout=10) is True
+    assert thread.here(thread.current) == (False,)
+    thread.close()
