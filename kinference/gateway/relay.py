@@ -75,6 +75,8 @@ class Relay:
         # (False: the socket is full, the client gone ...); then `body()` pipes the stream.
         self.direct: Callable[[bytes], bool] | None = None
         self._stalled = b""  # piped bytes `direct` could not write, for `body()` to yield
+        self._unended = False  # yielding them: the response's end may have come since, not
+        # the body's (an unended event's tail, a transform's end come after): not `ending`
         self._pipe_error: Exception | None = None
         self.upstream_status = response.status
         self.status = transform.status(response.status) if transform else response.status
@@ -117,7 +119,7 @@ class Relay:
     @property
     def ending(self) -> bool:
         """The chunk `body()` just yielded is its last one (the upstream is done and read)."""
-        return self._whole is not None or self.response.drained
+        return self._whole is not None or (self.response.drained and not self._unended)
 
     def body(self) -> AsyncGenerator[bytes, None]:
         """The response body for the client; reports the first token on the way.
@@ -179,8 +181,9 @@ class Relay:
                         if self._pipe_error is not None:
                             raise self._pipe_error
                         if out := self._stalled:  # the client's socket is full: wait for it
-                            self._stalled = b""
+                            self._stalled, self._unended = b"", True
                             yield out
+                            self._unended = False
                             self._report_first()
                             continue
                     if (chunk := await read()) is None:
