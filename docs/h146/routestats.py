@@ -1,6 +1,8 @@
 """vllm-64 A/B figures from ab_route.sh's JSON files: per figure, base against branch,
 every seed of every arm a value; medians, ranges, exact two-sided Mann-Whitney."""
+
 import glob, json, statistics, sys
+
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from mw import p_exact
 
@@ -11,7 +13,9 @@ for path in sorted(glob.glob(f"{sys.argv[1]}/*.json")):
     for row in json.load(open(path))["results"]:
         for figure in FIGURES:
             values.setdefault(figure, {}).setdefault(arm, []).append(row[figure])
-        values.setdefault("per run p50", {}).setdefault(arm, []).append(round(row["ttft_p50_ms"], 1))
+        values.setdefault("per run p50", {}).setdefault(arm, []).append(
+            round(row["ttft_p50_ms"], 1)
+        )
 for figure in FIGURES:
     arms = values[figure]
     other = next(name for name in arms if name != "base")

@@ -4,17 +4,22 @@
 """h147: one engine step's BlockStored batch (a 5.4k-token document: 336 blocks of 16 tokens;
 and a 2.2k-token prompt: 137 blocks), decoded (`kvevents.wire.decode_steps`) and applied to a
 PoolCaches (`kvcache.pool.apply`), timed apart; fresh pool per round (what a cold prompt is)."""
+
 import sys, time, statistics as st, msgpack, random
 from kinference.kvevents.steps import Budget, finish
 from kinference.kvevents.wire import decode_steps
 from kinference.kvcache.pool import PoolCaches
 from kinference.kvevents.trust import WorkerTrust
 
+
 def payload(blocks, seed):
     rng = random.Random(seed)
     hashes = [rng.getrandbits(63) for _ in range(blocks)]
     tokens = [rng.randrange(50_000) for _ in range(blocks * 16)]
-    return bytes(msgpack.packb([time.time(), [["BlockStored", hashes, None, tokens, 16, None, None]], None]))
+    return bytes(
+        msgpack.packb([time.time(), [["BlockStored", hashes, None, tokens, 16, None, None]], None])
+    )
+
 
 for blocks in (336, 137):
     dec, app = [], []
@@ -29,5 +34,8 @@ for blocks in (336, 137):
         t1 = time.perf_counter()
         pool.apply(0, batch.events)
         t2 = time.perf_counter()
-        dec.append((t1 - t0) * 1e3); app.append((t2 - t1) * 1e3)
-    print(f"{blocks} blocks, {len(p)} bytes: decode p50 {st.median(dec):.3f} ms, apply p50 {st.median(app):.3f} ms (min {min(dec):.3f} / {min(app):.3f})")
+        dec.append((t1 - t0) * 1e3)
+        app.append((t2 - t1) * 1e3)
+    print(
+        f"{blocks} blocks, {len(p)} bytes: decode p50 {st.median(dec):.3f} ms, apply p50 {st.median(app):.3f} ms (min {min(dec):.3f} / {min(app):.3f})"
+    )

@@ -33,7 +33,9 @@ def main(out: Path) -> None:
             if r["error"] or r["ttft_s"] is None:
                 continue
             key = (r["seed"], r["conversation"], r["turn"])
-            kind = r["kind"] if r["kind"] != "chat" else ("chat-next" if r["turn"] else "chat-first")
+            kind = (
+                r["kind"] if r["kind"] != "chat" else ("chat-next" if r["turn"] else "chat-first")
+            )
             kinds[key] = kind
             seen[key][side].append((r["ttft_s"] * 1e3, r["cached_tokens"]))
     groups: dict[str, list[float]] = defaultdict(list)

@@ -1,8 +1,10 @@
 """Profile the gateway steady state: warm, SIGUSR1, N requests, SIGUSR2."""
+
 import asyncio, os, signal, sys, tempfile, time
 from pathlib import Path
 from kinference.gateway.http1 import HttpClient
 from loadtest import bench_gateway as bg
+
 
 async def main(kind, conc, n):
     with tempfile.TemporaryDirectory() as tmp:
@@ -19,5 +21,6 @@ async def main(kind, conc, n):
             await asyncio.sleep(1.0)
             print(kind, conc, n, "cpu ms/req", s.cpu_ms, "p50", s.pct(0.5), file=sys.stderr)
             await client.aclose()
+
 
 asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))

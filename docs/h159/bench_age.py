@@ -1,13 +1,16 @@
 """Per-call CPU of the pure-Python prefix store's `held` (the age) and `record`, and a Pick's
 store work (match + held + record) on a mixed workload; prints one JSON line."""
+
 import json, random, sys, time
 from kinference.routing.prefix import PrefixIndex
 from kinference.routing.prefix_store import PyPrefixStore
 
 clock = time.perf_counter_ns
 
+
 def docs(rng, n, blocks):
     return [tuple(rng.getrandbits(64) for _ in range(blocks)) for _ in range(n)]
+
 
 def per_call(fn, reps):
     best = float("inf")
@@ -17,6 +20,7 @@ def per_call(fn, reps):
             fn()
         best = min(best, (clock() - t0) / reps / 1000)
     return best
+
 
 out = {}
 rng = random.Random(1)

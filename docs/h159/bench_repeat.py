@@ -1,7 +1,9 @@
 """A Pick's held + record on one slot, pure-Python store: one 750-block document again and
 again (its deepest block 749 blocks old each time), and two in turn (1,499)."""
+
 import json, random, time
 from kinference.routing.prefix_store import PyPrefixStore
+
 clock = time.perf_counter_ns
 rng = random.Random(3)
 docs = [tuple(rng.getrandbits(64) for _ in range(750)) for _ in range(2)]

@@ -1,9 +1,11 @@
 """The mixed workload of bench_age.py as one replica of R sees it: every Pick recorded (its own
 and the others', `remote_picked`), `match` + `held` only on its own (1 in R). Prints the store's
 CPU per Pick of the cluster, µs, for R = 1, 2, 4, 8 (one JSON line)."""
+
 import json, random, time
 from kinference.routing.prefix import PrefixIndex
 from kinference.routing.prefix_store import PyPrefixStore
+
 clock = time.perf_counter_ns
 out = {}
 for replicas in (1, 2, 4, 8):

@@ -54,14 +54,19 @@ def run(d):
     dec = [c for x in lines if x["kind"] == "decide" for c in x["cpu_wall_ns"]]
     t = ttfts(d)
     return {
-        "lags40": len(big), "lags100": sum(x["late_ms"] > 100 for x in lags),
+        "lags40": len(big),
+        "lags100": sum(x["late_ms"] > 100 for x in lags),
         "lag_max": max((x["late_ms"] for x in lags), default=0.0),
         "lag_sum": sum(x["late_ms"] for x in big),
         "wait_in_lags": sum(x.get("wait_ms", 0) for x in big),
         "cpu_in_lags": sum(x.get("cpu_ms", 0) for x in big),
         "decide_cpu_p50": statistics.median(c / 1e3 for c, _ in dec) if dec else float("nan"),
         "decide_wall_p50": statistics.median(w / 1e3 for _, w in dec) if dec else float("nan"),
-        "n": len(t), "p50": pct(t, 0.5), "p90": pct(t, 0.9), "p99": pct(t, 0.99), "max": t[-1] if t else 0,
+        "n": len(t),
+        "p50": pct(t, 0.5),
+        "p90": pct(t, 0.9),
+        "p99": pct(t, 0.99),
+        "max": t[-1] if t else 0,
         "rt": any(x["kind"] == "rt" for x in lines),
     }
 
@@ -75,11 +80,30 @@ def main():
                 runs.setdefault(arm, []).append((r, run(r)))
             except OSError as exc:
                 print("skip", r, exc)
-    keys = ["lags40", "lags100", "lag_max", "lag_sum", "wait_in_lags", "cpu_in_lags",
-            "decide_cpu_p50", "decide_wall_p50", "p50", "p90", "p99", "max"]
+    keys = [
+        "lags40",
+        "lags100",
+        "lag_max",
+        "lag_sum",
+        "wait_in_lags",
+        "cpu_in_lags",
+        "decide_cpu_p50",
+        "decide_wall_p50",
+        "p50",
+        "p90",
+        "p99",
+        "max",
+    ]
     for arm, rs in runs.items():
         for r, x in rs:
-            print(arm, r, " ".join(f"{k} {x[k]:.1f}" if isinstance(x[k], float) else f"{k} {x[k]}" for k in keys + ["n", "rt"]))
+            print(
+                arm,
+                r,
+                " ".join(
+                    f"{k} {x[k]:.1f}" if isinstance(x[k], float) else f"{k} {x[k]}"
+                    for k in keys + ["n", "rt"]
+                ),
+            )
     arms = list(runs)
     if len(arms) == 2:
         a, b = arms

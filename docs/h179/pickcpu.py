@@ -44,8 +44,12 @@ def main() -> None:
     cli.add_argument("--real-clock", action="store_true")
     cli.add_argument("--thrash-read", action="store_true")
     cli.add_argument("--phases", action="store_true", help="docs/h179/phases.py's stamps")
-    cli.add_argument("--thrash-mb", type=int, default=0,
-                     help="write this many MB between Picks (caches cold, as in a gateway woken among other processes)")
+    cli.add_argument(
+        "--thrash-mb",
+        type=int,
+        default=0,
+        help="write this many MB between Picks (caches cold, as in a gateway woken among other processes)",
+    )
     args = cli.parse_args()
     b.ENDPOINTS = tuple(f"127.0.0.1:{9101 + i}" for i in range(args.endpoints))
     sys.path.insert(0, "docs/h179")
@@ -78,7 +82,9 @@ def main() -> None:
         of_push = L.LocalPicker.push
 
         async def push(self, *a, **k):  # type: ignore[no-untyped-def]
-            thrash.sum() if READ else thrash.__iadd__(1.0)  # caches cold before the request comes in
+            thrash.sum() if READ else thrash.__iadd__(
+                1.0
+            )  # caches cold before the request comes in
             return await of_push(self, *a, **k)
 
         L.LocalPicker.push = push
@@ -100,9 +106,15 @@ def main() -> None:
         chosen.clear()
         spent, after = asyncio.run(b.replay(bodies, args.warm))
         dec = [n / 1000 for n in decide_ns[args.warm :]]
-        rounds.append({"pick_median": statistics.median(spent), "pick_mean": statistics.fmean(spent),
-                       "decide_median": statistics.median(dec), "decide_mean": statistics.fmean(dec),
-                       "after_mean": statistics.fmean(after)})
+        rounds.append(
+            {
+                "pick_median": statistics.median(spent),
+                "pick_mean": statistics.fmean(spent),
+                "decide_median": statistics.median(dec),
+                "decide_mean": statistics.fmean(dec),
+                "after_mean": statistics.fmean(after),
+            }
+        )
         decisions.append(list(chosen))
     if args.profile:
         prof = cProfile.Profile()
@@ -113,10 +125,16 @@ def main() -> None:
     best = {k: min(r[k] for r in rounds) for k in rounds[0]}
     if per_pick:
         names = sorted({k for p in per_pick for k in p})
-        print("phases, median µs over all timed Picks: " + ", ".join(
-            f"{k} {statistics.median(p.get(k, 0) for p in per_pick) / 1e3:.1f}" for k in names))
-    print(f"{len(bodies)} bodies, {args.endpoints} endpoints, {args.rounds} rounds; lowest per round (µs): "
-          + ", ".join(f"{k} {v:.1f}" for k, v in best.items()))
+        print(
+            "phases, median µs over all timed Picks: "
+            + ", ".join(
+                f"{k} {statistics.median(p.get(k, 0) for p in per_pick) / 1e3:.1f}" for k in names
+            )
+        )
+    print(
+        f"{len(bodies)} bodies, {args.endpoints} endpoints, {args.rounds} rounds; lowest per round (µs): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in best.items())
+    )
     same = all(d == decisions[0] for d in decisions)
     print(f"decisions identical across rounds: {same}")
     if args.decisions:

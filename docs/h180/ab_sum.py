@@ -27,12 +27,16 @@ def runs(out: str) -> dict[str, list[dict[str, float]]]:
             stalls = [s for s in lines if s["kind"] == "stall" and s["phase"] == 1]
             work = [s for s in stalls if classify(s).startswith("work")]
             ma = [s for s in stalls if any("ma/" in fr for x in s["samples"] for fr in x["stack"])]
-            sides.setdefault(side, []).append({
-                "stalls": len(stalls), "work": len(work), "numpy.ma": len(ma),
-                "core": sum(1 for s in stalls if classify(s) == "core"),
-                "wait_ms": sum(s["loop_wait_ms"] for s in stalls),
-                "work_cpu_ms": sum(s["loop_cpu_ms"] for s in work),
-            })
+            sides.setdefault(side, []).append(
+                {
+                    "stalls": len(stalls),
+                    "work": len(work),
+                    "numpy.ma": len(ma),
+                    "core": sum(1 for s in stalls if classify(s) == "core"),
+                    "wait_ms": sum(s["loop_wait_ms"] for s in stalls),
+                    "work_cpu_ms": sum(s["loop_cpu_ms"] for s in work),
+                }
+            )
     return sides
 
 
@@ -43,10 +47,14 @@ def main() -> None:
 def report(sides: dict[str, list[dict[str, float]]], keys: tuple[str, ...]) -> None:
     """Per side medians [ranges] and sums of each key; exact MW p between two sides."""
     for side, rows in sides.items():
-        print(f"{side}: {len(rows)} row-runs; " + "; ".join(
-            f"{k} median {statistics.median(r[k] for r in rows):.1f} "
-            f"[{min(r[k] for r in rows):.0f}-{max(r[k] for r in rows):.0f}] sum {sum(r[k] for r in rows):.0f}"
-            for k in keys))
+        print(
+            f"{side}: {len(rows)} row-runs; "
+            + "; ".join(
+                f"{k} median {statistics.median(r[k] for r in rows):.1f} "
+                f"[{min(r[k] for r in rows):.0f}-{max(r[k] for r in rows):.0f}] sum {sum(r[k] for r in rows):.0f}"
+                for k in keys
+            )
+        )
     if len(sides) == 2:
         (a, ra), (b, rb) = sides.items()
         for k in keys:

@@ -19,7 +19,10 @@ from collections import Counter, defaultdict
 
 
 FAMILIES = (  # a "work" stall's samples -> what the loop was doing
-    (("ma/", "importlib", "inspect.py", "ast.py", "re/_", "tokenize.py"), "numpy.ma imported (np.unique's first call)"),
+    (
+        ("ma/", "importlib", "inspect.py", "ast.py", "re/_", "tokenize.py"),
+        "numpy.ma imported (np.unique's first call)",
+    ),
     (("kvcache/",), "kvcache bookkeeping of 1 MiB prompts (pending.note/expect, ageing.touch)"),
     (("api/servicer.py",), "PushBody receive (body chunks)"),
 )
@@ -36,7 +39,13 @@ def family(stall: dict) -> str | None:
 def where(stall: dict) -> str:
     seen: Counter[str] = Counter()
     for s in stall["samples"]:
-        ours = [f for f in s["stack"] if f.startswith(("kinference/", "requests/", "tokenize/", "bodies/", "api/", "routing/"))]
+        ours = [
+            f
+            for f in s["stack"]
+            if f.startswith(
+                ("kinference/", "requests/", "tokenize/", "bodies/", "api/", "routing/")
+            )
+        ]
         seen[(ours or s["stack"] or ["?"])[-1]] += 1
     return seen.most_common(1)[0][0] if seen else "unsampled"
 
@@ -64,25 +73,54 @@ def main() -> None:
     by: dict[str, list[dict]] = defaultdict(list)
     for s in stalls:
         by[classify(s)].append(s)
-    keys = ("late_ms", "loop_cpu_ms", "loop_wait_ms", "client_cpu_ms", "picker_cpu_ms", "workers_cpu_ms", "host_busy_ms")
-    print(f"{len(stalls)} stalls over 10 ms in {', '.join(dirs)}; sums (ms): " + " ".join(k[:-3] for k in keys) + " others")
+    keys = (
+        "late_ms",
+        "loop_cpu_ms",
+        "loop_wait_ms",
+        "client_cpu_ms",
+        "picker_cpu_ms",
+        "workers_cpu_ms",
+        "host_busy_ms",
+    )
+    print(
+        f"{len(stalls)} stalls over 10 ms in {', '.join(dirs)}; sums (ms): "
+        + " ".join(k[:-3] for k in keys)
+        + " others"
+    )
     for cause, group in sorted(by.items(), key=lambda kv: -len(kv[1])):
         sums = {k: sum(s[k] for s in group) for k in keys}
-        others = sums["host_busy_ms"] - sums["client_cpu_ms"] - sums["picker_cpu_ms"] - sums["workers_cpu_ms"]
-        print(f"  {len(group):4d} {cause}: " + " ".join(f"{sums[k]:.0f}" for k in keys) + f" {others:.0f}"
-              f"  (max late {max(s['late_ms'] for s in group):.1f})")
+        others = (
+            sums["host_busy_ms"]
+            - sums["client_cpu_ms"]
+            - sums["picker_cpu_ms"]
+            - sums["workers_cpu_ms"]
+        )
+        print(
+            f"  {len(group):4d} {cause}: "
+            + " ".join(f"{sums[k]:.0f}" for k in keys)
+            + f" {others:.0f}"
+            f"  (max late {max(s['late_ms'] for s in group):.1f})"
+        )
         per: Counter[str] = Counter()
         for s in group:
             for k, v in s.get("threads_ms", {}).items():
                 per[k.rsplit("/", 1)[0]] += v
-        print("       picker's other threads (ms): " + ", ".join(f"{k} {v:.0f}" for k, v in per.most_common(5)))
+        print(
+            "       picker's other threads (ms): "
+            + ", ".join(f"{k} {v:.0f}" for k, v in per.most_common(5))
+        )
     if detail:
         for s in stalls:
-            print(f"{s['late_ms']:6.1f} late: loop cpu {s['loop_cpu_ms']:5.1f} wait {s['loop_wait_ms']:5.1f}"
-                  f" slices {s['slices']}; client {s['client_cpu_ms']:5.1f} picker {s['picker_cpu_ms']:5.1f}"
-                  f" workers {s['workers_cpu_ms']:5.1f} host {s['host_busy_ms']:4.0f}; gc {s['gc']};"
-                  f" load {s['loadavg'].split()[0]} [{classify(s)}] threads {s.get('threads_ms')}")
-            seen = Counter((x["state"], x["syscall"], x["running"], " < ".join(reversed(x["stack"][-3:]))) for x in s["samples"])
+            print(
+                f"{s['late_ms']:6.1f} late: loop cpu {s['loop_cpu_ms']:5.1f} wait {s['loop_wait_ms']:5.1f}"
+                f" slices {s['slices']}; client {s['client_cpu_ms']:5.1f} picker {s['picker_cpu_ms']:5.1f}"
+                f" workers {s['workers_cpu_ms']:5.1f} host {s['host_busy_ms']:4.0f}; gc {s['gc']};"
+                f" load {s['loadavg'].split()[0]} [{classify(s)}] threads {s.get('threads_ms')}"
+            )
+            seen = Counter(
+                (x["state"], x["syscall"], x["running"], " < ".join(reversed(x["stack"][-3:])))
+                for x in s["samples"]
+            )
             for (state, sc, run, stack), n in seen.most_common(3):
                 print(f"     {n} x {state} sys {sc} running {run}: {stack}")
 

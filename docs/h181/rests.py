@@ -44,7 +44,14 @@ def main() -> None:
     report({s: rows for s, rows in withrests.items() if rows}, keys)
     if "--detail" in sys.argv:
         for s, rows in sides.items():
-            print(s, [(round(r["max_cpu_ms"], 1), r["over_5ms"], r["work"]) for r in rows if r["big_calls"]])
+            print(
+                s,
+                [
+                    (round(r["max_cpu_ms"], 1), r["over_5ms"], r["work"])
+                    for r in rows
+                    if r["big_calls"]
+                ],
+            )
 
 
 if __name__ == "__main__":

@@ -37,14 +37,19 @@ def main():
                 def load(j):
                     return c["pred"][j] - c["wait"][j] - c["own"][j]
 
-                terms = {"load": load(h) - load(i), "wait": c["wait"][h] - c["wait"][i],
-                         "doubt": c["unsure"][h] - c["unsure"][i]}
+                terms = {
+                    "load": load(h) - load(i),
+                    "wait": c["wait"][h] - c["wait"][i],
+                    "doubt": c["unsure"][h] - c["unsure"][i],
+                }
                 why[max(terms, key=terms.get)] += 1
                 if (c.get("mem_ahead") or [0] * 9)[h]:
                     mem += 1
-            print(f"{f.rsplit('/', 1)[-1]} {'P' if precise else 'A'}: {len(picks)} Picks, "
-                  f"{away} away from the holder ({given:.0f} tokens), largest term "
-                  f"{dict(why)}, memory wait on the holder {mem}")
+            print(
+                f"{f.rsplit('/', 1)[-1]} {'P' if precise else 'A'}: {len(picks)} Picks, "
+                f"{away} away from the holder ({given:.0f} tokens), largest term "
+                f"{dict(why)}, memory wait on the holder {mem}"
+            )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ import statistics
 import sys
 
 
-
 def exact_p(a, b):
     import itertools
 
@@ -36,7 +35,8 @@ def rows_route(paths):
         for r in json.load(open(p))["results"]:
             mode = "precise" if "precise" in r["router"] else "approximate"
             cells[(r["seed"], r["rate"], mode)].append(
-                (r["hit_rate"], r["ttft_p50_ms"], r["ttft_p90_ms"], r.get("load", 0)))
+                (r["hit_rate"], r["ttft_p50_ms"], r["ttft_p90_ms"], r.get("load", 0))
+            )
     return cells
 
 
@@ -57,7 +57,9 @@ def fmt(xs, d):
 def main():
     kind, paths = sys.argv[1], sys.argv[2:]
     cells = rows_route(paths) if kind == "route" else rows_mocker(paths)
-    print("| seed | rate | runs a side | hit rate A / P (p) | TTFT p50 ms A / P (p) | TTFT p90 ms A / P (p) |")
+    print(
+        "| seed | rate | runs a side | hit rate A / P (p) | TTFT p50 ms A / P (p) | TTFT p90 ms A / P (p) |"
+    )
     print("|--:|--:|--:|---|---|---|")
     keys = sorted({(s, r) for s, r, _ in cells})
     for s, r in keys + sorted({(None, r) for _, r in keys}, key=lambda k: k[1]):
@@ -74,7 +76,11 @@ def main():
         for i, d in ((0, 3), (1, 0), (2, 0)):
             xa, xp = [x[i] for x in a], [x[i] for x in p]
             out.append(f"{fmt(xa, d)} / {fmt(xp, d)} ({exact_p(xa, xp):.3f})")
-        print(f"| {'pooled' if s is None else s} | {r:g} | {len(a)} / {len(p)} | " + " | ".join(out) + " |")
+        print(
+            f"| {'pooled' if s is None else s} | {r:g} | {len(a)} / {len(p)} | "
+            + " | ".join(out)
+            + " |"
+        )
 
 
 if __name__ == "__main__":

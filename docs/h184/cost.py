@@ -26,13 +26,15 @@ def main():
             precise = any(p.get("pred") is not None for p in picks)
             wall = [(p["t1"] - p["t0"]) * 1e3 for p in picks]
             cpu = [p.get("cpu", float("nan")) for p in picks]
-            line = (f"{f.rsplit('/', 1)[-1]} {'P' if precise else 'A'} n={len(picks)} "
-                    f"wall {q(wall, .5):.2f}/{q(wall, .9):.2f}/{max(wall):.1f} "
-                    f"cpu {q(cpu, .5):.2f}/{q(cpu, .9):.2f}/{max(cpu):.1f}")
+            line = (
+                f"{f.rsplit('/', 1)[-1]} {'P' if precise else 'A'} n={len(picks)} "
+                f"wall {q(wall, 0.5):.2f}/{q(wall, 0.9):.2f}/{max(wall):.1f} "
+                f"cpu {q(cpu, 0.5):.2f}/{q(cpu, 0.9):.2f}/{max(cpu):.1f}"
+            )
             if precise:
                 for part in parts:
                     xs = [p.get("ms", {}).get(part, 0.0) for p in picks]
-                    line += f" | {part} {q(xs, .5):.2f}/{q(xs, .9):.2f}/{max(xs):.1f}"
+                    line += f" | {part} {q(xs, 0.5):.2f}/{q(xs, 0.9):.2f}/{max(xs):.1f}"
             print(line)
 
 

@@ -37,8 +37,9 @@ def main() -> int:
             return await of_rrun(self, conversations)
         finally:
             for s in self.samples:
-                req.write(json.dumps({**probe.TAGS, "start": self._start,
-                                      **dataclasses.asdict(s)}) + "\n")
+                req.write(
+                    json.dumps({**probe.TAGS, "start": self._start, **dataclasses.asdict(s)}) + "\n"
+                )
 
     RP.Replay.run = rrun
     return B.main(argv)

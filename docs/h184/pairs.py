@@ -22,20 +22,33 @@ def main():
         by[(r["rate"], mode)][(r["seed"], r["conversation"], r["turn"], r["arrival_s"] // 1e9)] = r
     for rate in sorted({k[0] for k in by}):
         a, p = by[(rate, "A")], by[(rate, "P")]
-        same = [p[k]["ttft_s"] * 1e3 - a[k]["ttft_s"] * 1e3 for k in a.keys() & p.keys()
-                if abs(p[k]["cached_tokens"] - a[k]["cached_tokens"]) <= 16]
-        more = [p[k]["ttft_s"] * 1e3 - a[k]["ttft_s"] * 1e3 for k in a.keys() & p.keys()
-                if p[k]["cached_tokens"] - a[k]["cached_tokens"] > 16]
-        less = [p[k]["ttft_s"] * 1e3 - a[k]["ttft_s"] * 1e3 for k in a.keys() & p.keys()
-                if a[k]["cached_tokens"] - p[k]["cached_tokens"] > 16]
-        print(f"rate {rate}: pairs {len(a.keys() & p.keys())}; same cached {len(same)} "
-              f"median P−A {statistics.median(same):+.1f} ms (P slower in {sum(x > 0 for x in same)}); "
-              f"P more cached {len(more)} (median {statistics.median(more) if more else 0:+.0f} ms); "
-              f"P less cached {len(less)} (median {statistics.median(less) if less else 0:+.0f} ms)")
+        same = [
+            p[k]["ttft_s"] * 1e3 - a[k]["ttft_s"] * 1e3
+            for k in a.keys() & p.keys()
+            if abs(p[k]["cached_tokens"] - a[k]["cached_tokens"]) <= 16
+        ]
+        more = [
+            p[k]["ttft_s"] * 1e3 - a[k]["ttft_s"] * 1e3
+            for k in a.keys() & p.keys()
+            if p[k]["cached_tokens"] - a[k]["cached_tokens"] > 16
+        ]
+        less = [
+            p[k]["ttft_s"] * 1e3 - a[k]["ttft_s"] * 1e3
+            for k in a.keys() & p.keys()
+            if a[k]["cached_tokens"] - p[k]["cached_tokens"] > 16
+        ]
+        print(
+            f"rate {rate}: pairs {len(a.keys() & p.keys())}; same cached {len(same)} "
+            f"median P−A {statistics.median(same):+.1f} ms (P slower in {sum(x > 0 for x in same)}); "
+            f"P more cached {len(more)} (median {statistics.median(more) if more else 0:+.0f} ms); "
+            f"P less cached {len(less)} (median {statistics.median(less) if less else 0:+.0f} ms)"
+        )
         for mode, d in (("A", a), ("P", p)):
             t = sorted(d.values(), key=lambda r: r["ttft_s"])
-            top = t[int(len(t) * 0.9):]
-            kinds = collections.Counter((r["kind"], "hit" if r["cached_tokens"] > 64 else "cold") for r in top)
+            top = t[int(len(t) * 0.9) :]
+            kinds = collections.Counter(
+                (r["kind"], "hit" if r["cached_tokens"] > 64 else "cold") for r in top
+            )
             print(f"   {mode} top decile ({len(top)}): {dict(kinds)}")
 
 

@@ -32,7 +32,11 @@ if os.environ.get("H184_TRACE"):
             try:
                 return await _of_run(self, conversations)
             finally:
-                _bench.write(json.dumps({"start": self._start, "end": time.perf_counter(),
-                                         "n": len(self.samples)}) + "\n")
+                _bench.write(
+                    json.dumps(
+                        {"start": self._start, "end": time.perf_counter(), "n": len(self.samples)}
+                    )
+                    + "\n"
+                )
 
         _rp.Replay.run = _run

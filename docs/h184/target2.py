@@ -26,8 +26,10 @@ def main():
                 err = [min(r["pred"], r["prompt"]) - r["cached"] for r in fin]
                 within = sum(abs(e) <= 16 for e in err)
                 over = sum(e > 16 for e in err)
-                print(f"{f.rsplit('/', 1)[-1]} {key}: {within}/{len(fin)} = {within / len(fin):.3f} "
-                      f"within one block; over-predicted {over}, under {len(fin) - within - over}")
+                print(
+                    f"{f.rsplit('/', 1)[-1]} {key}: {within}/{len(fin)} = {within / len(fin):.3f} "
+                    f"within one block; over-predicted {over}, under {len(fin) - within - over}"
+                )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,12 @@
 import socket, sys, time
-PORT = int(sys.argv[1]); WAIT = float(sys.argv[2])
-s = socket.create_connection(("127.0.0.1", PORT)); s.settimeout(5)
-s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-kinference-qos: nope\r\ncontent-length: 1000000\r\n\r\n{")
+
+PORT = int(sys.argv[1])
+WAIT = float(sys.argv[2])
+s = socket.create_connection(("127.0.0.1", PORT))
+s.settimeout(5)
+s.sendall(
+    b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-kinference-qos: nope\r\ncontent-length: 1000000\r\n\r\n{"
+)
 print(s.recv(4096).split(b"\r\n")[0])
 time.sleep(1)
 s.sendall(b"x")

@@ -71,8 +71,10 @@ async def main(events: int, blocks: int) -> None:
         picks = fill(outbox, events, blocks)
         held = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
-        print(f"outbox: {len(outbox)} events ({getattr(outbox, 'dropped', 0)} dropped), {picks} picks of {blocks} blocks, "
-              f"{held / 1e6:.1f} MB held")
+        print(
+            f"outbox: {len(outbox)} events ({getattr(outbox, 'dropped', 0)} dropped), {picks} picks of {blocks} blocks, "
+            f"{held / 1e6:.1f} MB held"
+        )
         # The production flush (h193 removed Publisher.flush): the replica's shards, the
         # pool's taking its endpoints' events.
         stats = StatsBuffer(redis, Keys(), "a")
@@ -90,8 +92,10 @@ async def main(events: int, blocks: int) -> None:
             except Exception as error:  # noqa: BLE001
                 took = time.perf_counter() - started
                 await asyncio.sleep(0.01)
-                print(f"refused flush: {took:.3f} s, loop held {lag.take():.3f} s, "
-                      f"{len(outbox)} events kept ({type(error).__name__})")
+                print(
+                    f"refused flush: {took:.3f} s, loop held {lag.take():.3f} s, "
+                    f"{len(outbox)} events kept ({type(error).__name__})"
+                )
         await redis.config_set("maxmemory", "0")
         started, worst, flushes = time.perf_counter(), 0.0, 0
         lag.take()
@@ -106,11 +110,17 @@ async def main(events: int, blocks: int) -> None:
             return
         took = time.perf_counter() - started
         await asyncio.sleep(0.01)
-        print(f"catch-up: {flushes} flushes in {took:.3f} s, loop held {max(worst, lag.take()):.3f} s at most")
+        print(
+            f"catch-up: {flushes} flushes in {took:.3f} s, loop held {max(worst, lag.take()):.3f} s at most"
+        )
         size = await redis.memory_usage(keys.events())
         print(f"stream: {await redis.xlen(keys.events())} entries, {size / 1e6:.1f} MB in Redis")
-        reader = Reader(connect(server.url, block_s=0.5), keys, "b",
-                        view_of(WorkerTable(), PrefixIndex(100_000)))
+        reader = Reader(
+            connect(server.url, block_s=0.5),
+            keys,
+            "b",
+            view_of(WorkerTable(), PrefixIndex(100_000)),
+        )
         reader.bootstrap_needed = False
         newest = (await redis.xrevrange(keys.events(), count=1))[0][0].decode()
         started, worst = time.perf_counter(), 0.0
@@ -120,12 +130,18 @@ async def main(events: int, blocks: int) -> None:
             worst = max(worst, lag.take())
         took = time.perf_counter() - started
         await asyncio.sleep(0.01)
-        print(f"read and applied by another replica: {took:.3f} s, "
-              f"loop held {max(worst, lag.take()):.3f} s at most")
+        print(
+            f"read and applied by another replica: {took:.3f} s, "
+            f"loop held {max(worst, lag.take()):.3f} s at most"
+        )
     finally:
         server.stop()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_LIMIT,
-                     int(sys.argv[2]) if len(sys.argv) > 2 else 64))
+    asyncio.run(
+        main(
+            int(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_LIMIT,
+            int(sys.argv[2]) if len(sys.argv) > 2 else 64,
+        )
+    )

@@ -9,7 +9,6 @@ import statistics
 import sys
 
 
-
 def mannwhitneyu(a: list[float], b: list[float]) -> float:
     """Exact two-sided p: the rank sum of `a` (midranks on ties) against every way of
     choosing len(a) of the pooled ranks (counted by dynamic programming)."""
@@ -32,14 +31,29 @@ def mannwhitneyu(a: list[float], b: list[float]) -> float:
     extreme = sum(c for t, c in ways[k].items() if abs(t - mean) >= abs(observed - mean) - 1e-9)
     return extreme / every
 
+
 rows = [json.loads(line) for line in open(sys.argv[1])]
 for figure in ("decision_ms_per_pick", "surviving_ms_per_pick"):
     a = [r["r"][figure] for r in rows if r["side"] == "base"]
     b = [r["r"][figure] for r in rows if r["side"] == "br"]
     p = mannwhitneyu(a, b)
-    print(f"{figure}: base {statistics.median(a):.3f} [{min(a):.3f}–{max(a):.3f}] (n {len(a)})"
-          f" / branch {statistics.median(b):.3f} [{min(b):.3f}–{max(b):.3f}] (n {len(b)})"
-          f" ratio {statistics.median(b) / statistics.median(a):.3f} p {p:.2g}")
-print("answers differing:", sum(r["r"]["differ"] for r in rows), "of", len(rows), "runs;",
-      "utc", rows[0]["utc"], "–", rows[-1]["utc"], "load", min(r["load"] for r in rows), "–",
-      max(r["load"] for r in rows))
+    print(
+        f"{figure}: base {statistics.median(a):.3f} [{min(a):.3f}–{max(a):.3f}] (n {len(a)})"
+        f" / branch {statistics.median(b):.3f} [{min(b):.3f}–{max(b):.3f}] (n {len(b)})"
+        f" ratio {statistics.median(b) / statistics.median(a):.3f} p {p:.2g}"
+    )
+print(
+    "answers differing:",
+    sum(r["r"]["differ"] for r in rows),
+    "of",
+    len(rows),
+    "runs;",
+    "utc",
+    rows[0]["utc"],
+    "–",
+    rows[-1]["utc"],
+    "load",
+    min(r["load"] for r in rows),
+    "–",
+    max(r["load"] for r in rows),
+)

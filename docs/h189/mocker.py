@@ -74,14 +74,24 @@ def main() -> int:
     args = cli.parse_args()
     result = uvloop.run(B.run("precise", float(args.rates), args))
     n = len(cpu)
-    print(json.dumps({
-        "kinference": P.__file__, "picks": n,
-        "decision_cpu_ms_mean": sum(cpu) / n, "decision_cpu_ms_p50": statistics.median(cpu),
-        "decision_wall_ms_mean": sum(wall) / n,
-        "replays_per_pick": sum(replays) / n, "skipped_per_pick": sum(skipped) / n,
-        "hit_rate": result.hit_rate, "ttft_p50_ms": result.ttft_p50_ms,
-        "ttft_p90_ms": result.ttft_p90_ms, "requests": result.requests, "errors": result.errors,
-    }))
+    print(
+        json.dumps(
+            {
+                "kinference": P.__file__,
+                "picks": n,
+                "decision_cpu_ms_mean": sum(cpu) / n,
+                "decision_cpu_ms_p50": statistics.median(cpu),
+                "decision_wall_ms_mean": sum(wall) / n,
+                "replays_per_pick": sum(replays) / n,
+                "skipped_per_pick": sum(skipped) / n,
+                "hit_rate": result.hit_rate,
+                "ttft_p50_ms": result.ttft_p50_ms,
+                "ttft_p90_ms": result.ttft_p90_ms,
+                "requests": result.requests,
+                "errors": result.errors,
+            }
+        )
+    )
     return 0
 
 

@@ -33,15 +33,25 @@ def mannwhitneyu(a: list[float], b: list[float]) -> float:
 
 
 rows = [json.loads(line) for line in open(sys.argv[1])]
-FIGURES = ("decision_cpu_ms_mean", "decision_cpu_ms_p50", "decision_wall_ms_mean",
-           "replays_per_pick", "skipped_per_pick", "hit_rate", "ttft_p50_ms", "ttft_p90_ms")
+FIGURES = (
+    "decision_cpu_ms_mean",
+    "decision_cpu_ms_p50",
+    "decision_wall_ms_mean",
+    "replays_per_pick",
+    "skipped_per_pick",
+    "hit_rate",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+)
 for figure in FIGURES:
     a = [r["r"][figure] for r in rows if r["side"] == "base"]
     b = [r["r"][figure] for r in rows if r["side"] == "br"]
     p = mannwhitneyu(a, b)
     ratio = statistics.median(b) / statistics.median(a) if statistics.median(a) else float("nan")
-    print(f"{figure}: base {statistics.median(a):.3f} [{min(a):.3f}–{max(a):.3f}] (n {len(a)})"
-          f" / branch {statistics.median(b):.3f} [{min(b):.3f}–{max(b):.3f}] (n {len(b)})"
-          f" ratio {ratio:.3f} p {p:.2g}")
+    print(
+        f"{figure}: base {statistics.median(a):.3f} [{min(a):.3f}–{max(a):.3f}] (n {len(a)})"
+        f" / branch {statistics.median(b):.3f} [{min(b):.3f}–{max(b):.3f}] (n {len(b)})"
+        f" ratio {ratio:.3f} p {p:.2g}"
+    )
 print("runs:", " ".join(f"{r['side']}:{r['start']}→{r['end']}" for r in rows))
 print("errors:", sum(r["r"]["errors"] for r in rows), "picks:", [r["r"]["picks"] for r in rows])

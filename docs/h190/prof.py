@@ -1,6 +1,6 @@
 """h190 scratch: cProfile of one replay of a recorded history (docs/h188/replay.py's `run`).
 
-    PYTHONPATH=<checkout>:docs/h188 python docs/h190/prof.py HIST.pkl [N]
+PYTHONPATH=<checkout>:docs/h188 python docs/h190/prof.py HIST.pkl [N]
 """
 
 import cProfile

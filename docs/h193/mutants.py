@@ -39,12 +39,12 @@ MUTANTS = {
         "if False:",
     ),
 }
-LATE = '''
+LATE = """
 
 async def _late(publisher: Any, events: Any, dirty: Any, own: Any) -> None:
     await asyncio.sleep(0)
     await publisher.deliver(events, dirty, own())
-'''
+"""
 
 
 def main() -> int:

@@ -38,7 +38,9 @@ def note(op: str, err: BaseException, allowed: set[C]) -> None:
 
 
 def dense(i: int) -> bytes:
-    msgs = [{"role": "user", "content": [{"type": "text", "text": f"w{i}{j}"} for j in range(3000)]}]
+    msgs = [
+        {"role": "user", "content": [{"type": "text", "text": f"w{i}{j}"} for j in range(3000)]}
+    ]
     return json.dumps({"model": MODEL, "messages": msgs}).encode()
 
 
@@ -56,7 +58,11 @@ def a_body(rng: random.Random, i: int) -> bytes:
         return chat_body(model="nope-" + str(i))
     if kind < 0.93:
         return chat_body(content="\ud800 lone", stream=True)
-    return b'{"model": "' + MODEL.encode() + b'", "model": "x", "messages": [{"role": "user", "content": "\xff\xfe"}]}'
+    return (
+        b'{"model": "'
+        + MODEL.encode()
+        + b'", "model": "x", "messages": [{"role": "user", "content": "\xff\xfe"}]}'
+    )
 
 
 async def caller(client: PickerClient, rng: random.Random, n: int, idx: int) -> None:
@@ -73,7 +79,12 @@ async def caller(client: PickerClient, rng: random.Random, n: int, idx: int) -> 
             md.append(("kinference-declared-length", str(declared)))
         pick_bin = rng.random() < 0.2
         if pick_bin:
-            md.append((extensions.PICK, pb.PickRequest(tenant=rng.choice(["", "a", "b"])).SerializeToString()))
+            md.append(
+                (
+                    extensions.PICK,
+                    pb.PickRequest(tenant=rng.choice(["", "a", "b"])).SerializeToString(),
+                )
+            )
         inline = rng.random() < 0.2
         if inline:
             md.append((extensions.INLINE_BODY_MAX, "32768"))
@@ -90,7 +101,13 @@ async def caller(client: PickerClient, rng: random.Random, n: int, idx: int) -> 
                 call.cancel()
             pushed = await call
         except BaseException as e:  # noqa
-            note("push", e, {C.INVALID_ARGUMENT, C.RESOURCE_EXHAUSTED, C.CANCELLED} if declared is not None and declared != len(body) else {C.RESOURCE_EXHAUSTED, C.CANCELLED, C.INTERNAL})
+            note(
+                "push",
+                e,
+                {C.INVALID_ARGUMENT, C.RESOURCE_EXHAUSTED, C.CANCELLED}
+                if declared is not None and declared != len(body)
+                else {C.RESOURCE_EXHAUSTED, C.CANCELLED, C.INTERNAL},
+            )
             continue
         picked = None
         body_inline = None
@@ -111,7 +128,13 @@ async def caller(client: PickerClient, rng: random.Random, n: int, idx: int) -> 
         else:
             npicks = rng.choice([1, 1, 1, 2, 3])
             cancel_pick = rng.random() < 0.1
-            picks = [stub.Pick(pb.PickRequest(body_stream_id=pushed.stream_id, tenant=rng.choice(["", "a"])), metadata=[(extensions.INLINE_BODY_MAX, "32768")] if inline else None) for _ in range(npicks)]
+            picks = [
+                stub.Pick(
+                    pb.PickRequest(body_stream_id=pushed.stream_id, tenant=rng.choice(["", "a"])),
+                    metadata=[(extensions.INLINE_BODY_MAX, "32768")] if inline else None,
+                )
+                for _ in range(npicks)
+            ]
             if cancel_pick:
                 await asyncio.sleep(rng.random() * 0.005)
                 for p in picks:
@@ -145,7 +168,9 @@ async def caller(client: PickerClient, rng: random.Random, n: int, idx: int) -> 
 
         async def pull_full() -> None:
             try:
-                got = b"".join([m.chunk async for m in stub.PullBody(pb.PullBodyRequest(response_id=rid))])
+                got = b"".join(
+                    [m.chunk async for m in stub.PullBody(pb.PullBodyRequest(response_id=rid))]
+                )
                 if len(got) != picked.body_total_bytes:
                     BAD.append(f"pulled {len(got)} of {picked.body_total_bytes}")
             except grpc.aio.AioRpcError as e:
@@ -161,21 +186,44 @@ async def caller(client: PickerClient, rng: random.Random, n: int, idx: int) -> 
 
         async def abort() -> None:
             try:
-                r = await stub.Abort(pb.AbortRequest(response_id=rid, reason=rng.choice([0, 1, 2, 3, 4])))
+                r = await stub.Abort(
+                    pb.AbortRequest(response_id=rid, reason=rng.choice([0, 1, 2, 3, 4]))
+                )
                 assert r.released
             except grpc.aio.AioRpcError as e:
                 note("abort", e, {C.NOT_FOUND})
 
         async def first() -> None:
             try:
-                await stub.ReportFirstToken(pb.ReportFirstTokenRequest(response_id=rid, observed_ttft_ms=rng.randint(0, 2**32 - 1), upstream_status=rng.choice([200, 500, -1, 429])))
+                await stub.ReportFirstToken(
+                    pb.ReportFirstTokenRequest(
+                        response_id=rid,
+                        observed_ttft_ms=rng.randint(0, 2**32 - 1),
+                        upstream_status=rng.choice([200, 500, -1, 429]),
+                    )
+                )
             except grpc.aio.AioRpcError as e:
                 note("first", e, set())
 
         async def final() -> None:
-            md2 = [(extensions.FIRST_TOKEN, f"{rng.randint(0, 99)}:200:{rng.randint(0, 50)}")] if rng.random() < 0.3 else None
+            md2 = (
+                [(extensions.FIRST_TOKEN, f"{rng.randint(0, 99)}:200:{rng.randint(0, 50)}")]
+                if rng.random() < 0.3
+                else None
+            )
             try:
-                await stub.ReportFinalToken(pb.ReportFinalTokenRequest(response_id=rid, model=MODEL, prompt_tokens=rng.randint(0, 2**32 - 1), completion_tokens=rng.randint(0, 10), cached_tokens=rng.randint(0, 2**32 - 1), itl_bucket_counts=[rng.randint(0, 2**32 - 1)] * 15, itl_bucket_layout=1), metadata=md2)
+                await stub.ReportFinalToken(
+                    pb.ReportFinalTokenRequest(
+                        response_id=rid,
+                        model=MODEL,
+                        prompt_tokens=rng.randint(0, 2**32 - 1),
+                        completion_tokens=rng.randint(0, 10),
+                        cached_tokens=rng.randint(0, 2**32 - 1),
+                        itl_bucket_counts=[rng.randint(0, 2**32 - 1)] * 15,
+                        itl_bucket_layout=1,
+                    ),
+                    metadata=md2,
+                )
             except grpc.aio.AioRpcError as e:
                 note("final", e, set())
 
@@ -202,17 +250,39 @@ async def caller(client: PickerClient, rng: random.Random, n: int, idx: int) -> 
 
 
 async def test_chaos(start_picker: PickerFactory) -> None:
-    picker = await start_picker(body_ttl_s=2.0, request_ttl_s=2.0, max_body_bytes=2 * MiB, max_buffered_bytes=int(os.environ.get("BUF", "24")) * MiB)
+    picker = await start_picker(
+        body_ttl_s=2.0,
+        request_ttl_s=2.0,
+        max_body_bytes=2 * MiB,
+        max_buffered_bytes=int(os.environ.get("BUF", "24")) * MiB,
+    )
     seed = int(os.environ.get("SEED", "1"))
     crowd = int(os.environ.get("CROWD", "32"))
     clients = [PickerClient(picker.target) for _ in range(4)]
-    await asyncio.gather(*[caller(clients[i % 4], random.Random(seed * 100 + i), int(os.environ.get("N", "12")), i) for i in range(crowd)])
+    await asyncio.gather(
+        *[
+            caller(clients[i % 4], random.Random(seed * 100 + i), int(os.environ.get("N", "12")), i)
+            for i in range(crowd)
+        ]
+    )
     print(sorted(SEEN.items()))
     print("BAD", BAD[:20], len(BAD))
     app = picker.app
-    print("budget", app.store.budget.used, "held", app.store.held_bodies, "inflight", len(app.inflight), app.inflight.per_endpoint(), "res", len(app.service.reports._reservations))
+    print(
+        "budget",
+        app.store.budget.used,
+        "held",
+        app.store.held_bodies,
+        "inflight",
+        len(app.inflight),
+        app.inflight.per_endpoint(),
+        "res",
+        len(app.service.reports._reservations),
+    )
     await wait_nothing_held(picker, within_s=15)
-    print("res", len(app.service.reports._reservations), "early", len(app.service.preparation._early))
+    print(
+        "res", len(app.service.reports._reservations), "early", len(app.service.preparation._early)
+    )
     assert not BAD
     for c in clients:
         await c.close()
@@ -230,7 +300,11 @@ async def session_caller(channel: Any, rng: random.Random, n: int, idx: int) -> 
     async def one(k: int) -> None:
         body = a_body(rng, idx * 1000 + k)
         declared = len(body) if rng.random() < 0.8 else None
-        start = spb.Start(declared_length=declared, pick=pick_request(0, "", pb.PickRequest.INTERACTIVE, None, "r"), inline_body_max=rng.choice([0, 1 << 20]))
+        start = spb.Start(
+            declared_length=declared,
+            pick=pick_request(0, "", pb.PickRequest.INTERACTIVE, None, "r"),
+            inline_body_max=rng.choice([0, 1 << 20]),
+        )
         size = rng.choice([1, 1000, 64 * KiB])
         if len(body) // size > 5000:
             size = 64 * KiB
@@ -251,7 +325,11 @@ async def session_caller(channel: Any, rng: random.Random, n: int, idx: int) -> 
             SEEN["s-push:cancelled"] += 1
             return
         except grpc.aio.AioRpcError as e:
-            note("s-push", e, {C.RESOURCE_EXHAUSTED, C.INVALID_ARGUMENT} if declared is None or True else set())
+            note(
+                "s-push",
+                e,
+                {C.RESOURCE_EXHAUSTED, C.INVALID_ARGUMENT} if declared is None or True else set(),
+            )
             return
         rid = pick.response_id
         if pick.outcome not in (pb.PickResponse.OK, pb.PickResponse.DEGRADED):
@@ -261,20 +339,43 @@ async def session_caller(channel: Any, rng: random.Random, n: int, idx: int) -> 
                 BAD.append("session inline size mismatch")
         elif rng.random() < 0.7:
             try:
-                got = b"".join([m.chunk async for m in channel_stub(channel).PullBody(pb.PullBodyRequest(response_id=rid))])
+                got = b"".join(
+                    [
+                        m.chunk
+                        async for m in channel_stub(channel).PullBody(
+                            pb.PullBodyRequest(response_id=rid)
+                        )
+                    ]
+                )
                 if len(got) != pick.body_total_bytes:
                     BAD.append("session pull short")
             except grpc.aio.AioRpcError as e:
                 note("s-pull", e, {C.NOT_FOUND})
         r = rng.random()
         if r < 0.4:
-            session.report(spb.ClientFrame(final_token=pb.ReportFinalTokenRequest(response_id=rid, model=MODEL, prompt_tokens=3)))
+            session.report(
+                spb.ClientFrame(
+                    final_token=pb.ReportFinalTokenRequest(
+                        response_id=rid, model=MODEL, prompt_tokens=3
+                    )
+                )
+            )
         elif r < 0.7:
             session.report(spb.ClientFrame(abort=pb.AbortRequest(response_id=rid)))
             session.report(spb.ClientFrame(abort=pb.AbortRequest(response_id=rid)))
         elif r < 0.85:
-            session.report(spb.ClientFrame(first_token=pb.ReportFirstTokenRequest(response_id=rid, observed_ttft_ms=5)))
-            session.report(spb.ClientFrame(final_token=pb.ReportFinalTokenRequest(response_id=rid, model=MODEL, prompt_tokens=3)))
+            session.report(
+                spb.ClientFrame(
+                    first_token=pb.ReportFirstTokenRequest(response_id=rid, observed_ttft_ms=5)
+                )
+            )
+            session.report(
+                spb.ClientFrame(
+                    final_token=pb.ReportFinalTokenRequest(
+                        response_id=rid, model=MODEL, prompt_tokens=3
+                    )
+                )
+            )
 
     await asyncio.gather(*[one(k) for k in range(n)])
     if rng.random() < 0.5:
@@ -285,19 +386,44 @@ async def session_caller(channel: Any, rng: random.Random, n: int, idx: int) -> 
 
 def channel_stub(channel: Any) -> Any:
     from kinference.v1 import picker_pb2_grpc as pb_grpc
+
     return pb_grpc.PickerStub(channel)
 
 
 async def test_session_chaos(start_picker: PickerFactory) -> None:
-    picker = await start_picker(body_ttl_s=2.0, request_ttl_s=2.0, max_body_bytes=2 * MiB, max_buffered_bytes=int(os.environ.get("BUF", "24")) * MiB)
+    picker = await start_picker(
+        body_ttl_s=2.0,
+        request_ttl_s=2.0,
+        max_body_bytes=2 * MiB,
+        max_buffered_bytes=int(os.environ.get("BUF", "24")) * MiB,
+    )
     seed = int(os.environ.get("SEED", "1"))
     crowd = int(os.environ.get("CROWD", "16"))
     clients = [PickerClient(picker.target) for _ in range(4)]
-    await asyncio.gather(*[session_caller(clients[i % 4].channel, random.Random(seed * 100 + i), int(os.environ.get("N", "12")), i) for i in range(crowd)])
+    await asyncio.gather(
+        *[
+            session_caller(
+                clients[i % 4].channel,
+                random.Random(seed * 100 + i),
+                int(os.environ.get("N", "12")),
+                i,
+            )
+            for i in range(crowd)
+        ]
+    )
     print(sorted(SEEN.items()))
     print("BAD", BAD[:20], len(BAD))
     app = picker.app
-    print("budget", app.store.budget.used, "held", app.store.held_bodies, "inflight", len(app.inflight), "uploads", app.store._uploads)
+    print(
+        "budget",
+        app.store.budget.used,
+        "held",
+        app.store.held_bodies,
+        "inflight",
+        len(app.inflight),
+        "uploads",
+        app.store._uploads,
+    )
     await wait_nothing_held(picker, within_s=15)
     assert not BAD
     for c in clients:

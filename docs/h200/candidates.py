@@ -19,7 +19,9 @@ for path in glob.glob(f"{run}/trace.*.jsonl"):
 traces.sort(key=lambda rows: rows[0]["t"])
 by = {}
 for router, rows in zip(order, traces):
-    mine = sorted((r for r in reqs if r["router"] == router and not r["error"]), key=lambda r: r["arrival_s"])
+    mine = sorted(
+        (r for r in reqs if r["router"] == router and not r["error"]), key=lambda r: r["arrival_s"]
+    )
     for q, d in zip(mine, rows):
         q["d"] = d
     by[router] = {(q["conversation"], q["turn"], q["kind"]): q for q in mine if "d" in q}
@@ -43,17 +45,30 @@ for router in order:
     qs = [q for q in by[router].values() if q["d"].get("c")]
     vs = [view(q) for q in qs]
     busier = [v for v in vs if v["busier"] > 0]
-    print(f"{router}: {len(qs)} decisions; chose a busier worker than the least busy in {len(busier)} "
-          f"({len(busier)/len(qs):.2f}), predicted gain there median {statistics.median([v['gain'] for v in busier]) if busier else 0:.0f} tokens, "
-          f"with no gain (<= 1 block) in {sum(v['gain'] <= 16 for v in busier)}; chose the (or a) best-cached worker in {sum(v['holder'] for v in vs)}")
+    print(
+        f"{router}: {len(qs)} decisions; chose a busier worker than the least busy in {len(busier)} "
+        f"({len(busier) / len(qs):.2f}), predicted gain there median {statistics.median([v['gain'] for v in busier]) if busier else 0:.0f} tokens, "
+        f"with no gain (<= 1 block) in {sum(v['gain'] <= 16 for v in busier)}; chose the (or a) best-cached worker in {sum(v['holder'] for v in vs)}"
+    )
 a, p = by["kinference"], by["kinference-precise"]
-same = [k for k in a if k in p and abs(a[k]["cached_tokens"] - p[k]["cached_tokens"]) <= 16 and a[k]["d"].get("c") and p[k]["d"].get("c")]
+same = [
+    k
+    for k in a
+    if k in p
+    and abs(a[k]["cached_tokens"] - p[k]["cached_tokens"]) <= 16
+    and a[k]["d"].get("c")
+    and p[k]["d"].get("c")
+]
 more = [k for k in same if view(p[k])["busier"] > view(a[k])["busier"]]
-print(f"pairs at equal reported cached tokens: {len(same)}; precise chose relatively busier in {len(more)}, "
-      f"approximate in {sum(view(a[k])['busier'] > view(p[k])['busier'] for k in same)}")
+print(
+    f"pairs at equal reported cached tokens: {len(same)}; precise chose relatively busier in {len(more)}, "
+    f"approximate in {sum(view(a[k])['busier'] > view(p[k])['busier'] for k in same)}"
+)
 for k in more[:12]:
     pa, pp = view(a[k]), view(p[k])
-    print(f"  {k}: approx busier +{pa['busier']:.0f} gain {pa['gain']:.0f} | precise busier +{pp['busier']:.0f} gain {pp['gain']:.0f};"
-          f" cached reported {p[k]['cached_tokens']}; TTFT {1000*a[k]['ttft_s']:.0f} vs {1000*p[k]['ttft_s']:.0f} ms;"
-          f" precise's candidates {[(round(p[k]['d']['w'][e][0]), round(c)) for e, c in sorted(p[k]['d']['c'].items())]}"
-          f" approx's {[(round(a[k]['d']['w'][e][0]), round(c)) for e, c in sorted(a[k]['d']['c'].items())]}")
+    print(
+        f"  {k}: approx busier +{pa['busier']:.0f} gain {pa['gain']:.0f} | precise busier +{pp['busier']:.0f} gain {pp['gain']:.0f};"
+        f" cached reported {p[k]['cached_tokens']}; TTFT {1000 * a[k]['ttft_s']:.0f} vs {1000 * p[k]['ttft_s']:.0f} ms;"
+        f" precise's candidates {[(round(p[k]['d']['w'][e][0]), round(c)) for e, c in sorted(p[k]['d']['c'].items())]}"
+        f" approx's {[(round(a[k]['d']['w'][e][0]), round(c)) for e, c in sorted(a[k]['d']['c'].items())]}"
+    )

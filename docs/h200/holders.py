@@ -27,8 +27,10 @@ for router, rows in zip(order, traces):
         count[min(len(holders), 3)] += 1
         inflight = {e: v[0] for e, v in r["w"].items()}
         extra.append(inflight[r["ep"]] - min(inflight.values()))
-    print(f"{router}: decisions with a warm candidate by number of holders {dict(sorted(count.items(), key=str))}; "
-          f"chosen's in flight above the least busy: mean {sum(extra)/len(extra):.2f}")
+    print(
+        f"{router}: decisions with a warm candidate by number of holders {dict(sorted(count.items(), key=str))}; "
+        f"chosen's in flight above the least busy: mean {sum(extra) / len(extra):.2f}"
+    )
     # Where it left a warm holder for a worker that would compute the prompt again, and how
     # busy the holders it stayed with were: the load at which each row's model moves.
     moves, stays = [], []
@@ -44,6 +46,10 @@ for router, rows in zip(order, traces):
         else:
             stays.append(least_holder)
     hist = collections.Counter(int(s) for s in stays)
-    print(f"  left every warm holder {len(moves)} times (least busy holder's in flight, chosen's, "
-          f"cached there, predicted TTFT): {moves[:8]}")
-    print(f"  stayed on a holder {len(stays)} times; the least busy holder's in flight then: {dict(sorted(hist.items()))}")
+    print(
+        f"  left every warm holder {len(moves)} times (least busy holder's in flight, chosen's, "
+        f"cached there, predicted TTFT): {moves[:8]}"
+    )
+    print(
+        f"  stayed on a holder {len(stays)} times; the least busy holder's in flight then: {dict(sorted(hist.items()))}"
+    )

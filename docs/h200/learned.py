@@ -30,6 +30,8 @@ for router, rows in zip(order, traces):
         per_token = median(r.get("prefill_ms_per_token", {}).values()) * 1000
         base = median(r.get("prefill_base_ms", {}).values())
         service = median(r.get("service_ms", {}).values())
-        print(f"{router} snapshot {i + 1}/{len(snaps)}: prefill {per_token:.1f} ms per 1k tokens, base {base:.1f} ms, "
-              f"service {service:.0f} ms, busy {r['busy_ms']:.2f} ms per sequence "
-              f"(per worker per 1k: {[round(v * 1000, 1) for v in r.get('prefill_ms_per_token', {}).values()]})")
+        print(
+            f"{router} snapshot {i + 1}/{len(snaps)}: prefill {per_token:.1f} ms per 1k tokens, base {base:.1f} ms, "
+            f"service {service:.0f} ms, busy {r['busy_ms']:.2f} ms per sequence "
+            f"(per worker per 1k: {[round(v * 1000, 1) for v in r.get('prefill_ms_per_token', {}).values()]})"
+        )

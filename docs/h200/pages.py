@@ -62,9 +62,15 @@ if order[0] != "kinference":  # the table is approximate, precise
     results.reverse()
 rows = ["approximate", "precise"]
 keys = sorted(set().union(*[r.keys() for r in results]))
-print("| metric (mean per observation, ms) | " + " | ".join(rows[: len(results)]) + " | precise - approximate |")
+print(
+    "| metric (mean per observation, ms) | "
+    + " | ".join(rows[: len(results)])
+    + " | precise - approximate |"
+)
 print("|---|" + "--:|" * (len(results) + 1))
 for key in keys:
     cells = [results[j].get(key, (0, float("nan"))) for j in range(len(results))]
     diff = cells[1][1] - cells[0][1] if len(cells) > 1 else float("nan")
-    print(f"| {key} | " + " | ".join(f"{v:.2f} (n {int(n)})" for n, v in cells) + f" | {diff:+.2f} |")
+    print(
+        f"| {key} | " + " | ".join(f"{v:.2f} (n {int(n)})" for n, v in cells) + f" | {diff:+.2f} |"
+    )

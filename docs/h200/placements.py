@@ -23,13 +23,18 @@ routers = ["kinference", "kinference-precise"]
 run_order = sys.argv[2].split(",") if len(sys.argv) > 2 else routers  # --routers order
 by = {}
 for router, rows in zip(run_order, traces):
-    mine = sorted((r for r in reqs if r["router"] == router and not r["error"]), key=lambda r: r["arrival_s"])
+    mine = sorted(
+        (r for r in reqs if r["router"] == router and not r["error"]), key=lambda r: r["arrival_s"]
+    )
     if len(mine) != len(rows):
         print(f"{router}: {len(mine)} requests, {len(rows)} decisions", file=sys.stderr)
     t0 = rows[0]["t"] - mine[0]["arrival_s"]
     bad = 0
     for q, d in zip(mine, rows):
-        if abs((d["t"] - t0) - q["arrival_s"]) > 0.05 or not 0.7 < d["prompt"] / max(q["prompt_tokens"], 1) < 1.4:
+        if (
+            abs((d["t"] - t0) - q["arrival_s"]) > 0.05
+            or not 0.7 < d["prompt"] / max(q["prompt_tokens"], 1) < 1.4
+        ):
             bad += 1
         q["d"] = d
         q["ep"] = d["ep"]
@@ -46,11 +51,14 @@ for router, rows in zip(run_order, traces):
         q["rpend"] = w.get(q["ep"], [0, 0])[1]
     by[router] = {(q["conversation"], q["turn"], q["kind"]): q for q in mine}
 
+
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
+
 def mean(xs):
     return statistics.fmean(xs) if xs else float("nan")
+
 
 for router in routers:
     qs = list(by[router].values())
@@ -59,13 +67,15 @@ for router in routers:
     over = sum(1 for e in err if e > 16) / len(err)
     under = sum(1 for e in err if e < -16) / len(err)
     tt = [q["ttft_s"] * 1000 - q["d"]["ttft"] for q in qs if q["d"]["ttft"] is not None]
-    print(f"{router}: n {len(qs)}; TTFT p50 {med([q['ttft_s']*1000 for q in qs]):.1f} ms; "
-          f"router's in flight on chosen (before) mean {mean([q['rinf'] for q in qs]):.2f}, "
-          f"chosen = least in flight {sum(q['rinf'] <= q['min_inflight'] for q in qs)/len(qs):.2f}; "
-          f"pending prefill on chosen median {med([q['rpend'] for q in qs]):.0f} tok; "
-          f"load gen: under way {mean([q['busy'] for q in qs]):.2f}, prefilling {mean([q['prefilling'] for q in qs]):.2f}; "
-          f"predicted cached within a block {within:.2f} (over {over:.2f}, under {under:.2f}); "
-          f"observed-predicted TTFT median {med(tt):+.1f} ms")
+    print(
+        f"{router}: n {len(qs)}; TTFT p50 {med([q['ttft_s'] * 1000 for q in qs]):.1f} ms; "
+        f"router's in flight on chosen (before) mean {mean([q['rinf'] for q in qs]):.2f}, "
+        f"chosen = least in flight {sum(q['rinf'] <= q['min_inflight'] for q in qs) / len(qs):.2f}; "
+        f"pending prefill on chosen median {med([q['rpend'] for q in qs]):.0f} tok; "
+        f"load gen: under way {mean([q['busy'] for q in qs]):.2f}, prefilling {mean([q['prefilling'] for q in qs]):.2f}; "
+        f"predicted cached within a block {within:.2f} (over {over:.2f}, under {under:.2f}); "
+        f"observed-predicted TTFT median {med(tt):+.1f} ms"
+    )
     counts = {}
     for q in qs:
         counts[q["ep"]] = counts.get(q["ep"], 0) + 1
@@ -74,10 +84,16 @@ for router in routers:
 a, p = by["kinference"], by["kinference-precise"]
 same = [k for k in a if k in p and abs(a[k]["cached_tokens"] - p[k]["cached_tokens"]) <= 16]
 print(f"\npairs at equal cached tokens: {len(same)}")
+
+
 def show(name, f):
     d = [f(p[k]) - f(a[k]) for k in same]
-    print(f"  {name}: approx median {med([f(a[k]) for k in same]):.2f}, precise {med([f(p[k]) for k in same]):.2f}; "
-          f"diff median {med(d):+.2f}, mean {mean(d):+.2f}")
+    print(
+        f"  {name}: approx median {med([f(a[k]) for k in same]):.2f}, precise {med([f(p[k]) for k in same]):.2f}; "
+        f"diff median {med(d):+.2f}, mean {mean(d):+.2f}"
+    )
+
+
 show("TTFT ms", lambda q: q["ttft_s"] * 1000)
 show("router in flight on chosen", lambda q: q["rinf"])
 show("router pending prefill tok on chosen", lambda q: q["rpend"])
@@ -93,11 +109,15 @@ show("sequences joined", lambda q: q["d"]["seq"])
 for lo, hi in ((-9, -1), (0, 0), (1, 9)):
     ks = [k for k in same if lo <= p[k]["busy"] - a[k]["busy"] <= hi]
     d = [1000 * (p[k]["ttft_s"] - a[k]["ttft_s"]) for k in ks]
-    print(f"  under-way diff in [{lo},{hi}]: n {len(ks)}, TTFT diff median {med(d):+.1f} ms, mean {mean(d):+.1f}")
+    print(
+        f"  under-way diff in [{lo},{hi}]: n {len(ks)}, TTFT diff median {med(d):+.1f} ms, mean {mean(d):+.1f}"
+    )
 for lo, hi in ((-9, -1), (0, 0), (1, 9)):
     ks = [k for k in same if lo <= p[k]["prefilling"] - a[k]["prefilling"] <= hi]
     d = [1000 * (p[k]["ttft_s"] - a[k]["ttft_s"]) for k in ks]
-    print(f"  prefilling diff in [{lo},{hi}]: n {len(ks)}, TTFT diff median {med(d):+.1f} ms, mean {mean(d):+.1f}")
+    print(
+        f"  prefilling diff in [{lo},{hi}]: n {len(ks)}, TTFT diff median {med(d):+.1f} ms, mean {mean(d):+.1f}"
+    )
 
 # How much would precise's extra load on its chosen engines explain? Within each row, TTFT
 # against the requests under way on the chosen engine at equal reported cached tokens
@@ -109,10 +129,14 @@ for router in routers:
     x = np.array([[1.0, q["busy"], (q["prompt_tokens"] - q["cached_tokens"]) / 1000] for q in qs])
     y = np.array([q["ttft_s"] * 1000 for q in qs])
     coef = np.linalg.lstsq(x, y, rcond=None)[0]
-    print(f"{router}: TTFT ~ {coef[0]:.1f} + {coef[1]:.1f} ms x under way + {coef[2]:.1f} ms x 1k uncached tokens")
+    print(
+        f"{router}: TTFT ~ {coef[0]:.1f} + {coef[1]:.1f} ms x under way + {coef[2]:.1f} ms x 1k uncached tokens"
+    )
 more = sum(1 for k in same if p[k]["busy"] > a[k]["busy"])
 less = sum(1 for k in same if p[k]["busy"] < a[k]["busy"])
-print(f"pairs where precise's engine had more under way: {more}, fewer: {less}, equal: {len(same) - more - less}")
+print(
+    f"pairs where precise's engine had more under way: {more}, fewer: {less}, equal: {len(same) - more - less}"
+)
 from math import comb  # noqa: E402
 
 
@@ -125,14 +149,23 @@ def sign_p(plus, minus):
 print(f"  sign test p {sign_p(more, less):.3g}")
 eq = [k for k in same if p[k]["busy"] == a[k]["busy"] and p[k]["prefilling"] == a[k]["prefilling"]]
 d = [1000 * (p[k]["ttft_s"] - a[k]["ttft_s"]) for k in eq]
-print(f"  pairs with equal under way and prefilling: n {len(d)}, TTFT diff median {med(d):+.1f} ms, "
-      f"precise later in {sum(x > 0 for x in d)}, sign test p {sign_p(sum(x > 0 for x in d), sum(x < 0 for x in d)):.3g}")
+print(
+    f"  pairs with equal under way and prefilling: n {len(d)}, TTFT diff median {med(d):+.1f} ms, "
+    f"precise later in {sum(x > 0 for x in d)}, sign test p {sign_p(sum(x > 0 for x in d), sum(x < 0 for x in d)):.3g}"
+)
 try:
     from scipy.stats import wilcoxon
+
     d = [p[k]["busy"] - a[k]["busy"] for k in same]
     print(f"  Wilcoxon signed-rank on the difference: p {wilcoxon(d).pvalue:.3g}")
-    d = [p[k]["ttft_s"] - a[k]["ttft_s"] for k in same if p[k]["busy"] == a[k]["busy"] and p[k]["prefilling"] == a[k]["prefilling"]]
-    print(f"  pairs with equal under way and prefilling: n {len(d)}, TTFT diff median {1000*statistics.median(d):+.1f} ms, Wilcoxon p {wilcoxon(d).pvalue:.3g}")
+    d = [
+        p[k]["ttft_s"] - a[k]["ttft_s"]
+        for k in same
+        if p[k]["busy"] == a[k]["busy"] and p[k]["prefilling"] == a[k]["prefilling"]
+    ]
+    print(
+        f"  pairs with equal under way and prefilling: n {len(d)}, TTFT diff median {1000 * statistics.median(d):+.1f} ms, Wilcoxon p {wilcoxon(d).pvalue:.3g}"
+    )
 except ImportError:
     pass
 for lo, hi in ((0, 3000), (3000, 6000), (6000, 100000)):

@@ -1,6 +1,6 @@
 """h208: thread CPU per ChatTemplate.render for the A/B of docs/h208/PLAN.txt.
 
-    PYTHONPATH=COPY:/work/wt/h208 python docs/h208/render_ab.py SIDE   # one JSON line
+PYTHONPATH=COPY:/work/wt/h208 python docs/h208/render_ab.py SIDE   # one JSON line
 """
 
 import json
@@ -44,7 +44,14 @@ figures = {
     "chatml_256": per_render_us(ChatTemplate(TEMPLATE, SPECIAL), messages(256, 12)),
     "qwen3_8_long": per_render_us(ChatTemplate(QWEN3, SPECIAL), messages(8, 900)),
 }
-print(json.dumps({
-    "side": sys.argv[1], "module": os.path.dirname(template_module.__file__),
-    "utc": time.strftime("%H:%M:%S", time.gmtime()), "load1": os.getloadavg()[0], **figures,
-}))
+print(
+    json.dumps(
+        {
+            "side": sys.argv[1],
+            "module": os.path.dirname(template_module.__file__),
+            "utc": time.strftime("%H:%M:%S", time.gmtime()),
+            "load1": os.getloadavg()[0],
+            **figures,
+        }
+    )
+)

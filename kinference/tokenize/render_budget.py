@@ -17,8 +17,9 @@ How: `MeteredSandbox.compile` passes every `{% for %}`'s iterable through the fi
 it), which charges a sized iterable's length at once and counts a range's or an
 iterator's items as they come), and `call` (every call a sandboxed
 template makes: functions, methods, macros) counts `CALL_STEPS` (a recursive loop's
-`LOOP_CALL_STEPS`). The budget of the render
-under way is a context variable set by `metered`; a render outside it is not counted.
+`LOOP_CALL_STEPS`, its iterable passed through the filter: `loop(...)` is not a `for`).
+The budget of the render under way is a context variable set by `metered`; a render
+outside it is not counted.
 """
 
 from __future__ import annotations
@@ -130,7 +131,11 @@ class MeteredSandbox(ImmutableSandboxedEnvironment):
         `super()` call and its arguments' repacking cost a Qwen 3 render 7 %), counted."""
         meter = _METER.get()
         if meter is not None:
-            meter.charge(LOOP_CALL_STEPS if type(__obj) is LoopContext else CALL_STEPS)
+            if type(__obj) is not LoopContext:
+                meter.charge(CALL_STEPS)
+            else:  # a recursive loop's call: its iterable's items counted as a loop's are
+                meter.charge(LOOP_CALL_STEPS)
+                args = (_counted(args[0]), *args[1:]) if args else args
         if not __self.is_safe_callable(__obj):
             raise SecurityError(f"{__obj!r} is not safely callable")
         return __context.call(__obj, *args, **kwargs)

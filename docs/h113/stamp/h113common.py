@@ -1,5 +1,6 @@
 """h113 scratch helpers shared by the probes: wrap named functions with thread-CPU timers,
 make the caches cold between calls, load the recorded hasher calls."""
+
 import functools, importlib, json, os, pickle, time
 
 _JUNK = bytearray(3 << 20)

@@ -70,7 +70,11 @@ def _syscall(tid):
 def _host():
     lines = _read("/proc/stat").splitlines()
     cpu = [int(x) for x in lines[0].split()[1:]] if lines else []
-    extra = {ln.split()[0]: int(ln.split()[1]) for ln in lines if ln.startswith(("ctxt", "procs_running", "procs_blocked"))}
+    extra = {
+        ln.split()[0]: int(ln.split()[1])
+        for ln in lines
+        if ln.startswith(("ctxt", "procs_running", "procs_blocked"))
+    }
     return cpu, extra, _read("/proc/loadavg").strip()
 
 
@@ -121,10 +125,18 @@ def _start(loop):
         sched = main_sched()
         if late > LATE_S:
             s0 = state["sched"]
-            lines.append({"kind": "lag", "t": now - state["t0"], "late_ms": late * 1e3,
-                          "gap_ms": (now - state["last"]) * 1e3,
-                          "cpu_ms": (sched[0] - s0[0]) / 1e6, "wait_ms": (sched[1] - s0[1]) / 1e6,
-                          "slices": sched[2] - s0[2], "wall": time.time()})
+            lines.append(
+                {
+                    "kind": "lag",
+                    "t": now - state["t0"],
+                    "late_ms": late * 1e3,
+                    "gap_ms": (now - state["last"]) * 1e3,
+                    "cpu_ms": (sched[0] - s0[0]) / 1e6,
+                    "wait_ms": (sched[1] - s0[1]) / 1e6,
+                    "slices": sched[2] - s0[2],
+                    "wall": time.time(),
+                }
+            )
         state["last"], state["sched"] = now, sched
         loop.call_at(loop.time() + TICK_S, tick, pc() + TICK_S)
 
@@ -172,37 +184,64 @@ def _start(loop):
             idle = now - last
             if stall is None and idle > STALL_S:
                 before = next((s for t, s in reversed(ring) if t <= last), ring[0][1])
-                stall = {"kind": "stall", "t_last": last - state["t0"], "last0": last, "samples": [], "before": before,
-                         "procs0": procs_ring[0] if procs_ring else {},
-                         "host0": _host(), "over_max_ms": over * 1e3}
+                stall = {
+                    "kind": "stall",
+                    "t_last": last - state["t0"],
+                    "last0": last,
+                    "samples": [],
+                    "before": before,
+                    "procs0": procs_ring[0] if procs_ring else {},
+                    "host0": _host(),
+                    "over_max_ms": over * 1e3,
+                }
             if stall is not None:
                 if state["last"] != last or idle <= STALL_S:  # ticked again
                     end = state["last"]
                     last = stall.pop("last0")
                     procs1 = _procs()
                     procs0 = stall.pop("procs0")
-                    used = sorted(((v[0] - procs0.get(k, (v[0], ""))[0], k, v[1]) for k, v in procs1.items()), reverse=True)[:12]
-                    stall["top_procs"] = [(round(d * 10, 1), k, n, _read(f"/proc/{k}/cmdline").replace("\0", " ")[:90]) for d, k, n in used if d > 0]  # ms (100 Hz ticks)
-                    stall["procs_window_ms"] = (pc() - procs_ring_t[0]) * 1e3 if procs_ring_t else None
+                    used = sorted(
+                        ((v[0] - procs0.get(k, (v[0], ""))[0], k, v[1]) for k, v in procs1.items()),
+                        reverse=True,
+                    )[:12]
+                    stall["top_procs"] = [
+                        (
+                            round(d * 10, 1),
+                            k,
+                            n,
+                            _read(f"/proc/{k}/cmdline").replace("\0", " ")[:90],
+                        )
+                        for d, k, n in used
+                        if d > 0
+                    ]  # ms (100 Hz ticks)
+                    stall["procs_window_ms"] = (
+                        (pc() - procs_ring_t[0]) * 1e3 if procs_ring_t else None
+                    )
                     after = snapshot()
                     before = stall.pop("before")
                     threads = {}
                     for tid, (s1, st1) in after.items():
                         s0, st0 = before.get(tid, ((0, 0, 0), None))
                         threads[names.get(tid, "?") + f"/{tid}"] = {
-                            "cpu_ms": (s1[0] - s0[0]) / 1e6, "wait_ms": (s1[1] - s0[1]) / 1e6,
+                            "cpu_ms": (s1[0] - s0[0]) / 1e6,
+                            "wait_ms": (s1[1] - s0[1]) / 1e6,
                             "slices": s1[2] - s0[2],
                             "minflt": st1[1] - st0[1] if st0 and st1 else None,
                             "majflt": st1[2] - st0[2] if st0 and st1 else None,
                         }
                     h0, h1 = stall.pop("host0"), _host()
-                    stall.update({
-                        "span_ms": (end - last) * 1e3, "t_end": end - state["t0"],
-                        "threads": threads, "host_cpu_delta": [b - a for a, b in zip(h0[0], h1[0])],
-                        "ctxt_delta": h1[1].get("ctxt", 0) - h0[1].get("ctxt", 0),
-                        "procs_running": h1[1].get("procs_running"), "loadavg": h1[2],
-                        "wall": state["wall0"] + (last - state["t0"]),
-                    })
+                    stall.update(
+                        {
+                            "span_ms": (end - last) * 1e3,
+                            "t_end": end - state["t0"],
+                            "threads": threads,
+                            "host_cpu_delta": [b - a for a, b in zip(h0[0], h1[0])],
+                            "ctxt_delta": h1[1].get("ctxt", 0) - h0[1].get("ctxt", 0),
+                            "procs_running": h1[1].get("procs_running"),
+                            "loadavg": h1[2],
+                            "wall": state["wall0"] + (last - state["t0"]),
+                        }
+                    )
                     lines.append(stall)
                     stall = None
                 else:
@@ -212,13 +251,26 @@ def _start(loop):
                         stack = traceback.extract_stack(frame)[-14:] if frame is not None else []
                         s = _sched(main_tid)
                         st = _stat(main_tid)
-                        others = {names.get(tid, "?"): (_stat(tid) or ("?",))[0] for tid in names if tid != main_tid}
-                        stall["samples"].append({
-                            "at_ms": (now - last) * 1e3, "cpu_ns": s[0], "wait_ns": s[1],
-                            "state": st[0] if st else None, "syscall": _syscall(main_tid),
-                            "others": others, "watch_over_ms": over * 1e3,
-                            "stack": [f"{fr.filename.split('site-packages/')[-1].split('/h179/')[-1]}:{fr.lineno} {fr.name}" for fr in stack],
-                        })
+                        others = {
+                            names.get(tid, "?"): (_stat(tid) or ("?",))[0]
+                            for tid in names
+                            if tid != main_tid
+                        }
+                        stall["samples"].append(
+                            {
+                                "at_ms": (now - last) * 1e3,
+                                "cpu_ns": s[0],
+                                "wait_ns": s[1],
+                                "state": st[0] if st else None,
+                                "syscall": _syscall(main_tid),
+                                "others": others,
+                                "watch_over_ms": over * 1e3,
+                                "stack": [
+                                    f"{fr.filename.split('site-packages/')[-1].split('/h179/')[-1]}:{fr.lineno} {fr.name}"
+                                    for fr in stack
+                                ],
+                            }
+                        )
             if now - last_flush > 10.0:
                 flush()
                 last_flush = now
@@ -241,8 +293,15 @@ def _slow(lines_of, what, pc, sched):
             wall = pc() - t0
             if wall > SLOW_S:
                 s1 = sched()
-                lines_of().append({"kind": "slow", "what": name, "wall_ms": wall * 1e3,
-                                   "cpu_ms": (s1[0] - s0[0]) / 1e6, "wait_ms": (s1[1] - s0[1]) / 1e6})
+                lines_of().append(
+                    {
+                        "kind": "slow",
+                        "what": name,
+                        "wall_ms": wall * 1e3,
+                        "cpu_ms": (s1[0] - s0[0]) / 1e6,
+                        "wait_ms": (s1[1] - s0[1]) / 1e6,
+                    }
+                )
 
     setattr(cls, name, timed)
 

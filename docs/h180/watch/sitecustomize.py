@@ -86,9 +86,16 @@ def _time_calls():
                 cpu = time.thread_time() - c0
                 if cpu > SLOW_CPU_S:
                     blocks = next((len(x) for x in a[1:] if isinstance(x, (tuple, list))), None)
-                    _LINES.append({"kind": "call", "phase": _STATE["phase"], "what": f"{cls.__name__}.{name}",
-                                   "cpu_ms": cpu * 1e3, "wall_ms": (time.perf_counter() - w0) * 1e3,
-                                   "blocks": blocks})
+                    _LINES.append(
+                        {
+                            "kind": "call",
+                            "phase": _STATE["phase"],
+                            "what": f"{cls.__name__}.{name}",
+                            "cpu_ms": cpu * 1e3,
+                            "wall_ms": (time.perf_counter() - w0) * 1e3,
+                            "blocks": blocks,
+                        }
+                    )
 
         setattr(cls, name, timed)
 
@@ -136,7 +143,10 @@ def _start(loop):
                     fd = os.open(f"/proc/self/task/{task}/schedstat", os.O_RDONLY)
                 except OSError:
                     continue
-                threads[int(task)] = (named.get(int(task)) or _read(f"/proc/self/task/{task}/comm").strip(), fd)
+                threads[int(task)] = (
+                    named.get(int(task)) or _read(f"/proc/self/task/{task}/comm").strip(),
+                    fd,
+                )
 
     def thread_cpu():
         out = {}
@@ -169,8 +179,17 @@ def _start(loop):
             parent = time.clock_gettime_ns(parent_clk) if parent_clk is not None else 0
         except OSError:
             parent = 0
-        return (pc(), int(cpu), int(wait), int(slices), time.process_time_ns(), parent,
-                child_cpu(), host_busy(), thread_cpu())
+        return (
+            pc(),
+            int(cpu),
+            int(wait),
+            int(slices),
+            time.process_time_ns(),
+            parent,
+            child_cpu(),
+            host_busy(),
+            thread_cpu(),
+        )
 
     collections = []  # (start, end, gen, cpu ms) on the loop thread
     began = [0.0, 0.0]
@@ -181,7 +200,9 @@ def _start(loop):
         if phase == "start":
             began[0], began[1] = pc(), time.thread_time()
         else:
-            collections.append((began[0], pc(), info["generation"], (time.thread_time() - began[1]) * 1e3))
+            collections.append(
+                (began[0], pc(), info["generation"], (time.thread_time() - began[1]) * 1e3)
+            )
             del collections[:-5000]
 
     gc.callbacks.append(on_gc)
@@ -205,18 +226,33 @@ def _start(loop):
             if late > LATE_S:
                 t0, t1 = before[0], now[0]
                 gcs = [(g, round(c, 2)) for a, b, g, c in collections if b >= t0 and a <= t1]
-                _LINES.append({
-                    "kind": "stall", "phase": _STATE["phase"], "t": t0, "late_ms": late * 1e3,
-                    "gap_ms": (t1 - t0) * 1e3, "loop_cpu_ms": (now[1] - before[1]) / 1e6,
-                    "loop_wait_ms": (now[2] - before[2]) / 1e6, "slices": now[3] - before[3],
-                    "picker_cpu_ms": (now[4] - before[4]) / 1e6,
-                    "client_cpu_ms": (now[5] - before[5]) / 1e6,
-                    "workers_cpu_ms": sum(v - before[6][k] for k, v in now[6].items() if k in before[6]) / 1e6,
-                    "threads_ms": {k: round((v - before[8][k]) / 1e6, 2) for k, v in now[8].items() if k in before[8] and v > before[8][k]},
-                    "host_busy_ms": (now[7] - before[7]) * 10.0,
-                    "gc": gcs, "samples": samples.pop(t0, []),
-                    "loadavg": _read("/proc/loadavg").strip(),
-                })
+                _LINES.append(
+                    {
+                        "kind": "stall",
+                        "phase": _STATE["phase"],
+                        "t": t0,
+                        "late_ms": late * 1e3,
+                        "gap_ms": (t1 - t0) * 1e3,
+                        "loop_cpu_ms": (now[1] - before[1]) / 1e6,
+                        "loop_wait_ms": (now[2] - before[2]) / 1e6,
+                        "slices": now[3] - before[3],
+                        "picker_cpu_ms": (now[4] - before[4]) / 1e6,
+                        "client_cpu_ms": (now[5] - before[5]) / 1e6,
+                        "workers_cpu_ms": sum(
+                            v - before[6][k] for k, v in now[6].items() if k in before[6]
+                        )
+                        / 1e6,
+                        "threads_ms": {
+                            k: round((v - before[8][k]) / 1e6, 2)
+                            for k, v in now[8].items()
+                            if k in before[8] and v > before[8][k]
+                        },
+                        "host_busy_ms": (now[7] - before[7]) * 10.0,
+                        "gc": gcs,
+                        "samples": samples.pop(t0, []),
+                        "loadavg": _read("/proc/loadavg").strip(),
+                    }
+                )
             samples.pop(before[0], None)
 
     task = loop.create_task(ticker())
@@ -247,13 +283,21 @@ def _start(loop):
             frame = sys._current_frames().get(main_ident)
             stack = traceback.extract_stack(frame)[-14:] if frame is not None else []
             st = _read(f"/proc/self/task/{main_tid}/stat")
-            running = [ln for ln in _read("/proc/stat").splitlines() if ln.startswith("procs_running")]
-            got.append({
-                "at_ms": (pc() - t0) * 1e3, "state": st[st.rfind(")") + 2 :].split(" ", 1)[0],
-                "syscall": _read(f"/proc/self/task/{main_tid}/syscall").split(" ")[0].strip(),
-                "running": running[0].split()[1] if running else "?",
-                "stack": ["/".join(fr.filename.rsplit("/", 2)[-2:]) + f":{fr.lineno} {fr.name}" for fr in stack],
-            })
+            running = [
+                ln for ln in _read("/proc/stat").splitlines() if ln.startswith("procs_running")
+            ]
+            got.append(
+                {
+                    "at_ms": (pc() - t0) * 1e3,
+                    "state": st[st.rfind(")") + 2 :].split(" ", 1)[0],
+                    "syscall": _read(f"/proc/self/task/{main_tid}/syscall").split(" ")[0].strip(),
+                    "running": running[0].split()[1] if running else "?",
+                    "stack": [
+                        "/".join(fr.filename.rsplit("/", 2)[-2:]) + f":{fr.lineno} {fr.name}"
+                        for fr in stack
+                    ],
+                }
+            )
 
     threading.Thread(target=sample, name="h180-sample", daemon=True).start()
 

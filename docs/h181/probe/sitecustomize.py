@@ -12,7 +12,9 @@ import os
 import sys
 
 _H180 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "h180", "watch")
-_spec = importlib.util.spec_from_file_location("h180_watch", os.path.join(_H180, "sitecustomize.py"))
+_spec = importlib.util.spec_from_file_location(
+    "h180_watch", os.path.join(_H180, "sitecustomize.py")
+)
 h180 = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(h180)  # h180's probe, installed as it runs
 
@@ -50,10 +52,16 @@ def _install() -> None:
             await asyncio.sleep(0.001)
             now = time.perf_counter()
             if calls[0]:
-                h180._LINES.append({
-                    "kind": "rests", "phase": h180._STATE["phase"], "gap_ms": (now - before) * 1e3,
-                    "calls": calls[0], "big": calls[1], "cpu_ms": calls[2] * 1e3,
-                })
+                h180._LINES.append(
+                    {
+                        "kind": "rests",
+                        "phase": h180._STATE["phase"],
+                        "gap_ms": (now - before) * 1e3,
+                        "calls": calls[0],
+                        "big": calls[1],
+                        "cpu_ms": calls[2] * 1e3,
+                    }
+                )
                 calls[:] = [0, 0, 0.0]
             before = now
 
