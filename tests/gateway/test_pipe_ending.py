@@ -6,12 +6,14 @@ hears an Abort for a whole response)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
 
 from kinference.gateway.http1 import Response
+from kinference.gateway.http1_conn import Conn
 from kinference.gateway.relay import Relay
 from kinference.gateway.timing import TokenClock
 from kinference.gateway.translate import Translator
@@ -92,3 +94,47 @@ async def test_a_transforms_end_follows_a_stalled_last_read() -> None:
     out, log = await sent(chunks, Translator(Shape.ANTHROPIC_MESSAGES, 200, True))
     assert b"message_stop" in b"".join(body for body, _ in out)
     assert [e[0] for e in log.entries].count("final") == 1
+
+
+class _Transport:
+    def get_extra_info(self, name: str) -> None:
+        return None
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class _Pool:
+    def release(self, conn: Conn) -> None:
+        pass
+
+
+async def test_the_real_connection_ends_between_the_refused_read_and_the_yield() -> None:
+    """The same with `http1`'s own connection: the refused read, then a read holding only
+    the chunked terminator, both before the body's task runs again."""
+    conn = Conn(("http", "upstream", 80))
+    conn.connection_made(cast(Any, _Transport()))
+    conn.asked = True
+    events = per_event(STREAM)[:-3]  # no finish, no usage, no [DONE]
+    conn.data_received(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    relay = Relay(
+        Response(conn, _Pool(), 30.0), TokenClock(), Log(), fallback_model="m",
+        transform=Translator(Shape.ANTHROPIC_MESSAGES, 200, True), max_whole_bytes=MOST,
+    )  # fmt: skip
+    relay.direct = lambda body: False  # the client's socket is full
+    out: list[tuple[bytes, bool]] = []
+    body = relay.body()
+    reading = asyncio.ensure_future(anext(body))
+    await asyncio.sleep(0)  # in `pipe`, the sink set
+    conn.data_received(b"%x\r\n%s\r\n" % (len(events[0]), events[0]))  # refused: stalled
+    conn.data_received(b"0\r\n\r\n")  # the end, before the task runs
+    out.append((await reading, relay.ending))
+    async for chunk in body:
+        assert not out[-1][1], "a body message after the one that ended the response"
+        out.append((chunk, relay.ending))
+    assert b"message_stop" in b"".join(chunk for chunk, _ in out) and out[-1][1]
