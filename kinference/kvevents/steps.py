@@ -43,6 +43,13 @@ class Budget:
         self.turns += 1
         return True
 
+    def spend_within(self, units: int) -> bool:
+        """Spends `units` when they leave a turn not yet due (True); else spends nothing."""
+        if self.spent + units >= self.per_step:
+            return False
+        self.spent += units
+        return True
+
 
 def finish(steps: Steps[T]) -> T:
     """Runs `steps` to the end at once (off the loop, or where a stall is acceptable)."""

@@ -215,14 +215,12 @@ class EventSubscriber(MissedBatches):
 def _at_once(feed: Feed, events: tuple[Event, ...], budget: Budget) -> bool:
     """`_apply` in one pass when its two would take no turn (an engine step's batch): the
     events of the pool's block size applied, their work spent as those passes spend it."""
-    size, step = feed.pool.block_size, budget.per_step
-    if len(events) >= step - budget.spent:  # more than one window, or a turn after it
+    size = feed.pool.block_size
+    if len(events) >= budget.per_step - budget.spent:  # more than one window, or a turn after
         return False
     if any(isinstance(e, BlockStored) and e.block_size != size for e in events):
         return False  # refused by the passes
-    work = len(events) + sum(map(cost, events))
-    if budget.spent + work >= step:
+    if not budget.spend_within(len(events) + sum(map(cost, events))):
         return False
-    budget.spent += work
     feed.pool.apply(feed.slot, events)
     return True
